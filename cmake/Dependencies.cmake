@@ -1,0 +1,13 @@
+# Third-party dependencies, all from Debian's packages (scripts/install_deps.sh installs them).
+find_package(Threads REQUIRED)
+find_package(OpenMP COMPONENTS CXX)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS)
+if(KVEVICT_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(KVEVICT_BUILD_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()

@@ -1,0 +1,73 @@
+// The KV cache of one layer after (or before) eviction: per-head variable-length row segments.
+//
+// Layout (SPEC section 4). Every per-row array (k, v, pos, score_acc) is indexed by one row index.
+// Head h owns the rows [offsets[h], offsets[h] + lens[h]); rows up to offsets[h+1] are spare
+// capacity for decode-time appends. This one layout covers:
+//   - uniform budgets:        offsets[h] = h * n_keep, lens[h] = n_keep  ==  plain [Hkv, n_keep, d];
+//   - flattened varlen adakv: offsets = prefix sums of the kept counts, lens = counts;
+//   - either with decode slack: offsets spaced by len + slack.
+// Compaction copies the kept rows into a new, smaller cache (never a mask): memory shrinks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvevict/dtype.h"
+#include "kvevict/tensor.h"
+
+namespace kvevict {
+
+struct KVLayerView {
+  DType dtype = DType::kF32;  // of k and v: f32, f16 or bf16
+  Device device = Device::kCpu;
+  int num_kv_heads = 0;       // Hkv
+  int head_dim = 0;           // d
+  void* k = nullptr;          // [rows, d] keys after RoPE
+  void* v = nullptr;          // [rows, d] values
+  int32_t* pos = nullptr;     // [rows] original position of every row
+  float* score_acc = nullptr; // [rows] decode-time running score per row; may be null
+  const int64_t* offsets = nullptr;  // host [Hkv + 1] segment starts; offsets[Hkv] = rows
+  int64_t* lens = nullptr;           // host [Hkv] rows in use per head
+
+  int64_t capacity_rows() const { return offsets ? offsets[num_kv_heads] : 0; }
+  int64_t len(int h) const { return lens[h]; }
+  int64_t total_len() const;
+  // Bytes held by the allocation (capacity, not just the rows in use) for K and V.
+  int64_t kv_bytes() const;
+  // A [len_h, d] view of head h's keys / values.
+  TensorView head_k(int h) const;
+  TensorView head_v(int h) const;
+  // A [Hkv, n, d] view when all heads have the same length n and equal segment spacing.
+  bool is_uniform() const;
+  TensorView uniform_k() const;
+  TensorView uniform_v() const;
+  void validate(const char* what) const;  // throws naming the inconsistency
+};
+
+// An owning host cache, for the CPU backend, tests and the CLI.
+class HostKVCache {
+ public:
+  HostKVCache() = default;
+  // Segments of the given capacities; lens start at 0.
+  HostKVCache(DType dtype, int num_kv_heads, int head_dim, const std::vector<int64_t>& capacity,
+              bool with_score_acc = false);
+  // A full cache from [Hkv, n, d] keys/values (any float dtype, converted to `dtype`), positions
+  // 0..n-1, with `slack` spare rows per head.
+  static HostKVCache from_dense(const TensorView& k, const TensorView& v, DType dtype,
+                                int64_t slack = 0, bool with_score_acc = false);
+  KVLayerView view();
+  const KVLayerView view() const;
+  int64_t kv_bytes() const { return static_cast<int64_t>(k_.size() + v_.size()); }
+
+ private:
+  DType dtype_ = DType::kF32;
+  int num_kv_heads_ = 0;
+  int head_dim_ = 0;
+  std::vector<uint8_t> k_, v_;   // [rows, d] in dtype_
+  std::vector<int32_t> pos_;     // [rows]
+  std::vector<float> score_acc_; // [rows] or empty
+  std::vector<int64_t> offsets_; // [Hkv + 1]
+  std::vector<int64_t> lens_;    // [Hkv]
+};
+
+}  // namespace kvevict

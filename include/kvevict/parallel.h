@@ -1,0 +1,16 @@
+// CPU threading for the fast paths. Work is always split into fixed chunks that do not depend on
+// the thread count, and reduced in a fixed order, so results are bitwise identical for any count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace kvevict {
+
+// 0 = use every hardware thread (the default); applies to all CPU fast paths.
+void set_num_threads(int n);
+int num_threads();
+// Calls fn(i) for i in [0, count) on the thread pool (OpenMP when available).
+void parallel_for(int64_t count, const std::function<void(int64_t)>& fn);
+
+}  // namespace kvevict

@@ -1,0 +1,64 @@
+// Token scores (SPEC section 2): higher = keep. One layer, one batch row.
+//
+// Queries are the last m prompt tokens: query t (0-based) sits at position n - m + t and sees keys
+// 0 .. n - m + t (causal). Per query head h, the KV head is h / G with G = Hq / Hkv (GQA; MHA is
+// G = 1, MQA Hkv = 1). Every score is computed per query head and averaged over the G heads of its
+// group; pooling (if any) then runs along tokens on the per-KV-head score.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvevict/method.h"
+#include "kvevict/tensor.h"
+#include "kvevict/workspace.h"
+
+namespace kvevict {
+
+struct ScoreProblem {
+  TensorView q;   // [Hq, m, d] the last m prompt queries after RoPE; m >= queries_needed(n)
+  TensorView k;   // [Hkv, n, d] keys after RoPE at positions 0..n-1 (a full layer)
+  TensorView v;   // [Hkv, n, d] values
+  TensorView wo;  // [D, Hq * d] output projection, row-major like o_proj.weight (criticalkv only)
+  float scale = 0.0f;  // logit scale; 0 = 1/sqrt(d) (overrides ScoreOptions::scale when nonzero)
+
+  int num_q_heads() const { return q.empty() ? 0 : static_cast<int>(q.shape[0]); }
+  int num_kv_heads() const { return static_cast<int>(k.shape[0]); }
+  int64_t num_tokens() const { return k.shape[1]; }
+  int head_dim() const { return static_cast<int>(k.shape[2]); }
+  // Throws naming the bad tensor when shapes disagree, Hq is not a multiple of Hkv, q has fewer
+  // than the needed queries, wo is missing for criticalkv, or a host input holds NaN/Inf.
+  void validate(const ScoreOptions& opt) const;
+  float logit_scale(const ScoreOptions& opt) const;
+};
+
+struct ScoreOutput {
+  TensorView scores;  // [Hkv, n] f32, higher = keep
+  TensorView aux;     // [Hkv, n] f32: criticalkv's stage-1 (snapkv) score; empty otherwise
+};
+
+namespace ref {
+// The double-precision ground truth, written for clarity, not speed (materializes p per query).
+struct Scores {
+  int num_kv_heads = 0;
+  int64_t n = 0;
+  std::vector<double> scores;  // [Hkv, n]
+  std::vector<double> aux;     // [Hkv, n] criticalkv stage-1 score, else empty
+};
+Scores score(const ScoreProblem& problem, const ScoreOptions& opt);
+
+// The window forward in double: outputs a [Hq, m, d] and lse [Hq, m] of the m queries in q.
+void window_forward(const ScoreProblem& problem, float scale, std::vector<double>& a,
+                    std::vector<double>& lse);
+}  // namespace ref
+
+namespace cpu {
+// The fast float path: a flash-style pass over K/V tiles with online softmax giving a and LSE,
+// then a streaming scoring pass; O(n) scratch per head, never w x n x d or n x n. Multithreaded
+// with a fixed work split, so results are identical for any thread count.
+size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& opt);
+void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutput& out,
+           Workspace ws);
+}  // namespace cpu
+
+}  // namespace kvevict

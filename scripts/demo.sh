@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job: installs every dependency, fetches the default model, builds, and runs
+# `kvevict demo`: a long needle-in-a-haystack prompt answered with the full cache and with DropKV
+# at 10%, printing both answers and the KV memory saved. Extra arguments go to `kvevict demo`.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+scripts/install_deps.sh
+scripts/fetch_models.sh
+scripts/build.sh release
+exec build/release/kvevict demo "$@"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: installs every dependency, fetches the two small checkpoints, builds
+# everything (CUDA code too when a toolkit is present) and runs the CPU test suite.
+# GPU tests carry the label `gpu` and run through tools/gpu_check.sh on a GPU machine.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+scripts/install_deps.sh --eval
+scripts/fetch_models.sh
+scripts/build.sh release
+ctest --preset release -j "$(nproc)"
