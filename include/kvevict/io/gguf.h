@@ -1,0 +1,87 @@
+// GGUF v3 reader: memory-mapped, validated. Every offset, count and size read from the file is
+// checked against the file size before use; a corrupt or truncated file throws kvevict::Error
+// naming the file, the field and the bad value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kvevict/tensor.h"
+
+namespace kvevict::gguf {
+
+// ggml tensor types that kvevict reads (codes as in the GGUF spec).
+enum class GgmlType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+};
+const char* ggml_type_name(uint32_t type);
+bool ggml_type_supported(uint32_t type);
+// Elements per block and bytes per block of a supported type.
+int64_t ggml_block_elems(GgmlType t);
+int64_t ggml_block_bytes(GgmlType t);
+
+// A metadata value: scalars, strings, or arrays of them.
+struct Value;
+using Array = std::vector<Value>;
+struct Value {
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<Array>> v;
+  // Accessors throw naming the key and the actual type when the type does not match.
+  int64_t as_int(const std::string& key) const;
+  double as_float(const std::string& key) const;
+  bool as_bool(const std::string& key) const;
+  const std::string& as_string(const std::string& key) const;
+  const Array& as_array(const std::string& key) const;
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;  // GGUF order reversed to row-major: shape.back() is the row length
+  GgmlType type;
+  uint64_t offset;             // from the start of the data section
+  uint64_t nbytes;
+  const uint8_t* data;         // into the mapping
+};
+
+class File {
+ public:
+  // Opens and validates; throws kvevict::Error on any problem.
+  static std::unique_ptr<File> open(const std::string& path);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  bool has(const std::string& key) const { return meta_.count(key) != 0; }
+  const Value& get(const std::string& key) const;  // throws "missing metadata key ..."
+  int64_t get_int(const std::string& key, int64_t fallback) const;
+  double get_float(const std::string& key, double fallback) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+  const std::map<std::string, Value>& metadata() const { return meta_; }
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find(const std::string& name) const;  // nullptr if absent
+  const TensorInfo& tensor(const std::string& name) const;  // throws naming the missing tensor
+
+ private:
+  File() = default;
+  std::string path_;
+  uint32_t version_ = 0;
+  std::map<std::string, Value> meta_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> index_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+};
+
+// Dequantizes `count` elements (a multiple of the block size) of `type` from `src` into `dst`.
+void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t count);
+// The whole tensor as float32, row-major with shape info.shape.
+HostTensor dequantize(const TensorInfo& info);
+
+}  // namespace kvevict::gguf
