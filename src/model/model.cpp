@@ -1,0 +1,53 @@
+#include "kvevict/model/model.h"
+
+#include <chrono>
+#include <cstdlib>
+
+#include "kvevict/error.h"
+#include "kvevict/io/gguf.h"
+
+namespace kvevict {
+
+std::string resolve_model_path(const std::string& name_or_path, const std::string& default_dir) {
+  KVEVICT_CHECK(!name_or_path.empty(), "empty model name; expected smollm2, gemma3-270m or a path");
+  std::string file;
+  if (name_or_path == "smollm2") {
+    file = "SmolLM2-135M-Instruct.Q4_1.gguf";
+  } else if (name_or_path == "gemma3-270m" || name_or_path == "gemma3") {
+    file = "gemma-3-270m-q4_k_m.gguf";
+  } else {
+    return name_or_path;
+  }
+  const char* env = std::getenv("KVEVICT_MODEL_DIR");
+  const std::string dir = (env != nullptr && *env != '\0') ? env : default_dir;
+  return dir + "/" + file;
+}
+
+Model::~Model() = default;
+
+std::shared_ptr<const Model> Model::load(const std::string& name_or_path,
+                                         const std::string& default_dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Model> m(new Model());
+  m->path_ = resolve_model_path(name_or_path, default_dir);
+  m->file_ = gguf::File::open(m->path_);
+  m->config_ = ModelConfig::from_gguf(*m->file_);
+  m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);
+  m->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+std::shared_ptr<const Model> Model::random(const ModelConfig& config, uint64_t seed) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Model> m(new Model());
+  m->config_ = config;
+  m->config_.validate();
+  m->weights_ = ModelWeights::random(m->config_, seed);
+  m->path_ = "random:" + config.name;
+  m->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+}  // namespace kvevict
