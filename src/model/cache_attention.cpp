@@ -29,7 +29,8 @@ const float* rows_f32(const void* base, DType dt, int64_t off, int64_t n, int d,
 }  // namespace
 
 void cache_attention(const float* q, const int32_t* q_pos, int64_t T, int num_q_heads,
-                     const KVLayerView& cache, float scale, int sliding_window, float* out) {
+                     const KVLayerView& cache, float scale, int sliding_window, float* out,
+                     float* lse) {
   const int Hkv = cache.num_kv_heads, d = cache.head_dim;
   KVEVICT_CHECK(Hkv > 0 && num_q_heads % Hkv == 0, "cache attention: Hq = ", num_q_heads,
                 " is not a multiple of the cache's Hkv = ", Hkv);
@@ -62,6 +63,7 @@ void cache_attention(const float* q, const int32_t* q_pos, int64_t T, int num_q_
       if (!(mx > -std::numeric_limits<float>::infinity())) {
         // No visible key (cannot happen for a query that sees itself); output zeros.
         for (int i = 0; i < d; ++i) o[i] = 0.0f;
+        if (lse != nullptr) lse[h * T + t] = -std::numeric_limits<float>::infinity();
         continue;
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
@@ -75,6 +77,7 @@ void cache_attention(const float* q, const int32_t* q_pos, int64_t T, int num_q_
       }
       const float inv = static_cast<float>(1.0 / sum);
       for (int i = 0; i < d; ++i) o[i] = acc[i] * inv;
+      if (lse != nullptr) lse[h * T + t] = mx + static_cast<float>(std::log(sum));
     }
   });
 }

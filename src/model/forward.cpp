@@ -49,7 +49,8 @@ void cache_append_rows(KVLayerView view, const float* k, const float* v, const i
 }
 
 void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t pos0,
-                   std::vector<HostKVCache>& caches, const QueryCapture* capture, float* logits) {
+                   std::vector<HostKVCache>& caches, const QueryCapture* capture, float* logits,
+                   const AttentionHook* hook) {
   const ModelConfig& c = model.config();
   const ModelWeights& w = model.weights();
   const int64_t D = c.n_embd, F = c.ffn_dim;
@@ -58,7 +59,8 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
                 " layer caches; expected ", c.n_layers);
 
   std::vector<float> x(T * D), xn(T * D), q(T * Hq * d), qh(T * Hq * d), k(T * Hkv * d),
-      v(T * Hkv * d), attn(T * Hq * d), o(T * D), gate(T * F), up(T * F);
+      v(T * Hkv * d), attn(T * Hq * d), o(T * D), gate(T * F), up(T * F),
+      lse(hook != nullptr ? T * Hq : 0);
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(pos0 + t);
 
@@ -70,7 +72,7 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
     const float* e = E + static_cast<int64_t>(tokens[t]) * D;
     for (int64_t i = 0; i < D; ++i) x[t * D + i] = e[i] * embed_mul;
   }
-  const float* freq_div = w.rope_freqs.numel() ? w.rope_freqs.ptr<float>() : nullptr;
+  const float* freq_div = w.rope_freqs.nbytes() ? w.rope_freqs.ptr<float>() : nullptr;
 
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = w.layers[il];
@@ -105,7 +107,9 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
     KVLayerView view = caches[il].view();
     cache_append_rows(view, k.data(), v.data(), pos.data(), T);
     cache_attention(qh.data(), pos.data(), T, Hq, view, c.logit_scale(),
-                    sliding ? c.sliding_window : 0, attn.data());
+                    sliding ? c.sliding_window : 0, attn.data(),
+                    hook != nullptr ? lse.data() : nullptr);
+    if (hook != nullptr) (*hook)(il, view, qh.data(), attn.data(), lse.data());
 
     linear(attn.data(), T, L.wo, nullptr, o.data());
     if (c.post_norms) rms_norm(o.data(), T, D, L.post_attn_norm.ptr<float>(), c.rms_eps, o.data());

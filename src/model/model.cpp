@@ -1,35 +1,28 @@
 #include "kvevict/model/model.h"
 
 #include <chrono>
-#include <cstdlib>
 
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
+#include "kvevict/io/model_paths.h"
 
 namespace kvevict {
 
-std::string resolve_model_path(const std::string& name_or_path, const std::string& default_dir) {
+std::string resolve_model_path(const std::string& name_or_path, const std::string& source_dir) {
   KVEVICT_CHECK(!name_or_path.empty(), "empty model name; expected smollm2, gemma3-270m or a path");
-  std::string file;
-  if (name_or_path == "smollm2") {
-    file = "SmolLM2-135M-Instruct.Q4_1.gguf";
-  } else if (name_or_path == "gemma3-270m" || name_or_path == "gemma3") {
-    file = "gemma-3-270m-q4_k_m.gguf";
-  } else {
-    return name_or_path;
-  }
-  const char* env = std::getenv("KVEVICT_MODEL_DIR");
-  const std::string dir = (env != nullptr && *env != '\0') ? env : default_dir;
-  return dir + "/" + file;
+  if (name_or_path == "smollm2") return io::model_path(source_dir, io::kSmolLM2File);
+  if (name_or_path == "gemma3-270m" || name_or_path == "gemma3")
+    return io::model_path(source_dir, io::kGemma3File);
+  return name_or_path;
 }
 
 Model::~Model() = default;
 
 std::shared_ptr<const Model> Model::load(const std::string& name_or_path,
-                                         const std::string& default_dir) {
+                                         const std::string& source_dir) {
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Model> m(new Model());
-  m->path_ = resolve_model_path(name_or_path, default_dir);
+  m->path_ = resolve_model_path(name_or_path, source_dir);
   m->file_ = gguf::File::open(m->path_);
   m->config_ = ModelConfig::from_gguf(*m->file_);
   m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);

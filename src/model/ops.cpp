@@ -8,6 +8,8 @@
 
 #ifdef KVEVICT_WITH_BLAS
 #include <cblas.h>
+
+#include <mutex>
 #endif
 
 namespace kvevict::model_ops {
@@ -30,14 +32,23 @@ void linear(const float* x, int64_t T, const HostTensor& w, const HostTensor* bi
   const int64_t out = w.shape()[0], in = w.shape()[1];
   const float* W = w.ptr<float>();
 #ifdef KVEVICT_WITH_BLAS
-  if (T == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(out), static_cast<int>(in), 1.0f, W,
-                static_cast<int>(in), x, 1, 0.0f, y, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
-                static_cast<int>(out), static_cast<int>(in), 1.0f, x, static_cast<int>(in), W,
-                static_cast<int>(in), 0.0f, y, static_cast<int>(out));
-  }
+  // kvevict::parallel_for owns the threads: OpenBLAS's own pool busy-waits between calls and
+  // fights the OpenMP pool for the cores, which measured several times slower on a loaded
+  // 2-core machine. Fixed row blocks keep results identical for any thread count.
+  static std::once_flag single_threaded;
+  std::call_once(single_threaded, [] { openblas_set_num_threads(1); });
+  constexpr int64_t kRows = 128;
+  parallel_for((out + kRows - 1) / kRows, [&](int64_t c) {
+    const int64_t r0 = c * kRows, rows = std::min(out - r0, kRows);
+    if (T == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(in),
+                  1.0f, W + r0 * in, static_cast<int>(in), x, 1, 0.0f, y + r0, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
+                  static_cast<int>(rows), static_cast<int>(in), 1.0f, x, static_cast<int>(in),
+                  W + r0 * in, static_cast<int>(in), 0.0f, y + r0, static_cast<int>(out));
+    }
+  });
 #else
   constexpr int64_t kRows = 64;
   parallel_for((out + kRows - 1) / kRows, [&](int64_t c) {
@@ -46,7 +57,7 @@ void linear(const float* x, int64_t T, const HostTensor& w, const HostTensor* bi
       for (int64_t r = c * kRows; r < r1; ++r) y[t * out + r] = dot(x + t * in, W + r * in, in);
   });
 #endif
-  if (bias != nullptr && bias->numel() > 0) {
+  if (bias != nullptr && bias->nbytes() > 0) {
     KVEVICT_CHECK(bias->numel() == out, "linear: bias has ", bias->numel(),
                   " elements; expected ", out);
     const float* b = bias->ptr<float>();

@@ -14,16 +14,16 @@ class File;
 }
 class Tokenizer;
 
-// "smollm2" -> <model dir>/SmolLM2-135M-Instruct.Q4_1.gguf, "gemma3-270m" ->
-// <model dir>/gemma-3-270m-q4_k_m.gguf, anything else is taken as a path. The model dir is
-// $KVEVICT_MODEL_DIR when set, else `default_dir` (the CLI passes <source>/models).
-std::string resolve_model_path(const std::string& name_or_path, const std::string& default_dir = "models");
+// "smollm2" -> <model dir>/SmolLM2-135M-Instruct.Q4_1.gguf, "gemma3-270m" (or "gemma3") ->
+// <model dir>/gemma-3-270m-q4_k_m.gguf, anything else is taken as a path. The model dir follows
+// io::model_dir: $KVEVICT_MODEL_DIR when set, else <source_dir>/models.
+std::string resolve_model_path(const std::string& name_or_path, const std::string& source_dir = ".");
 
 class Model {
  public:
   // Opens a GGUF file (a name resolve_model_path knows, or a path) and dequantizes its weights.
   static std::shared_ptr<const Model> load(const std::string& name_or_path,
-                                           const std::string& default_dir = "models");
+                                           const std::string& source_dir = ".");
   // Random weights of a config (seeded); has no GGUF file and no tokenizer.
   static std::shared_ptr<const Model> random(const ModelConfig& config, uint64_t seed);
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvevict/cache.h"
+#include "kvevict/decode_evict.h"
 #include "kvevict/dtype.h"
 #include "kvevict/method.h"
 #include "kvevict/model/model.h"
@@ -48,21 +49,21 @@ struct PrefillEviction {
   bool enabled = false;
   ScoreOptions score;    // method, aggregate, window, pooling
   SelectOptions select;  // policy, budget, sink; select.window is set from score.window
-  // Query-aware mode: the question is the end of the prompt and the window is its tokens; set
-  // score.window to the question length (Session::prefill does this when given question_len).
+  // A method name as method_parse() reads it ("dropkv", "adakv", "snapkv", ...) with its SPEC
+  // defaults, and a budget.
   static PrefillEviction from_method(const std::string& method, const Budget& budget);
+  // Query-aware mode: the question ends the prompt and the observation window is its tokens.
+  void set_window(int window);
   std::string describe() const;
 };
 
 // Decode-time dynamic eviction (SPEC section 5): budget N tokens per head, evict down to N when
-// a head exceeds N + slack, never the last `recent` rows or the sinks.
+// a head exceeds N + slack, never the last `recent` rows or the sinks. Runs on every decode()
+// step (one token at a time); tokens fed with append() are not scored. The per-row accumulators
+// start at 0 when decoding starts. options.scale / softcap are filled from the model.
 struct DecodeEviction {
   bool enabled = false;
-  ScoreOptions score;    // method among h2o (attention sum), tova, dropkv, obcache_v/k/vk
-  int64_t budget = 0;    // N tokens per head
-  int64_t slack = 0;     // 0 = evict every step once over budget
-  int64_t recent = 32;
-  int sink = 0;
+  DecodeEvictOptions options;
   std::string describe() const;
 };
 
@@ -100,7 +101,8 @@ struct SessionStats {
   double evict_seconds = 0;
   std::vector<int64_t> kv_bytes_before;  // [n_layers] K/V bytes allocated before prefill eviction
   std::vector<int64_t> kv_bytes_after;   // [n_layers] ... after it
-  int64_t decode_evictions = 0;          // compactions done by the decode evictor
+  int64_t decode_evictions = 0;          // decode steps of a layer that evicted rows
+  std::string warning;                   // the first selection warning (budget below protected)
   double prefill_tokens_per_s() const;
   double decode_tokens_per_s() const;
   std::string describe() const;
@@ -159,6 +161,7 @@ class Session {
  private:
   struct DecodeState;
   void init_caches();
+  void setup_decode();
   void evict_prefill(const PrefillEviction& ev, const std::vector<HostTensor>& queries);
   void forward_tokens(const std::vector<int32_t>& tokens, int64_t keep_queries,
                       std::vector<HostTensor>* queries, bool progress);

@@ -39,7 +39,7 @@ struct ModelWeights {
   HostTensor rope_freqs;   // [d / 2] llama 3.1 frequency divisors; empty if absent
   std::vector<LayerWeights> layers;
 
-  const HostTensor& output_matrix() const { return output.numel() ? output : token_embd; }
+  const HostTensor& output_matrix() const { return output.nbytes() ? output : token_embd; }
   int64_t bytes() const;  // f32 bytes held
 
   // Dequantizes every tensor the config needs; throws naming a missing tensor, a shape that
