@@ -2,10 +2,10 @@
 // (FlashAttention's recurrence on the CPU).
 //
 // One work item = one KV head x one tile of queries, with all G query heads of the group as rows,
-// so a key tile is converted / transposed once and used by the whole group (decode with m = 1 has
-// G rows per item). Keys are transposed into [d, Tk] so the logit loop runs along keys and the
-// P.V loop along d: both inner loops vectorize without reassociating a reduction. Each query's
-// arithmetic depends only on its own item, so results are identical for any thread count.
+// so a key tile is converted once and used by the whole group (decode with m = 1 has G rows per
+// item). Logits are `omp simd` dot products along d, the P.V update runs along d, and softmax uses
+// a vectorizable exp. Each query's arithmetic depends only on its own item (never on the thread
+// that runs it), so results are identical for any thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -50,8 +50,8 @@ Plan make_plan(const AttentionProblem& pb) {
 
 // Per-chunk scratch: sizes in floats.
 struct Scratch {
-  float* kt;   // [d, Tk] transposed key tile
-  float* vt;   // [Tk, d] value tile in f32
+  float* kt;   // [Tk, d] key tile converted to f32 (16-bit caches only)
+  float* vt;   // [Tk, d] value tile converted to f32
   float* s;    // [rows, Tk] logits, then probabilities
   float* acc;  // [rows, d] unnormalized output
   float* q;    // [rows, d] queries times the logit scale
@@ -83,29 +83,48 @@ Scratch carve_chunk(WorkspaceCarver& c, const Plan& p) {
   return s;
 }
 
-// Loads rows [j0, j0 + tk) of a [*, d] f32/f16/bf16 row block as f32.
-template <class Store>
-void load_rows(const void* base, DType t, int64_t j0, int tk, int d, Store store) {
-  for (int j = 0; j < tk; ++j) {
-    const int64_t r = (j0 + j) * d;
-    switch (t) {
-      case DType::kF32: {
-        const float* src = static_cast<const float*>(base) + r;
-        for (int i = 0; i < d; ++i) store(j, i, src[i]);
-        break;
-      }
-      case DType::kF16: {
-        const uint16_t* src = static_cast<const uint16_t*>(base) + r;
-        for (int i = 0; i < d; ++i) store(j, i, half_to_float(src[i]));
-        break;
-      }
-      default: {
-        const uint16_t* src = static_cast<const uint16_t*>(base) + r;
-        for (int i = 0; i < d; ++i) store(j, i, bf16_to_float(src[i]));
-        break;
-      }
+// Converts `count` contiguous f16 / bf16 / f32 elements to f32 (a flat loop that vectorizes).
+void to_f32(const void* src, DType t, int64_t count, float* dst) {
+  if (t == DType::kBF16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < count; ++i) {
+      const uint32_t u = static_cast<uint32_t>(s[i]) << 16;
+      std::memcpy(dst + i, &u, 4);
     }
+  } else if (t == DType::kF16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < count; ++i) dst[i] = half_to_float(s[i]);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
   }
+}
+
+// e^x for finite x <= 0 (softmax arguments z - max), relative error ~2e-7: Cephes' expf range
+// reduction and polynomial, written branch-free so the loop over a key tile vectorizes (std::exp
+// does not without -ffast-math). Below -87 it returns ~1e-38 instead of 0, harmless next to the
+// row maximum's 1.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return y * scale;
+}
+
+inline float dot(const float* a, const float* b, int d) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
 }
 
 void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan& p, int64_t item,
@@ -158,22 +177,21 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
     }
     if (pmin > qmax) continue;                           // every key is in every query's future
     if (window > 0 && qmin - pmax >= window) continue;   // every key slid out of every window
-    float* kt = s.kt;
-    load_rows(kb, c.dtype, j0, tk, d, [kt](int j, int i, float x) { kt[i * kKeyTile + j] = x; });
-    float* vt = s.vt;
-    load_rows(vb, c.dtype, j0, tk, d, [vt, d](int j, int i, float x) { vt[j * d + i] = x; });
+    // Rows j0 .. j0 + tk of a head are contiguous: f32 caches are read in place, 16-bit ones
+    // converted once per tile for all G x Tq rows.
+    const float* kt = c.dtype == DType::kF32 ? static_cast<const float*>(kb) + j0 * d : s.kt;
+    const float* vt = c.dtype == DType::kF32 ? static_cast<const float*>(vb) + j0 * d : s.vt;
+    if (c.dtype != DType::kF32) {
+      to_f32(static_cast<const char*>(kb) + j0 * d * esz, c.dtype, tk * d, s.kt);
+      to_f32(static_cast<const char*>(vb) + j0 * d * esz, c.dtype, tk * d, s.vt);
+    }
 
     for (int r = 0; r < rows; ++r) {
       const int t = r % tq;
       const int64_t qp = pb.q_pos[q0 + t];
       float* sr = s.s + static_cast<size_t>(r) * kKeyTile;
       const float* qr = s.q + static_cast<size_t>(r) * d;
-      for (int j = 0; j < tk; ++j) sr[j] = 0.0f;
-      for (int i = 0; i < d; ++i) {
-        const float qi = qr[i];
-        const float* ki = kt + i * kKeyTile;
-        for (int j = 0; j < tk; ++j) sr[j] += qi * ki[j];
-      }
+      for (int j = 0; j < tk; ++j) sr[j] = dot(qr, kt + static_cast<size_t>(j) * d, d);
       if (cap > 0)
         for (int j = 0; j < tk; ++j) sr[j] = cap * std::tanh(sr[j] / cap);
       float tile_max = neg_inf;
@@ -189,7 +207,8 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
       s.mx[r] = new_max;
       float tile_sum = 0.0f;
       for (int j = 0; j < tk; ++j) {
-        sr[j] = std::exp(sr[j] - new_max);
+        // Masked keys (-inf) must weigh exactly 0.
+        sr[j] = sr[j] == neg_inf ? 0.0f : exp_nonpositive(sr[j] - new_max);
         tile_sum += sr[j];
       }
       s.sum[r] = s.sum[r] * correction + tile_sum;
