@@ -2,11 +2,14 @@
 // (Llama-3.1-8B: Hq 32, Hkv 8, d 128). Run: build/cpu/benchmarks/cpu_select_bench
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "kvevict/attention.h"
 #include "kvevict/cache.h"
+#include "kvevict/parallel.h"
 #include "kvevict/select.h"
 
 namespace kvevict {
@@ -90,4 +93,12 @@ BENCHMARK(BM_Attention)->Args({4096, 1})->Args({32768, 1})->Args({4096, 256})
 }  // namespace
 }  // namespace kvevict
 
-BENCHMARK_MAIN();
+// KVEVICT_THREADS=N pins the thread count (0 or unset = every hardware thread).
+int main(int argc, char** argv) {
+  if (const char* t = std::getenv("KVEVICT_THREADS")) kvevict::set_num_threads(std::atoi(t));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::printf("threads=%d\n", kvevict::num_threads());
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}

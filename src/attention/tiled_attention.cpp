@@ -127,6 +127,56 @@ inline float dot(const float* a, const float* b, int d) {
   return s;
 }
 
+// Logits of one query row against the keys of a tile ([tk, d] f32): four keys share every load of
+// the query, so the loop is bound by FMAs rather than loads.
+void row_logits(const float* q, const float* kt, int tk, int d, float* out) {
+  int j = 0;
+  for (; j + 4 <= tk; j += 4) {
+    const float* k0 = kt + static_cast<size_t>(j) * d;
+    const float* k1 = k0 + d;
+    const float* k2 = k1 + d;
+    const float* k3 = k2 + d;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int i = 0; i < d; ++i) {
+      const float qi = q[i];
+      s0 += qi * k0[i];
+      s1 += qi * k1[i];
+      s2 += qi * k2[i];
+      s3 += qi * k3[i];
+    }
+    out[j] = s0;
+    out[j + 1] = s1;
+    out[j + 2] = s2;
+    out[j + 3] = s3;
+  }
+  for (; j < tk; ++j) out[j] = dot(q, kt + static_cast<size_t>(j) * d, d);
+}
+
+// acc[0, d) += sum_j p[j] v_j over a tile: d in blocks of 32 that stay in registers across the
+// key loop (each element still adds the keys in order j = 0, 1, ...).
+void row_pv(const float* p, const float* vt, int tk, int d, float* acc) {
+  constexpr int kBlock = 32;
+  int i0 = 0;
+  for (; i0 + kBlock <= d; i0 += kBlock) {
+    float blk[kBlock];
+    for (int i = 0; i < kBlock; ++i) blk[i] = acc[i0 + i];
+    for (int j = 0; j < tk; ++j) {
+      const float pj = p[j];
+      const float* vj = vt + static_cast<size_t>(j) * d + i0;
+#pragma omp simd
+      for (int i = 0; i < kBlock; ++i) blk[i] += pj * vj[i];
+    }
+    for (int i = 0; i < kBlock; ++i) acc[i0 + i] = blk[i];
+  }
+  if (i0 < d)
+    for (int j = 0; j < tk; ++j) {
+      const float pj = p[j];
+      const float* vj = vt + static_cast<size_t>(j) * d;
+      for (int i = i0; i < d; ++i) acc[i] += pj * vj[i];
+    }
+}
+
 void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan& p, int64_t item,
               const Scratch& s) {
   const KVLayerView& c = pb.cache;
@@ -191,21 +241,27 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
       const int64_t qp = pb.q_pos[q0 + t];
       float* sr = s.s + static_cast<size_t>(r) * kKeyTile;
       const float* qr = s.q + static_cast<size_t>(r) * d;
-      for (int j = 0; j < tk; ++j) sr[j] = dot(qr, kt + static_cast<size_t>(j) * d, d);
+      row_logits(qr, kt, tk, d, sr);
       if (cap > 0)
         for (int j = 0; j < tk; ++j) sr[j] = cap * std::tanh(sr[j] / cap);
+      // The reductions below are `omp simd` so they vectorize without -ffast-math; the lane
+      // order is fixed at compile time, so results stay independent of the thread count.
       float tile_max = neg_inf;
+      const int32_t* kpos = pos + j0;
+      const int32_t qp32 = static_cast<int32_t>(qp);
+#pragma omp simd reduction(max : tile_max)
       for (int j = 0; j < tk; ++j) {
-        const int64_t kp = pos[j0 + j];
-        const bool vis = kp <= qp && (window == 0 || qp - kp < window);
-        if (!vis) sr[j] = neg_inf;
-        tile_max = std::max(tile_max, sr[j]);
+        const int32_t kp = kpos[j];
+        const bool vis = kp <= qp32 && (window == 0 || qp32 - kp < window);
+        sr[j] = vis ? sr[j] : neg_inf;
+        tile_max = tile_max > sr[j] ? tile_max : sr[j];
       }
       if (tile_max == neg_inf) continue;  // this row sees nothing in this tile
       const float new_max = std::max(s.mx[r], tile_max);
       const float correction = std::exp(s.mx[r] - new_max);  // exp(-inf) = 0 on the first tile
       s.mx[r] = new_max;
       float tile_sum = 0.0f;
+#pragma omp simd reduction(+ : tile_sum)
       for (int j = 0; j < tk; ++j) {
         // Masked keys (-inf) must weigh exactly 0.
         sr[j] = sr[j] == neg_inf ? 0.0f : exp_nonpositive(sr[j] - new_max);
@@ -215,12 +271,7 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
       float* ar = s.acc + static_cast<size_t>(r) * d;
       if (correction != 1.0f)
         for (int i = 0; i < d; ++i) ar[i] *= correction;
-      for (int j = 0; j < tk; ++j) {
-        const float pj = sr[j];
-        if (pj == 0.0f) continue;
-        const float* vj = vt + static_cast<size_t>(j) * d;
-        for (int i = 0; i < d; ++i) ar[i] += pj * vj[i];
-      }
+      row_pv(sr, vt, tk, d, ar);
     }
   }
 
