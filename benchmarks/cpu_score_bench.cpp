@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -169,23 +170,36 @@ struct Materialized {
   }
 };
 
+double process_cpu_ms() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+struct Timing {
+  double ms = 0;      // median wall time
+  double cpu_ms = 0;  // process CPU time of that run (all threads): the work, even on a busy host
+};
+
 template <class Fn>
-double median_ms(int reps, Fn&& fn) {
-  std::vector<double> ms;
+Timing median_ms(int reps, Fn&& fn) {
+  std::vector<Timing> runs;
   for (int r = 0; r < reps; ++r) {
+    const double c0 = process_cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     const auto t1 = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    runs.push_back({std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                    process_cpu_ms() - c0});
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  std::sort(runs.begin(), runs.end(), [](const Timing& a, const Timing& b) { return a.ms < b.ms; });
+  return runs[runs.size() / 2];
 }
 
 struct Row {
   std::string impl;
   int64_t n, w;
-  double ms;
+  Timing t;
   size_t scratch;
   double max_rel_diff = -1;  // vs the materializing peer (fast path only)
 };
@@ -239,7 +253,7 @@ int main(int argc, char** argv) {
       ScoreOutput out;
       out.scores = TensorView(fast.data(), DType::kF32, {kHkv, n});
       cpu::score(p, opt, out, Workspace{ws.data(), ws_bytes});  // warm-up
-      const double fast_ms = median_ms(args.reps, [&] {
+      const Timing fast_ms = median_ms(args.reps, [&] {
         cpu::score(p, opt, out, Workspace{ws.data(), ws_bytes});
       });
 
@@ -251,7 +265,7 @@ int main(int argc, char** argv) {
         std::vector<float> kv32(args.dtype == DType::kF32 ? 0 : static_cast<size_t>(2 * kHkv * n * kD));
         std::vector<float> slow(static_cast<size_t>(kHkv * n));
         mat.run(p, w, logits, head_sum, kv32, slow.data());  // warm-up
-        const double mat_ms = median_ms(args.reps, [&] { mat.run(p, w, logits, head_sum, kv32, slow.data()); });
+        const Timing mat_ms = median_ms(args.reps, [&] { mat.run(p, w, logits, head_sum, kv32, slow.data()); });
         double top = 0, worst = 0;
         for (float x : slow) top = std::max(top, static_cast<double>(std::abs(x)));
         for (size_t i = 0; i < slow.size(); ++i)
@@ -266,7 +280,7 @@ int main(int argc, char** argv) {
         // The reference's own allocations: K and V of a head in double, z and p of a query, and
         // the [Hq, n] / [Hkv, n] accumulators (computed, not measured).
         const size_t ref_bytes = static_cast<size_t>(2 * n * kD + 2 * n + kHq * n + 3 * kHkv * n) * 8;
-        const double ref_ms = median_ms(1, [&] { ref::score(p, opt); });
+        const Timing ref_ms = median_ms(1, [&] { ref::score(p, opt); });
         rows.push_back({"reference", n, w, ref_ms, ref_bytes});
       }
       if (!args.json) {
@@ -274,9 +288,10 @@ int main(int argc, char** argv) {
           if (r.n != n || r.w != w) continue;
           const double kv_bytes = 2.0 * kHkv * n * kD * dtype_size(args.dtype);
           const double flops = 6.0 * kHq * w * n * kD;
-          std::printf("%-13s n=%-7lld w=%-3lld %10.2f ms  scratch %12zu B  %7.2f GB/s  %7.2f GFLOP/s",
-                      r.impl.c_str(), (long long)n, (long long)w, r.ms, r.scratch,
-                      kv_bytes / r.ms / 1e6, flops / r.ms / 1e6);
+          std::printf("%-13s n=%-7lld w=%-3lld %10.2f ms (cpu %10.2f ms)  scratch %12zu B  "
+                      "%7.2f GB/s  %7.2f GFLOP/s",
+                      r.impl.c_str(), (long long)n, (long long)w, r.t.ms, r.t.cpu_ms, r.scratch,
+                      kv_bytes / r.t.ms / 1e6, flops / r.t.ms / 1e6);
           if (r.max_rel_diff >= 0) std::printf("  max|cpu-materialized|/max = %.2e", r.max_rel_diff);
           std::printf("\n");
         }
@@ -294,9 +309,10 @@ int main(int argc, char** argv) {
       const double kv_bytes = 2.0 * kHkv * r.n * kD * dtype_size(args.dtype);
       const double flops = 6.0 * kHq * r.w * r.n * kD;
       std::printf("%s\n  {\"impl\": \"%s\", \"n\": %lld, \"w\": %lld, \"ms\": %.3f, "
-                  "\"scratch_bytes\": %zu, \"gbps\": %.3f, \"gflops\": %.3f, \"max_rel_diff\": %.3e}",
-                  i ? "," : "", r.impl.c_str(), (long long)r.n, (long long)r.w, r.ms, r.scratch,
-                  kv_bytes / r.ms / 1e6, flops / r.ms / 1e6, r.max_rel_diff);
+                  "\"cpu_ms\": %.3f, \"scratch_bytes\": %zu, \"gbps\": %.3f, \"gflops\": %.3f, "
+                  "\"max_rel_diff\": %.3e}",
+                  i ? "," : "", r.impl.c_str(), (long long)r.n, (long long)r.w, r.t.ms, r.t.cpu_ms,
+                  r.scratch, kv_bytes / r.t.ms / 1e6, flops / r.t.ms / 1e6, r.max_rel_diff);
     }
     std::printf("\n]}\n");
   }

@@ -41,27 +41,32 @@ inline float to_float<F16>(F16 x) {
   return half_to_float(x.bits);
 }
 
-// One row of d elements with element stride `step` into dst[c * dst_step]. Returns the row's
-// "poison": 0 when every value is finite, NaN otherwise (x * 0 is NaN exactly for NaN and Inf,
-// and the check vectorizes, unlike a branch per element).
+// True for NaN and +-Inf: all exponent bits set. An integer test, so the OR-reduction over a row
+// vectorizes (a float sum of x * 0 would not, without -ffast-math).
+inline uint32_t non_finite_bit(float x) {
+  return (__builtin_bit_cast(uint32_t, x) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+}
+
+// One row of d elements with element stride `step` into dst[c * dst_step], times `scale`.
+// Returns nonzero when a value is NaN or Inf.
 template <class Src>
-inline float convert_row(const Src* row, int64_t step, int64_t d, float scale, float* dst,
-                         int64_t dst_step) {
-  float poison = 0.0f;
-  if (step == 1) {
+inline uint32_t convert_row(const Src* row, int64_t step, int64_t d, float scale, float* dst,
+                            int64_t dst_step) {
+  uint32_t bad = 0;
+  if (step == 1 && dst_step == 1) {
     for (int64_t c = 0; c < d; ++c) {
       const float x = to_float(row[c]);
-      poison += x * 0.0f;
-      dst[c * dst_step] = x * scale;
+      bad |= non_finite_bit(x);
+      dst[c] = x * scale;
     }
   } else {
     for (int64_t c = 0; c < d; ++c) {
       const float x = to_float(row[c * step]);
-      poison += x * 0.0f;
+      bad |= non_finite_bit(x);
       dst[c * dst_step] = x * scale;
     }
   }
-  return poison;
+  return bad;
 }
 
 template <class Src>
@@ -69,13 +74,13 @@ bool load_tile_typed(const TensorView& t, int64_t head, int64_t j0, int64_t coun
                      float* dst) {
   const int64_t d = t.shape[2];
   const Src* base = static_cast<const Src*>(t.data) + head * t.stride[0];
-  float poison = 0.0f;
+  uint32_t bad = 0;
   for (int64_t jj = 0; jj < count; ++jj) {
     const Src* row = base + (j0 + jj) * t.stride[1];
     if (transposed)
-      poison += convert_row(row, t.stride[2], d, 1.0f, dst + jj, kTile);
+      bad |= convert_row(row, t.stride[2], d, 1.0f, dst + jj, kTile);
     else
-      poison += convert_row(row, t.stride[2], d, 1.0f, dst + jj * d, 1);
+      bad |= convert_row(row, t.stride[2], d, 1.0f, dst + jj * d, 1);
   }
   for (int64_t jj = count; jj < kTile; ++jj) {
     if (transposed)
@@ -83,7 +88,7 @@ bool load_tile_typed(const TensorView& t, int64_t head, int64_t j0, int64_t coun
     else
       std::fill(dst + jj * d, dst + (jj + 1) * d, 0.0f);
   }
-  return poison == 0.0f;
+  return bad == 0;
 }
 
 template <class Src>
@@ -91,10 +96,10 @@ bool load_rows_typed(const TensorView& t, int64_t head, int64_t row0, int64_t co
                      float* dst) {
   const int64_t d = t.shape[2];
   const Src* base = static_cast<const Src*>(t.data) + head * t.stride[0];
-  float poison = 0.0f;
+  uint32_t bad = 0;
   for (int64_t i = 0; i < count; ++i)
-    poison += convert_row(base + (row0 + i) * t.stride[1], t.stride[2], d, scale, dst + i * d, 1);
-  return poison == 0.0f;
+    bad |= convert_row(base + (row0 + i) * t.stride[1], t.stride[2], d, scale, dst + i * d, 1);
+  return bad == 0;
 }
 
 // z[r, :] = q_r . K_tile for the rows of a block; kt is [d, kTile]. Four rows at a time share
