@@ -23,6 +23,7 @@ struct TinySpec {
   int pattern = 2;         // gemma3: layer l slides iff l % pattern < pattern - 1
   bool tied = true;
   uint64_t seed = 7;
+  std::string skip_tensor;  // leave this tensor out of the file (error tests)
 };
 
 struct TinyModel {
@@ -65,6 +66,7 @@ inline TinyModel make_tiny_model(const TinySpec& s, const std::string& stem) {
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, float stddev, float mean) {
     std::vector<float> v = normal_floats(static_cast<size_t>(rows * cols), ++seed, stddev);
     for (float& x : v) x += mean;
+    if (name == s.skip_tensor) return;
     if (cols == 1) {
       g.add_tensor(name, {static_cast<uint64_t>(rows)}, 0, f32_bytes(v));
     } else {
