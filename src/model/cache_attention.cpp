@@ -41,7 +41,9 @@ void cache_attention(const float* q, const int32_t* q_pos, int64_t T, int num_q_
   const int G = num_q_heads / Hkv;
   constexpr int64_t kTile = 16;
   const int64_t tiles = (T + kTile - 1) / kTile;
-  parallel_for(int64_t{num_q_heads} * tiles, [&](int64_t task) {
+  int64_t rows = 0;
+  for (int g = 0; g < Hkv; ++g) rows += cache.lens[g];
+  auto task_fn = [&](int64_t task) {
     const int h = static_cast<int>(task / tiles);
     const int64_t t0 = (task % tiles) * kTile, t1 = std::min(T, t0 + kTile);
     const int g = h / G;
@@ -79,7 +81,14 @@ void cache_attention(const float* q, const int32_t* q_pos, int64_t T, int num_q_
       for (int i = 0; i < d; ++i) o[i] = acc[i] * inv;
       if (lse != nullptr) lse[h * T + t] = mx + static_cast<float>(std::log(sum));
     }
-  });
+  };
+  const int64_t tasks = int64_t{num_q_heads} * tiles;
+  // Tiny problems (decode on small models, tests) run serially: a thread fork costs more.
+  if (rows * T * G * d < (int64_t{1} << 16)) {
+    for (int64_t i = 0; i < tasks; ++i) task_fn(i);
+  } else {
+    parallel_for(tasks, task_fn);
+  }
 }
 
 }  // namespace kvevict::model_ops
