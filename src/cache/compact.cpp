@@ -65,7 +65,8 @@ void cache_compact(const KVLayerView& in, const Selection& selection, const KVLa
     KVEVICT_CHECK(selection.count(h) <= cap, "compaction output head ", h, " holds ", cap,
                   " rows; the selection keeps ", selection.count(h), "; expected capacity >= kept");
   }
-  KVEVICT_CHECK(in.k != out.k, "compaction is out of place; input and output share memory");
+  KVEVICT_CHECK(in.k == nullptr || in.k != out.k,
+                "compaction is out of place; input and output share memory");
   const size_t row_bytes = static_cast<size_t>(in.head_dim) * dtype_size(in.dtype);
   const bool copy_acc = in.score_acc != nullptr && out.score_acc != nullptr;
   parallel_for(in.num_kv_heads, [&](int64_t h) {
