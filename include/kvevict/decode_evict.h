@@ -18,7 +18,8 @@ namespace kvevict {
 
 enum class DecodeScore : uint8_t {
   kAttentionSum,  // h2o: add p
-  kTOVA,          // tova: replace by p
+  kTOVA,          // tova: replace by p (averaged over the G heads of the group, not the whole
+                  // layer as in prefill: decode heads evict independently)
   kDropKV,        // add (p/(1-p))^2 ||a - v||^2
   kObcacheV,      // add p^2 ||v||^2
   kObcacheK,      // add (p z)^2 ||v - a||^2
