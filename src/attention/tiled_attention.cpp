@@ -14,6 +14,7 @@
 
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
+#include "cache/parallel_if_large.h"
 #include "kvevict/parallel.h"
 
 namespace kvevict::cpu {
@@ -392,12 +393,15 @@ void attention(const AttentionProblem& pb, const AttentionOutput& out, Workspace
   float* partial = p.splits > 1
                        ? carver.take<float>(static_cast<size_t>(p.items) * p.rows() * (p.d + 2))
                        : nullptr;
-  parallel_for(p.chunks, [&](int64_t c) {
+  // Work: query rows x visible keys x d, bounded by all rows x all keys.
+  const int64_t work = static_cast<int64_t>(p.hq) * p.m * pb.cache.total_len() / p.hkv * p.d;
+  detail::parallel_for_if_large(p.chunks, work, [&](int64_t c) {
     for (int64_t item = c; item < p.items; item += p.chunks)
       run_item(pb, out, p, item, scratch[c], partial);
   });
   if (p.splits > 1)
-    parallel_for(p.hkv * p.q_tiles, [&](int64_t tile) { merge_splits(pb, out, p, tile, partial); });
+    detail::parallel_for_if_large(p.hkv * p.q_tiles, p.items * p.rows() * p.d,
+                                  [&](int64_t tile) { merge_splits(pb, out, p, tile, partial); });
 }
 
 void attention(const AttentionProblem& pb, const AttentionOutput& out) {

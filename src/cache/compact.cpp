@@ -3,6 +3,7 @@
 
 #include "kvevict/cache.h"
 #include "kvevict/error.h"
+#include "cache/parallel_if_large.h"
 #include "kvevict/parallel.h"
 
 namespace kvevict {
@@ -69,7 +70,7 @@ void cache_compact(const KVLayerView& in, const Selection& selection, const KVLa
                 "compaction is out of place; input and output share memory");
   const size_t row_bytes = static_cast<size_t>(in.head_dim) * dtype_size(in.dtype);
   const bool copy_acc = in.score_acc != nullptr && out.score_acc != nullptr;
-  parallel_for(in.num_kv_heads, [&](int64_t h) {
+  detail::parallel_for_if_large(in.num_kv_heads, selection.total() * in.head_dim, [&](int64_t h) {
     const int32_t* keep = selection.head(static_cast<int>(h));
     const int64_t count = selection.count(static_cast<int>(h));
     const int64_t src0 = in.offsets[h], dst0 = out.offsets[h];

@@ -7,6 +7,7 @@
 
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
+#include "cache/parallel_if_large.h"
 #include "kvevict/parallel.h"
 #include "kvevict/score_terms.h"
 #include "kvevict/select.h"
@@ -136,7 +137,8 @@ void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const
   for (const TensorView* t : {&st.q, &st.a, &st.lse})
     KVEVICT_CHECK(t->dtype == DType::kF32 && t->inner_contiguous() && t->device == Device::kCpu,
                   "decode step tensors must be host f32 with contiguous rows");
-  parallel_for(c.num_kv_heads, [&](int64_t h) {
+  detail::parallel_for_if_large(c.num_kv_heads, c.total_len() * c.head_dim * (hq / c.num_kv_heads),
+                                [&](int64_t h) {
     const int64_t len = c.lens[h];
     std::vector<float> s(len);
     step_scores(c, st, static_cast<int>(h), s.data());
@@ -152,7 +154,7 @@ int64_t DecodeEvictor::evict(const KVLayerView& c) const {
   c.validate("decode cache");
   KVEVICT_CHECK(c.score_acc != nullptr, "decode cache has no score accumulator");
   std::vector<int64_t> evicted(c.num_kv_heads, 0);
-  parallel_for(c.num_kv_heads, [&](int64_t h) {
+  detail::parallel_for_if_large(c.num_kv_heads, c.total_len() * 8, [&](int64_t h) {
     const int64_t len = c.lens[h];
     if (len <= opt_.budget + opt_.slack) return;
     std::vector<int32_t> keep;

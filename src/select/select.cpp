@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kvevict/error.h"
+#include "cache/parallel_if_large.h"
 #include "kvevict/parallel.h"
 #include "kvevict/select.h"
 
@@ -139,7 +140,9 @@ Selection select(const SelectProblem& pb, const SelectOptions& opt) {
 
   std::vector<std::vector<int32_t>> per_head(hkv);
   std::vector<char> below(hkv, 0);
-  parallel_for(hkv, [&](int64_t h) {
+  int64_t rows = 0;
+  for (int h = 0; h < hkv; ++h) rows += pb.lens[h];
+  detail::parallel_for_if_large(hkv, rows * 8, [&](int64_t h) {
     const int64_t s = pb.starts[h];
     per_head[h].reserve(n_keep[h]);
     below[h] = select_head(pb.scores + s, pb.aux ? pb.aux + s : nullptr, pb.lens[h], n_keep[h],
