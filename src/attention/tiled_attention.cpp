@@ -12,16 +12,16 @@
 #include <limits>
 #include <vector>
 
+#include "cache/parallel_if_large.h"
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
-#include "cache/parallel_if_large.h"
 #include "kvevict/parallel.h"
 
 namespace kvevict::cpu {
 namespace {
 
-constexpr int kKeyTile = 64;     // keys per tile: a [d, 64] f32 tile of keys is 32 KiB at d=128
-constexpr int kMaxRows = 256;    // G x query-tile rows of one item
+constexpr int kKeyTile = 64;   // keys per tile: a [d, 64] f32 tile of keys is 32 KiB at d=128
+constexpr int kMaxRows = 256;  // G x query-tile rows of one item
 constexpr int kMaxQueryTile = 16;
 constexpr int64_t kMaxChunks = 64;  // workspace slices; items are dealt round-robin to chunks
 // Split-K (flash-decoding): when (KV head x query tile) items are too few to feed the threads
@@ -264,8 +264,8 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
       pmin = std::min(pmin, pos[j0 + j]);
       pmax = std::max(pmax, pos[j0 + j]);
     }
-    if (pmin > qmax) continue;                           // every key is in every query's future
-    if (window > 0 && qmin - pmax >= window) continue;   // every key slid out of every window
+    if (pmin > qmax) continue;                          // every key is in every query's future
+    if (window > 0 && qmin - pmax >= window) continue;  // every key slid out of every window
     // Rows j0 .. j0 + tk of a head are contiguous: f32 caches are read in place, 16-bit ones
     // converted once per tile for all G x Tq rows.
     const float* kt = c.dtype == DType::kF32 ? static_cast<const float*>(kb) + j0 * d : s.kt;
@@ -382,8 +382,8 @@ void attention(const AttentionProblem& pb, const AttentionOutput& out, Workspace
                 " is not supported; expected f32");
   if (!out.lse.empty()) {
     check_shape(out.lse, "attention lse", {p.hq, p.m});
-    KVEVICT_CHECK(out.lse.dtype == DType::kF32, "attention lse dtype ",
-                  dtype_name(out.lse.dtype), " is not supported; expected f32");
+    KVEVICT_CHECK(out.lse.dtype == DType::kF32, "attention lse dtype ", dtype_name(out.lse.dtype),
+                  " is not supported; expected f32");
   }
   if (p.items == 0) return;
   WorkspaceCarver carver(ws);

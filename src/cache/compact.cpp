@@ -1,9 +1,9 @@
 // Compaction (SPEC section 4): copy the kept rows into a smaller cache, and decode appends.
 #include <cstring>
 
+#include "cache/parallel_if_large.h"
 #include "kvevict/cache.h"
 #include "kvevict/error.h"
-#include "cache/parallel_if_large.h"
 #include "kvevict/parallel.h"
 
 namespace kvevict {
@@ -25,10 +25,17 @@ void store_row(const TensorView& src, int h, void* dst, DType t, int d) {
   for (int j = 0; j < d; ++j) {
     const float x = static_cast<float>(src.load(h, j));
     switch (t) {
-      case DType::kF32: static_cast<float*>(dst)[j] = x; break;
-      case DType::kF16: static_cast<uint16_t*>(dst)[j] = float_to_half(x); break;
-      case DType::kBF16: static_cast<uint16_t*>(dst)[j] = float_to_bf16(x); break;
-      default: KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported");
+      case DType::kF32:
+        static_cast<float*>(dst)[j] = x;
+        break;
+      case DType::kF16:
+        static_cast<uint16_t*>(dst)[j] = float_to_half(x);
+        break;
+      case DType::kBF16:
+        static_cast<uint16_t*>(dst)[j] = float_to_bf16(x);
+        break;
+      default:
+        KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported");
     }
   }
 }
@@ -41,13 +48,11 @@ std::vector<int64_t> cache_plan_offsets(const Selection& selection, int64_t slac
                 "selection has ", selection.offsets.size(), " offsets; expected ",
                 selection.num_kv_heads + 1);
   std::vector<int64_t> off(selection.num_kv_heads + 1, 0);
-  for (int h = 0; h < selection.num_kv_heads; ++h)
-    off[h + 1] = off[h] + selection.count(h) + slack;
+  for (int h = 0; h < selection.num_kv_heads; ++h) off[h + 1] = off[h] + selection.count(h) + slack;
   return off;
 }
 
-HostKVCache cache_allocate_for(const KVLayerView& like, const Selection& selection,
-                               int64_t slack) {
+HostKVCache cache_allocate_for(const KVLayerView& like, const Selection& selection, int64_t slack) {
   const std::vector<int64_t> off = cache_plan_offsets(selection, slack);
   std::vector<int64_t> cap(selection.num_kv_heads);
   for (int h = 0; h < selection.num_kv_heads; ++h) cap[h] = off[h + 1] - off[h];
