@@ -63,11 +63,22 @@ KVEVICT_HD inline T dist2(T a2, T v2, T av) {
   return max_of(a2 + v2 - T(2) * av, T(0));
 }
 
+// The terms come in two spellings. The *_dist forms take ||a - v||^2 (`dist2`) and
+// <v, v - a> (`vdiff`) directly: a backend computes them on the fly from the d-long difference
+// (still no [w, n, d] tensor), which is exact where the norm identity cancels. That matters for
+// dropkv, whose 1 / (1 - p)^2 amplifies the identity's rounding when one token takes almost all
+// the attention (p -> 1, e.g. a query that sees a single key). The identity forms take
+// (a2, v2, av) and are fine for the obcache terms, which have no such amplification.
+
 // dropkv: (p / (1 - p))^2 ||a - v||^2.
 template <class T>
-KVEVICT_HD inline T dropkv_term(T p, T one_minus_p, T a2, T v2, T av) {
+KVEVICT_HD inline T dropkv_term_dist(T p, T one_minus_p, T dist2) {
   const T r = p / one_minus_p;
-  return r * r * dist2(a2, v2, av);
+  return r * r * dist2;
+}
+template <class T>
+KVEVICT_HD inline T dropkv_term(T p, T one_minus_p, T a2, T v2, T av) {
+  return dropkv_term_dist(p, one_minus_p, dist2(a2, v2, av));
 }
 
 // obcache_v: p^2 ||v||^2.
@@ -78,15 +89,23 @@ KVEVICT_HD inline T obcache_v_term(T p, T v2) {
 
 // obcache_k: (p z)^2 ||v - a||^2.
 template <class T>
-KVEVICT_HD inline T obcache_k_term(T p, T z, T a2, T v2, T av) {
+KVEVICT_HD inline T obcache_k_term_dist(T p, T z, T dist2) {
   const T pz = p * z;
-  return pz * pz * dist2(a2, v2, av);
+  return pz * pz * dist2;
+}
+template <class T>
+KVEVICT_HD inline T obcache_k_term(T p, T z, T a2, T v2, T av) {
+  return obcache_k_term_dist(p, z, dist2(a2, v2, av));
 }
 
 // obcache_vk: obcache_v + obcache_k + 2 p^2 z (||v||^2 - <v, a>).
 template <class T>
+KVEVICT_HD inline T obcache_vk_term_dist(T p, T z, T v2, T dist2, T vdiff) {
+  return obcache_v_term(p, v2) + obcache_k_term_dist(p, z, dist2) + T(2) * p * p * z * vdiff;
+}
+template <class T>
 KVEVICT_HD inline T obcache_vk_term(T p, T z, T a2, T v2, T av) {
-  return obcache_v_term(p, v2) + obcache_k_term(p, z, a2, v2, av) + T(2) * p * p * z * (v2 - av);
+  return obcache_vk_term_dist(p, z, v2, dist2(a2, v2, av), v2 - av);
 }
 
 // snapkv, h2o, tova (and the snapkv part of vatp, criticalkv): the attention probability itself.
@@ -117,6 +136,24 @@ KVEVICT_HD inline T pair_term(Method m, T z, T lse, T a2, T v2, T av, T floor) {
     case Method::kObcacheV: return obcache_v_term(p, v2);
     case Method::kObcacheK: return obcache_k_term(p, z, a2, v2, av);
     case Method::kObcacheVK: return obcache_vk_term(p, z, a2, v2, av);
+    case Method::kSnapKV:
+    case Method::kH2O:
+    case Method::kTOVA:
+    case Method::kVATP:
+    case Method::kCriticalKV: return attention_term(p);
+    default: return T(0);
+  }
+}
+
+// pair_term from ||a - v||^2 and <v, v - a> computed directly (the reference does this).
+template <class T>
+KVEVICT_HD inline T pair_term_dist(Method m, T z, T lse, T v2, T dist2, T vdiff, T floor) {
+  const T p = prob(z, lse);
+  switch (m) {
+    case Method::kDropKV: return dropkv_term_dist(p, one_minus_prob(z, lse, floor), dist2);
+    case Method::kObcacheV: return obcache_v_term(p, v2);
+    case Method::kObcacheK: return obcache_k_term_dist(p, z, dist2);
+    case Method::kObcacheVK: return obcache_vk_term_dist(p, z, v2, dist2, vdiff);
     case Method::kSnapKV:
     case Method::kH2O:
     case Method::kTOVA:

@@ -34,4 +34,27 @@ void pool_tokens(const T* in, T* out, int64_t n, const Pooling& pooling) {
   }
 }
 
+// The same pooling in place, for the fast path (no n-long scratch): ring [kernel] keeps the
+// original values of the last kernel tokens already overwritten.
+template <class T>
+void pool_tokens_inplace(T* x, int64_t n, const Pooling& pooling, T* ring) {
+  const int64_t r = pooling.kernel / 2;
+  const int64_t k = pooling.kernel;
+  if (pooling.kind == PoolKind::kNone || r == 0) return;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t lo = std::max<int64_t>(0, j - r);
+    const int64_t hi = std::min<int64_t>(n - 1, j + r);
+    // Tokens i < j were overwritten; their originals sit in ring[i % k].
+    T best = lo < j ? ring[lo % k] : x[lo];
+    T sum = 0;
+    for (int64_t i = lo; i <= hi; ++i) {
+      const T xi = i < j ? ring[i % k] : x[i];
+      best = std::max(best, xi);
+      sum += xi;
+    }
+    ring[j % k] = x[j];
+    x[j] = pooling.kind == PoolKind::kMax ? best : sum / static_cast<T>(k);
+  }
+}
+
 }  // namespace kvevict::score_detail

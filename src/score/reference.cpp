@@ -176,13 +176,17 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
         const int64_t visible = n - m + r + 1;
         const std::vector<double> qrow = load_query(q, h, r);
         attend(qrow.data(), keys.data(), values.data(), visible, d, scale, att);
-        double a2 = 0;
-        for (int64_t c = 0; c < d; ++c) a2 += att.a[c] * att.a[c];
         for (int64_t j = 0; j < visible; ++j) {
-          double av = 0;
-          for (int64_t c = 0; c < d; ++c) av += att.a[c] * values[j * d + c];
+          // ||a - v||^2 and <v, v - a> from explicit differences: exact even when p_j -> 1,
+          // where the norm identity would cancel (see score_terms.h).
+          double dist2 = 0, vdiff = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            const double diff = values[j * d + c] - att.a[c];
+            dist2 += diff * diff;
+            vdiff += values[j * d + c] * diff;
+          }
           acc[h * n + j] +=
-              terms::pair_term(term_method, att.z[j], att.lse, a2, v2[j], av, floor);
+              terms::pair_term_dist(term_method, att.z[j], att.lse, v2[j], dist2, vdiff, floor);
         }
       }
     }
