@@ -57,6 +57,7 @@ Sample RulerGenerator::generate_with_amount(const std::string& task, int64_t amo
     case TaskFamily::kFreqWords: s = build_freq_words(in, amount, seed); break;
   }
   format_prompt(s, opt.style, &tokenizer_);
+  s.target_length = opt.target_length;
   s.length = measure(s, opt);
   return s;
 }

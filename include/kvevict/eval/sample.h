@@ -33,6 +33,7 @@ struct Sample {
   uint64_t seed = 0;                 // regenerates this sample (0 for external data)
 
   // Filled by the generators; empty or zero for external data.
+  int64_t target_length = 0;     // the length the sample was sized to, in tokens
   int64_t length = 0;            // tokens of the sized quantity (see GenerateOptions)
   int64_t haystack_amount = 0;   // haystack units used (words, sentences, repeats, list words)
   std::vector<NeedlePlacement> needles;
