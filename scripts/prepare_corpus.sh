@@ -4,6 +4,9 @@
 #   words_noun.txt, words_adj.txt, words_verb.txt   WordNet lemmas (wordnet-base): lowercase,
 #                        alphabetic, 3-12 letters, seen at least once in WordNet's sense-tagged corpus
 #                        (tagsense_cnt > 0), which keeps ordinary words and drops the rare ones.
+#   words_all.txt        every such lemma of the three lists without the tagged-corpus filter: the
+#                        larger list common-words extraction falls back to at long lengths (as RULER
+#                        falls back from its wonderwords list to a larger English word list).
 # Install the packages first with scripts/install_deps.sh --eval.
 #   scripts/prepare_corpus.sh [OUT_DIR]     (default: data/corpus next to this script's repo)
 set -euo pipefail
@@ -47,6 +50,9 @@ for pos in noun adj verb; do
                   p = $4; if ($(6 + p) > 0) print $1 }' "$WORDNET_DIR/index.$pos" \
     | LC_ALL=C sort -u > "$OUT/words_$pos.txt"
 done
+for pos in noun adj verb; do
+  LC_ALL=C awk '$1 ~ /^[a-z]+$/ && length($1) >= 3 && length($1) <= 12 { print $1 }' "$WORDNET_DIR/index.$pos"
+done | LC_ALL=C sort -u > "$OUT/words_all.txt"
 
 echo "prepare_corpus.sh: wrote $OUT"
 for f in "$OUT"/austen/*.txt "$OUT"/words_*.txt; do

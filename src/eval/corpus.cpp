@@ -64,6 +64,7 @@ Corpus Corpus::load(const std::string& dir) {
   c.nouns = read_word_list(dir + "/words_noun.txt");
   c.adjectives = read_word_list(dir + "/words_adj.txt");
   c.verbs = read_word_list(dir + "/words_verb.txt");
+  c.all_words = read_word_list(dir + "/words_all.txt");
   return c;
 }
 

@@ -52,11 +52,15 @@ Sample build_common_words(const TaskInputs& in, int64_t amount, uint64_t seed) {
                 " words; got ", amount);
   const bool short_context = in.target_length < 4096;
   Rng rng(seed);
+  // RULER samples from its everyday word list and switches to a larger list when the task needs
+  // more distinct words than that list has.
+  const std::vector<std::string>& pool =
+      amount <= static_cast<int64_t>(in.cwe_words.size()) ? in.cwe_words : in.cwe_large_words;
   // The example is drawn first so that it does not change with the list length.
   WordList shot = short_context ? make_list(rng, in.cwe_words, 20, 3, 1, c.num_common)
                                 : make_list(rng, in.cwe_words, 40, 10, 3, c.num_common);
-  WordList main = short_context ? make_list(rng, in.cwe_words, amount, 6, 1, c.num_common)
-                                : make_list(rng, in.cwe_words, amount, c.freq_common,
+  WordList main = short_context ? make_list(rng, pool, amount, 6, 1, c.num_common)
+                                : make_list(rng, pool, amount, c.freq_common,
                                             c.freq_uncommon, c.num_common);
   const std::string example = fill_template(templates::kCommonWords, {{"context", shot.text}}) +
                               templates::kCommonWordsPrefix + " " + numbered(shot.common) + "\n";

@@ -35,6 +35,8 @@ RulerGenerator::RulerGenerator(const Corpus& corpus, const Tokenizer& tokenizer)
   cwe_words_.erase(std::unique(cwe_words_.begin(), cwe_words_.end()), cwe_words_.end());
   Rng fixed(42);  // RULER shuffles its word list once with the global seed
   fixed.shuffle(cwe_words_);
+  cwe_large_words_ = corpus.all_words;
+  fixed.shuffle(cwe_large_words_);
 }
 
 int64_t RulerGenerator::measure(const Sample& s, const GenerateOptions& opt) const {
@@ -47,8 +49,8 @@ Sample RulerGenerator::generate_with_amount(const std::string& task, int64_t amo
   const TaskConfig& c = ruler_task_config(task);
   KVEVICT_CHECK(opt.target_length > 0, "target length ", opt.target_length,
                 " is invalid; expected a positive token count");
-  TaskInputs in{c,           essay_words_,      corpus_.adjectives, corpus_.nouns,
-                cwe_words_,  opt.target_length, opt.depths};
+  TaskInputs in{c,          essay_words_,     corpus_.adjectives, corpus_.nouns,
+                cwe_words_, cwe_large_words_, opt.target_length,  opt.depths};
   Sample s;
   switch (c.family) {
     case TaskFamily::kNiah: s = build_niah(in, amount, seed); break;
@@ -66,7 +68,8 @@ Sample RulerGenerator::generate(const std::string& task, const GenerateOptions& 
                                 uint64_t seed) const {
   const TaskConfig& c = ruler_task_config(task);
   int64_t max_amount = INT64_MAX / 4;
-  if (c.family == TaskFamily::kCommonWords) max_amount = static_cast<int64_t>(cwe_words_.size());
+  if (c.family == TaskFamily::kCommonWords)
+    max_amount = static_cast<int64_t>(std::max(cwe_words_.size(), cwe_large_words_.size()));
 
   Sample best;  // the sample of the largest amount that fits so far
   auto fits = [&](int64_t a) {

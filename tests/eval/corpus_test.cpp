@@ -17,6 +17,7 @@ TEST(Corpus, LoadsNovelsAndWordLists) {
   EXPECT_EQ(c.nouns.size(), 50u);
   EXPECT_EQ(c.adjectives.size(), 50u);
   EXPECT_EQ(c.verbs.size(), 50u);
+  EXPECT_EQ(c.all_words.size(), 200u) << "50 own words + the 150 of the other lists";
   const std::string essay = c.essay_text();
   EXPECT_EQ(essay.find('\n'), std::string::npos);
   EXPECT_EQ(essay.find("  "), std::string::npos);

@@ -102,9 +102,9 @@ class TempCorpus {
       }
       out << ".\n";
     }
-    const char* lists[] = {"words_noun.txt", "words_adj.txt", "words_verb.txt"};
+    const char* lists[] = {"words_noun.txt", "words_adj.txt", "words_verb.txt", "words_all.txt"};
     std::vector<std::string> seen;
-    for (int l = 0; l < 3; ++l) {
+    for (int l = 0; l < 4; ++l) {
       std::ofstream out(dir_ / lists[l]);
       int n = 0;
       while (n < words_per_list) {
@@ -114,6 +114,10 @@ class TempCorpus {
         out << w << "\n";
         ++n;
       }
+      // words_all.txt is a superset of the three lists, as prepare_corpus.sh writes it.
+      if (l == 3)
+        for (size_t i = 0; i + static_cast<size_t>(words_per_list) < seen.size(); ++i)
+          out << seen[i] << "\n";
     }
   }
   ~TempCorpus() {

@@ -19,8 +19,9 @@ struct Corpus {
   std::vector<std::string> nouns;       // lowercase alphabetic WordNet lemmas, sorted, unique
   std::vector<std::string> adjectives;  // same, adjectives
   std::vector<std::string> verbs;       // same, verbs
+  std::vector<std::string> all_words;   // every lemma of the three, rare ones included (larger)
 
-  // Reads <dir>/austen/<novel>.txt and <dir>/words_{noun,adj,verb}.txt. Throws naming the first
+  // Reads <dir>/austen/<novel>.txt and <dir>/words_{noun,adj,verb,all}.txt. Throws naming the first
   // missing or empty file and the script that makes it (scripts/prepare_corpus.sh).
   static Corpus load(const std::string& dir);
   // The directory used when none is given: $KVEVICT_CORPUS_DIR, else "data/corpus".

@@ -116,6 +116,7 @@ class RulerGenerator {
   const Tokenizer& tokenizer_;
   std::vector<std::string> essay_words_;  // the essay haystack, split on spaces
   std::vector<std::string> cwe_words_;    // nouns + adjectives + verbs, fixed shuffle
+  std::vector<std::string> cwe_large_words_;  // all lemmas, fixed shuffle (long lists)
 };
 
 // Task builders (one per family, in their own files). They fill context, question, answer_prefix,
@@ -127,6 +128,7 @@ struct TaskInputs {
   const std::vector<std::string>& adjectives;
   const std::vector<std::string>& nouns;
   const std::vector<std::string>& cwe_words;
+  const std::vector<std::string>& cwe_large_words;  // used when cwe_words is too short
   int64_t target_length;  // cwe switches to its short-context settings below 4096, fwe sizes
                           // its vocabulary as target / 50
   const std::vector<double>& depths;
