@@ -1,5 +1,6 @@
-// Sizing with a real tokenizer (SmolLM2's byte-level BPE from its GGUF file): the prompt lands within
-// 1% of the target and never above it, in both prompt styles, and the context/question split gives
+// Sizing with a real tokenizer (SmolLM2's byte-level BPE from its GGUF file): the prompt never goes
+// above the target and lands within 1% of it unless one haystack unit is larger than 1%, in both
+// prompt styles, and the context/question split gives
 // the runner token sequences that add up to the whole prompt. Skips when the tokenizer library is
 // not built in this tree or models/SmolLM2-135M-Instruct.Q4_1.gguf is absent.
 #include <gtest/gtest.h>
@@ -42,7 +43,14 @@ TEST(RealTokenizer, SizesEveryTaskWithSmolLM2) {
       const int64_t measured = static_cast<int64_t>(ids.size()) + s.max_new_tokens;
       EXPECT_EQ(measured, s.length);
       EXPECT_LE(measured, 4099);
-      EXPECT_GE(measured, 0.99 * 4099) << "haystack amount " << s.haystack_amount;
+      if (measured < 0.99 * 4099) {
+        // Allowed only where one haystack unit is itself over 1% of the target: niah_multikey_3's
+        // unit is a whole needle with two UUIDs (~80 BPE tokens, 2% of 4K).
+        Sample bigger = gen.generate_with_amount(task, s.haystack_amount + 1, opt, 17);
+        EXPECT_GT(bigger.length, 4099);
+        EXPECT_GT(bigger.length - measured, 0.01 * 4099)
+            << "short of the target by " << 4099 - measured << " tokens with a finer unit";
+      }
       for (const auto& a : s.answers) EXPECT_NE(s.context.find(a), std::string::npos) << a;
       // The runner tokenizes the two parts separately; at a newline boundary BPE merges nothing
       // across, so the parts add up to the whole (within a token).
