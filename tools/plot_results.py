@@ -231,15 +231,19 @@ def main(argv=None):
     ap.add_argument("--task", default="average",
                     help="task whose score is plotted (default: the average over tasks)")
     args = ap.parse_args(argv)
-    try:
+    merged = load_inputs(args.inputs)
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+    if not any(merged[k] for k in ("aggregate", "ppl", "cone")):
+        print("note: no aggregate, ppl or diagnostics.cone section in the inputs; nothing to plot",
+              file=sys.stderr)
+        return 0
+    try:  # imported only when there is something to draw: it is the slow part
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         sys.exit("plot_results.py: matplotlib is missing; run scripts/install_deps.sh --eval")
-    merged = load_inputs(args.inputs)
-    os.makedirs(args.out, exist_ok=True)
-    written = []
     plot_accuracy_vs_budget(plt, merged, args.task, args.out, written)
     plot_accuracy_vs_length(plt, merged, args.task, args.out, written)
     plot_ppl_vs_budget(plt, merged, args.out, written)
