@@ -41,27 +41,32 @@ inline float to_float<F16>(F16 x) {
   return half_to_float(x.bits);
 }
 
-// One row of d elements with element stride `step` into dst[c * dst_step]. Returns the row's
-// "poison": 0 when every value is finite, NaN otherwise (x * 0 is NaN exactly for NaN and Inf,
-// and the check vectorizes, unlike a branch per element).
+// True for NaN and +-Inf: all exponent bits set. An integer test, so the OR-reduction over a row
+// vectorizes (a float sum of x * 0 would not, without -ffast-math).
+inline uint32_t non_finite_bit(float x) {
+  return (__builtin_bit_cast(uint32_t, x) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+}
+
+// One row of d elements with element stride `step` into dst[c * dst_step], times `scale`.
+// Returns nonzero when a value is NaN or Inf.
 template <class Src>
-inline float convert_row(const Src* row, int64_t step, int64_t d, float scale, float* dst,
-                         int64_t dst_step) {
-  float poison = 0.0f;
-  if (step == 1) {
+inline uint32_t convert_row(const Src* row, int64_t step, int64_t d, float scale, float* dst,
+                            int64_t dst_step) {
+  uint32_t bad = 0;
+  if (step == 1 && dst_step == 1) {
     for (int64_t c = 0; c < d; ++c) {
       const float x = to_float(row[c]);
-      poison += x * 0.0f;
-      dst[c * dst_step] = x * scale;
+      bad |= non_finite_bit(x);
+      dst[c] = x * scale;
     }
   } else {
     for (int64_t c = 0; c < d; ++c) {
       const float x = to_float(row[c * step]);
-      poison += x * 0.0f;
+      bad |= non_finite_bit(x);
       dst[c * dst_step] = x * scale;
     }
   }
-  return poison;
+  return bad;
 }
 
 template <class Src>
@@ -69,13 +74,13 @@ bool load_tile_typed(const TensorView& t, int64_t head, int64_t j0, int64_t coun
                      float* dst) {
   const int64_t d = t.shape[2];
   const Src* base = static_cast<const Src*>(t.data) + head * t.stride[0];
-  float poison = 0.0f;
+  uint32_t bad = 0;
   for (int64_t jj = 0; jj < count; ++jj) {
     const Src* row = base + (j0 + jj) * t.stride[1];
     if (transposed)
-      poison += convert_row(row, t.stride[2], d, 1.0f, dst + jj, kTile);
+      bad |= convert_row(row, t.stride[2], d, 1.0f, dst + jj, kTile);
     else
-      poison += convert_row(row, t.stride[2], d, 1.0f, dst + jj * d, 1);
+      bad |= convert_row(row, t.stride[2], d, 1.0f, dst + jj * d, 1);
   }
   for (int64_t jj = count; jj < kTile; ++jj) {
     if (transposed)
@@ -83,7 +88,7 @@ bool load_tile_typed(const TensorView& t, int64_t head, int64_t j0, int64_t coun
     else
       std::fill(dst + jj * d, dst + (jj + 1) * d, 0.0f);
   }
-  return poison == 0.0f;
+  return bad == 0;
 }
 
 template <class Src>
@@ -91,15 +96,35 @@ bool load_rows_typed(const TensorView& t, int64_t head, int64_t row0, int64_t co
                      float* dst) {
   const int64_t d = t.shape[2];
   const Src* base = static_cast<const Src*>(t.data) + head * t.stride[0];
-  float poison = 0.0f;
+  uint32_t bad = 0;
   for (int64_t i = 0; i < count; ++i)
-    poison += convert_row(base + (row0 + i) * t.stride[1], t.stride[2], d, scale, dst + i * d, 1);
-  return poison == 0.0f;
+    bad |= convert_row(base + (row0 + i) * t.stride[1], t.stride[2], d, scale, dst + i * d, 1);
+  return bad == 0;
 }
 
-// z[r, :] = q_r . K_tile for the rows of a block; kt is [d, kTile].
+// z[r, :] = q_r . K_tile for the rows of a block; kt is [d, kTile]. Four rows at a time share
+// each load of a key column (a 4 x kTile register tile: 16 AVX2 / 8 AVX-512 accumulators).
 inline void block_logits(const float* q, int64_t rows, int64_t d, const float* kt, float* z) {
-  for (int64_t r = 0; r < rows; ++r) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* q0 = q + r * d;
+    float acc0[kTile] = {}, acc1[kTile] = {}, acc2[kTile] = {}, acc3[kTile] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float* kc = kt + c * kTile;
+      const float x0 = q0[c], x1 = q0[d + c], x2 = q0[2 * d + c], x3 = q0[3 * d + c];
+      for (int jj = 0; jj < kTile; ++jj) {
+        acc0[jj] += x0 * kc[jj];
+        acc1[jj] += x1 * kc[jj];
+        acc2[jj] += x2 * kc[jj];
+        acc3[jj] += x3 * kc[jj];
+      }
+    }
+    std::copy(acc0, acc0 + kTile, z + r * kTile);
+    std::copy(acc1, acc1 + kTile, z + (r + 1) * kTile);
+    std::copy(acc2, acc2 + kTile, z + (r + 2) * kTile);
+    std::copy(acc3, acc3 + kTile, z + (r + 3) * kTile);
+  }
+  for (; r < rows; ++r) {
     const float* qr = q + r * d;
     float acc[kTile] = {};
     for (int64_t c = 0; c < d; ++c) {
@@ -113,8 +138,29 @@ inline void block_logits(const float* q, int64_t rows, int64_t d, const float* k
 
 // d2[r, :] = ||a_r - v_token||^2 from explicit differences (dropkv: see score_terms.h for why
 // not the norm identity); vt is [d, kTile]. Nothing beyond the [kRowBlock, kTile] block is stored.
+// Four rows at a time, like block_logits.
 inline void block_dist2(const float* a, int64_t rows, int64_t d, const float* vt, float* d2) {
-  for (int64_t r = 0; r < rows; ++r) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* a0 = a + r * d;
+    float acc0[kTile] = {}, acc1[kTile] = {}, acc2[kTile] = {}, acc3[kTile] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float* vc = vt + c * kTile;
+      const float x0 = a0[c], x1 = a0[d + c], x2 = a0[2 * d + c], x3 = a0[3 * d + c];
+      for (int jj = 0; jj < kTile; ++jj) {
+        const float e0 = vc[jj] - x0, e1 = vc[jj] - x1, e2 = vc[jj] - x2, e3 = vc[jj] - x3;
+        acc0[jj] += e0 * e0;
+        acc1[jj] += e1 * e1;
+        acc2[jj] += e2 * e2;
+        acc3[jj] += e3 * e3;
+      }
+    }
+    std::copy(acc0, acc0 + kTile, d2 + r * kTile);
+    std::copy(acc1, acc1 + kTile, d2 + (r + 1) * kTile);
+    std::copy(acc2, acc2 + kTile, d2 + (r + 2) * kTile);
+    std::copy(acc3, acc3 + kTile, d2 + (r + 3) * kTile);
+  }
+  for (; r < rows; ++r) {
     const float* ar = a + r * d;
     float acc[kTile] = {};
     for (int64_t c = 0; c < d; ++c) {
@@ -126,6 +172,64 @@ inline void block_dist2(const float* a, int64_t rows, int64_t d, const float* vt
       }
     }
     std::copy(acc, acc + kTile, d2 + r * kTile);
+  }
+}
+
+// o[r, :] = correction[r] * o[r, :] + sum_jj p[r, jj] v[jj, :] for a block of rows; p is
+// [rows, kTile] (zeros where masked), vn [kTile, d]. Columns go in slices of kCols so that four
+// rows' slices stay in registers while the tile's value rows stream past.
+inline void block_accumulate_output(const float* p, const float* correction, int64_t rows,
+                                    int64_t d, const float* vn, float* o) {
+  constexpr int64_t kCols = 32;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    for (int64_t c0 = 0; c0 < d; c0 += kCols) {
+      const int64_t cols = std::min(kCols, d - c0);
+      if (cols == kCols) {
+        float acc0[kCols], acc1[kCols], acc2[kCols], acc3[kCols];
+        float* o0 = o + r * d + c0;
+        for (int64_t c = 0; c < kCols; ++c) {
+          acc0[c] = o0[c] * correction[r];
+          acc1[c] = o0[d + c] * correction[r + 1];
+          acc2[c] = o0[2 * d + c] * correction[r + 2];
+          acc3[c] = o0[3 * d + c] * correction[r + 3];
+        }
+        for (int jj = 0; jj < kTile; ++jj) {
+          const float* vj = vn + jj * d + c0;
+          const float p0 = p[r * kTile + jj], p1 = p[(r + 1) * kTile + jj];
+          const float p2 = p[(r + 2) * kTile + jj], p3 = p[(r + 3) * kTile + jj];
+          for (int64_t c = 0; c < kCols; ++c) {
+            acc0[c] += p0 * vj[c];
+            acc1[c] += p1 * vj[c];
+            acc2[c] += p2 * vj[c];
+            acc3[c] += p3 * vj[c];
+          }
+        }
+        std::copy(acc0, acc0 + kCols, o0);
+        std::copy(acc1, acc1 + kCols, o0 + d);
+        std::copy(acc2, acc2 + kCols, o0 + 2 * d);
+        std::copy(acc3, acc3 + kCols, o0 + 3 * d);
+      } else {
+        for (int64_t i = r; i < r + 4; ++i) {
+          float* oi = o + i * d + c0;
+          for (int64_t c = 0; c < cols; ++c) oi[c] *= correction[i];
+          for (int jj = 0; jj < kTile; ++jj) {
+            const float pj = p[i * kTile + jj];
+            const float* vj = vn + jj * d + c0;
+            for (int64_t c = 0; c < cols; ++c) oi[c] += pj * vj[c];
+          }
+        }
+      }
+    }
+  }
+  for (; r < rows; ++r) {
+    float* orow = o + r * d;
+    for (int64_t c = 0; c < d; ++c) orow[c] *= correction[r];
+    for (int jj = 0; jj < kTile; ++jj) {
+      const float pj = p[r * kTile + jj];
+      const float* vj = vn + jj * d;
+      for (int64_t c = 0; c < d; ++c) orow[c] += pj * vj[c];
+    }
   }
 }
 
@@ -240,35 +344,33 @@ bool forward_range(const RowBlock& rows, const TensorView& k, const TensorView& 
     for (int64_t rb = 0; rb < rows.count; rb += kRowBlock) {
       const int64_t nr = std::min<int64_t>(kRowBlock, rows.count - rb);
       block_logits(rows.q + rb * d, nr, d, ws.kt, ws.z);
+      float correction[kRowBlock];
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t row = rb + r;
         const int visible = visible_in_tile(rows.pos[row], j0, t1);
-        if (visible == 0) continue;
         float* z = ws.z + r * kTile;
+        if (visible == 0) {
+          // Nothing visible: the state stays as it is (p = 0, correction 1).
+          std::fill(z, z + kTile, 0.0f);
+          correction[r] = 1.0f;
+          continue;
+        }
         float tile_max = kNegInf;
         for (int jj = 0; jj < kTile; ++jj) {
           z[jj] = jj < visible ? z[jj] : kNegInf;
           tile_max = std::max(tile_max, z[jj]);
         }
         const float m_new = std::max(m[row], tile_max);
-        const float correction = exp_poly(m[row] - m_new);  // 0 when m was -inf
+        correction[r] = exp_poly(m[row] - m_new);  // 0 when m was -inf
         float sum = 0.0f;
         for (int jj = 0; jj < kTile; ++jj) {
           z[jj] = exp_poly(z[jj] - m_new);
           sum += z[jj];
         }
-        s[row] = s[row] * correction + sum;
+        s[row] = s[row] * correction[r] + sum;
         m[row] = m_new;
-        if (with_output) {
-          float* orow = o + row * d;
-          for (int64_t c = 0; c < d; ++c) orow[c] *= correction;
-          for (int jj = 0; jj < visible; ++jj) {
-            const float p = z[jj];
-            const float* vrow = ws.vn + jj * d;
-            for (int64_t c = 0; c < d; ++c) orow[c] += p * vrow[c];
-          }
-        }
       }
+      if (with_output) block_accumulate_output(ws.z, correction, nr, d, ws.vn, o + rb * d);
     }
   }
   return finite;

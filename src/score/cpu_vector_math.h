@@ -17,7 +17,10 @@ inline float exp_poly(float x) {
   const bool underflow = x < -87.0f;
   float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   // x = k ln2 + r, |r| <= ln2 / 2; e^x = 2^k e^r.
-  const float kf = __builtin_floorf(xc * kLog2e + 0.5f);
+  // Round to nearest by the 1.5 * 2^23 trick (plain adds, so the loop vectorizes; no -ffast-math
+  // is on to fold it away).
+  const float kRound = 12582912.0f;
+  const float kf = (xc * kLog2e + kRound) - kRound;
   const float r = (xc - kf * kLn2Hi) - kf * kLn2Lo;
   // Minimax polynomial for e^r on [-ln2/2, ln2/2] (Cephes expf coefficients).
   float p = 1.9875691500e-4f;
@@ -28,8 +31,7 @@ inline float exp_poly(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   const int32_t bits = (static_cast<int32_t>(kf) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
+  const float scale = __builtin_bit_cast(float, bits);
   return underflow ? 0.0f : p * scale;
 }
 
