@@ -11,6 +11,7 @@
 #include "kvevict/parallel.h"
 #include "kvevict/score.h"
 #include "score/problem_builder.h"
+#include "score/tiny_problem.h"
 
 namespace kvevict {
 namespace {
@@ -92,6 +93,16 @@ TEST(CpuScore, WindowMethodsMatchReference) {
       ProblemBuilder b(s, ++seed, t);
       for (Method m : methods) expect_matches_ref(b.problem(), options(m, c.w), name(c, m, t));
     }
+  }
+}
+
+TEST(CpuScore, HandComputedTinyCase) {
+  testing::Tiny tiny;
+  for (Method m : {Method::kDropKV, Method::kObcacheVK}) {
+    ScoreOptions opt = options(m, 2);
+    const CpuResult got = run_cpu(tiny.problem(), opt);
+    const std::vector<double> want = tiny.expected(m);
+    EXPECT_TRUE(testing::all_close(got.scores, want, 1e-6, 1e-5, method_name(m)));
   }
 }
 
