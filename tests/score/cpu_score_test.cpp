@@ -91,7 +91,11 @@ TEST(CpuScore, WindowMethodsMatchReference) {
     for (DType t : {DType::kF32, DType::kBF16}) {
       const Shape s = make_shape(c.hkv, c.group, std::min(c.w, c.n), c.n, c.d);
       ProblemBuilder b(s, ++seed, t);
-      for (Method m : methods) expect_matches_ref(b.problem(), options(m, c.w), name(c, m, t));
+      for (Method m : methods) {
+        // bf16 storage changes only the loads: two methods cover it (keeps the suite fast).
+        if (t == DType::kBF16 && m != Method::kDropKV && m != Method::kObcacheVK) continue;
+        expect_matches_ref(b.problem(), options(m, c.w), name(c, m, t));
+      }
     }
   }
 }
