@@ -110,6 +110,25 @@ TEST(CpuScore, HandComputedTinyCase) {
   }
 }
 
+TEST(CpuScore, TinyEdgeCases) {
+  // Pooling kernels wider than the sequence, h2o over a single token, an explicit logit scale,
+  // and criticalkv with a bf16 output projection.
+  for (int64_t n : {1, 3}) {
+    ProblemBuilder b(make_shape(2, 2, n, n, 24, 3), 20 + n, DType::kBF16);
+    const std::string tag = " n=" + std::to_string(n);
+    expect_matches_ref(b.problem(), options(Method::kObcacheVK, 8, Pooling{PoolKind::kMax, 7}),
+                       "vk max:7" + tag);
+    expect_matches_ref(b.problem(), options(Method::kSnapKV, 8, Pooling{PoolKind::kAvg, 5}),
+                       "snap avg:5" + tag);
+    expect_matches_ref(b.problem(), ScoreOptions::defaults(Method::kH2O), "h2o" + tag);
+    expect_matches_ref(b.problem(), ScoreOptions::defaults(Method::kTOVA), "tova" + tag);
+    expect_matches_ref(b.problem(), options(Method::kCriticalKV, 8), "criticalkv" + tag);
+    ScoreProblem scaled = b.problem();
+    scaled.scale = 0.37f;
+    expect_matches_ref(scaled, options(Method::kDropKV, 8), "dropkv scale=0.37" + tag);
+  }
+}
+
 TEST(CpuScore, PoolingAndDerivedScores) {
   const Shape s = make_shape(2, 4, 16, 1000, 24, 7);
   ProblemBuilder b(s, 7);
