@@ -207,6 +207,7 @@ HostTensor load(const std::string& path, bool bf16) {
                 " need ", nbytes, " data bytes but the file has ", file_size - data_start,
                 "; expected them to match");
   HostTensor t(dtype, h.shape);
+  if (nbytes == 0) return t;
   in.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(nbytes));
   KVEVICT_CHECK(static_cast<uint64_t>(in.gcount()) == nbytes, "npy ", path, ": short read of data");
   return t;

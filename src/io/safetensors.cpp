@@ -141,6 +141,7 @@ HostTensor File::load(const std::string& name) const {
     KVEVICT_FAIL("safetensors ", path_, ": no tensor named '", name, "'; it holds [", names, "]");
   }
   HostTensor t(e->dtype, e->shape);
+  if (e->nbytes == 0) return t;
   std::ifstream in(path_, std::ios::binary);
   KVEVICT_CHECK(in.good(), "safetensors ", path_, ": cannot reopen (", std::strerror(errno), ")");
   in.seekg(static_cast<std::streamoff>(data_start_ + e->offset));
