@@ -4,7 +4,8 @@
 // L2 flushed before every rep (a 256 MiB memset outside the timed events). Reports the floor: one
 // read of K and V at the device-to-device copy bandwidth measured in the same run.
 //
-// Usage: gpu_score_bench [--quick] [--json FILE]
+// Usage: gpu_score_bench [--quick] [--json FILE] [--profile]  (--profile: Llama dropkv w = 8
+// and 32 at n = 128K, 3 reps, for ncu)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -204,18 +205,21 @@ void bench_select_compact(Layer& L, const char* model, double budget, int reps) 
   std::snprintf(name, sizeof(name), "%s select+compact %.0f%% n=%lldK", model, budget * 100,
                 static_cast<long long>(L.n / 1024));
   r.name = name;
+  const size_t sel_bytes = cuda::select_uniform_workspace_bytes(L.hkv, L.n);
+  const Workspace ws = workspace(sel_bytes);
   r.ms = median_ms(reps, [&] {
-    cuda::select_uniform(s, keep, 0, 8, tkept);
+    cuda::select_uniform(s, keep, 0, 8, tkept, ws);
     cuda::compact_uniform(tk, tv, TensorView(), tkept, tok, tov, tpos);
   });
   // Floor: read the scores once, read and write the kept rows.
   r.floor_ms = (4.0 * L.hkv * L.n + 2.0 * 2.0 * L.hkv * keep * L.d * 2) / (copy_gbps * 1e9) * 1e3;
   r.target_ms = budget == 0.05 && L.n == 131072 ? 0.05 : 0;
+  r.scratch = sel_bytes;
   report(r);
   std::snprintf(name, sizeof(name), "%s   select only %.0f%% n=%lldK", model, budget * 100,
                 static_cast<long long>(L.n / 1024));
   r.name = name;
-  r.ms = median_ms(reps, [&] { cuda::select_uniform(s, keep, 0, 8, tkept); });
+  r.ms = median_ms(reps, [&] { cuda::select_uniform(s, keep, 0, 8, tkept, ws); });
   r.floor_ms = 4.0 * L.hkv * L.n / (copy_gbps * 1e9) * 1e3;
   r.target_ms = 0;
   report(r);
@@ -226,10 +230,12 @@ void bench_select_compact(Layer& L, const char* model, double budget, int reps) 
 
 int main(int argc, char** argv) {
   bool quick = false;
+  bool profile = false;  // one shape, few reps: for running under ncu
   std::string json;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    if (!std::strcmp(argv[i], "--profile")) profile = true;
   }
   try {
     if (!cuda::device_available()) {
@@ -253,6 +259,14 @@ int main(int argc, char** argv) {
       cudaFree(b);
     }
 
+    if (profile) {
+      Layer L{32, 8, 128, 131072};
+      L.alloc(32, 99);
+      bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 3, 0);
+      bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, 3, 0);
+      L.release();
+      return 0;
+    }
     const std::vector<int64_t> ns = quick ? std::vector<int64_t>{4096, 131072}
                                           : std::vector<int64_t>{4096, 32768, 131072, 524288};
     struct Model { const char* name; int hq, hkv; };

@@ -101,7 +101,7 @@ __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t ro
 }
 
 __global__ void pool_kernel(const float* in, float* out, int rows, int64_t n, int kernel,
-                            bool is_max) {
+                            bool is_max, const float* mul) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * n) return;
   const int64_t h = i / n, j = i % n;
@@ -113,7 +113,8 @@ __global__ void pool_kernel(const float* in, float* out, int rows, int64_t n, in
     if (x < 0 || x >= n) continue;  // max pads -inf, avg pads zeros (counted in the divisor)
     acc = is_max ? fmaxf(acc, r[x]) : acc + r[x];
   }
-  out[i] = is_max ? acc : acc / static_cast<float>(kernel);
+  const float pooled = is_max ? acc : acc / static_cast<float>(kernel);
+  out[i] = mul ? pooled * mul[i] : pooled;
 }
 
 __global__ void head_mean_kernel(const float* in, float* out, int rows, int64_t n, float scale) {
@@ -132,10 +133,11 @@ int blocks_for(int64_t threads, int per_block) {
 }  // namespace
 
 cudaError_t launch_pool(const float* in, float* out, int rows, int64_t n, int kernel, bool is_max,
-                        cudaStream_t stream) {
+                        const float* mul, cudaStream_t stream) {
   if (kernel < 1 || kernel % 2 == 0 || in == out) return cudaErrorInvalidValue;
   if (rows * n == 0) return cudaSuccess;
-  pool_kernel<<<blocks_for(rows * n, 256), 256, 0, stream>>>(in, out, rows, n, kernel, is_max);
+  pool_kernel<<<blocks_for(rows * n, 256), 256, 0, stream>>>(in, out, rows, n, kernel, is_max,
+                                                               mul);
   return cudaGetLastError();
 }
 

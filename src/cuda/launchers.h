@@ -33,7 +33,7 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream);
 
 // Which per-(query, token) term the scoring pass sums (kvevict::Method subset).
-enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb, kProbTimesVL1 };
+enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb };
 
 struct ScorePassArgs {
   WindowArgs win;
@@ -43,15 +43,17 @@ struct ScorePassArgs {
   float one_minus_p_floor = 1e-12f;
   float row_weight = 1.0f;     // multiplies every row's term (1 / G: the group average)
   bool h2o_normalize = false;  // divide key j's sum by the number of window queries that see it
+  float* v_l1 = nullptr;       // [Hkv, n] ||v_j||_1 written when non-null (vatp's multiplier)
 };
 // scores [Hkv, n] f32 (row stride n). Overwrites scores (it zeroes them first when several row
 // blocks accumulate into them).
 cudaError_t launch_score_pass(const ScorePassArgs& a, float* scores, int sm_count,
                               cudaStream_t stream);
 
-// 1-D pooling along tokens, "same" padding, stride 1 (max pads -inf, avg counts the padding).
+// 1-D pooling along tokens, "same" padding, stride 1 (max pads -inf, avg counts the padding);
+// kernel 1 copies. With `mul` (same shape) the pooled value is multiplied by mul[i] (vatp).
 cudaError_t launch_pool(const float* in, float* out, int rows, int64_t n, int kernel, bool is_max,
-                        cudaStream_t stream);
+                        const float* mul, cudaStream_t stream);
 // tova: every head's row becomes the mean over heads of the rows, times `scale`.
 cudaError_t launch_head_mean(const float* in, float* out, int rows, int64_t n, float scale,
                              cudaStream_t stream);
@@ -70,8 +72,10 @@ cudaError_t launch_keydiff(Elem elem, const void* k, int64_t head_stride, int64_
 namespace kvevict::cuda::detail {
 
 // Per-head threshold select: kept [Hkv, n_keep] i32 sorted ascending (see cuda/select.h).
+size_t select_uniform_scratch_bytes(int num_heads, int64_t n);
 cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n, int64_t n_keep,
-                                  int sink, int window, int32_t* kept, cudaStream_t stream);
+                                  int sink, int window, int32_t* kept, void* scratch,
+                                  size_t scratch_bytes, cudaStream_t stream);
 
 // Gathers rows: out row r of head h (offsets[h] <= r < offsets[h+1]) = in[h, kept[r]]. With
 // offsets null the layout is uniform: head h owns rows [h * uniform_len, (h + 1) * uniform_len).

@@ -96,8 +96,8 @@ bool pair_term_of(Method m, PairTerm* t) {
     case Method::kObcacheVK: *t = PairTerm::kObcacheVK; return true;
     case Method::kSnapKV:
     case Method::kH2O:
-    case Method::kTOVA: *t = PairTerm::kProb; return true;
-    case Method::kVATP: *t = PairTerm::kProbTimesVL1; return true;
+    case Method::kTOVA:
+    case Method::kVATP: *t = PairTerm::kProb; return true;
     default: return false;
   }
 }
@@ -110,10 +110,17 @@ float logit_scale(const ScoreProblem& p, const ScoreOptions& opt) {
 
 // Everything a pair-term score carves from the workspace, in order.
 struct PairLayout {
-  size_t out = 0, lse = 0, fwd = 0, raw = 0;  // element / byte counts
+  size_t out = 0, lse = 0, fwd = 0, raw = 0, v_l1 = 0;  // element / byte counts
 };
-PairLayout pair_layout(const detail::WindowArgs& a, bool needs_out, bool needs_raw) {
+// vatp = pool(snapkv) * ||v||_1 (the reference pools before multiplying), so it needs the raw
+// attention sums and the per-token L1 norms the scoring pass writes on the side.
+bool needs_raw_scores(const ScoreOptions& opt) {
+  return opt.pooling.kind != PoolKind::kNone || opt.aggregate == Aggregate::kLastQuery ||
+         opt.method == Method::kVATP;
+}
+PairLayout pair_layout(const detail::WindowArgs& a, bool needs_out, bool needs_raw, bool vatp) {
   PairLayout l;
+  l.v_l1 = vatp ? static_cast<size_t>(a.num_kv_heads) * a.n : 0;
   l.out = needs_out ? static_cast<size_t>(a.num_q_heads) * a.w * a.head_dim : 0;
   l.lse = static_cast<size_t>(a.num_q_heads) * a.w;
   l.fwd = detail::window_forward_scratch_bytes(a, needs_out, detail::current_sm_count());
@@ -200,10 +207,10 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
   a.n = n;
   a.w = static_cast<int>(opt.queries_needed(n));
   a.head_dim = d;
-  const bool needs_raw = opt.pooling.kind != PoolKind::kNone || opt.aggregate == Aggregate::kLastQuery;
-  const PairLayout l = pair_layout(a, term_needs_out(term), needs_raw);
+  const PairLayout l = pair_layout(a, term_needs_out(term), needs_raw_scores(opt),
+                                   opt.method == Method::kVATP);
   WorkspaceSizer sizer;
-  sizer.add<float>(l.out).add<float>(l.lse).add<char>(l.fwd).add<float>(l.raw);
+  sizer.add<float>(l.out).add<float>(l.lse).add<char>(l.fwd).add<float>(l.raw).add<float>(l.v_l1);
   return sizer.bytes();
 }
 
@@ -241,13 +248,15 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   KVEVICT_CHECK(a.v != nullptr, "v is empty; method ", method_name(opt.method), " reads values");
   const bool needs_out = term_needs_out(term);
   const bool last_query = opt.aggregate == Aggregate::kLastQuery;
-  const bool needs_raw = opt.pooling.kind != PoolKind::kNone || last_query;
-  const PairLayout l = pair_layout(a, needs_out, needs_raw);
+  const bool needs_raw = needs_raw_scores(opt);
+  const bool vatp = opt.method == Method::kVATP;
+  const PairLayout l = pair_layout(a, needs_out, needs_raw, vatp);
   WorkspaceCarver carver(ws);
   float* a_out = l.out ? carver.take<float>(l.out) : nullptr;
   float* lse = carver.take<float>(l.lse);
   char* fwd = carver.take<char>(l.fwd);
   float* raw = l.raw ? carver.take<float>(l.raw) : nullptr;
+  float* v_l1 = l.v_l1 ? carver.take<float>(l.v_l1) : nullptr;
   const int sms = detail::current_sm_count();
 
   KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream));
@@ -259,16 +268,21 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   sa.one_minus_p_floor = static_cast<float>(opt.one_minus_p_floor);
   sa.row_weight = 1.0f / static_cast<float>(a.num_q_heads / a.num_kv_heads);
   sa.h2o_normalize = opt.aggregate == Aggregate::kAllQueries && opt.h2o_normalize;
+  sa.v_l1 = v_l1;
   float* pass_out = needs_raw ? raw : scores;
   KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
+  const bool pooled = opt.pooling.kind != PoolKind::kNone || vatp;
   if (last_query) {
-    // tova: one selection shared by the layer, the mean over all Hq heads.
-    float* dst = opt.pooling.kind != PoolKind::kNone ? raw : scores;
-    KVEVICT_CUDA_CHECK(detail::launch_head_mean(raw, dst, hkv, n, 1.0f / static_cast<float>(hkv), stream));
+    // tova: one selection shared by the layer, the mean over all Hq heads (in place: each
+    // thread reads its token's column before writing it).
+    KVEVICT_CUDA_CHECK(detail::launch_head_mean(raw, pooled ? raw : scores, hkv, n,
+                                                1.0f / static_cast<float>(hkv), stream));
   }
-  if (opt.pooling.kind != PoolKind::kNone)
-    KVEVICT_CUDA_CHECK(detail::launch_pool(raw, scores, hkv, n, opt.pooling.kernel,
-                                           opt.pooling.kind == PoolKind::kMax, stream));
+  if (pooled) {
+    const int kernel = opt.pooling.kind == PoolKind::kNone ? 1 : opt.pooling.kernel;
+    KVEVICT_CUDA_CHECK(detail::launch_pool(raw, scores, hkv, n, kernel,
+                                           opt.pooling.kind != PoolKind::kAvg, v_l1, stream));
+  }
 }
 
 }  // namespace kvevict::cuda

@@ -5,11 +5,14 @@
 // Grid: (KV head, row block, key chunk); the warp layout is the forward's (window_traits.cuh).
 // Per key tile, each warp recomputes its slab's logits z = q.k * scale (tensor cores), and, for
 // the terms that need the attention output, <a_t, v_j> as a second small matrix product with a
-// split into bf16/f16 hi + lo parts (a is float; one 16-bit part alone would cost 3 decimal
-// digits in ||a - v||^2 = ||a||^2 + ||v||^2 - 2 <a, v>). p = exp(z - LSE); dropkv's 1 - p is
-// -expm1(z - LSE) where p is large (SPEC: p near 1 must stay exact). The terms of a key are summed
-// over the thread's two rows, the warp's 16 rows (shuffles) and the block's slabs (shared memory)
-// in registers, then written once per key.
+// rounded to the input dtype; ||a||^2 is taken from the same rounded a, so a2 + v2 - 2 av is the
+// exact squared distance from v_j to the stored a (up to float accumulation). Rounding a adds an
+// error of the order the forward's 16-bit P already put in a (2^-9 relative for bf16), while a
+// hi + lo split of a would double this pass's matrix work, which bounds it at w = 32
+// (docs/GPU_NOTES.md). p = exp(z - LSE); dropkv's 1 - p is -expm1(z - LSE) where p is large
+// (SPEC: p near 1 must stay exact). The terms of a key are summed over the thread's two rows, the
+// warp's 16 rows (shuffles) and the block's slabs (shared memory) in registers, then written once
+// per key.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -36,7 +39,7 @@ struct PassParams {
 template <class Tr, bool kNeedsOut>
 constexpr size_t pass_smem_bytes() {
   using T = typename Tr::T;
-  return sizeof(T) * Tr::kRows * Tr::kStride * (kNeedsOut ? 3 : 1) +   // q, a_hi, a_lo
+  return sizeof(T) * Tr::kRows * Tr::kStride * (kNeedsOut ? 2 : 1) +   // q, a rounded
          sizeof(T) * Tr::kStages * Tr::kTileKeys * Tr::kStride * 2 +   // K, V tiles
          sizeof(float) * (Tr::kRows * 2 + Tr::kTileKeys * 2 + Tr::kSlabs * Tr::kTileKeys);
 }
@@ -57,15 +60,21 @@ __device__ __forceinline__ float pair_term(float z, float lse, float a2, float v
                                            float floor) {
   const float x = z - lse;
   const float p = __expf(x);
-  if constexpr (kTerm == PairTerm::kProb || kTerm == PairTerm::kProbTimesVL1) {
+  if constexpr (kTerm == PairTerm::kProb) {
     return p;
   } else if constexpr (kTerm == PairTerm::kObcacheV) {
     return p * p * v2;
   } else {
-    const float dist2 = fmaxf(a2 + v2 - 2.f * av, 0.f);
+    float dist2 = fmaxf(a2 + v2 - 2.f * av, 0.f);
     if constexpr (kTerm == PairTerm::kDropKV) {
       // 1 - exp(x) loses nothing while p < 0.78; closer to 1 it cancels, so use expm1 there.
       float om = x > -0.25f ? -expm1f(x) : 1.f - p;
+      // When the key holds all of the row's probability to float precision (a single visible
+      // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
+      // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
+      // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a float
+      // forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md, gaps).
+      if (om < 1e-6f) dist2 = 0.f;
       om = fmaxf(om, floor);
       const float r = p / om;
       return r * r * dist2;
@@ -93,9 +102,8 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);                        // [kRows][S] window queries
-  T* ahi_s = q_s + Tr::kRows * S;                             // [kRows][S] a, high part
-  T* alo_s = ahi_s + (kNeedsOut ? Tr::kRows * S : 0);         // [kRows][S] a - high part
-  T* k_s = alo_s + (kNeedsOut ? Tr::kRows * S : 0);           // [kStages][TK][S]
+  T* ahi_s = q_s + Tr::kRows * S;                             // [kRows][S] a rounded to T
+  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * S : 0);           // [kStages][TK][S]
   T* v_s = k_s + Tr::kStages * TK * S;                        // [kStages][TK][S]
   float* lse_s = reinterpret_cast<float*>(v_s + Tr::kStages * TK * S);  // [kRows]
   float* a2_s = lse_s + Tr::kRows;                            // [kRows] ||a||^2
@@ -153,7 +161,7 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
   if (num_tiles > 0) load_tile(0, 0);
   cp_async_commit();
 
-  // Row constants: LSE, ||a||^2 and the hi/lo split of a (float -> two 16-bit parts).
+  // Row constants: LSE, a rounded to T and ||a||^2 of the rounded a.
   for (int row = warp; row < Tr::kRows; row += Tr::kWarps) {
     const int r = row0 + row;
     const bool valid = row < rows_here;
@@ -162,11 +170,9 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
     float a2 = 0.f;
     if constexpr (kNeedsOut) {
       for (int col = lane; col < D; col += 32) {
-        const float x = valid ? sa.out[out_row * D + col] : 0.f;
-        const T hi = ElemTraits<T>::from_float(x);
-        const T lo = ElemTraits<T>::from_float(x - ElemTraits<T>::to_float(hi));
+        const T hi = ElemTraits<T>::from_float(valid ? sa.out[out_row * D + col] : 0.f);
+        const float x = ElemTraits<T>::to_float(hi);
         ahi_s[row * S + col] = hi;
-        alo_s[row * S + col] = lo;
         a2 += x * x;
       }
       a2 = warp_sum(a2);
@@ -247,16 +253,13 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
                      *reinterpret_cast<const uint32_t*>(kr + 8));
       }
       if constexpr (kNeedsOut) {
-        uint32_t hf[4], lf[4];
+        uint32_t hf[4];
         frag_from_smem(ahi_s, S, slab * 16 + g, ks * 16 + 2 * t4, hf);
-        frag_from_smem(alo_s, S, slab * 16 + g, ks * 16 + 2 * t4, lf);
 #pragma unroll
         for (int nt = 0; nt < GK / 8; ++nt) {
           const T* vr = vt + (nt * 8 + g) * S + ks * 16 + 2 * t4;
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(vr);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(vr + 8);
-          mma_16816<T>(av[nt], hf, b0, b1);
-          mma_16816<T>(av[nt], lf, b0, b1);
+          mma_16816<T>(av[nt], hf, *reinterpret_cast<const uint32_t*>(vr),
+                       *reinterpret_cast<const uint32_t*>(vr + 8));
         }
       }
     }
@@ -294,7 +297,6 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
         float total = 0.f;
 #pragma unroll
         for (int x = 0; x < Tr::kSlabs; ++x) total += red_s[x * TK + tid];
-        if constexpr (kTerm == PairTerm::kProbTimesVL1) total *= v1_s[tid];
         total *= sa.row_weight;
         if (sa.h2o_normalize) {
           // Window queries t with n - w + t >= j see key j.
@@ -302,6 +304,7 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
           const int64_t seen = a.w - (first > 0 ? first : 0);
           total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
         }
+        if (sa.v_l1 != nullptr && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[tid];
         float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
         if (p.accumulate)
           atomicAdd(dst, total);
@@ -335,8 +338,6 @@ cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) 
     case PairTerm::kObcacheK: return launch_pass_config<Tr, PairTerm::kObcacheK>(p, chunks, stream);
     case PairTerm::kObcacheVK: return launch_pass_config<Tr, PairTerm::kObcacheVK>(p, chunks, stream);
     case PairTerm::kProb: return launch_pass_config<Tr, PairTerm::kProb>(p, chunks, stream);
-    case PairTerm::kProbTimesVL1:
-      return launch_pass_config<Tr, PairTerm::kProbTimesVL1>(p, chunks, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -51,8 +51,12 @@ int64_t protected_count(int64_t n, int sink, int window) {
   return s + w > n ? n : s + w;
 }
 
+size_t select_uniform_workspace_bytes(int num_kv_heads, int64_t n) {
+  return detail::select_uniform_scratch_bytes(num_kv_heads, n);
+}
+
 void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
-                    const TensorView& kept, Stream stream) {
+                    const TensorView& kept, Workspace ws, Stream stream) {
   check_device(scores, "scores", DType::kF32, 2);
   KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ",
                 scores.stride[0], "/", scores.stride[1]);
@@ -67,8 +71,12 @@ void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int wind
   KVEVICT_CHECK(kept.shape[0] == hkv && kept.shape[1] == n_keep && kept.is_contiguous(),
                 "kept has shape ", kept.shape_str(), "; expected contiguous [", hkv, ", ", n_keep,
                 "]");
+  KVEVICT_CHECK(hkv <= 65535, "Hkv = ", hkv, " exceeds 65535 heads");
+  const size_t need = detail::select_uniform_scratch_bytes(static_cast<int>(hkv), n);
+  KVEVICT_CHECK(ws.bytes >= need, "workspace of ", ws.bytes, " bytes is too small; need ", need);
   KVEVICT_CUDA_CHECK(detail::launch_select_uniform(scores.ptr<float>(), static_cast<int>(hkv), n,
                                                    n_keep, sink, window, kept.ptr<int32_t>(),
+                                                   ws.data, ws.bytes,
                                                    static_cast<cudaStream_t>(stream)));
 }
 

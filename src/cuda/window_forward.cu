@@ -35,10 +35,15 @@ struct ForwardParams {
   float* part_ml = nullptr;  // [Hkv, row_blocks, splits, kRows, 2] (max in log2 units, sum)
 };
 
+// Three K/V stages: two tiles in flight while one is consumed (two stages measured 1.64x the
+// bandwidth floor at w = 8, n = 128K; docs/GPU_NOTES.md). Shared memory allows it: 104 KB at
+// d = 128 with 2 slabs, so two blocks still fit an SM.
+constexpr int kForwardStages = 3;
+
 template <class Tr, bool kWithV>
 constexpr size_t forward_smem_bytes() {
   constexpr size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
-  constexpr size_t kv = sizeof(typename Tr::T) * Tr::kStages * Tr::kTileKeys * Tr::kStride *
+  constexpr size_t kv = sizeof(typename Tr::T) * kForwardStages * Tr::kTileKeys * Tr::kStride *
                         (kWithV ? 2 : 1);
   constexpr size_t merge =
       sizeof(float) * Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 2);
@@ -60,8 +65,8 @@ __global__ void __launch_bounds__(Tr::kThreads) window_forward_kernel(ForwardPar
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);           // [kRows][S] window queries of this block
-  T* k_s = q_s + Tr::kRows * S;                  // [kStages][TK][S] key tiles
-  T* v_s = k_s + Tr::kStages * TK * S;           // [kStages][TK][S] value tiles (kWithV)
+  T* k_s = q_s + Tr::kRows * S;                  // [kForwardStages][TK][S] key tiles
+  T* v_s = k_s + kForwardStages * TK * S;        // [kForwardStages][TK][S] value tiles (kWithV)
 
   const WindowArgs& a = p.a;
   const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
@@ -107,8 +112,12 @@ __global__ void __launch_bounds__(Tr::kThreads) window_forward_kernel(ForwardPar
       if constexpr (kWithV) cp_async_16(v_s + (stage * TK + key) * S + ch * 8, v + off, valid ? 16 : 0);
     }
   };
-  if (num_tiles > 0) load_tile(0, 0);
-  cp_async_commit();
+  // Group i of cp.async holds tile i (group 0 also the queries); kForwardStages - 1 in flight.
+#pragma unroll
+  for (int st = 0; st < kForwardStages - 1; ++st) {
+    if (st < num_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
 
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;  // block-local rows of this thread
   const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
@@ -130,10 +139,11 @@ __global__ void __launch_bounds__(Tr::kThreads) window_forward_kernel(ForwardPar
   };
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile & 1;
-    if (tile + 1 < num_tiles) load_tile(tile + 1, stage ^ 1);
+    const int stage = tile % kForwardStages;
+    const int ahead = tile + kForwardStages - 1;
+    if (ahead < num_tiles) load_tile(ahead, ahead % kForwardStages);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<kForwardStages - 1>();
     __syncthreads();
     if constexpr (kQInRegs) {
       if (tile == 0) {

@@ -8,6 +8,7 @@
 
 #include "cuda/cuda_testing.h"
 #include "kvevict/cuda/score.h"
+#include "kvevict/score.h"
 #include "support/testing.h"
 
 namespace kvevict::cuda {
@@ -37,9 +38,11 @@ void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed) {
   auto q = testing::round_to(kvevict::testing::normal_floats(nq, seed, 2.0f), dtype);
   auto k = testing::round_to(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), dtype);
   auto v = testing::round_to(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), dtype);
-  testing::RefProblem rp{sh.hq, sh.hkv, sh.d, m, w, sh.n, 1.0 / std::sqrt(sh.d), q.data(),
-                         k.data(), v.data()};
-  const std::vector<double> ref = testing::ref_scores(rp, opt);
+  ScoreProblem host;
+  host.q = TensorView(q.data(), DType::kF32, {sh.hq, m, sh.d});
+  host.k = TensorView(k.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+  host.v = TensorView(v.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+  const std::vector<double> ref = ref::score(host, opt).scores;
 
   DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
   DeviceBuffer<float> ds(static_cast<size_t>(sh.hkv) * sh.n);

@@ -17,8 +17,9 @@ int64_t protected_count(int64_t n, int sink, int window);
 
 // scores: [Hkv, n] f32 device; kept: [Hkv, n_keep] i32 device, written sorted ascending.
 // Requires protected_count(n, sink, window) <= n_keep <= n (the caller turns a budget below the
-// protected tokens into n_keep = protected_count, as SPEC section 1 says). Needs no workspace.
+// protected tokens into n_keep = protected_count, as SPEC section 1 says).
+size_t select_uniform_workspace_bytes(int num_kv_heads, int64_t n);
 void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
-                    const TensorView& kept, Stream stream = nullptr);
+                    const TensorView& kept, Workspace ws, Stream stream = nullptr);
 
 }  // namespace kvevict::cuda
