@@ -4,6 +4,20 @@
 // 0 .. n - m + t (causal). Per query head h, the KV head is h / G with G = Hq / Hkv (GQA; MHA is
 // G = 1, MQA Hkv = 1). Every score is computed per query head and averaged over the G heads of its
 // group; pooling (if any) then runs along tokens on the per-KV-head score.
+//
+// Aggregations (ScoreOptions::aggregate) of the per-(query, token) terms of score_terms.h:
+//   kWindow      sum over the last min(window, n) rows of q.
+//   kAllQueries  sum over all n prompt queries (q must hold m = n rows); with h2o_normalize the sum
+//                of token j is divided by the number of those queries that see j (n - j).
+//   kLastQuery   the last row of q only, averaged over ALL Hq heads of the layer; the same score is
+//                written to every KV head (one selection shared by the layer).
+// Pooling applies to every query-dependent score, whatever the aggregation, after the head
+// average (describe() always reports it); a query-free method with pooling is an error.
+// Derived scores use the pooled attention sum S (the "snapkv score"):
+//   vatp        S_j * ||v_j||_1
+//   criticalkv  scores = (S_j + criticalkv_eps) * mean_{h in group} ||W_o^h v_j||_1, aux = S_j
+// Query-free scores: knorm -||k_j||; keydiff -cos(k_j, mean_i k_i / ||k_i||) (0 for a zero key);
+// streamingllm the position j (recency); random terms::random_uniform(seed, kv head, j).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +41,11 @@ struct ScoreProblem {
   int64_t num_tokens() const { return k.shape[1]; }
   int head_dim() const { return static_cast<int>(k.shape[2]); }
   // Throws naming the bad tensor when shapes disagree, Hq is not a multiple of Hkv, q has fewer
-  // than the needed queries, wo is missing for criticalkv, or a host input holds NaN/Inf.
-  void validate(const ScoreOptions& opt) const;
+  // than the needed queries (or more queries than tokens), wo is missing for criticalkv, a dtype
+  // is not a float type, or (check_values) a host input holds NaN/Inf. Also validates `opt`.
+  // Fast paths pass check_values = false and detect non-finite inputs while they stream them.
+  void validate(const ScoreOptions& opt, bool check_values = true) const;
+  // problem.scale if nonzero, else opt.scale if nonzero, else 1/sqrt(d).
   float logit_scale(const ScoreOptions& opt) const;
 };
 
