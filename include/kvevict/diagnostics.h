@@ -18,10 +18,10 @@ namespace kvevict::diag {
 
 // One query, one head, restricted to a candidate pool of L tokens.
 struct PoolProblem {
-  int head_dim = 0;           // d
-  std::vector<double> p;      // [L] softmax weights of the pool tokens (over all n tokens)
-  std::vector<double> a;      // [d] attention output over all n tokens
-  std::vector<double> v;      // [L, d] values of the pool tokens
+  int head_dim = 0;       // d
+  std::vector<double> p;  // [L] softmax weights of the pool tokens (over all n tokens)
+  std::vector<double> a;  // [d] attention output over all n tokens
+  std::vector<double> v;  // [L, d] values of the pool tokens
   int size() const { return static_cast<int>(p.size()); }
 };
 
@@ -50,20 +50,20 @@ enum class PoolChoice : uint8_t {
 };
 
 struct DiagnosticsOptions {
-  int pool_size = 16;        // L (<= 24)
-  int k = 4;                 // evicted set size, 1 <= k <= L
+  int pool_size = 16;  // L (<= 24)
+  int k = 4;           // evicted set size, 1 <= k <= L
   PoolChoice pool = PoolChoice::kLowestProxy;
-  uint64_t seed = 0;         // kRandom
-  int num_queries = 1;       // the last `num_queries` queries of q are analysed, each on its own
-  float scale = 0.0f;        // 0 = 1/sqrt(d)
+  uint64_t seed = 0;    // kRandom
+  int num_queries = 1;  // the last `num_queries` queries of q are analysed, each on its own
+  float scale = 0.0f;   // 0 = 1/sqrt(d)
   void validate() const;
 };
 
 struct DiagnosticsRow {
   int q_head = 0, kv_head = 0;
-  int64_t query = 0;          // position of the query (it sees keys 0..query)
-  double f_opt = 0, f_proxy = 0, ratio = 0;  // ratio = F(J^)/F(J*) (1 when both are 0)
-  double c_star = 0, eps = 0, factor = 0;    // factor NaN when the theorem does not apply
+  int64_t query = 0;                              // position of the query (it sees keys 0..query)
+  double f_opt = 0, f_proxy = 0, ratio = 0;       // ratio = F(J^)/F(J*) (1 when both are 0)
+  double c_star = 0, eps = 0, factor = 0;         // factor NaN when the theorem does not apply
   std::vector<int64_t> opt_tokens, proxy_tokens;  // token positions
 };
 

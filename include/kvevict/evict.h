@@ -17,12 +17,11 @@
 
 namespace kvevict {
 
-
 struct HostEvictResult {
-  HostKVCache cache;           // the compacted cache (kept rows + slack)
+  HostKVCache cache;  // the compacted cache (kept rows + slack)
   Selection selection;
-  int64_t bytes_before = 0;    // K+V bytes of the full cache
-  int64_t bytes_after = 0;     // K+V bytes of the compacted cache
+  int64_t bytes_before = 0;  // K+V bytes of the full cache
+  int64_t bytes_after = 0;   // K+V bytes of the compacted cache
 };
 
 class LayerEvictor {

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "cache/parallel_if_large.h"
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
@@ -19,18 +20,31 @@
 namespace kvevict::cpu {
 namespace {
 
-constexpr int kKeyTile = 64;     // keys per tile: a [d, 64] f32 tile of keys is 32 KiB at d=128
-constexpr int kMaxRows = 256;    // G x query-tile rows of one item
+constexpr int kKeyTile = 64;   // keys per tile: a [d, 64] f32 tile of keys is 32 KiB at d=128
+constexpr int kMaxRows = 256;  // G x query-tile rows of one item
 constexpr int kMaxQueryTile = 16;
 constexpr int64_t kMaxChunks = 64;  // workspace slices; items are dealt round-robin to chunks
+// Split-K (flash-decoding): when (KV head x query tile) items are too few to feed the threads
+// (decode: Hkv items), each head's keys are cut into `splits` ranges of >= kSplitKeys rows whose
+// partial softmax states merge afterwards. The split depends only on the shapes, never on the
+// thread count, so results stay identical for any number of threads.
+constexpr int64_t kSplitBelowItems = 64;
+constexpr int64_t kSplitKeys = 1024;
+constexpr int64_t kMaxSplits = 64;
 
 struct Plan {
   int hq, hkv, group, d;
   int64_t m;
   int query_tile;   // queries per item
   int64_t q_tiles;  // per KV head
+  int64_t splits;   // key ranges per (KV head, query tile)
   int64_t items, chunks;
   int rows() const { return group * query_tile; }
+  // Keys per split of a head of `len` rows, a multiple of the key tile.
+  int64_t split_keys(int64_t len) const {
+    const int64_t per = (len + splits - 1) / splits;
+    return std::max<int64_t>(kKeyTile, (per + kKeyTile - 1) / kKeyTile * kKeyTile);
+  }
 };
 
 Plan make_plan(const AttentionProblem& pb) {
@@ -43,7 +57,13 @@ Plan make_plan(const AttentionProblem& pb) {
   p.query_tile = static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>({kMaxQueryTile, p.m, std::max(1, kMaxRows / p.group)})));
   p.q_tiles = (p.m + p.query_tile - 1) / p.query_tile;
-  p.items = p.hkv * p.q_tiles;
+  p.splits = 1;
+  if (p.hkv * p.q_tiles < kSplitBelowItems) {
+    int64_t longest = 0;
+    for (int h = 0; h < p.hkv; ++h) longest = std::max(longest, pb.cache.lens[h]);
+    p.splits = std::clamp<int64_t>(longest / kSplitKeys, 1, kMaxSplits);
+  }
+  p.items = p.hkv * p.q_tiles * p.splits;
   p.chunks = std::min(p.items, kMaxChunks);
   return p;
 }
@@ -153,22 +173,46 @@ void row_logits(const float* q, const float* kt, int tk, int d, float* out) {
   for (; j < tk; ++j) out[j] = dot(q, kt + static_cast<size_t>(j) * d, d);
 }
 
-// acc[0, d) += sum_j p[j] v_j over a tile: d in blocks of 32 that stay in registers across the
-// key loop (each element still adds the keys in order j = 0, 1, ...).
+// acc[0, d) += sum_j p[j] v_j over a tile. Each element adds the keys in order j = 0, 1, ...;
+// with GCC/Clang vector types, blocks of 64 elements stay in registers across the whole key loop
+// (an array accumulator went through the stack on every key and ran ~3x slower).
+#if defined(__GNUC__)
+typedef float Vec16 __attribute__((vector_size(64)));
+inline Vec16 load16(const float* x) {
+  Vec16 v;
+  std::memcpy(&v, x, sizeof v);
+  return v;
+}
+inline void store16(float* x, Vec16 v) {
+  std::memcpy(x, &v, sizeof v);
+}
+#endif
+
 void row_pv(const float* p, const float* vt, int tk, int d, float* acc) {
-  constexpr int kBlock = 32;
   int i0 = 0;
-  for (; i0 + kBlock <= d; i0 += kBlock) {
-    float blk[kBlock];
-    for (int i = 0; i < kBlock; ++i) blk[i] = acc[i0 + i];
+#if defined(__GNUC__)
+  for (; i0 + 64 <= d; i0 += 64) {
+    Vec16 a0 = load16(acc + i0), a1 = load16(acc + i0 + 16);
+    Vec16 a2 = load16(acc + i0 + 32), a3 = load16(acc + i0 + 48);
     for (int j = 0; j < tk; ++j) {
       const float pj = p[j];
       const float* vj = vt + static_cast<size_t>(j) * d + i0;
-#pragma omp simd
-      for (int i = 0; i < kBlock; ++i) blk[i] += pj * vj[i];
+      a0 += pj * load16(vj);
+      a1 += pj * load16(vj + 16);
+      a2 += pj * load16(vj + 32);
+      a3 += pj * load16(vj + 48);
     }
-    for (int i = 0; i < kBlock; ++i) acc[i0 + i] = blk[i];
+    store16(acc + i0, a0);
+    store16(acc + i0 + 16, a1);
+    store16(acc + i0 + 32, a2);
+    store16(acc + i0 + 48, a3);
   }
+  for (; i0 + 16 <= d; i0 += 16) {
+    Vec16 a0 = load16(acc + i0);
+    for (int j = 0; j < tk; ++j) a0 += p[j] * load16(vt + static_cast<size_t>(j) * d + i0);
+    store16(acc + i0, a0);
+  }
+#endif
   if (i0 < d)
     for (int j = 0; j < tk; ++j) {
       const float pj = p[j];
@@ -177,11 +221,27 @@ void row_pv(const float* p, const float* vt, int tk, int d, float* acc) {
     }
 }
 
+// Normalizes one row's softmax state into out (and lse); a row that saw nothing gets zeros / -inf.
+void write_row(const AttentionOutput& out, int h, int64_t t, float mx, float sum, const float* acc,
+               int d) {
+  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+  float* o = out.out.ptr<float>() + out.out.offset(h, t);
+  const int64_t os = out.out.stride[2];
+  for (int i = 0; i < d; ++i) o[i * os] = acc[i] * inv;
+  if (!out.lse.empty())
+    out.lse.ptr<float>()[out.lse.offset(h, t)] =
+        sum > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
+}
+
+// Writes the normalized output of one tile of queries (splits == 1), or its partial softmax state
+// (max, sum, unnormalized acc) over one key range into `partial` (splits > 1).
 void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan& p, int64_t item,
-              const Scratch& s) {
+              const Scratch& s, float* partial) {
   const KVLayerView& c = pb.cache;
-  const int kvh = static_cast<int>(item / p.q_tiles);
-  const int64_t q0 = (item % p.q_tiles) * p.query_tile;
+  const int64_t split = item % p.splits;
+  const int64_t tile = item / p.splits;
+  const int kvh = static_cast<int>(tile / p.q_tiles);
+  const int64_t q0 = (tile % p.q_tiles) * p.query_tile;
   const int tq = static_cast<int>(std::min<int64_t>(p.query_tile, p.m - q0));
   const int rows = p.group * tq;  // row r = g * tq + t
   const int d = p.d;
@@ -209,7 +269,10 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
   std::fill(s.mx, s.mx + rows, neg_inf);
   std::fill(s.sum, s.sum + rows, 0.0f);
 
-  const int64_t len = c.lens[kvh];
+  const int64_t head_len = c.lens[kvh];
+  const int64_t per_split = p.split_keys(head_len);
+  const int64_t key_begin = std::min(head_len, split * per_split);
+  const int64_t len = std::min(head_len, key_begin + per_split);
   const int64_t base = c.offsets[kvh];
   const int32_t* pos = c.pos + base;
   const size_t esz = dtype_size(c.dtype);
@@ -218,15 +281,15 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
   const int window = pb.sliding_window;
   const float cap = pb.softcap;
 
-  for (int64_t j0 = 0; j0 < len; j0 += kKeyTile) {
+  for (int64_t j0 = key_begin; j0 < len; j0 += kKeyTile) {
     const int tk = static_cast<int>(std::min<int64_t>(kKeyTile, len - j0));
     int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
     for (int j = 0; j < tk; ++j) {
       pmin = std::min(pmin, pos[j0 + j]);
       pmax = std::max(pmax, pos[j0 + j]);
     }
-    if (pmin > qmax) continue;                           // every key is in every query's future
-    if (window > 0 && qmin - pmax >= window) continue;   // every key slid out of every window
+    if (pmin > qmax) continue;                          // every key is in every query's future
+    if (window > 0 && qmin - pmax >= window) continue;  // every key slid out of every window
     // Rows j0 .. j0 + tk of a head are contiguous: f32 caches are read in place, 16-bit ones
     // converted once per tile for all G x Tq rows.
     const float* kt = c.dtype == DType::kF32 ? static_cast<const float*>(kb) + j0 * d : s.kt;
@@ -275,17 +338,51 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
     }
   }
 
+  if (p.splits > 1) {
+    // Partial state of row r: [mx, sum, acc[d]] at (item * rows_max + r) * (d + 2).
+    for (int r = 0; r < rows; ++r) {
+      float* dst = partial + (static_cast<size_t>(item) * p.rows() + r) * (d + 2);
+      dst[0] = s.mx[r];
+      dst[1] = s.sum[r];
+      std::memcpy(dst + 2, s.acc + static_cast<size_t>(r) * d, sizeof(float) * d);
+    }
+    return;
+  }
   for (int r = 0; r < rows; ++r) {
     const int g = r / tq, t = r % tq;
-    const int h = kvh * p.group + g;
-    const float inv = s.sum[r] > 0 ? 1.0f / s.sum[r] : 0.0f;
-    const float* ar = s.acc + static_cast<size_t>(r) * d;
-    float* o = out.out.ptr<float>() + out.out.offset(h, q0 + t);
-    const int64_t os = out.out.stride[2];
-    for (int i = 0; i < d; ++i) o[i * os] = ar[i] * inv;
-    if (!out.lse.empty())
-      out.lse.ptr<float>()[out.lse.offset(h, q0 + t)] =
-          s.sum[r] > 0 ? s.mx[r] + std::log(s.sum[r]) : neg_inf;
+    write_row(out, kvh * p.group + g, q0 + t, s.mx[r], s.sum[r], s.acc + static_cast<size_t>(r) * d,
+              d);
+  }
+}
+
+// Merges the split partial states of one (KV head, query tile) in split order.
+void merge_splits(const AttentionProblem& pb, const AttentionOutput& out, const Plan& p,
+                  int64_t tile, float* partial) {
+  const int kvh = static_cast<int>(tile / p.q_tiles);
+  const int64_t q0 = (tile % p.q_tiles) * p.query_tile;
+  const int tq = static_cast<int>(std::min<int64_t>(p.query_tile, p.m - q0));
+  const int d = p.d;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  (void)pb;
+  for (int r = 0; r < p.group * tq; ++r) {
+    float mx = neg_inf;
+    for (int64_t sp = 0; sp < p.splits; ++sp)
+      mx = std::max(mx, partial[((tile * p.splits + sp) * p.rows() + r) * (d + 2)]);
+    // Accumulate into split 0's slot (scaled first, so nothing is read after being overwritten).
+    float* acc = partial + (tile * p.splits * p.rows() + r) * (d + 2) + 2;
+    float sum = 0.0f;
+    for (int64_t sp = 0; sp < p.splits; ++sp) {
+      const float* src = partial + ((tile * p.splits + sp) * p.rows() + r) * (d + 2);
+      // A range without a visible key (max -inf) weighs 0; so does everything if no range has one.
+      const float w = (mx == neg_inf || src[0] == neg_inf) ? 0.0f : std::exp(src[0] - mx);
+      sum += src[1] * w;
+      if (sp == 0)
+        for (int i = 0; i < d; ++i) acc[i] *= w;
+      else
+        for (int i = 0; i < d; ++i) acc[i] += src[2 + i] * w;
+    }
+    const int g = r / tq, t = r % tq;
+    write_row(out, kvh * p.group + g, q0 + t, mx, sum, acc, d);
   }
 }
 
@@ -296,6 +393,7 @@ size_t attention_workspace_bytes(const AttentionProblem& pb) {
   const Plan p = make_plan(pb);
   WorkspaceSizer s;
   for (int64_t c = 0; c < p.chunks; ++c) size_chunk(s, p);
+  if (p.splits > 1) s.add<float>(static_cast<size_t>(p.items) * p.rows() * (p.d + 2));
   return s.bytes();
 }
 
@@ -308,17 +406,26 @@ void attention(const AttentionProblem& pb, const AttentionOutput& out, Workspace
                 " is not supported; expected f32");
   if (!out.lse.empty()) {
     check_shape(out.lse, "attention lse", {p.hq, p.m});
-    KVEVICT_CHECK(out.lse.dtype == DType::kF32, "attention lse dtype ",
-                  dtype_name(out.lse.dtype), " is not supported; expected f32");
+    KVEVICT_CHECK(out.lse.dtype == DType::kF32, "attention lse dtype ", dtype_name(out.lse.dtype),
+                  " is not supported; expected f32");
   }
   if (p.items == 0) return;
   WorkspaceCarver carver(ws);
   std::vector<Scratch> scratch;
   scratch.reserve(p.chunks);
   for (int64_t c = 0; c < p.chunks; ++c) scratch.push_back(carve_chunk(carver, p));
-  parallel_for(p.chunks, [&](int64_t c) {
-    for (int64_t item = c; item < p.items; item += p.chunks) run_item(pb, out, p, item, scratch[c]);
+  float* partial = p.splits > 1
+                       ? carver.take<float>(static_cast<size_t>(p.items) * p.rows() * (p.d + 2))
+                       : nullptr;
+  // Work: query rows x visible keys x d, bounded by all rows x all keys.
+  const int64_t work = static_cast<int64_t>(p.hq) * p.m * pb.cache.total_len() / p.hkv * p.d;
+  detail::parallel_for_if_large(p.chunks, work, [&](int64_t c) {
+    for (int64_t item = c; item < p.items; item += p.chunks)
+      run_item(pb, out, p, item, scratch[c], partial);
   });
+  if (p.splits > 1)
+    detail::parallel_for_if_large(p.hkv * p.q_tiles, p.items * p.rows() * p.d,
+                                  [&](int64_t tile) { merge_splits(pb, out, p, tile, partial); });
 }
 
 void attention(const AttentionProblem& pb, const AttentionOutput& out) {

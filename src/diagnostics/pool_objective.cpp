@@ -13,8 +13,8 @@ namespace {
 
 void check_pool(const PoolProblem& pp) {
   KVEVICT_CHECK(pp.head_dim > 0, "pool head_dim ", pp.head_dim, " is invalid; expected > 0");
-  KVEVICT_CHECK(pp.a.size() == static_cast<size_t>(pp.head_dim), "pool output a has ",
-                pp.a.size(), " entries; expected d = ", pp.head_dim);
+  KVEVICT_CHECK(pp.a.size() == static_cast<size_t>(pp.head_dim), "pool output a has ", pp.a.size(),
+                " entries; expected d = ", pp.head_dim);
   KVEVICT_CHECK(pp.v.size() == pp.p.size() * static_cast<size_t>(pp.head_dim), "pool values hold ",
                 pp.v.size(), " numbers; expected L * d = ", pp.p.size() * pp.head_dim);
 }
@@ -45,7 +45,8 @@ double objective(const PoolProblem& pp, const std::vector<int>& J) {
   std::vector<char> seen(pp.size(), 0);
   for (int i : J) {
     KVEVICT_CHECK(i >= 0 && i < pp.size() && !seen[i], "eviction set index ", i,
-                  " is out of range or repeated; expected distinct indices in [0, ", pp.size(), ")");
+                  " is out of range or repeated; expected distinct indices in [0, ", pp.size(),
+                  ")");
     seen[i] = 1;
     mass += pp.p[i];
     for (int c = 0; c < d; ++c) sum[c] += pp.p[i] * (pp.a[c] - pp.v[i * d + c]);

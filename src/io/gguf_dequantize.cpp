@@ -213,7 +213,7 @@ void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t count) {
   const int64_t blocks = count / be;
   switch (type) {
     case GgmlType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(count) * 4);
+      if (count > 0) std::memcpy(dst, src, static_cast<size_t>(count) * 4);
       return;
     case GgmlType::kF16:
       for (int64_t i = 0; i < count; ++i) dst[i] = fp16_at(src + 2 * i);

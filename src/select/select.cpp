@@ -1,12 +1,14 @@
 // Selection policies (SPEC section 3): protected tokens, uniform and adakv budgets, criticalkv's
 // two stages. Top-k by nth_element (O(n) per head) with a total order, so ties are deterministic.
+#include "kvevict/select.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "cache/parallel_if_large.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
-#include "kvevict/select.h"
 
 namespace kvevict {
 namespace {
@@ -42,13 +44,11 @@ std::string protected_warning(int64_t n_keep, int64_t prot, int sink, int window
 std::vector<int64_t> adakv_budgets(const SelectProblem& pb, const Protected& prot, int64_t n,
                                    int64_t B, double alpha) {
   const int hkv = pb.num_kv_heads;
-  const int64_t m = prot.win_start - prot.sink_end;  // unprotected rows per head
+  const int64_t m = prot.win_start - prot.sink_end;         // unprotected rows per head
   std::vector<int64_t> flat(static_cast<size_t>(hkv) * m);  // head * m + (row - sink_end)
   for (size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<int64_t>(i);
   const int64_t take = static_cast<int64_t>(hkv) * B;
-  auto score_of = [&](int64_t f) {
-    return pb.scores[pb.starts[f / m] + prot.sink_end + f % m];
-  };
+  auto score_of = [&](int64_t f) { return pb.scores[pb.starts[f / m] + prot.sink_end + f % m]; };
   if (take < static_cast<int64_t>(flat.size()))
     std::nth_element(flat.begin(), flat.begin() + take, flat.end(), [&](int64_t a, int64_t b) {
       const float sa = score_of(a), sb = score_of(b);
@@ -139,7 +139,9 @@ Selection select(const SelectProblem& pb, const SelectOptions& opt) {
 
   std::vector<std::vector<int32_t>> per_head(hkv);
   std::vector<char> below(hkv, 0);
-  parallel_for(hkv, [&](int64_t h) {
+  int64_t rows = 0;
+  for (int h = 0; h < hkv; ++h) rows += pb.lens[h];
+  detail::parallel_for_if_large(hkv, rows * 8, [&](int64_t h) {
     const int64_t s = pb.starts[h];
     per_head[h].reserve(n_keep[h]);
     below[h] = select_head(pb.scores + s, pb.aux ? pb.aux + s : nullptr, pb.lens[h], n_keep[h],

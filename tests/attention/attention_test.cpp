@@ -29,9 +29,15 @@ float round_to(DType t, float x) {
 }
 
 Inputs make_inputs(int hq, int hkv, int d, int64_t n, int64_t m, DType t, uint64_t seed) {
-  Inputs in{hq, hkv, d, n, m, testing::normal_floats(hq * m * d, seed),
+  Inputs in{hq,
+            hkv,
+            d,
+            n,
+            m,
+            testing::normal_floats(hq * m * d, seed),
             testing::normal_floats(hkv * n * d, seed + 1),
-            testing::normal_floats(hkv * n * d, seed + 2), {}};
+            testing::normal_floats(hkv * n * d, seed + 2),
+            {}};
   for (float& x : in.k) x = round_to(t, x);
   for (float& x : in.v) x = round_to(t, x);
   // Positions that exercise causality: some queries inside the prompt, some after it (decode /
@@ -111,13 +117,14 @@ void run_case(const Case& c) {
   so.budget.value = c.budget;
   so.sink = 1;
   so.window = 2;
-  const Selection sel = select(
-      SelectProblem::dense(TensorView(scores.data(), DType::kF32, {c.hkv, c.n}), TensorView(),
-                           starts, lens),
-      so);
+  const Selection sel =
+      select(SelectProblem::dense(TensorView(scores.data(), DType::kF32, {c.hkv, c.n}),
+                                  TensorView(), starts, lens),
+             so);
   HostKVCache small = cache_allocate_for(full.view(), sel, c.slack);
   cache_compact(full.view(), sel, small.view());
-  EXPECT_LT(small.kv_bytes(), full.kv_bytes() + (c.budget == 1.0 ? 1 : 0) + c.slack * 2 * c.hkv * c.d * 4);
+  EXPECT_LT(small.kv_bytes(),
+            full.kv_bytes() + (c.budget == 1.0 ? 1 : 0) + c.slack * 2 * c.hkv * c.d * 4);
 
   std::vector<std::vector<char>> kept(c.hkv, std::vector<char>(c.n, 0));
   for (int h = 0; h < c.hkv; ++h)
@@ -164,6 +171,11 @@ TEST(Attention, CompactedEqualsMaskedFull) {
       {"decode m=1", 8, 4, 128, 300, 1, DType::kF32, Policy::kAdaKV, 0.2, 2, 0, 0.0f},
       {"keep all n=1", 2, 1, 7, 1, 3, DType::kF32, Policy::kUniform, 1.0, 0, 0, 0.0f},
       {"odd d=1", 2, 2, 1, 17, 4, DType::kF32, Policy::kUniform, 0.5, 1, 0, 0.0f},
+      // Long enough for split-K (several key ranges per head, merged afterwards).
+      {"decode split-K varlen bf16", 4, 2, 16, 5000, 2, DType::kBF16, Policy::kAdaKV, 0.9, 1, 0,
+       0.0f},
+      {"split-K sliding window", 2, 1, 8, 4100, 1, DType::kF32, Policy::kUniform, 1.0, 0, 700,
+       0.0f},
   };
   for (const Case& c : cases) run_case(c);
 }
@@ -187,21 +199,25 @@ TEST(Attention, QueryThatSeesNothingGivesZerosAndNegInfLse) {
 }
 
 TEST(Attention, SameResultForAnyThreadCount) {
-  const Inputs in = make_inputs(8, 2, 32, 333, 21, DType::kF32, 9);
-  TensorView kd(const_cast<float*>(in.k.data()), DType::kF32, {2, 333, 32});
-  TensorView vd(const_cast<float*>(in.v.data()), DType::kF32, {2, 333, 32});
-  const HostKVCache full = HostKVCache::from_dense(kd, vd, DType::kBF16);
-  AttentionProblem pb;
-  pb.q = TensorView(const_cast<float*>(in.q.data()), DType::kF32, {8, 21, 32});
-  pb.q_pos = in.q_pos.data();
-  pb.cache = full.view();
-  std::vector<float> a(8 * 21 * 32), b(a.size());
-  set_num_threads(1);
-  cpu::attention(pb, {TensorView(a.data(), DType::kF32, {8, 21, 32}), TensorView()});
-  set_num_threads(3);
-  cpu::attention(pb, {TensorView(b.data(), DType::kF32, {8, 21, 32}), TensorView()});
-  set_num_threads(0);
-  EXPECT_EQ(a, b);
+  // m = 21 tiles the queries; m = 1 over 3000 keys splits the keys.
+  for (int64_t m : {21, 1}) {
+    const int64_t n = m == 1 ? 3000 : 333;
+    const Inputs in = make_inputs(8, 2, 32, n, m, DType::kF32, 9);
+    TensorView kd(const_cast<float*>(in.k.data()), DType::kF32, {2, n, 32});
+    TensorView vd(const_cast<float*>(in.v.data()), DType::kF32, {2, n, 32});
+    const HostKVCache full = HostKVCache::from_dense(kd, vd, DType::kBF16);
+    AttentionProblem pb;
+    pb.q = TensorView(const_cast<float*>(in.q.data()), DType::kF32, {8, m, 32});
+    pb.q_pos = in.q_pos.data();
+    pb.cache = full.view();
+    std::vector<float> a(8 * m * 32), b(a.size());
+    set_num_threads(1);
+    cpu::attention(pb, {TensorView(a.data(), DType::kF32, {8, m, 32}), TensorView()});
+    set_num_threads(3);
+    cpu::attention(pb, {TensorView(b.data(), DType::kF32, {8, m, 32}), TensorView()});
+    set_num_threads(0);
+    EXPECT_EQ(a, b) << "m=" << m;
+  }
 }
 
 TEST(Attention, RejectsBadShapes) {

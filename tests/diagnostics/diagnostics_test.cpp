@@ -97,8 +97,8 @@ TEST(Diagnostics, HandComputedValues) {
   EXPECT_EQ(objective(pp, {}), 0.0);
   EXPECT_NEAR(cone_constant(pp), 0.0, 1e-15);  // orthogonal directions
   EXPECT_NEAR(small_weight_eps(pp), 0.3, 0);
-  EXPECT_TRUE(std::isnan(theorem_factor(0.0, 0.3, 2)));   // c* = 0: not applicable
-  EXPECT_TRUE(std::isnan(theorem_factor(0.5, 0.3, 4)));   // k eps >= 1
+  EXPECT_TRUE(std::isnan(theorem_factor(0.0, 0.3, 2)));  // c* = 0: not applicable
+  EXPECT_TRUE(std::isnan(theorem_factor(0.5, 0.3, 4)));  // k eps >= 1
   EXPECT_NEAR(theorem_factor(0.5, 0.1, 2), 1.0 / (0.5 * 0.9 * 0.8), 1e-15);
   EXPECT_THROW(objective(pp, {1, 1}), Error);
   EXPECT_THROW(exact_optimum(pp, 3), Error);

@@ -1,0 +1,103 @@
+// Perplexity with decode-time eviction on long prose (the OBCache / StreamingLLM PG19 protocol on
+// the Austen novels): the text is tokenized once, cut into chunks of `chunk_tokens`, and each
+// chunk is fed token by token from an empty cache while the method keeps the cache at its budget
+// (SPEC section 5, "Decode"). The NLL of every next token is accumulated; ppl = exp(mean NLL).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvevict/eval/runner.h"
+
+namespace kvevict::eval {
+
+// Token spans [begin, end) of the text, in order.
+struct TokenSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// Consecutive non-overlapping chunks of exactly chunk_tokens tokens (the remainder is dropped),
+// at most max_chunks of them (0 = all). Throws when the text is shorter than one chunk, naming
+// both sizes.
+std::vector<TokenSpan> ppl_chunks(int64_t n_tokens, int64_t chunk_tokens, int64_t max_chunks = 0);
+
+// Running NLL sums, overall and per position bucket (ppl vs position inside a chunk).
+class PplAccumulator {
+ public:
+  explicit PplAccumulator(int64_t bucket_tokens = 1024);
+  // The NLL (natural log) of predicting the token at `position` of its chunk (position >= 1).
+  void add(int64_t position, double nll);
+  void add_chunk(const std::vector<double>& nlls);  // nlls[i] is for position i + 1
+  int64_t count() const { return count_; }
+  double mean_nll() const;  // throws when empty
+  double ppl() const { return std::exp(mean_nll()); }
+  struct Bucket {
+    int64_t start, end;  // positions [start, end)
+    int64_t count;
+    double ppl;
+  };
+  std::vector<Bucket> buckets() const;  // non-empty buckets in order
+
+ private:
+  int64_t bucket_tokens_;
+  int64_t count_ = 0;
+  double sum_ = 0.0;
+  std::vector<std::pair<double, int64_t>> bucket_sums_;  // [buckets] (nll sum, count)
+};
+
+// Decode-time eviction settings shared by every method of a perplexity run.
+struct DecodeEvictionOptions {
+  int slack = 0;    // evict when length > budget + slack (0: every step)
+  int recent = 32;  // last tokens never evicted
+  int sink = 0;     // first tokens never evicted (streamingllm uses its own 4)
+};
+
+// The model side of `kvevict ppl`, implemented by the runtime.
+class PplModel {
+ public:
+  virtual ~PplModel() = default;
+  virtual std::string name() const = 0;
+  // Feeds tokens[0..n) one at a time from an empty cache, evicting with `method` (the budget is a
+  // token count per head; "full" never evicts), and returns the NLL of tokens[i + 1] given
+  // tokens[0..i] for i = 0..n-2 (n - 1 values).
+  virtual std::vector<double> token_nlls(const std::vector<int32_t>& tokens,
+                                         const MethodConfig& method,
+                                         const DecodeEvictionOptions& decode) = 0;
+};
+
+struct PplResult {
+  std::string method, budget, pooling, policy;
+  int window = 0;
+  int64_t chunks = 0;
+  int64_t chunk_tokens = 0;
+  int64_t evaluated_tokens = 0;
+  double nll = 0.0;  // mean
+  double ppl = 0.0;
+  std::vector<PplAccumulator::Bucket> buckets;
+};
+
+struct PplRun {
+  std::string model;
+  std::string source;  // "austen (6 novels, r-cran-janeaustenr)"
+  uint64_t seed = 0;
+  DecodeEvictionOptions decode;
+  std::vector<PplResult> results;
+};
+
+// Runs every method on the same chunks; progress counts chunks x methods.
+PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
+               const std::vector<TokenSpan>& chunks, const std::vector<MethodConfig>& methods,
+               const DecodeEvictionOptions& decode, int64_t bucket_tokens = 1024,
+               const ProgressFn& progress = nullptr);
+
+// The "ppl" section of the results JSON (see report.h) as a JSON array text, and a markdown table
+// naming model, chunk length, budget, method, window, pooling, decode settings and seed.
+std::string ppl_to_json(const PplRun& run, int indent = 1);
+std::string ppl_to_markdown(const PplRun& run);
+
+}  // namespace kvevict::eval

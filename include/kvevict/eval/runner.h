@@ -1,0 +1,150 @@
+// The evaluation loop: methods x budgets x {query-aware, query-agnostic} over a set of samples,
+// prefilling each sample once per mode and answering with every method from that prefill.
+// The model side is an interface (EvalModel) that the runtime implements; the harness never sees
+// weights, caches or kernels (ARCHITECTURE.md: eval uses the runtime, never kernels).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvevict/eval/metrics.h"
+#include "kvevict/eval/sample.h"
+#include "kvevict/method.h"
+
+namespace kvevict {
+class Tokenizer;
+}
+
+namespace kvevict::eval {
+
+// SPEC section 5: query-aware puts the question in the prompt that is compressed (the window is the
+// question's tokens); query-agnostic compresses the context alone and appends the question after.
+enum class QueryMode : uint8_t { kAware, kAgnostic };
+const char* query_mode_name(QueryMode m);  // "query-aware" | "query-agnostic"
+QueryMode query_mode_parse(const std::string& s);  // also "aware" | "agnostic"
+
+// One eviction setting to evaluate: a method (or the full cache) at one budget.
+struct MethodConfig {
+  std::string name;  // as the user typed it (method_parse spelling) or "full" for no eviction
+  MethodSpec spec;   // scoring, policy and sinks; ignored for "full"
+  Budget budget;     // 1.0 for "full"
+
+  bool is_full() const { return name == "full"; }
+  // name + SPEC defaults; window > 0 and a non-empty pooling ("none", "max:7") override them.
+  static MethodConfig make(const std::string& name, const Budget& budget, int window = 0,
+                           const std::string& pooling = "");
+  int window() const { return is_full() ? 0 : spec.score.window; }
+  std::string pooling() const { return is_full() ? "none" : spec.score.pooling.str(); }
+  std::string policy() const { return is_full() ? "none" : policy_name(spec.policy); }
+  std::string label() const;  // "dropkv@0.25", "full"
+};
+
+// methods x budgets, with "full" (when listed) once at budget 1.0 since no budget applies to it.
+std::vector<MethodConfig> expand_methods(const std::vector<std::string>& methods,
+                                         const std::vector<Budget>& budgets, int window = 0,
+                                         const std::string& pooling = "");
+
+// What the runtime keeps after prefilling one prompt with the full cache. Opaque to the harness.
+class PrefillState {
+ public:
+  virtual ~PrefillState() = default;
+};
+
+struct Generation {
+  std::string text;               // the decoded continuation (after the answer prefix)
+  int64_t kept_tokens = -1;       // cache tokens per head after eviction, if the runtime reports it
+  int64_t generated_tokens = -1;  // decode steps taken
+};
+
+class EvalModel {
+ public:
+  virtual ~EvalModel() = default;
+  virtual std::string name() const = 0;  // model name for the reports (file stem, arch)
+  virtual const Tokenizer& tokenizer() const = 0;
+
+  // Prefills with the full cache. kAware: the prompt is context + question and eviction will use
+  // the question tokens as the observation window. kAgnostic: only the context is prefilled; the
+  // question is appended after eviction, in answer().
+  virtual std::unique_ptr<PrefillState> prefill(const std::vector<int32_t>& context_tokens,
+                                                const std::vector<int32_t>& question_tokens,
+                                                QueryMode mode) = 0;
+  // Evicts a copy of the prefilled cache with `method` (nothing for "full"), appends the question
+  // in kAgnostic mode, then decodes greedily up to max_new_tokens or the end of generation. Must
+  // leave `state` as prefill() returned it: every method of the run starts from the same prefill.
+  virtual Generation answer(PrefillState& state, const MethodConfig& method,
+                            const std::vector<int32_t>& question_tokens, QueryMode mode,
+                            int max_new_tokens) = 0;
+};
+
+struct RunOptions {
+  std::vector<MethodConfig> methods;  // expand_methods(...)
+  std::vector<QueryMode> modes = {QueryMode::kAware};
+  bool add_bos = true;        // BOS before the context tokens
+  uint64_t base_seed = 0;     // the seed the samples were generated with, for the report
+  std::string prompt_style;   // "raw" | "chat", for the report
+};
+
+struct Progress {
+  int64_t done = 0;       // answers produced so far
+  int64_t total = 0;      // samples x modes x methods
+  double elapsed_s = 0.0;
+  double eta_s = 0.0;     // elapsed / done x (total - done); 0 until the first answer
+  std::string current;    // "niah_single_1 #3 query-aware dropkv@0.25"
+};
+using ProgressFn = std::function<void(const Progress&)>;
+// "12/40 (30%) elapsed 1m05s eta 2m32s niah_single_1 #3 query-aware dropkv@0.25"
+std::string format_progress(const Progress& p);
+
+struct SampleRecord {
+  std::string task;
+  int64_t target_length = 0;   // 0 for external data
+  int64_t sample_index = 0;    // within its (task, length) group
+  uint64_t seed = 0;
+  int64_t context_tokens = 0;  // incl. BOS
+  int64_t question_tokens = 0; // question + chat suffix + answer prefix
+  QueryMode mode = QueryMode::kAware;
+  std::string method;          // MethodConfig::name
+  std::string budget;          // Budget::str(), "1" for full
+  int window = 0;
+  std::string pooling;
+  std::string policy;
+  std::string prediction;      // postprocessed
+  std::vector<std::string> answers;
+  Metric metric = Metric::kStringMatchAll;
+  double score = 0.0;          // 0..100
+  int64_t kept_tokens = -1;
+  double answer_seconds = 0.0;
+};
+
+struct AggregateRow {
+  std::string task;  // or "average" over the tasks of the same setting
+  int64_t target_length = 0;
+  QueryMode mode = QueryMode::kAware;
+  std::string method, budget, pooling, policy;
+  int window = 0;
+  int64_t samples = 0;
+  double score = 0.0;  // mean over samples, 0..100
+};
+
+struct RunMeta {
+  std::string model;
+  std::string prompt_style;
+  uint64_t base_seed = 0;
+  std::vector<std::string> notes;  // free-form lines for the report header
+};
+
+struct EvalResults {
+  RunMeta meta;
+  std::vector<SampleRecord> records;
+  // Mean score per (task, length, mode, method, budget), plus one "average" row per setting (the
+  // unweighted mean over tasks, as RULER averages its tasks). Sorted for stable output.
+  std::vector<AggregateRow> aggregate() const;
+};
+
+EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const RunOptions& opt,
+                     const ProgressFn& progress = nullptr);
+
+}  // namespace kvevict::eval

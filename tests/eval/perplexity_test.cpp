@@ -1,0 +1,89 @@
+// Perplexity pieces: chunking, the NLL accumulator against hand-computed values, and the run loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "kvevict/error.h"
+#include "kvevict/eval/perplexity.h"
+
+namespace kvevict::eval {
+namespace {
+
+TEST(PplChunks, NonOverlappingFullChunks) {
+  auto c = ppl_chunks(1003, 250);
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_EQ(c[0].begin, 0);
+  EXPECT_EQ(c[3].begin, 750);
+  EXPECT_EQ(c[3].end, 1000);
+  EXPECT_EQ(ppl_chunks(1003, 250, 2).size(), 2u);
+  try {
+    ppl_chunks(100, 250);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("100 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("250"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ppl_chunks(100, 1), Error);
+}
+
+TEST(PplAccumulator, MatchesHandComputedPerplexity) {
+  PplAccumulator acc(3);
+  const std::vector<double> nll = {0.5, 1.0, 2.0, 0.25, 3.0};  // positions 1..5
+  acc.add_chunk(nll);
+  double mean = (0.5 + 1.0 + 2.0 + 0.25 + 3.0) / 5.0;
+  EXPECT_NEAR(acc.mean_nll(), mean, 1e-12);
+  EXPECT_NEAR(acc.ppl(), std::exp(mean), 1e-12);
+  auto b = acc.buckets();  // positions [0,3): 1,2 ; [3,6): 3,4,5
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].count, 2);
+  EXPECT_NEAR(b[0].ppl, std::exp((0.5 + 1.0) / 2.0), 1e-12);
+  EXPECT_EQ(b[1].count, 3);
+  EXPECT_NEAR(b[1].ppl, std::exp((2.0 + 0.25 + 3.0) / 3.0), 1e-12);
+  EXPECT_THROW(acc.add(0, 1.0), Error);
+  EXPECT_THROW(acc.add(1, std::nan("")), Error);
+  PplAccumulator empty;
+  EXPECT_THROW(empty.mean_nll(), Error);
+}
+
+// NLL = budget-dependent constant so the expected ppl per method is known.
+class FakePplModel : public PplModel {
+ public:
+  std::string name() const override { return "fake"; }
+  std::vector<double> token_nlls(const std::vector<int32_t>& tokens, const MethodConfig& m,
+                                 const DecodeEvictionOptions& d) override {
+    EXPECT_EQ(d.recent, 7);
+    const double nll = m.is_full() ? 1.0 : 1.0 + 1.0 / m.budget.value;
+    return std::vector<double>(tokens.size() - 1, nll);
+  }
+};
+
+TEST(PplRun, EveryMethodOnTheSameChunks) {
+  FakePplModel model;
+  std::vector<int32_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 97);
+  auto chunks = ppl_chunks(1000, 301);
+  DecodeEvictionOptions d;
+  d.recent = 7;
+  auto methods = expand_methods({"full", "h2o"}, {Budget{64}, Budget{128}});
+  int calls = 0;
+  PplRun run = run_ppl(model, tokens, chunks, methods, d, 100,
+                       [&](const Progress& p) { calls = static_cast<int>(p.done); });
+  EXPECT_EQ(calls, 9);
+  ASSERT_EQ(run.results.size(), 3u);
+  EXPECT_NEAR(run.results[0].ppl, std::exp(1.0), 1e-12);
+  EXPECT_NEAR(run.results[1].ppl, std::exp(1.0 + 1.0 / 64), 1e-12);
+  EXPECT_EQ(run.results[1].budget, "64");
+  EXPECT_EQ(run.results[2].evaluated_tokens, 3 * 300);
+  EXPECT_EQ(run.results[2].buckets.size(), 4u);  // positions 1..300 in buckets of 100
+  const auto doc = nlohmann::json::parse(ppl_to_json(run));
+  ASSERT_EQ(doc.size(), 3u);
+  EXPECT_EQ(doc[2].at("method"), "h2o");
+  EXPECT_EQ(doc[2].at("recent"), 7);
+  const std::string md = ppl_to_markdown(run);
+  EXPECT_NE(md.find("| h2o | 128 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("recent 7"), std::string::npos) << md;
+}
+
+}  // namespace
+}  // namespace kvevict::eval
