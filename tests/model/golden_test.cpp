@@ -5,12 +5,14 @@
 // Two references (see the tool):
 //  - "cases": llama.cpp on an F32 copy of the checkpoint (same dequantized weights, f32
 //    matmuls). Required: same top-1, the reference's top-10 inside our top-20, every top-50
-//    logit within 2e-3 + 1e-3 |ref| (accumulation order only; measured max abs error is
-//    printed), and the same 32 greedy tokens.
+//    logit within 2e-3 + 1e-3 |ref|, and the same 32 greedy tokens. Measured max abs error over
+//    the top 50: SmolLM2 <= 2e-5 (summation order only); Gemma 3 <= 6.1e-3 (ggml evaluates GELU
+//    through an f16 table, kvevict in f32).
 //  - "quantized_cases": llama.cpp on the Q4 file, which quantizes activations to 8 bits for its
 //    quantized matmuls; kvevict keeps them in f32, so logits differ by ~1e-2 relative. Required:
-//    same top-1 and every top-50 logit within 0.15 max(1, |ref|) (measured: <= 0.12, usually
-//    ~0.03). Greedy continuations may part at near-ties there, so they are not compared.
+//    same top-1 and every top-50 logit within 0.15 |ref| (measured max abs error 0.26-0.52,
+//    relative <= 0.12). Greedy continuations part at near-ties there (teacher-forced, 187 of
+//    192 steps agree; the 5 others are margins <= 0.26), so they are not compared.
 #include <gtest/gtest.h>
 
 #include <algorithm>
