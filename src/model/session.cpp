@@ -298,7 +298,9 @@ void Session::evict_prefill(const PrefillEviction& ev, const std::vector<HostTen
   KVEVICT_CHECK(have >= need, "eviction with ", ev.score.describe(), " needs the last ", need,
                 " prompt queries of every layer; the prefill kept ", have,
                 " (raise PrefillOptions::keep_queries)");
+  // Selection protects the observation window the scores were computed with.
   SelectOptions sel_opt = ev.select;
+  sel_opt.window = ev.score.window;
   auto backend = make_cpu_backend();
   LayerEvictor evictor(*backend, ev.score, sel_opt);
   stats_.kv_bytes_before.assign(c.n_layers, 0);

@@ -48,7 +48,7 @@ struct SessionOptions {
 struct PrefillEviction {
   bool enabled = false;
   ScoreOptions score;    // method, aggregate, window, pooling
-  SelectOptions select;  // policy, budget, sink; select.window is set from score.window
+  SelectOptions select;  // policy, budget, sink; select.window is taken from score.window
   // A method name as method_parse() reads it ("dropkv", "adakv", "snapkv", ...) with its SPEC
   // defaults, and a budget.
   static PrefillEviction from_method(const std::string& method, const Budget& budget);
