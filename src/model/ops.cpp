@@ -1,9 +1,11 @@
 #include "model/ops.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kvevict/error.h"
+#include "kvevict/model/model.h"
 #include "kvevict/parallel.h"
 
 #ifdef KVEVICT_WITH_BLAS
@@ -11,6 +13,18 @@
 
 #include <mutex>
 #endif
+
+namespace kvevict {
+
+std::string blas_description() {
+#ifdef KVEVICT_WITH_BLAS
+  return std::string("OpenBLAS ") + openblas_get_corename();
+#else
+  return "none (built-in loops)";
+#endif
+}
+
+}  // namespace kvevict
 
 namespace kvevict::model_ops {
 

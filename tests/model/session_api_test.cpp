@@ -51,6 +51,11 @@ TEST(SessionApi, GenerateStopsAtAStopTokenAndDoesNotFeedIt) {
   EXPECT_EQ(s.position(), 3);  // the stop token was not fed
 }
 
+TEST(SessionApi, BlasIsDescribed) {
+  const std::string b = blas_description();
+  EXPECT_TRUE(b.rfind("OpenBLAS ", 0) == 0 || b.rfind("none", 0) == 0) << b;
+}
+
 TEST(SessionApi, ModelNamesResolveInTheModelDir) {
   setenv("KVEVICT_MODEL_DIR", "/some/dir", 1);
   EXPECT_EQ(resolve_model_path("smollm2", "/src"), "/some/dir/SmolLM2-135M-Instruct.Q4_1.gguf");

@@ -19,6 +19,12 @@ class Tokenizer;
 // io::model_dir: $KVEVICT_MODEL_DIR when set, else <source_dir>/models.
 std::string resolve_model_path(const std::string& name_or_path, const std::string& source_dir = ".");
 
+// The BLAS the projections run on, e.g. "OpenBLAS SkylakeX" or "none (built-in loops)".
+// OpenBLAS picks its kernels when it loads; on CPUs it does not recognize it falls back to
+// "Prescott" (SSE3) kernels, measured 4x slower for sgemm here (13 vs 54 GFLOP/s on one core of
+// this AVX-512 Xeon). Callers may warn and suggest OPENBLAS_CORETYPE=SkylakeX (or Haswell).
+std::string blas_description();
+
 class Model {
  public:
   // Opens a GGUF file (a name resolve_model_path knows, or a path) and dequantizes its weights.
