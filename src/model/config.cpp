@@ -10,9 +10,12 @@ namespace kvevict {
 
 const char* arch_name(Arch a) {
   switch (a) {
-    case Arch::kLlama: return "llama";
-    case Arch::kQwen2: return "qwen2";
-    case Arch::kGemma3: return "gemma3";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kQwen2:
+      return "qwen2";
+    case Arch::kGemma3:
+      return "gemma3";
   }
   return "?";
 }
@@ -191,10 +194,10 @@ int64_t ModelConfig::num_params() const {
 
 void ModelConfig::validate() const {
   KVEVICT_CHECK(vocab_size > 0, "model config: vocab_size = ", vocab_size, "; expected > 0");
-  KVEVICT_CHECK(n_embd > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0 &&
-                    ffn_dim > 0,
-                "model config: every dimension must be positive; got D=", n_embd, " layers=",
-                n_layers, " Hq=", n_heads, " Hkv=", n_kv_heads, " d=", head_dim, " F=", ffn_dim);
+  KVEVICT_CHECK(
+      n_embd > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0 && ffn_dim > 0,
+      "model config: every dimension must be positive; got D=", n_embd, " layers=", n_layers,
+      " Hq=", n_heads, " Hkv=", n_kv_heads, " d=", head_dim, " F=", ffn_dim);
   KVEVICT_CHECK(n_heads % n_kv_heads == 0, "model config: Hq = ", n_heads,
                 " is not a multiple of Hkv = ", n_kv_heads);
   KVEVICT_CHECK(head_dim % 2 == 0, "model config: head dim ", head_dim, " is odd; RoPE needs even");

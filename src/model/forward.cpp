@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kvevict/error.h"
 #include "kvevict/attention.h"
+#include "kvevict/error.h"
 #include "model/ops.h"
 
 namespace kvevict::model_ops {
@@ -67,8 +67,8 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
   const float* E = w.token_embd.ptr<float>();
   const float embed_mul = c.embed_scale ? std::sqrt(static_cast<float>(D)) : 1.0f;
   for (int64_t t = 0; t < T; ++t) {
-    KVEVICT_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, "token id ", tokens[t],
-                  " at index ", t, " is out of range; expected 0 .. ", c.vocab_size - 1);
+    KVEVICT_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, "token id ", tokens[t], " at index ",
+                  t, " is out of range; expected 0 .. ", c.vocab_size - 1);
     const float* e = E + static_cast<int64_t>(tokens[t]) * D;
     for (int64_t i = 0; i < D; ++i) x[t * D + i] = e[i] * embed_mul;
   }

@@ -26,8 +26,7 @@ std::shared_ptr<const Model> Model::load(const std::string& name_or_path,
   m->file_ = gguf::File::open(m->path_);
   m->config_ = ModelConfig::from_gguf(*m->file_);
   m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);
-  m->load_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
 
@@ -38,8 +37,7 @@ std::shared_ptr<const Model> Model::random(const ModelConfig& config, uint64_t s
   m->config_.validate();
   m->weights_ = ModelWeights::random(m->config_, seed);
   m->path_ = "random:" + config.name;
-  m->load_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
 

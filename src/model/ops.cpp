@@ -56,8 +56,8 @@ void linear(const float* x, int64_t T, const HostTensor& w, const HostTensor* bi
   parallel_for((out + kRows - 1) / kRows, [&](int64_t c) {
     const int64_t r0 = c * kRows, rows = std::min(out - r0, kRows);
     if (T == 1) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(in),
-                  1.0f, W + r0 * in, static_cast<int>(in), x, 1, 0.0f, y + r0, 1);
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(rows), static_cast<int>(in), 1.0f,
+                  W + r0 * in, static_cast<int>(in), x, 1, 0.0f, y + r0, 1);
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
                   static_cast<int>(rows), static_cast<int>(in), 1.0f, x, static_cast<int>(in),
@@ -73,8 +73,8 @@ void linear(const float* x, int64_t T, const HostTensor& w, const HostTensor* bi
   });
 #endif
   if (bias != nullptr && bias->nbytes() > 0) {
-    KVEVICT_CHECK(bias->numel() == out, "linear: bias has ", bias->numel(),
-                  " elements; expected ", out);
+    KVEVICT_CHECK(bias->numel() == out, "linear: bias has ", bias->numel(), " elements; expected ",
+                  out);
     const float* b = bias->ptr<float>();
     for (int64_t t = 0; t < T; ++t)
       for (int64_t r = 0; r < out; ++r) y[t * out + r] += b[r];
@@ -92,8 +92,8 @@ void rms_norm(const float* x, int64_t T, int64_t n, const float* w, float eps, f
   }
 }
 
-void rope(float* x, int64_t T, int heads, int d, const int32_t* pos, float base,
-          float linear_scale, const float* freq_div, RopeStyle style) {
+void rope(float* x, int64_t T, int heads, int d, const int32_t* pos, float base, float linear_scale,
+          const float* freq_div, RopeStyle style) {
   const int half = d / 2;
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) {

@@ -15,8 +15,8 @@ void linear(const float* x, int64_t T, const HostTensor& w, const HostTensor* bi
 void rms_norm(const float* x, int64_t T, int64_t n, const float* w, float eps, float* out);
 // Rotates `heads` heads of d dims for each of T tokens; x is [T, heads, d] (in place).
 // theta_i = pos / linear_scale * base^(-2i/d) / freq_div[i] (freq_div may be null).
-void rope(float* x, int64_t T, int heads, int d, const int32_t* pos, float base,
-          float linear_scale, const float* freq_div, RopeStyle style);
+void rope(float* x, int64_t T, int heads, int d, const int32_t* pos, float base, float linear_scale,
+          const float* freq_div, RopeStyle style);
 // gate[i] = act(gate[i]) * up[i] for n elements.
 void gated_activation(float* gate, const float* up, int64_t n, FfnActivation act);
 float dot(const float* a, const float* b, int64_t n);

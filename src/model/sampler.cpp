@@ -9,8 +9,8 @@
 namespace kvevict {
 
 void SamplerOptions::validate() const {
-  KVEVICT_CHECK(temperature >= 0 && std::isfinite(temperature), "sampler temperature ",
-                temperature, " is invalid; expected >= 0 (0 = greedy)");
+  KVEVICT_CHECK(temperature >= 0 && std::isfinite(temperature), "sampler temperature ", temperature,
+                " is invalid; expected >= 0 (0 = greedy)");
   KVEVICT_CHECK(top_k >= 0, "sampler top_k ", top_k, " is invalid; expected >= 0 (0 = off)");
   KVEVICT_CHECK(top_p > 0 && top_p <= 1, "sampler top_p ", top_p,
                 " is invalid; expected 0 < top_p <= 1");
@@ -35,7 +35,9 @@ int32_t argmax(const std::vector<float>& logits) {
   return best;
 }
 
-Sampler::Sampler(SamplerOptions opt) : opt_(opt), rng_(opt.seed) { opt_.validate(); }
+Sampler::Sampler(SamplerOptions opt) : opt_(opt), rng_(opt.seed) {
+  opt_.validate();
+}
 
 int32_t Sampler::sample(const std::vector<float>& logits) {
   if (opt_.temperature == 0) return argmax(logits);

@@ -201,8 +201,8 @@ static void trim_sliding(std::vector<HostKVCache>& caches, const ModelConfig& c)
     bool over = false;
     for (int h = 0; h < v.num_kv_heads; ++h)
       over = over || v.offsets[h + 1] - v.offsets[h] > c.sliding_window;
-    if (over) caches[l] = rebuild(caches[l], keep_last(v, c.sliding_window), 0,
-                                  v.score_acc != nullptr);
+    if (over)
+      caches[l] = rebuild(caches[l], keep_last(v, c.sliding_window), 0, v.score_acc != nullptr);
   }
 }
 
@@ -211,9 +211,9 @@ void Session::forward_tokens(const std::vector<int32_t>& tokens, int64_t keep_qu
   const ModelConfig& c = model_->config();
   const int64_t n = static_cast<int64_t>(tokens.size());
   KVEVICT_CHECK(n > 0, "no tokens to process; expected at least one");
-  KVEVICT_CHECK(position_ + n <= c.context_length, "prompt of ", position_ + n,
-                " tokens (", position_, " cached + ", n, " new) exceeds the context length ",
-                c.context_length, " of ", c.name);
+  KVEVICT_CHECK(position_ + n <= c.context_length, "prompt of ", position_ + n, " tokens (",
+                position_, " cached + ", n, " new) exceeds the context length ", c.context_length,
+                " of ", c.name);
   const int64_t m = keep_queries < 0 ? n : std::min(keep_queries, n);
   model_ops::QueryCapture capture;
   if (queries != nullptr && m > 0) {

@@ -21,15 +21,14 @@ HostTensor load(const gguf::File& f, const std::string& name, std::vector<int64_
                 bool optional = false) {
   const gguf::TensorInfo* info = f.find(name);
   if (info == nullptr) {
-    KVEVICT_CHECK(optional, f.path(), ": missing tensor ", name, " of shape ",
-                  shape_text(expected), "; expected it for this architecture");
+    KVEVICT_CHECK(optional, f.path(), ": missing tensor ", name, " of shape ", shape_text(expected),
+                  "; expected it for this architecture");
     return {};
   }
   KVEVICT_CHECK(info->shape == expected, f.path(), ": tensor ", name, " has shape ",
-                shape_text(info->shape), "; expected ", shape_text(expected),
-                " from the metadata");
-  KVEVICT_CHECK(gguf::ggml_type_supported(static_cast<uint32_t>(info->type)), f.path(),
-                ": tensor ", name, " has unsupported type ",
+                shape_text(info->shape), "; expected ", shape_text(expected), " from the metadata");
+  KVEVICT_CHECK(gguf::ggml_type_supported(static_cast<uint32_t>(info->type)), f.path(), ": tensor ",
+                name, " has unsupported type ",
                 gguf::ggml_type_name(static_cast<uint32_t>(info->type)));
   return gguf::dequantize(*info);
 }
@@ -71,9 +70,9 @@ HostTensor ones(int64_t n) {
 int64_t ModelWeights::bytes() const {
   int64_t b = token_embd.nbytes() + output_norm.nbytes() + output.nbytes() + rope_freqs.nbytes();
   for (const auto& l : layers) {
-    for (const HostTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
-                                &l.q_norm, &l.k_norm, &l.post_attn_norm, &l.ffn_norm, &l.w_gate,
-                                &l.w_up, &l.w_down, &l.post_ffn_norm})
+    for (const HostTensor* t :
+         {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+          &l.post_attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm})
       b += static_cast<int64_t>(t->nbytes());
   }
   return b;

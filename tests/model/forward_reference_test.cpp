@@ -46,16 +46,16 @@ TEST_P(ForwardReference, PrefillAndDecodeMatchDoubleReference) {
     // f16 K/V rounding (relative 2^-11) propagates through 3 layers.
     const double atol = dt == DType::kF32 ? 2e-4 : 2e-2, rtol = dt == DType::kF32 ? 1e-4 : 1e-2;
     auto ref = testing::tiny_reference_logits(tiny, toks);
-    EXPECT_TRUE(testing::all_close(s.logits(), ref, atol, rtol,
-                                   spec.arch + " prefill " + dtype_name(dt)));
+    EXPECT_TRUE(
+        testing::all_close(s.logits(), ref, atol, rtol, spec.arch + " prefill " + dtype_name(dt)));
     for (int step = 0; step < 4; ++step) {
       const int32_t next = (7 * step + 5) % spec.V;
       s.decode(next);
       toks.push_back(next);
       ref = testing::tiny_reference_logits(tiny, toks);
-      EXPECT_TRUE(testing::all_close(s.logits(), ref, atol, rtol,
-                                     spec.arch + " decode step " + std::to_string(step) + " " +
-                                         dtype_name(dt)));
+      EXPECT_TRUE(testing::all_close(
+          s.logits(), ref, atol, rtol,
+          spec.arch + " decode step " + std::to_string(step) + " " + dtype_name(dt)));
     }
     EXPECT_EQ(s.position(), 15);
   }

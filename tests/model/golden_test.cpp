@@ -41,7 +41,8 @@ const GoldenModel* golden_model(const std::string& name, const std::string& file
     *why = path + " is absent; run scripts/fetch_models.sh";
     return nullptr;
   }
-  const std::string gpath = std::string(KVEVICT_SOURCE_DIR) + "/tests/data/golden/" + name + ".json";
+  const std::string gpath =
+      std::string(KVEVICT_SOURCE_DIR) + "/tests/data/golden/" + name + ".json";
   std::ifstream in(gpath);
   if (!in) {
     *why = gpath + " is absent; run tools/golden/model_golden.py";
@@ -78,8 +79,8 @@ LogitCheck check_logits(const std::vector<float>& lg, const nlohmann::json& c, d
     if (err > atol + rtol * std::abs(ref)) r.within = false;
   }
   EXPECT_TRUE(r.within) << what << ": top-50 logits max abs error " << r.max_abs
-                        << ", max relative error " << r.max_rel << " (tolerance " << atol
-                        << " + " << rtol << " |ref|)";
+                        << ", max relative error " << r.max_rel << " (tolerance " << atol << " + "
+                        << rtol << " |ref|)";
   std::cout << "[golden] " << what << ": top-50 max abs error " << r.max_abs << ", max rel "
             << r.max_rel << "\n";
   return r;
@@ -118,17 +119,22 @@ TEST_P(Golden, LastLogitsAndGreedyContinuationMatchLlamaCpp) {
   EXPECT_EQ(out.tokens, greedy) << what << ": greedy continuation differs from llama.cpp f32";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, Golden,
-    ::testing::Combine(::testing::Values(std::string("smollm2")),
-                       ::testing::Values(std::string(io::kSmolLM2File)), ::testing::Range(0, 3)),
-    [](const auto& info) { return std::get<0>(info.param) + "_" + std::to_string(std::get<2>(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Models, Golden,
+                         ::testing::Combine(::testing::Values(std::string("smollm2")),
+                                            ::testing::Values(std::string(io::kSmolLM2File)),
+                                            ::testing::Range(0, 3)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
-INSTANTIATE_TEST_SUITE_P(
-    Gemma, Golden,
-    ::testing::Combine(::testing::Values(std::string("gemma3-270m")),
-                       ::testing::Values(std::string(io::kGemma3File)), ::testing::Range(0, 3)),
-    [](const auto& info) { return std::string("gemma3_") + std::to_string(std::get<2>(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Gemma, Golden,
+                         ::testing::Combine(::testing::Values(std::string("gemma3-270m")),
+                                            ::testing::Values(std::string(io::kGemma3File)),
+                                            ::testing::Range(0, 3)),
+                         [](const auto& info) {
+                           return std::string("gemma3_") + std::to_string(std::get<2>(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvevict

@@ -73,8 +73,7 @@ TEST(ModelErrors, PromptLongerThanTheContext) {
   const auto tiny = testing::make_tiny_model(spec, "ctx");
   auto model = Model::load(tiny.file->path());
   Session s(model);
-  expect_error([&] { s.prefill(std::vector<int32_t>(65, 1)); },
-               "exceeds the context length 64");
+  expect_error([&] { s.prefill(std::vector<int32_t>(65, 1)); }, "exceeds the context length 64");
   Session ok(model);
   ok.prefill(std::vector<int32_t>(63, 1));
   ok.decode(2);  // position 63: the last one

@@ -1,12 +1,13 @@
 // Sampling: greedy is argmax with ties toward the lower id; seeded sampling is reproducible;
 // top-k / top-p restrict the support; frequencies follow softmax(logits / T).
+#include "kvevict/model/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 
 #include "kvevict/error.h"
-#include "kvevict/model/sampler.h"
 
 namespace kvevict {
 namespace {

@@ -149,7 +149,8 @@ inline std::vector<double> tiny_reference_logits(const TinyModel& m,
   std::vector<std::vector<double>> x(n, std::vector<double>(s.D));
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < s.D; ++i)
-      x[t][i] = W("token_embd.weight")[tokens[t] * s.D + i] * (gemma ? std::sqrt(double(s.D)) : 1.0);
+      x[t][i] =
+          W("token_embd.weight")[tokens[t] * s.D + i] * (gemma ? std::sqrt(double(s.D)) : 1.0);
   for (int l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     const bool slide = m.sliding(l);
@@ -209,8 +210,9 @@ inline std::vector<double> tiny_reference_logits(const TinyModel& m,
       const auto up = matvec(W(b + "ffn_up.weight"), h, s.F);
       for (int i = 0; i < s.F; ++i) {
         const double a = gt[i];
-        const double act = gemma ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
-                                 : a / (1 + std::exp(-a));
+        const double act =
+            gemma ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+                  : a / (1 + std::exp(-a));
         gt[i] = act * up[i];
       }
       auto y = matvec(W(b + "ffn_down.weight"), gt, s.D);

@@ -17,7 +17,8 @@ class Tokenizer;
 // "smollm2" -> <model dir>/SmolLM2-135M-Instruct.Q4_1.gguf, "gemma3-270m" (or "gemma3") ->
 // <model dir>/gemma-3-270m-q4_k_m.gguf, anything else is taken as a path. The model dir follows
 // io::model_dir: $KVEVICT_MODEL_DIR when set, else <source_dir>/models.
-std::string resolve_model_path(const std::string& name_or_path, const std::string& source_dir = ".");
+std::string resolve_model_path(const std::string& name_or_path,
+                               const std::string& source_dir = ".");
 
 // The BLAS the projections run on, e.g. "OpenBLAS SkylakeX" or "none (built-in loops)".
 // OpenBLAS picks its kernels when it loads; on CPUs it does not recognize it falls back to

@@ -26,7 +26,7 @@ class Sampler {
  private:
   SamplerOptions opt_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> ids_;  // scratch [V]
+  std::vector<int32_t> ids_;   // scratch [V]
   std::vector<double> probs_;  // scratch [V]
 };
 

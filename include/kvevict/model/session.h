@@ -76,12 +76,12 @@ struct EvictConfig {
 
 // Everything a prefill leaves behind that eviction needs; independent of the eviction method.
 struct PrefillSnapshot {
-  std::vector<int32_t> tokens;       // [n] the prompt
-  std::vector<HostKVCache> caches;   // [n_layers] full caches (sliding layers: their window)
-  std::vector<HostTensor> queries;   // [n_layers] each [Hq, m, d] f32: the last m prompt queries
-                                     // after RoPE (m = min(keep_queries, n)); empty if m = 0
-  std::vector<float> logits;         // [V] at the last prompt token
-  double seconds = 0;                // prefill wall time
+  std::vector<int32_t> tokens;      // [n] the prompt
+  std::vector<HostKVCache> caches;  // [n_layers] full caches (sliding layers: their window)
+  std::vector<HostTensor> queries;  // [n_layers] each [Hq, m, d] f32: the last m prompt queries
+                                    // after RoPE (m = min(keep_queries, n)); empty if m = 0
+  std::vector<float> logits;        // [V] at the last prompt token
+  double seconds = 0;               // prefill wall time
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_queries() const;
   int64_t kv_bytes() const;
@@ -172,7 +172,7 @@ class Session {
   std::vector<HostKVCache> caches_;  // [n_layers]
   std::vector<int32_t> tokens_;      // every token fed so far
   int64_t position_ = 0;
-  std::vector<float> logits_;        // [V] after the last token fed
+  std::vector<float> logits_;  // [V] after the last token fed
   SessionStats stats_;
   std::unique_ptr<DecodeState> decode_;
 };
