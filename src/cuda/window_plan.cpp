@@ -25,10 +25,11 @@ int current_sm_count() {
 }
 
 WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int head_dim,
-                            int sm_count, int blocks_per_sm) {
+                            int sm_count, int blocks_per_sm, int slab_cap_wanted) {
   WindowPlan plan;
   plan.rows = group * w;
-  const int slab_cap = max_slabs(head_dim);
+  int slab_cap = max_slabs(head_dim);
+  if (slab_cap_wanted > 0 && slab_cap_wanted < slab_cap) slab_cap = slab_cap_wanted;
   const int need = (plan.rows + 15) / 16;
   plan.slabs = 1;
   while (plan.slabs < need && plan.slabs < slab_cap) plan.slabs *= 2;
