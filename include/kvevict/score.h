@@ -55,7 +55,8 @@ struct ScoreOutput {
 };
 
 namespace ref {
-// The double-precision ground truth, written for clarity, not speed (materializes p per query).
+// The double-precision ground truth, written for clarity, not speed (materializes p per query;
+// ||a - v||^2 and <v, v - a> from explicit differences). Host inputs only.
 struct Scores {
   int num_kv_heads = 0;
   int64_t n = 0;
@@ -71,8 +72,21 @@ void window_forward(const ScoreProblem& problem, float scale, std::vector<double
 
 namespace cpu {
 // The fast float path: a flash-style pass over K/V tiles with online softmax giving a and LSE,
-// then a streaming scoring pass; O(n) scratch per head, never w x n x d or n x n. Multithreaded
-// with a fixed work split, so results are identical for any thread count.
+// then a streaming scoring pass; never w x n x d or n x n. Multithreaded (parallel.h) with a
+// fixed work split (forward chunks of 32768 tokens merged split-K in chunk order, score chunks of
+// 2048 tokens), so results are bitwise identical for any thread count.
+//
+// Inputs: f32, f16, bf16 or f64 host tensors, any strides; outputs f32 [Hkv, n] with unit token
+// stride (row stride free); `aux` is needed for criticalkv only. Scratch comes from `ws`, sized by
+// score_workspace_bytes (which depends on num_threads() at the time: a smaller thread count later
+// is fine, a larger one runs with fewer scratch slots). Scratch per KV head is O(n / 32768 * G*w*d)
+// for the window and last-query aggregations; the all-queries aggregation keeps the LSE of every
+// query [Hq, n], plus a [Hq, n, d] for dropkv / obcache_k / obcache_vk (every token's score needs
+// the output of every later query).
+//
+// Numerics: float accumulation; dropkv's ||a - v||^2 is summed from explicit differences on the
+// fly (score_terms.h *_dist) rather than the norm identity, which cancels when p -> 1. NaN/Inf in
+// k, v, the used rows of q, or wo throws the reference's message (detected while streaming).
 size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& opt);
 void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutput& out,
            Workspace ws);

@@ -131,9 +131,11 @@ int wanted_slots() { return std::clamp(num_threads(), 1, kMaxSlots); }
 Layout carve(const Plan& plan, const ScoreOptions& opt, Workspace ws) {
   const size_t fixed = fixed_bytes(plan, opt);
   const size_t per_slot = slot_bytes(plan);
-  KVEVICT_CHECK(ws.bytes >= fixed + per_slot && (ws.data != nullptr || fixed + per_slot == 0),
-                "workspace of ", ws.bytes, " bytes is too small for cpu::score; need at least ",
-                fixed + per_slot, " (score_workspace_bytes gives the size)");
+  KVEVICT_CHECK(ws.bytes >= fixed + per_slot, "workspace of ", ws.bytes,
+                " bytes is too small for cpu::score; need at least ", fixed + per_slot,
+                " (score_workspace_bytes gives the size)");
+  KVEVICT_CHECK(ws.data != nullptr, "workspace of ", ws.bytes,
+                " bytes has a null data pointer; expected caller-owned host memory");
   Layout lay;
   WorkspaceCarver carver(ws);
   float* arrays[8] = {};

@@ -15,7 +15,9 @@ inline float exp_poly(float x) {
   const float kLn2Hi = 0.693359375f;
   const float kLn2Lo = -2.12194440e-4f;
   const bool underflow = x < -87.0f;
-  float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // Clamped so the exponent below stays in [1, 254]; written so NaN lands on -87 too (NaN inputs
+  // are reported by the loaders; here they must not reach an out-of-range float -> int cast).
+  const float xc = (x > -87.0f) ? ((x < 88.0f) ? x : 88.0f) : -87.0f;
   // x = k ln2 + r, |r| <= ln2 / 2; e^x = 2^k e^r.
   // Round to nearest by the 1.5 * 2^23 trick (plain adds, so the loop vectorizes; no -ffast-math
   // is on to fold it away).
@@ -30,7 +32,7 @@ inline float exp_poly(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(kf) + 127) << 23;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(kf) + 127) << 23;
   const float scale = __builtin_bit_cast(float, bits);
   return underflow ? 0.0f : p * scale;
 }

@@ -25,6 +25,18 @@ float ScoreProblem::logit_scale(const ScoreOptions& opt) const {
 }
 
 void ScoreProblem::validate(const ScoreOptions& opt, bool check_values) const {
+  // Enum values from a cast or a corrupt config: reject before anything switches on them.
+  KVEVICT_CHECK(static_cast<int>(opt.method) <= static_cast<int>(Method::kRandom), "method code ",
+                static_cast<int>(opt.method), " is unknown; expected one of ",
+                static_cast<int>(Method::kRandom) + 1, " methods of method.h");
+  KVEVICT_CHECK(opt.aggregate == Aggregate::kWindow || opt.aggregate == Aggregate::kAllQueries ||
+                    opt.aggregate == Aggregate::kLastQuery,
+                "aggregation code ", static_cast<int>(opt.aggregate),
+                " is unknown; expected window, all queries or last query");
+  KVEVICT_CHECK(opt.pooling.kind == PoolKind::kNone || opt.pooling.kind == PoolKind::kMax ||
+                    opt.pooling.kind == PoolKind::kAvg,
+                "pooling code ", static_cast<int>(opt.pooling.kind),
+                " is unknown; expected none, max or avg");
   opt.validate();
   KVEVICT_CHECK(!k.empty(), "k is empty; expected [Hkv, n, d] keys");
   KVEVICT_CHECK(!v.empty(), "v is empty; expected [Hkv, n, d] values");

@@ -100,6 +100,16 @@ TEST(ScoreValidate, AggregationsFixedByTheMethod) {
   expect_both_throw(b.problem(), tova, "tova");
 }
 
+TEST(ScoreValidate, UnknownEnumCodes) {
+  ProblemBuilder b(make_shape(1, 2, 4, 17, 8), 12);
+  ScoreOptions agg = window(Method::kObcacheK, 4);
+  agg.aggregate = static_cast<Aggregate>(7);
+  expect_both_throw(b.problem(), agg, "aggregation code 7");
+  ScoreOptions meth = window(Method::kDropKV, 4);
+  meth.method = static_cast<Method>(42);
+  expect_both_throw(b.problem(), meth, "method code 42");
+}
+
 TEST(ScoreValidate, MissingOrMisshapenOutputProjection) {
   ProblemBuilder b(make_shape(1, 2, 4, 17, 8), 5);
   expect_both_throw(b.problem(), window(Method::kCriticalKV, 4), "wo");
