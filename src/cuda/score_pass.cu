@@ -68,8 +68,15 @@ __device__ __forceinline__ float pair_term(float z, float lse, float a2, float v
   } else {
     float dist2 = fmaxf(a2 + v2 - 2.f * av, 0.f);
     if constexpr (kTerm == PairTerm::kDropKV) {
-      // 1 - exp(x) loses nothing while p < 0.78; closer to 1 it cancels, so use expm1 there.
-      float om = x > -0.25f ? -expm1f(x) : 1.f - p;
+      // 1 - exp(x) loses nothing while p < 0.78; closer to 1 it cancels, so use expm1 there. The
+      // warp vote keeps expm1f (~30 instructions) a real branch, taken only when some lane needs
+      // it, instead of an if-converted select that would evaluate it for every pair. All lanes
+      // reach this point together (the callers' loops are unrolled and branch-free).
+      float om = 1.f - p;
+      const bool near_one = x > -0.25f;
+      if (__any_sync(0xffffffffu, near_one)) {
+        if (near_one) om = -expm1f(x);
+      }
       // When the key holds all of the row's probability to float precision (a single visible
       // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
       // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
