@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,9 @@ Loaded load(const char* model_file, const char* golden_name) {
   return l;
 }
 
-#define LOAD_OR_SKIP(var, file, golden)                                                         \
-  Loaded var = load(file, golden);                                                              \
-  if (!var.tok)                                                                                 \
+#define LOAD_OR_SKIP(var, file, golden)                                                       \
+  Loaded var = load(file, golden);                                                            \
+  if (!var.tok)                                                                               \
     GTEST_SKIP() << "model " << file << " not found in " << io::model_dir(KVEVICT_SOURCE_DIR) \
                  << "; run scripts/fetch_models.sh (or set KVEVICT_MODEL_DIR)";
 
@@ -131,6 +132,40 @@ TEST(TokenizerGolden, ByteFallbackRoundTripsArbitraryBytes) {
       // SmolLM2's byte alphabet lacks 0xFE and 0xFF (never valid UTF-8): they are dropped.
       EXPECT_EQ(t->decode(ids), "ok \x80 \x01\x02 \xe2\x82 end\xf0\x9f");
     }
+  }
+}
+
+// Random text drawn from many scripts and symbols must decode back exactly (valid UTF-8 from
+// planes both vocabularies cover).
+TEST(TokenizerGolden, RandomUnicodeRoundTrips) {
+  LOAD_OR_SKIP(g, io::kGemma3File, "gemma3.json");
+  LOAD_OR_SKIP(s, io::kSmolLM2File, "smollm2.json");
+  std::mt19937 rng(99);
+  const uint32_t ranges[][2] = {{0x20, 0x7E},     {0x9, 0xD},        {0xA0, 0x24F},
+                                {0x370, 0x4FF},   {0x600, 0x6FF},    {0x900, 0x97F},
+                                {0x3040, 0x30FF}, {0x4E00, 0x9FFF},  {0xAC00, 0xD7A3},
+                                {0x2000, 0x206F}, {0x1F300, 0x1F64F}};
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    const int len = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < len; ++i) {
+      const auto& r = ranges[rng() % (sizeof(ranges) / sizeof(ranges[0]))];
+      const uint32_t cp = r[0] + rng() % (r[1] - r[0] + 1);
+      if (cp < 0x80) {
+        text.push_back(static_cast<char>(cp));
+      } else if (cp < 0x800) {
+        text += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+      } else if (cp < 0x10000) {
+        text += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                 static_cast<char>(0x80 | (cp & 0x3F))};
+      } else {
+        text +=
+            {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
+             static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+      }
+    }
+    for (const Tokenizer* t : {g.tok.get(), s.tok.get()})
+      ASSERT_EQ(t->decode(t->encode(text, false)), text) << json(text).dump();
   }
 }
 

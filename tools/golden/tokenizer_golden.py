@@ -92,6 +92,34 @@ STRINGS = [
     PARAGRAPH,
 ]
 
+# Seeded random strings mixing words, scripts, digits, punctuation and whitespace runs, to catch
+# merge-order differences that the hand-picked strings miss.
+POOL = ("the of and to in is was that with for on as by at from this have not are but his her "
+        "tokenization unbelievable antidisestablishment Mississippi Zürich Ærøskøbing naïveté "
+        "北京 東京都 한국 Москва Αθήνα القاهرة मुंबई ไทย 😀 🎉 ✓ → ∑ ≤ © ™ € £ ¥ "
+        "0 7 42 1999 3.14 1e-9 0x1F 100% $5 #tag @user ... -- __init__ std::vector<int> "
+        "x=y+z; if(a){b}else{c} <div> </div> \\n \\t 'quote' \"dq\" (paren) [br] {cb}").split(" ")
+SEPARATORS = [" ", " ", " ", "  ", "\n", "\n\n", "\t", "", " \n", "   "]
+
+
+def random_strings(count, seed):
+    import random
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(1, 12)):
+            parts.append(rng.choice(POOL))
+            parts.append(rng.choice(SEPARATORS))
+        s = "".join(parts)
+        if rng.random() < 0.3:
+            s = s.upper() if rng.random() < 0.5 else s.capitalize()
+        out.append(s)
+    return out
+
+
+STRINGS += random_strings(150, 20261129)
+
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "system", "content": "You are terse."},
