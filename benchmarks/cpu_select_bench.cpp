@@ -30,8 +30,8 @@ void BM_Select(benchmark::State& state) {
   const Policy policy = state.range(1) ? Policy::kAdaKV : Policy::kUniform;
   std::vector<float> scores = random_vec(kHkv * n, 1);
   std::vector<int64_t> starts, lens;
-  const SelectProblem pb = SelectProblem::dense(
-      TensorView(scores.data(), DType::kF32, {kHkv, n}), TensorView(), starts, lens);
+  const SelectProblem pb = SelectProblem::dense(TensorView(scores.data(), DType::kF32, {kHkv, n}),
+                                                TensorView(), starts, lens);
   SelectOptions opt;
   opt.policy = policy;
   opt.budget.value = 0.1;
@@ -45,16 +45,17 @@ BENCHMARK(BM_Select)->Args({32768, 0})->Args({32768, 1})->Unit(benchmark::kMilli
 void BM_Compact(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<float> k = random_vec(kHkv * n * kD, 2);
-  const HostKVCache full = HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {kHkv, n, kD}),
-                                                   TensorView(k.data(), DType::kF32, {kHkv, n, kD}),
-                                                   DType::kBF16);
+  const HostKVCache full =
+      HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {kHkv, n, kD}),
+                              TensorView(k.data(), DType::kF32, {kHkv, n, kD}), DType::kBF16);
   std::vector<float> scores = random_vec(kHkv * n, 3);
   std::vector<int64_t> starts, lens;
   SelectOptions opt;
   opt.budget.value = 0.1;
-  const Selection sel = select(SelectProblem::dense(TensorView(scores.data(), DType::kF32, {kHkv, n}),
-                                                    TensorView(), starts, lens),
-                               opt);
+  const Selection sel =
+      select(SelectProblem::dense(TensorView(scores.data(), DType::kF32, {kHkv, n}), TensorView(),
+                                  starts, lens),
+             opt);
   HostKVCache out = cache_allocate_for(full.view(), sel);
   for (auto _ : state) cache_compact(full.view(), sel, out.view());
   state.SetBytesProcessed(state.iterations() * 2 * sel.total() * kD * 2);
@@ -65,9 +66,9 @@ BENCHMARK(BM_Compact)->Arg(32768)->Unit(benchmark::kMillisecond);
 void BM_Attention(benchmark::State& state) {
   const int64_t n = state.range(0), m = state.range(1);
   std::vector<float> k = random_vec(kHkv * n * kD, 4), q = random_vec(kHq * m * kD, 5);
-  const HostKVCache cache = HostKVCache::from_dense(
-      TensorView(k.data(), DType::kF32, {kHkv, n, kD}),
-      TensorView(k.data(), DType::kF32, {kHkv, n, kD}), DType::kBF16);
+  const HostKVCache cache =
+      HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {kHkv, n, kD}),
+                              TensorView(k.data(), DType::kF32, {kHkv, n, kD}), DType::kBF16);
   std::vector<int32_t> qpos(m);
   for (int64_t t = 0; t < m; ++t) qpos[t] = static_cast<int32_t>(n - m + t);
   AttentionProblem pb;
@@ -84,10 +85,13 @@ void BM_Attention(benchmark::State& state) {
   // Causal FLOPs: 4 d per (query head, visible key).
   double flops = 0;
   for (int64_t t = 0; t < m; ++t) flops += 4.0 * kD * kHq * static_cast<double>(n - m + t + 1);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Attention)->Args({4096, 1})->Args({32768, 1})->Args({4096, 256})
+BENCHMARK(BM_Attention)
+    ->Args({4096, 1})
+    ->Args({32768, 1})
+    ->Args({4096, 256})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -15,12 +15,12 @@
 namespace kvevict {
 
 struct AttentionProblem {
-  TensorView q;                   // [Hq, m, d] queries after RoPE (f32 on the fast path)
-  const int32_t* q_pos = nullptr; // [m] original position of every query
-  KVLayerView cache;              // rows [offsets[h], offsets[h] + lens[h]) of every KV head
-  float scale = 0.0f;             // logit scale; 0 = 1/sqrt(d)
-  int sliding_window = 0;         // 0 = off; else key visible iff q_pos - k_pos < window
-  float softcap = 0.0f;           // 0 = off; else z = softcap * tanh(z / softcap) (Gemma)
+  TensorView q;                    // [Hq, m, d] queries after RoPE (f32 on the fast path)
+  const int32_t* q_pos = nullptr;  // [m] original position of every query
+  KVLayerView cache;               // rows [offsets[h], offsets[h] + lens[h]) of every KV head
+  float scale = 0.0f;              // logit scale; 0 = 1/sqrt(d)
+  int sliding_window = 0;          // 0 = off; else key visible iff q_pos - k_pos < window
+  float softcap = 0.0f;            // 0 = off; else z = softcap * tanh(z / softcap) (Gemma)
 
   int num_q_heads() const { return static_cast<int>(q.shape[0]); }
   int64_t num_queries() const { return q.shape[1]; }

@@ -26,8 +26,8 @@ class Backend {
   // SPEC section 2: scores [Hkv, n] f32 (+ aux for criticalkv) on device().
   virtual size_t score_workspace_bytes(const ScoreProblem& problem,
                                        const ScoreOptions& opt) const = 0;
-  virtual void score(const ScoreProblem& problem, const ScoreOptions& opt,
-                     const ScoreOutput& out, Workspace ws) = 0;
+  virtual void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutput& out,
+                     Workspace ws) = 0;
 
   // SPEC section 3: scores [Hkv, n] f32 on device() (aux may be empty) -> host Selection.
   virtual Selection select(const TensorView& scores, const TensorView& aux,

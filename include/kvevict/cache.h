@@ -3,7 +3,8 @@
 // Layout (SPEC section 4). Every per-row array (k, v, pos, score_acc) is indexed by one row index.
 // Head h owns the rows [offsets[h], offsets[h] + lens[h]); rows up to offsets[h+1] are spare
 // capacity for decode-time appends. This one layout covers:
-//   - uniform budgets:        offsets[h] = h * n_keep, lens[h] = n_keep  ==  plain [Hkv, n_keep, d];
+//   - uniform budgets:        offsets[h] = h * n_keep, lens[h] = n_keep  ==  plain [Hkv, n_keep,
+//   d];
 //   - flattened varlen adakv: offsets = prefix sums of the kept counts, lens = counts;
 //   - either with decode slack: offsets spaced by len + slack.
 // Compaction copies the kept rows into a new, smaller cache (never a mask): memory shrinks.
@@ -21,12 +22,12 @@ namespace kvevict {
 struct KVLayerView {
   DType dtype = DType::kF32;  // of k and v: f32, f16 or bf16
   Device device = Device::kCpu;
-  int num_kv_heads = 0;       // Hkv
-  int head_dim = 0;           // d
-  void* k = nullptr;          // [rows, d] keys after RoPE
-  void* v = nullptr;          // [rows, d] values
-  int32_t* pos = nullptr;     // [rows] original position of every row
-  float* score_acc = nullptr; // [rows] decode-time running score per row; may be null
+  int num_kv_heads = 0;              // Hkv
+  int head_dim = 0;                  // d
+  void* k = nullptr;                 // [rows, d] keys after RoPE
+  void* v = nullptr;                 // [rows, d] values
+  int32_t* pos = nullptr;            // [rows] original position of every row
+  float* score_acc = nullptr;        // [rows] decode-time running score per row; may be null
   const int64_t* offsets = nullptr;  // host [Hkv + 1] segment starts; offsets[Hkv] = rows
   int64_t* lens = nullptr;           // host [Hkv] rows in use per head
 
@@ -64,11 +65,11 @@ class HostKVCache {
   DType dtype_ = DType::kF32;
   int num_kv_heads_ = 0;
   int head_dim_ = 0;
-  std::vector<uint8_t> k_, v_;   // [rows, d] in dtype_
-  std::vector<int32_t> pos_;     // [rows]
-  std::vector<float> score_acc_; // [rows] or empty
-  std::vector<int64_t> offsets_; // [Hkv + 1]
-  std::vector<int64_t> lens_;    // [Hkv]
+  std::vector<uint8_t> k_, v_;    // [rows, d] in dtype_
+  std::vector<int32_t> pos_;      // [rows]
+  std::vector<float> score_acc_;  // [rows] or empty
+  std::vector<int64_t> offsets_;  // [Hkv + 1]
+  std::vector<int64_t> lens_;     // [Hkv]
 };
 
 // Segment starts for a cache that will hold `selection` with `slack` spare rows per head:

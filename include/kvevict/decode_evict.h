@@ -18,7 +18,8 @@ namespace kvevict {
 
 enum class DecodeScore : uint8_t {
   kAttentionSum,  // h2o: add p
-  kTOVA,          // tova: replace by p
+  kTOVA,          // tova: replace by p (averaged over the G heads of the group, not the whole
+                  // layer as in prefill: decode heads evict independently)
   kDropKV,        // add (p/(1-p))^2 ||a - v||^2
   kObcacheV,      // add p^2 ||v||^2
   kObcacheK,      // add (p z)^2 ||v - a||^2
@@ -29,12 +30,12 @@ const char* decode_score_name(DecodeScore s);
 
 struct DecodeEvictOptions {
   DecodeScore score = DecodeScore::kAttentionSum;
-  int64_t budget = 0;   // N tokens kept per head after an eviction (> 0)
-  int64_t slack = 0;    // evict when a head's length > N + slack; 0 = every step
-  int recent = 32;      // last rows never evicted
-  int sink = 0;         // first rows never evicted
-  float scale = 0.0f;   // logit scale; 0 = 1/sqrt(d)
-  float softcap = 0.0f; // the model's logit softcap, so p matches the attention that gave lse
+  int64_t budget = 0;    // N tokens kept per head after an eviction (> 0)
+  int64_t slack = 0;     // evict when a head's length > N + slack; 0 = every step
+  int recent = 32;       // last rows never evicted
+  int sink = 0;          // first rows never evicted
+  float scale = 0.0f;    // logit scale; 0 = 1/sqrt(d)
+  float softcap = 0.0f;  // the model's logit softcap, so p matches the attention that gave lse
   double one_minus_p_floor = 1e-12;
   void validate() const;
   std::string describe() const;
@@ -60,8 +61,7 @@ class DecodeEvictor {
   int64_t step(const KVLayerView& cache, const DecodeStep& step) const;
 
   // The per-row step score of one KV head, written to out[len_h] (for tests and diagnostics).
-  void step_scores(const KVLayerView& cache, const DecodeStep& step, int kv_head,
-                   float* out) const;
+  void step_scores(const KVLayerView& cache, const DecodeStep& step, int kv_head, float* out) const;
 
  private:
   DecodeEvictOptions opt_;

@@ -18,12 +18,17 @@ namespace kvevict::diag {
 
 // One query, one head, restricted to a candidate pool of L tokens.
 struct PoolProblem {
-  int head_dim = 0;           // d
-  std::vector<double> p;      // [L] softmax weights of the pool tokens (over all n tokens)
-  std::vector<double> a;      // [d] attention output over all n tokens
-  std::vector<double> v;      // [L, d] values of the pool tokens
+  int head_dim = 0;       // d
+  std::vector<double> p;  // [L] softmax weights of the pool tokens (over all n tokens)
+  std::vector<double> a;  // [d] attention output over all n tokens
+  std::vector<double> v;  // [L, d] values of the pool tokens
   int size() const { return static_cast<int>(p.size()); }
 };
+
+// The enumeration limit of exact_optimum: C(24, 12) = 2.7e6 fits, and so does C(64, 5) = 7.6e6.
+constexpr double kMaxSubsets = 1e7;
+// C(L, k) as a double (exact up to 2^53).
+double subset_count(int L, int k);
 
 // F(J) for pool indices J (distinct, in [0, L)). J empty gives 0.
 double objective(const PoolProblem& pp, const std::vector<int>& J);
@@ -33,7 +38,8 @@ struct SubsetValue {
   double value = 0.0;    // F(set)
 };
 // Exact argmin of F over all k-subsets of the pool by enumeration (Gray-free revolving combos);
-// L <= 24 (throws otherwise naming L). Ties: the lexicographically first subset.
+// Any L <= 64 whose C(L, k) <= kMaxSubsets (all of L <= 24 for k <= 12; L = 64 for k <= 5); throws
+// naming L, k and the count otherwise. Ties: the lexicographically first subset.
 SubsetValue exact_optimum(const PoolProblem& pp, int k);
 // The proxy: k pool tokens with the smallest p/(1-p) ||a - v|| (ties toward the lower index).
 SubsetValue proxy_set(const PoolProblem& pp, int k);
@@ -50,20 +56,20 @@ enum class PoolChoice : uint8_t {
 };
 
 struct DiagnosticsOptions {
-  int pool_size = 16;        // L (<= 24)
-  int k = 4;                 // evicted set size, 1 <= k <= L
+  int pool_size = 16;  // L (<= 24)
+  int k = 4;           // evicted set size, 1 <= k <= L
   PoolChoice pool = PoolChoice::kLowestProxy;
-  uint64_t seed = 0;         // kRandom
-  int num_queries = 1;       // the last `num_queries` queries of q are analysed, each on its own
-  float scale = 0.0f;        // 0 = 1/sqrt(d)
+  uint64_t seed = 0;    // kRandom
+  int num_queries = 1;  // the last `num_queries` queries of q are analysed, each on its own
+  float scale = 0.0f;   // 0 = 1/sqrt(d)
   void validate() const;
 };
 
 struct DiagnosticsRow {
   int q_head = 0, kv_head = 0;
-  int64_t query = 0;          // position of the query (it sees keys 0..query)
-  double f_opt = 0, f_proxy = 0, ratio = 0;  // ratio = F(J^)/F(J*) (1 when both are 0)
-  double c_star = 0, eps = 0, factor = 0;    // factor NaN when the theorem does not apply
+  int64_t query = 0;                              // position of the query (it sees keys 0..query)
+  double f_opt = 0, f_proxy = 0, ratio = 0;       // ratio = F(J^)/F(J*) (1 when both are 0)
+  double c_star = 0, eps = 0, factor = 0;         // factor NaN when the theorem does not apply
   std::vector<int64_t> opt_tokens, proxy_tokens;  // token positions
 };
 

@@ -17,18 +17,17 @@
 
 namespace kvevict {
 
-
 struct HostEvictResult {
-  HostKVCache cache;           // the compacted cache (kept rows + slack)
+  HostKVCache cache;  // the compacted cache (kept rows + slack)
   Selection selection;
-  int64_t bytes_before = 0;    // K+V bytes of the full cache
-  int64_t bytes_after = 0;     // K+V bytes of the compacted cache
+  int64_t bytes_before = 0;  // K+V bytes of the full cache
+  int64_t bytes_after = 0;   // K+V bytes of the compacted cache
 };
 
 class LayerEvictor {
  public:
   // select.window is used as given; normally it equals score.window (the observation window is
-  // what selection protects).
+  // what selection protects), and select.sink = MethodSpec::sink (streamingllm's 4 sinks).
   LayerEvictor(Backend& backend, ScoreOptions score, SelectOptions select);
 
   // Scores problem (on the backend's device) and selects. streamingllm needs no scores.

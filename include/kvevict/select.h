@@ -32,11 +32,11 @@ struct Selection {
 
 // Per-head scores in the segment layout. Host memory (the CPU selection reads it directly).
 struct SelectProblem {
-  int num_kv_heads = 0;            // Hkv
-  const float* scores = nullptr;   // [rows] higher = keep; head h at starts[h] .. + lens[h]
-  const float* aux = nullptr;      // [rows] criticalkv stage-1 score (same layout), or null
-  const int64_t* starts = nullptr; // [Hkv] segment starts (a cache's offsets work)
-  const int64_t* lens = nullptr;   // [Hkv] scores per head
+  int num_kv_heads = 0;             // Hkv
+  const float* scores = nullptr;    // [rows] higher = keep; head h at starts[h] .. + lens[h]
+  const float* aux = nullptr;       // [rows] criticalkv stage-1 score (same layout), or null
+  const int64_t* starts = nullptr;  // [Hkv] segment starts (a cache's offsets work)
+  const int64_t* lens = nullptr;    // [Hkv] scores per head
 
   // Equal segments over [Hkv, n] f32 scores (+ optional aux of the same shape). `lens_storage`
   // and `starts_storage` are filled and must outlive the problem.

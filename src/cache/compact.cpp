@@ -1,6 +1,7 @@
 // Compaction (SPEC section 4): copy the kept rows into a smaller cache, and decode appends.
 #include <cstring>
 
+#include "cache/parallel_if_large.h"
 #include "kvevict/cache.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
@@ -24,10 +25,17 @@ void store_row(const TensorView& src, int h, void* dst, DType t, int d) {
   for (int j = 0; j < d; ++j) {
     const float x = static_cast<float>(src.load(h, j));
     switch (t) {
-      case DType::kF32: static_cast<float*>(dst)[j] = x; break;
-      case DType::kF16: static_cast<uint16_t*>(dst)[j] = float_to_half(x); break;
-      case DType::kBF16: static_cast<uint16_t*>(dst)[j] = float_to_bf16(x); break;
-      default: KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported");
+      case DType::kF32:
+        static_cast<float*>(dst)[j] = x;
+        break;
+      case DType::kF16:
+        static_cast<uint16_t*>(dst)[j] = float_to_half(x);
+        break;
+      case DType::kBF16:
+        static_cast<uint16_t*>(dst)[j] = float_to_bf16(x);
+        break;
+      default:
+        KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported");
     }
   }
 }
@@ -40,13 +48,11 @@ std::vector<int64_t> cache_plan_offsets(const Selection& selection, int64_t slac
                 "selection has ", selection.offsets.size(), " offsets; expected ",
                 selection.num_kv_heads + 1);
   std::vector<int64_t> off(selection.num_kv_heads + 1, 0);
-  for (int h = 0; h < selection.num_kv_heads; ++h)
-    off[h + 1] = off[h] + selection.count(h) + slack;
+  for (int h = 0; h < selection.num_kv_heads; ++h) off[h + 1] = off[h] + selection.count(h) + slack;
   return off;
 }
 
-HostKVCache cache_allocate_for(const KVLayerView& like, const Selection& selection,
-                               int64_t slack) {
+HostKVCache cache_allocate_for(const KVLayerView& like, const Selection& selection, int64_t slack) {
   const std::vector<int64_t> off = cache_plan_offsets(selection, slack);
   std::vector<int64_t> cap(selection.num_kv_heads);
   for (int h = 0; h < selection.num_kv_heads; ++h) cap[h] = off[h + 1] - off[h];
@@ -65,10 +71,11 @@ void cache_compact(const KVLayerView& in, const Selection& selection, const KVLa
     KVEVICT_CHECK(selection.count(h) <= cap, "compaction output head ", h, " holds ", cap,
                   " rows; the selection keeps ", selection.count(h), "; expected capacity >= kept");
   }
-  KVEVICT_CHECK(in.k != out.k, "compaction is out of place; input and output share memory");
+  KVEVICT_CHECK(in.k == nullptr || in.k != out.k,
+                "compaction is out of place; input and output share memory");
   const size_t row_bytes = static_cast<size_t>(in.head_dim) * dtype_size(in.dtype);
   const bool copy_acc = in.score_acc != nullptr && out.score_acc != nullptr;
-  parallel_for(in.num_kv_heads, [&](int64_t h) {
+  detail::parallel_for_if_large(in.num_kv_heads, selection.total() * in.head_dim, [&](int64_t h) {
     const int32_t* keep = selection.head(static_cast<int>(h));
     const int64_t count = selection.count(static_cast<int>(h));
     const int64_t src0 = in.offsets[h], dst0 = out.offsets[h];

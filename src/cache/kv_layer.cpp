@@ -7,15 +7,24 @@
 namespace kvevict {
 namespace {
 
-bool is_kv_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+bool is_kv_dtype(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
 
 // Writes x into element i of a f32 / f16 / bf16 buffer.
 void store_as(void* dst, DType t, int64_t i, double x) {
   switch (t) {
-    case DType::kF32: static_cast<float*>(dst)[i] = static_cast<float>(x); break;
-    case DType::kF16: static_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(x)); break;
-    case DType::kBF16: static_cast<uint16_t*>(dst)[i] = float_to_bf16(static_cast<float>(x)); break;
-    default: KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported; expected f32, f16 or bf16");
+    case DType::kF32:
+      static_cast<float*>(dst)[i] = static_cast<float>(x);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(x));
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(dst)[i] = float_to_bf16(static_cast<float>(x));
+      break;
+    default:
+      KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported; expected f32, f16 or bf16");
   }
 }
 
@@ -34,14 +43,16 @@ int64_t KVLayerView::kv_bytes() const {
 TensorView KVLayerView::head_k(int h) const {
   KVEVICT_CHECK(h >= 0 && h < num_kv_heads, "KV head ", h, " out of range; expected 0..",
                 num_kv_heads - 1);
-  char* base = static_cast<char*>(k) + offsets[h] * head_dim * static_cast<int64_t>(dtype_size(dtype));
+  char* base =
+      static_cast<char*>(k) + offsets[h] * head_dim * static_cast<int64_t>(dtype_size(dtype));
   return TensorView(base, dtype, {lens[h], head_dim}, device);
 }
 
 TensorView KVLayerView::head_v(int h) const {
   KVEVICT_CHECK(h >= 0 && h < num_kv_heads, "KV head ", h, " out of range; expected 0..",
                 num_kv_heads - 1);
-  char* base = static_cast<char*>(v) + offsets[h] * head_dim * static_cast<int64_t>(dtype_size(dtype));
+  char* base =
+      static_cast<char*>(v) + offsets[h] * head_dim * static_cast<int64_t>(dtype_size(dtype));
   return TensorView(base, dtype, {lens[h], head_dim}, device);
 }
 
@@ -55,7 +66,8 @@ bool KVLayerView::is_uniform() const {
 }
 
 TensorView KVLayerView::uniform_k() const {
-  KVEVICT_CHECK(is_uniform(), "cache is not uniform (per-head lengths or spacing differ); "
+  KVEVICT_CHECK(is_uniform(),
+                "cache is not uniform (per-head lengths or spacing differ); "
                 "expected equal lengths for a [Hkv, n, d] view");
   TensorView t(k, dtype, {num_kv_heads, lens[0], head_dim}, device);
   t.stride[0] = (offsets[1] - offsets[0]) * head_dim;
@@ -63,7 +75,8 @@ TensorView KVLayerView::uniform_k() const {
 }
 
 TensorView KVLayerView::uniform_v() const {
-  KVEVICT_CHECK(is_uniform(), "cache is not uniform (per-head lengths or spacing differ); "
+  KVEVICT_CHECK(is_uniform(),
+                "cache is not uniform (per-head lengths or spacing differ); "
                 "expected equal lengths for a [Hkv, n, d] view");
   TensorView t(v, dtype, {num_kv_heads, lens[0], head_dim}, device);
   t.stride[0] = (offsets[1] - offsets[0]) * head_dim;
@@ -71,7 +84,8 @@ TensorView KVLayerView::uniform_v() const {
 }
 
 void KVLayerView::validate(const char* what) const {
-  KVEVICT_CHECK(num_kv_heads > 0, what, ": num_kv_heads ", num_kv_heads, " is invalid; expected > 0");
+  KVEVICT_CHECK(num_kv_heads > 0, what, ": num_kv_heads ", num_kv_heads,
+                " is invalid; expected > 0");
   KVEVICT_CHECK(head_dim > 0, what, ": head_dim ", head_dim, " is invalid; expected > 0");
   KVEVICT_CHECK(is_kv_dtype(dtype), what, ": dtype ", dtype_name(dtype),
                 " is not supported; expected f32, f16 or bf16");
@@ -153,6 +167,8 @@ KVLayerView HostKVCache::view() {
   return w;
 }
 
-const KVLayerView HostKVCache::view() const { return const_cast<HostKVCache*>(this)->view(); }
+const KVLayerView HostKVCache::view() const {
+  return const_cast<HostKVCache*>(this)->view();
+}
 
 }  // namespace kvevict

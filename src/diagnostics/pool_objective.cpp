@@ -13,8 +13,8 @@ namespace {
 
 void check_pool(const PoolProblem& pp) {
   KVEVICT_CHECK(pp.head_dim > 0, "pool head_dim ", pp.head_dim, " is invalid; expected > 0");
-  KVEVICT_CHECK(pp.a.size() == static_cast<size_t>(pp.head_dim), "pool output a has ",
-                pp.a.size(), " entries; expected d = ", pp.head_dim);
+  KVEVICT_CHECK(pp.a.size() == static_cast<size_t>(pp.head_dim), "pool output a has ", pp.a.size(),
+                " entries; expected d = ", pp.head_dim);
   KVEVICT_CHECK(pp.v.size() == pp.p.size() * static_cast<size_t>(pp.head_dim), "pool values hold ",
                 pp.v.size(), " numbers; expected L * d = ", pp.p.size() * pp.head_dim);
 }
@@ -37,6 +37,13 @@ double f_value(const double* sum, int d, double mass) {
 
 }  // namespace
 
+double subset_count(int L, int k) {
+  if (k < 0 || k > L) return 0;
+  double c = 1;
+  for (int i = 1; i <= k; ++i) c = c * (L - k + i) / i;
+  return std::round(c);
+}
+
 double objective(const PoolProblem& pp, const std::vector<int>& J) {
   check_pool(pp);
   const int d = pp.head_dim;
@@ -45,7 +52,8 @@ double objective(const PoolProblem& pp, const std::vector<int>& J) {
   std::vector<char> seen(pp.size(), 0);
   for (int i : J) {
     KVEVICT_CHECK(i >= 0 && i < pp.size() && !seen[i], "eviction set index ", i,
-                  " is out of range or repeated; expected distinct indices in [0, ", pp.size(), ")");
+                  " is out of range or repeated; expected distinct indices in [0, ", pp.size(),
+                  ")");
     seen[i] = 1;
     mass += pp.p[i];
     for (int c = 0; c < d; ++c) sum[c] += pp.p[i] * (pp.a[c] - pp.v[i * d + c]);
@@ -57,8 +65,9 @@ SubsetValue exact_optimum(const PoolProblem& pp, int k) {
   check_pool(pp);
   check_k(pp, k);
   const int L = pp.size(), d = pp.head_dim;
-  KVEVICT_CHECK(L <= 24, "exact enumeration over a pool of ", L,
-                " tokens is too large; expected L <= 24");
+  KVEVICT_CHECK(L <= 64 && subset_count(L, k) <= kMaxSubsets, "exact enumeration of the ",
+                subset_count(L, k), " subsets of size ", k, " of a pool of ", L,
+                " tokens is too large; expected L <= 64 and at most ", kMaxSubsets, " subsets");
   // w_i = p_i (a - v_i): F(J) = ||sum_J w_i|| / (1 - sum_J p_i).
   std::vector<double> w(static_cast<size_t>(L) * d);
   for (int i = 0; i < L; ++i)

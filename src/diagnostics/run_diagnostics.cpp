@@ -23,14 +23,20 @@ double percentile(std::vector<double> x, double q) {
   return x[std::min(x.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-const char* pool_name(PoolChoice c) { return c == PoolChoice::kRandom ? "random" : "lowest_proxy"; }
+const char* pool_name(PoolChoice c) {
+  return c == PoolChoice::kRandom ? "random" : "lowest_proxy";
+}
 
 // JSON has no NaN or infinity: write them as null.
-nlohmann::json num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); }
+nlohmann::json num(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json();
+}
 
 }  // namespace
 
 void DiagnosticsOptions::validate() const {
+  // run_diagnostics keeps SPEC section 6's pool bound; exact_optimum itself enumerates larger
+  // pools when k is small.
   KVEVICT_CHECK(pool_size >= 1 && pool_size <= 24, "pool size ", pool_size,
                 " is out of range; expected 1..24 (exact enumeration)");
   KVEVICT_CHECK(k >= 1 && k <= pool_size, "k = ", k, " is out of range; expected 1..", pool_size);
@@ -139,12 +145,9 @@ DiagnosticsReport run_diagnostics(const TensorView& q, const TensorView& k, cons
 
 std::string DiagnosticsReport::to_json() const {
   nlohmann::json j;
-  j["options"] = {{"pool_size", options.pool_size},
-                  {"k", options.k},
-                  {"pool", pool_name(options.pool)},
-                  {"seed", options.seed},
-                  {"num_queries", options.num_queries},
-                  {"scale", options.scale}};
+  j["options"] = {{"pool_size", options.pool_size},     {"k", options.k},
+                  {"pool", pool_name(options.pool)},    {"seed", options.seed},
+                  {"num_queries", options.num_queries}, {"scale", options.scale}};
   j["summary"] = {{"rows", rows.size()},
                   {"ratio_median", num(ratio_median)},
                   {"ratio_p95", num(ratio_p95)},
@@ -172,7 +175,8 @@ std::string DiagnosticsReport::to_table() const {
   std::ostringstream os;
   os << std::setw(6) << "q_head" << std::setw(8) << "kv_head" << std::setw(8) << "query"
      << std::setw(13) << "F(J*)" << std::setw(13) << "F(J^)" << std::setw(9) << "ratio"
-     << std::setw(9) << "c*" << std::setw(10) << "eps" << std::setw(10) << "factor" << "\n";
+     << std::setw(9) << "c*" << std::setw(10) << "eps" << std::setw(10) << "factor"
+     << "\n";
   os << std::setprecision(4);
   for (const auto& r : rows) {
     os << std::setw(6) << r.q_head << std::setw(8) << r.kv_head << std::setw(8) << r.query

@@ -27,8 +27,7 @@ class CpuBackend final : public Backend {
     return kvevict::select(SelectProblem::dense(scores, aux, starts, lens), opt);
   }
 
-  void compact(const KVLayerView& in, const Selection& selection,
-               const KVLayerView& out) override {
+  void compact(const KVLayerView& in, const Selection& selection, const KVLayerView& out) override {
     cache_compact(in, selection, out);
   }
 
@@ -43,6 +42,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace kvevict

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "cache/parallel_if_large.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
@@ -19,16 +20,19 @@ struct NamedScore {
   DecodeScore score;
 };
 constexpr NamedScore kScores[] = {
-    {"h2o", DecodeScore::kAttentionSum}, {"tova", DecodeScore::kTOVA},
-    {"dropkv", DecodeScore::kDropKV},    {"obcache_v", DecodeScore::kObcacheV},
+    {"h2o", DecodeScore::kAttentionSum},   {"tova", DecodeScore::kTOVA},
+    {"dropkv", DecodeScore::kDropKV},      {"obcache_v", DecodeScore::kObcacheV},
     {"obcache_k", DecodeScore::kObcacheK}, {"obcache_vk", DecodeScore::kObcacheVK},
 };
 
 float load_f(const void* base, DType t, int64_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kF16: return half_to_float(static_cast<const uint16_t*>(base)[i]);
-    default: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF32:
+      return static_cast<const float*>(base)[i];
+    case DType::kF16:
+      return half_to_float(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
   }
 }
 
@@ -71,7 +75,9 @@ std::string DecodeEvictOptions::describe() const {
   return os.str();
 }
 
-DecodeEvictor::DecodeEvictor(DecodeEvictOptions opt) : opt_(opt) { opt_.validate(); }
+DecodeEvictor::DecodeEvictor(DecodeEvictOptions opt) : opt_(opt) {
+  opt_.validate();
+}
 
 void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int kvh,
                                 float* out) const {
@@ -108,13 +114,21 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
       double s = 0;
       switch (opt_.score) {
         case DecodeScore::kAttentionSum:
-        case DecodeScore::kTOVA: s = terms::attention_term(p); break;
+        case DecodeScore::kTOVA:
+          s = terms::attention_term(p);
+          break;
         case DecodeScore::kDropKV:
           s = terms::dropkv_term(p, terms::one_minus_prob(z, lse, floor), a2, v2, av);
           break;
-        case DecodeScore::kObcacheV: s = terms::obcache_v_term(p, v2); break;
-        case DecodeScore::kObcacheK: s = terms::obcache_k_term(p, z, a2, v2, av); break;
-        case DecodeScore::kObcacheVK: s = terms::obcache_vk_term(p, z, a2, v2, av); break;
+        case DecodeScore::kObcacheV:
+          s = terms::obcache_v_term(p, v2);
+          break;
+        case DecodeScore::kObcacheK:
+          s = terms::obcache_k_term(p, z, a2, v2, av);
+          break;
+        case DecodeScore::kObcacheVK:
+          s = terms::obcache_vk_term(p, z, a2, v2, av);
+          break;
       }
       acc[j] += s;
     }
@@ -125,7 +139,8 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
 void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const {
   c.validate("decode cache");
   KVEVICT_CHECK(c.device == Device::kCpu, "DecodeEvictor needs a host cache");
-  KVEVICT_CHECK(c.score_acc != nullptr, "decode cache has no score accumulator; expected a cache "
+  KVEVICT_CHECK(c.score_acc != nullptr,
+                "decode cache has no score accumulator; expected a cache "
                 "built with score_acc");
   check_shape(st.q, "step q", {-1, c.head_dim});
   const int64_t hq = st.q.shape[0];
@@ -136,23 +151,24 @@ void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const
   for (const TensorView* t : {&st.q, &st.a, &st.lse})
     KVEVICT_CHECK(t->dtype == DType::kF32 && t->inner_contiguous() && t->device == Device::kCpu,
                   "decode step tensors must be host f32 with contiguous rows");
-  parallel_for(c.num_kv_heads, [&](int64_t h) {
-    const int64_t len = c.lens[h];
-    std::vector<float> s(len);
-    step_scores(c, st, static_cast<int>(h), s.data());
-    float* acc = c.score_acc + c.offsets[h];
-    if (opt_.score == DecodeScore::kTOVA)
-      std::copy(s.begin(), s.end(), acc);
-    else
-      for (int64_t j = 0; j < len; ++j) acc[j] += s[j];
-  });
+  detail::parallel_for_if_large(c.num_kv_heads, c.total_len() * c.head_dim * (hq / c.num_kv_heads),
+                                [&](int64_t h) {
+                                  const int64_t len = c.lens[h];
+                                  std::vector<float> s(len);
+                                  step_scores(c, st, static_cast<int>(h), s.data());
+                                  float* acc = c.score_acc + c.offsets[h];
+                                  if (opt_.score == DecodeScore::kTOVA)
+                                    std::copy(s.begin(), s.end(), acc);
+                                  else
+                                    for (int64_t j = 0; j < len; ++j) acc[j] += s[j];
+                                });
 }
 
 int64_t DecodeEvictor::evict(const KVLayerView& c) const {
   c.validate("decode cache");
   KVEVICT_CHECK(c.score_acc != nullptr, "decode cache has no score accumulator");
   std::vector<int64_t> evicted(c.num_kv_heads, 0);
-  parallel_for(c.num_kv_heads, [&](int64_t h) {
+  detail::parallel_for_if_large(c.num_kv_heads, c.total_len() * 8, [&](int64_t h) {
     const int64_t len = c.lens[h];
     if (len <= opt_.budget + opt_.slack) return;
     std::vector<int32_t> keep;

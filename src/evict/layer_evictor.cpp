@@ -14,8 +14,10 @@ LayerEvictor::LayerEvictor(Backend& backend, ScoreOptions score, SelectOptions s
 
 Selection LayerEvictor::plan(const ScoreProblem& problem) {
   problem.validate(score_);
-  KVEVICT_CHECK(problem.k.device == backend_.device(), "problem tensors live on another device "
-                "than the ", backend_.name(), " backend");
+  KVEVICT_CHECK(problem.k.device == backend_.device(),
+                "problem tensors live on another device "
+                "than the ",
+                backend_.name(), " backend");
   const int hkv = problem.num_kv_heads();
   const int64_t n = problem.num_tokens();
   const size_t bytes = static_cast<size_t>(hkv) * static_cast<size_t>(n) * sizeof(float);
@@ -28,8 +30,7 @@ Selection LayerEvictor::plan(const ScoreProblem& problem) {
   if (two_stage && !aux_) aux_ = backend_.allocate(scores_bytes_);
   const Device dev = backend_.device();
   scores_view_ = TensorView(scores_.get(), DType::kF32, {hkv, n}, dev);
-  aux_view_ = two_stage ? TensorView(aux_.get(), DType::kF32, {hkv, n}, dev)
-                  : TensorView();
+  aux_view_ = two_stage ? TensorView(aux_.get(), DType::kF32, {hkv, n}, dev) : TensorView();
   const size_t ws = backend_.score_workspace_bytes(problem, score_);
   if (ws > workspace_bytes_ || !workspace_) {
     workspace_ = backend_.allocate(ws);

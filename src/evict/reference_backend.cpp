@@ -47,8 +47,7 @@ class ReferenceBackend final : public Backend {
     return ref::select(SelectProblem::dense(scores, aux, starts, lens), opt);
   }
 
-  void compact(const KVLayerView& in, const Selection& selection,
-               const KVLayerView& out) override {
+  void compact(const KVLayerView& in, const Selection& selection, const KVLayerView& out) override {
     cache_compact(in, selection, out);
   }
 
@@ -74,6 +73,8 @@ class ReferenceBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
+std::unique_ptr<Backend> make_reference_backend() {
+  return std::make_unique<ReferenceBackend>();
+}
 
 }  // namespace kvevict

@@ -1,12 +1,14 @@
 // Selection policies (SPEC section 3): protected tokens, uniform and adakv budgets, criticalkv's
 // two stages. Top-k by nth_element (O(n) per head) with a total order, so ties are deterministic.
+#include "kvevict/select.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "cache/parallel_if_large.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
-#include "kvevict/select.h"
 
 namespace kvevict {
 namespace {
@@ -43,21 +45,25 @@ std::vector<int64_t> adakv_budgets(const SelectProblem& pb, const Protected& pro
                                    int64_t B, double alpha) {
   const int hkv = pb.num_kv_heads;
   const int64_t m = prot.win_start - prot.sink_end;  // unprotected rows per head
-  std::vector<int64_t> flat(static_cast<size_t>(hkv) * m);  // head * m + (row - sink_end)
-  for (size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<int64_t>(i);
-  const int64_t take = static_cast<int64_t>(hkv) * B;
-  auto score_of = [&](int64_t f) {
-    return pb.scores[pb.starts[f / m] + prot.sink_end + f % m];
+  // Candidates as (score, key) with key = offset * Hkv + head: ordering keys ascending is "lower
+  // position, then lower head", so the comparator needs no division.
+  struct Candidate {
+    float score;
+    int64_t key;
   };
+  std::vector<Candidate> flat(static_cast<size_t>(hkv) * m);
+  for (int h = 0; h < hkv; ++h) {
+    const float* sc = pb.scores + pb.starts[h] + prot.sink_end;
+    for (int64_t i = 0; i < m; ++i) flat[static_cast<size_t>(i) * hkv + h] = {sc[i], i * hkv + h};
+  }
+  const int64_t take = static_cast<int64_t>(hkv) * B;
   if (take < static_cast<int64_t>(flat.size()))
-    std::nth_element(flat.begin(), flat.begin() + take, flat.end(), [&](int64_t a, int64_t b) {
-      const float sa = score_of(a), sb = score_of(b);
-      if (sa != sb) return sa > sb;
-      if (a % m != b % m) return a % m < b % m;  // lower position first
-      return a / m < b / m;                      // then lower head
-    });
+    std::nth_element(flat.begin(), flat.begin() + take, flat.end(),
+                     [](const Candidate& a, const Candidate& b) {
+                       return a.score > b.score || (a.score == b.score && a.key < b.key);
+                     });
   std::vector<int64_t> f(hkv, 0);
-  for (int64_t i = 0; i < take; ++i) ++f[flat[i] / m];
+  for (int64_t i = 0; i < take; ++i) ++f[flat[i].key % hkv];
   (void)n;
   // B_h = f_h (1 - alpha) + alpha B, floored, then the remaining units go to the largest
   // remainders (ties toward the lower head) so the layer total is exactly Hkv * B.
@@ -139,7 +145,9 @@ Selection select(const SelectProblem& pb, const SelectOptions& opt) {
 
   std::vector<std::vector<int32_t>> per_head(hkv);
   std::vector<char> below(hkv, 0);
-  parallel_for(hkv, [&](int64_t h) {
+  int64_t rows = 0;
+  for (int h = 0; h < hkv; ++h) rows += pb.lens[h];
+  detail::parallel_for_if_large(hkv, rows * 8, [&](int64_t h) {
     const int64_t s = pb.starts[h];
     per_head[h].reserve(n_keep[h]);
     below[h] = select_head(pb.scores + s, pb.aux ? pb.aux + s : nullptr, pb.lens[h], n_keep[h],

@@ -40,10 +40,10 @@ SelectProblem SelectProblem::dense(const TensorView& scores, const TensorView& a
                                    std::vector<int64_t>& starts_storage,
                                    std::vector<int64_t>& lens_storage) {
   check_shape(scores, "scores", {-1, -1});
-  KVEVICT_CHECK(scores.dtype == DType::kF32 && scores.is_contiguous() &&
-                    scores.device == Device::kCpu,
-                "scores ", scores.shape_str(), " must be contiguous host f32; got ",
-                dtype_name(scores.dtype));
+  KVEVICT_CHECK(
+      scores.dtype == DType::kF32 && scores.is_contiguous() && scores.device == Device::kCpu,
+      "scores ", scores.shape_str(), " must be contiguous host f32; got ",
+      dtype_name(scores.dtype));
   const int hkv = static_cast<int>(scores.shape[0]);
   const int64_t n = scores.shape[1];
   if (!aux.empty()) {

@@ -29,9 +29,15 @@ float round_to(DType t, float x) {
 }
 
 Inputs make_inputs(int hq, int hkv, int d, int64_t n, int64_t m, DType t, uint64_t seed) {
-  Inputs in{hq, hkv, d, n, m, testing::normal_floats(hq * m * d, seed),
+  Inputs in{hq,
+            hkv,
+            d,
+            n,
+            m,
+            testing::normal_floats(hq * m * d, seed),
             testing::normal_floats(hkv * n * d, seed + 1),
-            testing::normal_floats(hkv * n * d, seed + 2), {}};
+            testing::normal_floats(hkv * n * d, seed + 2),
+            {}};
   for (float& x : in.k) x = round_to(t, x);
   for (float& x : in.v) x = round_to(t, x);
   // Positions that exercise causality: some queries inside the prompt, some after it (decode /
@@ -111,13 +117,14 @@ void run_case(const Case& c) {
   so.budget.value = c.budget;
   so.sink = 1;
   so.window = 2;
-  const Selection sel = select(
-      SelectProblem::dense(TensorView(scores.data(), DType::kF32, {c.hkv, c.n}), TensorView(),
-                           starts, lens),
-      so);
+  const Selection sel =
+      select(SelectProblem::dense(TensorView(scores.data(), DType::kF32, {c.hkv, c.n}),
+                                  TensorView(), starts, lens),
+             so);
   HostKVCache small = cache_allocate_for(full.view(), sel, c.slack);
   cache_compact(full.view(), sel, small.view());
-  EXPECT_LT(small.kv_bytes(), full.kv_bytes() + (c.budget == 1.0 ? 1 : 0) + c.slack * 2 * c.hkv * c.d * 4);
+  EXPECT_LT(small.kv_bytes(),
+            full.kv_bytes() + (c.budget == 1.0 ? 1 : 0) + c.slack * 2 * c.hkv * c.d * 4);
 
   std::vector<std::vector<char>> kept(c.hkv, std::vector<char>(c.n, 0));
   for (int h = 0; h < c.hkv; ++h)

@@ -26,7 +26,8 @@ float k_at(const KVLayerView& c, int64_t row, int i) {
 TEST(HostKVCache, FromDenseRoundTripAndViews) {
   const int hkv = 3, d = 5;
   const int64_t n = 7;
-  std::vector<float> k = testing::random_floats(hkv * n * d, 1), v = testing::random_floats(hkv * n * d, 2);
+  std::vector<float> k = testing::random_floats(hkv * n * d, 1),
+                     v = testing::random_floats(hkv * n * d, 2);
   HostKVCache c = HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {hkv, n, d}),
                                           TensorView(v.data(), DType::kF32, {hkv, n, d}),
                                           DType::kBF16, 2, true);
@@ -50,10 +51,11 @@ TEST(HostKVCache, FromDenseRoundTripAndViews) {
 TEST(CacheCompact, CopiesKeptRowsAndShrinks) {
   const int hkv = 2, d = 3;
   const int64_t n = 9;
-  std::vector<float> k = testing::random_floats(hkv * n * d, 3), v = testing::random_floats(hkv * n * d, 4);
-  HostKVCache full = HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {hkv, n, d}),
-                                             TensorView(v.data(), DType::kF32, {hkv, n, d}),
-                                             DType::kF32, 0, true);
+  std::vector<float> k = testing::random_floats(hkv * n * d, 3),
+                     v = testing::random_floats(hkv * n * d, 4);
+  HostKVCache full =
+      HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {hkv, n, d}),
+                              TensorView(v.data(), DType::kF32, {hkv, n, d}), DType::kF32, 0, true);
   KVLayerView fw = full.view();
   for (int64_t r = 0; r < fw.capacity_rows(); ++r) fw.score_acc[r] = static_cast<float>(r);
   const Selection sel = make_selection({{0, 4, 8}, {1, 2, 3, 7, 8}});
@@ -80,9 +82,9 @@ TEST(CacheCompact, CopiesKeptRowsAndShrinks) {
 
 TEST(CacheCompact, RejectsMismatches) {
   std::vector<float> k(2 * 4 * 3, 1.0f);
-  HostKVCache full = HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {2, 4, 3}),
-                                             TensorView(k.data(), DType::kF32, {2, 4, 3}),
-                                             DType::kF32);
+  HostKVCache full =
+      HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {2, 4, 3}),
+                              TensorView(k.data(), DType::kF32, {2, 4, 3}), DType::kF32);
   const Selection sel = make_selection({{0, 1}, {2, 3}});
   HostKVCache bad_dtype(DType::kF16, 2, 3, {2, 2});
   EXPECT_THROW(cache_compact(full.view(), sel, bad_dtype.view()), Error);
@@ -120,9 +122,9 @@ TEST(CacheAppend, FillsSegmentsThenThrows) {
 TEST(CacheCompactInplace, MovesKeptRowsForward) {
   std::vector<float> k(1 * 6 * 2);
   for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i);
-  HostKVCache c = HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {1, 6, 2}),
-                                          TensorView(k.data(), DType::kF32, {1, 6, 2}),
-                                          DType::kF32, 0, true);
+  HostKVCache c =
+      HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {1, 6, 2}),
+                              TensorView(k.data(), DType::kF32, {1, 6, 2}), DType::kF32, 0, true);
   KVLayerView w = c.view();
   for (int i = 0; i < 6; ++i) w.score_acc[i] = 100.0f + i;
   const int32_t keep[] = {1, 4, 5};

@@ -47,7 +47,8 @@ TEST(Backend, CpuMatchesReferenceOpByOp) {
 
     // compact: identical bytes.
     const HostKVCache full = HostKVCache::from_dense(pb.k, pb.v, DType::kBF16);
-    HostKVCache ca = cache_allocate_for(full.view(), a, 1), cr = cache_allocate_for(full.view(), a, 1);
+    HostKVCache ca = cache_allocate_for(full.view(), a, 1),
+                cr = cache_allocate_for(full.view(), a, 1);
     cpu->compact(full.view(), a, ca.view());
     ref->compact(full.view(), a, cr.view());
     const KVLayerView va = ca.view(), vr = cr.view();
@@ -67,11 +68,13 @@ TEST(Backend, CpuMatchesReferenceOpByOp) {
     ap.cache = va;
     std::vector<float> oa(q.size()), orf(q.size()), la(hkv * group * 5), lr(la.size());
     std::vector<uint8_t> aws(cpu->attention_workspace_bytes(ap) + 1);
-    cpu->attention(ap, {TensorView(oa.data(), DType::kF32, {hkv * group, 5, d}),
-                        TensorView(la.data(), DType::kF32, {hkv * group, 5})},
+    cpu->attention(ap,
+                   {TensorView(oa.data(), DType::kF32, {hkv * group, 5, d}),
+                    TensorView(la.data(), DType::kF32, {hkv * group, 5})},
                    Workspace{aws.data(), aws.size()});
-    ref->attention(ap, {TensorView(orf.data(), DType::kF32, {hkv * group, 5, d}),
-                        TensorView(lr.data(), DType::kF32, {hkv * group, 5})},
+    ref->attention(ap,
+                   {TensorView(orf.data(), DType::kF32, {hkv * group, 5, d}),
+                    TensorView(lr.data(), DType::kF32, {hkv * group, 5})},
                    Workspace{});
     EXPECT_TRUE(testing::all_close(oa, std::vector<double>(orf.begin(), orf.end()), 2e-5, 2e-4,
                                    "attention out"));

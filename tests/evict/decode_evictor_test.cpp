@@ -1,6 +1,4 @@
 // Decode-time eviction (SPEC section 5), simulated over many steps with real attention outputs.
-#include "kvevict/decode_evict.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +7,7 @@
 
 #include "kvevict/attention.h"
 #include "kvevict/cache.h"
+#include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
 #include "support/testing.h"
 
@@ -32,10 +31,14 @@ double independent_term(DecodeScore s, const float* q, const float* a, double ls
   const double p = std::exp(z - lse);
   switch (s) {
     case DecodeScore::kAttentionSum:
-    case DecodeScore::kTOVA: return p;
-    case DecodeScore::kDropKV: return std::pow(p / std::max(1.0 - p, 1e-12), 2) * amv2;
-    case DecodeScore::kObcacheV: return p * p * v2;
-    case DecodeScore::kObcacheK: return std::pow(p * z, 2) * amv2;
+    case DecodeScore::kTOVA:
+      return p;
+    case DecodeScore::kDropKV:
+      return std::pow(p / std::max(1.0 - p, 1e-12), 2) * amv2;
+    case DecodeScore::kObcacheV:
+      return p * p * v2;
+    case DecodeScore::kObcacheK:
+      return std::pow(p * z, 2) * amv2;
     case DecodeScore::kObcacheVK:
       return p * p * v2 + std::pow(p * z, 2) * amv2 + 2 * p * p * z * (v2 - av);
   }
@@ -54,9 +57,9 @@ RunResult simulate(const DecodeEvictOptions& opt, int64_t prompt, int steps, DTy
   // The prompt fills the cache up to the budget; the capacity is budget + slack + 1 per head.
   std::vector<float> k0 = testing::normal_floats(kHkv * prompt * kD, seed);
   std::vector<float> v0 = testing::normal_floats(kHkv * prompt * kD, seed + 1);
-  HostKVCache dense = HostKVCache::from_dense(TensorView(k0.data(), DType::kF32, {kHkv, prompt, kD}),
-                                              TensorView(v0.data(), DType::kF32, {kHkv, prompt, kD}),
-                                              dtype, 0, true);
+  HostKVCache dense = HostKVCache::from_dense(
+      TensorView(k0.data(), DType::kF32, {kHkv, prompt, kD}),
+      TensorView(v0.data(), DType::kF32, {kHkv, prompt, kD}), dtype, 0, true);
   HostKVCache cache(dtype, kHkv, kD, std::vector<int64_t>(kHkv, opt.capacity_per_head()), true);
   cache_compact(dense.view(), Selection::keep_all(kHkv, dense.view().lens), cache.view());
   KVLayerView c = cache.view();
@@ -166,8 +169,9 @@ TEST(DecodeEvictor, KeepsHighestAccumulatedScores) {
   HostKVCache c(DType::kF32, 1, 2, {8}, true);
   KVLayerView w = c.view();
   std::vector<float> row = {1, 2};
-  for (int p = 0; p < 8; ++p) cache_append(w, TensorView(row.data(), DType::kF32, {1, 2}),
-                                           TensorView(row.data(), DType::kF32, {1, 2}), p);
+  for (int p = 0; p < 8; ++p)
+    cache_append(w, TensorView(row.data(), DType::kF32, {1, 2}),
+                 TensorView(row.data(), DType::kF32, {1, 2}), p);
   const float acc[] = {0.5f, 9, 1, 7, 1, 3, 0, 0};
   std::copy(acc, acc + 8, w.score_acc);
   DecodeEvictOptions opt;

@@ -1,10 +1,9 @@
-#include "kvevict/evict.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "kvevict/error.h"
+#include "kvevict/evict.h"
 #include "score/problem_builder.h"
 #include "support/testing.h"
 
@@ -38,7 +37,8 @@ void check_pipeline(const MethodSpec& spec, double budget, int64_t n, uint64_t s
   EXPECT_EQ(r.selection.index, want.index);
 
   const int64_t keep = so.budget.keep_count(n);
-  EXPECT_EQ(r.selection.total(), 3 * std::max<int64_t>(keep, std::min<int64_t>(n, so.window + so.sink)));
+  EXPECT_EQ(r.selection.total(),
+            3 * std::max<int64_t>(keep, std::min<int64_t>(n, so.window + so.sink)));
   EXPECT_EQ(r.bytes_before, 2 * 3 * n * 16 * 2);
   EXPECT_EQ(r.bytes_after, 2 * (r.selection.total() + 3 * 2) * 16 * 2);
   EXPECT_LT(r.bytes_after, r.bytes_before);

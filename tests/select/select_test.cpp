@@ -28,7 +28,7 @@ struct Dense {
 // Random scores; `levels` > 0 quantizes them to that many values to force ties.
 Dense make_dense(int hkv, int64_t n, uint64_t seed, int levels = 0) {
   Dense d{hkv, n, testing::random_floats(hkv * n, seed), testing::random_floats(hkv * n, seed + 7),
-          {}, {}};
+          {},  {}};
   if (levels > 0) {
     for (float& x : d.scores) x = std::floor((x + 1.0f) * levels / 2.0f);
     for (float& x : d.aux) x = std::floor((x + 1.0f) * levels / 2.0f);
@@ -208,9 +208,9 @@ TEST(Select, MatchesBruteForceReference) {
               opt.window = static_cast<int>(seed % 4);
               const Selection got = select(d.problem(aux), opt);
               const Selection want = ref::select(d.problem(aux), opt);
-              SCOPED_TRACE(::testing::Message() << "n=" << n << " hkv=" << hkv << " levels="
-                                              << levels << " policy=" << policy_name(p)
-                                              << " aux=" << aux << " b=" << b);
+              SCOPED_TRACE(::testing::Message()
+                           << "n=" << n << " hkv=" << hkv << " levels=" << levels
+                           << " policy=" << policy_name(p) << " aux=" << aux << " b=" << b);
               ASSERT_EQ(got.offsets, want.offsets);
               EXPECT_EQ(got.index, want.index);
               EXPECT_EQ(got.warning.empty(), want.warning.empty());
