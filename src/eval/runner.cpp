@@ -105,7 +105,9 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
       std::unique_ptr<PrefillState> state = model.prefill(context_ids, question_ids, mode);
       KVEVICT_CHECK(state != nullptr, "the model returned no prefill state for task '", s.task,
                     "'; expected EvalModel::prefill to return one");
-      for (const MethodConfig& m : opt.methods) {
+      for (MethodConfig m : opt.methods) {
+        if (mode == QueryMode::kAware && opt.question_window && !m.is_full())
+          m.spec.score.window = static_cast<int>(question_ids.size());
         pr.current = s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " +
                      m.label();
         const auto t0 = std::chrono::steady_clock::now();

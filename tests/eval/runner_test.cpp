@@ -121,7 +121,12 @@ TEST(Runner, PrefillsOncePerSampleAndModeAndScoresEveryMethod) {
   const SampleRecord& r = res.records[1];
   EXPECT_EQ(r.method, "snapkv");
   EXPECT_EQ(r.budget, "0.5");
-  EXPECT_EQ(r.window, 32);
+  // Query-aware: the window is the question (SPEC 5); query-agnostic keeps snapkv's 32.
+  EXPECT_EQ(r.window, r.question_tokens);
+  EXPECT_GT(r.question_tokens, 1);
+  EXPECT_EQ(res.records[6].method, "snapkv");
+  EXPECT_EQ(res.records[6].mode, QueryMode::kAgnostic);
+  EXPECT_EQ(res.records[6].window, 32);
   EXPECT_EQ(r.pooling, "max:7");
   EXPECT_EQ(r.policy, "uniform");
   EXPECT_EQ(r.sample_index, 0);
@@ -183,6 +188,21 @@ TEST(Runner, ReportsNameEverySetting) {
   EXPECT_EQ(doc.at("records")[1].at("mode"), "query-agnostic");
   EXPECT_EQ(doc.at("records")[0].at("score"), 100.0);
   EXPECT_EQ(doc.at("aggregate").size(), 4u);  // 2 settings x (task + average)
+}
+
+TEST(Runner, QuestionWindowCanBeTurnedOff) {
+  FakeModel model;
+  model.current_answers = {"q"};
+  std::vector<Sample> samples = {sample("niah_single_1", {"q"}, 4096)};
+  RunOptions opt;
+  opt.methods = expand_methods({"dropkv"}, {Budget{0.5}});
+  opt.question_window = false;
+  EvalResults res = run_eval(model, samples, opt);
+  ASSERT_EQ(res.records.size(), 1u);
+  EXPECT_EQ(res.records[0].window, 8) << "dropkv's own window";
+  opt.question_window = true;
+  res = run_eval(model, samples, opt);
+  EXPECT_EQ(res.records[0].window, res.records[0].question_tokens);
 }
 
 TEST(Runner, BadInputsAreErrors) {

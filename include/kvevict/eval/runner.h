@@ -65,8 +65,9 @@ class EvalModel {
   virtual std::string name() const = 0;  // model name for the reports (file stem, arch)
   virtual const Tokenizer& tokenizer() const = 0;
 
-  // Prefills with the full cache. kAware: the prompt is context + question and eviction will use
-  // the question tokens as the observation window. kAgnostic: only the context is prefilled; the
+  // Prefills with the full cache. kAware: the prompt is context + question, and eviction scores
+  // with the last `method.window()` queries (the question's tokens with
+  // RunOptions::question_window). kAgnostic: only the context is prefilled; the
   // question is appended after eviction, in answer().
   virtual std::unique_ptr<PrefillState> prefill(const std::vector<int32_t>& context_tokens,
                                                 const std::vector<int32_t>& question_tokens,
@@ -83,6 +84,10 @@ struct RunOptions {
   std::vector<MethodConfig> methods;  // expand_methods(...)
   std::vector<QueryMode> modes = {QueryMode::kAware};
   bool add_bos = true;        // BOS before the context tokens
+  // SPEC section 5: in query-aware mode the observation window is the question. When true, each
+  // method's window (scored queries and protected tail) is set to the question's token count for
+  // that sample; when false the method's own window is kept. Records carry the window used.
+  bool question_window = true;
   uint64_t base_seed = 0;     // the seed the samples were generated with, for the report
   std::string prompt_style;   // "raw" | "chat", for the report
 };
