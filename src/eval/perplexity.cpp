@@ -9,6 +9,26 @@
 
 namespace kvevict::eval {
 
+std::vector<int32_t> prose_tokens(const std::string& text, const Tokenizer& tokenizer,
+                                  int64_t max_tokens) {
+  KVEVICT_CHECK(max_tokens > 0, "token count ", max_tokens, " is invalid; expected > 0");
+  // Prose runs 4-5 bytes a token for English BPE; start at 8 and double until enough.
+  size_t bytes = static_cast<size_t>(max_tokens) * 8;
+  for (;;) {
+    size_t cut = text.size();
+    if (bytes < text.size()) {
+      cut = text.rfind(' ', bytes);
+      if (cut == std::string::npos || cut == 0) cut = bytes;
+    }
+    std::vector<int32_t> ids = tokenizer.encode(text.substr(0, cut), true);
+    if (static_cast<int64_t>(ids.size()) >= max_tokens || cut == text.size()) {
+      if (static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
+      return ids;
+    }
+    bytes *= 2;
+  }
+}
+
 std::vector<TokenSpan> ppl_chunks(int64_t n_tokens, int64_t chunk_tokens, int64_t max_chunks) {
   KVEVICT_CHECK(chunk_tokens >= 2, "perplexity chunk length ", chunk_tokens,
                 " is too small; expected at least 2 tokens");
