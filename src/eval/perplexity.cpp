@@ -22,7 +22,8 @@ std::vector<int32_t> prose_tokens(const std::string& text, const Tokenizer& toke
     }
     std::vector<int32_t> ids = tokenizer.encode(text.substr(0, cut), true);
     if (static_cast<int64_t>(ids.size()) >= max_tokens || cut == text.size()) {
-      if (static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
+      if (static_cast<int64_t>(ids.size()) > max_tokens)
+        ids.resize(static_cast<size_t>(max_tokens));
       return ids;
     }
     bytes *= 2;
@@ -97,10 +98,10 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
     PplAccumulator acc(bucket_tokens);
     for (size_t c = 0; c < chunks.size(); ++c) {
       const TokenSpan& span = chunks[c];
-      KVEVICT_CHECK(span.begin >= 0 && span.end <= static_cast<int64_t>(tokens.size()) &&
-                        span.size() >= 2,
-                    "chunk [", span.begin, ", ", span.end, ") is outside the ", tokens.size(),
-                    " tokens or shorter than 2; expected spans from ppl_chunks()");
+      KVEVICT_CHECK(
+          span.begin >= 0 && span.end <= static_cast<int64_t>(tokens.size()) && span.size() >= 2,
+          "chunk [", span.begin, ", ", span.end, ") is outside the ", tokens.size(),
+          " tokens or shorter than 2; expected spans from ppl_chunks()");
       const std::vector<int32_t> chunk(tokens.begin() + span.begin, tokens.begin() + span.end);
       const std::vector<double> nlls = model.token_nlls(chunk, m, decode);
       KVEVICT_CHECK(static_cast<int64_t>(nlls.size()) == span.size() - 1, "the model returned ",
@@ -110,7 +111,8 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
       ++pr.done;
       pr.elapsed_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      pr.eta_s = pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
+      pr.eta_s =
+          pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
       pr.current = "ppl chunk " + std::to_string(c) + " " + m.label();
       if (progress) progress(pr);
     }

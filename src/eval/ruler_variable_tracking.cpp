@@ -35,7 +35,8 @@ Chains make_chains(Rng& rng, int num_chains, int num_hops, bool icl) {
     // RULER: np.random.randint(10000, 99999) (high exclusive); its ICL example uses 12345.
     const std::string value = icl ? "12345" : std::to_string(rng.uniform_int(10000, 99998));
     std::vector<std::string> lines = {"VAR " + vars[0] + " = " + value};
-    for (int j = 0; j < num_hops; ++j) lines.push_back("VAR " + vars[j + 1] + " = VAR " + vars[j] + " ");
+    for (int j = 0; j < num_hops; ++j)
+      lines.push_back("VAR " + vars[j + 1] + " = VAR " + vars[j] + " ");
     c.vars.push_back(vars);
     c.lines.push_back(lines);
   }

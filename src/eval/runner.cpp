@@ -38,7 +38,9 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
   return m;
 }
 
-std::string MethodConfig::label() const { return is_full() ? name : name + "@" + budget.str(); }
+std::string MethodConfig::label() const {
+  return is_full() ? name : name + "@" + budget.str();
+}
 
 std::vector<MethodConfig> expand_methods(const std::vector<std::string>& methods,
                                          const std::vector<Budget>& budgets, int window,
@@ -68,7 +70,8 @@ std::string format_progress(const Progress& p) {
                     static_cast<long long>(t % 60));
     return std::string(buf);
   };
-  const double pct = p.total > 0 ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 0.0;
+  const double pct =
+      p.total > 0 ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 0.0;
   char head[96];
   std::snprintf(head, sizeof(head), "%lld/%lld (%.0f%%)", static_cast<long long>(p.done),
                 static_cast<long long>(p.total), pct);
@@ -108,8 +111,8 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
       for (MethodConfig m : opt.methods) {
         if (mode == QueryMode::kAware && opt.question_window && !m.is_full())
           m.spec.score.window = static_cast<int>(question_ids.size());
-        pr.current = s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " +
-                     m.label();
+        pr.current =
+            s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " + m.label();
         const auto t0 = std::chrono::steady_clock::now();
         Generation g = model.answer(*state, m, question_ids, mode, s.max_new_tokens);
         const auto t1 = std::chrono::steady_clock::now();
@@ -137,7 +140,8 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
 
         ++pr.done;
         pr.elapsed_s = std::chrono::duration<double>(t1 - start).count();
-        pr.eta_s = pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
+        pr.eta_s =
+            pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
         if (progress) progress(pr);
       }
     }

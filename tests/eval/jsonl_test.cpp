@@ -1,10 +1,11 @@
 // The JSONL reader accepts the SPEC format and rejects malformed rows naming line, field and type.
+#include "kvevict/eval/jsonl.h"
+
 #include <gtest/gtest.h>
 
 #include <sstream>
 
 #include "kvevict/error.h"
-#include "kvevict/eval/jsonl.h"
 
 namespace kvevict::eval {
 namespace {
@@ -24,7 +25,8 @@ std::string error_of(const std::string& text) {
 
 void expect_contains(const std::string& msg, const std::vector<std::string>& parts) {
   ASSERT_FALSE(msg.empty()) << "expected the reader to throw";
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 TEST(Jsonl, ReadsRowsAndSkipsBlankLines) {
@@ -70,25 +72,41 @@ TEST(Jsonl, RejectsNonObjectRows) {
 }
 
 TEST(Jsonl, RejectsMissingFieldNamingIt) {
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
-                  {"line 1", "'answer_prefix'", "missing", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
+      {"line 1", "'answer_prefix'", "missing", "expected a string"});
 }
 
 TEST(Jsonl, RejectsWrongTypesNamingFieldAndExpectedType) {
-  expect_contains(error_of(R"({"context": 5, "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
-                  {"'context'", "is integer", "expected a string"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": "a", "max_new_tokens": 3, "task": "t"})"),
-                  {"'answers'", "is string", "expected an array of strings"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a", 3], "max_new_tokens": 3, "task": "t"})"),
-                  {"'answers' element 1", "integer", "expected a string"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": [], "max_new_tokens": 3, "task": "t"})"),
-                  {"'answers'", "empty", "at least one"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 2.5, "task": "t"})"),
-                  {"'max_new_tokens'", "is number", "positive integer"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 0, "task": "t"})"),
-                  {"'max_new_tokens' is 0", "positive integer"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": null})"),
-                  {"'task'", "null", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": 5, "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
+      {"'context'", "is integer", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": "a", "max_new_tokens": 3, "task": "t"})"),
+      {"'answers'", "is string", "expected an array of strings"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a", 3], "max_new_tokens": 3, "task": "t"})"),
+      {"'answers' element 1", "integer", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": [], "max_new_tokens": 3, "task": "t"})"),
+      {"'answers'", "empty", "at least one"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 2.5, "task": "t"})"),
+      {"'max_new_tokens'", "is number", "positive integer"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 0, "task": "t"})"),
+      {"'max_new_tokens' is 0", "positive integer"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": null})"),
+      {"'task'", "null", "expected a string"});
 }
 
 TEST(Jsonl, MissingFileIsNamed) {

@@ -1,4 +1,6 @@
 // Perplexity pieces: chunking, the NLL accumulator against hand-computed values, and the run loop.
+#include "kvevict/eval/perplexity.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,7 +8,6 @@
 
 #include "eval/eval_fixtures.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/perplexity.h"
 
 namespace kvevict::eval {
 namespace {

@@ -1,5 +1,7 @@
 // The runner prefills each sample once per mode, answers with every method from that prefill, and
 // aggregates scores into the tables the reports print.
+#include "kvevict/eval/runner.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,7 +10,6 @@
 #include "eval/eval_fixtures.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/report.h"
-#include "kvevict/eval/runner.h"
 
 namespace kvevict::eval {
 namespace {
@@ -32,7 +33,8 @@ class FakeModel : public EvalModel {
     ++prefills;
     auto st = std::make_unique<FakeState>();
     st->tokens = context;
-    if (mode == QueryMode::kAware) st->tokens.insert(st->tokens.end(), question.begin(), question.end());
+    if (mode == QueryMode::kAware)
+      st->tokens.insert(st->tokens.end(), question.begin(), question.end());
     st->mode = mode;
     EXPECT_EQ(context.at(0), tok_.bos_id());
     return st;
@@ -106,12 +108,14 @@ TEST(Runner, PrefillsOncePerSampleAndModeAndScoresEveryMethod) {
     EXPECT_GE(seen[i].eta_s, 0.0);
   }
   EXPECT_EQ(seen.back().eta_s, 0.0);
-  EXPECT_NE(format_progress(seen[4]).find("5/30 (17%)"), std::string::npos) << format_progress(seen[4]);
+  EXPECT_NE(format_progress(seen[4]).find("5/30 (17%)"), std::string::npos)
+      << format_progress(seen[4]);
 
   // Expected scores: full 100; snapkv keeps half the answers -> 50; knorm 0.
   std::map<std::string, double> by_method;
   for (const auto& a : res.aggregate())
-    if (a.task == "niah_multivalue" && a.mode == QueryMode::kAware && (a.budget == "0.5" || a.method == "full"))
+    if (a.task == "niah_multivalue" && a.mode == QueryMode::kAware &&
+        (a.budget == "0.5" || a.method == "full"))
       by_method[a.method] = a.score;
   EXPECT_DOUBLE_EQ(by_method["full"], 100.0);
   EXPECT_DOUBLE_EQ(by_method["snapkv"], 50.0);
@@ -133,7 +137,8 @@ TEST(Runner, PrefillsOncePerSampleAndModeAndScoresEveryMethod) {
   EXPECT_EQ(res.records[10].sample_index, 1) << "second niah_multivalue sample";
   EXPECT_EQ(res.records[20].sample_index, 0) << "first vt sample";
   // Query-agnostic prefills only the context; query-aware context + question.
-  EXPECT_EQ(res.records[0].kept_tokens, res.records[0].context_tokens + res.records[0].question_tokens);
+  EXPECT_EQ(res.records[0].kept_tokens,
+            res.records[0].context_tokens + res.records[0].question_tokens);
   EXPECT_EQ(res.records[5].mode, QueryMode::kAgnostic);
   EXPECT_EQ(res.records[5].kept_tokens, res.records[5].context_tokens);
 }
@@ -175,8 +180,8 @@ TEST(Runner, ReportsNameEverySetting) {
   opt.prompt_style = "chat";
   EvalResults res = run_eval(model, samples, opt);
   const std::string md = results_to_markdown(res);
-  for (const char* part : {"fake-model", "base seed 1234", "chat", "length 8192",
-                           "query-agnostic", "| dropkv | 0.1 | 16 | avg:5 | uniform |",
+  for (const char* part : {"fake-model", "base seed 1234", "chat", "length 8192", "query-agnostic",
+                           "| dropkv | 0.1 | 16 | avg:5 | uniform |",
                            "| full | 1 | 0 | none | none |", "niah_single_1", "average"})
     EXPECT_NE(md.find(part), std::string::npos) << "'" << part << "' missing from:\n" << md;
   const auto doc = nlohmann::json::parse(results_to_json(res));

@@ -36,15 +36,15 @@ struct TaskConfig {
   Haystack haystack = Haystack::kEssay;
   NeedleType key_type = NeedleType::kWords;
   NeedleType value_type = NeedleType::kNumbers;
-  int num_keys = 1;      // needles with distinct keys (max(num_keys, num_queries) as RULER does)
-  int num_values = 1;    // values per key
-  int num_queries = 1;   // keys asked about
-  int num_chains = 1;    // vt
-  int num_hops = 4;      // vt
-  int freq_common = 30;  // cwe: repeats of each common word (6 below 4K tokens)
-  int freq_uncommon = 3; // cwe: repeats of each other word (1 below 4K tokens)
-  int num_common = 10;   // cwe
-  double alpha = 2.0;    // fwe: Zipf exponent
+  int num_keys = 1;        // needles with distinct keys (max(num_keys, num_queries) as RULER does)
+  int num_values = 1;      // values per key
+  int num_queries = 1;     // keys asked about
+  int num_chains = 1;      // vt
+  int num_hops = 4;        // vt
+  int freq_common = 30;    // cwe: repeats of each common word (6 below 4K tokens)
+  int freq_uncommon = 3;   // cwe: repeats of each other word (1 below 4K tokens)
+  int num_common = 10;     // cwe
+  double alpha = 2.0;      // fwe: Zipf exponent
   int coded_word_len = 6;  // fwe
   int max_new_tokens = 0;  // RULER's tokens_to_generate: niah 128, vt 30, cwe 120, fwe 50
 };
@@ -57,9 +57,10 @@ const TaskConfig& ruler_task_config(const std::string& name);
 // context + question split at the end of the haystack, then the answer prefix.
 namespace templates {
 extern const char* const kNoiseSentence;  // the repeated haystack of niah_single_1 and vt
-extern const char* const kNeedle;         // "One of the special magic {type_needle_v} for {key} is: {value}."
-extern const char* const kNiahPlural;     // full niah template, several answers
-extern const char* const kNiahSingular;   // the same with one answer ("A special magic ... is")
+extern const char* const
+    kNeedle;  // "One of the special magic {type_needle_v} for {key} is: {value}."
+extern const char* const kNiahPlural;    // full niah template, several answers
+extern const char* const kNiahSingular;  // the same with one answer ("A special magic ... is")
 extern const char* const kNiahPrefixPlural;
 extern const char* const kNiahPrefixSingular;
 extern const char* const kVariableTracking;
@@ -117,8 +118,8 @@ class RulerGenerator {
  private:
   const Corpus& corpus_;
   const Tokenizer& tokenizer_;
-  std::vector<std::string> essay_words_;  // the essay haystack, split on spaces
-  std::vector<std::string> cwe_words_;    // nouns + adjectives + verbs, fixed shuffle
+  std::vector<std::string> essay_words_;      // the essay haystack, split on spaces
+  std::vector<std::string> cwe_words_;        // nouns + adjectives + verbs, fixed shuffle
   std::vector<std::string> cwe_large_words_;  // all lemmas, fixed shuffle (long lists)
 };
 

@@ -23,7 +23,7 @@ namespace kvevict::eval {
 // SPEC section 5: query-aware puts the question in the prompt that is compressed (the window is the
 // question's tokens); query-agnostic compresses the context alone and appends the question after.
 enum class QueryMode : uint8_t { kAware, kAgnostic };
-const char* query_mode_name(QueryMode m);  // "query-aware" | "query-agnostic"
+const char* query_mode_name(QueryMode m);          // "query-aware" | "query-agnostic"
 QueryMode query_mode_parse(const std::string& s);  // also "aware" | "agnostic"
 
 // One eviction setting to evaluate: a method (or the full cache) at one budget.
@@ -83,21 +83,21 @@ class EvalModel {
 struct RunOptions {
   std::vector<MethodConfig> methods;  // expand_methods(...)
   std::vector<QueryMode> modes = {QueryMode::kAware};
-  bool add_bos = true;        // BOS before the context tokens
+  bool add_bos = true;  // BOS before the context tokens
   // SPEC section 5: in query-aware mode the observation window is the question. When true, each
   // method's window (scored queries and protected tail) is set to the question's token count for
   // that sample; when false the method's own window is kept. Records carry the window used.
   bool question_window = true;
-  uint64_t base_seed = 0;     // the seed the samples were generated with, for the report
-  std::string prompt_style;   // "raw" | "chat", for the report
+  uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
+  std::string prompt_style;  // "raw" | "chat", for the report
 };
 
 struct Progress {
-  int64_t done = 0;       // answers produced so far
-  int64_t total = 0;      // samples x modes x methods
+  int64_t done = 0;   // answers produced so far
+  int64_t total = 0;  // samples x modes x methods
   double elapsed_s = 0.0;
-  double eta_s = 0.0;     // elapsed / done x (total - done); 0 until the first answer
-  std::string current;    // "niah_single_1 #3 query-aware dropkv@0.25"
+  double eta_s = 0.0;   // elapsed / done x (total - done); 0 until the first answer
+  std::string current;  // "niah_single_1 #3 query-aware dropkv@0.25"
 };
 using ProgressFn = std::function<void(const Progress&)>;
 // "12/40 (30%) elapsed 1m05s eta 2m32s niah_single_1 #3 query-aware dropkv@0.25"
@@ -105,21 +105,21 @@ std::string format_progress(const Progress& p);
 
 struct SampleRecord {
   std::string task;
-  int64_t target_length = 0;   // 0 for external data
-  int64_t sample_index = 0;    // within its (task, length) group
+  int64_t target_length = 0;  // 0 for external data
+  int64_t sample_index = 0;   // within its (task, length) group
   uint64_t seed = 0;
-  int64_t context_tokens = 0;  // incl. BOS
-  int64_t question_tokens = 0; // question + chat suffix + answer prefix
+  int64_t context_tokens = 0;   // incl. BOS
+  int64_t question_tokens = 0;  // question + chat suffix + answer prefix
   QueryMode mode = QueryMode::kAware;
-  std::string method;          // MethodConfig::name
-  std::string budget;          // Budget::str(), "1" for full
+  std::string method;  // MethodConfig::name
+  std::string budget;  // Budget::str(), "1" for full
   int window = 0;
   std::string pooling;
   std::string policy;
-  std::string prediction;      // postprocessed
+  std::string prediction;  // postprocessed
   std::vector<std::string> answers;
   Metric metric = Metric::kStringMatchAll;
-  double score = 0.0;          // 0..100
+  double score = 0.0;  // 0..100
   int64_t kept_tokens = -1;
   double answer_seconds = 0.0;
 };
