@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include "kvevict/error.h"
@@ -60,6 +61,28 @@ TEST(Jsonl, RoundTripsThroughTheWriter) {
   EXPECT_EQ(back[0].answers, s.answers);
   EXPECT_EQ(back[0].max_new_tokens, 7);
   EXPECT_EQ(back[0].task, s.task);
+}
+
+TEST(Jsonl, WritesAFileTheReaderReadsBack) {
+  std::vector<Sample> set(3);
+  for (int i = 0; i < 3; ++i) {
+    set[i].context = "c" + std::to_string(i);
+    set[i].question = "q";
+    set[i].answers = {"a" + std::to_string(i)};
+    set[i].max_new_tokens = 5 + i;
+    set[i].task = "vt";
+  }
+  const std::string path = ::testing::TempDir() + "kvevict_jsonl_roundtrip.jsonl";
+  write_jsonl_samples(path, set);
+  auto back = read_jsonl_samples(path);
+  ASSERT_EQ(back.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(back[i].context, set[i].context);
+    EXPECT_EQ(back[i].answers, set[i].answers);
+    EXPECT_EQ(back[i].max_new_tokens, 5 + i);
+  }
+  std::remove(path.c_str());
+  EXPECT_THROW(write_jsonl_samples("/nonexistent/dir/x.jsonl", set), Error);
 }
 
 TEST(Jsonl, RejectsInvalidJsonWithLineNumber) {

@@ -3,6 +3,8 @@
 // lemmas for word keys and word lists (RULER uses Paul Graham essays and the wonderwords lists).
 //   niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, cwe, fwe
 // qa_1/qa_2 need SQuAD/HotpotQA and are out of scope (SPEC section 7); external JSONL covers them.
+// As in RULER, the essay haystack always starts at the beginning of the text (the first novel), so
+// samples of one length differ in their needles and depths, not in their prose.
 #pragma once
 
 #include <cstdint>
