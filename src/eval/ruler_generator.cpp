@@ -129,4 +129,27 @@ std::vector<Sample> RulerGenerator::generate_set(const std::string& task,
   return out;
 }
 
+std::vector<Sample> RulerGenerator::generate_suite(
+    const std::vector<std::string>& tasks, const std::vector<int64_t>& lengths, int n,
+    uint64_t base_seed, const GenerateOptions& base,
+    const std::function<void(int64_t, int64_t)>& done) const {
+  KVEVICT_CHECK(!tasks.empty() && !lengths.empty(), "a suite of ", tasks.size(), " tasks and ",
+                lengths.size(), " lengths is empty; expected at least one of each");
+  KVEVICT_CHECK(n > 0, "samples per task ", n, " is invalid; expected > 0");
+  for (const auto& t : tasks) ruler_task_config(t);  // fail before any work on a bad name
+  const int64_t total = static_cast<int64_t>(tasks.size() * lengths.size()) * n;
+  std::vector<Sample> out;
+  out.reserve(static_cast<size_t>(total));
+  for (int64_t length : lengths) {
+    GenerateOptions opt = base;
+    opt.target_length = length;
+    for (const auto& t : tasks)
+      for (int i = 0; i < n; ++i) {
+        out.push_back(generate(t, opt, sample_seed(base_seed, t, i)));
+        if (done) done(static_cast<int64_t>(out.size()), total);
+      }
+  }
+  return out;
+}
+
 }  // namespace kvevict::eval

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,13 @@ class RulerGenerator {
   // n samples with seeds sample_seed(base_seed, task, i).
   std::vector<Sample> generate_set(const std::string& task, const GenerateOptions& opt, int n,
                                    uint64_t base_seed) const;
+
+  // Every task x length, n samples each, in (length, task, index) order; samples of task t at any
+  // length use seeds sample_seed(base_seed, t, i). `done` is called after each sample.
+  std::vector<Sample> generate_suite(
+      const std::vector<std::string>& tasks, const std::vector<int64_t>& lengths, int n,
+      uint64_t base_seed, const GenerateOptions& base,
+      const std::function<void(int64_t done, int64_t total)>& done = nullptr) const;
 
   // Token count of the sized quantity of a formatted sample (prompt, plus generation if counted).
   int64_t measure(const Sample& s, const GenerateOptions& opt) const;

@@ -2,6 +2,20 @@
 // prefilling each sample once per mode and answering with every method from that prefill.
 // The model side is an interface (EvalModel) that the runtime implements; the harness never sees
 // weights, caches or kernels (ARCHITECTURE.md: eval uses the runtime, never kernels).
+//
+// Glue for `kvevict eval` (the CLI side):
+//   Corpus corpus = Corpus::load(Corpus::default_dir());
+//   RulerGenerator gen(corpus, model.tokenizer());
+//   GenerateOptions g;  g.style = PromptStyle::kChat;            // instruct models
+//   auto samples = gen.generate_suite(tasks, {4096, 16384}, n, seed, g);   // or read_jsonl_samples
+//   (for JSONL samples: format_prompt(s, style, &model.tokenizer()) on each)
+//   RunOptions run;  run.methods = expand_methods({"full", "dropkv", "snapkv"}, budgets, window,
+//                                                 pooling);
+//   run.modes = {QueryMode::kAware, QueryMode::kAgnostic};  run.base_seed = seed;
+//   EvalResults res = run_eval(model, samples, run, [](const Progress& p) {
+//     std::fprintf(stderr, "\r%s", format_progress(p).c_str()); });
+//   res.meta.notes.push_back("...");  write_text_file(out + ".json", results_to_json(res));
+//   write_text_file(out + ".md", results_to_markdown(res));
 #pragma once
 
 #include <cstdint>
