@@ -109,8 +109,9 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
       KVEVICT_CHECK(state != nullptr, "the model returned no prefill state for task '", s.task,
                     "'; expected EvalModel::prefill to return one");
       for (MethodConfig m : opt.methods) {
-        if (mode == QueryMode::kAware && opt.question_window && !m.is_full())
-          m.spec.score.window = static_cast<int>(question_ids.size());
+        const bool question_window =
+            mode == QueryMode::kAware && opt.question_window && !m.is_full();
+        if (question_window) m.spec.score.window = static_cast<int>(question_ids.size());
         pr.current =
             s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " + m.label();
         const auto t0 = std::chrono::steady_clock::now();
@@ -128,6 +129,7 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
         r.method = m.name;
         r.budget = m.budget.str();
         r.window = m.window();
+        r.window_is_question = question_window;
         r.pooling = m.pooling();
         r.policy = m.policy();
         r.prediction = postprocess_prediction(g.text);
@@ -151,11 +153,14 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
 
 std::vector<AggregateRow> EvalResults::aggregate() const {
   // Key: setting (length, mode, method, budget, window, pooling, policy) then task.
-  using Setting = std::tuple<int64_t, int, std::string, std::string, int, std::string, std::string>;
+  using Setting =
+      std::tuple<int64_t, int, std::string, std::string, std::string, std::string, std::string>;
   std::map<Setting, std::map<std::string, std::pair<double, int64_t>>> sums;
   for (const auto& r : records) {
-    auto& cell = sums[Setting{r.target_length, static_cast<int>(r.mode), r.method, r.budget,
-                              r.window, r.pooling, r.policy}][r.task];
+    const std::string window =
+        r.window_is_question ? std::string("question") : std::to_string(r.window);
+    auto& cell = sums[Setting{r.target_length, static_cast<int>(r.mode), r.method, r.budget, window,
+                              r.pooling, r.policy}][r.task];
     cell.first += r.score;
     cell.second += 1;
   }

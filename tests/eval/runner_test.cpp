@@ -195,6 +195,27 @@ TEST(Runner, ReportsNameEverySetting) {
   EXPECT_EQ(doc.at("aggregate").size(), 4u);  // 2 settings x (task + average)
 }
 
+TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {
+  FakeModel model;
+  model.current_answers = {"q"};
+  std::vector<Sample> samples = {sample("niah_single_1", {"q"}, 4096),
+                                 sample("niah_single_1", {"q"}, 4096)};
+  samples[1].question = "A much longer question with more tokens in it?";
+  format_prompt(samples[1], PromptStyle::kRaw, nullptr);
+  RunOptions opt;
+  opt.methods = expand_methods({"dropkv"}, {Budget{0.5}});
+  EvalResults res = run_eval(model, samples, opt);
+  ASSERT_EQ(res.records.size(), 2u);
+  EXPECT_NE(res.records[0].window, res.records[1].window);
+  EXPECT_TRUE(res.records[0].window_is_question);
+  auto rows = res.aggregate();
+  ASSERT_EQ(rows.size(), 2u);  // the task row and the average row
+  EXPECT_EQ(rows[0].window, "question");
+  EXPECT_EQ(rows[0].samples, 2);
+  EXPECT_NE(results_to_markdown(res).find("| dropkv | 0.5 | question |"), std::string::npos)
+      << results_to_markdown(res);
+}
+
 TEST(Runner, QuestionWindowCanBeTurnedOff) {
   FakeModel model;
   model.current_answers = {"q"};

@@ -125,9 +125,10 @@ struct SampleRecord {
   int64_t context_tokens = 0;   // incl. BOS
   int64_t question_tokens = 0;  // question + chat suffix + answer prefix
   QueryMode mode = QueryMode::kAware;
-  std::string method;  // MethodConfig::name
-  std::string budget;  // Budget::str(), "1" for full
-  int window = 0;
+  std::string method;               // MethodConfig::name
+  std::string budget;               // Budget::str(), "1" for full
+  int window = 0;                   // observation window used for this sample (tokens)
+  bool window_is_question = false;  // query-aware with RunOptions::question_window
   std::string pooling;
   std::string policy;
   std::string prediction;  // postprocessed
@@ -143,7 +144,9 @@ struct AggregateRow {
   int64_t target_length = 0;
   QueryMode mode = QueryMode::kAware;
   std::string method, budget, pooling, policy;
-  int window = 0;
+  // The window setting: a token count, or "question" where each sample's window was its question
+  // (the count then varies by sample, so it must not split the rows).
+  std::string window;
   int64_t samples = 0;
   double score = 0.0;  // mean over samples, 0..100
 };
