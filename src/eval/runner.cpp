@@ -109,8 +109,10 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
       KVEVICT_CHECK(state != nullptr, "the model returned no prefill state for task '", s.task,
                     "'; expected EvalModel::prefill to return one");
       for (MethodConfig m : opt.methods) {
-        const bool question_window =
-            mode == QueryMode::kAware && opt.question_window && !m.is_full();
+        // Only windowed scores have an observation window to replace; h2o (all queries) and tova
+        // (last query) keep theirs.
+        const bool question_window = mode == QueryMode::kAware && opt.question_window &&
+                                     !m.is_full() && m.spec.score.aggregate == Aggregate::kWindow;
         if (question_window) m.spec.score.window = static_cast<int>(question_ids.size());
         pr.current =
             s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " + m.label();

@@ -229,6 +229,11 @@ TEST(Runner, QuestionWindowCanBeTurnedOff) {
   opt.question_window = true;
   res = run_eval(model, samples, opt);
   EXPECT_EQ(res.records[0].window, res.records[0].question_tokens);
+  // h2o sums over all queries: no observation window to replace.
+  opt.methods = expand_methods({"h2o"}, {Budget{0.5}});
+  res = run_eval(model, samples, opt);
+  EXPECT_FALSE(res.records[0].window_is_question);
+  EXPECT_EQ(res.records[0].window, MethodConfig::make("h2o", Budget{0.5}).window());
 }
 
 TEST(Runner, BadInputsAreErrors) {

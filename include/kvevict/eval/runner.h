@@ -99,8 +99,9 @@ struct RunOptions {
   std::vector<QueryMode> modes = {QueryMode::kAware};
   bool add_bos = true;  // BOS before the context tokens
   // SPEC section 5: in query-aware mode the observation window is the question. When true, each
-  // method's window (scored queries and protected tail) is set to the question's token count for
-  // that sample; when false the method's own window is kept. Records carry the window used.
+  // windowed method's window (aggregate kWindow: scored queries and protected tail) is set to the
+  // question's token count for that sample; h2o/tova-style aggregations and false keep the
+  // method's own window. Records carry the window used.
   bool question_window = true;
   uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
   std::string prompt_style;  // "raw" | "chat", for the report
