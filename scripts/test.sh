@@ -7,5 +7,6 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 scripts/install_deps.sh --eval
 scripts/fetch_models.sh
+scripts/prepare_corpus.sh >/dev/null
 scripts/build.sh release
 ctest --preset release -j "$(nproc)"

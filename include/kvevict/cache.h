@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvevict/dtype.h"
+#include "kvevict/select.h"
 #include "kvevict/tensor.h"
 
 namespace kvevict {
@@ -69,5 +70,28 @@ class HostKVCache {
   std::vector<int64_t> offsets_; // [Hkv + 1]
   std::vector<int64_t> lens_;    // [Hkv]
 };
+
+// Segment starts for a cache that will hold `selection` with `slack` spare rows per head:
+// offsets[h+1] = offsets[h] + count(h) + slack. [Hkv + 1].
+std::vector<int64_t> cache_plan_offsets(const Selection& selection, int64_t slack = 0);
+
+// A host cache shaped for `selection` (+ slack per head), lens 0, ready for cache_compact.
+HostKVCache cache_allocate_for(const KVLayerView& like, const Selection& selection,
+                               int64_t slack = 0);
+
+// Out-of-place compaction: copies the kept rows (k, v, pos, and score_acc when both have it) of
+// every head of `in` into `out`'s segments and sets out.lens. Throws on mismatched dtype, heads,
+// head dim, device, or a segment too small. Host memory.
+void cache_compact(const KVLayerView& in, const Selection& selection, const KVLayerView& out);
+
+// In-place compaction of one head: moves its kept rows (ascending `keep`, `count` of them) to
+// the front of its segment and sets lens[h] = count. Safe because keep[i] >= i.
+void cache_compact_head_inplace(const KVLayerView& cache, int h, const int32_t* keep,
+                                int64_t count);
+
+// Decode append: one new row per head. k_row, v_row: [Hkv, d] (f32, f16 or bf16; converted to
+// the cache dtype); score_acc of the new rows starts at 0. Throws when a segment is full.
+void cache_append(const KVLayerView& cache, const TensorView& k_row, const TensorView& v_row,
+                  int32_t pos);
 
 }  // namespace kvevict

@@ -22,8 +22,11 @@ struct ChatMessage {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Text -> ids. add_bos prepends BOS when the model's metadata asks for it.
+  // Text -> ids. add_bos prepends BOS when the model's metadata asks for it. Control and
+  // user-defined tokens written in the text ("<|im_end|>", "<start_of_turn>") are matched whole
+  // first, as llama.cpp does with parse_special. Thread-safe (no mutable state).
   virtual std::vector<int32_t> encode(const std::string& text, bool add_bos) const = 0;
+  // Ids -> text; control tokens render as their text, so decode(encode(s, false)) == s.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   // The text of one token as it would appear in a streamed decode (bytes, may be partial UTF-8).
   virtual std::string token_text(int32_t id) const = 0;
@@ -32,7 +35,8 @@ class Tokenizer {
   virtual int32_t eos_id() const = 0;
   virtual bool is_end_of_generation(int32_t id) const = 0;  // eos, <end_of_turn>, <|im_end|>, ...
   // The prompt for a conversation in the model's chat template, ending with the assistant turn
-  // opened (add_generation_prompt).
+  // opened (add_generation_prompt). Never contains BOS: encode(prompt, true) adds it. Throws for
+  // an unsupported template family or a bad role/turn order.
   virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages) const = 0;
 
   // Builds the tokenizer a GGUF file describes; throws naming an unsupported tokenizer model.

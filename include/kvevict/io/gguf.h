@@ -16,14 +16,25 @@ namespace kvevict::gguf {
 
 // ggml tensor types that kvevict reads (codes as in the GGUF spec).
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
-  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
 };
 const char* ggml_type_name(uint32_t type);
 bool ggml_type_supported(uint32_t type);
 // Elements per block and bytes per block of a supported type.
 int64_t ggml_block_elems(GgmlType t);
 int64_t ggml_block_bytes(GgmlType t);
+// Bytes of `n` elements of type `t` (n a multiple of the block size; throws otherwise).
+int64_t ggml_row_bytes(GgmlType t, int64_t n);
 
 // A metadata value: scalars, strings, or arrays of them.
 struct Value;
@@ -42,9 +53,11 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // GGUF order reversed to row-major: shape.back() is the row length
   GgmlType type;
-  uint64_t offset;             // from the start of the data section
+  uint64_t offset;  // from the start of the data section
   uint64_t nbytes;
-  const uint8_t* data;         // into the mapping
+  const uint8_t* data;  // [nbytes] into the mapping; rows of ggml_row_bytes(type, shape.back())
+  int64_t numel() const;
+  int64_t rows() const { return shape.empty() ? 1 : numel() / shape.back(); }
 };
 
 class File {
@@ -65,8 +78,10 @@ class File {
   const std::map<std::string, Value>& metadata() const { return meta_; }
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const TensorInfo* find(const std::string& name) const;  // nullptr if absent
+  const TensorInfo* find(const std::string& name) const;    // nullptr if absent
   const TensorInfo& tensor(const std::string& name) const;  // throws naming the missing tensor
+  uint64_t alignment() const { return alignment_; }         // general.alignment, default 32
+  uint64_t data_offset() const { return data_offset_; }     // file offset of the data section
 
  private:
   File() = default;
@@ -77,10 +92,17 @@ class File {
   std::map<std::string, size_t> index_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
 };
 
 // Dequantizes `count` elements (a multiple of the block size) of `type` from `src` into `dst`.
 void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t count);
+// Dequantizes one row on the fly, for quantized matmuls: `src` points at the row's first block
+// (row r of a tensor starts at info.data + r * ggml_row_bytes(type, n)), `n` is the row length
+// (info.shape.back(), a multiple of ggml_block_elems(type)); writes n floats to dst. Needs no
+// workspace and touches only [src, src + ggml_row_bytes(type, n)).
+void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 // The whole tensor as float32, row-major with shape info.shape.
 HostTensor dequantize(const TensorInfo& info);
 

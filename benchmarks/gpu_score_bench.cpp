@@ -1,0 +1,310 @@
+// GPU scoring benchmark (SPEC section 8): one layer of Llama-3.1-8B (Hq 32, Hkv 8, d 128) and
+// Qwen2.5-7B (28/4/128) shapes, bf16, random inputs. Times dropkv and obcache_vk forward + score,
+// the forward alone, and select + compaction at a 5% budget, each as the median of many reps with
+// L2 flushed before every rep (a 256 MiB memset outside the timed events). Reports the floor: one
+// read of K and V at the device-to-device copy bandwidth measured in the same run.
+//
+// Usage: gpu_score_bench [--quick] [--json FILE] [--profile]  (--profile: Llama dropkv w = 8
+// and 32 at n = 128K, 3 reps, for ncu)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvevict/cuda/compact.h"
+#include "kvevict/cuda/score.h"
+#include "kvevict/cuda/select.h"
+#include "kvevict/dtype.h"
+#include "kvevict/error.h"
+
+namespace {
+
+using namespace kvevict;
+
+#define BENCH_CUDA(call)                                                                       \
+  do {                                                                                         \
+    const cudaError_t e_ = (call);                                                             \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #call,                 \
+                   cudaGetErrorString(e_));                                                    \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() {
+    BENCH_CUDA(cudaEventCreate(&a));
+    BENCH_CUDA(cudaEventCreate(&b));
+  }
+};
+
+void* flush_buf = nullptr;
+constexpr size_t kFlushBytes = 256ull << 20;
+
+// Median milliseconds of `reps` runs of f, L2 flushed before each.
+template <class F>
+double median_ms(int reps, F&& f) {
+  static Timer t;
+  for (int i = 0; i < 3; ++i) f();  // warm-up: module load, first-touch
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CUDA(cudaMemsetAsync(flush_buf, i & 0xff, kFlushBytes));
+    BENCH_CUDA(cudaEventRecord(t.a));
+    f();
+    BENCH_CUDA(cudaEventRecord(t.b));
+    BENCH_CUDA(cudaEventSynchronize(t.b));
+    float x = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&x, t.a, t.b));
+    ms.push_back(x);
+  }
+  BENCH_CUDA(cudaGetLastError());
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Random bf16 on the host (a cheap xorshift; normal-ish via the sum of two uniforms), uploaded.
+void fill_random_bf16(uint16_t* dev, size_t count, uint64_t seed, float scale) {
+  std::vector<uint16_t> host(std::min<size_t>(count, 1u << 26));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t done = 0; done < count;) {
+    const size_t chunk = std::min(host.size(), count - done);
+    for (size_t i = 0; i < chunk; ++i) {
+      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      const float u1 = static_cast<float>(x & 0xffffff) / 16777216.0f;
+      const float u2 = static_cast<float>((x >> 24) & 0xffffff) / 16777216.0f;
+      host[i] = float_to_bf16((u1 + u2 - 1.0f) * 2.45f * scale);
+    }
+    BENCH_CUDA(cudaMemcpy(dev + done, host.data(), chunk * 2, cudaMemcpyHostToDevice));
+    done += chunk;
+  }
+}
+
+struct Result {
+  std::string name;
+  double ms = 0, floor_ms = 0;
+  size_t scratch = 0;
+  double target_ms = 0;  // 0 = none
+};
+std::vector<Result> results;
+double copy_gbps = 0;  // bytes read + written per second / 1e9
+
+void report(const Result& r) {
+  results.push_back(r);
+  std::printf("%-48s %9.4f ms  floor %8.4f ms  x%5.2f  scratch %8.2f MiB%s\n", r.name.c_str(),
+              r.ms, r.floor_ms, r.floor_ms > 0 ? r.ms / r.floor_ms : 0.0,
+              r.scratch / 1048576.0,
+              r.target_ms > 0 ? (r.ms <= r.target_ms ? "  (target met)" : "  (TARGET MISSED)") : "");
+  std::fflush(stdout);
+}
+
+struct Layer {
+  int hq, hkv, d = 128;
+  int64_t n;
+  uint16_t *q = nullptr, *k = nullptr, *v = nullptr;
+  float* scores = nullptr;
+  void alloc(int max_w, uint64_t seed) {
+    BENCH_CUDA(cudaMalloc(&q, sizeof(uint16_t) * hq * max_w * d));
+    BENCH_CUDA(cudaMalloc(&k, sizeof(uint16_t) * hkv * n * d));
+    BENCH_CUDA(cudaMalloc(&v, sizeof(uint16_t) * hkv * n * d));
+    BENCH_CUDA(cudaMalloc(&scores, sizeof(float) * hkv * n));
+    fill_random_bf16(q, static_cast<size_t>(hq) * max_w * d, seed, 2.0f);
+    fill_random_bf16(k, static_cast<size_t>(hkv) * n * d, seed + 1, 1.0f);
+    fill_random_bf16(v, static_cast<size_t>(hkv) * n * d, seed + 2, 1.0f);
+  }
+  void release() {
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(scores);
+  }
+  double kv_bytes() const { return 2.0 * hkv * n * d * 2; }
+};
+
+void* ws_buf = nullptr;
+size_t ws_cap = 0;
+Workspace workspace(size_t bytes) {
+  if (bytes > ws_cap) {
+    if (ws_buf) BENCH_CUDA(cudaFree(ws_buf));
+    BENCH_CUDA(cudaMalloc(&ws_buf, bytes));
+    ws_cap = bytes;
+  }
+  return {ws_buf, bytes};
+}
+
+void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default, int reps,
+                 double target) {
+  ScoreOptions opt = ScoreOptions::defaults(m);
+  opt.window = w;
+  if (!pool_default) opt.pooling = Pooling{};
+  ScoreProblem p;
+  p.q = TensorView(L.q, DType::kBF16, {L.hq, w, L.d}, Device::kCuda);
+  p.k = TensorView(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  p.v = TensorView(L.v, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  ScoreOutput out;
+  out.scores = TensorView(L.scores, DType::kF32, {L.hkv, L.n}, Device::kCuda);
+  const size_t bytes = cuda::score_workspace_bytes(p, opt);
+  const Workspace ws = workspace(bytes);
+  Result r;
+  char name[160];
+  std::snprintf(name, sizeof(name), "%s %s w=%d%s n=%lldK", model, method_name(m), w,
+                pool_default && opt.pooling.kind != PoolKind::kNone ? " pool" : "",
+                static_cast<long long>(L.n / 1024));
+  r.name = name;
+  r.ms = median_ms(reps, [&] { cuda::score(p, opt, out, ws); });
+  r.floor_ms = L.kv_bytes() / (copy_gbps * 1e9) * 1e3;
+  r.scratch = bytes;
+  r.target_ms = target;
+  report(r);
+}
+
+void bench_forward(Layer& L, const char* model, int w, int reps) {
+  TensorView q(L.q, DType::kBF16, {L.hq, w, L.d}, Device::kCuda);
+  TensorView k(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  TensorView v(L.v, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  float *out = nullptr, *lse = nullptr;
+  BENCH_CUDA(cudaMalloc(&out, sizeof(float) * L.hq * w * L.d));
+  BENCH_CUDA(cudaMalloc(&lse, sizeof(float) * L.hq * w));
+  TensorView tout(out, DType::kF32, {L.hq, w, L.d}, Device::kCuda);
+  TensorView tlse(lse, DType::kF32, {L.hq, w}, Device::kCuda);
+  const size_t bytes = cuda::window_forward_workspace_bytes(L.hq, L.hkv, L.n, w, L.d);
+  const Workspace ws = workspace(bytes);
+  Result r;
+  char name[160];
+  std::snprintf(name, sizeof(name), "%s forward only w=%d n=%lldK", model, w,
+                static_cast<long long>(L.n / 1024));
+  r.name = name;
+  r.ms = median_ms(reps, [&] { cuda::window_forward(q, k, v, w, 0.0883883f, tout, tlse, ws); });
+  r.floor_ms = L.kv_bytes() / (copy_gbps * 1e9) * 1e3;
+  r.scratch = bytes;
+  report(r);
+  cudaFree(out);
+  cudaFree(lse);
+}
+
+void bench_select_compact(Layer& L, const char* model, double budget, int reps) {
+  const int64_t keep = static_cast<int64_t>(std::floor(budget * L.n));
+  int32_t *kept = nullptr, *pos = nullptr;
+  uint16_t *ok = nullptr, *ov = nullptr;
+  BENCH_CUDA(cudaMalloc(&kept, sizeof(int32_t) * L.hkv * keep));
+  BENCH_CUDA(cudaMalloc(&pos, sizeof(int32_t) * L.hkv * keep));
+  BENCH_CUDA(cudaMalloc(&ok, sizeof(uint16_t) * L.hkv * keep * L.d));
+  BENCH_CUDA(cudaMalloc(&ov, sizeof(uint16_t) * L.hkv * keep * L.d));
+  TensorView s(L.scores, DType::kF32, {L.hkv, L.n}, Device::kCuda);
+  TensorView tk(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  TensorView tv(L.v, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  TensorView tkept(kept, DType::kI32, {L.hkv, keep}, Device::kCuda);
+  TensorView tok(ok, DType::kBF16, {L.hkv, keep, L.d}, Device::kCuda);
+  TensorView tov(ov, DType::kBF16, {L.hkv, keep, L.d}, Device::kCuda);
+  TensorView tpos(pos, DType::kI32, {L.hkv, keep}, Device::kCuda);
+  Result r;
+  char name[160];
+  std::snprintf(name, sizeof(name), "%s select+compact %.0f%% n=%lldK", model, budget * 100,
+                static_cast<long long>(L.n / 1024));
+  r.name = name;
+  const size_t sel_bytes = cuda::select_uniform_workspace_bytes(L.hkv, L.n);
+  const Workspace ws = workspace(sel_bytes);
+  r.ms = median_ms(reps, [&] {
+    cuda::select_uniform(s, keep, 0, 8, tkept, ws);
+    cuda::compact_uniform(tk, tv, TensorView(), tkept, tok, tov, tpos);
+  });
+  // Floor: read the scores once, read and write the kept rows.
+  r.floor_ms = (4.0 * L.hkv * L.n + 2.0 * 2.0 * L.hkv * keep * L.d * 2) / (copy_gbps * 1e9) * 1e3;
+  r.target_ms = budget == 0.05 && L.n == 131072 ? 0.05 : 0;
+  r.scratch = sel_bytes;
+  report(r);
+  std::snprintf(name, sizeof(name), "%s   select only %.0f%% n=%lldK", model, budget * 100,
+                static_cast<long long>(L.n / 1024));
+  r.name = name;
+  r.ms = median_ms(reps, [&] { cuda::select_uniform(s, keep, 0, 8, tkept, ws); });
+  r.floor_ms = 4.0 * L.hkv * L.n / (copy_gbps * 1e9) * 1e3;
+  r.target_ms = 0;
+  report(r);
+  cudaFree(kept); cudaFree(pos); cudaFree(ok); cudaFree(ov);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  bool profile = false;  // one shape, few reps: for running under ncu
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    if (!std::strcmp(argv[i], "--profile")) profile = true;
+  }
+  try {
+    if (!cuda::device_available()) {
+      std::printf("no CUDA device\n");
+      return 0;
+    }
+    const cuda::DeviceInfo info = cuda::device_info();
+    std::printf("device: %s, %d SMs, L2 %d MiB\n", info.name, info.sm_count, info.l2_bytes >> 20);
+    BENCH_CUDA(cudaMalloc(&flush_buf, kFlushBytes));
+
+    {  // copy bandwidth: 1 GiB device-to-device, counting bytes read + written
+      const size_t bytes = 1ull << 30;
+      void *a = nullptr, *b = nullptr;
+      BENCH_CUDA(cudaMalloc(&a, bytes));
+      BENCH_CUDA(cudaMalloc(&b, bytes));
+      BENCH_CUDA(cudaMemset(a, 1, bytes));
+      const double ms = median_ms(20, [&] { BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
+      copy_gbps = 2.0 * bytes / (ms * 1e-3) / 1e9;
+      std::printf("d2d copy 1 GiB: %.4f ms, %.0f GB/s (read + write)\n", ms, copy_gbps);
+      cudaFree(a);
+      cudaFree(b);
+    }
+
+    if (profile) {
+      Layer L{32, 8, 128, 131072};
+      L.alloc(32, 99);
+      bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 3, 0);
+      bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, 3, 0);
+      L.release();
+      return 0;
+    }
+    const std::vector<int64_t> ns = quick ? std::vector<int64_t>{4096, 131072}
+                                          : std::vector<int64_t>{4096, 32768, 131072, 524288};
+    struct Model { const char* name; int hq, hkv; };
+    const Model models[] = {{"llama3.1-8b", 32, 8}, {"qwen2.5-7b", 28, 4}};
+    for (const Model& md : models) {
+      for (int64_t n : ns) {
+        Layer L{md.hq, md.hkv, 128, n};
+        L.alloc(32, 1234 + n);
+        const int reps = n >= 524288 ? 20 : 50;
+        const bool llama = md.hq == 32;
+        bench_score(L, md.name, Method::kDropKV, 8, false, reps, llama && n == 131072 ? 0.30 : 0);
+        bench_score(L, md.name, Method::kDropKV, 32, false, reps, llama && n == 131072 ? 0.40 : 0);
+        bench_score(L, md.name, Method::kObcacheVK, 16, true, reps, llama && n == 131072 ? 0.35 : 0);
+        if (n == 131072) {
+          bench_forward(L, md.name, 8, reps);
+          bench_forward(L, md.name, 32, reps);
+          bench_score(L, md.name, Method::kSnapKV, 32, true, reps, 0);
+          bench_score(L, md.name, Method::kDropKV, 8, false, reps, 0);  // leaves dropkv scores
+          bench_select_compact(L, md.name, 0.05, reps);
+        }
+        L.release();
+      }
+    }
+    if (!json.empty()) {
+      FILE* f = std::fopen(json.c_str(), "w");
+      if (f) {
+        std::fprintf(f, "{\"device\": \"%s\", \"copy_gbps\": %.1f, \"results\": [\n", info.name, copy_gbps);
+        for (size_t i = 0; i < results.size(); ++i)
+          std::fprintf(f, "  {\"name\": \"%s\", \"ms\": %.5f, \"floor_ms\": %.5f, \"scratch_bytes\": %zu}%s\n",
+                       results[i].name.c_str(), results[i].ms, results[i].floor_ms,
+                       results[i].scratch, i + 1 < results.size() ? "," : "");
+        std::fprintf(f, "]}\n");
+        std::fclose(f);
+      }
+    }
+  } catch (const kvevict::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,25 @@
+// CUDA backend: uniform-budget selection (SPEC section 3) on the GPU. Every KV head keeps the
+// protected tokens (the first `sink` and the last `window`) plus the highest-scoring others, ties
+// toward the lower position, and the kept indices come out sorted by position. Deterministic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvevict/cuda/score.h"
+#include "kvevict/tensor.h"
+#include "kvevict/workspace.h"
+
+namespace kvevict::cuda {
+
+// Number of protected tokens of one head: |{j < sink} U {j >= n - window}|.
+int64_t protected_count(int64_t n, int sink, int window);
+
+// scores: [Hkv, n] f32 device; kept: [Hkv, n_keep] i32 device, written sorted ascending.
+// Requires protected_count(n, sink, window) <= n_keep <= n (the caller turns a budget below the
+// protected tokens into n_keep = protected_count, as SPEC section 1 says).
+size_t select_uniform_workspace_bytes(int num_kv_heads, int64_t n);
+void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
+                    const TensorView& kept, Workspace ws, Stream stream = nullptr);
+
+}  // namespace kvevict::cuda

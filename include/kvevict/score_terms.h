@@ -1,0 +1,195 @@
+// Per-(query, token) score terms of SPEC section 2, shared by every backend: the double reference,
+// the CPU float path, decode-time step scoring and the CUDA kernels. Keeping the formulas in one
+// place is what makes the backends comparable term by term.
+//
+// Inputs of one (query t, token j) pair:
+//   z   scaled logit q_t . k_j * scale
+//   lse log-sum-exp of the logits of query t over its visible keys
+//   a2  ||a_t||^2, a_t = sum_j p_j v_j the attention output of query t
+//   v2  ||v_j||^2
+//   av  <a_t, v_j>
+// ||a - v||^2 is expanded as a2 + v2 - 2 av (clamped at 0, rounding can make it slightly negative),
+// so no [w, n, d] difference tensor ever exists (SPEC section 2, dropkv row).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kvevict/method.h"
+
+#if defined(__CUDACC__)
+#define KVEVICT_HD __host__ __device__
+#else
+#define KVEVICT_HD
+#endif
+
+namespace kvevict {
+
+// The clamp of 1 - p that SPEC section 2 prescribes for dropkv (ScoreOptions::one_minus_p_floor).
+constexpr double kOneMinusPFloor = 1e-12;
+
+namespace terms {
+
+// Overloads so the templates below pick expf/expm1f for float (device-friendly) and the double
+// versions for the reference.
+KVEVICT_HD inline float exp_of(float x) { return expf(x); }
+KVEVICT_HD inline double exp_of(double x) { return exp(x); }
+KVEVICT_HD inline float expm1_of(float x) { return expm1f(x); }
+KVEVICT_HD inline double expm1_of(double x) { return expm1(x); }
+KVEVICT_HD inline float log1p_of(float x) { return log1pf(x); }
+KVEVICT_HD inline double log1p_of(double x) { return log1p(x); }
+
+template <class T>
+KVEVICT_HD inline T max_of(T a, T b) {
+  return a > b ? a : b;
+}
+
+// p = softmax probability of the token for this query.
+template <class T>
+KVEVICT_HD inline T prob(T z, T lse) {
+  return exp_of(z - lse);
+}
+
+// 1 - p computed as -expm1(z - lse): exact when p is close to 1, where 1 - exp(.) would cancel
+// to 0 and make dropkv's p / (1 - p) blow up. Clamped at `floor` (SPEC: 1e-12).
+template <class T>
+KVEVICT_HD inline T one_minus_prob(T z, T lse, T floor) {
+  return max_of(-expm1_of(z - lse), floor);
+}
+
+// ||a - v||^2 from the norm identity, clamped at 0.
+template <class T>
+KVEVICT_HD inline T dist2(T a2, T v2, T av) {
+  return max_of(a2 + v2 - T(2) * av, T(0));
+}
+
+// The terms come in two spellings. The *_dist forms take ||a - v||^2 (`dist2`) and
+// <v, v - a> (`vdiff`) directly: a backend computes them on the fly from the d-long difference
+// (still no [w, n, d] tensor), which is exact where the norm identity cancels. That matters for
+// dropkv, whose 1 / (1 - p)^2 amplifies the identity's rounding when one token takes almost all
+// the attention (p -> 1, e.g. a query that sees a single key). The identity forms take
+// (a2, v2, av) and are fine for the obcache terms, which have no such amplification.
+
+// dropkv: (p / (1 - p))^2 ||a - v||^2.
+template <class T>
+KVEVICT_HD inline T dropkv_term_dist(T p, T one_minus_p, T dist2) {
+  const T r = p / one_minus_p;
+  return r * r * dist2;
+}
+template <class T>
+KVEVICT_HD inline T dropkv_term(T p, T one_minus_p, T a2, T v2, T av) {
+  return dropkv_term_dist(p, one_minus_p, dist2(a2, v2, av));
+}
+
+// obcache_v: p^2 ||v||^2.
+template <class T>
+KVEVICT_HD inline T obcache_v_term(T p, T v2) {
+  return p * p * v2;
+}
+
+// obcache_k: (p z)^2 ||v - a||^2.
+template <class T>
+KVEVICT_HD inline T obcache_k_term_dist(T p, T z, T dist2) {
+  const T pz = p * z;
+  return pz * pz * dist2;
+}
+template <class T>
+KVEVICT_HD inline T obcache_k_term(T p, T z, T a2, T v2, T av) {
+  return obcache_k_term_dist(p, z, dist2(a2, v2, av));
+}
+
+// obcache_vk: obcache_v + obcache_k + 2 p^2 z (||v||^2 - <v, a>).
+template <class T>
+KVEVICT_HD inline T obcache_vk_term_dist(T p, T z, T v2, T dist2, T vdiff) {
+  return obcache_v_term(p, v2) + obcache_k_term_dist(p, z, dist2) + T(2) * p * p * z * vdiff;
+}
+template <class T>
+KVEVICT_HD inline T obcache_vk_term(T p, T z, T a2, T v2, T av) {
+  return obcache_vk_term_dist(p, z, v2, dist2(a2, v2, av), v2 - av);
+}
+
+// snapkv, h2o, tova (and the snapkv part of vatp, criticalkv): the attention probability itself.
+template <class T>
+KVEVICT_HD inline T attention_term(T p) {
+  return p;
+}
+
+// True for the methods whose per-pair term needs a (a2, av); the others need only z and lse
+// (and v2 for obcache_v), which lets fast paths skip the forward pass's output.
+KVEVICT_HD inline bool term_needs_output(Method m) {
+  return m == Method::kDropKV || m == Method::kObcacheK || m == Method::kObcacheVK;
+}
+// True for the methods whose score is a sum of per-(query, token) terms.
+KVEVICT_HD inline bool has_pair_term(Method m) {
+  return m == Method::kDropKV || m == Method::kObcacheV || m == Method::kObcacheK ||
+         m == Method::kObcacheVK || m == Method::kSnapKV || m == Method::kH2O ||
+         m == Method::kTOVA || m == Method::kVATP || m == Method::kCriticalKV;
+}
+
+// The per-pair term of method m (0 for methods without one). One switch, so a kernel templated on
+// the method folds it away; fast CPU loops call the specific functions above instead.
+template <class T>
+KVEVICT_HD inline T pair_term(Method m, T z, T lse, T a2, T v2, T av, T floor) {
+  const T p = prob(z, lse);
+  switch (m) {
+    case Method::kDropKV: return dropkv_term(p, one_minus_prob(z, lse, floor), a2, v2, av);
+    case Method::kObcacheV: return obcache_v_term(p, v2);
+    case Method::kObcacheK: return obcache_k_term(p, z, a2, v2, av);
+    case Method::kObcacheVK: return obcache_vk_term(p, z, a2, v2, av);
+    case Method::kSnapKV:
+    case Method::kH2O:
+    case Method::kTOVA:
+    case Method::kVATP:
+    case Method::kCriticalKV: return attention_term(p);
+    default: return T(0);
+  }
+}
+
+// pair_term from ||a - v||^2 and <v, v - a> computed directly (the reference does this).
+template <class T>
+KVEVICT_HD inline T pair_term_dist(Method m, T z, T lse, T v2, T dist2, T vdiff, T floor) {
+  const T p = prob(z, lse);
+  switch (m) {
+    case Method::kDropKV: return dropkv_term_dist(p, one_minus_prob(z, lse, floor), dist2);
+    case Method::kObcacheV: return obcache_v_term(p, v2);
+    case Method::kObcacheK: return obcache_k_term_dist(p, z, dist2);
+    case Method::kObcacheVK: return obcache_vk_term_dist(p, z, v2, dist2, vdiff);
+    case Method::kSnapKV:
+    case Method::kH2O:
+    case Method::kTOVA:
+    case Method::kVATP:
+    case Method::kCriticalKV: return attention_term(p);
+    default: return T(0);
+  }
+}
+
+// Online-softmax bookkeeping: merges two (running max m, running sum s = sum exp(z - m)) pairs.
+// lse = m + log(s). Used by the flash-style forward and its split-K merge.
+template <class T>
+KVEVICT_HD inline T lse_merge(T lse_a, T lse_b) {
+  // log(exp(a) + exp(b)) = max + log1p(exp(min - max)); -inf on both sides stays -inf.
+  const T hi = max_of(lse_a, lse_b);
+  const T lo = lse_a > lse_b ? lse_b : lse_a;
+  if (!(hi > -INFINITY)) return hi;
+  return hi + log1p_of(exp_of(lo - hi));
+}
+
+// splitmix64 (Steele, Lea, Flood 2014): a counter-based generator, so every backend computes the
+// same random score for (seed, head, token) without shared state or ordering.
+KVEVICT_HD inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) with 24 random bits, so the value is exact in float and in double and every
+// backend (reference, CPU, CUDA) writes bit-identical random scores.
+template <class T>
+KVEVICT_HD inline T random_uniform(uint64_t seed, uint64_t head, uint64_t token) {
+  const uint64_t h = splitmix64(splitmix64(splitmix64(seed) ^ head) ^ token);
+  return static_cast<T>(static_cast<uint32_t>(h >> 40)) * static_cast<T>(1.0 / 16777216.0);
+}
+
+}  // namespace terms
+}  // namespace kvevict

@@ -1,0 +1,408 @@
+// The CPU float path of attention over a (compacted) cache: online softmax over key tiles
+// (FlashAttention's recurrence on the CPU).
+//
+// One work item = one KV head x one tile of queries, with all G query heads of the group as rows,
+// so a key tile is converted once and used by the whole group (decode with m = 1 has G rows per
+// item). Logits are `omp simd` dot products along d, the P.V update runs along d, and softmax uses
+// a vectorizable exp. Each query's arithmetic depends only on its own item (never on the thread
+// that runs it), so results are identical for any thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kvevict/attention.h"
+#include "kvevict/error.h"
+#include "kvevict/parallel.h"
+
+namespace kvevict::cpu {
+namespace {
+
+constexpr int kKeyTile = 64;     // keys per tile: a [d, 64] f32 tile of keys is 32 KiB at d=128
+constexpr int kMaxRows = 256;    // G x query-tile rows of one item
+constexpr int kMaxQueryTile = 16;
+constexpr int64_t kMaxChunks = 64;  // workspace slices; items are dealt round-robin to chunks
+// Split-K (flash-decoding): when (KV head x query tile) items are too few to feed the threads
+// (decode: Hkv items), each head's keys are cut into `splits` ranges of >= kSplitKeys rows whose
+// partial softmax states merge afterwards. The split depends only on the shapes, never on the
+// thread count, so results stay identical for any number of threads.
+constexpr int64_t kSplitBelowItems = 64;
+constexpr int64_t kSplitKeys = 1024;
+constexpr int64_t kMaxSplits = 64;
+
+struct Plan {
+  int hq, hkv, group, d;
+  int64_t m;
+  int query_tile;   // queries per item
+  int64_t q_tiles;  // per KV head
+  int64_t splits;   // key ranges per (KV head, query tile)
+  int64_t items, chunks;
+  int rows() const { return group * query_tile; }
+  // Keys per split of a head of `len` rows, a multiple of the key tile.
+  int64_t split_keys(int64_t len) const {
+    const int64_t per = (len + splits - 1) / splits;
+    return std::max<int64_t>(kKeyTile, (per + kKeyTile - 1) / kKeyTile * kKeyTile);
+  }
+};
+
+Plan make_plan(const AttentionProblem& pb) {
+  Plan p;
+  p.hq = pb.num_q_heads();
+  p.hkv = pb.cache.num_kv_heads;
+  p.group = p.hq / p.hkv;
+  p.d = pb.cache.head_dim;
+  p.m = pb.num_queries();
+  p.query_tile = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({kMaxQueryTile, p.m, std::max(1, kMaxRows / p.group)})));
+  p.q_tiles = (p.m + p.query_tile - 1) / p.query_tile;
+  p.splits = 1;
+  if (p.hkv * p.q_tiles < kSplitBelowItems) {
+    int64_t longest = 0;
+    for (int h = 0; h < p.hkv; ++h) longest = std::max(longest, pb.cache.lens[h]);
+    p.splits = std::clamp<int64_t>(longest / kSplitKeys, 1, kMaxSplits);
+  }
+  p.items = p.hkv * p.q_tiles * p.splits;
+  p.chunks = std::min(p.items, kMaxChunks);
+  return p;
+}
+
+// Per-chunk scratch: sizes in floats.
+struct Scratch {
+  float* kt;   // [Tk, d] key tile converted to f32 (16-bit caches only)
+  float* vt;   // [Tk, d] value tile converted to f32
+  float* s;    // [rows, Tk] logits, then probabilities
+  float* acc;  // [rows, d] unnormalized output
+  float* q;    // [rows, d] queries times the logit scale
+  float* mx;   // [rows] running max
+  float* sum;  // [rows] running sum of exp
+};
+
+WorkspaceSizer& size_chunk(WorkspaceSizer& s, const Plan& p) {
+  const size_t r = p.rows();
+  return s.add<float>(static_cast<size_t>(p.d) * kKeyTile)
+      .add<float>(static_cast<size_t>(kKeyTile) * p.d)
+      .add<float>(r * kKeyTile)
+      .add<float>(r * p.d)
+      .add<float>(r * p.d)
+      .add<float>(r)
+      .add<float>(r);
+}
+
+Scratch carve_chunk(WorkspaceCarver& c, const Plan& p) {
+  const size_t r = p.rows();
+  Scratch s;
+  s.kt = c.take<float>(static_cast<size_t>(p.d) * kKeyTile);
+  s.vt = c.take<float>(static_cast<size_t>(kKeyTile) * p.d);
+  s.s = c.take<float>(r * kKeyTile);
+  s.acc = c.take<float>(r * p.d);
+  s.q = c.take<float>(r * p.d);
+  s.mx = c.take<float>(r);
+  s.sum = c.take<float>(r);
+  return s;
+}
+
+// Converts `count` contiguous f16 / bf16 / f32 elements to f32 (a flat loop that vectorizes).
+void to_f32(const void* src, DType t, int64_t count, float* dst) {
+  if (t == DType::kBF16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < count; ++i) {
+      const uint32_t u = static_cast<uint32_t>(s[i]) << 16;
+      std::memcpy(dst + i, &u, 4);
+    }
+  } else if (t == DType::kF16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < count; ++i) dst[i] = half_to_float(s[i]);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+  }
+}
+
+// e^x for finite x <= 0 (softmax arguments z - max), relative error ~2e-7: Cephes' expf range
+// reduction and polynomial, written branch-free so the loop over a key tile vectorizes (std::exp
+// does not without -ffast-math). Below -87 it returns ~1e-38 instead of 0, harmless next to the
+// row maximum's 1.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return y * scale;
+}
+
+inline float dot(const float* a, const float* b, int d) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < d; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Logits of one query row against the keys of a tile ([tk, d] f32): four keys share every load of
+// the query, so the loop is bound by FMAs rather than loads.
+void row_logits(const float* q, const float* kt, int tk, int d, float* out) {
+  int j = 0;
+  for (; j + 4 <= tk; j += 4) {
+    const float* k0 = kt + static_cast<size_t>(j) * d;
+    const float* k1 = k0 + d;
+    const float* k2 = k1 + d;
+    const float* k3 = k2 + d;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+    for (int i = 0; i < d; ++i) {
+      const float qi = q[i];
+      s0 += qi * k0[i];
+      s1 += qi * k1[i];
+      s2 += qi * k2[i];
+      s3 += qi * k3[i];
+    }
+    out[j] = s0;
+    out[j + 1] = s1;
+    out[j + 2] = s2;
+    out[j + 3] = s3;
+  }
+  for (; j < tk; ++j) out[j] = dot(q, kt + static_cast<size_t>(j) * d, d);
+}
+
+// acc[0, d) += sum_j p[j] v_j over a tile: d in blocks of 32 that stay in registers across the
+// key loop (each element still adds the keys in order j = 0, 1, ...).
+void row_pv(const float* p, const float* vt, int tk, int d, float* acc) {
+  constexpr int kBlock = 32;
+  int i0 = 0;
+  for (; i0 + kBlock <= d; i0 += kBlock) {
+    float blk[kBlock];
+    for (int i = 0; i < kBlock; ++i) blk[i] = acc[i0 + i];
+    for (int j = 0; j < tk; ++j) {
+      const float pj = p[j];
+      const float* vj = vt + static_cast<size_t>(j) * d + i0;
+#pragma omp simd
+      for (int i = 0; i < kBlock; ++i) blk[i] += pj * vj[i];
+    }
+    for (int i = 0; i < kBlock; ++i) acc[i0 + i] = blk[i];
+  }
+  if (i0 < d)
+    for (int j = 0; j < tk; ++j) {
+      const float pj = p[j];
+      const float* vj = vt + static_cast<size_t>(j) * d;
+      for (int i = i0; i < d; ++i) acc[i] += pj * vj[i];
+    }
+}
+
+// Normalizes one row's softmax state into out (and lse); a row that saw nothing gets zeros / -inf.
+void write_row(const AttentionOutput& out, int h, int64_t t, float mx, float sum, const float* acc,
+               int d) {
+  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+  float* o = out.out.ptr<float>() + out.out.offset(h, t);
+  const int64_t os = out.out.stride[2];
+  for (int i = 0; i < d; ++i) o[i * os] = acc[i] * inv;
+  if (!out.lse.empty())
+    out.lse.ptr<float>()[out.lse.offset(h, t)] =
+        sum > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
+}
+
+// Writes the normalized output of one tile of queries (splits == 1), or its partial softmax state
+// (max, sum, unnormalized acc) over one key range into `partial` (splits > 1).
+void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan& p, int64_t item,
+              const Scratch& s, float* partial) {
+  const KVLayerView& c = pb.cache;
+  const int64_t split = item % p.splits;
+  const int64_t tile = item / p.splits;
+  const int kvh = static_cast<int>(tile / p.q_tiles);
+  const int64_t q0 = (tile % p.q_tiles) * p.query_tile;
+  const int tq = static_cast<int>(std::min<int64_t>(p.query_tile, p.m - q0));
+  const int rows = p.group * tq;  // row r = g * tq + t
+  const int d = p.d;
+  const float scale = pb.logit_scale();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  int64_t qmin = std::numeric_limits<int64_t>::max(), qmax = std::numeric_limits<int64_t>::min();
+  for (int t = 0; t < tq; ++t) {
+    qmin = std::min<int64_t>(qmin, pb.q_pos[q0 + t]);
+    qmax = std::max<int64_t>(qmax, pb.q_pos[q0 + t]);
+  }
+  for (int g = 0; g < p.group; ++g) {
+    const int h = kvh * p.group + g;
+    for (int t = 0; t < tq; ++t) {
+      float* qr = s.q + static_cast<size_t>(g * tq + t) * d;
+      if (pb.q.dtype == DType::kF32 && pb.q.stride[2] == 1) {
+        const float* src = pb.q.ptr<float>() + pb.q.offset(h, q0 + t);
+        for (int i = 0; i < d; ++i) qr[i] = src[i] * scale;
+      } else {
+        for (int i = 0; i < d; ++i) qr[i] = static_cast<float>(pb.q.load(h, q0 + t, i)) * scale;
+      }
+    }
+  }
+  std::fill(s.acc, s.acc + static_cast<size_t>(rows) * d, 0.0f);
+  std::fill(s.mx, s.mx + rows, neg_inf);
+  std::fill(s.sum, s.sum + rows, 0.0f);
+
+  const int64_t head_len = c.lens[kvh];
+  const int64_t per_split = p.split_keys(head_len);
+  const int64_t key_begin = std::min(head_len, split * per_split);
+  const int64_t len = std::min(head_len, key_begin + per_split);
+  const int64_t base = c.offsets[kvh];
+  const int32_t* pos = c.pos + base;
+  const size_t esz = dtype_size(c.dtype);
+  const void* kb = static_cast<const char*>(c.k) + base * d * esz;
+  const void* vb = static_cast<const char*>(c.v) + base * d * esz;
+  const int window = pb.sliding_window;
+  const float cap = pb.softcap;
+
+  for (int64_t j0 = key_begin; j0 < len; j0 += kKeyTile) {
+    const int tk = static_cast<int>(std::min<int64_t>(kKeyTile, len - j0));
+    int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
+    for (int j = 0; j < tk; ++j) {
+      pmin = std::min(pmin, pos[j0 + j]);
+      pmax = std::max(pmax, pos[j0 + j]);
+    }
+    if (pmin > qmax) continue;                           // every key is in every query's future
+    if (window > 0 && qmin - pmax >= window) continue;   // every key slid out of every window
+    // Rows j0 .. j0 + tk of a head are contiguous: f32 caches are read in place, 16-bit ones
+    // converted once per tile for all G x Tq rows.
+    const float* kt = c.dtype == DType::kF32 ? static_cast<const float*>(kb) + j0 * d : s.kt;
+    const float* vt = c.dtype == DType::kF32 ? static_cast<const float*>(vb) + j0 * d : s.vt;
+    if (c.dtype != DType::kF32) {
+      to_f32(static_cast<const char*>(kb) + j0 * d * esz, c.dtype, tk * d, s.kt);
+      to_f32(static_cast<const char*>(vb) + j0 * d * esz, c.dtype, tk * d, s.vt);
+    }
+
+    for (int r = 0; r < rows; ++r) {
+      const int t = r % tq;
+      const int64_t qp = pb.q_pos[q0 + t];
+      float* sr = s.s + static_cast<size_t>(r) * kKeyTile;
+      const float* qr = s.q + static_cast<size_t>(r) * d;
+      row_logits(qr, kt, tk, d, sr);
+      if (cap > 0)
+        for (int j = 0; j < tk; ++j) sr[j] = cap * std::tanh(sr[j] / cap);
+      // The reductions below are `omp simd` so they vectorize without -ffast-math; the lane
+      // order is fixed at compile time, so results stay independent of the thread count.
+      float tile_max = neg_inf;
+      const int32_t* kpos = pos + j0;
+      const int32_t qp32 = static_cast<int32_t>(qp);
+#pragma omp simd reduction(max : tile_max)
+      for (int j = 0; j < tk; ++j) {
+        const int32_t kp = kpos[j];
+        const bool vis = kp <= qp32 && (window == 0 || qp32 - kp < window);
+        sr[j] = vis ? sr[j] : neg_inf;
+        tile_max = tile_max > sr[j] ? tile_max : sr[j];
+      }
+      if (tile_max == neg_inf) continue;  // this row sees nothing in this tile
+      const float new_max = std::max(s.mx[r], tile_max);
+      const float correction = std::exp(s.mx[r] - new_max);  // exp(-inf) = 0 on the first tile
+      s.mx[r] = new_max;
+      float tile_sum = 0.0f;
+#pragma omp simd reduction(+ : tile_sum)
+      for (int j = 0; j < tk; ++j) {
+        // Masked keys (-inf) must weigh exactly 0.
+        sr[j] = sr[j] == neg_inf ? 0.0f : exp_nonpositive(sr[j] - new_max);
+        tile_sum += sr[j];
+      }
+      s.sum[r] = s.sum[r] * correction + tile_sum;
+      float* ar = s.acc + static_cast<size_t>(r) * d;
+      if (correction != 1.0f)
+        for (int i = 0; i < d; ++i) ar[i] *= correction;
+      row_pv(sr, vt, tk, d, ar);
+    }
+  }
+
+  if (p.splits > 1) {
+    // Partial state of row r: [mx, sum, acc[d]] at (item * rows_max + r) * (d + 2).
+    for (int r = 0; r < rows; ++r) {
+      float* dst = partial + (static_cast<size_t>(item) * p.rows() + r) * (d + 2);
+      dst[0] = s.mx[r];
+      dst[1] = s.sum[r];
+      std::memcpy(dst + 2, s.acc + static_cast<size_t>(r) * d, sizeof(float) * d);
+    }
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int g = r / tq, t = r % tq;
+    write_row(out, kvh * p.group + g, q0 + t, s.mx[r], s.sum[r], s.acc + static_cast<size_t>(r) * d,
+              d);
+  }
+}
+
+// Merges the split partial states of one (KV head, query tile) in split order.
+void merge_splits(const AttentionProblem& pb, const AttentionOutput& out, const Plan& p,
+                  int64_t tile, float* partial) {
+  const int kvh = static_cast<int>(tile / p.q_tiles);
+  const int64_t q0 = (tile % p.q_tiles) * p.query_tile;
+  const int tq = static_cast<int>(std::min<int64_t>(p.query_tile, p.m - q0));
+  const int d = p.d;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  (void)pb;
+  for (int r = 0; r < p.group * tq; ++r) {
+    float mx = neg_inf;
+    for (int64_t sp = 0; sp < p.splits; ++sp)
+      mx = std::max(mx, partial[((tile * p.splits + sp) * p.rows() + r) * (d + 2)]);
+    // Accumulate into split 0's slot (scaled first, so nothing is read after being overwritten).
+    float* acc = partial + (tile * p.splits * p.rows() + r) * (d + 2) + 2;
+    float sum = 0.0f;
+    for (int64_t sp = 0; sp < p.splits; ++sp) {
+      const float* src = partial + ((tile * p.splits + sp) * p.rows() + r) * (d + 2);
+      // A range without a visible key (max -inf) weighs 0; so does everything if no range has one.
+      const float w = (mx == neg_inf || src[0] == neg_inf) ? 0.0f : std::exp(src[0] - mx);
+      sum += src[1] * w;
+      if (sp == 0)
+        for (int i = 0; i < d; ++i) acc[i] *= w;
+      else
+        for (int i = 0; i < d; ++i) acc[i] += src[2 + i] * w;
+    }
+    const int g = r / tq, t = r % tq;
+    write_row(out, kvh * p.group + g, q0 + t, mx, sum, acc, d);
+  }
+}
+
+}  // namespace
+
+size_t attention_workspace_bytes(const AttentionProblem& pb) {
+  pb.validate();
+  const Plan p = make_plan(pb);
+  WorkspaceSizer s;
+  for (int64_t c = 0; c < p.chunks; ++c) size_chunk(s, p);
+  if (p.splits > 1) s.add<float>(static_cast<size_t>(p.items) * p.rows() * (p.d + 2));
+  return s.bytes();
+}
+
+void attention(const AttentionProblem& pb, const AttentionOutput& out, Workspace ws) {
+  pb.validate();
+  KVEVICT_CHECK(pb.cache.device == Device::kCpu, "cpu::attention got a device cache");
+  const Plan p = make_plan(pb);
+  check_shape(out.out, "attention out", {p.hq, p.m, p.d});
+  KVEVICT_CHECK(out.out.dtype == DType::kF32, "attention out dtype ", dtype_name(out.out.dtype),
+                " is not supported; expected f32");
+  if (!out.lse.empty()) {
+    check_shape(out.lse, "attention lse", {p.hq, p.m});
+    KVEVICT_CHECK(out.lse.dtype == DType::kF32, "attention lse dtype ",
+                  dtype_name(out.lse.dtype), " is not supported; expected f32");
+  }
+  if (p.items == 0) return;
+  WorkspaceCarver carver(ws);
+  std::vector<Scratch> scratch;
+  scratch.reserve(p.chunks);
+  for (int64_t c = 0; c < p.chunks; ++c) scratch.push_back(carve_chunk(carver, p));
+  float* partial = p.splits > 1
+                       ? carver.take<float>(static_cast<size_t>(p.items) * p.rows() * (p.d + 2))
+                       : nullptr;
+  parallel_for(p.chunks, [&](int64_t c) {
+    for (int64_t item = c; item < p.items; item += p.chunks)
+      run_item(pb, out, p, item, scratch[c], partial);
+  });
+  if (p.splits > 1)
+    parallel_for(p.hkv * p.q_tiles, [&](int64_t tile) { merge_splits(pb, out, p, tile, partial); });
+}
+
+void attention(const AttentionProblem& pb, const AttentionOutput& out) {
+  std::vector<uint8_t> ws(attention_workspace_bytes(pb) + 256);
+  attention(pb, out, Workspace{ws.data(), ws.size()});
+}
+
+}  // namespace kvevict::cpu

@@ -1,0 +1,104 @@
+// Device helpers shared by the kernels: element-type traits, the warp-level tensor-core MMA
+// (mma.sync m16n8k16, sm_80+ layout), cp.async copies and CUDA error plumbing.
+//
+// Fragment layout of mma.sync.m16n8k16 (PTX ISA "Matrix fragments for mma.m16n8k16"), with
+// lane = 4 * g + t (g = groupID 0..7, t = thread-in-group 0..3):
+//   A (16x16, row-major, 4 x b32): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
+//                                  a3 = A[g+8][2t+8..]
+//   B (16x8, B[k][n], 2 x b32):    b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+//   C (16x8 f32, 4 floats):        c0, c1 = C[g][2t..2t+1], c2, c3 = C[g+8][2t..2t+1]
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kvevict/error.h"
+
+namespace kvevict::cuda::detail {
+
+// Throws kvevict::Error naming the failed call (API layer only; launchers return cudaError_t).
+#define KVEVICT_CUDA_CHECK(call)                                                             \
+  do {                                                                                       \
+    const cudaError_t kvevict_err_ = (call);                                                 \
+    KVEVICT_CHECK(kvevict_err_ == cudaSuccess, "CUDA call ", #call, " failed: ",             \
+                  cudaGetErrorString(kvevict_err_), " (", static_cast<int>(kvevict_err_), ")"); \
+  } while (0)
+
+// Element types the kernels read. kMmaName selects the mma.sync variant.
+template <class T>
+struct ElemTraits;
+template <>
+struct ElemTraits<__nv_bfloat16> {
+  static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float x) {
+    return __float2bfloat16_rn(x);
+  }
+};
+template <>
+struct ElemTraits<__half> {
+  static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+};
+
+// D = A * B + D on the tensor cores, float accumulation.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4],
+                                                  uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 b16 matrices from shared memory, transposed: lanes 8i..8i+7 give the row addresses of
+// matrix i. Used for the V operand of P V, whose B fragment needs two rows (keys) per register.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte global -> shared copy that bypasses registers; src_bytes < 16 zero-fills the rest
+// (0 reads nothing: how out-of-range rows become zeros without a branch around the copy).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+}  // namespace kvevict::cuda::detail

@@ -1,0 +1,195 @@
+// Scores that read only the keys (knorm, keydiff), and the small follow-up kernels of the window
+// scores: 1-D pooling along tokens and tova's mean over all heads of the layer.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/launchers.h"
+
+namespace kvevict::cuda::detail {
+namespace {
+
+// One warp per key row; lanes read 16-byte chunks. Returns sum of squares (all lanes).
+template <class T>
+__device__ __forceinline__ float row_sum_sq(const T* row, int d, int lane) {
+  float acc = 0.f;
+  for (int c = lane; c < d / 8; c += 32) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + c * 8);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float x = ElemTraits<T>::to_float(e[i]);
+      acc += x * x;
+    }
+  }
+  return warp_sum(acc);
+}
+
+template <class T>
+__global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride, int hkv,
+                             int64_t n, int d, float* scores) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= hkv * n) return;
+  const int64_t h = warp / n, j = warp % n;
+  const float ss = row_sum_sq(k + h * head_stride + j * row_stride, d, lane);
+  if (lane == 0) scores[warp] = -sqrtf(ss);
+}
+
+// keydiff pass 1: sums[h, :] += k_j / ||k_j|| over a block's rows (float atomics; the direction
+// is all that matters, and its rounding is far below bf16 input precision).
+template <class T>
+__global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row_stride,
+                                    int64_t n, int d, int rows_per_block, float* sums) {
+  extern __shared__ float acc_s[];  // [d]
+  const int h = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) acc_s[c] = 0.f;
+  __syncthreads();
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int64_t end = min(n, begin + rows_per_block);
+  float local[8] = {};  // lane's 8 columns per 256-column stripe, d <= 256
+  for (int64_t j = begin + warp; j < end; j += warps) {
+    const T* row = k + h * head_stride + j * row_stride;
+    const float ss = row_sum_sq(row, d, lane);
+    const float inv = ss > 0.f ? rsqrtf(ss) : 0.f;
+    if (lane < d / 8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) local[i] += ElemTraits<T>::to_float(e[i]) * inv;
+    }
+  }
+  if (lane < d / 8)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) atomicAdd(&acc_s[lane * 8 + i], local[i]);
+  __syncthreads();
+  for (int c = threadIdx.x; c < d; c += blockDim.x) atomicAdd(&sums[h * d + c], acc_s[c]);
+}
+
+// keydiff pass 2: -cos(k_j, mean); the mean's 1/n cancels in the cosine.
+template <class T>
+__global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t row_stride, int hkv,
+                                     int64_t n, int d, const float* sums, float* scores) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= hkv * n) return;
+  const int64_t h = warp / n, j = warp % n;
+  const T* row = k + h * head_stride + j * row_stride;
+  const float* m = sums + h * d;
+  float kk = 0.f, km = 0.f, mm = 0.f;
+  for (int c = lane; c < d / 8; c += 32) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + c * 8);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float x = ElemTraits<T>::to_float(e[i]), y = m[c * 8 + i];
+      kk += x * x;
+      km += x * y;
+      mm += y * y;
+    }
+  }
+  kk = warp_sum(kk);
+  km = warp_sum(km);
+  mm = warp_sum(mm);
+  if (lane == 0) {
+    const float den = sqrtf(kk) * sqrtf(mm);
+    scores[warp] = den > 0.f ? -km / den : 0.f;
+  }
+}
+
+__global__ void pool_kernel(const float* in, float* out, int rows, int64_t n, int kernel,
+                            bool is_max, const float* mul) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * n) return;
+  const int64_t h = i / n, j = i % n;
+  const float* r = in + h * n;
+  const int half = kernel / 2;
+  float acc = is_max ? -INFINITY : 0.f;
+  for (int o = -half; o <= half; ++o) {
+    const int64_t x = j + o;
+    if (x < 0 || x >= n) continue;  // max pads -inf, avg pads zeros (counted in the divisor)
+    acc = is_max ? fmaxf(acc, r[x]) : acc + r[x];
+  }
+  const float pooled = is_max ? acc : acc / static_cast<float>(kernel);
+  out[i] = mul ? pooled * mul[i] : pooled;
+}
+
+__global__ void head_mean_kernel(const float* in, float* out, int rows, int64_t n, float scale) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  float acc = 0.f;
+  for (int h = 0; h < rows; ++h) acc += in[h * n + j];
+  acc *= scale;
+  for (int h = 0; h < rows; ++h) out[h * n + j] = acc;
+}
+
+int blocks_for(int64_t threads, int per_block) {
+  return static_cast<int>((threads + per_block - 1) / per_block);
+}
+
+}  // namespace
+
+cudaError_t launch_pool(const float* in, float* out, int rows, int64_t n, int kernel, bool is_max,
+                        const float* mul, cudaStream_t stream) {
+  if (kernel < 1 || kernel % 2 == 0 || in == out) return cudaErrorInvalidValue;
+  if (rows * n == 0) return cudaSuccess;
+  pool_kernel<<<blocks_for(rows * n, 256), 256, 0, stream>>>(in, out, rows, n, kernel, is_max,
+                                                               mul);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_head_mean(const float* in, float* out, int rows, int64_t n, float scale,
+                             cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  head_mean_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(in, out, rows, n, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_knorm(Elem elem, const void* k, int64_t head_stride, int64_t row_stride,
+                         int num_kv_heads, int64_t n, int d, float* scores, cudaStream_t stream) {
+  if (d % 8 != 0) return cudaErrorInvalidValue;
+  const int64_t threads = static_cast<int64_t>(num_kv_heads) * n * 32;
+  if (threads == 0) return cudaSuccess;
+  if (elem == Elem::kBF16)
+    knorm_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(k), head_stride, row_stride, num_kv_heads, n, d, scores);
+  else
+    knorm_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
+        static_cast<const __half*>(k), head_stride, row_stride, num_kv_heads, n, d, scores);
+  return cudaGetLastError();
+}
+
+size_t keydiff_scratch_bytes(int num_kv_heads, int d) {
+  return sizeof(float) * static_cast<size_t>(num_kv_heads) * d;
+}
+
+cudaError_t launch_keydiff(Elem elem, const void* k, int64_t head_stride, int64_t row_stride,
+                           int num_kv_heads, int64_t n, int d, float* scores, void* scratch,
+                           cudaStream_t stream) {
+  if (d % 8 != 0 || d > 256) return cudaErrorInvalidValue;
+  if (num_kv_heads * n == 0) return cudaSuccess;
+  float* sums = static_cast<float*>(scratch);
+  cudaError_t err = cudaMemsetAsync(sums, 0, keydiff_scratch_bytes(num_kv_heads, d), stream);
+  if (err != cudaSuccess) return err;
+  constexpr int kRowsPerBlock = 1024;
+  const dim3 grid(static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock), num_kv_heads);
+  const int64_t threads = static_cast<int64_t>(num_kv_heads) * n * 32;
+  if (elem == Elem::kBF16) {
+    keydiff_mean_kernel<<<grid, 256, d * sizeof(float), stream>>>(
+        static_cast<const __nv_bfloat16*>(k), head_stride, row_stride, n, d, kRowsPerBlock, sums);
+    keydiff_score_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(k), head_stride, row_stride, num_kv_heads, n, d, sums,
+        scores);
+  } else {
+    keydiff_mean_kernel<<<grid, 256, d * sizeof(float), stream>>>(
+        static_cast<const __half*>(k), head_stride, row_stride, n, d, kRowsPerBlock, sums);
+    keydiff_score_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
+        static_cast<const __half*>(k), head_stride, row_stride, num_kv_heads, n, d, sums, scores);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kvevict::cuda::detail

@@ -1,0 +1,89 @@
+// Host launchers of the CUDA kernels (layer 2 of STYLE.md): raw device pointers, sizes, a
+// caller-provided workspace and a stream; they return cudaError_t and never allocate. The API
+// layer (namespace kvevict::cuda) checks shapes, dtypes and devices before calling them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvevict::cuda::detail {
+
+enum class Elem : uint8_t { kBF16, kF16 };
+
+// Raw view of one layer's window problem. Strides are in elements.
+struct WindowArgs {
+  Elem elem = Elem::kBF16;
+  const void* q = nullptr;  // [Hq, m, d] queries after RoPE; the last w rows are the window
+  int64_t q_head_stride = 0, q_row_stride = 0;
+  int q_rows = 0;           // m
+  const void* k = nullptr;  // [Hkv, n, d] keys after RoPE
+  const void* v = nullptr;  // [Hkv, n, d] values (may be null when only lse is wanted)
+  int64_t kv_head_stride = 0, kv_row_stride = 0;
+  int num_q_heads = 0, num_kv_heads = 0, w = 0, head_dim = 0;
+  int64_t n = 0;
+  float scale = 1.0f;  // logit scale
+};
+
+// Bytes of the split-K partials for the forward (out may be skipped: with_out = false).
+size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count);
+// out [Hq, w, d] f32 (null: lse only), lse [Hq, w] f32.
+cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
+                                  size_t scratch_bytes, int sm_count, cudaStream_t stream);
+
+// Which per-(query, token) term the scoring pass sums (kvevict::Method subset).
+enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb };
+
+struct ScorePassArgs {
+  WindowArgs win;
+  PairTerm term = PairTerm::kDropKV;
+  const float* out = nullptr;  // [Hq, w, d] window outputs a (null unless the term needs them)
+  const float* lse = nullptr;  // [Hq, w]
+  float one_minus_p_floor = 1e-12f;
+  float row_weight = 1.0f;     // multiplies every row's term (1 / G: the group average)
+  bool h2o_normalize = false;  // divide key j's sum by the number of window queries that see it
+  float* v_l1 = nullptr;       // [Hkv, n] ||v_j||_1 written when non-null (vatp's multiplier)
+};
+// scores [Hkv, n] f32 (row stride n). Overwrites scores (it zeroes them first when several row
+// blocks accumulate into them).
+cudaError_t launch_score_pass(const ScorePassArgs& a, float* scores, int sm_count,
+                              cudaStream_t stream);
+
+// 1-D pooling along tokens, "same" padding, stride 1 (max pads -inf, avg counts the padding);
+// kernel 1 copies. With `mul` (same shape) the pooled value is multiplied by mul[i] (vatp).
+cudaError_t launch_pool(const float* in, float* out, int rows, int64_t n, int kernel, bool is_max,
+                        const float* mul, cudaStream_t stream);
+// tova: every head's row becomes the mean over heads of the rows, times `scale`.
+cudaError_t launch_head_mean(const float* in, float* out, int rows, int64_t n, float scale,
+                             cudaStream_t stream);
+
+// knorm: scores[h, j] = -||k_j||. keydiff: -cos(k_j, mean_i k_i / ||k_i||); scratch holds
+// [Hkv, d] f32 sums (keydiff_scratch_bytes).
+cudaError_t launch_knorm(Elem elem, const void* k, int64_t head_stride, int64_t row_stride,
+                         int num_kv_heads, int64_t n, int d, float* scores, cudaStream_t stream);
+size_t keydiff_scratch_bytes(int num_kv_heads, int d);
+cudaError_t launch_keydiff(Elem elem, const void* k, int64_t head_stride, int64_t row_stride,
+                           int num_kv_heads, int64_t n, int d, float* scores, void* scratch,
+                           cudaStream_t stream);
+
+}  // namespace kvevict::cuda::detail
+
+namespace kvevict::cuda::detail {
+
+// Per-head threshold select: kept [Hkv, n_keep] i32 sorted ascending (see cuda/select.h).
+size_t select_uniform_scratch_bytes(int num_heads, int64_t n);
+cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n, int64_t n_keep,
+                                  int sink, int window, int32_t* kept, void* scratch,
+                                  size_t scratch_bytes, cudaStream_t stream);
+
+// Gathers rows: out row r of head h (offsets[h] <= r < offsets[h+1]) = in[h, kept[r]]. With
+// offsets null the layout is uniform: head h owns rows [h * uniform_len, (h + 1) * uniform_len).
+// elem_bytes 2 or 4; d * elem_bytes must be a multiple of 16. pos may be null (identity).
+cudaError_t launch_compact(const void* k, const void* v, int64_t head_stride, int64_t row_stride,
+                           int elem_bytes, int d, const int32_t* pos, int64_t pos_head_stride,
+                           const int32_t* kept, const int64_t* offsets, int64_t uniform_len,
+                           int num_heads, int64_t rows, int64_t n, void* out_k, void* out_v, int32_t* out_pos,
+                           cudaStream_t stream);
+
+}  // namespace kvevict::cuda::detail

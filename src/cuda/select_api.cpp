@@ -1,0 +1,132 @@
+// API layer of the CUDA selection and compaction: view checks, then the launchers.
+#include <cuda_runtime.h>
+
+#include "cuda/common.cuh"
+#include "cuda/launchers.h"
+#include "kvevict/cuda/compact.h"
+#include "kvevict/cuda/select.h"
+#include "kvevict/error.h"
+
+namespace kvevict::cuda {
+namespace {
+
+void check_device(const TensorView& t, const char* what, DType dtype, int ndim) {
+  KVEVICT_CHECK(!t.empty(), what, " is empty; expected a device tensor");
+  KVEVICT_CHECK(t.device == Device::kCuda, what, " is in host memory; expected device memory");
+  KVEVICT_CHECK(t.dtype == dtype, what, " has dtype ", dtype_name(t.dtype), "; expected ",
+                dtype_name(dtype));
+  KVEVICT_CHECK(t.ndim == ndim, what, " has shape ", t.shape_str(), "; expected ", ndim, " dims");
+}
+
+void check_kv(const TensorView& k, const TensorView& v) {
+  KVEVICT_CHECK(k.device == Device::kCuda && v.device == Device::kCuda,
+                "k and v must be device tensors");
+  KVEVICT_CHECK(k.ndim == 3 && v.ndim == 3, "k has shape ", k.shape_str(), " and v ",
+                v.shape_str(), "; expected [Hkv, n, d]");
+  KVEVICT_CHECK(k.dtype == v.dtype && k.shape == v.shape && k.stride == v.stride, "v ",
+                v.shape_str(), " ", dtype_name(v.dtype), " does not match k ", k.shape_str(), " ",
+                dtype_name(k.dtype), "; expected the same layout");
+  KVEVICT_CHECK(k.dtype == DType::kBF16 || k.dtype == DType::kF16 || k.dtype == DType::kF32,
+                "k has dtype ", dtype_name(k.dtype), "; expected bf16, f16 or f32");
+  KVEVICT_CHECK(k.inner_contiguous() && (k.shape[2] * dtype_size(k.dtype)) % 16 == 0 &&
+                    (k.stride[1] * dtype_size(k.dtype)) % 16 == 0 &&
+                    (k.stride[0] * dtype_size(k.dtype)) % 16 == 0,
+                "k rows of ", k.shape[2], " ", dtype_name(k.dtype),
+                " must be contiguous and 16-byte aligned");
+}
+
+void check_out_kv(const TensorView& t, const char* what, const TensorView& k, int64_t rows) {
+  KVEVICT_CHECK(t.device == Device::kCuda && t.dtype == k.dtype && t.is_contiguous() &&
+                    t.numel() == rows * k.shape[2],
+                what, " has shape ", t.shape_str(), " ", dtype_name(t.dtype),
+                "; expected contiguous ", dtype_name(k.dtype), " with ", rows, " rows of ",
+                k.shape[2]);
+}
+
+}  // namespace
+
+int64_t protected_count(int64_t n, int sink, int window) {
+  const int64_t s = sink < n ? sink : n;
+  const int64_t w = window < n ? window : n;
+  return s + w > n ? n : s + w;
+}
+
+size_t select_uniform_workspace_bytes(int num_kv_heads, int64_t n) {
+  return detail::select_uniform_scratch_bytes(num_kv_heads, n);
+}
+
+void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
+                    const TensorView& kept, Workspace ws, Stream stream) {
+  check_device(scores, "scores", DType::kF32, 2);
+  KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ",
+                scores.stride[0], "/", scores.stride[1]);
+  const int64_t hkv = scores.shape[0], n = scores.shape[1];
+  KVEVICT_CHECK(sink >= 0 && window >= 0, "sink ", sink, " / window ", window,
+                " is negative; expected >= 0");
+  KVEVICT_CHECK(n <= (int64_t{1} << 31) - 1, "n = ", n, " exceeds the i32 index range");
+  const int64_t prot = protected_count(n, sink, window);
+  KVEVICT_CHECK(n_keep >= prot && n_keep <= n, "n_keep ", n_keep, " is out of range; expected ",
+                prot, " (protected tokens) <= n_keep <= n = ", n);
+  check_device(kept, "kept", DType::kI32, 2);
+  KVEVICT_CHECK(kept.shape[0] == hkv && kept.shape[1] == n_keep && kept.is_contiguous(),
+                "kept has shape ", kept.shape_str(), "; expected contiguous [", hkv, ", ", n_keep,
+                "]");
+  KVEVICT_CHECK(hkv <= 65535, "Hkv = ", hkv, " exceeds 65535 heads");
+  const size_t need = detail::select_uniform_scratch_bytes(static_cast<int>(hkv), n);
+  KVEVICT_CHECK(ws.bytes >= need, "workspace of ", ws.bytes, " bytes is too small; need ", need);
+  KVEVICT_CUDA_CHECK(detail::launch_select_uniform(scores.ptr<float>(), static_cast<int>(hkv), n,
+                                                   n_keep, sink, window, kept.ptr<int32_t>(),
+                                                   ws.data, ws.bytes,
+                                                   static_cast<cudaStream_t>(stream)));
+}
+
+namespace {
+void compact_impl(const TensorView& k, const TensorView& v, const TensorView& pos,
+                  const TensorView& kept, const int64_t* offsets, int64_t uniform_len,
+                  int64_t rows, const TensorView& out_k, const TensorView& out_v,
+                  const TensorView& out_pos, Stream stream) {
+  check_kv(k, v);
+  const int64_t hkv = k.shape[0], n = k.shape[1];
+  KVEVICT_CHECK(kept.device == Device::kCuda && kept.dtype == DType::kI32 && kept.is_contiguous() &&
+                    kept.numel() == rows,
+                "kept has shape ", kept.shape_str(), "; expected ", rows, " contiguous i32 indices");
+  if (!pos.empty()) {
+    check_device(pos, "pos", DType::kI32, 2);
+    KVEVICT_CHECK(pos.shape[0] == hkv && pos.shape[1] == n && pos.inner_contiguous(),
+                  "pos has shape ", pos.shape_str(), "; expected [", hkv, ", ", n, "]");
+  }
+  check_out_kv(out_k, "out_k", k, rows);
+  check_out_kv(out_v, "out_v", k, rows);
+  KVEVICT_CHECK(out_pos.device == Device::kCuda && out_pos.dtype == DType::kI32 &&
+                    out_pos.is_contiguous() && out_pos.numel() == rows,
+                "out_pos has shape ", out_pos.shape_str(), "; expected ", rows, " i32");
+  KVEVICT_CUDA_CHECK(detail::launch_compact(
+      k.data, v.data, k.stride[0], k.stride[1], static_cast<int>(dtype_size(k.dtype)),
+      static_cast<int>(k.shape[2]), pos.empty() ? nullptr : pos.ptr<int32_t>(),
+      pos.empty() ? 0 : pos.stride[0], kept.ptr<int32_t>(), offsets, uniform_len,
+      static_cast<int>(hkv), rows, n, out_k.data, out_v.data, out_pos.ptr<int32_t>(),
+      static_cast<cudaStream_t>(stream)));
+}
+}  // namespace
+
+void compact_uniform(const TensorView& k, const TensorView& v, const TensorView& pos,
+                     const TensorView& kept, const TensorView& out_k, const TensorView& out_v,
+                     const TensorView& out_pos, Stream stream) {
+  KVEVICT_CHECK(kept.ndim == 2 && kept.shape[0] == k.shape[0], "kept has shape ",
+                kept.shape_str(), "; expected [Hkv = ", k.shape[0], ", n_keep]");
+  const int64_t n_keep = kept.shape[1];
+  compact_impl(k, v, pos, kept, nullptr, n_keep, k.shape[0] * n_keep, out_k, out_v, out_pos,
+               stream);
+}
+
+void compact_varlen(const TensorView& k, const TensorView& v, const TensorView& pos,
+                    const TensorView& kept, const TensorView& offsets, const TensorView& out_k,
+                    const TensorView& out_v, const TensorView& out_pos, Stream stream) {
+  check_device(offsets, "offsets", DType::kI64, 1);
+  KVEVICT_CHECK(offsets.shape[0] == k.shape[0] + 1, "offsets has shape ", offsets.shape_str(),
+                "; expected [Hkv + 1 = ", k.shape[0] + 1, "]");
+  compact_impl(k, v, pos, kept, offsets.ptr<int64_t>(), 0, kept.numel(), out_k, out_v, out_pos,
+               stream);
+}
+
+}  // namespace kvevict::cuda

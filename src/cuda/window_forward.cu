@@ -1,0 +1,425 @@
+// Window forward: attention outputs a and log-sum-exp of the w window queries of every query head,
+// flash-style (online softmax over key tiles, tensor-core mma.sync), split over keys.
+//
+// Grid: (KV head, row block, key split). A block stages its query rows in shared memory once,
+// then streams K and V tiles through a cp.async double buffer. Each warp owns one 16-row slab and
+// one key group of every tile and keeps its own (running max, running sum, output) in registers;
+// the key groups of a block are merged through shared memory at the end and written as one
+// partial per split. A second kernel merges the splits (the usual (m, l, o) combination).
+// Logits run in log2 units (z * scale * log2 e) so exp2 is one instruction.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/launchers.h"
+#include "cuda/window_plan.h"
+#include "cuda/window_traits.cuh"
+
+namespace kvevict::cuda::detail {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct ForwardParams {
+  WindowArgs a;
+  int group = 1;
+  int rows = 0;        // G * w
+  int row_blocks = 1;
+  int splits = 1;
+  int64_t keys_per_split = 0;
+  float scale_log2 = 0;
+  float* part_o = nullptr;   // [Hkv, row_blocks, splits, kRows, d] unnormalized outputs
+  float* part_ml = nullptr;  // [Hkv, row_blocks, splits, kRows, 2] (max in log2 units, sum)
+};
+
+// Few rows (<= 2 slabs, w = 8 at G = 4): two blocks per SM (registers capped at 128, two K/V
+// stages: 78 KB at d = 128) hide latency better than three stages in one block (ncu, v2: 166
+// registers held the 3-stage kernel to 8 warps per SM at 1.62x the floor). More rows: one block
+// of 8 warps with three stages.
+template <class Tr>
+constexpr int forward_stages() { return Tr::kSlabs <= 2 ? 2 : 3; }
+template <class Tr>
+constexpr int forward_min_blocks() { return Tr::kSlabs <= 2 ? 2 : 1; }
+
+template <class Tr, bool kWithV>
+constexpr size_t forward_smem_bytes() {
+  constexpr size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
+  constexpr size_t kv = sizeof(typename Tr::T) * forward_stages<Tr>() * Tr::kTileKeys * Tr::kStride *
+                        (kWithV ? 2 : 1);
+  constexpr size_t merge =
+      sizeof(float) * Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 2);
+  return q + (kv > merge ? kv : merge);
+}
+
+// Last key position a window row may see (causal), or -1 for padding rows.
+__device__ __forceinline__ int64_t row_last_key(int row, int rows, int w, int64_t n) {
+  return row < rows ? n - w + (row % w) : -1;
+}
+
+template <class Tr, bool kWithV>
+__global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
+    window_forward_kernel(ForwardParams p) {
+  using T = typename Tr::T;
+  constexpr int kForwardStages = forward_stages<Tr>();
+  constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
+  constexpr int kChunks = Tr::kChunksPerRow;
+  constexpr bool kQInRegs = D <= 128;  // 32 registers at d = 128; d = 256 reads Q from smem
+  static_assert(forward_smem_bytes<Tr, kWithV>() <= 227 * 1024, "shared memory budget");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);           // [kRows][S] window queries of this block
+  T* k_s = q_s + Tr::kRows * S;                  // [kForwardStages][TK][S] key tiles
+  T* v_s = k_s + kForwardStages * TK * S;        // [kForwardStages][TK][S] value tiles (kWithV)
+
+  const WindowArgs& a = p.a;
+  const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int slab = warp % Tr::kSlabs, kg = warp / Tr::kSlabs;
+  const int row0 = rb * Tr::kRows;
+  const int rows_here = min(Tr::kRows, p.rows - row0);
+
+  // Keys of this split, cut at the last key any row of the block can see.
+  const int64_t key_begin = split * p.keys_per_split;
+  int t_max = a.w - 1;
+  if (rows_here < a.w) {
+    const int t0 = row0 % a.w;
+    if (t0 + rows_here - 1 < a.w) t_max = t0 + rows_here - 1;
+  }
+  const int64_t key_end = min(min(a.n, key_begin + p.keys_per_split), a.n - a.w + t_max + 1);
+  const int num_tiles = key_end > key_begin ? static_cast<int>((key_end - key_begin + TK - 1) / TK) : 0;
+
+  const T* q = static_cast<const T*>(a.q);
+  const T* k = static_cast<const T*>(a.k);
+  const T* v = static_cast<const T*>(a.v);
+  for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const int r = row0 + row;
+    const bool valid = row < rows_here;
+    const T* src = q;
+    if (valid) {
+      const int qh = hk * p.group + r / a.w, t = r % a.w;
+      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
+            ch * 8;
+    }
+    cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
+  }
+  auto load_tile = [&](int tile, int stage) {
+    const int64_t start = key_begin + static_cast<int64_t>(tile) * TK;
+    for (int c = tid; c < TK * kChunks; c += Tr::kThreads) {
+      const int key = c / kChunks, ch = c % kChunks;
+      const int64_t j = start + key;
+      const bool valid = j < key_end;
+      const int64_t off = valid ? hk * a.kv_head_stride + j * a.kv_row_stride + ch * 8 : 0;
+      cp_async_16(k_s + (stage * TK + key) * S + ch * 8, k + off, valid ? 16 : 0);
+      if constexpr (kWithV) cp_async_16(v_s + (stage * TK + key) * S + ch * 8, v + off, valid ? 16 : 0);
+    }
+  };
+  // Group i of cp.async holds tile i (group 0 also the queries); kForwardStages - 1 in flight.
+#pragma unroll
+  for (int st = 0; st < kForwardStages - 1; ++st) {
+    if (st < num_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
+
+  const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;  // block-local rows of this thread
+  const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
+  const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
+
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  float o[kWithV ? D / 8 : 1][4];
+#pragma unroll
+  for (int i = 0; i < (kWithV ? D / 8 : 1); ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  auto q_frag = [&](int ks, uint32_t (&f)[4]) {
+    const T* r_lo = q_s + rl_lo * S + ks * 16 + 2 * t4;
+    const T* r_hi = q_s + rl_hi * S + ks * 16 + 2 * t4;
+    f[0] = *reinterpret_cast<const uint32_t*>(r_lo);
+    f[1] = *reinterpret_cast<const uint32_t*>(r_hi);
+    f[2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
+    f[3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
+  };
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kForwardStages;
+    const int ahead = tile + kForwardStages - 1;
+    if (ahead < num_tiles) load_tile(ahead, ahead % kForwardStages);
+    cp_async_commit();
+    cp_async_wait<kForwardStages - 1>();
+    __syncthreads();
+    if constexpr (kQInRegs) {
+      if (tile == 0) {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) q_frag(ks, qf[ks]);
+      }
+    }
+
+    // S = Q K^T for this warp's GK keys.
+    float s[GK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    const T* kt = k_s + (stage * TK + kg * GK) * S;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t af[4];
+      if constexpr (kQInRegs) {
+        af[0] = qf[ks][0]; af[1] = qf[ks][1]; af[2] = qf[ks][2]; af[3] = qf[ks][3];
+      } else {
+        q_frag(ks, af);
+      }
+#pragma unroll
+      for (int nt = 0; nt < GK / 8; ++nt) {
+        const T* kr = kt + (nt * 8 + g) * S + ks * 16 + 2 * t4;
+        mma_16816<T>(s[nt], af, *reinterpret_cast<const uint32_t*>(kr),
+                     *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+
+    // Scale to log2 units and mask keys a row cannot see (causal, split end, padding rows).
+    const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
+        const int64_t last = c < 2 ? last_lo : last_hi;
+        s[nt][c] = (j <= last && j < key_end) ? s[nt][c] * p.scale_log2 : -INFINITY;
+        mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
+      }
+    }
+    float m_use[2], corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float m_new = fmaxf(m_run[i], mx[i]);
+      m_use[i] = m_new == -INFINITY ? 0.f : m_new;  // keeps exp2(-inf - m) = 0, never NaN
+      corr[i] = exp2f(m_run[i] - m_use[i]);
+      m_run[i] = m_new;
+      l_run[i] *= corr[i];
+    }
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[nt][c] = exp2f(s[nt][c] - m_use[c >> 1]);
+        l_run[c >> 1] += s[nt][c];
+      }
+    }
+
+    if constexpr (kWithV) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
+        o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
+      }
+      // O += P V: the C fragments of two adjacent n8 tiles of S are exactly the A fragment of one
+      // k16 step (FlashAttention-2's register reuse); V's B fragments come from ldmatrix.trans.
+      const T* vt = v_s + (stage * TK + kg * GK) * S;
+      const int ld_key = (lane & 7) + ((lane >> 3) & 1) * 8, ld_col = (lane >> 4) * 8;
+#pragma unroll
+      for (int kk = 0; kk < GK / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = ElemTraits<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = ElemTraits<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = ElemTraits<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = ElemTraits<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dt = 0; dt < D / 16; ++dt) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vt + (kk * 16 + ld_key) * S + dt * 16 + ld_col);
+          mma_16816<T>(o[2 * dt], pa, b[0], b[1]);
+          mma_16816<T>(o[2 * dt + 1], pa, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this stage
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+  }
+
+  // Merge the key groups of the block through shared memory (the K/V tiles are dead now).
+  __syncthreads();
+  float* mo = reinterpret_cast<float*>(k_s);               // [KG][kRows][D]
+  float* mm = mo + (kWithV ? Tr::kKeyGroups * Tr::kRows * D : 0);  // [KG][kRows]
+  float* ml = mm + Tr::kKeyGroups * Tr::kRows;              // [KG][kRows]
+  if (t4 == 0) {
+    mm[kg * Tr::kRows + rl_lo] = m_run[0];
+    ml[kg * Tr::kRows + rl_lo] = l_run[0];
+    mm[kg * Tr::kRows + rl_hi] = m_run[1];
+    ml[kg * Tr::kRows + rl_hi] = l_run[1];
+  }
+  if constexpr (kWithV) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int row = c < 2 ? rl_lo : rl_hi;
+        mo[(kg * Tr::kRows + row) * D + dt * 8 + 2 * t4 + (c & 1)] = o[dt][c];
+      }
+    }
+  }
+  __syncthreads();
+  const int64_t part = ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * Tr::kRows;
+  constexpr int kCols = kWithV ? D : 1;
+  for (int idx = tid; idx < Tr::kRows * kCols; idx += Tr::kThreads) {
+    const int row = idx / kCols, col = idx % kCols;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = fmaxf(m_all, mm[x * Tr::kRows + row]);
+    float acc = 0.f, l_all = 0.f;
+    if (m_all != -INFINITY) {
+#pragma unroll
+      for (int x = 0; x < Tr::kKeyGroups; ++x) {
+        const float f = exp2f(mm[x * Tr::kRows + row] - m_all);
+        if constexpr (kWithV) acc += f * mo[(x * Tr::kRows + row) * D + col];
+        l_all += f * ml[x * Tr::kRows + row];
+      }
+    }
+    if constexpr (kWithV) p.part_o[(part + row) * D + col] = acc;
+    if (col == 0) {
+      p.part_ml[(part + row) * 2] = m_all;
+      p.part_ml[(part + row) * 2 + 1] = l_all;
+    }
+  }
+}
+
+// One warp per window row: combines the splits' (m, l, o) into a = o / l and lse.
+__global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out, float* lse) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const WindowArgs& a = p.a;
+  if (warp >= a.num_kv_heads * p.rows) return;
+  const int hk = warp / p.rows, r = warp % p.rows;
+  const int rb = r / block_rows, rl = r % block_rows;
+  const int64_t base = (static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits;
+  float m_all = -INFINITY;
+  for (int s = lane; s < p.splits; s += 32)
+    m_all = fmaxf(m_all, p.part_ml[((base + s) * block_rows + rl) * 2]);
+  for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
+  float l_all = 0.f;
+  if (m_all != -INFINITY)
+    for (int s = lane; s < p.splits; s += 32) {
+      const float* ml = p.part_ml + ((base + s) * block_rows + rl) * 2;
+      l_all += exp2f(ml[0] - m_all) * ml[1];
+    }
+  l_all = warp_sum(l_all);
+  const int qh = hk * p.group + r / a.w, t = r % a.w;
+  const int64_t out_row = static_cast<int64_t>(qh) * a.w + t;
+  if (lane == 0) lse[out_row] = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
+  if (out == nullptr) return;
+  const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
+  for (int col = lane; col < a.head_dim; col += 32) {
+    float acc = 0.f;
+    if (m_all != -INFINITY)
+      for (int s = 0; s < p.splits; ++s) {
+        const int64_t prow = (base + s) * block_rows + rl;
+        acc += exp2f(p.part_ml[prow * 2] - m_all) * p.part_o[prow * a.head_dim + col];
+      }
+    out[out_row * a.head_dim + col] = acc * inv_l;
+  }
+}
+
+template <class Tr, bool kWithV>
+cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse,
+                                  cudaStream_t stream) {
+  constexpr size_t smem = forward_smem_bytes<Tr, kWithV>();
+  auto kernel = window_forward_kernel<Tr, kWithV>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
+  kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const int warps = p.a.num_kv_heads * p.rows;
+  window_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p, Tr::kRows, out, lse);
+  return cudaGetLastError();
+}
+
+template <class T, int D>
+cudaError_t dispatch_slabs(const ForwardParams& p, int slabs, float* out, float* lse,
+                           cudaStream_t stream) {
+  const bool with_v = out != nullptr;
+  switch (slabs) {
+#define KVEVICT_FWD_CASE(S)                                                                   \
+  case S:                                                                                     \
+    if constexpr (S <= max_slabs(D)) {                                                        \
+      return with_v ? launch_forward_config<WindowTraits<T, D, S>, true>(p, out, lse, stream) \
+                    : launch_forward_config<WindowTraits<T, D, S>, false>(p, out, lse, stream); \
+    }                                                                                         \
+    break;
+    KVEVICT_FWD_CASE(1)
+    KVEVICT_FWD_CASE(2)
+    KVEVICT_FWD_CASE(4)
+    KVEVICT_FWD_CASE(8)
+#undef KVEVICT_FWD_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <class T>
+cudaError_t dispatch_dim(const ForwardParams& p, int slabs, float* out, float* lse,
+                         cudaStream_t stream) {
+  switch (p.a.head_dim) {
+    case 64: return dispatch_slabs<T, 64>(p, slabs, out, lse, stream);
+    case 128: return dispatch_slabs<T, 128>(p, slabs, out, lse, stream);
+    case 256: return dispatch_slabs<T, 256>(p, slabs, out, lse, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Two blocks per SM: at d = 128 a block holds at most 104 KB of shared memory and 256 threads.
+constexpr int kForwardBlocksPerSm = 2;
+
+}  // namespace
+
+size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count) {
+  const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
+                                           a.n, a.head_dim, sm_count, kForwardBlocksPerSm);
+  const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
+                      plan.slabs;
+  const size_t o_bytes = with_out ? rows * a.head_dim * sizeof(float) : 0;
+  return (o_bytes + 255) / 256 * 256 + rows * 2 * sizeof(float);
+}
+
+cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
+                                  size_t scratch_bytes, int sm_count, cudaStream_t stream) {
+  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
+      a.q_rows < a.w)
+    return cudaErrorInvalidValue;
+  const bool with_out = out != nullptr;
+  if (with_out && a.v == nullptr) return cudaErrorInvalidValue;
+  if (scratch_bytes < window_forward_scratch_bytes(a, with_out, sm_count))
+    return cudaErrorInvalidValue;
+  const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
+                                           a.n, a.head_dim, sm_count, kForwardBlocksPerSm);
+  ForwardParams p;
+  p.a = a;
+  p.group = a.num_q_heads / a.num_kv_heads;
+  p.rows = plan.rows;
+  p.row_blocks = plan.row_blocks;
+  p.splits = plan.splits;
+  p.keys_per_split = plan.keys_per_split;
+  p.scale_log2 = a.scale * kLog2e;
+  const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
+                      plan.slabs;
+  const size_t o_bytes = with_out ? rows * a.head_dim * sizeof(float) : 0;
+  char* base = static_cast<char*>(scratch);
+  p.part_o = with_out ? reinterpret_cast<float*>(base) : nullptr;
+  p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
+  return a.elem == Elem::kBF16 ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, out, lse, stream)
+                               : dispatch_dim<__half>(p, plan.slabs, out, lse, stream);
+}
+
+}  // namespace kvevict::cuda::detail

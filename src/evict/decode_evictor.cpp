@@ -1,0 +1,178 @@
+// Decode-time dynamic eviction (SPEC section 5): a running per-row score and in-place eviction
+// of heads that outgrow budget + slack.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "kvevict/decode_evict.h"
+#include "kvevict/error.h"
+#include "kvevict/parallel.h"
+#include "kvevict/score_terms.h"
+#include "kvevict/select.h"
+
+namespace kvevict {
+namespace {
+
+struct NamedScore {
+  const char* name;
+  DecodeScore score;
+};
+constexpr NamedScore kScores[] = {
+    {"h2o", DecodeScore::kAttentionSum}, {"tova", DecodeScore::kTOVA},
+    {"dropkv", DecodeScore::kDropKV},    {"obcache_v", DecodeScore::kObcacheV},
+    {"obcache_k", DecodeScore::kObcacheK}, {"obcache_vk", DecodeScore::kObcacheVK},
+};
+
+float load_f(const void* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(base)[i];
+    case DType::kF16: return half_to_float(static_cast<const uint16_t*>(base)[i]);
+    default: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+  }
+}
+
+}  // namespace
+
+DecodeScore decode_score_parse(const std::string& s) {
+  for (const auto& ns : kScores)
+    if (s == ns.name) return ns.score;
+  if (s == "attention_sum" || s == "attention-sum") return DecodeScore::kAttentionSum;
+  KVEVICT_FAIL("unknown decode score '", s,
+               "'; expected h2o (attention-sum), tova, dropkv, obcache_v, obcache_k or obcache_vk");
+}
+
+const char* decode_score_name(DecodeScore s) {
+  for (const auto& ns : kScores)
+    if (s == ns.score) return ns.name;
+  return "?";
+}
+
+void DecodeEvictOptions::validate() const {
+  KVEVICT_CHECK(budget > 0, "decode budget ", budget, " is invalid; expected > 0 tokens per head");
+  KVEVICT_CHECK(slack >= 0, "decode slack ", slack, " is negative; expected >= 0");
+  KVEVICT_CHECK(recent >= 0 && sink >= 0, "recent ", recent, " / sink ", sink,
+                " is negative; expected >= 0");
+  KVEVICT_CHECK(budget >= static_cast<int64_t>(recent) + sink, "decode budget ", budget,
+                " is below the ", recent + sink, " protected rows (recent ", recent, " + sink ",
+                sink, "); expected budget >= recent + sink");
+  KVEVICT_CHECK(std::isfinite(scale) && scale >= 0, "scale ", scale,
+                " is invalid; expected a finite value >= 0 (0 = 1/sqrt(d))");
+  KVEVICT_CHECK(std::isfinite(softcap) && softcap >= 0, "softcap ", softcap,
+                " is invalid; expected >= 0 (0 = off)");
+  KVEVICT_CHECK(one_minus_p_floor > 0 && one_minus_p_floor < 1, "1-p floor ", one_minus_p_floor,
+                " is out of range; expected (0, 1)");
+}
+
+std::string DecodeEvictOptions::describe() const {
+  std::ostringstream os;
+  os << "decode score=" << decode_score_name(score) << " budget=" << budget << " slack=" << slack
+     << " recent=" << recent << " sink=" << sink;
+  return os.str();
+}
+
+DecodeEvictor::DecodeEvictor(DecodeEvictOptions opt) : opt_(opt) { opt_.validate(); }
+
+void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int kvh,
+                                float* out) const {
+  const int d = c.head_dim;
+  const int hq = static_cast<int>(st.q.shape[0]);
+  const int group = hq / c.num_kv_heads;
+  const int64_t len = c.lens[kvh];
+  const int64_t base = c.offsets[kvh];
+  const float scale = opt_.scale != 0.0f ? opt_.scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const double floor = opt_.one_minus_p_floor;
+  std::vector<double> acc(len, 0.0);
+  std::vector<float> k(d), v(d);
+  for (int g = 0; g < group; ++g) {
+    const int h = kvh * group + g;
+    const float* q = st.q.ptr<float>() + st.q.offset(h);
+    const float* a = st.a.ptr<float>() + st.a.offset(h);
+    const double lse = st.lse.ptr<float>()[st.lse.offset(h)];
+    double a2 = 0;
+    for (int i = 0; i < d; ++i) a2 += static_cast<double>(a[i]) * a[i];
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t row = (base + j) * d;
+      float dot = 0.0f;
+      double v2 = 0, av = 0;
+      for (int i = 0; i < d; ++i) {
+        const float ki = load_f(c.k, c.dtype, row + i);
+        const float vi = load_f(c.v, c.dtype, row + i);
+        dot += q[i] * ki;
+        v2 += static_cast<double>(vi) * vi;
+        av += static_cast<double>(a[i]) * vi;
+      }
+      double z = static_cast<double>(dot) * scale;
+      if (opt_.softcap > 0) z = opt_.softcap * std::tanh(z / opt_.softcap);
+      const double p = terms::prob(z, lse);
+      double s = 0;
+      switch (opt_.score) {
+        case DecodeScore::kAttentionSum:
+        case DecodeScore::kTOVA: s = terms::attention_term(p); break;
+        case DecodeScore::kDropKV:
+          s = terms::dropkv_term(p, terms::one_minus_prob(z, lse, floor), a2, v2, av);
+          break;
+        case DecodeScore::kObcacheV: s = terms::obcache_v_term(p, v2); break;
+        case DecodeScore::kObcacheK: s = terms::obcache_k_term(p, z, a2, v2, av); break;
+        case DecodeScore::kObcacheVK: s = terms::obcache_vk_term(p, z, a2, v2, av); break;
+      }
+      acc[j] += s;
+    }
+  }
+  for (int64_t j = 0; j < len; ++j) out[j] = static_cast<float>(acc[j] / group);
+}
+
+void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const {
+  c.validate("decode cache");
+  KVEVICT_CHECK(c.device == Device::kCpu, "DecodeEvictor needs a host cache");
+  KVEVICT_CHECK(c.score_acc != nullptr, "decode cache has no score accumulator; expected a cache "
+                "built with score_acc");
+  check_shape(st.q, "step q", {-1, c.head_dim});
+  const int64_t hq = st.q.shape[0];
+  KVEVICT_CHECK(hq % c.num_kv_heads == 0, "step q has ", hq, " heads; expected a multiple of ",
+                c.num_kv_heads);
+  check_shape(st.a, "step a", {hq, c.head_dim});
+  check_shape(st.lse, "step lse", {hq});
+  for (const TensorView* t : {&st.q, &st.a, &st.lse})
+    KVEVICT_CHECK(t->dtype == DType::kF32 && t->inner_contiguous() && t->device == Device::kCpu,
+                  "decode step tensors must be host f32 with contiguous rows");
+  parallel_for(c.num_kv_heads, [&](int64_t h) {
+    const int64_t len = c.lens[h];
+    std::vector<float> s(len);
+    step_scores(c, st, static_cast<int>(h), s.data());
+    float* acc = c.score_acc + c.offsets[h];
+    if (opt_.score == DecodeScore::kTOVA)
+      std::copy(s.begin(), s.end(), acc);
+    else
+      for (int64_t j = 0; j < len; ++j) acc[j] += s[j];
+  });
+}
+
+int64_t DecodeEvictor::evict(const KVLayerView& c) const {
+  c.validate("decode cache");
+  KVEVICT_CHECK(c.score_acc != nullptr, "decode cache has no score accumulator");
+  std::vector<int64_t> evicted(c.num_kv_heads, 0);
+  parallel_for(c.num_kv_heads, [&](int64_t h) {
+    const int64_t len = c.lens[h];
+    if (len <= opt_.budget + opt_.slack) return;
+    std::vector<int32_t> keep;
+    keep.reserve(opt_.budget);
+    // Rows stay in position order (compaction keeps order, appends grow positions), so the
+    // first `sink` rows are the sinks and the last `recent` rows the most recent tokens.
+    select_head(c.score_acc + c.offsets[h], nullptr, len, opt_.budget, opt_.sink, opt_.recent,
+                keep);
+    cache_compact_head_inplace(c, static_cast<int>(h), keep.data(),
+                               static_cast<int64_t>(keep.size()));
+    evicted[h] = len - static_cast<int64_t>(keep.size());
+  });
+  int64_t total = 0;
+  for (int64_t e : evicted) total += e;
+  return total;
+}
+
+int64_t DecodeEvictor::step(const KVLayerView& c, const DecodeStep& st) const {
+  accumulate(c, st);
+  return evict(c);
+}
+
+}  // namespace kvevict

@@ -1,0 +1,87 @@
+#include "kvevict/model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "kvevict/error.h"
+
+namespace kvevict {
+
+void SamplerOptions::validate() const {
+  KVEVICT_CHECK(temperature >= 0 && std::isfinite(temperature), "sampler temperature ",
+                temperature, " is invalid; expected >= 0 (0 = greedy)");
+  KVEVICT_CHECK(top_k >= 0, "sampler top_k ", top_k, " is invalid; expected >= 0 (0 = off)");
+  KVEVICT_CHECK(top_p > 0 && top_p <= 1, "sampler top_p ", top_p,
+                " is invalid; expected 0 < top_p <= 1");
+}
+
+std::string SamplerOptions::describe() const {
+  std::ostringstream os;
+  if (temperature == 0) {
+    os << "greedy";
+  } else {
+    os << "temperature=" << temperature << " top_k=" << top_k << " top_p=" << top_p
+       << " seed=" << seed;
+  }
+  return os.str();
+}
+
+int32_t argmax(const std::vector<float>& logits) {
+  KVEVICT_CHECK(!logits.empty(), "argmax of empty logits");
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+Sampler::Sampler(SamplerOptions opt) : opt_(opt), rng_(opt.seed) { opt_.validate(); }
+
+int32_t Sampler::sample(const std::vector<float>& logits) {
+  if (opt_.temperature == 0) return argmax(logits);
+  const int32_t V = static_cast<int32_t>(logits.size());
+  KVEVICT_CHECK(V > 0, "sampling from empty logits");
+  ids_.resize(V);
+  for (int32_t i = 0; i < V; ++i) ids_[i] = i;
+  // Order by logit (ties toward the lower id) so top-k / top-p cut a deterministic prefix.
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  int32_t keep = V;
+  if (opt_.top_k > 0 && opt_.top_k < V) {
+    keep = opt_.top_k;
+    std::partial_sort(ids_.begin(), ids_.begin() + keep, ids_.end(), better);
+  } else {
+    std::sort(ids_.begin(), ids_.end(), better);
+  }
+  probs_.resize(keep);
+  const double mx = logits[ids_[0]];
+  double sum = 0;
+  for (int32_t i = 0; i < keep; ++i) {
+    probs_[i] = std::exp((logits[ids_[i]] - mx) / opt_.temperature);
+    sum += probs_[i];
+  }
+  if (opt_.top_p < 1.0f) {
+    double mass = 0;
+    int32_t cut = keep;
+    for (int32_t i = 0; i < keep; ++i) {
+      mass += probs_[i] / sum;
+      if (mass >= opt_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+    sum = 0;
+    for (int32_t i = 0; i < keep; ++i) sum += probs_[i];
+  }
+  const double u = std::uniform_real_distribution<double>(0.0, sum)(rng_);
+  double acc = 0;
+  for (int32_t i = 0; i < keep; ++i) {
+    acc += probs_[i];
+    if (u < acc) return ids_[i];
+  }
+  return ids_[keep - 1];
+}
+
+}  // namespace kvevict

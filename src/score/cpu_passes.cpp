@@ -1,0 +1,403 @@
+// The streaming passes of the CPU score path (see cpu_passes.h). Inner loops run over contiguous
+// float arrays of compile-time length kTile so gcc vectorizes them (-O3 -march=native).
+#include "score/cpu_passes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kvevict/dtype.h"
+#include "kvevict/score_terms.h"
+#include "score/cpu_vector_math.h"
+
+namespace kvevict::score_detail {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+template <class Src>
+inline float to_float(Src x);
+template <>
+inline float to_float<float>(float x) {
+  return x;
+}
+template <>
+inline float to_float<double>(double x) {
+  return static_cast<float>(x);
+}
+
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+template <>
+inline float to_float<Bf16>(Bf16 x) {
+  return bf16_to_float(x.bits);
+}
+template <>
+inline float to_float<F16>(F16 x) {
+  return half_to_float(x.bits);
+}
+
+// True for NaN and +-Inf: all exponent bits set. An integer test, so the OR-reduction over a row
+// vectorizes (a float sum of x * 0 would not, without -ffast-math).
+inline uint32_t non_finite_bit(float x) {
+  return (__builtin_bit_cast(uint32_t, x) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+}
+
+// One row of d elements with element stride `step` into dst[c * dst_step], times `scale`.
+// Returns nonzero when a value is NaN or Inf.
+template <class Src>
+inline uint32_t convert_row(const Src* row, int64_t step, int64_t d, float scale, float* dst,
+                            int64_t dst_step) {
+  uint32_t bad = 0;
+  if (step == 1 && dst_step == 1) {
+    for (int64_t c = 0; c < d; ++c) {
+      const float x = to_float(row[c]);
+      bad |= non_finite_bit(x);
+      dst[c] = x * scale;
+    }
+  } else {
+    for (int64_t c = 0; c < d; ++c) {
+      const float x = to_float(row[c * step]);
+      bad |= non_finite_bit(x);
+      dst[c * dst_step] = x * scale;
+    }
+  }
+  return bad;
+}
+
+template <class Src>
+bool load_tile_typed(const TensorView& t, int64_t head, int64_t j0, int64_t count, bool transposed,
+                     float* dst) {
+  const int64_t d = t.shape[2];
+  const Src* base = static_cast<const Src*>(t.data) + head * t.stride[0];
+  uint32_t bad = 0;
+  for (int64_t jj = 0; jj < count; ++jj) {
+    const Src* row = base + (j0 + jj) * t.stride[1];
+    if (transposed)
+      bad |= convert_row(row, t.stride[2], d, 1.0f, dst + jj, kTile);
+    else
+      bad |= convert_row(row, t.stride[2], d, 1.0f, dst + jj * d, 1);
+  }
+  for (int64_t jj = count; jj < kTile; ++jj) {
+    if (transposed)
+      for (int64_t c = 0; c < d; ++c) dst[c * kTile + jj] = 0.0f;
+    else
+      std::fill(dst + jj * d, dst + (jj + 1) * d, 0.0f);
+  }
+  return bad == 0;
+}
+
+template <class Src>
+bool load_rows_typed(const TensorView& t, int64_t head, int64_t row0, int64_t count, float scale,
+                     float* dst) {
+  const int64_t d = t.shape[2];
+  const Src* base = static_cast<const Src*>(t.data) + head * t.stride[0];
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < count; ++i)
+    bad |= convert_row(base + (row0 + i) * t.stride[1], t.stride[2], d, scale, dst + i * d, 1);
+  return bad == 0;
+}
+
+// z[r, :] = q_r . K_tile for the rows of a block; kt is [d, kTile]. Four rows at a time share
+// each load of a key column (a 4 x kTile register tile: 16 AVX2 / 8 AVX-512 accumulators).
+inline void block_logits(const float* q, int64_t rows, int64_t d, const float* kt, float* z) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* q0 = q + r * d;
+    float acc0[kTile] = {}, acc1[kTile] = {}, acc2[kTile] = {}, acc3[kTile] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float* kc = kt + c * kTile;
+      const float x0 = q0[c], x1 = q0[d + c], x2 = q0[2 * d + c], x3 = q0[3 * d + c];
+      for (int jj = 0; jj < kTile; ++jj) {
+        acc0[jj] += x0 * kc[jj];
+        acc1[jj] += x1 * kc[jj];
+        acc2[jj] += x2 * kc[jj];
+        acc3[jj] += x3 * kc[jj];
+      }
+    }
+    std::copy(acc0, acc0 + kTile, z + r * kTile);
+    std::copy(acc1, acc1 + kTile, z + (r + 1) * kTile);
+    std::copy(acc2, acc2 + kTile, z + (r + 2) * kTile);
+    std::copy(acc3, acc3 + kTile, z + (r + 3) * kTile);
+  }
+  for (; r < rows; ++r) {
+    const float* qr = q + r * d;
+    float acc[kTile] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float qc = qr[c];
+      const float* kc = kt + c * kTile;
+      for (int jj = 0; jj < kTile; ++jj) acc[jj] += qc * kc[jj];
+    }
+    std::copy(acc, acc + kTile, z + r * kTile);
+  }
+}
+
+// d2[r, :] = ||a_r - v_token||^2 from explicit differences (dropkv: see score_terms.h for why
+// not the norm identity); vt is [d, kTile]. Nothing beyond the [kRowBlock, kTile] block is stored.
+// Four rows at a time, like block_logits.
+inline void block_dist2(const float* a, int64_t rows, int64_t d, const float* vt, float* d2) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* a0 = a + r * d;
+    float acc0[kTile] = {}, acc1[kTile] = {}, acc2[kTile] = {}, acc3[kTile] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float* vc = vt + c * kTile;
+      const float x0 = a0[c], x1 = a0[d + c], x2 = a0[2 * d + c], x3 = a0[3 * d + c];
+      for (int jj = 0; jj < kTile; ++jj) {
+        const float e0 = vc[jj] - x0, e1 = vc[jj] - x1, e2 = vc[jj] - x2, e3 = vc[jj] - x3;
+        acc0[jj] += e0 * e0;
+        acc1[jj] += e1 * e1;
+        acc2[jj] += e2 * e2;
+        acc3[jj] += e3 * e3;
+      }
+    }
+    std::copy(acc0, acc0 + kTile, d2 + r * kTile);
+    std::copy(acc1, acc1 + kTile, d2 + (r + 1) * kTile);
+    std::copy(acc2, acc2 + kTile, d2 + (r + 2) * kTile);
+    std::copy(acc3, acc3 + kTile, d2 + (r + 3) * kTile);
+  }
+  for (; r < rows; ++r) {
+    const float* ar = a + r * d;
+    float acc[kTile] = {};
+    for (int64_t c = 0; c < d; ++c) {
+      const float ac = ar[c];
+      const float* vc = vt + c * kTile;
+      for (int jj = 0; jj < kTile; ++jj) {
+        const float diff = vc[jj] - ac;
+        acc[jj] += diff * diff;
+      }
+    }
+    std::copy(acc, acc + kTile, d2 + r * kTile);
+  }
+}
+
+// o[r, :] = correction[r] * o[r, :] + sum_jj p[r, jj] v[jj, :] for a block of rows; p is
+// [rows, kTile] (zeros where masked), vn [kTile, d]. Columns go in slices of kCols so that four
+// rows' slices stay in registers while the tile's value rows stream past.
+inline void block_accumulate_output(const float* p, const float* correction, int64_t rows,
+                                    int64_t d, const float* vn, float* o) {
+  constexpr int64_t kCols = 32;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    for (int64_t c0 = 0; c0 < d; c0 += kCols) {
+      const int64_t cols = std::min(kCols, d - c0);
+      if (cols == kCols) {
+        float acc0[kCols], acc1[kCols], acc2[kCols], acc3[kCols];
+        float* o0 = o + r * d + c0;
+        for (int64_t c = 0; c < kCols; ++c) {
+          acc0[c] = o0[c] * correction[r];
+          acc1[c] = o0[d + c] * correction[r + 1];
+          acc2[c] = o0[2 * d + c] * correction[r + 2];
+          acc3[c] = o0[3 * d + c] * correction[r + 3];
+        }
+        for (int jj = 0; jj < kTile; ++jj) {
+          const float* vj = vn + jj * d + c0;
+          const float p0 = p[r * kTile + jj], p1 = p[(r + 1) * kTile + jj];
+          const float p2 = p[(r + 2) * kTile + jj], p3 = p[(r + 3) * kTile + jj];
+          for (int64_t c = 0; c < kCols; ++c) {
+            acc0[c] += p0 * vj[c];
+            acc1[c] += p1 * vj[c];
+            acc2[c] += p2 * vj[c];
+            acc3[c] += p3 * vj[c];
+          }
+        }
+        std::copy(acc0, acc0 + kCols, o0);
+        std::copy(acc1, acc1 + kCols, o0 + d);
+        std::copy(acc2, acc2 + kCols, o0 + 2 * d);
+        std::copy(acc3, acc3 + kCols, o0 + 3 * d);
+      } else {
+        for (int64_t i = r; i < r + 4; ++i) {
+          float* oi = o + i * d + c0;
+          for (int64_t c = 0; c < cols; ++c) oi[c] *= correction[i];
+          for (int jj = 0; jj < kTile; ++jj) {
+            const float pj = p[i * kTile + jj];
+            const float* vj = vn + jj * d + c0;
+            for (int64_t c = 0; c < cols; ++c) oi[c] += pj * vj[c];
+          }
+        }
+      }
+    }
+  }
+  for (; r < rows; ++r) {
+    float* orow = o + r * d;
+    for (int64_t c = 0; c < d; ++c) orow[c] *= correction[r];
+    for (int jj = 0; jj < kTile; ++jj) {
+      const float pj = p[r * kTile + jj];
+      const float* vj = vn + jj * d;
+      for (int64_t c = 0; c < d; ++c) orow[c] += pj * vj[c];
+    }
+  }
+}
+
+// Visible tokens of the tile for a row at `pos`: tokens j0 .. min(pos, t1 - 1).
+inline int visible_in_tile(int64_t pos, int64_t j0, int64_t t1) {
+  const int64_t last = std::min(pos, t1 - 1);
+  return static_cast<int>(std::clamp<int64_t>(last - j0 + 1, 0, kTile));
+}
+
+// The per-(row, token) term for one row of a block, accumulated into acc[0 .. kTile). For dropkv
+// `av` holds ||a - v||^2 (block_dist2), for the obcache terms <a, v>.
+template <Method M>
+inline void add_terms(const float* z, const float* av, const float* v2, float lse, float a2,
+                      int visible, float floor, float* acc) {
+  for (int jj = 0; jj < kTile; ++jj) {
+    const float x = z[jj] - lse;
+    const float p = exp_poly(x);
+    float t;
+    if constexpr (M == Method::kDropKV) {
+      const float omp = std::max(-expm1_poly(x), floor);
+      t = terms::dropkv_term_dist(p, omp, av[jj]);
+    } else if constexpr (M == Method::kObcacheV) {
+      t = terms::obcache_v_term(p, v2[jj]);
+    } else if constexpr (M == Method::kObcacheK) {
+      t = terms::obcache_k_term(p, z[jj], a2, v2[jj], av[jj]);
+    } else if constexpr (M == Method::kObcacheVK) {
+      t = terms::obcache_vk_term(p, z[jj], a2, v2[jj], av[jj]);
+    } else {
+      t = terms::attention_term(p);
+    }
+    acc[jj] += jj < visible ? t : 0.0f;
+  }
+}
+
+template <Method M>
+bool score_range_typed(const RowBlock& rows, const RowStats& stats, const TensorView& k,
+                       const TensorView& v, int64_t head, int64_t t0, int64_t t1, float floor,
+                       float* out, TileScratch& ws) {
+  constexpr bool kNeedsOutput = M == Method::kDropKV || M == Method::kObcacheK ||
+                                M == Method::kObcacheVK;
+  constexpr bool kNeedsValues = kNeedsOutput || M == Method::kObcacheV;
+  const int64_t d = k.shape[2];
+  bool finite = true;
+  int64_t max_pos = 0;
+  for (int64_t r = 0; r < rows.count; ++r) max_pos = std::max(max_pos, rows.pos[r]);
+  for (int64_t j0 = t0; j0 < t1 && j0 <= max_pos; j0 += kTile) {
+    const int64_t count = std::min<int64_t>(kTile, t1 - j0);
+    finite &= load_tile(k, head, j0, count, true, ws.kt);
+    if (kNeedsValues) {
+      finite &= load_tile(v, head, j0, count, true, ws.vt);
+      std::fill(ws.v2, ws.v2 + kTile, 0.0f);
+      for (int64_t c = 0; c < d; ++c) {
+        const float* vc = ws.vt + c * kTile;
+        for (int jj = 0; jj < kTile; ++jj) ws.v2[jj] += vc[jj] * vc[jj];
+      }
+    }
+    float acc[kTile] = {};
+    for (int64_t rb = 0; rb < rows.count; rb += kRowBlock) {
+      const int64_t nr = std::min<int64_t>(kRowBlock, rows.count - rb);
+      block_logits(rows.q + rb * d, nr, d, ws.kt, ws.z);
+      if (M == Method::kDropKV)
+        block_dist2(stats.a + rb * d, nr, d, ws.vt, ws.av);
+      else if (kNeedsOutput)
+        block_logits(stats.a + rb * d, nr, d, ws.vt, ws.av);
+      for (int64_t r = 0; r < nr; ++r) {
+        const int visible = visible_in_tile(rows.pos[rb + r], j0, t1);
+        if (visible == 0) continue;
+        add_terms<M>(ws.z + r * kTile, ws.av + r * kTile, ws.v2, stats.lse[rb + r],
+                     kNeedsOutput ? stats.a2[rb + r] : 0.0f, visible, floor, acc);
+      }
+    }
+    for (int64_t jj = 0; jj < count; ++jj) out[j0 - t0 + jj] += acc[jj];
+  }
+  return finite;
+}
+
+}  // namespace
+
+bool load_tile(const TensorView& t, int64_t head, int64_t j0, int64_t count, bool transposed,
+               float* dst) {
+  switch (t.dtype) {
+    case DType::kF32: return load_tile_typed<float>(t, head, j0, count, transposed, dst);
+    case DType::kF64: return load_tile_typed<double>(t, head, j0, count, transposed, dst);
+    case DType::kBF16: return load_tile_typed<Bf16>(t, head, j0, count, transposed, dst);
+    case DType::kF16: return load_tile_typed<F16>(t, head, j0, count, transposed, dst);
+    default: KVEVICT_FAIL("tile of dtype ", dtype_name(t.dtype), "; expected a float type");
+  }
+}
+
+bool load_rows(const TensorView& t, int64_t head, int64_t row0, int64_t count, float scale,
+               float* dst) {
+  switch (t.dtype) {
+    case DType::kF32: return load_rows_typed<float>(t, head, row0, count, scale, dst);
+    case DType::kF64: return load_rows_typed<double>(t, head, row0, count, scale, dst);
+    case DType::kBF16: return load_rows_typed<Bf16>(t, head, row0, count, scale, dst);
+    case DType::kF16: return load_rows_typed<F16>(t, head, row0, count, scale, dst);
+    default: KVEVICT_FAIL("rows of dtype ", dtype_name(t.dtype), "; expected a float type");
+  }
+}
+
+bool forward_range(const RowBlock& rows, const TensorView& k, const TensorView& v, int64_t head,
+                   int64_t t0, int64_t t1, float* m, float* s, float* o, TileScratch& ws) {
+  const int64_t d = k.shape[2];
+  const bool with_output = o != nullptr;
+  bool finite = true;
+  int64_t max_pos = 0;
+  for (int64_t r = 0; r < rows.count; ++r) max_pos = std::max(max_pos, rows.pos[r]);
+  for (int64_t j0 = t0; j0 < t1 && j0 <= max_pos; j0 += kTile) {
+    const int64_t count = std::min<int64_t>(kTile, t1 - j0);
+    finite &= load_tile(k, head, j0, count, true, ws.kt);
+    if (with_output) finite &= load_tile(v, head, j0, count, false, ws.vn);
+    for (int64_t rb = 0; rb < rows.count; rb += kRowBlock) {
+      const int64_t nr = std::min<int64_t>(kRowBlock, rows.count - rb);
+      block_logits(rows.q + rb * d, nr, d, ws.kt, ws.z);
+      float correction[kRowBlock];
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t row = rb + r;
+        const int visible = visible_in_tile(rows.pos[row], j0, t1);
+        float* z = ws.z + r * kTile;
+        if (visible == 0) {
+          // Nothing visible: the state stays as it is (p = 0, correction 1).
+          std::fill(z, z + kTile, 0.0f);
+          correction[r] = 1.0f;
+          continue;
+        }
+        float tile_max = kNegInf;
+        for (int jj = 0; jj < kTile; ++jj) {
+          z[jj] = jj < visible ? z[jj] : kNegInf;
+          tile_max = std::max(tile_max, z[jj]);
+        }
+        const float m_new = std::max(m[row], tile_max);
+        correction[r] = exp_poly(m[row] - m_new);  // 0 when m was -inf
+        float sum = 0.0f;
+        for (int jj = 0; jj < kTile; ++jj) {
+          z[jj] = exp_poly(z[jj] - m_new);
+          sum += z[jj];
+        }
+        s[row] = s[row] * correction[r] + sum;
+        m[row] = m_new;
+      }
+      if (with_output) block_accumulate_output(ws.z, correction, nr, d, ws.vn, o + rb * d);
+    }
+  }
+  return finite;
+}
+
+bool score_range(Method method, const RowBlock& rows, const RowStats& stats, const TensorView& k,
+                 const TensorView& v, int64_t head, int64_t t0, int64_t t1, float floor,
+                 float* acc, TileScratch& ws) {
+  switch (method) {
+    case Method::kDropKV:
+      return score_range_typed<Method::kDropKV>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
+    case Method::kObcacheV:
+      return score_range_typed<Method::kObcacheV>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
+    case Method::kObcacheK:
+      return score_range_typed<Method::kObcacheK>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
+    case Method::kObcacheVK:
+      return score_range_typed<Method::kObcacheVK>(rows, stats, k, v, head, t0, t1, floor, acc,
+                                                   ws);
+    case Method::kSnapKV:
+    case Method::kH2O:
+    case Method::kTOVA:
+    case Method::kVATP:
+    case Method::kCriticalKV:
+      return score_range_typed<Method::kSnapKV>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
+    default:
+      KVEVICT_FAIL("method ", method_name(method), " has no per-(query, token) term");
+  }
+}
+
+}  // namespace kvevict::score_detail

@@ -1,0 +1,148 @@
+// Every CUDA score against the double reference on bf16-rounded random inputs, and the top-k
+// sets they induce.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "cuda/cuda_testing.h"
+#include "kvevict/cuda/score.h"
+#include "kvevict/score.h"
+#include "support/testing.h"
+
+namespace kvevict::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+
+struct Shape {
+  int hq, hkv, d;
+  int64_t n;
+};
+
+// Top-k index set of one head of a score array (ties toward the lower position).
+std::set<int64_t> top_set(const double* s, int64_t n, int64_t k) {
+  std::vector<int64_t> idx(n);
+  for (int64_t i = 0; i < n; ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return s[a] > s[b]; });
+  return {idx.begin(), idx.begin() + k};
+}
+
+void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << opt.describe() << " Hq " << sh.hq << " Hkv " << sh.hkv
+                                    << " d " << sh.d << " n " << sh.n << " " << dtype_name(dtype));
+  const int w = static_cast<int>(opt.queries_needed(sh.n));
+  const int m = std::max(w, 1);
+  const size_t nq = static_cast<size_t>(sh.hq) * m * sh.d, nk = sh.hkv * sh.n * sh.d;
+  auto q = testing::round_to(kvevict::testing::normal_floats(nq, seed, 2.0f), dtype);
+  auto k = testing::round_to(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), dtype);
+  auto v = testing::round_to(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), dtype);
+  ScoreProblem host;
+  host.q = TensorView(q.data(), DType::kF32, {sh.hq, m, sh.d});
+  host.k = TensorView(k.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+  host.v = TensorView(v.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+  const std::vector<double> ref = ref::score(host, opt).scores;
+
+  DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
+  DeviceBuffer<float> ds(static_cast<size_t>(sh.hkv) * sh.n);
+  dq.upload(testing::encode16(q, dtype));
+  dk.upload(testing::encode16(k, dtype));
+  dv.upload(testing::encode16(v, dtype));
+  ds.poison();
+  ScoreProblem p;
+  p.q = TensorView(dq.data(), dtype, {sh.hq, m, sh.d}, Device::kCuda);
+  p.k = TensorView(dk.data(), dtype, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+  p.v = TensorView(dv.data(), dtype, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+  ScoreOutput out;
+  out.scores = TensorView(ds.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda);
+  const size_t ws_bytes = score_workspace_bytes(p, opt);
+  DeviceBuffer<char> ws(ws_bytes);
+  score(p, opt, out, {ws.data(), ws_bytes});
+  KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> got = ds.download();
+
+  double max_ref = 0;
+  for (double x : ref) max_ref = std::max(max_ref, std::abs(x));
+  // bf16 inputs are exact in the reference; the kernel's error comes from P rounded to 16 bits in
+  // the forward's P V (it moves a) and float accumulation: a few 1e-3 relative.
+  const double rtol = dtype == DType::kBF16 ? 3e-2 : 1e-2;
+  EXPECT_TRUE(kvevict::testing::all_close(got, ref, 1e-3 * max_ref + 1e-30, rtol, "scores"));
+  EXPECT_TRUE(ds.sentinels_intact()) << "write outside the scores";
+
+  // The 10% kept sets agree (>= 99% overlap; near-ties may swap).
+  const int64_t keep = std::max<int64_t>(1, sh.n / 10);
+  std::vector<double> gotd(got.begin(), got.end());
+  for (int h = 0; h < sh.hkv; ++h) {
+    const auto a = top_set(ref.data() + h * sh.n, sh.n, keep);
+    const auto b = top_set(gotd.data() + h * sh.n, sh.n, keep);
+    int64_t common = 0;
+    for (int64_t x : a) common += b.count(x);
+    EXPECT_GE(common, keep - std::max<int64_t>(1, keep / 100)) << "head " << h;
+  }
+}
+
+TEST(CudaScore, WindowMethodsMatchDoubleReference) {
+  KVEVICT_REQUIRE_GPU();
+  const Method methods[] = {Method::kDropKV, Method::kObcacheV, Method::kObcacheK,
+                            Method::kObcacheVK, Method::kSnapKV, Method::kVATP};
+  const Shape shapes[] = {{32, 8, 128, 1003}, {6, 2, 64, 17}, {4, 1, 256, 333}, {7, 1, 128, 2500}};
+  uint64_t seed = 100;
+  for (Method m : methods)
+    for (const Shape& sh : shapes) {
+      ScoreOptions opt = ScoreOptions::defaults(m);
+      opt.pooling = Pooling{};  // raw scores first; pooling has its own test
+      run(sh, opt, DType::kBF16, seed++);
+    }
+}
+
+TEST(CudaScore, PoolingWindowsAndHalf) {
+  KVEVICT_REQUIRE_GPU();
+  ScoreOptions opt = ScoreOptions::defaults(Method::kObcacheVK);  // w = 16, max:7
+  run({8, 2, 128, 777}, opt, DType::kBF16, 7);
+  opt = ScoreOptions::defaults(Method::kSnapKV);
+  opt.pooling = Pooling{PoolKind::kAvg, 5};
+  run({8, 2, 128, 501}, opt, DType::kF16, 8);
+  opt = ScoreOptions::defaults(Method::kDropKV);
+  opt.window = 32;
+  run({28, 4, 128, 1201}, opt, DType::kF16, 9);
+  opt.window = 1;
+  run({4, 2, 64, 1}, opt, DType::kBF16, 10);
+}
+
+TEST(CudaScore, AllQueriesAndLastQueryAggregations) {
+  KVEVICT_REQUIRE_GPU();
+  ScoreOptions h2o = ScoreOptions::defaults(Method::kH2O);
+  run({4, 2, 64, 150}, h2o, DType::kBF16, 11);
+  h2o.h2o_normalize = true;
+  run({4, 2, 64, 150}, h2o, DType::kBF16, 12);
+  run({8, 2, 128, 999}, ScoreOptions::defaults(Method::kTOVA), DType::kBF16, 13);
+  ScoreOptions obk = ScoreOptions::defaults(Method::kObcacheK);
+  obk.aggregate = Aggregate::kLastQuery;
+  obk.window = 0;
+  obk.pooling = Pooling{};
+  run({8, 4, 128, 300}, obk, DType::kBF16, 14);
+}
+
+TEST(CudaScore, KeyOnlyScores) {
+  KVEVICT_REQUIRE_GPU();
+  run({8, 2, 128, 1001}, ScoreOptions::defaults(Method::kKNorm), DType::kBF16, 15);
+  run({8, 3, 64, 4097}, ScoreOptions::defaults(Method::kKeyDiff), DType::kBF16, 16);
+}
+
+TEST(CudaScore, RejectsUnsupportedMethodAndHostTensors) {
+  KVEVICT_REQUIRE_GPU();
+  ScoreProblem p;
+  std::vector<uint16_t> host(2 * 8 * 64);
+  p.q = TensorView(host.data(), DType::kBF16, {2, 8, 64});
+  p.k = TensorView(host.data(), DType::kBF16, {2, 8, 64});
+  p.v = p.k;
+  EXPECT_THROW(score_workspace_bytes(p, ScoreOptions::defaults(Method::kCriticalKV)), Error);
+  std::vector<float> s(16);
+  ScoreOutput out;
+  out.scores = TensorView(s.data(), DType::kF32, {2, 8});
+  EXPECT_THROW(score(p, ScoreOptions::defaults(Method::kDropKV), out, {}), Error);
+}
+
+}  // namespace
+}  // namespace kvevict::cuda

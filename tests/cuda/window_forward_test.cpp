@@ -1,0 +1,105 @@
+// The window forward (a, LSE) against the double reference on bf16/f16-rounded random inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda/cuda_testing.h"
+#include "kvevict/cuda/score.h"
+#include "kvevict/score.h"
+#include "support/testing.h"
+
+namespace kvevict::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+
+struct Case {
+  int hq, hkv, d, m, w;
+  int64_t n;
+  DType dtype;
+  uint64_t seed;
+};
+
+void run_case(const Case& c, bool with_out) {
+  SCOPED_TRACE(::testing::Message() << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n "
+                                    << c.n << " w " << c.w << " " << dtype_name(c.dtype)
+                                    << (with_out ? "" : " lse-only"));
+  const size_t nq = static_cast<size_t>(c.hq) * c.m * c.d, nk = c.hkv * c.n * c.d;
+  // Queries scaled up so softmax is peaked (the interesting regime for p near 1).
+  auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), c.dtype);
+  auto k = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 1, 1.0f), c.dtype);
+  auto v = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 2, 1.0f), c.dtype);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  ScoreProblem host;
+  host.q = TensorView(q.data(), DType::kF32, {c.hq, c.m, c.d});
+  host.k = TensorView(k.data(), DType::kF32, {c.hkv, c.n, c.d});
+  host.v = TensorView(v.data(), DType::kF32, {c.hkv, c.n, c.d});
+  std::vector<double> all_a, all_lse;  // every one of the m rows of q
+  ref::window_forward(host, scale, all_a, all_lse);
+  std::vector<double> ref_a, ref_lse;  // the last w rows: the window
+  for (int h = 0; h < c.hq; ++h)
+    for (int t = 0; t < c.w; ++t) {
+      const int64_t r = static_cast<int64_t>(h) * c.m + (c.m - c.w + t);
+      ref_lse.push_back(all_lse[r]);
+      ref_a.insert(ref_a.end(), all_a.begin() + r * c.d, all_a.begin() + (r + 1) * c.d);
+    }
+
+  DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
+  DeviceBuffer<float> dout(static_cast<size_t>(c.hq) * c.w * c.d), dlse(static_cast<size_t>(c.hq) * c.w);
+  const size_t ws_bytes = window_forward_workspace_bytes(c.hq, c.hkv, c.n, c.w, c.d);
+  DeviceBuffer<char> ws(ws_bytes);
+  ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && dout.ok() && dlse.ok() && ws.ok());
+  dq.upload(testing::encode16(q, c.dtype));
+  dk.upload(testing::encode16(k, c.dtype));
+  dv.upload(testing::encode16(v, c.dtype));
+  dout.poison();
+  dlse.poison();
+  TensorView tq(dq.data(), c.dtype, {c.hq, c.m, c.d}, Device::kCuda);
+  TensorView tk(dk.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
+  TensorView tv(dv.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
+  TensorView tout = with_out ? TensorView(dout.data(), DType::kF32, {c.hq, c.w, c.d}, Device::kCuda)
+                             : TensorView();
+  TensorView tlse(dlse.data(), DType::kF32, {c.hq, c.w}, Device::kCuda);
+  window_forward(tq, tk, tv, c.w, scale, tout, tlse, {ws.data(), ws_bytes});
+  KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+
+  EXPECT_TRUE(kvevict::testing::all_close(dlse.download(), ref_lse, 1e-4, 1e-5, "lse"));
+  if (with_out) {
+    // P is rounded to the input dtype before P V (as FlashAttention does): a few 1e-3 relative.
+    const double tol = c.dtype == DType::kBF16 ? 1.5e-2 : 3e-3;
+    EXPECT_TRUE(kvevict::testing::all_close(dout.download(), ref_a, tol * 0.5, tol, "a"));
+  }
+  EXPECT_TRUE(dout.sentinels_intact() && dlse.sentinels_intact()) << "write outside the outputs";
+}
+
+TEST(CudaWindowForward, MatchesDoubleReference) {
+  KVEVICT_REQUIRE_GPU();
+  const Case cases[] = {
+      {32, 8, 128, 8, 8, 1000, DType::kBF16, 1},    // Llama-3.1-8B heads, w = 8
+      {28, 4, 128, 40, 32, 2049, DType::kBF16, 2},  // Qwen2.5-7B heads, w = 32: two row blocks
+      {4, 4, 64, 7, 7, 17, DType::kF16, 3},         // MHA, odd n, d = 64
+      {6, 2, 256, 5, 5, 301, DType::kBF16, 4},      // d = 256, G = 3
+      {1, 1, 128, 1, 1, 1, DType::kBF16, 5},        // a single token
+      {7, 1, 128, 3, 3, 4099, DType::kF16, 6},      // MQA, G = 7
+      {8, 2, 128, 17, 17, 17, DType::kBF16, 7},     // window = the whole prompt
+  };
+  for (const Case& c : cases) {
+    run_case(c, true);
+    run_case(c, false);
+  }
+}
+
+TEST(CudaWindowForward, RejectsBadInputs) {
+  KVEVICT_REQUIRE_GPU();
+  DeviceBuffer<uint16_t> buf(4 * 16 * 96);
+  TensorView q(buf.data(), DType::kBF16, {4, 8, 96}, Device::kCuda);
+  TensorView k(buf.data(), DType::kBF16, {2, 16, 96}, Device::kCuda);
+  DeviceBuffer<float> lse(32);
+  TensorView tlse(lse.data(), DType::kF32, {4, 8}, Device::kCuda);
+  EXPECT_THROW(window_forward(q, k, k, 8, 0.1f, TensorView(), tlse, {}), Error);  // d = 96
+  TensorView k_host(buf.data(), DType::kBF16, {2, 16, 96});
+  EXPECT_THROW(window_forward(q, k_host, k_host, 8, 0.1f, TensorView(), tlse, {}), Error);
+}
+
+}  // namespace
+}  // namespace kvevict::cuda

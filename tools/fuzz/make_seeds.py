@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Writes small valid seed files for the fuzz targets (pure Python, no dependencies).
+
+usage: make_seeds.py OUT_DIR   -> OUT_DIR/{gguf,npy,safetensors,jsonl}/seed_*
+"""
+import json
+import os
+import struct
+import sys
+
+
+def gguf_string(s: bytes) -> bytes:
+    return struct.pack("<Q", len(s)) + s
+
+
+def make_gguf(tensors, metadata) -> bytes:
+    """GGUF v3 with the given metadata (str->(type_code, packed bytes)) and f32/f16/q8_0 tensors."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
+    for key, (vtype, payload) in metadata.items():
+        out += gguf_string(key.encode()) + struct.pack("<I", vtype) + payload
+    offset = 0
+    blobs = []
+    for name, shape, ttype, blob in tensors:
+        out += gguf_string(name.encode()) + struct.pack("<I", len(shape))
+        for dim in reversed(shape):
+            out += struct.pack("<Q", dim)
+        out += struct.pack("<IQ", ttype, offset)
+        blobs.append(blob)
+        offset += (len(blob) + 31) // 32 * 32
+    out += b"\0" * ((-len(out)) % 32)
+    for blob in blobs:
+        out += blob + b"\0" * ((-len(blob)) % 32)
+    return out
+
+
+def q8_0_block(values):
+    scale = max(abs(v) for v in values) / 127 or 1.0
+    qs = bytes((round(v / scale) & 0xFF) for v in values)
+    return struct.pack("<e", scale) + qs
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "fuzz_seeds"
+    for sub in ("gguf", "npy", "safetensors", "jsonl"):
+        os.makedirs(os.path.join(out, sub), exist_ok=True)
+    meta = {
+        "general.architecture": (8, gguf_string(b"llama")),
+        "general.alignment": (4, struct.pack("<I", 32)),
+        "llama.block_count": (4, struct.pack("<I", 1)),
+        "tokenizer.ggml.tokens": (9, struct.pack("<IQ", 8, 2) + gguf_string(b"a") + gguf_string(b"b")),
+    }
+    f32 = struct.pack("<6f", *[0.5 * i for i in range(6)])
+    f16 = struct.pack("<4e", 1.0, -2.0, 0.25, 3.5)
+    q8 = q8_0_block([((i * 7) % 19 - 9) / 4 for i in range(32)])
+    with open(os.path.join(out, "gguf", "seed_small.gguf"), "wb") as f:
+        f.write(make_gguf([("w", [2, 3], 0, f32), ("h", [4], 1, f16), ("q", [32], 8, q8)], meta))
+    with open(os.path.join(out, "gguf", "seed_empty.gguf"), "wb") as f:
+        f.write(make_gguf([], {}))
+
+    def npy(descr, shape, payload, version=1):
+        header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (
+            descr, "(" + "".join("%d, " % s for s in shape).rstrip(" ") + ")")
+        pad = 64 - (10 + len(header) + 1) % 64
+        header = header + " " * pad + "\n"
+        return b"\x93NUMPY" + bytes([version, 0]) + struct.pack("<H", len(header)) + header.encode() + payload
+
+    with open(os.path.join(out, "npy", "seed_f32.npy"), "wb") as f:
+        f.write(npy("<f4", (2, 3), f32))
+    with open(os.path.join(out, "npy", "seed_f16.npy"), "wb") as f:
+        f.write(npy("<f2", (4,), f16))
+
+    header = json.dumps({"x": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+                         "__metadata__": {"format": "pt"}}).encode()
+    with open(os.path.join(out, "safetensors", "seed.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + f32)
+
+    row = {"context": "The magic number is 7.", "question": "What is the magic number?",
+           "answer_prefix": "The magic number is", "answers": ["7"], "max_new_tokens": 8,
+           "task": "custom"}
+    with open(os.path.join(out, "jsonl", "seed.jsonl"), "w") as f:
+        f.write(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

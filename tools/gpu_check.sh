@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds the CUDA backend (sm_90), runs the gpu-labelled tests, the scoring benchmark, the PyTorch
+# peers and compute-sanitizer (memcheck, racecheck) on the test binaries; prints a short table LAST.
+#
+#   tools/gpu_check.sh                 configure + build with CMake in build/gpu, then check
+#   GPU_PREBUILT=DIR tools/gpu_check.sh  use test/bench binaries already built for sm_90 in DIR
+#                                      (DIR/tests/test_cuda_*, DIR/benchmarks/gpu_score_bench,
+#                                      optional DIR/lib on LD_LIBRARY_PATH)
+#   GPU_QUICK=1                        fewer benchmark sizes; GPU_SKIP_SANITIZER=1 skips sanitizers
+# Full logs go to $OUT (or out/gpu_check when OUT is unset).
+set -u -o pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-$root/out/gpu_check}"
+mkdir -p "$out"
+summary=()
+note() { summary+=("$1"); }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv \
+  2>&1 | tee "$out/nvidia_smi.txt"
+
+if [[ -n "${GPU_PREBUILT:-}" ]]; then
+  bin="$GPU_PREBUILT"
+  [[ -d "$bin/lib" ]] && export LD_LIBRARY_PATH="$bin/lib:${LD_LIBRARY_PATH:-}"
+  note "build: prebuilt binaries from $bin"
+else
+  bin="$root/build/gpu"
+  t0=$(date +%s)
+  if cmake -S "$root" -B "$bin" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_CUDA=ON \
+       -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
+     cmake --build "$bin" -j"$(nproc)" --target gpu_score_bench \
+       $(cd "$root/tests/cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_cuda_/') \
+       >>"$out/build.log" 2>&1; then
+    note "build: ok ($(( $(date +%s) - t0 )) s, sm_90)"
+  else
+    note "build: FAILED (see build.log)"; tail -30 "$out/build.log"
+  fi
+fi
+
+tests=$(ls "$bin"/tests/test_cuda_* 2>/dev/null | grep -v '\.cmake$' || true)
+pass=0; fail=0
+for t in $tests; do
+  name=$(basename "$t")
+  if timeout 300 "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); note "test FAILED: $name"; tail -40 "$out/$name.log"; fi
+done
+note "gpu tests: $pass binaries passed, $fail failed"
+
+if [[ -x "$bin/benchmarks/gpu_score_bench" ]]; then
+  timeout 400 "$bin/benchmarks/gpu_score_bench" ${GPU_QUICK:+--quick} --json "$out/bench.json" \
+    2>&1 | tee "$out/bench.txt"
+fi
+if python3 -c 'import torch' 2>/dev/null; then
+  PYTHONUNBUFFERED=1 timeout 300 python3 "$root/tools/peers/dropkv_peers.py" --check ${GPU_QUICK:+--quick} \
+    --json "$out/peers.json" 2>&1 | tee "$out/peers.txt"
+fi
+
+if [[ -z "${GPU_SKIP_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null; then
+  for t in $tests; do
+    name=$(basename "$t")
+    if KVEVICT_SANITIZER=1 timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$t" --gtest_brief=1 \
+         >"$out/memcheck_$name.log" 2>&1; then note "memcheck $name: clean"; else
+      note "memcheck $name: ERRORS"; tail -20 "$out/memcheck_$name.log"; fi
+  done
+  for t in $tests; do
+    name=$(basename "$t")
+    case "$name" in *compact*) continue ;; esac  # no shared memory
+    if KVEVICT_SANITIZER=1 timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$t" --gtest_brief=1 \
+         >"$out/racecheck_$name.log" 2>&1; then note "racecheck $name: clean"; else
+      note "racecheck $name: ERRORS"; tail -20 "$out/racecheck_$name.log"; fi
+  done
+fi
+
+echo
+echo "==================== gpu_check summary ===================="
+for s in "${summary[@]}"; do echo "$s"; done
+[[ -f "$out/bench.txt" ]] && grep -E "^(device|d2d)|ms " "$out/bench.txt" | cut -c1-120
+[[ -f "$out/peers.txt" ]] && grep -E "^peer .*n=128K|check" "$out/peers.txt"
