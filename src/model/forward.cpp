@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "kvevict/error.h"
-#include "model/cache_attention.h"
+#include "kvevict/attention.h"
 #include "model/ops.h"
 
 namespace kvevict::model_ops {
@@ -59,7 +59,7 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
                 " layer caches; expected ", c.n_layers);
 
   std::vector<float> x(T * D), xn(T * D), q(T * Hq * d), qh(T * Hq * d), k(T * Hkv * d),
-      v(T * Hkv * d), attn(T * Hq * d), o(T * D), gate(T * F), up(T * F),
+      v(T * Hkv * d), attn(T * Hq * d), attn_heads(T * Hq * d), o(T * D), gate(T * F), up(T * F),
       lse(hook != nullptr ? T * Hq : 0);
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(pos0 + t);
@@ -106,9 +106,22 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
 
     KVLayerView view = caches[il].view();
     cache_append_rows(view, k.data(), v.data(), pos.data(), T);
-    cache_attention(qh.data(), pos.data(), T, Hq, view, c.logit_scale(),
-                    sliding ? c.sliding_window : 0, attn.data(),
-                    hook != nullptr ? lse.data() : nullptr);
+    // kvevict's cpu::attention: causal by original position, so it serves prefill chunks,
+    // decode and questions appended after eviction alike.
+    AttentionProblem ap;
+    ap.q = TensorView(qh.data(), DType::kF32, {Hq, T, d});
+    ap.q_pos = pos.data();
+    ap.cache = view;
+    ap.scale = c.logit_scale();
+    ap.sliding_window = sliding ? c.sliding_window : 0;
+    AttentionOutput ao;
+    ao.out = TensorView(attn_heads.data(), DType::kF32, {Hq, T, d});
+    if (hook != nullptr) ao.lse = TensorView(lse.data(), DType::kF32, {Hq, T});
+    cpu::attention(ap, ao);
+    // [Hq, T, d] -> [T, Hq, d]: the output projection reads token rows.
+    for (int h = 0; h < Hq; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(&attn[(t * Hq + h) * d], &attn_heads[(h * T + t) * d], d * sizeof(float));
     if (hook != nullptr) (*hook)(il, view, qh.data(), attn.data(), lse.data());
 
     linear(attn.data(), T, L.wo, nullptr, o.data());

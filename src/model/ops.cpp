@@ -37,7 +37,8 @@ void linear(const float* x, int64_t T, const HostTensor& w, const HostTensor* bi
   // 2-core machine. Fixed row blocks keep results identical for any thread count.
   static std::once_flag single_threaded;
   std::call_once(single_threaded, [] { openblas_set_num_threads(1); });
-  constexpr int64_t kRows = 128;
+  // Small products run on one block: an OpenMP region costs more than they do.
+  const int64_t kRows = T * out * in < (int64_t{1} << 18) ? out : 128;
   parallel_for((out + kRows - 1) / kRows, [&](int64_t c) {
     const int64_t r0 = c * kRows, rows = std::min(out - r0, kRows);
     if (T == 1) {

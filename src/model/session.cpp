@@ -375,7 +375,9 @@ const std::vector<float>& Session::decode(int32_t token) {
   KVEVICT_CHECK(position_ + 1 <= c.context_length, "decoding position ", position_,
                 " exceeds the context length ", c.context_length, " of ", c.name);
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t spare = 64;  // amortizes reallocation over decode steps
+  // Spare rows amortize reallocation over decode steps; proportional to the cache so that a
+  // small evicted cache does not double in size.
+  const int64_t spare = std::clamp<int64_t>(kv_rows(0) / c.n_kv_heads / 8, 16, 256);
   reserve_rows(caches_, c, 1, spare);
   model_ops::AttentionHook hook;
   if (decode_) {

@@ -149,6 +149,23 @@ TEST(PrefillEviction, SnapshotEqualsDirectPrefillQueryAware) {
   EXPECT_EQ(direct.decode(3), via.decode(3));
 }
 
+TEST(PrefillEviction, HalfPrecisionCachesEvictToo) {
+  Tiny t("llama", "evict_f16");
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    SessionOptions opt;
+    opt.kv_dtype = dt;
+    Session s(t.model, opt);
+    EvictConfig cfg = prefill_config("dropkv", 0.5);
+    cfg.prefill.set_window(4);
+    s.prefill(tokens_for(20, 50, 9), cfg);
+    for (int l = 0; l < 3; ++l) {
+      EXPECT_EQ(s.kv_rows(l), 2 * 10) << dtype_name(dt);
+      EXPECT_EQ(s.stats().kv_bytes_after[l] * 2, s.stats().kv_bytes_before[l]) << dtype_name(dt);
+    }
+    for (float x : s.decode(1)) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
 TEST(PrefillEviction, SnapshotWithTooFewQueriesIsAnError) {
   Tiny t("llama", "evict_few");
   PrefillOptions popt;
