@@ -5,7 +5,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-scripts/install_deps.sh
+scripts/install_deps.sh --eval
 scripts/fetch_models.sh
+scripts/prepare_corpus.sh >/dev/null
 scripts/build.sh release
 exec build/release/kvevict demo "$@"

@@ -25,6 +25,11 @@ struct PoolProblem {
   int size() const { return static_cast<int>(p.size()); }
 };
 
+// The enumeration limit of exact_optimum: C(24, 12) = 2.7e6 fits, and so does C(64, 5) = 7.6e6.
+constexpr double kMaxSubsets = 1e7;
+// C(L, k) as a double (exact up to 2^53).
+double subset_count(int L, int k);
+
 // F(J) for pool indices J (distinct, in [0, L)). J empty gives 0.
 double objective(const PoolProblem& pp, const std::vector<int>& J);
 
@@ -33,7 +38,8 @@ struct SubsetValue {
   double value = 0.0;    // F(set)
 };
 // Exact argmin of F over all k-subsets of the pool by enumeration (Gray-free revolving combos);
-// L <= 24 (throws otherwise naming L). Ties: the lexicographically first subset.
+// Any L <= 64 whose C(L, k) <= kMaxSubsets (all of L <= 24 for k <= 12; L = 64 for k <= 5); throws
+// naming L, k and the count otherwise. Ties: the lexicographically first subset.
 SubsetValue exact_optimum(const PoolProblem& pp, int k);
 // The proxy: k pool tokens with the smallest p/(1-p) ||a - v|| (ties toward the lower index).
 SubsetValue proxy_set(const PoolProblem& pp, int k);

@@ -27,7 +27,7 @@ struct HostEvictResult {
 class LayerEvictor {
  public:
   // select.window is used as given; normally it equals score.window (the observation window is
-  // what selection protects).
+  // what selection protects), and select.sink = MethodSpec::sink (streamingllm's 4 sinks).
   LayerEvictor(Backend& backend, ScoreOptions score, SelectOptions select);
 
   // Scores problem (on the backend's device) and selects. streamingllm needs no scores.

@@ -5,15 +5,31 @@
 
 #include <cstdio>
 
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/corpus_arg.h"
+#include "cli/json_out.h"
+#include "cli/model_args.h"
+#include "cli/progress.h"
 #include "cli/tensor_args.h"
 #include "kvevict/diagnostics.h"
 #include "kvevict/error.h"
+#include "kvevict/eval/corpus.h"
+#include "kvevict/eval/report.h"
+#include "kvevict/model/session.h"
 
 namespace kvevict::cli {
 namespace {
 
 struct AnalyzeArgs {
+  ModelArgs model;
+  bool use_model = false;
+  std::string prompt;
+  int64_t length = 1024;
+  std::string out;
   std::string q, k, v;
   int pool_size = 16;
   int evict = 4;
@@ -24,6 +40,102 @@ struct AnalyzeArgs {
   bool bf16 = false;
   bool json = false;
 };
+
+double quantile(std::vector<double> xs, double q) {
+  xs.erase(std::remove_if(xs.begin(), xs.end(), [](double x) { return !std::isfinite(x); }), xs.end());
+  if (xs.empty()) return NAN;
+  std::sort(xs.begin(), xs.end());
+  const double pos = q * static_cast<double>(xs.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, xs.size() - 1);
+  return xs[lo] + (pos - static_cast<double>(lo)) * (xs[hi] - xs[lo]);
+}
+
+// The diagnostics on a real model's attention: prefill a prompt (Austen prose of --length tokens,
+// or -p TEXT), keep each layer's last queries, and run SPEC section 6 per layer and head.
+int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base) {
+  const auto model = a.model.load();
+  const auto tok = load_tokenizer(*model);
+  std::vector<int32_t> tokens;
+  if (!a.prompt.empty()) {
+    tokens = tok->encode(a.prompt, true);
+  } else {
+    KVEVICT_CHECK(a.length >= 2 && a.length <= model->config().context_length, "--length ", a.length,
+                  " is out of range; expected 2..", model->config().context_length);
+    const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
+    std::string prose = corpus.prose_text().substr(0, static_cast<size_t>(a.length) * 8);
+    tokens = tok->encode(prose, true);
+    if (static_cast<int64_t>(tokens.size()) > a.length) tokens.resize(static_cast<size_t>(a.length));
+  }
+  KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) > base.pool_size, "the prompt has ", tokens.size(),
+                " tokens; expected more than --pool-size ", base.pool_size);
+  SessionOptions sopt;
+  ProgressBar bar("prefill", static_cast<int64_t>(tokens.size()), !a.json);
+  sopt.progress = [&bar](int64_t done, int64_t) { bar.update(done); };
+  PrefillOptions popt;
+  popt.keep_queries = base.num_queries;
+  const PrefillSnapshot snap = Session::prefill_snapshot(model, tokens, popt, sopt);
+  bar.finish();
+
+  const auto& mc = model->config();
+  diag::DiagnosticsOptions opt = base;
+  opt.scale = mc.logit_scale();
+  nlohmann::json layers = nlohmann::json::array(), cone = nlohmann::json::array();
+  std::vector<double> all_ratio, all_factor, all_c;
+  for (int l = 0; l < mc.n_layers; ++l) {
+    if (mc.is_sliding(l)) continue;  // sliding-window layers are never evicted
+    const KVLayerView cache = snap.caches[l].view();
+    const diag::DiagnosticsReport r =
+        diag::run_diagnostics(snap.queries[l].view(), cache.uniform_k(), cache.uniform_v(), opt);
+    std::vector<double> ratio, factor, c_star, eps;
+    for (const auto& row : r.rows) {
+      ratio.push_back(row.ratio);
+      factor.push_back(row.factor);
+      c_star.push_back(row.c_star);
+      eps.push_back(row.eps);
+    }
+    all_ratio.insert(all_ratio.end(), ratio.begin(), ratio.end());
+    all_factor.insert(all_factor.end(), factor.begin(), factor.end());
+    all_c.insert(all_c.end(), c_star.begin(), c_star.end());
+    layers.push_back({{"layer", l}, {"rows", r.rows.size()}, {"ratio_median", quantile(ratio, 0.5)},
+                      {"ratio_p95", quantile(ratio, 0.95)}, {"c_star_median", quantile(c_star, 0.5)},
+                      {"eps_median", quantile(eps, 0.5)}, {"factor_median", quantile(factor, 0.5)},
+                      {"factor_applicable", r.factor_applicable}});
+    cone.push_back({{"layer", l}, {"c_star", c_star}});
+  }
+  nlohmann::json j;
+  j["kind"] = "kvevict-results";
+  j["version"] = 1;
+  j["meta"] = {{"model", model->path()}, {"prompt_tokens", tokens.size()}};
+  j["diagnostics"] = {{"options", {{"pool_size", opt.pool_size}, {"evict", opt.k},
+                                   {"queries", opt.num_queries},
+                                   {"pool", opt.pool == diag::PoolChoice::kRandom ? "random" : "lowest_proxy"}}},
+                      {"summary", {{"ratio_median", quantile(all_ratio, 0.5)},
+                                   {"ratio_p95", quantile(all_ratio, 0.95)},
+                                   {"c_star_median", quantile(all_c, 0.5)},
+                                   {"factor_median", quantile(all_factor, 0.5)},
+                                   {"rows", all_ratio.size()}}},
+                      {"layers", layers}, {"cone", cone}};
+  if (!a.out.empty()) eval::write_text_file(a.out, j.dump(1));
+  if (a.json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("%s, %zu-token prompt, L=%d k=%d, %d queries per head\n", model->path().c_str(),
+              tokens.size(), opt.pool_size, opt.k, opt.num_queries);
+  std::printf("%5s %6s %12s %10s %10s %10s %12s\n", "layer", "rows", "ratio med", "ratio p95",
+              "c* med", "eps med", "factor med");
+  for (const auto& L : layers)
+    std::printf("%5d %6d %12.4f %10.4f %10.4f %10.4g %12.4g\n", L["layer"].get<int>(),
+                L["rows"].get<int>(), L["ratio_median"].get<double>(), L["ratio_p95"].get<double>(),
+                L["c_star_median"].get<double>(), L["eps_median"].get<double>(),
+                L["factor_median"].get<double>());
+  std::printf("all layers: ratio median %.4f, p95 %.4f (paper: <= 1.16 / <= 1.43); c* median %.4f; "
+              "factor median %.4g\n",
+              quantile(all_ratio, 0.5), quantile(all_ratio, 0.95), quantile(all_c, 0.5),
+              quantile(all_factor, 0.5));
+  return 0;
+}
 
 int run_analyze(const AnalyzeArgs& a) {
   diag::DiagnosticsOptions opt;
@@ -39,6 +151,9 @@ int run_analyze(const AnalyzeArgs& a) {
   else
     KVEVICT_FAIL("unknown --pool '", a.pool, "'; expected lowest or random");
   opt.validate();
+  if (a.use_model) return run_analyze_model(a, opt);
+  KVEVICT_CHECK(!a.q.empty() && !a.k.empty() && !a.v.empty(),
+                "analyze needs --q, --k and --v tensors, or -m MODEL to analyse a model's attention");
   HostTensor q = load_tensor_arg(a.q, "--q", a.bf16);
   HostTensor k = load_tensor_arg(a.k, "--k", a.bf16);
   HostTensor v = load_tensor_arg(a.v, "--v", a.bf16);
@@ -53,9 +168,15 @@ Runner add_analyze_command(CLI::App& app) {
   auto a = std::make_shared<AnalyzeArgs>();
   auto* cmd = app.add_subcommand(
       "analyze", "Near-optimality diagnostics of the DropKV proxy (exact optimum, cone constant)");
-  cmd->add_option("--q", a->q, "Queries [Hq, m, d] after RoPE (the last m positions)")->required();
-  cmd->add_option("--k", a->k, "Keys [Hkv, n, d] after RoPE")->required();
-  cmd->add_option("--v", a->v, "Values [Hkv, n, d]")->required();
+  cmd->add_option("--q", a->q, "Queries [Hq, m, d] after RoPE (the last m positions)");
+  cmd->add_option("--k", a->k, "Keys [Hkv, n, d] after RoPE");
+  cmd->add_option("--v", a->v, "Values [Hkv, n, d]");
+  auto* m = cmd->add_option("-m,--model", a->model.model,
+                            "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)");
+  cmd->add_option("--threads", a->model.threads, "CPU threads (0 = all)");
+  cmd->add_option("-p,--prompt", a->prompt, "With -m: the prompt (default: Austen prose)")->needs(m);
+  cmd->add_option("--length", a->length, "With -m: prompt tokens of Austen prose")->capture_default_str();
+  cmd->add_option("--out", a->out, "With -m: write the results JSON here (for tools/plot_results.py)");
   cmd->add_option("--pool-size", a->pool_size, "Candidate pool size L (<= 24, exact enumeration)")
       ->capture_default_str();
   cmd->add_option("--evict", a->evict, "Evicted set size k (1 <= k <= L)")->capture_default_str();
@@ -65,7 +186,10 @@ Runner add_analyze_command(CLI::App& app) {
   cmd->add_option("--scale", a->scale, "Logit scale (default 1/sqrt(d))");
   cmd->add_flag("--bf16", a->bf16, "Read uint16 .npy arrays as bfloat16");
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
-  return [a] { return run_analyze(*a); };
+  return [a, m] {
+    a->use_model = m->count() > 0;
+    return run_analyze(*a);
+  };
 }
 
 }  // namespace kvevict::cli

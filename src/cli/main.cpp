@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   std::map<std::string, kvevict::cli::Runner> runners;
   runners["score"] = kvevict::cli::add_score_command(app);
   runners["analyze"] = kvevict::cli::add_analyze_command(app);
+  runners["generate"] = kvevict::cli::add_generate_command(app);
+  runners["demo"] = kvevict::cli::add_demo_command(app);
+  runners["eval"] = kvevict::cli::add_eval_command(app);
+  runners["ppl"] = kvevict::cli::add_ppl_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

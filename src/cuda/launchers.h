@@ -71,11 +71,26 @@ cudaError_t launch_keydiff(Elem elem, const void* k, int64_t head_stride, int64_
 
 namespace kvevict::cuda::detail {
 
-// Per-head threshold select: kept [Hkv, n_keep] i32 sorted ascending (see cuda/select.h).
+// Compaction fused into the selection's ordered write (uniform layout; strides in elements).
+struct FusedCompaction {
+  const void* k = nullptr;  // [H, n, d]
+  const void* v = nullptr;  // [H, n, d]
+  int64_t head_stride = 0, row_stride = 0;
+  int elem_bytes = 2, d = 0;
+  const int32_t* pos = nullptr;  // [H, n] or null (identity)
+  int64_t pos_head_stride = 0;
+  void* out_k = nullptr;         // [H, n_keep, d] contiguous
+  void* out_v = nullptr;         // [H, n_keep, d] contiguous
+  int32_t* out_pos = nullptr;    // [H, n_keep]
+};
+
+// Per-head threshold select: kept [Hkv, n_keep] i32 sorted ascending (see cuda/select.h); with
+// `fused`, the kept rows are also gathered (select_compact_uniform).
 size_t select_uniform_scratch_bytes(int num_heads, int64_t n);
 cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n, int64_t n_keep,
                                   int sink, int window, int32_t* kept, void* scratch,
-                                  size_t scratch_bytes, cudaStream_t stream);
+                                  size_t scratch_bytes, cudaStream_t stream,
+                                  const FusedCompaction* fused = nullptr);
 
 // Gathers rows: out row r of head h (offsets[h] <= r < offsets[h+1]) = in[h, kept[r]]. With
 // offsets null the layout is uniform: head h owns rows [h * uniform_len, (h + 1) * uniform_len).

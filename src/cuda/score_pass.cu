@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/launchers.h"
@@ -67,8 +68,15 @@ __device__ __forceinline__ float pair_term(float z, float lse, float a2, float v
   } else {
     float dist2 = fmaxf(a2 + v2 - 2.f * av, 0.f);
     if constexpr (kTerm == PairTerm::kDropKV) {
-      // 1 - exp(x) loses nothing while p < 0.78; closer to 1 it cancels, so use expm1 there.
-      float om = x > -0.25f ? -expm1f(x) : 1.f - p;
+      // 1 - exp(x) loses nothing while p < 0.78; closer to 1 it cancels, so use expm1 there. The
+      // warp vote keeps expm1f (~30 instructions) a real branch, taken only when some lane needs
+      // it, instead of an if-converted select that would evaluate it for every pair. All lanes
+      // reach this point together (the callers' loops are unrolled and branch-free).
+      float om = 1.f - p;
+      const bool near_one = x > -0.25f;
+      if (__any_sync(0xffffffffu, near_one)) {
+        if (near_one) om = -expm1f(x);
+      }
       // When the key holds all of the row's probability to float precision (a single visible
       // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
       // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
@@ -76,7 +84,7 @@ __device__ __forceinline__ float pair_term(float z, float lse, float a2, float v
       // forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md, gaps).
       if (om < 1e-6f) dist2 = 0.f;
       om = fmaxf(om, floor);
-      const float r = p / om;
+      const float r = __fdividef(p, om);  // om >= 1e-12: no overflow or denormal corner
       return r * r * dist2;
     } else if constexpr (kTerm == PairTerm::kObcacheK) {
       const float pz = p * z;
@@ -89,7 +97,8 @@ __device__ __forceinline__ float pair_term(float z, float lse, float a2, float v
 }
 
 template <class Tr, PairTerm kTerm>
-__global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
+    score_pass_kernel(PassParams p) {
   using T = typename Tr::T;
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr int kChunks = Tr::kChunksPerRow;
@@ -187,7 +196,16 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;
   const int64_t last_lo = rl_lo < rows_here ? a.n - a.w + (row0 + rl_lo) % a.w : -1;
   const int64_t last_hi = rl_hi < rows_here ? a.n - a.w + (row0 + rl_hi) % a.w : -1;
-  const float lse_lo = lse_s[rl_lo], lse_hi = lse_s[rl_hi];
+  // Padding rows get lse = +inf: p = exp(z - inf) = 0 makes every term 0 without a row mask.
+  const float lse_lo = rl_lo < rows_here ? lse_s[rl_lo] : INFINITY;
+  const float lse_hi = rl_hi < rows_here ? lse_s[rl_hi] : INFINITY;
+  // Last key that every row of the block sees (and that lies in this chunk's live range).
+  int t_min = 0;
+  if (rows_here < a.w) {
+    const int t0 = row0 % a.w;
+    if (t0 + rows_here - 1 < a.w) t_min = t0;
+  }
+  const int64_t block_last_all = min(a.n - a.w + t_min, key_end - 1);
   const float a2_lo = a2_s[rl_lo], a2_hi = a2_s[rl_hi];
   const float floor = sa.one_minus_p_floor;
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
@@ -265,31 +283,40 @@ __global__ void __launch_bounds__(Tr::kThreads) score_pass_kernel(PassParams p) 
     }
 
     const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
+    // The per-pair terms dominate the instruction count at large w (ncu: the w = 32 pass issued
+    // ~2x the forward's instructions), so tiles every row of the block sees in full skip the
+    // per-element causal / range checks.
+    auto accumulate = [&](auto masked) {
 #pragma unroll
-    for (int nt = 0; nt < GK / 8; ++nt) {
-      float col[2];
+      for (int nt = 0; nt < GK / 8; ++nt) {
+        float col[2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int kl = kg * GK + nt * 8 + 2 * t4 + e;  // tile-local key
-        const int64_t j = key0 + nt * 8 + 2 * t4 + e;
-        const float v2 = v2_s[kl];
-        float sum = 0.f;
-        if (j <= last_lo && j < key_end)
-          sum += pair_term<kTerm>(s[nt][e] * a.scale, lse_lo, a2_lo, v2,
-                                  av[nt][e], floor);
-        if (j <= last_hi && j < key_end)
-          sum += pair_term<kTerm>(s[nt][2 + e] * a.scale, lse_hi, a2_hi, v2,
-                                  av[nt][2 + e], floor);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-        col[e] = sum;
+        for (int e = 0; e < 2; ++e) {
+          const float v2 = v2_s[kg * GK + nt * 8 + 2 * t4 + e];
+          float lo = pair_term<kTerm>(s[nt][e] * a.scale, lse_lo, a2_lo, v2, av[nt][e], floor);
+          float hi =
+              pair_term<kTerm>(s[nt][2 + e] * a.scale, lse_hi, a2_hi, v2, av[nt][2 + e], floor);
+          if constexpr (decltype(masked)::value) {
+            const int64_t j = key0 + nt * 8 + 2 * t4 + e;
+            if (!(j <= last_lo && j < key_end)) lo = 0.f;
+            if (!(j <= last_hi && j < key_end)) hi = 0.f;
+          }
+          float sum = lo + hi;
+          sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 8);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+          col[e] = sum;
+        }
+        if (g == 0) {
+          red_s[slab * TK + kg * GK + nt * 8 + 2 * t4] = col[0];
+          red_s[slab * TK + kg * GK + nt * 8 + 2 * t4 + 1] = col[1];
+        }
       }
-      if (g == 0) {
-        red_s[slab * TK + kg * GK + nt * 8 + 2 * t4] = col[0];
-        red_s[slab * TK + kg * GK + nt * 8 + 2 * t4 + 1] = col[1];
-      }
-    }
+    };
+    if (key0 + GK - 1 <= block_last_all)
+      accumulate(std::false_type{});
+    else
+      accumulate(std::true_type{});
     __syncthreads();
     if (tid < TK) {
       const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
@@ -354,7 +381,6 @@ cudaError_t dispatch_slabs(const PassParams& p, int slabs, int chunks, cudaStrea
     KVEVICT_PASS_CASE(1)
     KVEVICT_PASS_CASE(2)
     KVEVICT_PASS_CASE(4)
-    KVEVICT_PASS_CASE(8)
 #undef KVEVICT_PASS_CASE
   }
   return cudaErrorInvalidValue;
@@ -371,6 +397,10 @@ cudaError_t dispatch_dim(const PassParams& p, int slabs, int chunks, cudaStream_
 }
 
 constexpr int kPassBlocksPerSm = 2;
+// At most 64 rows a block: 128-row blocks (w = 32, G = 4) held 170 registers and 143 KB of shared
+// memory, one block of 8 warps per SM, and the pass ran at 0.93 ms, latency-bound (ncu, v2). Two
+// 64-row blocks per SM re-read K/V for the second row block, mostly from L2 (they run together).
+constexpr int kPassSlabCap = 4;
 
 }  // namespace
 
@@ -384,7 +414,8 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
                          sa.term == PairTerm::kObcacheVK;
   if (needs_out && sa.out == nullptr) return cudaErrorInvalidValue;
   const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
-                                           a.n, a.head_dim, sm_count, kPassBlocksPerSm);
+                                           a.n, a.head_dim, sm_count, kPassBlocksPerSm,
+                                           kPassSlabCap);
   PassParams p;
   p.s = sa;
   p.group = a.num_q_heads / a.num_kv_heads;

@@ -55,8 +55,10 @@ size_t select_uniform_workspace_bytes(int num_kv_heads, int64_t n) {
   return detail::select_uniform_scratch_bytes(num_kv_heads, n);
 }
 
-void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
-                    const TensorView& kept, Workspace ws, Stream stream) {
+namespace {
+void run_select(const TensorView& scores, int64_t n_keep, int sink, int window,
+                const TensorView& kept, Workspace ws, Stream stream,
+                const detail::FusedCompaction* fused) {
   check_device(scores, "scores", DType::kF32, 2);
   KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ",
                 scores.stride[0], "/", scores.stride[1]);
@@ -77,14 +79,12 @@ void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int wind
   KVEVICT_CUDA_CHECK(detail::launch_select_uniform(scores.ptr<float>(), static_cast<int>(hkv), n,
                                                    n_keep, sink, window, kept.ptr<int32_t>(),
                                                    ws.data, ws.bytes,
-                                                   static_cast<cudaStream_t>(stream)));
+                                                   static_cast<cudaStream_t>(stream), fused));
 }
 
-namespace {
-void compact_impl(const TensorView& k, const TensorView& v, const TensorView& pos,
-                  const TensorView& kept, const int64_t* offsets, int64_t uniform_len,
-                  int64_t rows, const TensorView& out_k, const TensorView& out_v,
-                  const TensorView& out_pos, Stream stream) {
+void check_compact_args(const TensorView& k, const TensorView& v, const TensorView& pos,
+                        const TensorView& kept, int64_t rows, const TensorView& out_k,
+                        const TensorView& out_v, const TensorView& out_pos) {
   check_kv(k, v);
   const int64_t hkv = k.shape[0], n = k.shape[1];
   KVEVICT_CHECK(kept.device == Device::kCuda && kept.dtype == DType::kI32 && kept.is_contiguous() &&
@@ -100,6 +100,14 @@ void compact_impl(const TensorView& k, const TensorView& v, const TensorView& po
   KVEVICT_CHECK(out_pos.device == Device::kCuda && out_pos.dtype == DType::kI32 &&
                     out_pos.is_contiguous() && out_pos.numel() == rows,
                 "out_pos has shape ", out_pos.shape_str(), "; expected ", rows, " i32");
+}
+
+void compact_impl(const TensorView& k, const TensorView& v, const TensorView& pos,
+                  const TensorView& kept, const int64_t* offsets, int64_t uniform_len,
+                  int64_t rows, const TensorView& out_k, const TensorView& out_v,
+                  const TensorView& out_pos, Stream stream) {
+  check_compact_args(k, v, pos, kept, rows, out_k, out_v, out_pos);
+  const int64_t hkv = k.shape[0], n = k.shape[1];
   KVEVICT_CUDA_CHECK(detail::launch_compact(
       k.data, v.data, k.stride[0], k.stride[1], static_cast<int>(dtype_size(k.dtype)),
       static_cast<int>(k.shape[2]), pos.empty() ? nullptr : pos.ptr<int32_t>(),
@@ -108,6 +116,36 @@ void compact_impl(const TensorView& k, const TensorView& v, const TensorView& po
       static_cast<cudaStream_t>(stream)));
 }
 }  // namespace
+
+void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
+                    const TensorView& kept, Workspace ws, Stream stream) {
+  run_select(scores, n_keep, sink, window, kept, ws, stream, nullptr);
+}
+
+void select_compact_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
+                            const TensorView& k, const TensorView& v, const TensorView& pos,
+                            const TensorView& kept, const TensorView& out_k,
+                            const TensorView& out_v, const TensorView& out_pos, Workspace ws,
+                            Stream stream) {
+  KVEVICT_CHECK(scores.ndim == 2 && k.ndim == 3 && k.shape[0] == scores.shape[0] &&
+                    k.shape[1] == scores.shape[1],
+                "k has shape ", k.shape_str(), " for scores ", scores.shape_str(),
+                "; expected [Hkv, n, d] matching [Hkv, n]");
+  check_compact_args(k, v, pos, kept, k.shape[0] * n_keep, out_k, out_v, out_pos);
+  detail::FusedCompaction f;
+  f.k = k.data;
+  f.v = v.data;
+  f.head_stride = k.stride[0];
+  f.row_stride = k.stride[1];
+  f.elem_bytes = static_cast<int>(dtype_size(k.dtype));
+  f.d = static_cast<int>(k.shape[2]);
+  f.pos = pos.empty() ? nullptr : pos.ptr<int32_t>();
+  f.pos_head_stride = pos.empty() ? 0 : pos.stride[0];
+  f.out_k = out_k.data;
+  f.out_v = out_v.data;
+  f.out_pos = out_pos.ptr<int32_t>();
+  run_select(scores, n_keep, sink, window, kept, ws, stream, &f);
+}
 
 void compact_uniform(const TensorView& k, const TensorView& v, const TensorView& pos,
                      const TensorView& kept, const TensorView& out_k, const TensorView& out_v,

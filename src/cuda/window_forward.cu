@@ -35,15 +35,19 @@ struct ForwardParams {
   float* part_ml = nullptr;  // [Hkv, row_blocks, splits, kRows, 2] (max in log2 units, sum)
 };
 
-// Three K/V stages: two tiles in flight while one is consumed (two stages measured 1.64x the
-// bandwidth floor at w = 8, n = 128K; docs/GPU_NOTES.md). Shared memory allows it: 104 KB at
-// d = 128 with 2 slabs, so two blocks still fit an SM.
-constexpr int kForwardStages = 3;
+// Few rows (<= 2 slabs, w = 8 at G = 4): two blocks per SM (registers capped at 128, two K/V
+// stages: 78 KB at d = 128) hide latency better than three stages in one block (ncu, v2: 166
+// registers held the 3-stage kernel to 8 warps per SM at 1.62x the floor). More rows: one block
+// of 8 warps with three stages.
+template <class Tr>
+constexpr int forward_stages() { return Tr::kSlabs <= 2 ? 2 : 3; }
+template <class Tr>
+constexpr int forward_min_blocks() { return Tr::kSlabs <= 2 ? 2 : 1; }
 
 template <class Tr, bool kWithV>
 constexpr size_t forward_smem_bytes() {
   constexpr size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
-  constexpr size_t kv = sizeof(typename Tr::T) * kForwardStages * Tr::kTileKeys * Tr::kStride *
+  constexpr size_t kv = sizeof(typename Tr::T) * forward_stages<Tr>() * Tr::kTileKeys * Tr::kStride *
                         (kWithV ? 2 : 1);
   constexpr size_t merge =
       sizeof(float) * Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 2);
@@ -56,8 +60,10 @@ __device__ __forceinline__ int64_t row_last_key(int row, int rows, int w, int64_
 }
 
 template <class Tr, bool kWithV>
-__global__ void __launch_bounds__(Tr::kThreads) window_forward_kernel(ForwardParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
+    window_forward_kernel(ForwardParams p) {
   using T = typename Tr::T;
+  constexpr int kForwardStages = forward_stages<Tr>();
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr int kChunks = Tr::kChunksPerRow;
   constexpr bool kQInRegs = D <= 128;  // 32 registers at d = 128; d = 256 reads Q from smem

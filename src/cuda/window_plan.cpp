@@ -25,21 +25,24 @@ int current_sm_count() {
 }
 
 WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int head_dim,
-                            int sm_count, int blocks_per_sm) {
+                            int sm_count, int blocks_per_sm, int slab_cap_wanted) {
   WindowPlan plan;
   plan.rows = group * w;
-  const int slab_cap = max_slabs(head_dim);
+  int slab_cap = max_slabs(head_dim);
+  if (slab_cap_wanted > 0 && slab_cap_wanted < slab_cap) slab_cap = slab_cap_wanted;
   const int need = (plan.rows + 15) / 16;
   plan.slabs = 1;
   while (plan.slabs < need && plan.slabs < slab_cap) plan.slabs *= 2;
   const int block_rows = 16 * plan.slabs;
   plan.row_blocks = (plan.rows + block_rows - 1) / block_rows;
   plan.tile_keys = head_dim == 256 ? 32 : 64;
-  // Split keys until one wave fills the GPU; fewer than 4 tiles per split would make the merge
-  // of partials cost about as much as the work it merges.
+  // Split keys so that one wave fills the GPU without spilling into a second one: 17 splits of
+  // 16 (KV head, row block) pairs made 272 blocks for 264 slots, and the 8 blocks of the second
+  // wave nearly doubled the w = 32 scoring pass (ncu, v3: 1.03 waves). Fewer than 4 tiles per
+  // split would make the merge of partials cost about as much as the work it merges.
   const int64_t target = static_cast<int64_t>(sm_count) * blocks_per_sm;
   const int64_t base = static_cast<int64_t>(num_kv_heads) * plan.row_blocks;
-  int64_t splits = std::max<int64_t>(1, (target + base - 1) / base);
+  int64_t splits = std::max<int64_t>(1, target / base);
   const int64_t min_keys = 4 * plan.tile_keys;
   int64_t kps = (n + splits - 1) / splits;
   kps = std::max<int64_t>(kps, min_keys);

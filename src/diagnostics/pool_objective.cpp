@@ -37,6 +37,13 @@ double f_value(const double* sum, int d, double mass) {
 
 }  // namespace
 
+double subset_count(int L, int k) {
+  if (k < 0 || k > L) return 0;
+  double c = 1;
+  for (int i = 1; i <= k; ++i) c = c * (L - k + i) / i;
+  return std::round(c);
+}
+
 double objective(const PoolProblem& pp, const std::vector<int>& J) {
   check_pool(pp);
   const int d = pp.head_dim;
@@ -58,8 +65,9 @@ SubsetValue exact_optimum(const PoolProblem& pp, int k) {
   check_pool(pp);
   check_k(pp, k);
   const int L = pp.size(), d = pp.head_dim;
-  KVEVICT_CHECK(L <= 24, "exact enumeration over a pool of ", L,
-                " tokens is too large; expected L <= 24");
+  KVEVICT_CHECK(L <= 64 && subset_count(L, k) <= kMaxSubsets, "exact enumeration of the ",
+                subset_count(L, k), " subsets of size ", k, " of a pool of ", L,
+                " tokens is too large; expected L <= 64 and at most ", kMaxSubsets, " subsets");
   // w_i = p_i (a - v_i): F(J) = ||sum_J w_i|| / (1 - sum_J p_i).
   std::vector<double> w(static_cast<size_t>(L) * d);
   for (int i = 0; i < L; ++i)

@@ -35,6 +35,8 @@ nlohmann::json num(double x) {
 }  // namespace
 
 void DiagnosticsOptions::validate() const {
+  // run_diagnostics keeps SPEC section 6's pool bound; exact_optimum itself enumerates larger
+  // pools when k is small.
   KVEVICT_CHECK(pool_size >= 1 && pool_size <= 24, "pool size ", pool_size,
                 " is out of range; expected 1..24 (exact enumeration)");
   KVEVICT_CHECK(k >= 1 && k <= pool_size, "k = ", k, " is out of range; expected 1..", pool_size);

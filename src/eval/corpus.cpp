@@ -137,8 +137,8 @@ std::vector<std::string> split_sentences(const std::string& text) {
     char c = text[i];
     if (c != '.' && c != '!' && c != '?') continue;
     size_t end = i + 1;
-    while (end < n && (text[end] == '"' || text[end] == '\'' || text[end] == ')' ||
-                       text[end] == ']'))
+    while (end < n &&
+           (text[end] == '"' || text[end] == '\'' || text[end] == ')' || text[end] == ']'))
       ++end;
     if (end >= n || text[end] != ' ') continue;
     if (c == '.') {

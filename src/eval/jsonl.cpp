@@ -97,4 +97,12 @@ std::string sample_to_jsonl(const Sample& s) {
   return row.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+void write_jsonl_samples(const std::string& path, const std::vector<Sample>& samples) {
+  std::ofstream out(path, std::ios::binary);
+  KVEVICT_CHECK(out.good(), "cannot open '", path, "' for writing; expected a writable path");
+  for (const auto& s : samples) out << sample_to_jsonl(s) << '\n';
+  out.flush();
+  KVEVICT_CHECK(out.good(), "writing ", samples.size(), " samples to '", path, "' failed");
+}
+
 }  // namespace kvevict::eval

@@ -9,6 +9,27 @@
 
 namespace kvevict::eval {
 
+std::vector<int32_t> prose_tokens(const std::string& text, const Tokenizer& tokenizer,
+                                  int64_t max_tokens) {
+  KVEVICT_CHECK(max_tokens > 0, "token count ", max_tokens, " is invalid; expected > 0");
+  // Prose runs 4-5 bytes a token for English BPE; start at 8 and double until enough.
+  size_t bytes = static_cast<size_t>(max_tokens) * 8;
+  for (;;) {
+    size_t cut = text.size();
+    if (bytes < text.size()) {
+      cut = text.rfind(' ', bytes);
+      if (cut == std::string::npos || cut == 0) cut = bytes;
+    }
+    std::vector<int32_t> ids = tokenizer.encode(text.substr(0, cut), true);
+    if (static_cast<int64_t>(ids.size()) >= max_tokens || cut == text.size()) {
+      if (static_cast<int64_t>(ids.size()) > max_tokens)
+        ids.resize(static_cast<size_t>(max_tokens));
+      return ids;
+    }
+    bytes *= 2;
+  }
+}
+
 std::vector<TokenSpan> ppl_chunks(int64_t n_tokens, int64_t chunk_tokens, int64_t max_chunks) {
   KVEVICT_CHECK(chunk_tokens >= 2, "perplexity chunk length ", chunk_tokens,
                 " is too small; expected at least 2 tokens");
@@ -77,10 +98,10 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
     PplAccumulator acc(bucket_tokens);
     for (size_t c = 0; c < chunks.size(); ++c) {
       const TokenSpan& span = chunks[c];
-      KVEVICT_CHECK(span.begin >= 0 && span.end <= static_cast<int64_t>(tokens.size()) &&
-                        span.size() >= 2,
-                    "chunk [", span.begin, ", ", span.end, ") is outside the ", tokens.size(),
-                    " tokens or shorter than 2; expected spans from ppl_chunks()");
+      KVEVICT_CHECK(
+          span.begin >= 0 && span.end <= static_cast<int64_t>(tokens.size()) && span.size() >= 2,
+          "chunk [", span.begin, ", ", span.end, ") is outside the ", tokens.size(),
+          " tokens or shorter than 2; expected spans from ppl_chunks()");
       const std::vector<int32_t> chunk(tokens.begin() + span.begin, tokens.begin() + span.end);
       const std::vector<double> nlls = model.token_nlls(chunk, m, decode);
       KVEVICT_CHECK(static_cast<int64_t>(nlls.size()) == span.size() - 1, "the model returned ",
@@ -90,7 +111,8 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
       ++pr.done;
       pr.elapsed_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      pr.eta_s = pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
+      pr.eta_s =
+          pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
       pr.current = "ppl chunk " + std::to_string(c) + " " + m.label();
       if (progress) progress(pr);
     }

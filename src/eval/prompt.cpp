@@ -10,7 +10,9 @@ PromptStyle prompt_style_parse(const std::string& s) {
   KVEVICT_FAIL("prompt style '", s, "' is unknown; expected 'raw' or 'chat'");
 }
 
-const char* prompt_style_name(PromptStyle s) { return s == PromptStyle::kChat ? "chat" : "raw"; }
+const char* prompt_style_name(PromptStyle s) {
+  return s == PromptStyle::kChat ? "chat" : "raw";
+}
 
 void format_prompt(Sample& sample, PromptStyle style, const Tokenizer* tokenizer) {
   const std::string user = sample.context + sample.question;

@@ -34,6 +34,7 @@ std::string results_to_json(const EvalResults& r, int indent) {
                        {"method", x.method},
                        {"budget", x.budget},
                        {"window", x.window},
+                       {"window_is_question", x.window_is_question},
                        {"pooling", x.pooling},
                        {"policy", x.policy},
                        {"prediction", x.prediction},
@@ -86,7 +87,7 @@ std::string results_to_markdown(const EvalResults& r) {
     md << " average | n |\n|---|---|---|---|---|---|---|";
     for (size_t i = 0; i < task_set.size(); ++i) md << "---|";
     md << "---|---|\n";
-    using Setting = std::tuple<std::string, std::string, int, std::string, std::string>;
+    using Setting = std::tuple<std::string, std::string, std::string, std::string, std::string>;
     std::map<Setting, std::map<std::string, const AggregateRow*>> by_setting;
     for (const auto* a : list)
       by_setting[Setting{a->method, a->budget, a->window, a->pooling, a->policy}][a->task] = a;

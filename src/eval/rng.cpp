@@ -27,7 +27,9 @@ Rng::Rng(uint64_t seed) {
   }
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 uint64_t Rng::next_u64() {
   const uint64_t result = rotl(s_[1] * 5, 7) * 9;
@@ -53,7 +55,8 @@ uint64_t Rng::uniform(uint64_t n) {
 }
 
 int64_t Rng::uniform_int(int64_t lo, int64_t hi) {
-  KVEVICT_CHECK(lo <= hi, "Rng::uniform_int range [", lo, ", ", hi, "] is empty; expected lo <= hi");
+  KVEVICT_CHECK(lo <= hi, "Rng::uniform_int range [", lo, ", ", hi,
+                "] is empty; expected lo <= hi");
   return lo + static_cast<int64_t>(uniform(static_cast<uint64_t>(hi - lo) + 1));
 }
 

@@ -38,8 +38,8 @@ std::string essay_prefix(const std::vector<std::string>& words, int64_t amount) 
 }
 
 std::pair<std::string, std::vector<size_t>> insert_between(
-    const std::vector<std::string>& units, const std::vector<std::pair<int64_t, std::string>>& items,
-    const std::string& sep) {
+    const std::vector<std::string>& units,
+    const std::vector<std::pair<int64_t, std::string>>& items, const std::string& sep) {
   std::string out;
   std::vector<size_t> offsets;
   size_t next = 0;
@@ -59,8 +59,9 @@ std::pair<std::string, std::vector<size_t>> insert_between(
     }
     if (u < units.size()) append(units[u]);
   }
-  KVEVICT_CHECK(next == items.size(), "insert position ", (next < items.size() ? items[next].first : 0),
-                " is outside [0, ", units.size(), "] or unsorted; expected sorted positions");
+  KVEVICT_CHECK(next == items.size(), "insert position ",
+                (next < items.size() ? items[next].first : 0), " is outside [0, ", units.size(),
+                "] or unsorted; expected sorted positions");
   return {out, offsets};
 }
 

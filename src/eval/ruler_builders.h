@@ -26,7 +26,7 @@ std::string essay_prefix(const std::vector<std::string>& words, int64_t amount);
 // Inserts `items` (sorted by position, positions in [0, units.size()]) before the unit at their
 // position, joining everything with `sep`. Returns the text and each item's byte offset.
 std::pair<std::string, std::vector<size_t>> insert_between(
-    const std::vector<std::string>& units, const std::vector<std::pair<int64_t, std::string>>& items,
-    const std::string& sep);
+    const std::vector<std::string>& units,
+    const std::vector<std::pair<int64_t, std::string>>& items, const std::string& sep);
 
 }  // namespace kvevict::eval::detail

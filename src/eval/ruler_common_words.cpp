@@ -17,8 +17,9 @@ struct WordList {
 
 WordList make_list(Rng& rng, const std::vector<std::string>& words, int64_t num_words,
                    int common_repeats, int uncommon_repeats, int num_common) {
-  KVEVICT_CHECK(num_words <= static_cast<int64_t>(words.size()), "common words extraction asks for ",
-                num_words, " distinct words but the WordNet list has ", words.size(),
+  KVEVICT_CHECK(num_words <= static_cast<int64_t>(words.size()),
+                "common words extraction asks for ", num_words,
+                " distinct words but the WordNet list has ", words.size(),
                 "; expected a shorter target length");
   std::vector<std::string> chosen;
   for (int64_t i : rng.sample_indices(static_cast<int64_t>(words.size()), num_words))
@@ -59,9 +60,9 @@ Sample build_common_words(const TaskInputs& in, int64_t amount, uint64_t seed) {
   // The example is drawn first so that it does not change with the list length.
   WordList shot = short_context ? make_list(rng, in.cwe_words, 20, 3, 1, c.num_common)
                                 : make_list(rng, in.cwe_words, 40, 10, 3, c.num_common);
-  WordList main = short_context ? make_list(rng, pool, amount, 6, 1, c.num_common)
-                                : make_list(rng, pool, amount, c.freq_common,
-                                            c.freq_uncommon, c.num_common);
+  WordList main = short_context
+                      ? make_list(rng, pool, amount, 6, 1, c.num_common)
+                      : make_list(rng, pool, amount, c.freq_common, c.freq_uncommon, c.num_common);
   const std::string example = fill_template(templates::kCommonWords, {{"context", shot.text}}) +
                               templates::kCommonWordsPrefix + " " + numbered(shot.common) + "\n";
   auto [context, question] = detail::split_at_context(templates::kCommonWords, main.text, {});

@@ -35,7 +35,8 @@ Sample build_freq_words(const TaskInputs& in, int64_t amount, uint64_t seed) {
   std::vector<std::string> vocab;
   while (static_cast<int64_t>(vocab.size()) < vocab_size) {
     std::string w;
-    for (int i = 0; i < c.coded_word_len; ++i) w.push_back(static_cast<char>('a' + rng.uniform(26)));
+    for (int i = 0; i < c.coded_word_len; ++i)
+      w.push_back(static_cast<char>('a' + rng.uniform(26)));
     if (seen.insert(w).second) vocab.push_back(w);
   }
   std::sort(vocab.begin(), vocab.end());

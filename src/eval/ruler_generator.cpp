@@ -16,9 +16,12 @@ int64_t min_amount(const TaskConfig& c) {
   switch (c.family) {
     case TaskFamily::kNiah:
       return c.haystack == Haystack::kEssay ? 1 : static_cast<int64_t>(c.num_keys) * c.num_values;
-    case TaskFamily::kVariableTracking: return c.num_hops + 1;
-    case TaskFamily::kCommonWords: return c.num_common + 1;
-    case TaskFamily::kFreqWords: return 100;  // below this the top-3 counts tie with rank 5
+    case TaskFamily::kVariableTracking:
+      return c.num_hops + 1;
+    case TaskFamily::kCommonWords:
+      return c.num_common + 1;
+    case TaskFamily::kFreqWords:
+      return 100;  // below this the top-3 counts tie with rank 5
   }
   return 1;
 }
@@ -53,10 +56,18 @@ Sample RulerGenerator::generate_with_amount(const std::string& task, int64_t amo
                 cwe_words_, cwe_large_words_, opt.target_length,  opt.depths};
   Sample s;
   switch (c.family) {
-    case TaskFamily::kNiah: s = build_niah(in, amount, seed); break;
-    case TaskFamily::kVariableTracking: s = build_variable_tracking(in, amount, seed); break;
-    case TaskFamily::kCommonWords: s = build_common_words(in, amount, seed); break;
-    case TaskFamily::kFreqWords: s = build_freq_words(in, amount, seed); break;
+    case TaskFamily::kNiah:
+      s = build_niah(in, amount, seed);
+      break;
+    case TaskFamily::kVariableTracking:
+      s = build_variable_tracking(in, amount, seed);
+      break;
+    case TaskFamily::kCommonWords:
+      s = build_common_words(in, amount, seed);
+      break;
+    case TaskFamily::kFreqWords:
+      s = build_freq_words(in, amount, seed);
+      break;
   }
   format_prompt(s, opt.style, &tokenizer_);
   s.target_length = opt.target_length;
@@ -115,6 +126,29 @@ std::vector<Sample> RulerGenerator::generate_set(const std::string& task,
   std::vector<Sample> out;
   out.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) out.push_back(generate(task, opt, sample_seed(base_seed, task, i)));
+  return out;
+}
+
+std::vector<Sample> RulerGenerator::generate_suite(
+    const std::vector<std::string>& tasks, const std::vector<int64_t>& lengths, int n,
+    uint64_t base_seed, const GenerateOptions& base,
+    const std::function<void(int64_t, int64_t)>& done) const {
+  KVEVICT_CHECK(!tasks.empty() && !lengths.empty(), "a suite of ", tasks.size(), " tasks and ",
+                lengths.size(), " lengths is empty; expected at least one of each");
+  KVEVICT_CHECK(n > 0, "samples per task ", n, " is invalid; expected > 0");
+  for (const auto& t : tasks) ruler_task_config(t);  // fail before any work on a bad name
+  const int64_t total = static_cast<int64_t>(tasks.size() * lengths.size()) * n;
+  std::vector<Sample> out;
+  out.reserve(static_cast<size_t>(total));
+  for (int64_t length : lengths) {
+    GenerateOptions opt = base;
+    opt.target_length = length;
+    for (const auto& t : tasks)
+      for (int i = 0; i < n; ++i) {
+        out.push_back(generate(t, opt, sample_seed(base_seed, t, i)));
+        if (done) done(static_cast<int64_t>(out.size()), total);
+      }
+  }
   return out;
 }
 

@@ -62,9 +62,9 @@ Sample build_niah(const TaskInputs& in, int64_t amount, uint64_t seed) {
     values.emplace_back();
     for (int v = 0; v < c.num_values; ++v) {
       values.back().push_back(draw(c.value_type, used));
-      needles.push_back(fill_template(templates::kNeedle, {{"type_needle_v", type_plural},
-                                                           {"key", keys.back()},
-                                                           {"value", values.back().back()}}));
+      needles.push_back(fill_template(
+          templates::kNeedle,
+          {{"type_needle_v", type_plural}, {"key", keys.back()}, {"value", values.back().back()}}));
     }
   }
   rng.shuffle(needles);
@@ -154,9 +154,8 @@ Sample build_niah(const TaskInputs& in, int64_t amount, uint64_t seed) {
   const size_t haystack_start = context.size() - haystack.size() - 1;  // 1 newline follows it
   s.context = std::move(context);
   s.question = std::move(question);
-  s.answer_prefix = fill_template(single ? templates::kNiahPrefixSingular
-                                         : templates::kNiahPrefixPlural,
-                                  vals);
+  s.answer_prefix =
+      fill_template(single ? templates::kNiahPrefixSingular : templates::kNiahPrefixPlural, vals);
   s.answers = answers;
   s.max_new_tokens = c.max_new_tokens;
   s.seed = seed;

@@ -1,4 +1,5 @@
-// RULER's task table (scripts/synthetic.yaml) and prompt text (scripts/data/synthetic/constants.py).
+// RULER's task table (scripts/synthetic.yaml) and prompt text
+// (scripts/data/synthetic/constants.py).
 #include <cmath>
 #include <sstream>
 
@@ -49,9 +50,12 @@ const char* const kFreqWordsPrefix =
 
 const char* needle_type_name(NeedleType t) {
   switch (t) {
-    case NeedleType::kWords: return "words";
-    case NeedleType::kNumbers: return "numbers";
-    case NeedleType::kUuids: return "uuids";
+    case NeedleType::kWords:
+      return "words";
+    case NeedleType::kNumbers:
+      return "numbers";
+    case NeedleType::kUuids:
+      return "uuids";
   }
   return "?";
 }

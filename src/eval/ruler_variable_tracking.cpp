@@ -35,7 +35,8 @@ Chains make_chains(Rng& rng, int num_chains, int num_hops, bool icl) {
     // RULER: np.random.randint(10000, 99999) (high exclusive); its ICL example uses 12345.
     const std::string value = icl ? "12345" : std::to_string(rng.uniform_int(10000, 99998));
     std::vector<std::string> lines = {"VAR " + vars[0] + " = " + value};
-    for (int j = 0; j < num_hops; ++j) lines.push_back("VAR " + vars[j + 1] + " = VAR " + vars[j] + " ");
+    for (int j = 0; j < num_hops; ++j)
+      lines.push_back("VAR " + vars[j + 1] + " = VAR " + vars[j] + " ");
     c.vars.push_back(vars);
     c.lines.push_back(lines);
   }
@@ -60,8 +61,9 @@ std::string hide_chains(Rng& rng, const Chains& chains, int64_t amount,
       is_chain.insert(is_chain.begin() + static_cast<std::ptrdiff_t>(at), 1);
     }
   }
-  // RULER: " ".join(sentences).replace(". \n", ".\n"); the pattern never spans a chain line, so
-  // the offsets below stay valid.
+  // RULER: " ".join(sentences).replace(". \n", ".\n"). Every noise line ends in ".\n" and the
+  // join adds the space after the newline, and chain lines end in a digit or a space, so ". \n"
+  // never occurs in this layout and the plain join is the same text.
   std::string out;
   for (size_t i = 0; i < sentences.size(); ++i) {
     if (i) out.push_back(' ');
@@ -74,20 +76,9 @@ std::string hide_chains(Rng& rng, const Chains& chains, int64_t amount,
     }
     out += sentences[i];
   }
-  std::string cleaned;
-  cleaned.reserve(out.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out.compare(i, 3, ". \n") == 0) {
-      cleaned += ".\n";
-      i += 2;
-      if (needles != nullptr)
-        for (auto& p : *needles)
-          if (p.offset > cleaned.size()) --p.offset;
-      continue;
-    }
-    cleaned.push_back(out[i]);
-  }
-  return cleaned;
+  KVEVICT_CHECK(out.find(". \n") == std::string::npos,
+                "variable tracking haystack contains '. \\n'; expected RULER's layout without it");
+  return out;
 }
 
 }  // namespace

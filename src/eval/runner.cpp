@@ -38,7 +38,9 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
   return m;
 }
 
-std::string MethodConfig::label() const { return is_full() ? name : name + "@" + budget.str(); }
+std::string MethodConfig::label() const {
+  return is_full() ? name : name + "@" + budget.str();
+}
 
 std::vector<MethodConfig> expand_methods(const std::vector<std::string>& methods,
                                          const std::vector<Budget>& budgets, int window,
@@ -68,7 +70,8 @@ std::string format_progress(const Progress& p) {
                     static_cast<long long>(t % 60));
     return std::string(buf);
   };
-  const double pct = p.total > 0 ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 0.0;
+  const double pct =
+      p.total > 0 ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 0.0;
   char head[96];
   std::snprintf(head, sizeof(head), "%lld/%lld (%.0f%%)", static_cast<long long>(p.done),
                 static_cast<long long>(p.total), pct);
@@ -105,9 +108,14 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
       std::unique_ptr<PrefillState> state = model.prefill(context_ids, question_ids, mode);
       KVEVICT_CHECK(state != nullptr, "the model returned no prefill state for task '", s.task,
                     "'; expected EvalModel::prefill to return one");
-      for (const MethodConfig& m : opt.methods) {
-        pr.current = s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " +
-                     m.label();
+      for (MethodConfig m : opt.methods) {
+        // Only windowed scores have an observation window to replace; h2o (all queries) and tova
+        // (last query) keep theirs.
+        const bool question_window = mode == QueryMode::kAware && opt.question_window &&
+                                     !m.is_full() && m.spec.score.aggregate == Aggregate::kWindow;
+        if (question_window) m.spec.score.window = static_cast<int>(question_ids.size());
+        pr.current =
+            s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " + m.label();
         const auto t0 = std::chrono::steady_clock::now();
         Generation g = model.answer(*state, m, question_ids, mode, s.max_new_tokens);
         const auto t1 = std::chrono::steady_clock::now();
@@ -123,6 +131,7 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
         r.method = m.name;
         r.budget = m.budget.str();
         r.window = m.window();
+        r.window_is_question = question_window;
         r.pooling = m.pooling();
         r.policy = m.policy();
         r.prediction = postprocess_prediction(g.text);
@@ -135,7 +144,8 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
 
         ++pr.done;
         pr.elapsed_s = std::chrono::duration<double>(t1 - start).count();
-        pr.eta_s = pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
+        pr.eta_s =
+            pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
         if (progress) progress(pr);
       }
     }
@@ -145,11 +155,14 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
 
 std::vector<AggregateRow> EvalResults::aggregate() const {
   // Key: setting (length, mode, method, budget, window, pooling, policy) then task.
-  using Setting = std::tuple<int64_t, int, std::string, std::string, int, std::string, std::string>;
+  using Setting =
+      std::tuple<int64_t, int, std::string, std::string, std::string, std::string, std::string>;
   std::map<Setting, std::map<std::string, std::pair<double, int64_t>>> sums;
   for (const auto& r : records) {
-    auto& cell = sums[Setting{r.target_length, static_cast<int>(r.mode), r.method, r.budget,
-                              r.window, r.pooling, r.policy}][r.task];
+    const std::string window =
+        r.window_is_question ? std::string("question") : std::to_string(r.window);
+    auto& cell = sums[Setting{r.target_length, static_cast<int>(r.mode), r.method, r.budget, window,
+                              r.pooling, r.policy}][r.task];
     cell.first += r.score;
     cell.second += 1;
   }

@@ -142,28 +142,54 @@ void dequant_q6_k(const uint8_t* b, float* y) {
 
 const char* ggml_type_name(uint32_t type) {
   switch (type) {
-    case 0: return "F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 6: return "Q5_0";
-    case 7: return "Q5_1";
-    case 8: return "Q8_0";
-    case 9: return "Q8_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
-    case 12: return "Q4_K";
-    case 13: return "Q5_K";
-    case 14: return "Q6_K";
-    case 15: return "Q8_K";
-    case 30: return "BF16";
-    default: return "unsupported";
+    case 0:
+      return "F32";
+    case 1:
+      return "F16";
+    case 2:
+      return "Q4_0";
+    case 3:
+      return "Q4_1";
+    case 6:
+      return "Q5_0";
+    case 7:
+      return "Q5_1";
+    case 8:
+      return "Q8_0";
+    case 9:
+      return "Q8_1";
+    case 10:
+      return "Q2_K";
+    case 11:
+      return "Q3_K";
+    case 12:
+      return "Q4_K";
+    case 13:
+      return "Q5_K";
+    case 14:
+      return "Q6_K";
+    case 15:
+      return "Q8_K";
+    case 30:
+      return "BF16";
+    default:
+      return "unsupported";
   }
 }
 
 bool ggml_type_supported(uint32_t type) {
   switch (type) {
-    case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 12: case 13: case 14: case 30:
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 6:
+    case 7:
+    case 8:
+    case 12:
+    case 13:
+    case 14:
+    case 30:
       return true;
     default:
       return false;
@@ -172,26 +198,47 @@ bool ggml_type_supported(uint32_t type) {
 
 int64_t ggml_block_elems(GgmlType t) {
   switch (t) {
-    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: return 1;
-    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0: return kQK;
-    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K: return kQKK;
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return 1;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0:
+      return kQK;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return kQKK;
   }
   KVEVICT_FAIL("ggml type ", static_cast<uint32_t>(t), " is not supported");
 }
 
 int64_t ggml_block_bytes(GgmlType t) {
   switch (t) {
-    case GgmlType::kF32: return 4;
-    case GgmlType::kF16: case GgmlType::kBF16: return 2;
-    case GgmlType::kQ4_0: return 2 + 16;
-    case GgmlType::kQ4_1: return 4 + 16;
-    case GgmlType::kQ5_0: return 2 + 4 + 16;
-    case GgmlType::kQ5_1: return 4 + 4 + 16;
-    case GgmlType::kQ8_0: return 2 + 32;
-    case GgmlType::kQ4_K: return 4 + 12 + 128;
-    case GgmlType::kQ5_K: return 4 + 12 + 32 + 128;
-    case GgmlType::kQ6_K: return 128 + 64 + 16 + 2;
+    case GgmlType::kF32:
+      return 4;
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+      return 2;
+    case GgmlType::kQ4_0:
+      return 2 + 16;
+    case GgmlType::kQ4_1:
+      return 4 + 16;
+    case GgmlType::kQ5_0:
+      return 2 + 4 + 16;
+    case GgmlType::kQ5_1:
+      return 4 + 4 + 16;
+    case GgmlType::kQ8_0:
+      return 2 + 32;
+    case GgmlType::kQ4_K:
+      return 4 + 12 + 128;
+    case GgmlType::kQ5_K:
+      return 4 + 12 + 32 + 128;
+    case GgmlType::kQ6_K:
+      return 128 + 64 + 16 + 2;
   }
   KVEVICT_FAIL("ggml type ", static_cast<uint32_t>(t), " is not supported");
 }
@@ -199,8 +246,8 @@ int64_t ggml_block_bytes(GgmlType t) {
 int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   const int64_t be = ggml_block_elems(t);
   KVEVICT_CHECK(n >= 0 && n % be == 0, "row of ", n, " elements of ",
-                ggml_type_name(static_cast<uint32_t>(t)), "; expected a multiple of the block size ",
-                be);
+                ggml_type_name(static_cast<uint32_t>(t)),
+                "; expected a multiple of the block size ", be);
   return n / be * ggml_block_bytes(t);
 }
 

@@ -27,12 +27,23 @@ constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;
 
 enum ValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 const char* value_type_name(uint32_t t) {
-  static const char* const kNames[] = {"u8",  "i8",     "u16",   "i16", "u32", "i32", "f32",
+  static const char* const kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                        "bool", "string", "array", "u64", "i64", "f64"};
   return t <= kF64 ? kNames[t] : "unknown";
 }
@@ -40,11 +51,23 @@ const char* value_type_name(uint32_t t) {
 // Bytes of one encoded element of a fixed-size type; 0 for string/array (variable size).
 uint64_t fixed_size(uint32_t t) {
   switch (t) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
-    default: return 0;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -97,8 +120,9 @@ Value read_array(Cursor& c, const std::string& key, int depth) {
                 " has array element type ", elem_type, "; expected a GGUF value type 0..12");
   const uint64_t count = c.read<uint64_t>("array length");
   // A string takes at least its 8-byte length, an array at least type + length (12 bytes).
-  const uint64_t min_elem =
-      elem_type == kString ? 8 : elem_type == kArray ? 12 : fixed_size(elem_type);
+  const uint64_t min_elem = elem_type == kString  ? 8
+                            : elem_type == kArray ? 12
+                                                  : fixed_size(elem_type);
   KVEVICT_CHECK(count <= c.remaining() / min_elem, "gguf ", c.path(), ": metadata ", key,
                 " claims ", count, " array elements of type ", value_type_name(elem_type),
                 " but only ", c.remaining(), " bytes remain; expected a length within the file");
@@ -113,16 +137,36 @@ Value read_array(Cursor& c, const std::string& key, int depth) {
 Value read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
   Value v;
   switch (type) {
-    case kU8: v.v = uint64_t{c.read<uint8_t>("u8 value")}; break;
-    case kI8: v.v = int64_t{c.read<int8_t>("i8 value")}; break;
-    case kU16: v.v = uint64_t{c.read<uint16_t>("u16 value")}; break;
-    case kI16: v.v = int64_t{c.read<int16_t>("i16 value")}; break;
-    case kU32: v.v = uint64_t{c.read<uint32_t>("u32 value")}; break;
-    case kI32: v.v = int64_t{c.read<int32_t>("i32 value")}; break;
-    case kU64: v.v = c.read<uint64_t>("u64 value"); break;
-    case kI64: v.v = c.read<int64_t>("i64 value"); break;
-    case kF32: v.v = double{c.read<float>("f32 value")}; break;
-    case kF64: v.v = c.read<double>("f64 value"); break;
+    case kU8:
+      v.v = uint64_t{c.read<uint8_t>("u8 value")};
+      break;
+    case kI8:
+      v.v = int64_t{c.read<int8_t>("i8 value")};
+      break;
+    case kU16:
+      v.v = uint64_t{c.read<uint16_t>("u16 value")};
+      break;
+    case kI16:
+      v.v = int64_t{c.read<int16_t>("i16 value")};
+      break;
+    case kU32:
+      v.v = uint64_t{c.read<uint32_t>("u32 value")};
+      break;
+    case kI32:
+      v.v = int64_t{c.read<int32_t>("i32 value")};
+      break;
+    case kU64:
+      v.v = c.read<uint64_t>("u64 value");
+      break;
+    case kI64:
+      v.v = c.read<int64_t>("i64 value");
+      break;
+    case kF32:
+      v.v = double{c.read<float>("f32 value")};
+      break;
+    case kF64:
+      v.v = c.read<double>("f64 value");
+      break;
     case kBool: {
       const uint8_t b = c.read<uint8_t>("bool value");
       KVEVICT_CHECK(b <= 1, "gguf ", c.path(), ": metadata ", key, " has bool byte ", int{b},
@@ -130,8 +174,11 @@ Value read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
       v.v = b != 0;
       break;
     }
-    case kString: v.v = c.read_string("string value"); break;
-    case kArray: return read_array(c, key, depth);
+    case kString:
+      v.v = c.read_string("string value");
+      break;
+    case kArray:
+      return read_array(c, key, depth);
     default:
       KVEVICT_FAIL("gguf ", c.path(), ": metadata ", key, " has value type ", type,
                    "; expected a GGUF value type 0..12");
@@ -141,12 +188,18 @@ Value read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
 
 std::string actual_type(const Value& v) {
   switch (v.v.index()) {
-    case 0: return "unsigned integer";
-    case 1: return "signed integer";
-    case 2: return "float";
-    case 3: return "bool";
-    case 4: return "string";
-    default: return "array";
+    case 0:
+      return "unsigned integer";
+    case 1:
+      return "signed integer";
+    case 2:
+      return "float";
+    case 3:
+      return "bool";
+    case 4:
+      return "string";
+    default:
+      return "array";
   }
 }
 
@@ -155,7 +208,8 @@ std::string actual_type(const Value& v) {
 int64_t Value::as_int(const std::string& key) const {
   if (auto* u = std::get_if<uint64_t>(&v)) {
     KVEVICT_CHECK(*u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                  "gguf metadata ", key, " = ", *u, " does not fit int64; expected a smaller value");
+                  "gguf metadata ", key, " = ", *u,
+                  " does not fit int64; expected a smaller value");
     return static_cast<int64_t>(*u);
   }
   if (auto* i = std::get_if<int64_t>(&v)) return *i;
@@ -226,8 +280,8 @@ std::unique_ptr<File> File::open(const std::string& path) {
                 " is not supported; expected 2 or 3");
   const uint64_t n_tensors = c.read<uint64_t>("tensor count");
   const uint64_t n_kv = c.read<uint64_t>("metadata count");
-  KVEVICT_CHECK(n_tensors <= c.remaining() / kMinTensorInfoBytes, "gguf ", path,
-                ": tensor count ", n_tensors, " cannot fit in the ", c.remaining(),
+  KVEVICT_CHECK(n_tensors <= c.remaining() / kMinTensorInfoBytes, "gguf ", path, ": tensor count ",
+                n_tensors, " cannot fit in the ", c.remaining(),
                 " bytes after the header; expected at most ", c.remaining() / kMinTensorInfoBytes);
   KVEVICT_CHECK(n_kv <= c.remaining() / kMinKvBytes, "gguf ", path, ": metadata count ", n_kv,
                 " cannot fit in the ", c.remaining(), " bytes after the header; expected at most ",
@@ -279,8 +333,8 @@ std::unique_ptr<File> File::open(const std::string& path) {
     // numel / be * block bytes cannot overflow: numel <= 2^63 and block bytes / be <= 4.5.
     t.nbytes = static_cast<uint64_t>(numel / be) * static_cast<uint64_t>(ggml_block_bytes(t.type));
     t.offset = c.read<uint64_t>("tensor offset");
-    KVEVICT_CHECK(t.offset % f->alignment_ == 0, "gguf ", path, ": tensor '", t.name,
-                  "' offset ", t.offset, " is not a multiple of the alignment ", f->alignment_);
+    KVEVICT_CHECK(t.offset % f->alignment_ == 0, "gguf ", path, ": tensor '", t.name, "' offset ",
+                  t.offset, " is not a multiple of the alignment ", f->alignment_);
     KVEVICT_CHECK(f->index_.count(t.name) == 0, "gguf ", path, ": duplicate tensor name '", t.name,
                   "'; expected unique names");
     f->index_.emplace(t.name, f->tensors_.size());
@@ -290,13 +344,15 @@ std::unique_ptr<File> File::open(const std::string& path) {
   // The data section starts at the next multiple of the alignment after the tensor infos.
   const uint64_t data_start = (c.pos() + f->alignment_ - 1) / f->alignment_ * f->alignment_;
   const uint64_t data_bytes = data_start <= size ? size - data_start : 0;
-  KVEVICT_CHECK(n_tensors == 0 || data_start <= size, "gguf ", path, ": data section would start at ",
-                data_start, " past the end of the ", size, "-byte file");
+  KVEVICT_CHECK(n_tensors == 0 || data_start <= size, "gguf ", path,
+                ": data section would start at ", data_start, " past the end of the ", size,
+                "-byte file");
   f->data_offset_ = data_start;
   for (auto& t : f->tensors_) {
     KVEVICT_CHECK(t.offset <= data_bytes && t.nbytes <= data_bytes - t.offset, "gguf ", path,
                   ": tensor '", t.name, "' bytes [", t.offset, ", ", t.offset, " + ", t.nbytes,
-                  ") fall outside the ", data_bytes, "-byte data section; expected the file to hold "
+                  ") fall outside the ", data_bytes,
+                  "-byte data section; expected the file to hold "
                   "them (truncated file?)");
     t.data = base + data_start + t.offset;
   }

@@ -134,7 +134,8 @@ DType descr_to_dtype(const std::string& path, const std::string& d, bool bf16) {
   if (d == "<i8") return DType::kI64;
   if (d == "|u1" || d == "<u1") return DType::kU8;
   if (d == "<u2") {
-    KVEVICT_CHECK(bf16, "npy ", path, ": dtype <u2 is only read as bfloat16 bits; pass bf16=true "
+    KVEVICT_CHECK(bf16, "npy ", path,
+                  ": dtype <u2 is only read as bfloat16 bits; pass bf16=true "
                   "(kvevict has no uint16 dtype)");
     return DType::kBF16;
   }
@@ -144,13 +145,20 @@ DType descr_to_dtype(const std::string& path, const std::string& d, bool bf16) {
 
 const char* dtype_to_descr(DType t) {
   switch (t) {
-    case DType::kF32: return "<f4";
-    case DType::kF16: return "<f2";
-    case DType::kF64: return "<f8";
-    case DType::kI32: return "<i4";
-    case DType::kI64: return "<i8";
-    case DType::kBF16: return "<u2";
-    case DType::kU8: return "|u1";
+    case DType::kF32:
+      return "<f4";
+    case DType::kF16:
+      return "<f2";
+    case DType::kF64:
+      return "<f8";
+    case DType::kI32:
+      return "<i4";
+    case DType::kI64:
+      return "<i8";
+    case DType::kBF16:
+      return "<u2";
+    case DType::kU8:
+      return "|u1";
   }
   KVEVICT_FAIL("npy: dtype code ", static_cast<int>(t), " cannot be saved");
 }
@@ -171,7 +179,8 @@ HostTensor load(const std::string& path, bool bf16) {
                 ": bad magic; expected \\x93NUMPY");
   const int major = static_cast<uint8_t>(pre[6]);
   KVEVICT_CHECK(major >= 1 && major <= 3, "npy ", path, ": format version ", major, ".",
-                static_cast<int>(static_cast<uint8_t>(pre[7])), " is not supported; expected 1, 2 or 3");
+                static_cast<int>(static_cast<uint8_t>(pre[7])),
+                " is not supported; expected 1, 2 or 3");
   uint64_t header_len = 0;
   uint64_t prefix = 10;
   if (major == 1) {
@@ -188,17 +197,20 @@ HostTensor load(const std::string& path, bool bf16) {
                 " exceeds the ", file_size - prefix, " bytes after the preamble (truncated file?)");
   std::string text(header_len, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_len));
-  KVEVICT_CHECK(static_cast<uint64_t>(in.gcount()) == header_len, "npy ", path, ": truncated header");
+  KVEVICT_CHECK(static_cast<uint64_t>(in.gcount()) == header_len, "npy ", path,
+                ": truncated header");
   KVEVICT_CHECK(!text.empty() && text.back() == '\n', "npy ", path,
                 ": header does not end with a newline; expected a NumPy header (truncated?)");
   text.pop_back();
   const Header h = DictParser(path, text).parse();
-  KVEVICT_CHECK(!h.fortran, "npy ", path, ": fortran_order is True; expected C order (save with "
+  KVEVICT_CHECK(!h.fortran, "npy ", path,
+                ": fortran_order is True; expected C order (save with "
                 "np.ascontiguousarray)");
   const DType dtype = descr_to_dtype(path, h.descr, bf16);
   int64_t numel = 1;
   for (int64_t d : h.shape)
-    KVEVICT_CHECK(!__builtin_mul_overflow(numel, d, &numel), "npy ", path, ": shape overflows int64");
+    KVEVICT_CHECK(!__builtin_mul_overflow(numel, d, &numel), "npy ", path,
+                  ": shape overflows int64");
   uint64_t nbytes = 0;
   KVEVICT_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(dtype), &nbytes),
                 "npy ", path, ": data size overflows");
@@ -213,13 +225,16 @@ HostTensor load(const std::string& path, bool bf16) {
   return t;
 }
 
-void save(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
+void save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+          const void* data) {
   int64_t numel = 1;
   std::string shape_str = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
     KVEVICT_CHECK(shape[i] >= 0, "npy ", path, ": negative dimension ", shape[i]);
     numel *= shape[i];
-    shape_str += std::to_string(shape[i]) + (shape.size() == 1 ? ",)" : i + 1 < shape.size() ? ", " : ")");
+    shape_str += std::to_string(shape[i]) + (shape.size() == 1      ? ",)"
+                                             : i + 1 < shape.size() ? ", "
+                                                                    : ")");
   }
   if (shape.empty()) shape_str += ")";
   std::string header = std::string("{'descr': '") + dtype_to_descr(dtype) +
@@ -245,7 +260,8 @@ void save(const std::string& path, DType dtype, const std::vector<int64_t>& shap
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  KVEVICT_CHECK(f != nullptr, "npy ", path, ": cannot create ", tmp, " (", std::strerror(errno), ")");
+  KVEVICT_CHECK(f != nullptr, "npy ", path, ": cannot create ", tmp, " (", std::strerror(errno),
+                ")");
   const size_t data_bytes = static_cast<size_t>(numel) * dtype_size(dtype);
   bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   ok = ok && (data_bytes == 0 || std::fwrite(data, 1, data_bytes, f) == data_bytes);
@@ -259,10 +275,13 @@ void save(const std::string& path, DType dtype, const std::vector<int64_t>& shap
   }
 }
 
-void save(const std::string& path, const HostTensor& t) { save(path, t.dtype(), t.shape(), t.data()); }
+void save(const std::string& path, const HostTensor& t) {
+  save(path, t.dtype(), t.shape(), t.data());
+}
 
 void save(const std::string& path, const TensorView& t) {
-  KVEVICT_CHECK(t.device == Device::kCpu, "npy ", path, ": tensor is on the GPU; expected host memory");
+  KVEVICT_CHECK(t.device == Device::kCpu, "npy ", path,
+                ": tensor is on the GPU; expected host memory");
   KVEVICT_CHECK(t.is_contiguous(), "npy ", path, ": tensor ", t.shape_str(), " is not contiguous");
   save(path, t.dtype, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim), t.data);
 }

@@ -29,10 +29,11 @@ DType parse_dtype(const std::string& path, const std::string& name, const std::s
                "'; expected one of F32 F16 BF16 F64 I32 I64 U8");
 }
 
-uint64_t as_u64(const std::string& path, const std::string& name, const char* field, const json& v) {
+uint64_t as_u64(const std::string& path, const std::string& name, const char* field,
+                const json& v) {
   KVEVICT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
-                "safetensors ", path, ": tensor '", name, "' field ", field, " has value ", v.dump(),
-                "; expected a non-negative integer");
+                "safetensors ", path, ": tensor '", name, "' field ", field, " has value ",
+                v.dump(), "; expected a non-negative integer");
   return v.get<uint64_t>();
 }
 
@@ -80,10 +81,10 @@ std::unique_ptr<File> File::open(const std::string& path) {
       }
       continue;
     }
-    KVEVICT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                      v.contains("data_offsets"),
-                  "safetensors ", path, ": tensor '", name, "' entry ", v.dump(),
-                  " lacks dtype, shape or data_offsets");
+    KVEVICT_CHECK(
+        v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+        "safetensors ", path, ": tensor '", name, "' entry ", v.dump(),
+        " lacks dtype, shape or data_offsets");
     KVEVICT_CHECK(v["dtype"].is_string(), "safetensors ", path, ": tensor '", name,
                   "' dtype is not a string");
     Entry e;
@@ -96,7 +97,8 @@ std::unique_ptr<File> File::open(const std::string& path) {
     for (const json& d : shape) {
       const uint64_t dim = as_u64(path, name, "shape", d);
       KVEVICT_CHECK(dim <= (uint64_t{1} << 62) && !__builtin_mul_overflow(numel, dim, &numel),
-                    "safetensors ", path, ": tensor '", name, "' shape ", shape.dump(), " overflows");
+                    "safetensors ", path, ": tensor '", name, "' shape ", shape.dump(),
+                    " overflows");
       e.shape.push_back(static_cast<int64_t>(dim));
     }
     const json& off = v["data_offsets"];

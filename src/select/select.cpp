@@ -44,20 +44,26 @@ std::string protected_warning(int64_t n_keep, int64_t prot, int sink, int window
 std::vector<int64_t> adakv_budgets(const SelectProblem& pb, const Protected& prot, int64_t n,
                                    int64_t B, double alpha) {
   const int hkv = pb.num_kv_heads;
-  const int64_t m = prot.win_start - prot.sink_end;         // unprotected rows per head
-  std::vector<int64_t> flat(static_cast<size_t>(hkv) * m);  // head * m + (row - sink_end)
-  for (size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<int64_t>(i);
+  const int64_t m = prot.win_start - prot.sink_end;  // unprotected rows per head
+  // Candidates as (score, key) with key = offset * Hkv + head: ordering keys ascending is "lower
+  // position, then lower head", so the comparator needs no division.
+  struct Candidate {
+    float score;
+    int64_t key;
+  };
+  std::vector<Candidate> flat(static_cast<size_t>(hkv) * m);
+  for (int h = 0; h < hkv; ++h) {
+    const float* sc = pb.scores + pb.starts[h] + prot.sink_end;
+    for (int64_t i = 0; i < m; ++i) flat[static_cast<size_t>(i) * hkv + h] = {sc[i], i * hkv + h};
+  }
   const int64_t take = static_cast<int64_t>(hkv) * B;
-  auto score_of = [&](int64_t f) { return pb.scores[pb.starts[f / m] + prot.sink_end + f % m]; };
   if (take < static_cast<int64_t>(flat.size()))
-    std::nth_element(flat.begin(), flat.begin() + take, flat.end(), [&](int64_t a, int64_t b) {
-      const float sa = score_of(a), sb = score_of(b);
-      if (sa != sb) return sa > sb;
-      if (a % m != b % m) return a % m < b % m;  // lower position first
-      return a / m < b / m;                      // then lower head
-    });
+    std::nth_element(flat.begin(), flat.begin() + take, flat.end(),
+                     [](const Candidate& a, const Candidate& b) {
+                       return a.score > b.score || (a.score == b.score && a.key < b.key);
+                     });
   std::vector<int64_t> f(hkv, 0);
-  for (int64_t i = 0; i < take; ++i) ++f[flat[i] / m];
+  for (int64_t i = 0; i < take; ++i) ++f[flat[i].key % hkv];
   (void)n;
   // B_h = f_h (1 - alpha) + alpha B, floored, then the remaining units go to the largest
   // remainders (ties toward the lower head) so the layer total is exactly Hkv * B.

@@ -30,8 +30,10 @@ ChatFamily detect_family(const Vocab& v) {
     if (v.find("<|im_start|>") >= 0) return ChatFamily::kChatML;
     if (v.find("<|start_header_id|>") >= 0) return ChatFamily::kLlama3;
   }
-  KVEVICT_FAIL("chat template of this ", v.arch, " model is not one of the supported families "
-               "(chatml, gemma, llama3); template starts with '", t.substr(0, 80), "'");
+  KVEVICT_FAIL("chat template of this ", v.arch,
+               " model is not one of the supported families "
+               "(chatml, gemma, llama3); template starts with '",
+               t.substr(0, 80), "'");
 }
 
 // The literal system turn a ChatML template inserts when the conversation has none: the text
@@ -94,7 +96,8 @@ std::string render_gemma(const std::vector<ChatMessage>& messages) {
     check_role(m, i);
     const bool want_user = (i - first) % 2 == 0;
     KVEVICT_CHECK((m.role == "user") == want_user && m.role != "system", "gemma chat message ", i,
-                  " has role '", m.role, "'; expected turns alternating user/assistant, starting "
+                  " has role '", m.role,
+                  "'; expected turns alternating user/assistant, starting "
                   "with user (after an optional first system message)");
     out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : "user") + "\n";
     if (i == first) out += prefix;
@@ -117,9 +120,12 @@ std::string render_llama3(const std::vector<ChatMessage>& messages) {
 
 std::string render_chat(const Vocab& vocab, const std::vector<ChatMessage>& messages) {
   switch (detect_family(vocab)) {
-    case ChatFamily::kChatML: return render_chatml(vocab, messages);
-    case ChatFamily::kGemma: return render_gemma(messages);
-    case ChatFamily::kLlama3: return render_llama3(messages);
+    case ChatFamily::kChatML:
+      return render_chatml(vocab, messages);
+    case ChatFamily::kGemma:
+      return render_gemma(messages);
+    case ChatFamily::kLlama3:
+      return render_llama3(messages);
   }
   return "";
 }

@@ -6,9 +6,15 @@
 namespace kvevict::tokenizer {
 namespace {
 
-bool is_other(uint32_t cp) { return !is_whitespace(cp) && !is_letter(cp) && !is_number(cp); }
-bool is_newline(uint32_t cp) { return cp == '\r' || cp == '\n'; }
-uint32_t ascii_lower(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp; }
+bool is_other(uint32_t cp) {
+  return !is_whitespace(cp) && !is_letter(cp) && !is_number(cp);
+}
+bool is_newline(uint32_t cp) {
+  return cp == '\r' || cp == '\n';
+}
+uint32_t ascii_lower(uint32_t cp) {
+  return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
+}
 
 class Splitter {
  public:
@@ -70,8 +76,8 @@ class Splitter {
       const uint32_t c = ch_[pos].cp;
       if (size_t n = contraction(pos, end, true)) {
         pos += n;
-      } else if (is_letter(c) || (!is_newline(c) && !is_number(c) && pos + 1 < end &&
-                                  is_letter(ch_[pos + 1].cp))) {
+      } else if (is_letter(c) ||
+                 (!is_newline(c) && !is_number(c) && pos + 1 < end && is_letter(ch_[pos + 1].cp))) {
         // [^\r\n\p{L}\p{N}]?\p{L}+ : one optional non-newline, non-alphanumeric prefix.
         ++pos;
         while (pos < end && is_letter(ch_[pos].cp)) ++pos;

@@ -56,7 +56,8 @@ class SpmTokenizer final : public VocabTokenizer {
     const std::string& t = vocab_.tokens[id];
     if (vocab_.types[id] == kByte) {
       unsigned v = 0;
-      if (t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1) return std::string(1, static_cast<char>(v));
+      if (t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1)
+        return std::string(1, static_cast<char>(v));
       return t;
     }
     std::string out;
@@ -120,7 +121,8 @@ class SpmTokenizer final : public VocabTokenizer {
       if (id < 0) return;
       queue.push({left, right, vocab_.scores[id], static_cast<uint32_t>(buf.size())});
     };
-    for (size_t i = 1; i < sym.size(); ++i) try_pair(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+    for (size_t i = 1; i < sym.size(); ++i)
+      try_pair(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
     while (!queue.empty()) {
       const Bigram b = queue.top();
       queue.pop();

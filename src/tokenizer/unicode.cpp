@@ -106,15 +106,29 @@ bool is_number(uint32_t cp) {
 
 bool is_whitespace(uint32_t cp) {
   switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;
   }
 }
 
-uint32_t byte_to_codepoint(uint8_t b) { return byte_map().to_cp[b]; }
+uint32_t byte_to_codepoint(uint8_t b) {
+  return byte_map().to_cp[b];
+}
 
 int codepoint_to_byte(uint32_t cp) {
   static const std::array<int, 324> inverse = [] {

@@ -34,9 +34,10 @@ std::vector<Utf8Char> utf8_decode(const std::string& text);
 int utf8_len(uint8_t c);
 void utf8_append(std::string& out, uint32_t cp);
 
-bool is_letter(uint32_t cp);      // general category L*
-bool is_number(uint32_t cp);      // general category N*
-bool is_whitespace(uint32_t cp);  // the White_Space property (what \s matches in the models' regexes)
+bool is_letter(uint32_t cp);  // general category L*
+bool is_number(uint32_t cp);  // general category N*
+bool is_whitespace(
+    uint32_t cp);  // the White_Space property (what \s matches in the models' regexes)
 
 // GPT-2's reversible byte -> printable code point map ("Ġ" is the space byte 0x20).
 uint32_t byte_to_codepoint(uint8_t b);

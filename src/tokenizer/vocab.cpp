@@ -58,7 +58,8 @@ Vocab load_vocab(const gguf::File& f) {
   v.arch = f.get_string("general.architecture", "");
   const std::string kTokens = "tokenizer.ggml.tokens";
   const auto& toks = f.get(kTokens).as_array(kTokens);
-  KVEVICT_CHECK(!toks.empty(), "gguf ", f.path(), ": ", kTokens, " is empty; expected a vocabulary");
+  KVEVICT_CHECK(!toks.empty(), "gguf ", f.path(), ": ", kTokens,
+                " is empty; expected a vocabulary");
   v.tokens.reserve(toks.size());
   for (const auto& t : toks) v.tokens.push_back(t.as_string(kTokens));
   const size_t n = v.tokens.size();
@@ -66,7 +67,8 @@ Vocab load_vocab(const gguf::File& f) {
     const auto& sc = f.get("tokenizer.ggml.scores").as_array("tokenizer.ggml.scores");
     KVEVICT_CHECK(sc.size() == n, "gguf ", f.path(), ": tokenizer.ggml.scores has ", sc.size(),
                   " entries; expected one per token (", n, ")");
-    for (const auto& s : sc) v.scores.push_back(static_cast<float>(s.as_float("tokenizer.ggml.scores")));
+    for (const auto& s : sc)
+      v.scores.push_back(static_cast<float>(s.as_float("tokenizer.ggml.scores")));
   }
   v.types.assign(n, kNormal);
   if (f.has("tokenizer.ggml.token_type")) {
@@ -126,8 +128,8 @@ Vocab load_vocab(const gguf::File& f) {
 VocabTokenizer::VocabTokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
 
 void VocabTokenizer::check_id(int32_t id) const {
-  KVEVICT_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is outside the vocabulary; expected 0..",
-                vocab_size() - 1);
+  KVEVICT_CHECK(id >= 0 && id < vocab_size(), "token id ", id,
+                " is outside the vocabulary; expected 0..", vocab_size() - 1);
 }
 
 bool VocabTokenizer::is_end_of_generation(int32_t id) const {
@@ -156,8 +158,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& file) {
                   ": byte-level tokenizer without tokenizer.ggml.merges; expected its merge list");
     return tokenizer::make_bpe_tokenizer(std::move(v));
   }
-  KVEVICT_FAIL("gguf ", file.path(), ": tokenizer.ggml.model = '", v.model,
-               "' is not supported; expected 'llama' (sentencepiece BPE) or 'gpt2' (byte-level BPE)");
+  KVEVICT_FAIL(
+      "gguf ", file.path(), ": tokenizer.ggml.model = '", v.model,
+      "' is not supported; expected 'llama' (sentencepiece BPE) or 'gpt2' (byte-level BPE)");
 }
 
 }  // namespace kvevict

@@ -13,7 +13,12 @@ namespace kvevict::tokenizer {
 
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum TokenType : int32_t {
-  kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 // A run of the input: either raw text to tokenize, or one special token matched whole.
@@ -39,18 +44,18 @@ class SpecialMatcher {
 };
 
 struct Vocab {
-  std::string model;  // tokenizer.ggml.model
-  std::string arch;   // general.architecture
-  std::vector<std::string> tokens;  // [vocab] token texts as stored
-  std::vector<float> scores;        // [vocab] (empty when absent)
-  std::vector<int32_t> types;       // [vocab] TokenType
+  std::string model;                               // tokenizer.ggml.model
+  std::string arch;                                // general.architecture
+  std::vector<std::string> tokens;                 // [vocab] token texts as stored
+  std::vector<float> scores;                       // [vocab] (empty when absent)
+  std::vector<int32_t> types;                      // [vocab] TokenType
   std::unordered_map<std::string, int32_t> index;  // text -> id
   int32_t bos = -1, eos = -1, unk = -1, eot = -1;
   bool add_bos = false;
   bool add_space_prefix = false;
-  std::string pre;                  // tokenizer.ggml.pre (byte-level models)
-  std::vector<std::string> merges;  // tokenizer.ggml.merges, rank order (byte-level models)
-  std::string chat_template;  // tokenizer.chat_template, may be empty
+  std::string pre;                         // tokenizer.ggml.pre (byte-level models)
+  std::vector<std::string> merges;         // tokenizer.ggml.merges, rank order (byte-level models)
+  std::string chat_template;               // tokenizer.chat_template, may be empty
   std::vector<int32_t> end_of_generation;  // sorted ids that end a generated turn
   SpecialMatcher specials;
 

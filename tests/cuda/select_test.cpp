@@ -6,6 +6,7 @@
 #include <random>
 
 #include "cuda/cuda_testing.h"
+#include "kvevict/cuda/compact.h"
 #include "kvevict/cuda/select.h"
 #include "kvevict/select.h"
 
@@ -90,6 +91,68 @@ TEST(CudaSelect, RejectsBudgetBelowProtected) {
                               8, TensorView(dk.data(), DType::kI32, {1, 20}, Device::kCuda),
                               {w.data, w.bytes - 1}),
                Error);
+}
+
+}  // namespace
+}  // namespace kvevict::cuda
+
+namespace kvevict::cuda {
+namespace {
+
+// The fused select + compaction writes exactly what select_uniform then compact_uniform write.
+void run_fused(int hkv, int64_t n, int64_t n_keep, int sink, int window, bool ties,
+               uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "fused Hkv " << hkv << " n " << n << " keep " << n_keep);
+  const int d = 128;
+  std::mt19937_64 rng(seed);
+  std::vector<float> s(static_cast<size_t>(hkv) * n);
+  for (auto& x : s) x = ties ? static_cast<float>(rng() % 7) : static_cast<float>(rng() % 100000) * 1e-3f;
+  std::vector<uint16_t> k(static_cast<size_t>(hkv) * n * d), v(k.size());
+  for (auto& x : k) x = static_cast<uint16_t>(rng());
+  for (auto& x : v) x = static_cast<uint16_t>(rng());
+  std::vector<int32_t> pos(static_cast<size_t>(hkv) * n);
+  for (auto& x : pos) x = static_cast<int32_t>(rng() % 1000000);
+  DeviceBuffer<float> ds(s.size());
+  DeviceBuffer<uint16_t> dk(k.size()), dv(v.size());
+  DeviceBuffer<int32_t> dpos(pos.size());
+  ds.upload(s);
+  dk.upload(k);
+  dv.upload(v);
+  dpos.upload(pos);
+  const size_t rows = static_cast<size_t>(hkv) * n_keep;
+  DeviceBuffer<int32_t> kept_a(rows), kept_b(rows), pos_a(rows), pos_b(rows);
+  DeviceBuffer<uint16_t> k_a(rows * d), k_b(rows * d), v_a(rows * d), v_b(rows * d);
+  for (auto* b : {&k_a, &k_b, &v_a, &v_b}) b->poison();
+  const size_t ws_bytes = select_uniform_workspace_bytes(hkv, n);
+  DeviceBuffer<char> ws(ws_bytes);
+  const TensorView ts(ds.data(), DType::kF32, {hkv, n}, Device::kCuda);
+  const TensorView tk(dk.data(), DType::kBF16, {hkv, n, d}, Device::kCuda);
+  const TensorView tv(dv.data(), DType::kBF16, {hkv, n, d}, Device::kCuda);
+  const TensorView tpos(dpos.data(), DType::kI32, {hkv, n}, Device::kCuda);
+  auto kept_view = [&](DeviceBuffer<int32_t>& b) {
+    return TensorView(b.data(), DType::kI32, {hkv, n_keep}, Device::kCuda);
+  };
+  auto kv_view = [&](DeviceBuffer<uint16_t>& b) {
+    return TensorView(b.data(), DType::kBF16, {hkv, n_keep, d}, Device::kCuda);
+  };
+  select_uniform(ts, n_keep, sink, window, kept_view(kept_a), {ws.data(), ws_bytes});
+  compact_uniform(tk, tv, tpos, kept_view(kept_a), kv_view(k_a), kv_view(v_a), kept_view(pos_a));
+  select_compact_uniform(ts, n_keep, sink, window, tk, tv, tpos, kept_view(kept_b), kv_view(k_b),
+                         kv_view(v_b), kept_view(pos_b), {ws.data(), ws_bytes});
+  KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(kept_a.download(), kept_b.download());
+  EXPECT_EQ(pos_a.download(), pos_b.download());
+  EXPECT_TRUE(k_a.download() == k_b.download()) << "compacted keys differ";
+  EXPECT_TRUE(v_a.download() == v_b.download()) << "compacted values differ";
+  EXPECT_TRUE(k_b.sentinels_intact() && v_b.sentinels_intact() && pos_b.sentinels_intact());
+}
+
+TEST(CudaSelect, FusedCompactionMatchesSelectThenCompact) {
+  KVEVICT_REQUIRE_GPU();
+  run_fused(3, 20001, 1500, 4, 16, false, 21);
+  run_fused(2, 9000, 900, 0, 8, true, 22);
+  run_fused(2, 300, 300, 2, 5, false, 23);  // keep everything
+  run_fused(1, 17, 3, 1, 2, false, 24);     // protected only
 }
 
 }  // namespace

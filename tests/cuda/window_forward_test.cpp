@@ -34,8 +34,15 @@ void run_case(const Case& c, bool with_out) {
   host.q = TensorView(q.data(), DType::kF32, {c.hq, c.m, c.d});
   host.k = TensorView(k.data(), DType::kF32, {c.hkv, c.n, c.d});
   host.v = TensorView(v.data(), DType::kF32, {c.hkv, c.n, c.d});
-  std::vector<double> ref_a, ref_lse;  // the m = w rows of q
-  ref::window_forward(host, scale, ref_a, ref_lse);
+  std::vector<double> all_a, all_lse;  // every one of the m rows of q
+  ref::window_forward(host, scale, all_a, all_lse);
+  std::vector<double> ref_a, ref_lse;  // the last w rows: the window
+  for (int h = 0; h < c.hq; ++h)
+    for (int t = 0; t < c.w; ++t) {
+      const int64_t r = static_cast<int64_t>(h) * c.m + (c.m - c.w + t);
+      ref_lse.push_back(all_lse[r]);
+      ref_a.insert(ref_a.end(), all_a.begin() + r * c.d, all_a.begin() + (r + 1) * c.d);
+    }
 
   DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
   DeviceBuffer<float> dout(static_cast<size_t>(c.hq) * c.w * c.d), dlse(static_cast<size_t>(c.hq) * c.w);

@@ -75,6 +75,29 @@ TEST(Diagnostics, EnumerationAgreesWithBitmaskSearch) {
   }
 }
 
+TEST(Diagnostics, LargePoolsWithSmallK) {
+  EXPECT_EQ(subset_count(24, 12), 2704156.0);
+  EXPECT_EQ(subset_count(64, 5), 7624512.0);
+  EXPECT_EQ(subset_count(5, 7), 0.0);
+  // L = 40, k = 2: the enumeration must equal a plain double loop over all pairs.
+  const PoolProblem pp = random_pool(40, 6, 77);
+  double best = INFINITY;
+  std::vector<int> arg;
+  for (int i = 0; i < 40; ++i)
+    for (int j = i + 1; j < 40; ++j) {
+      const double f = objective(pp, {i, j});
+      if (f < best) {
+        best = f;
+        arg = {i, j};
+      }
+    }
+  const SubsetValue got = exact_optimum(pp, 2);
+  EXPECT_EQ(got.set, arg);
+  EXPECT_NEAR(got.value, best, 1e-12 * (1 + best));
+  const PoolProblem big = random_pool(40, 2, 78);
+  EXPECT_THROW(exact_optimum(big, 20), Error);  // C(40, 20) = 1.4e11 subsets
+}
+
 TEST(Diagnostics, ProxyIsExactForKOne) {
   for (uint64_t seed = 0; seed < 20; ++seed) {
     const PoolProblem pp = random_pool(9, 8, 100 + seed);

@@ -1,11 +1,12 @@
 // Corpus loading, its missing-file message, and the text helpers the haystacks are cut with.
+#include "kvevict/eval/corpus.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "eval/eval_fixtures.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/corpus.h"
 
 namespace kvevict::eval {
 namespace {
@@ -69,9 +70,9 @@ TEST(SplitSentences, KeepsHonorificsAndInitialsInsideSentences) {
   const std::string text =
       "Mr. Darcy bowed. \"Indeed!\" said Mrs. Bennet to J. Smith? Yes. St. Ives is far. End";
   const auto s = split_sentences(text);
-  const std::vector<std::string> expected = {"Mr. Darcy bowed.", "\"Indeed!\"",
-                                             "said Mrs. Bennet to J. Smith?", "Yes.",
-                                             "St. Ives is far.", "End"};
+  const std::vector<std::string> expected = {
+      "Mr. Darcy bowed.", "\"Indeed!\"", "said Mrs. Bennet to J. Smith?", "Yes.",
+      "St. Ives is far.", "End"};
   EXPECT_EQ(s, expected);
 }
 

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,9 +68,9 @@ inline std::string make_word(Rng& rng, int syllables) {
 class TempCorpus {
  public:
   explicit TempCorpus(int words_per_novel = 4000, int words_per_list = 500) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvevict_eval_corpus_" + std::to_string(::getpid()) + "_" +
-            std::to_string(counter()++));
+    dir_ =
+        std::filesystem::temp_directory_path() /
+        ("kvevict_eval_corpus_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     std::filesystem::create_directories(dir_ / "austen");
     Rng rng(2024);
     for (const auto& name : austen_novel_names()) {

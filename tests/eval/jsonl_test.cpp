@@ -1,10 +1,12 @@
 // The JSONL reader accepts the SPEC format and rejects malformed rows naming line, field and type.
+#include "kvevict/eval/jsonl.h"
+
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include "kvevict/error.h"
-#include "kvevict/eval/jsonl.h"
 
 namespace kvevict::eval {
 namespace {
@@ -24,7 +26,8 @@ std::string error_of(const std::string& text) {
 
 void expect_contains(const std::string& msg, const std::vector<std::string>& parts) {
   ASSERT_FALSE(msg.empty()) << "expected the reader to throw";
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  for (const auto& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
 TEST(Jsonl, ReadsRowsAndSkipsBlankLines) {
@@ -60,6 +63,28 @@ TEST(Jsonl, RoundTripsThroughTheWriter) {
   EXPECT_EQ(back[0].task, s.task);
 }
 
+TEST(Jsonl, WritesAFileTheReaderReadsBack) {
+  std::vector<Sample> set(3);
+  for (int i = 0; i < 3; ++i) {
+    set[i].context = "c" + std::to_string(i);
+    set[i].question = "q";
+    set[i].answers = {"a" + std::to_string(i)};
+    set[i].max_new_tokens = 5 + i;
+    set[i].task = "vt";
+  }
+  const std::string path = ::testing::TempDir() + "kvevict_jsonl_roundtrip.jsonl";
+  write_jsonl_samples(path, set);
+  auto back = read_jsonl_samples(path);
+  ASSERT_EQ(back.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(back[i].context, set[i].context);
+    EXPECT_EQ(back[i].answers, set[i].answers);
+    EXPECT_EQ(back[i].max_new_tokens, 5 + i);
+  }
+  std::remove(path.c_str());
+  EXPECT_THROW(write_jsonl_samples("/nonexistent/dir/x.jsonl", set), Error);
+}
+
 TEST(Jsonl, RejectsInvalidJsonWithLineNumber) {
   expect_contains(error_of(std::string(kGood) + "\n{\"context\": \n"),
                   {"set.jsonl line 2", "not valid JSON"});
@@ -70,25 +95,41 @@ TEST(Jsonl, RejectsNonObjectRows) {
 }
 
 TEST(Jsonl, RejectsMissingFieldNamingIt) {
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
-                  {"line 1", "'answer_prefix'", "missing", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
+      {"line 1", "'answer_prefix'", "missing", "expected a string"});
 }
 
 TEST(Jsonl, RejectsWrongTypesNamingFieldAndExpectedType) {
-  expect_contains(error_of(R"({"context": 5, "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
-                  {"'context'", "is integer", "expected a string"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": "a", "max_new_tokens": 3, "task": "t"})"),
-                  {"'answers'", "is string", "expected an array of strings"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a", 3], "max_new_tokens": 3, "task": "t"})"),
-                  {"'answers' element 1", "integer", "expected a string"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": [], "max_new_tokens": 3, "task": "t"})"),
-                  {"'answers'", "empty", "at least one"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 2.5, "task": "t"})"),
-                  {"'max_new_tokens'", "is number", "positive integer"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 0, "task": "t"})"),
-                  {"'max_new_tokens' is 0", "positive integer"});
-  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": null})"),
-                  {"'task'", "null", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": 5, "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
+      {"'context'", "is integer", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": "a", "max_new_tokens": 3, "task": "t"})"),
+      {"'answers'", "is string", "expected an array of strings"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a", 3], "max_new_tokens": 3, "task": "t"})"),
+      {"'answers' element 1", "integer", "expected a string"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": [], "max_new_tokens": 3, "task": "t"})"),
+      {"'answers'", "empty", "at least one"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 2.5, "task": "t"})"),
+      {"'max_new_tokens'", "is number", "positive integer"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 0, "task": "t"})"),
+      {"'max_new_tokens' is 0", "positive integer"});
+  expect_contains(
+      error_of(
+          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": null})"),
+      {"'task'", "null", "expected a string"});
 }
 
 TEST(Jsonl, MissingFileIsNamed) {

@@ -1,8 +1,9 @@
 // RULER's string_match_all / string_match_part on hand-checked predictions.
+#include "kvevict/eval/metrics.h"
+
 #include <gtest/gtest.h>
 
 #include "kvevict/error.h"
-#include "kvevict/eval/metrics.h"
 
 namespace kvevict::eval {
 namespace {
@@ -10,8 +11,8 @@ namespace {
 TEST(StringMatchAll, MeanOfCaseInsensitiveSubstringHits) {
   // 2 of 3 answers present (one differs in case) -> 66.67.
   const std::vector<std::string> answers = {"1234567", "Golden-Apple", "9999999"};
-  EXPECT_NEAR(string_match_all("The numbers are 1234567 and golden-apple.", answers),
-              200.0 / 3.0, 1e-9);
+  EXPECT_NEAR(string_match_all("The numbers are 1234567 and golden-apple.", answers), 200.0 / 3.0,
+              1e-9);
   EXPECT_DOUBLE_EQ(string_match_all("1234567 GOLDEN-APPLE 9999999", answers), 100.0);
   EXPECT_DOUBLE_EQ(string_match_all("nothing here", answers), 0.0);
   // Substring, not token match: RULER counts "12345678" as containing "1234567".
@@ -42,7 +43,9 @@ TEST(Metrics, TaskChoiceFollowsRuler) {
 }
 
 TEST(Metrics, PostprocessTrimsAndReplacesControlCharacters) {
-  EXPECT_EQ(postprocess_prediction("  \t 1234\x01" "567 \n"), "1234\n567");
+  EXPECT_EQ(postprocess_prediction("  \t 1234\x01"
+                                   "567 \n"),
+            "1234\n567");
   EXPECT_EQ(postprocess_prediction(""), "");
 }
 

@@ -1,11 +1,13 @@
 // Perplexity pieces: chunking, the NLL accumulator against hand-computed values, and the run loop.
+#include "kvevict/eval/perplexity.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "eval/eval_fixtures.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/perplexity.h"
 
 namespace kvevict::eval {
 namespace {
@@ -25,6 +27,21 @@ TEST(PplChunks, NonOverlappingFullChunks) {
     EXPECT_NE(std::string(e.what()).find("250"), std::string::npos) << e.what();
   }
   EXPECT_THROW(ppl_chunks(100, 1), Error);
+}
+
+TEST(ProseTokens, TakesTheFirstTokensOfTheText) {
+  testing::WhitespaceTokenizer tok;
+  const std::string prose = testing::test_corpus().prose_text();
+  const auto all = tok.encode(prose, true);
+  ASSERT_GT(all.size(), 20000u);
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1001}, static_cast<int64_t>(all.size()) - 3}) {
+    const auto got = prose_tokens(prose, tok, n);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), n);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), all.begin())) << n;
+  }
+  // More than the text has: all of it.
+  EXPECT_EQ(prose_tokens(prose, tok, static_cast<int64_t>(all.size()) + 5).size(), all.size());
+  EXPECT_THROW(prose_tokens(prose, tok, 0), Error);
 }
 
 TEST(PplAccumulator, MatchesHandComputedPerplexity) {

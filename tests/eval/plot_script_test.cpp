@@ -14,7 +14,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int run(const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1").c_str()); }
+int run(const std::string& cmd) {
+  return std::system((cmd + " > /dev/null 2>&1").c_str());
+}
 
 EvalResults fake_results() {
   EvalResults res;
@@ -41,7 +43,9 @@ class PlotScript : public ::testing::Test {
   void SetUp() override {
     if (run("python3 -c 'import matplotlib'") != 0)
       GTEST_SKIP() << "python3 with matplotlib not available (scripts/install_deps.sh --eval)";
-    dir_ = fs::temp_directory_path() / ("kvevict_plot_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
+    dir_ = fs::temp_directory_path() /
+           ("kvevict_plot_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
     fs::create_directories(dir_);
   }
   void TearDown() override {
@@ -73,20 +77,23 @@ TEST_F(PlotScript, DrawsEveryFigureFromTheReports) {
                 (dir_ / "ppl.json").string() + " " + (dir_ / "cone.json").string() + " --out " +
                 out.string()),
             0);
-  for (const char* f : {"accuracy_vs_budget_4096_query-aware.png",
-                        "accuracy_vs_budget_8192_query-aware.png",
-                        "accuracy_vs_length_query-aware_0.1.png", "ppl_vs_budget.png",
-                        "cone_constant_hist.png"})
+  for (const char* f :
+       {"accuracy_vs_budget_4096_query-aware.png", "accuracy_vs_budget_8192_query-aware.png",
+        "accuracy_vs_length_query-aware_0.1.png", "ppl_vs_budget.png", "cone_constant_hist.png"})
     EXPECT_TRUE(fs::exists(out / f)) << f << " was not written";
 }
 
 TEST_F(PlotScript, MissingSectionsAreSkipped) {
   write_text_file((dir_ / "meta.json").string(), R"({"meta": {"model": "m"}})");
   const fs::path out = dir_ / "plots";
-  EXPECT_EQ(run("python3 " + script() + " " + (dir_ / "meta.json").string() + " --out " + out.string()), 0);
+  EXPECT_EQ(
+      run("python3 " + script() + " " + (dir_ / "meta.json").string() + " --out " + out.string()),
+      0);
   EXPECT_TRUE(fs::is_empty(out));
   // An unreadable input is an error that names the file.
-  EXPECT_NE(run("python3 " + script() + " " + (dir_ / "nope.json").string() + " --out " + out.string()), 0);
+  EXPECT_NE(
+      run("python3 " + script() + " " + (dir_ / "nope.json").string() + " --out " + out.string()),
+      0);
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ TEST(RealTokenizer, SizesEveryTaskWithSmolLM2) {
 #else
   const std::string path =
       std::string(KVEVICT_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present (scripts/fetch_models.sh)";
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << path << " not present (scripts/fetch_models.sh)";
   auto file = gguf::File::open(path);
   auto tok = Tokenizer::from_gguf(*file);
   // The real Austen corpus when prepared, else the synthetic test corpus.
@@ -56,7 +57,8 @@ TEST(RealTokenizer, SizesEveryTaskWithSmolLM2) {
       // across, so the parts add up to the whole (within a token).
       const auto head = tok->encode(s.input_context(), true);
       const auto tail = tok->encode(s.input_question(), false);
-      EXPECT_NEAR(static_cast<double>(head.size() + tail.size()), static_cast<double>(ids.size()), 1.0);
+      EXPECT_NEAR(static_cast<double>(head.size() + tail.size()), static_cast<double>(ids.size()),
+                  1.0);
     }
   }
 #endif

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "eval/eval_fixtures.h"
+#include "kvevict/error.h"
 #include "kvevict/eval/rng.h"
 #include "kvevict/eval/ruler.h"
 
@@ -45,6 +46,25 @@ TEST(RulerSeeds, GenerateSetUsesDerivedSeedsThatRegenerate) {
   EXPECT_EQ(answers.size(), 5u) << "samples of a set must differ";
   EXPECT_NE(sample_seed(42, "vt", 0), sample_seed(42, "cwe", 0));
   EXPECT_NE(sample_seed(42, "vt", 0), sample_seed(43, "vt", 0));
+}
+
+TEST(RulerSeeds, SuiteCoversTasksAndLengthsWithTheSetSeeds) {
+  testing::WhitespaceTokenizer tok;
+  RulerGenerator gen(testing::test_corpus(), tok);
+  int64_t calls = 0;
+  auto suite = gen.generate_suite({"vt", "fwe"}, {2503, 3001}, 2, 42, GenerateOptions{},
+                                  [&](int64_t done, int64_t total) {
+                                    EXPECT_EQ(total, 8);
+                                    calls = done;
+                                  });
+  ASSERT_EQ(suite.size(), 8u);
+  EXPECT_EQ(calls, 8);
+  EXPECT_EQ(suite[0].task, "vt");
+  EXPECT_EQ(suite[0].target_length, 2503);
+  EXPECT_EQ(suite[3].task, "fwe");
+  EXPECT_EQ(suite[3].seed, sample_seed(42, "fwe", 1));
+  EXPECT_EQ(suite[7].target_length, 3001);
+  EXPECT_THROW(gen.generate_suite({"vt", "qa_1"}, {3001}, 1, 0, GenerateOptions{}), Error);
 }
 
 TEST(Rng, FixedReferenceSequence) {

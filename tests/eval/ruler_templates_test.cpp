@@ -40,15 +40,18 @@ int count_of(const std::string& hay, const std::string& needle) {
 std::string check_niah_text(const Sample& s, bool single, const std::string& type_plural,
                             const std::string& query) {
   const std::string type = single ? type_plural.substr(0, type_plural.size() - 1) : type_plural;
-  const std::string preamble =
-      single ? "A special magic " + type + " is hidden within the following text. Make sure to "
-                   "memorize it. I will quiz you about the " + type + " afterwards.\n"
-             : "Some special magic " + type + " are hidden within the following text. Make sure "
-                   "to memorize it. I will quiz you about the " + type + " afterwards.\n";
-  const std::string question =
-      single ? "What is the special magic " + type + " for " + query + " mentioned in the provided text?"
-             : "What are all the special magic " + type + " for " + query +
-                   " mentioned in the provided text?";
+  const std::string preamble = single ? "A special magic " + type +
+                                            " is hidden within the following text. Make sure to "
+                                            "memorize it. I will quiz you about the " +
+                                            type + " afterwards.\n"
+                                      : "Some special magic " + type +
+                                            " are hidden within the following text. Make sure "
+                                            "to memorize it. I will quiz you about the " +
+                                            type + " afterwards.\n";
+  const std::string question = single ? "What is the special magic " + type + " for " + query +
+                                            " mentioned in the provided text?"
+                                      : "What are all the special magic " + type + " for " + query +
+                                            " mentioned in the provided text?";
   const std::string prefix = " The special magic " + type + " for " + query +
                              " mentioned in the provided text " + (single ? "is" : "are");
   EXPECT_EQ(s.context.substr(0, preamble.size()), preamble);
@@ -151,8 +154,9 @@ TEST_F(RulerTemplates, NiahMultikey2And3UseNeedlesAsHaystack) {
     std::istringstream lines(hay);
     std::string line;
     int n = 0, with_query = 0;
-    const std::regex any_needle("One of the special magic " + std::string(uuid ? "uuids" : "numbers") +
-                                " for (" + key_re + ") is: (" + val_re + ")\\.");
+    const std::regex any_needle("One of the special magic " +
+                                std::string(uuid ? "uuids" : "numbers") + " for (" + key_re +
+                                ") is: (" + val_re + ")\\.");
     while (std::getline(lines, line)) {
       EXPECT_TRUE(std::regex_match(line, any_needle)) << line;
       with_query += line.find(" for " + q + " is: ") != std::string::npos;
@@ -198,7 +202,8 @@ TEST_F(RulerTemplates, VariableTrackingChainResolvesToTheAnswers) {
   const std::string value = m[1];
   EXPECT_EQ(s.answer_prefix,
             " Answer: According to the chain(s) of variable assignment in the text above, 5 "
-            "variables are assigned the value " + value + ", they are: ");
+            "variables are assigned the value " +
+                value + ", they are: ");
   EXPECT_EQ(s.max_new_tokens, 30);
   const std::string task_head =
       "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
@@ -257,7 +262,8 @@ TEST_F(RulerTemplates, CommonWordsAnswersAreTheRepeatedWords) {
     for (const auto& a : s.answers) EXPECT_EQ(freq[a], common) << a;
     EXPECT_EQ(static_cast<int64_t>(freq.size()), s.haystack_amount);
     for (const auto& [w, f] : freq)
-      if (std::find(s.answers.begin(), s.answers.end(), w) == s.answers.end()) EXPECT_EQ(f, rare) << w;
+      if (std::find(s.answers.begin(), s.answers.end(), w) == s.answers.end())
+        EXPECT_EQ(f, rare) << w;
   }
 }
 
@@ -296,8 +302,8 @@ TEST_F(RulerTemplates, ChatStyleWrapsOneUserTurnAndSplitsAtTheContext) {
   opt.target_length = 3001;
   opt.style = PromptStyle::kChat;
   Sample s = gen_.generate("niah_single_2", opt, 3);
-  const std::string expected = "<|user|>\n" + s.context + s.question + "<|end|>\n<|assistant|>\n" +
-                               s.answer_prefix;
+  const std::string expected =
+      "<|user|>\n" + s.context + s.question + "<|end|>\n<|assistant|>\n" + s.answer_prefix;
   EXPECT_EQ(s.input, expected);
   EXPECT_EQ(s.input_context(), "<|user|>\n" + s.context);
   EXPECT_EQ(s.input_question(), s.question + "<|end|>\n<|assistant|>\n" + s.answer_prefix);
@@ -305,10 +311,17 @@ TEST_F(RulerTemplates, ChatStyleWrapsOneUserTurnAndSplitsAtTheContext) {
 }
 
 TEST_F(RulerTemplates, TaskTableMatchesRuler) {
-  const std::vector<std::string> expected = {"niah_single_1",   "niah_single_2",   "niah_single_3",
-                                             "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
-                                             "niah_multivalue", "niah_multiquery", "vt",
-                                             "cwe",             "fwe"};
+  const std::vector<std::string> expected = {"niah_single_1",
+                                             "niah_single_2",
+                                             "niah_single_3",
+                                             "niah_multikey_1",
+                                             "niah_multikey_2",
+                                             "niah_multikey_3",
+                                             "niah_multivalue",
+                                             "niah_multiquery",
+                                             "vt",
+                                             "cwe",
+                                             "fwe"};
   EXPECT_EQ(ruler_task_names(), expected);
   try {
     ruler_task_config("qa_1");

@@ -1,5 +1,7 @@
 // The runner prefills each sample once per mode, answers with every method from that prefill, and
 // aggregates scores into the tables the reports print.
+#include "kvevict/eval/runner.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,7 +10,6 @@
 #include "eval/eval_fixtures.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/report.h"
-#include "kvevict/eval/runner.h"
 
 namespace kvevict::eval {
 namespace {
@@ -32,7 +33,8 @@ class FakeModel : public EvalModel {
     ++prefills;
     auto st = std::make_unique<FakeState>();
     st->tokens = context;
-    if (mode == QueryMode::kAware) st->tokens.insert(st->tokens.end(), question.begin(), question.end());
+    if (mode == QueryMode::kAware)
+      st->tokens.insert(st->tokens.end(), question.begin(), question.end());
     st->mode = mode;
     EXPECT_EQ(context.at(0), tok_.bos_id());
     return st;
@@ -106,12 +108,14 @@ TEST(Runner, PrefillsOncePerSampleAndModeAndScoresEveryMethod) {
     EXPECT_GE(seen[i].eta_s, 0.0);
   }
   EXPECT_EQ(seen.back().eta_s, 0.0);
-  EXPECT_NE(format_progress(seen[4]).find("5/30 (17%)"), std::string::npos) << format_progress(seen[4]);
+  EXPECT_NE(format_progress(seen[4]).find("5/30 (17%)"), std::string::npos)
+      << format_progress(seen[4]);
 
   // Expected scores: full 100; snapkv keeps half the answers -> 50; knorm 0.
   std::map<std::string, double> by_method;
   for (const auto& a : res.aggregate())
-    if (a.task == "niah_multivalue" && a.mode == QueryMode::kAware && (a.budget == "0.5" || a.method == "full"))
+    if (a.task == "niah_multivalue" && a.mode == QueryMode::kAware &&
+        (a.budget == "0.5" || a.method == "full"))
       by_method[a.method] = a.score;
   EXPECT_DOUBLE_EQ(by_method["full"], 100.0);
   EXPECT_DOUBLE_EQ(by_method["snapkv"], 50.0);
@@ -121,14 +125,20 @@ TEST(Runner, PrefillsOncePerSampleAndModeAndScoresEveryMethod) {
   const SampleRecord& r = res.records[1];
   EXPECT_EQ(r.method, "snapkv");
   EXPECT_EQ(r.budget, "0.5");
-  EXPECT_EQ(r.window, 32);
+  // Query-aware: the window is the question (SPEC 5); query-agnostic keeps snapkv's 32.
+  EXPECT_EQ(r.window, r.question_tokens);
+  EXPECT_GT(r.question_tokens, 1);
+  EXPECT_EQ(res.records[6].method, "snapkv");
+  EXPECT_EQ(res.records[6].mode, QueryMode::kAgnostic);
+  EXPECT_EQ(res.records[6].window, 32);
   EXPECT_EQ(r.pooling, "max:7");
   EXPECT_EQ(r.policy, "uniform");
   EXPECT_EQ(r.sample_index, 0);
   EXPECT_EQ(res.records[10].sample_index, 1) << "second niah_multivalue sample";
   EXPECT_EQ(res.records[20].sample_index, 0) << "first vt sample";
   // Query-agnostic prefills only the context; query-aware context + question.
-  EXPECT_EQ(res.records[0].kept_tokens, res.records[0].context_tokens + res.records[0].question_tokens);
+  EXPECT_EQ(res.records[0].kept_tokens,
+            res.records[0].context_tokens + res.records[0].question_tokens);
   EXPECT_EQ(res.records[5].mode, QueryMode::kAgnostic);
   EXPECT_EQ(res.records[5].kept_tokens, res.records[5].context_tokens);
 }
@@ -170,8 +180,8 @@ TEST(Runner, ReportsNameEverySetting) {
   opt.prompt_style = "chat";
   EvalResults res = run_eval(model, samples, opt);
   const std::string md = results_to_markdown(res);
-  for (const char* part : {"fake-model", "base seed 1234", "chat", "length 8192",
-                           "query-agnostic", "| dropkv | 0.1 | 16 | avg:5 | uniform |",
+  for (const char* part : {"fake-model", "base seed 1234", "chat", "length 8192", "query-agnostic",
+                           "| dropkv | 0.1 | 16 | avg:5 | uniform |",
                            "| full | 1 | 0 | none | none |", "niah_single_1", "average"})
     EXPECT_NE(md.find(part), std::string::npos) << "'" << part << "' missing from:\n" << md;
   const auto doc = nlohmann::json::parse(results_to_json(res));
@@ -183,6 +193,47 @@ TEST(Runner, ReportsNameEverySetting) {
   EXPECT_EQ(doc.at("records")[1].at("mode"), "query-agnostic");
   EXPECT_EQ(doc.at("records")[0].at("score"), 100.0);
   EXPECT_EQ(doc.at("aggregate").size(), 4u);  // 2 settings x (task + average)
+}
+
+TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {
+  FakeModel model;
+  model.current_answers = {"q"};
+  std::vector<Sample> samples = {sample("niah_single_1", {"q"}, 4096),
+                                 sample("niah_single_1", {"q"}, 4096)};
+  samples[1].question = "A much longer question with more tokens in it?";
+  format_prompt(samples[1], PromptStyle::kRaw, nullptr);
+  RunOptions opt;
+  opt.methods = expand_methods({"dropkv"}, {Budget{0.5}});
+  EvalResults res = run_eval(model, samples, opt);
+  ASSERT_EQ(res.records.size(), 2u);
+  EXPECT_NE(res.records[0].window, res.records[1].window);
+  EXPECT_TRUE(res.records[0].window_is_question);
+  auto rows = res.aggregate();
+  ASSERT_EQ(rows.size(), 2u);  // the task row and the average row
+  EXPECT_EQ(rows[0].window, "question");
+  EXPECT_EQ(rows[0].samples, 2);
+  EXPECT_NE(results_to_markdown(res).find("| dropkv | 0.5 | question |"), std::string::npos)
+      << results_to_markdown(res);
+}
+
+TEST(Runner, QuestionWindowCanBeTurnedOff) {
+  FakeModel model;
+  model.current_answers = {"q"};
+  std::vector<Sample> samples = {sample("niah_single_1", {"q"}, 4096)};
+  RunOptions opt;
+  opt.methods = expand_methods({"dropkv"}, {Budget{0.5}});
+  opt.question_window = false;
+  EvalResults res = run_eval(model, samples, opt);
+  ASSERT_EQ(res.records.size(), 1u);
+  EXPECT_EQ(res.records[0].window, 8) << "dropkv's own window";
+  opt.question_window = true;
+  res = run_eval(model, samples, opt);
+  EXPECT_EQ(res.records[0].window, res.records[0].question_tokens);
+  // h2o sums over all queries: no observation window to replace.
+  opt.methods = expand_methods({"h2o"}, {Budget{0.5}});
+  res = run_eval(model, samples, opt);
+  EXPECT_FALSE(res.records[0].window_is_question);
+  EXPECT_EQ(res.records[0].window, MethodConfig::make("h2o", Budget{0.5}).window());
 }
 
 TEST(Runner, BadInputsAreErrors) {

@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,7 +22,8 @@ namespace {
 using nlohmann::json;
 
 json load_golden() {
-  const std::string path = std::string(KVEVICT_SOURCE_DIR) + "/tests/io/data/gguf_dequant_golden.json";
+  const std::string path =
+      std::string(KVEVICT_SOURCE_DIR) + "/tests/io/data/gguf_dequant_golden.json";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "cannot read " << path;
   return json::parse(in);
@@ -30,7 +31,8 @@ json load_golden() {
 
 std::vector<uint8_t> from_hex(const std::string& hex) {
   std::vector<uint8_t> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return out;
 }
 

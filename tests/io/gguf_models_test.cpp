@@ -21,9 +21,9 @@ std::unique_ptr<gguf::File> open_model(const char* file) {
   return gguf::File::open(path);
 }
 
-#define OPEN_OR_SKIP(var, file)                                                       \
-  auto var = open_model(file);                                                        \
-  if (!var)                                                                           \
+#define OPEN_OR_SKIP(var, file)                                                               \
+  auto var = open_model(file);                                                                \
+  if (!var)                                                                                   \
     GTEST_SKIP() << "model " << file << " not found in " << io::model_dir(KVEVICT_SOURCE_DIR) \
                  << "; run scripts/fetch_models.sh (or set KVEVICT_MODEL_DIR)";
 
@@ -64,8 +64,8 @@ void expect_layers(const gguf::File& g, const std::string& arch, int64_t layers,
   for (int64_t l = 0; l < layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     for (const char* w : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-                          "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
-                          "attn_norm.weight", "ffn_norm.weight"}) {
+                          "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "attn_norm.weight",
+                          "ffn_norm.weight"}) {
       const auto* t = g.find(p + w);
       ASSERT_NE(t, nullptr) << p + w;
       if (std::string(w) == "attn_q.weight") EXPECT_EQ(t->shape.back(), n_embd) << p + w;

@@ -2,9 +2,8 @@
 // byte offsets of header fields so tests can corrupt them one at a time.
 #pragma once
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -18,8 +17,21 @@ namespace kvevict::testing {
 class GgufWriter {
  public:
   // GGUF value type codes.
-  enum : uint32_t { kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6,
-                    kBool = 7, kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12 };
+  enum : uint32_t {
+    kU8 = 0,
+    kI8 = 1,
+    kU16 = 2,
+    kI16 = 3,
+    kU32 = 4,
+    kI32 = 5,
+    kF32 = 6,
+    kBool = 7,
+    kString = 8,
+    kArray = 9,
+    kU64 = 10,
+    kI64 = 11,
+    kF64 = 12
+  };
 
   void add_u32(const std::string& key, uint32_t v) { kv_scalar(key, kU32, &v, 4); }
   void add_i32(const std::string& key, int32_t v) { kv_scalar(key, kI32, &v, 4); }

@@ -1,6 +1,8 @@
 // .npy: files written by NumPy (tools/golden/npy_golden.py) read back exactly; kvevict's writer
 // round-trips every dtype and odd shapes and writes what NumPy writes byte for byte; malformed
 // files throw naming the file; failed writes leave nothing behind.
+#include "kvevict/io/npy.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +16,6 @@
 #include "io/gguf_writer.h"
 #include "kvevict/dtype.h"
 #include "kvevict/error.h"
-#include "kvevict/io/npy.h"
 
 namespace kvevict {
 namespace {
@@ -104,7 +105,8 @@ TEST(Npy, WriterMatchesNumPyBytes) {
 }
 
 TEST(Npy, RoundTripsEveryDtypeAndOddShapes) {
-  const std::vector<std::vector<int64_t>> shapes = {{}, {1}, {7}, {3, 1, 7}, {0, 5}, {2, 3, 4, 5, 1}};
+  const std::vector<std::vector<int64_t>> shapes = {{},        {1},    {7},
+                                                    {3, 1, 7}, {0, 5}, {2, 3, 4, 5, 1}};
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI32, DType::kI64,
                    DType::kU8}) {
     for (const auto& shape : shapes) {
@@ -188,7 +190,8 @@ TEST(Npy, MalformedFilesThrowNamingTheProblem) {
 
 TEST(Npy, FailedWriteLeavesNothingBehind) {
   // The target is a directory: the final rename fails, and the temporary file must be gone.
-  const std::string dir = std::string(::testing::TempDir()) + "/npy_dir_target." + std::to_string(::getpid());
+  const std::string dir =
+      std::string(::testing::TempDir()) + "/npy_dir_target." + std::to_string(::getpid());
   ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
   HostTensor t(DType::kF32, {4});
   EXPECT_THROW(npy::save(dir, t), Error);

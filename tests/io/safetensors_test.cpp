@@ -1,5 +1,7 @@
 // .safetensors: a file written by the safetensors package reads back exactly; hand-built
 // malformed headers each throw naming the file and the defect.
+#include "kvevict/io/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,7 +12,6 @@
 #include "io/gguf_writer.h"
 #include "kvevict/dtype.h"
 #include "kvevict/error.h"
-#include "kvevict/io/safetensors.h"
 
 namespace kvevict {
 namespace {
@@ -107,9 +108,9 @@ TEST(Safetensors, MalformedFilesThrowNamingTheProblem) {
   expect_error(huge, "header length 1099511627776 exceeds");
   expect_error(build("{not json", d), "not valid JSON");
   expect_error(build("[1,2]", d), "expected an object");
-  expect_error(build(R"({"a":{"dtype":"F32","shape":[2]}})", d), "lacks dtype, shape or data_offsets");
-  expect_error(build(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", d),
-               "dtype 'Q4'");
+  expect_error(build(R"({"a":{"dtype":"F32","shape":[2]}})", d),
+               "lacks dtype, shape or data_offsets");
+  expect_error(build(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", d), "dtype 'Q4'");
   expect_error(build(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,12]}})", d),
                "needs 8 bytes but data_offsets span 12");
   expect_error(build(R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", d),
@@ -118,17 +119,20 @@ TEST(Safetensors, MalformedFilesThrowNamingTheProblem) {
                "fall outside");
   expect_error(build(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", d),
                "expected a non-negative integer");
-  expect_error(build(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", d),
-               "overflows");
+  expect_error(
+      build(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", d),
+      "overflows");
   expect_error(build(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", d),
+                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                     d),
                "overlap");
   expect_error(build(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", d),
                "expected [begin, end]");
   expect_error(build(R"({"__metadata__":{"k":1}})", d), "__metadata__ value of 'k'");
   // Truncation anywhere in a valid file fails cleanly.
   std::ifstream in(data_path("sample.safetensors"), std::ios::binary);
-  const std::vector<uint8_t> good{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::vector<uint8_t> good{std::istreambuf_iterator<char>(in),
+                                  std::istreambuf_iterator<char>()};
   for (size_t n = 0; n + 1 < good.size(); n += 7) {
     TempFile f("st_trunc");
     f.write({good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)});

@@ -1,5 +1,7 @@
 // The hand-written pre-tokenizer splits against the regexes they implement, as matched by
 // Python's `regex` module (tools/golden/tokenizer_pretokenize_golden.py).
+#include "tokenizer/pretokenize.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "kvevict/error.h"
-#include "tokenizer/pretokenize.h"
 #include "tokenizer/unicode.h"
 
 namespace kvevict::tokenizer {
@@ -65,20 +66,22 @@ TEST(Pretokenize, NamesMapToSplitters) {
 
 TEST(Pretokenize, InvalidUtf8StaysCovered) {
   const std::string text = "ab\xff\xfe cd\xe2\x82";
-  EXPECT_EQ(pieces(text, PreTokenizer::kGpt2), (std::vector<std::string>{"ab", "\xff\xfe", " cd", "\xe2\x82"}));
+  EXPECT_EQ(pieces(text, PreTokenizer::kGpt2),
+            (std::vector<std::string>{"ab", "\xff\xfe", " cd", "\xe2\x82"}));
 }
 
 TEST(Unicode, CategoriesAndByteMap) {
   EXPECT_TRUE(is_letter(U'é'));
-  EXPECT_TRUE(is_letter(0x65E5));   // 日
+  EXPECT_TRUE(is_letter(0x65E5));    // 日
   EXPECT_FALSE(is_letter(0x1F600));  // 😀
-  EXPECT_TRUE(is_number(0xB2));     // ²
-  EXPECT_TRUE(is_number(0x663));    // Arabic-Indic three
+  EXPECT_TRUE(is_number(0xB2));      // ²
+  EXPECT_TRUE(is_number(0x663));     // Arabic-Indic three
   EXPECT_FALSE(is_number('a'));
   EXPECT_TRUE(is_whitespace(0x3000));
   EXPECT_FALSE(is_whitespace(0x200B));  // zero width space is not White_Space
-  for (int b = 0; b < 256; ++b) EXPECT_EQ(codepoint_to_byte(byte_to_codepoint(static_cast<uint8_t>(b))), b);
-  EXPECT_EQ(byte_to_codepoint(' '), 0x120u);  // "Ġ"
+  for (int b = 0; b < 256; ++b)
+    EXPECT_EQ(codepoint_to_byte(byte_to_codepoint(static_cast<uint8_t>(b))), b);
+  EXPECT_EQ(byte_to_codepoint(' '), 0x120u);   // "Ġ"
   EXPECT_EQ(byte_to_codepoint('\n'), 0x10Au);  // "Ċ"
 }
 

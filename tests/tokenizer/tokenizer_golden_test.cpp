@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -38,9 +38,9 @@ Loaded load(const char* model_file, const char* golden_name) {
   return l;
 }
 
-#define LOAD_OR_SKIP(var, file, golden)                                                         \
-  Loaded var = load(file, golden);                                                              \
-  if (!var.tok)                                                                                 \
+#define LOAD_OR_SKIP(var, file, golden)                                                       \
+  Loaded var = load(file, golden);                                                            \
+  if (!var.tok)                                                                               \
     GTEST_SKIP() << "model " << file << " not found in " << io::model_dir(KVEVICT_SOURCE_DIR) \
                  << "; run scripts/fetch_models.sh (or set KVEVICT_MODEL_DIR)";
 
@@ -141,9 +141,9 @@ TEST(TokenizerGolden, RandomUnicodeRoundTrips) {
   LOAD_OR_SKIP(g, io::kGemma3File, "gemma3.json");
   LOAD_OR_SKIP(s, io::kSmolLM2File, "smollm2.json");
   std::mt19937 rng(99);
-  const uint32_t ranges[][2] = {{0x20, 0x7E},     {0x9, 0xD},       {0xA0, 0x24F},
-                                {0x370, 0x4FF},   {0x600, 0x6FF},   {0x900, 0x97F},
-                                {0x3040, 0x30FF}, {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3},
+  const uint32_t ranges[][2] = {{0x20, 0x7E},     {0x9, 0xD},        {0xA0, 0x24F},
+                                {0x370, 0x4FF},   {0x600, 0x6FF},    {0x900, 0x97F},
+                                {0x3040, 0x30FF}, {0x4E00, 0x9FFF},  {0xAC00, 0xD7A3},
                                 {0x2000, 0x206F}, {0x1F300, 0x1F64F}};
   for (int trial = 0; trial < 200; ++trial) {
     std::string text;
@@ -159,8 +159,9 @@ TEST(TokenizerGolden, RandomUnicodeRoundTrips) {
         text += {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
                  static_cast<char>(0x80 | (cp & 0x3F))};
       } else {
-        text += {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-                 static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+        text +=
+            {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
+             static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
       }
     }
     for (const Tokenizer* t : {g.tok.get(), s.tok.get()})

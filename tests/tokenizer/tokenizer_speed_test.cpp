@@ -21,7 +21,8 @@ std::string long_text() {
   std::string unit;
   for (const auto& c : g["cases"]) {
     const std::string t = c["text"];
-    if (t.find("<|") == std::string::npos && t.find("<start_of") == std::string::npos) unit += t + "\n";
+    if (t.find("<|") == std::string::npos && t.find("<start_of") == std::string::npos)
+      unit += t + "\n";
   }
   std::string text;
   while (text.size() < 140000) text += unit;
@@ -45,8 +46,12 @@ void time_encode(const char* file, double limit_s) {
   EXPECT_EQ(tok->decode(ids), text);
 }
 
-TEST(TokenizerSpeed, SmolLM2Encodes32KTokensQuickly) { time_encode(io::kSmolLM2File, 1.0); }
-TEST(TokenizerSpeed, Gemma3Encodes32KTokensQuickly) { time_encode(io::kGemma3File, 1.0); }
+TEST(TokenizerSpeed, SmolLM2Encodes32KTokensQuickly) {
+  time_encode(io::kSmolLM2File, 1.0);
+}
+TEST(TokenizerSpeed, Gemma3Encodes32KTokensQuickly) {
+  time_encode(io::kGemma3File, 1.0);
+}
 
 }  // namespace
 }  // namespace kvevict

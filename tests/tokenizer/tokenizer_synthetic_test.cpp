@@ -77,7 +77,10 @@ TEST(TokenizerSynthetic, SentencePieceMergesByScoreThenLeftmost) {
   // "abc": pairs "ab" (score -1) and "bc" (score -2) compete; "ab" wins, then "abc" is absent,
   // so the result is [ab, c]. With "bc" scored higher the result flips to [a, bc].
   for (bool bc_wins : {false, true}) {
-    GgufWriter w = spm_writer({{"a", -10}, {"b", -10}, {"c", -10}, {"ab", bc_wins ? -2.f : -1.f},
+    GgufWriter w = spm_writer({{"a", -10},
+                               {"b", -10},
+                               {"c", -10},
+                               {"ab", bc_wins ? -2.f : -1.f},
                                {"bc", bc_wins ? -1.f : -2.f}},
                               false);
     Built b = build(w, "spm_score");
@@ -91,9 +94,9 @@ TEST(TokenizerSynthetic, SentencePieceMergesByScoreThenLeftmost) {
 }
 
 TEST(TokenizerSynthetic, SentencePieceSpacesBytesAndSpecials) {
-  GgufWriter w = spm_writer({{"h", -3}, {"i", -3}, {"hi", -1}, {kSp, -4},
-                             {std::string(kSp) + "hi", -0.5f}},
-                            /*space_prefix=*/true, {"<tag>"});
+  GgufWriter w =
+      spm_writer({{"h", -3}, {"i", -3}, {"hi", -1}, {kSp, -4}, {std::string(kSp) + "hi", -0.5f}},
+                 /*space_prefix=*/true, {"<tag>"});
   w.add_bool("tokenizer.ggml.add_bos_token", true);
   Built b = build(w, "spm_misc");
   const int h = kFirstPiece, hi = kFirstPiece + 2, sp = kFirstPiece + 3, sphi = kFirstPiece + 4;
@@ -183,8 +186,8 @@ TEST(TokenizerSynthetic, ChatFamiliesFromTemplateOrVocabulary) {
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
             "<|im_start|>assistant\n");
   Built g = build(bpe_writer({"a b"}, "gpt2", {"<start_of_turn>", "<end_of_turn>"}), "chat_gemma");
-  EXPECT_EQ(g.tok->apply_chat_template({{"system", "S"}, {"user", " hi \n"}, {"assistant", "yo"},
-                                        {"user", "q"}}),
+  EXPECT_EQ(g.tok->apply_chat_template(
+                {{"system", "S"}, {"user", " hi \n"}, {"assistant", "yo"}, {"user", "q"}}),
             "<start_of_turn>user\nS\n\nhi<end_of_turn>\n<start_of_turn>model\nyo<end_of_turn>\n"
             "<start_of_turn>user\nq<end_of_turn>\n<start_of_turn>model\n");
   Built none = build(bpe_writer({"a b"}, "gpt2", {"ab"}), "chat_none");

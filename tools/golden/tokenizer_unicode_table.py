@@ -32,7 +32,7 @@ def emit(name, rs):
     row = []
     for a, b in rs:
         row.append(f"{{0x{a:X}, 0x{b:X}}}")
-        if len(row) == 6:
+        if len(row) == 4:
             lines.append("    " + ", ".join(row) + ",")
             row = []
     if row:
@@ -51,11 +51,13 @@ def main():
 
 namespace kvevict::tokenizer {{
 
+// clang-format off
 {emit("kLetterRanges", letters)}
 const int kLetterRangeCount = {len(letters)};
 
 {emit("kNumberRanges", numbers)}
 const int kNumberRangeCount = {len(numbers)};
+// clang-format on
 
 }}  // namespace kvevict::tokenizer
 """

@@ -21,5 +21,8 @@ std::vector<Sample> read_jsonl_samples(const std::string& path);
 // One line of JSON for a sample, in the same format (round-trips through the reader). Generated
 // RULER sets can be saved with it and fed to other tools.
 std::string sample_to_jsonl(const Sample& s);
+// Writes samples one a line (e.g. a generated RULER set, to rerun or share); throws naming the
+// path.
+void write_jsonl_samples(const std::string& path, const std::vector<Sample>& samples);
 
 }  // namespace kvevict::eval

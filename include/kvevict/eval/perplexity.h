@@ -11,8 +11,15 @@
 #include <vector>
 
 #include "kvevict/eval/runner.h"
+#include "kvevict/tokenizer.h"
 
 namespace kvevict::eval {
+
+// The first max_tokens tokens of a long text (BOS first), tokenizing only a prefix of it that is
+// large enough (cut at a space, so no word is split). Returns fewer tokens only when the whole
+// text has fewer. Corpus::prose_text() is the intended text.
+std::vector<int32_t> prose_tokens(const std::string& text, const Tokenizer& tokenizer,
+                                  int64_t max_tokens);
 
 // Token spans [begin, end) of the text, in order.
 struct TokenSpan {

@@ -3,9 +3,12 @@
 // lemmas for word keys and word lists (RULER uses Paul Graham essays and the wonderwords lists).
 //   niah_single_1/2/3, niah_multikey_1/2/3, niah_multivalue, niah_multiquery, vt, cwe, fwe
 // qa_1/qa_2 need SQuAD/HotpotQA and are out of scope (SPEC section 7); external JSONL covers them.
+// As in RULER, the essay haystack always starts at the beginning of the text (the first novel), so
+// samples of one length differ in their needles and depths, not in their prose.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,15 +39,15 @@ struct TaskConfig {
   Haystack haystack = Haystack::kEssay;
   NeedleType key_type = NeedleType::kWords;
   NeedleType value_type = NeedleType::kNumbers;
-  int num_keys = 1;      // needles with distinct keys (max(num_keys, num_queries) as RULER does)
-  int num_values = 1;    // values per key
-  int num_queries = 1;   // keys asked about
-  int num_chains = 1;    // vt
-  int num_hops = 4;      // vt
-  int freq_common = 30;  // cwe: repeats of each common word (6 below 4K tokens)
-  int freq_uncommon = 3; // cwe: repeats of each other word (1 below 4K tokens)
-  int num_common = 10;   // cwe
-  double alpha = 2.0;    // fwe: Zipf exponent
+  int num_keys = 1;        // needles with distinct keys (max(num_keys, num_queries) as RULER does)
+  int num_values = 1;      // values per key
+  int num_queries = 1;     // keys asked about
+  int num_chains = 1;      // vt
+  int num_hops = 4;        // vt
+  int freq_common = 30;    // cwe: repeats of each common word (6 below 4K tokens)
+  int freq_uncommon = 3;   // cwe: repeats of each other word (1 below 4K tokens)
+  int num_common = 10;     // cwe
+  double alpha = 2.0;      // fwe: Zipf exponent
   int coded_word_len = 6;  // fwe
   int max_new_tokens = 0;  // RULER's tokens_to_generate: niah 128, vt 30, cwe 120, fwe 50
 };
@@ -57,9 +60,10 @@ const TaskConfig& ruler_task_config(const std::string& name);
 // context + question split at the end of the haystack, then the answer prefix.
 namespace templates {
 extern const char* const kNoiseSentence;  // the repeated haystack of niah_single_1 and vt
-extern const char* const kNeedle;         // "One of the special magic {type_needle_v} for {key} is: {value}."
-extern const char* const kNiahPlural;     // full niah template, several answers
-extern const char* const kNiahSingular;   // the same with one answer ("A special magic ... is")
+extern const char* const
+    kNeedle;  // "One of the special magic {type_needle_v} for {key} is: {value}."
+extern const char* const kNiahPlural;    // full niah template, several answers
+extern const char* const kNiahSingular;  // the same with one answer ("A special magic ... is")
 extern const char* const kNiahPrefixPlural;
 extern const char* const kNiahPrefixSingular;
 extern const char* const kVariableTracking;
@@ -111,14 +115,21 @@ class RulerGenerator {
   std::vector<Sample> generate_set(const std::string& task, const GenerateOptions& opt, int n,
                                    uint64_t base_seed) const;
 
+  // Every task x length, n samples each, in (length, task, index) order; samples of task t at any
+  // length use seeds sample_seed(base_seed, t, i). `done` is called after each sample.
+  std::vector<Sample> generate_suite(
+      const std::vector<std::string>& tasks, const std::vector<int64_t>& lengths, int n,
+      uint64_t base_seed, const GenerateOptions& base,
+      const std::function<void(int64_t done, int64_t total)>& done = nullptr) const;
+
   // Token count of the sized quantity of a formatted sample (prompt, plus generation if counted).
   int64_t measure(const Sample& s, const GenerateOptions& opt) const;
 
  private:
   const Corpus& corpus_;
   const Tokenizer& tokenizer_;
-  std::vector<std::string> essay_words_;  // the essay haystack, split on spaces
-  std::vector<std::string> cwe_words_;    // nouns + adjectives + verbs, fixed shuffle
+  std::vector<std::string> essay_words_;      // the essay haystack, split on spaces
+  std::vector<std::string> cwe_words_;        // nouns + adjectives + verbs, fixed shuffle
   std::vector<std::string> cwe_large_words_;  // all lemmas, fixed shuffle (long lists)
 };
 

@@ -2,6 +2,20 @@
 // prefilling each sample once per mode and answering with every method from that prefill.
 // The model side is an interface (EvalModel) that the runtime implements; the harness never sees
 // weights, caches or kernels (ARCHITECTURE.md: eval uses the runtime, never kernels).
+//
+// Glue for `kvevict eval` (the CLI side):
+//   Corpus corpus = Corpus::load(Corpus::default_dir());
+//   RulerGenerator gen(corpus, model.tokenizer());
+//   GenerateOptions g;  g.style = PromptStyle::kChat;            // instruct models
+//   auto samples = gen.generate_suite(tasks, {4096, 16384}, n, seed, g);   // or read_jsonl_samples
+//   (for JSONL samples: format_prompt(s, style, &model.tokenizer()) on each)
+//   RunOptions run;  run.methods = expand_methods({"full", "dropkv", "snapkv"}, budgets, window,
+//                                                 pooling);
+//   run.modes = {QueryMode::kAware, QueryMode::kAgnostic};  run.base_seed = seed;
+//   EvalResults res = run_eval(model, samples, run, [](const Progress& p) {
+//     std::fprintf(stderr, "\r%s", format_progress(p).c_str()); });
+//   res.meta.notes.push_back("...");  write_text_file(out + ".json", results_to_json(res));
+//   write_text_file(out + ".md", results_to_markdown(res));
 #pragma once
 
 #include <cstdint>
@@ -23,7 +37,7 @@ namespace kvevict::eval {
 // SPEC section 5: query-aware puts the question in the prompt that is compressed (the window is the
 // question's tokens); query-agnostic compresses the context alone and appends the question after.
 enum class QueryMode : uint8_t { kAware, kAgnostic };
-const char* query_mode_name(QueryMode m);  // "query-aware" | "query-agnostic"
+const char* query_mode_name(QueryMode m);          // "query-aware" | "query-agnostic"
 QueryMode query_mode_parse(const std::string& s);  // also "aware" | "agnostic"
 
 // One eviction setting to evaluate: a method (or the full cache) at one budget.
@@ -65,8 +79,9 @@ class EvalModel {
   virtual std::string name() const = 0;  // model name for the reports (file stem, arch)
   virtual const Tokenizer& tokenizer() const = 0;
 
-  // Prefills with the full cache. kAware: the prompt is context + question and eviction will use
-  // the question tokens as the observation window. kAgnostic: only the context is prefilled; the
+  // Prefills with the full cache. kAware: the prompt is context + question, and eviction scores
+  // with the last `method.window()` queries (the question's tokens with
+  // RunOptions::question_window). kAgnostic: only the context is prefilled; the
   // question is appended after eviction, in answer().
   virtual std::unique_ptr<PrefillState> prefill(const std::vector<int32_t>& context_tokens,
                                                 const std::vector<int32_t>& question_tokens,
@@ -82,17 +97,22 @@ class EvalModel {
 struct RunOptions {
   std::vector<MethodConfig> methods;  // expand_methods(...)
   std::vector<QueryMode> modes = {QueryMode::kAware};
-  bool add_bos = true;        // BOS before the context tokens
-  uint64_t base_seed = 0;     // the seed the samples were generated with, for the report
-  std::string prompt_style;   // "raw" | "chat", for the report
+  bool add_bos = true;  // BOS before the context tokens
+  // SPEC section 5: in query-aware mode the observation window is the question. When true, each
+  // windowed method's window (aggregate kWindow: scored queries and protected tail) is set to the
+  // question's token count for that sample; h2o/tova-style aggregations and false keep the
+  // method's own window. Records carry the window used.
+  bool question_window = true;
+  uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
+  std::string prompt_style;  // "raw" | "chat", for the report
 };
 
 struct Progress {
-  int64_t done = 0;       // answers produced so far
-  int64_t total = 0;      // samples x modes x methods
+  int64_t done = 0;   // answers produced so far
+  int64_t total = 0;  // samples x modes x methods
   double elapsed_s = 0.0;
-  double eta_s = 0.0;     // elapsed / done x (total - done); 0 until the first answer
-  std::string current;    // "niah_single_1 #3 query-aware dropkv@0.25"
+  double eta_s = 0.0;   // elapsed / done x (total - done); 0 until the first answer
+  std::string current;  // "niah_single_1 #3 query-aware dropkv@0.25"
 };
 using ProgressFn = std::function<void(const Progress&)>;
 // "12/40 (30%) elapsed 1m05s eta 2m32s niah_single_1 #3 query-aware dropkv@0.25"
@@ -100,21 +120,22 @@ std::string format_progress(const Progress& p);
 
 struct SampleRecord {
   std::string task;
-  int64_t target_length = 0;   // 0 for external data
-  int64_t sample_index = 0;    // within its (task, length) group
+  int64_t target_length = 0;  // 0 for external data
+  int64_t sample_index = 0;   // within its (task, length) group
   uint64_t seed = 0;
-  int64_t context_tokens = 0;  // incl. BOS
-  int64_t question_tokens = 0; // question + chat suffix + answer prefix
+  int64_t context_tokens = 0;   // incl. BOS
+  int64_t question_tokens = 0;  // question + chat suffix + answer prefix
   QueryMode mode = QueryMode::kAware;
-  std::string method;          // MethodConfig::name
-  std::string budget;          // Budget::str(), "1" for full
-  int window = 0;
+  std::string method;               // MethodConfig::name
+  std::string budget;               // Budget::str(), "1" for full
+  int window = 0;                   // observation window used for this sample (tokens)
+  bool window_is_question = false;  // query-aware with RunOptions::question_window
   std::string pooling;
   std::string policy;
-  std::string prediction;      // postprocessed
+  std::string prediction;  // postprocessed
   std::vector<std::string> answers;
   Metric metric = Metric::kStringMatchAll;
-  double score = 0.0;          // 0..100
+  double score = 0.0;  // 0..100
   int64_t kept_tokens = -1;
   double answer_seconds = 0.0;
 };
@@ -124,7 +145,9 @@ struct AggregateRow {
   int64_t target_length = 0;
   QueryMode mode = QueryMode::kAware;
   std::string method, budget, pooling, policy;
-  int window = 0;
+  // The window setting: a token count, or "question" where each sample's window was its question
+  // (the count then varies by sample, so it must not split the rows).
+  std::string window;
   int64_t samples = 0;
   double score = 0.0;  // mean over samples, 0..100
 };

@@ -16,9 +16,9 @@ namespace kvevict::eval {
 
 // Where a needle (or a variable assignment) went, for checks and depth analyses.
 struct NeedlePlacement {
-  std::string text;       // the inserted sentence
-  size_t offset = 0;      // byte offset of the sentence in Sample::context
-  double depth = 0.0;     // requested depth in percent of the haystack (0 = start, 100 = end)
+  std::string text;    // the inserted sentence
+  size_t offset = 0;   // byte offset of the sentence in Sample::context
+  double depth = 0.0;  // requested depth in percent of the haystack (0 = start, 100 = end)
 };
 
 struct Sample {
@@ -33,9 +33,9 @@ struct Sample {
   uint64_t seed = 0;                 // regenerates this sample (0 for external data)
 
   // Filled by the generators; empty or zero for external data.
-  int64_t target_length = 0;     // the length the sample was sized to, in tokens
-  int64_t length = 0;            // tokens of the sized quantity (see GenerateOptions)
-  int64_t haystack_amount = 0;   // haystack units used (words, sentences, repeats, list words)
+  int64_t target_length = 0;    // the length the sample was sized to, in tokens
+  int64_t length = 0;           // tokens of the sized quantity (see GenerateOptions)
+  int64_t haystack_amount = 0;  // haystack units used (words, sentences, repeats, list words)
   std::vector<NeedlePlacement> needles;
 
   std::string input_context() const { return input.substr(0, input_context_end); }

@@ -16,8 +16,17 @@ namespace kvevict::gguf {
 
 // ggml tensor types that kvevict reads (codes as in the GGUF spec).
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
-  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
 };
 const char* ggml_type_name(uint32_t type);
 bool ggml_type_supported(uint32_t type);
@@ -44,9 +53,9 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // GGUF order reversed to row-major: shape.back() is the row length
   GgmlType type;
-  uint64_t offset;             // from the start of the data section
+  uint64_t offset;  // from the start of the data section
   uint64_t nbytes;
-  const uint8_t* data;         // [nbytes] into the mapping; rows of ggml_row_bytes(type, shape.back())
+  const uint8_t* data;  // [nbytes] into the mapping; rows of ggml_row_bytes(type, shape.back())
   int64_t numel() const;
   int64_t rows() const { return shape.empty() ? 1 : numel() / shape.back(); }
 };
@@ -69,10 +78,10 @@ class File {
   const std::map<std::string, Value>& metadata() const { return meta_; }
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const TensorInfo* find(const std::string& name) const;  // nullptr if absent
+  const TensorInfo* find(const std::string& name) const;    // nullptr if absent
   const TensorInfo& tensor(const std::string& name) const;  // throws naming the missing tensor
-  uint64_t alignment() const { return alignment_; }      // general.alignment, default 32
-  uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
+  uint64_t alignment() const { return alignment_; }         // general.alignment, default 32
+  uint64_t data_offset() const { return data_offset_; }     // file offset of the data section
 
  private:
   File() = default;

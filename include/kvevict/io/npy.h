@@ -20,7 +20,8 @@ HostTensor load(const std::string& path, bool bf16 = false);
 // Writes `numel(shape)` elements of `dtype` from `data` (contiguous, C order). kBF16 is stored as
 // <u2. The write is atomic: the bytes go to "<path>.tmp.<pid>", which is renamed over `path` only
 // when complete, and removed on failure, so `path` is never left half-written.
-void save(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data);
+void save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+          const void* data);
 void save(const std::string& path, const HostTensor& t);
 // A host view; must be contiguous.
 void save(const std::string& path, const TensorView& t);

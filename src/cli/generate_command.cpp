@@ -1,0 +1,203 @@
+// kvevict generate: runs a GGUF model on a prompt with an evicted, compacted KV cache and prints
+// the continuation and a stats block (prompt tokens, kept tokens per layer, KV bytes before and
+// after, prefill and decode tokens/s).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/json_out.h"
+#include "cli/model_args.h"
+#include "cli/progress.h"
+#include "kvevict/error.h"
+#include "kvevict/eval/session_model.h"
+#include "kvevict/model/session.h"
+
+namespace kvevict::cli {
+namespace {
+
+struct GenerateArgs {
+  ModelArgs model;
+  std::string prompt, file, question;
+  bool chat = false;
+  int max_new = 64;
+  std::string method = "full";
+  std::string budget = "0.1";
+  std::string policy;
+  std::optional<int> window;
+  std::string pool;
+  bool query_aware = false;
+  int64_t decode_budget = 0;
+  int decode_slack = 0;
+  int decode_recent = 32;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  bool json = false;
+  bool quiet = false;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KVEVICT_CHECK(in.good(), "cannot read prompt file '", path, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int run_generate(const GenerateArgs& a) {
+  KVEVICT_CHECK(a.prompt.empty() != a.file.empty(), "give exactly one of -p TEXT or -f FILE");
+  KVEVICT_CHECK(a.max_new >= 0, "-n ", a.max_new, " is negative; expected >= 0");
+  const std::string user_text = a.prompt.empty() ? read_file(a.file) : a.prompt;
+  KVEVICT_CHECK(!a.query_aware || !a.question.empty(),
+                "--query-aware needs --question (the question is the observation window)");
+
+  const auto model = a.model.load();
+  const auto tok = load_tokenizer(*model);
+  // With --chat the context and question form one user turn; the split point is found in the
+  // formatted text so query-agnostic mode can append the question after eviction.
+  std::string context_text = user_text, question_text;
+  if (!a.question.empty()) question_text = "\n" + a.question;
+  if (a.chat) {
+    const std::string marker = "\x01KVEVICT_SPLIT\x01";
+    std::string templ = tok->apply_chat_template({{"user", user_text + marker + question_text}});
+    const auto at = templ.find(marker);
+    KVEVICT_CHECK(at != std::string::npos, "the chat template dropped the user text");
+    context_text = templ.substr(0, at);
+    question_text = templ.substr(at + marker.size());
+  }
+  std::vector<int32_t> context = tok->encode(context_text, true);
+  std::vector<int32_t> question = question_text.empty() ? std::vector<int32_t>{}
+                                                        : tok->encode(question_text, false);
+
+  eval::MethodConfig method = eval::MethodConfig::make(
+      a.method, a.method == "full" ? Budget{} : Budget::parse(a.budget), a.window.value_or(0), a.pool);
+  if (!a.policy.empty()) method.spec.policy = policy_parse(a.policy);
+  const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
+  EvictConfig cfg = eval::SessionModel::prefill_eviction_for(method, mode,
+                                                              static_cast<int64_t>(question.size()));
+  if (a.decode_budget > 0) {
+    KVEVICT_CHECK(!method.is_full(), "--decode-budget needs a --method to score with");
+    eval::MethodConfig dm = method;
+    dm.budget = Budget{static_cast<double>(a.decode_budget)};
+    KVEVICT_CHECK(a.decode_budget > 1, "--decode-budget ", a.decode_budget, " must be > 1 tokens");
+    cfg.decode = eval::decode_eviction_for(dm, {a.decode_slack, a.decode_recent, 0});
+  }
+
+  SessionOptions sopt;
+  sopt.kv_dtype = dtype_parse(a.model.kv_dtype);
+  ProgressBar bar("prefill", static_cast<int64_t>(context.size()), !a.json && !a.quiet);
+  sopt.progress = [&bar](int64_t done, int64_t) { bar.update(done); };
+  Session session(model, sopt);
+  std::vector<int32_t> prompt = context;
+  if (a.query_aware) prompt.insert(prompt.end(), question.begin(), question.end());
+  session.prefill(prompt, cfg);
+  bar.finish();
+  if (!a.query_aware && !question.empty()) session.append(question);
+
+  SamplerOptions so;
+  so.temperature = a.temperature;
+  so.top_k = a.top_k;
+  so.top_p = a.top_p;
+  so.seed = a.seed;
+  Sampler sampler(so);
+  const bool stream = !a.json;
+  if (stream && !a.quiet) std::fprintf(stderr, "---\n");
+  GenerateResult out = session.generate(
+      a.max_new, sampler, [&](int32_t id) { return tok->is_end_of_generation(id); },
+      [&](int32_t id) {
+        if (stream && !tok->is_end_of_generation(id)) {
+          std::fputs(tok->token_text(id).c_str(), stdout);
+          std::fflush(stdout);
+        }
+      });
+  std::vector<int32_t> text_ids = out.tokens;
+  if (out.stopped && !text_ids.empty()) text_ids.pop_back();
+  const std::string text = tok->decode(text_ids);
+
+  const auto& st = session.stats();
+  int64_t before = 0, after = 0;
+  for (auto b : st.kv_bytes_before) before += b;
+  for (auto b : st.kv_bytes_after) after += b;
+  const auto& mc = model->config();
+  std::vector<int64_t> kept;
+  for (int l = 0; l < mc.n_layers; ++l) kept.push_back(session.kv_rows(l) / mc.n_kv_heads);
+  nlohmann::json j;
+  j["model"] = model->path();
+  j["prompt_tokens"] = static_cast<int64_t>(prompt.size() + (a.query_aware ? 0 : question.size()));
+  j["question_tokens"] = static_cast<int64_t>(question.size());
+  j["mode"] = eval::query_mode_name(mode);
+  j["eviction"] = cfg.describe();
+  j["text"] = text;
+  j["generated_tokens"] = static_cast<int64_t>(out.tokens.size());
+  j["kept_tokens_per_head_per_layer"] = kept;
+  j["kv_bytes_before"] = before;
+  j["kv_bytes_after"] = after;
+  j["kv_bytes_now"] = session.kv_bytes_total();
+  j["prefill_tokens_per_s"] = st.prefill_tokens_per_s();
+  j["decode_tokens_per_s"] = st.decode_tokens_per_s();
+  j["decode_evictions"] = st.decode_evictions;
+  if (!st.warning.empty()) j["warning"] = st.warning;
+  if (a.json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("\n");
+  if (a.quiet) return 0;
+  std::fprintf(stderr, "---\nmodel          %s\n", model->path().c_str());
+  std::fprintf(stderr, "prompt         %lld tokens (%s%s)\n", static_cast<long long>(j["prompt_tokens"]),
+               eval::query_mode_name(mode), question.empty() ? ", no question" : "");
+  std::fprintf(stderr, "eviction       %s\n", cfg.describe().c_str());
+  std::string kept_s;
+  for (size_t l = 0; l < kept.size(); ++l) kept_s += (l ? " " : "") + std::to_string(kept[l]);
+  std::fprintf(stderr, "kept/head      %s (per layer)\n", kept_s.c_str());
+  std::fprintf(stderr, "KV bytes       %s -> %s after prefill eviction (%.1f%% saved); now %s\n",
+               human_bytes(static_cast<double>(before)).c_str(), human_bytes(static_cast<double>(after)).c_str(),
+               before ? 100.0 * (1.0 - static_cast<double>(after) / before) : 0.0,
+               human_bytes(static_cast<double>(session.kv_bytes_total())).c_str());
+  std::fprintf(stderr, "prefill        %.1f tokens/s\ndecode         %.1f tokens/s (%lld tokens)\n",
+               st.prefill_tokens_per_s(), st.decode_tokens_per_s(),
+               static_cast<long long>(out.tokens.size()));
+  if (!st.warning.empty()) std::fprintf(stderr, "warning        %s\n", st.warning.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_generate_command(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "Generate text with an evicted, compacted KV cache");
+  a->model.add_to(*cmd);
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt text (the context)");
+  cmd->add_option("-f,--file", a->file, "Read the prompt from a file");
+  cmd->add_option("--question", a->question, "A question appended after the context");
+  cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template");
+  cmd->add_option("-n,--max-new", a->max_new, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--method", a->method, "Eviction method, or full for none")->capture_default_str();
+  cmd->add_option("--budget", a->budget, "Prefill budget: kept fraction (<= 1) or tokens per head (> 1)")
+      ->capture_default_str();
+  cmd->add_option("--policy", a->policy, "uniform or adakv (default: the method's)");
+  cmd->add_option("--window", a->window, "Observation window (default: the method's)");
+  cmd->add_option("--pool", a->pool, "Pooling: none, max:K, avg:K (default: the method's)");
+  cmd->add_flag("--query-aware", a->query_aware,
+                "Prefill context + question together; the question is the window (needs --question)");
+  cmd->add_option("--decode-budget", a->decode_budget,
+                  "Decode-time eviction: keep this many tokens per head while generating");
+  cmd->add_option("--decode-slack", a->decode_slack, "Evict when a head exceeds budget + slack")
+      ->capture_default_str();
+  cmd->add_option("--decode-recent", a->decode_recent, "Last tokens never evicted while decoding")
+      ->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "1 = off")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print one JSON object (text + stats) instead of streaming");
+  cmd->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
+  return [a] { return run_generate(*a); };
+}
+
+}  // namespace kvevict::cli

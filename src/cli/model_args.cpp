@@ -1,0 +1,41 @@
+#include "cli/model_args.h"
+
+#include <CLI/CLI.hpp>
+
+#include "kvevict/error.h"
+#include "kvevict/parallel.h"
+
+#ifndef KVEVICT_SOURCE_DIR
+#define KVEVICT_SOURCE_DIR "."
+#endif
+
+namespace kvevict::cli {
+
+std::string source_dir() { return KVEVICT_SOURCE_DIR; }
+
+void ModelArgs::add_to(CLI::App& cmd) {
+  cmd.add_option("-m,--model", model,
+                 "smollm2 (SmolLM2-135M-Instruct), gemma3-270m, or a path to a .gguf file")
+      ->capture_default_str();
+  cmd.add_option("--device", device, "cpu (the CUDA model runtime is not built yet)")
+      ->capture_default_str();
+  cmd.add_option("--kv-dtype", kv_dtype, "KV cache dtype on the CPU: f32 or f16")->capture_default_str();
+  cmd.add_option("--threads", threads, "CPU threads (0 = all)")->capture_default_str();
+}
+
+std::shared_ptr<const Model> ModelArgs::load() const {
+  KVEVICT_CHECK(device == "cpu" || device == "cuda", "unknown --device '", device,
+                "'; expected cpu or cuda");
+  KVEVICT_CHECK(device == "cpu", "--device cuda: this build runs models on the CPU only; the CUDA ",
+                "backend provides the eviction kernels (kvevict::cuda), not yet the model runtime");
+  set_num_threads(threads);
+  return Model::load(model, source_dir());
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const Model& model) {
+  KVEVICT_CHECK(model.file() != nullptr, "model ", model.config().name,
+                " has random weights and no tokenizer");
+  return Tokenizer::from_gguf(*model.file());
+}
+
+}  // namespace kvevict::cli

@@ -1,0 +1,34 @@
+// Options shared by the commands that run a model (generate, demo, eval, ppl).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvevict/model/model.h"
+#include "kvevict/tokenizer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace kvevict::cli {
+
+struct ModelArgs {
+  std::string model = "smollm2";
+  std::string device = "cpu";
+  std::string kv_dtype = "f32";
+  int threads = 0;
+  void add_to(CLI::App& cmd);
+  // Checks --device (cuda is refused with a clear message when this build has no CUDA runtime
+  // for models), sets the thread count, loads the model.
+  std::shared_ptr<const Model> load() const;
+};
+
+// The model's tokenizer; throws when the model has no GGUF file (random weights).
+std::unique_ptr<Tokenizer> load_tokenizer(const Model& model);
+
+// The repository root compiled in, for resolving "models/" and "data/corpus" when run from
+// elsewhere.
+std::string source_dir();
+
+}  // namespace kvevict::cli
