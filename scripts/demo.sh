@@ -9,4 +9,5 @@ scripts/install_deps.sh --eval
 scripts/fetch_models.sh
 scripts/prepare_corpus.sh >/dev/null
 scripts/build.sh release
+. scripts/openblas_env.sh
 exec build/release/kvevict demo "$@"

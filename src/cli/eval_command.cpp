@@ -40,23 +40,30 @@ struct EvalArgs {
 
 int run_eval_command(const EvalArgs& a) {
   KVEVICT_CHECK(a.samples >= 1, "--samples ", a.samples, " must be >= 1");
+  // Every name and number is checked before the model and the corpus are loaded.
+  const eval::PromptStyle style = eval::prompt_style_parse(a.style);
+  std::vector<std::string> tasks = split_list(a.tasks);
+  if (tasks.size() == 1 && tasks[0] == "all") tasks = eval::ruler_task_names();
+  for (const auto& t : tasks) eval::ruler_task_config(t);
+  const std::vector<int64_t> lengths = parse_ints(a.lengths, "--lengths");
+  eval::RunOptions ropt;
+  ropt.methods = eval::expand_methods(split_list(a.methods), parse_budgets(a.budgets), a.window, a.pool);
+  ropt.modes.clear();
+  for (const auto& m : split_list(a.modes)) ropt.modes.push_back(eval::query_mode_parse(m));
+
   const auto model = a.model.load();
   auto tok = load_tokenizer(*model);
-  const eval::PromptStyle style = eval::prompt_style_parse(a.style);
-
   std::vector<eval::Sample> samples;
   if (!a.data.empty()) {
     samples = eval::read_jsonl_samples(a.data);
     for (auto& s : samples) eval::format_prompt(s, style, tok.get());
   } else {
-    const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
-    eval::RulerGenerator gen(corpus, *tok);
-    std::vector<std::string> tasks = split_list(a.tasks);
-    if (tasks.size() == 1 && tasks[0] == "all") tasks = eval::ruler_task_names();
-    for (const auto& t : tasks) eval::ruler_task_config(t);  // names checked before any work
-    for (int64_t len : parse_ints(a.lengths, "--lengths")) {
+    for (int64_t len : lengths)
       KVEVICT_CHECK(len <= model->config().context_length, "--lengths ", len, " exceeds the ",
                     model->config().context_length, "-token context of ", model->config().name);
+    const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
+    eval::RulerGenerator gen(corpus, *tok);
+    for (int64_t len : lengths) {
       eval::GenerateOptions gopt;
       gopt.target_length = len;
       gopt.style = style;
@@ -67,10 +74,6 @@ int run_eval_command(const EvalArgs& a) {
     }
   }
 
-  eval::RunOptions ropt;
-  ropt.methods = eval::expand_methods(split_list(a.methods), parse_budgets(a.budgets), a.window, a.pool);
-  ropt.modes.clear();
-  for (const auto& m : split_list(a.modes)) ropt.modes.push_back(eval::query_mode_parse(m));
   ropt.base_seed = a.seed;
   ropt.prompt_style = eval::prompt_style_name(style);
   eval::SessionModel runner(model, std::move(tok), ropt.methods);
