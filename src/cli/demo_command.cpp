@@ -4,7 +4,6 @@
 // right, and the KV memory each needed.
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -81,42 +80,23 @@ int run_demo(const DemoArgs& a) {
   // prefill does not depend on the method).
   ProgressBar bar("prefill", static_cast<int64_t>(context.size() + question.size()), !a.json);
   sopt.progress = [&bar](int64_t done, int64_t) { bar.update(done); };
-  std::vector<int32_t> prompt = context;
-  if (mode == eval::QueryMode::kAware) prompt.insert(prompt.end(), question.begin(), question.end());
-  PrefillOptions popt;
-  const auto& ev = methods[1].spec.score;
-  popt.keep_queries = ev.aggregate == Aggregate::kAllQueries
-                          ? -1
-                          : std::max<int64_t>(ev.window, static_cast<int64_t>(question.size()));
-  const PrefillSnapshot snapshot = Session::prefill_snapshot(model, prompt, popt, sopt);
+  eval::SessionModel runner(model, load_tokenizer(*model), methods, sopt);
+  const auto t_prefill = std::chrono::steady_clock::now();
+  auto state = runner.prefill(context, question, mode);
+  const double prefill_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_prefill).count();
   bar.finish();
-  sopt.progress = nullptr;
 
   std::vector<Answer> answers;
   for (const auto& m : methods) {
     const auto t0 = std::chrono::steady_clock::now();
-    const EvictConfig cfg = eval::SessionModel::prefill_eviction_for(
-        m, mode, static_cast<int64_t>(question.size()));
-    Session session = Session::from_snapshot(model, snapshot, cfg, sopt);
-    if (mode == eval::QueryMode::kAgnostic) session.append(question);
-    Sampler greedy;
-    GenerateResult out = session.generate(sample.max_new_tokens, greedy,
-                                          [&](int32_t id) { return tok->is_end_of_generation(id); });
-    std::vector<int32_t> ids = out.tokens;
-    if (out.stopped && !ids.empty()) ids.pop_back();
+    const eval::Generation g = runner.answer(*state, m, question, mode, sample.max_new_tokens);
     Answer ans;
     ans.label = m.is_full() ? "full cache" : m.label();
-    ans.text = eval::postprocess_prediction(tok->decode(ids));
+    ans.text = eval::postprocess_prediction(g.text);
     ans.score = eval::string_match_all(ans.text, sample.answers);
-    ans.kv_bytes = session.kv_bytes_total();
-    const auto& mc = model->config();
-    int64_t rows = 0, layers = 0;
-    for (int l = 0; l < mc.n_layers; ++l) {
-      if (mc.is_sliding(l)) continue;
-      rows += session.kv_rows(l);
-      ++layers;
-    }
-    ans.kept_per_head = layers ? rows / (layers * mc.n_kv_heads) : 0;
+    ans.kv_bytes = g.kv_bytes;
+    ans.kept_per_head = g.kept_tokens;
     ans.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     answers.push_back(ans);
   }
@@ -129,7 +109,7 @@ int run_demo(const DemoArgs& a) {
     j["prompt_tokens"] = static_cast<int64_t>(context.size() + question.size());
     j["mode"] = eval::query_mode_name(mode);
     j["expected"] = sample.answers;
-    j["prefill_seconds"] = snapshot.seconds;
+    j["prefill_seconds"] = prefill_s;
     for (const auto& ans : answers)
       j["answers"].push_back({{"setting", ans.label}, {"text", ans.text}, {"correct", ans.score >= 100.0},
                               {"kv_bytes", ans.kv_bytes}, {"kept_tokens_per_head", ans.kept_per_head},
@@ -138,8 +118,8 @@ int run_demo(const DemoArgs& a) {
     print_json(j);
     return 0;
   }
-  std::printf("prefill  %.1f s (%.0f tokens/s), one snapshot shared by both answers\n\n",
-              snapshot.seconds, static_cast<double>(prompt.size()) / snapshot.seconds);
+  std::printf("prefill  %.1f s (%.0f tokens/s), one snapshot shared by both answers\n\n", prefill_s,
+              static_cast<double>(context.size() + question.size()) / prefill_s);
   for (const auto& ans : answers)
     std::printf("%-16s %-7s KV %10s  (%lld tokens/head)  \"%s\"\n", ans.label.c_str(),
                 ans.score >= 100.0 ? "RIGHT" : "wrong", human_bytes(static_cast<double>(ans.kv_bytes)).c_str(),

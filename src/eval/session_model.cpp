@@ -132,6 +132,7 @@ Generation SessionModel::answer(PrefillState& state, const MethodConfig& method,
   g.text = tok.decode(text_ids);
   g.kept_tokens = kept_rows_per_head(session);
   g.generated_tokens = static_cast<int64_t>(out.tokens.size());
+  g.kv_bytes = session.kv_bytes_total();
   return g;
 }
 

@@ -71,6 +71,7 @@ struct Generation {
   std::string text;               // the decoded continuation (after the answer prefix)
   int64_t kept_tokens = -1;       // cache tokens per head after eviction, if the runtime reports it
   int64_t generated_tokens = -1;  // decode steps taken
+  int64_t kv_bytes = -1;          // K/V bytes allocated after eviction, if the runtime reports it
 };
 
 class EvalModel {
