@@ -1,0 +1,69 @@
+// Inputs the fuzzers found that broke a tokenizer round trip, kept as regression tests.
+// Skips a tokenizer whose GGUF file is absent (scripts/fetch_models.sh fetches both).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvevict/io/gguf.h"
+#include "kvevict/io/model_paths.h"
+#include "kvevict/tokenizer.h"
+
+namespace kvevict {
+namespace {
+
+std::string hex(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += d[c >> 4];
+      out += d[c & 15];
+    }
+  }
+  return out;
+}
+
+// `texts` must decode back to themselves minus every byte listed in `dropped`.
+void expect_round_trips(const char* file, const std::vector<std::string>& texts,
+                        const std::string& dropped = "") {
+  const std::string path = io::model_path(KVEVICT_SOURCE_DIR, file);
+  if (!io::file_exists(path)) GTEST_SKIP() << path << " absent; run scripts/fetch_models.sh";
+  const auto gguf = gguf::File::open(path);
+  const auto tok = Tokenizer::from_gguf(*gguf);
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = tok->encode(text, false);
+    std::string pieces;
+    for (int32_t id : ids) pieces += std::to_string(id) + ":'" + hex(tok->token_text(id)) + "' ";
+    std::string expected;
+    for (char c : text) {
+      if (dropped.find(c) == std::string::npos) expected.push_back(c);
+    }
+    EXPECT_EQ(hex(tok->decode(ids)), hex(expected)) << file << " ids " << pieces;
+  }
+}
+
+// tokenizer_fuzzer report 79818374 (minimized): control bytes next to special-token-like text.
+// Not a tokenizer bug: SmolLM2's vocabulary has no token for the byte 0x14, and the byte-level
+// BPE encoder drops such bytes (as Hugging Face tokenizers does, see bpe_tokenizer.cpp). The
+// fuzzer's round-trip oracle now excludes unrepresentable bytes; this pins down the behaviour:
+// exactly 0x14 disappears for SmolLM2, nothing for Gemma 3 (byte fallback covers every byte).
+const std::vector<std::string> kCases = {
+    std::string("d,f f(x):m_start\x14<start_of_Aurn>model\x01\0\0\0\0\0\0\0t\n", 47),
+    std::string("a\0b", 3),
+    "a\x01" "b",
+    "a\x14" "b",
+};
+
+TEST(TokenizerRegression, SmolLM2DropsOnlyUnrepresentableBytes) {
+  expect_round_trips(io::kSmolLM2File, kCases, "\x14");
+}
+TEST(TokenizerRegression, Gemma3RoundTrips) { expect_round_trips(io::kGemma3File, kCases); }
+
+}  // namespace
+}  // namespace kvevict
