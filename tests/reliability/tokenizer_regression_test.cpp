@@ -65,5 +65,20 @@ TEST(TokenizerRegression, SmolLM2DropsOnlyUnrepresentableBytes) {
 }
 TEST(TokenizerRegression, Gemma3RoundTrips) { expect_round_trips(io::kGemma3File, kCases); }
 
+// tokenizer_fuzzer report ae658b19: U+2581 in the input. SentencePiece stores spaces as U+2581,
+// so Gemma 3 decodes a literal U+2581 as a space (llama.cpp does the same); byte-level BPE keeps it.
+TEST(TokenizerRegression, SpaceMarkInInput) {
+  const std::string text = "a\xe2\x96\x81<bos>b \xe2\x96\x81";
+  for (const char* file : {io::kSmolLM2File, io::kGemma3File}) {
+    const std::string path = io::model_path(KVEVICT_SOURCE_DIR, file);
+    if (!io::file_exists(path)) GTEST_SKIP() << path << " absent; run scripts/fetch_models.sh";
+    const auto gguf = gguf::File::open(path);
+    const auto tok = Tokenizer::from_gguf(*gguf);
+    const bool spm = std::string(file) == io::kGemma3File;
+    const std::string expected = spm ? "a <bos>b  " : text;
+    EXPECT_EQ(hex(tok->decode(tok->encode(text, false))), hex(expected)) << file;
+  }
+}
+
 }  // namespace
 }  // namespace kvevict
