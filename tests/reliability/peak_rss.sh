@@ -3,7 +3,7 @@
 # a 10% prefill budget (dropkv), measured by /usr/bin/time -v (Maximum resident set size).
 #   tests/reliability/peak_rss.sh [KVEVICT_BINARY] [MAX_NEW]
 # Defaults: build/cpu/kvevict (scripts/build.sh cpu), 32 new tokens. Prints one line per run:
-#   config  prompt_tokens  peak_rss_MiB  kv_MiB_before/after_eviction  wall
+#   config  prompt_tokens  peak_rss_MiB  kv_MiB before/after eviction and now  wall
 # The prompt is deterministic (generated from a seed), so reruns compare like with like.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -12,7 +12,7 @@ MAX_NEW="${2:-32}"
 [ -x "$BIN" ] || { echo "peak_rss.sh: $BIN not built (scripts/build.sh cpu)" >&2; exit 2; }
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-# ~3300 words of varied English-like filler with a needle: about 4K SmolLM2 tokens.
+# 300 sentences of English-like filler with a needle: 3671 SmolLM2 tokens with the question.
 python3 - "$TMP/prompt.txt" <<'PY'
 import random, sys
 rng = random.Random(1234)
@@ -39,9 +39,11 @@ j = json.load(open(out))
 t = open(timing).read()
 rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1))
 wall = re.search(r"Elapsed \(wall clock\) time.*: (.+)", t).group(1).strip()
-print("%-9s prompt_tokens=%d peak_rss_MiB=%.1f kv_MiB_before=%.1f kv_MiB_after=%.1f wall=%s" % (
+# kv_bytes_before/after are 0 without prefill eviction; kv_bytes_now is the cache after decoding.
+print("%-9s prompt_tokens=%d peak_rss_MiB=%.1f kv_MiB_before=%.1f kv_MiB_after=%.1f "
+      "kv_MiB_now=%.1f wall=%s" % (
     name, j["prompt_tokens"], rss_kb / 1024.0, j["kv_bytes_before"] / 2**20,
-    j["kv_bytes_after"] / 2**20, wall))
+    j["kv_bytes_after"] / 2**20, j["kv_bytes_now"] / 2**20, wall))
 PY
 }
 run full --method full
