@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each on its seed corpus.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60 s, every *_fuzzer)
 # Corpora grow under build/fuzz/corpus/<target>; crashes land in build/fuzz/crashes/ and make the
-# script exit 1. A crash found becomes a regression test (tests/io/*_regression_test.cpp).
+# script exit 1. A crash found becomes a regression test under tests/reliability/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_PER="${1:-60}"

@@ -49,7 +49,7 @@ std::vector<Sample> read_jsonl_samples(std::istream& in, const std::string& sour
     json row;
     try {
       row = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
       KVEVICT_FAIL(where, ": not valid JSON (", e.what(), "); expected one JSON object a line");
     }
     KVEVICT_CHECK(row.is_object(), where, ": the row is ", type_name(row),

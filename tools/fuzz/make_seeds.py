@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes small valid seed files for the fuzz targets (pure Python, no dependencies).
 
-usage: make_seeds.py OUT_DIR   -> OUT_DIR/{gguf,npy,safetensors,jsonl}/seed_*
+usage: make_seeds.py OUT_DIR   -> OUT_DIR/{gguf,npy,safetensors,jsonl,tokenizer}/seed_*
 """
 import json
 import os
@@ -41,7 +41,7 @@ def q8_0_block(values):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "fuzz_seeds"
-    for sub in ("gguf", "npy", "safetensors", "jsonl"):
+    for sub in ("gguf", "npy", "safetensors", "jsonl", "tokenizer"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
     meta = {
         "general.architecture": (8, gguf_string(b"llama")),
@@ -68,17 +68,60 @@ def main():
         f.write(npy("<f4", (2, 3), f32))
     with open(os.path.join(out, "npy", "seed_f16.npy"), "wb") as f:
         f.write(npy("<f2", (4,), f16))
+    # Other dtypes, a version-2 header, a 0-d and an empty array: each a different reader branch.
+    extra_npy = {
+        "seed_f64.npy": npy("<f8", (3,), struct.pack("<3d", 1.0, -0.5, 2.25)),
+        "seed_i32.npy": npy("<i4", (2, 2), struct.pack("<4i", 1, -2, 3, 4)),
+        "seed_i64.npy": npy("<i8", (2,), struct.pack("<2q", 7, -9)),
+        "seed_u8.npy": npy("|u1", (5,), bytes(range(5))),
+        "seed_v2.npy": npy("<f4", (1, 3), struct.pack("<3f", 1, 2, 3), version=2),
+        "seed_scalar.npy": npy("<f4", (), struct.pack("<f", 4.5)),
+        "seed_empty.npy": npy("<f4", (0, 3), b""),
+    }
+    for name, blob in extra_npy.items():
+        if name == "seed_v2.npy":  # version 2 has a 4-byte header length
+            hdr_len = struct.unpack("<H", blob[8:10])[0]
+            blob = blob[:8] + struct.pack("<I", hdr_len) + blob[10:]
+        with open(os.path.join(out, "npy", name), "wb") as f:
+            f.write(blob)
 
     header = json.dumps({"x": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
                          "__metadata__": {"format": "pt"}}).encode()
     with open(os.path.join(out, "safetensors", "seed.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header + f32)
 
+    # Several dtypes, an empty tensor, no metadata.
+    header = json.dumps({"a": {"dtype": "F16", "shape": [4], "data_offsets": [0, 8]},
+                         "b": {"dtype": "BF16", "shape": [2, 1], "data_offsets": [8, 12]},
+                         "c": {"dtype": "I64", "shape": [1], "data_offsets": [12, 20]},
+                         "e": {"dtype": "F32", "shape": [0, 2], "data_offsets": [20, 20]}}).encode()
+    data = f16 + struct.pack("<2H", 0x3F80, 0xC000) + struct.pack("<q", 5)
+    with open(os.path.join(out, "safetensors", "seed_multi.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + data)
+
     row = {"context": "The magic number is 7.", "question": "What is the magic number?",
            "answer_prefix": "The magic number is", "answers": ["7"], "max_new_tokens": 8,
            "task": "custom"}
     with open(os.path.join(out, "jsonl", "seed.jsonl"), "w") as f:
         f.write(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+    odd = dict(row, context="Caf\u00e9 \u2603 \ud83d\ude00 tab\there \"quoted\"", id=17,
+               answers=["a", "b\\c"], length=123)
+    with open(os.path.join(out, "jsonl", "seed_escapes.jsonl"), "w") as f:
+        f.write("\n" + json.dumps(odd) + "\r\n\n" + json.dumps(row, ensure_ascii=False) + "\n")
+
+    # Tokenizer inputs: scripts, emoji, whitespace runs, digits, code and special-token strings.
+    texts = [
+        "Hello, world! The magic number is 12345.",
+        "  leading and trailing spaces   \n\n\tTabs\r\n",
+        "Ünïcödé façade – naïve café; 日本語のテキスト; 中文; 한국어; Ελληνικά; русский",
+        "emoji \U0001F600\U0001F468\u200d\U0001F469\u200d\U0001F467 flags \U0001F1FA\U0001F1F8",
+        "def f(x):\n    return x**2  # comment\n",
+        "<|im_start|>user\nhi<|im_end|>\n<start_of_turn>model\n<end_of_turn><bos>",
+        "I'm you're we'll they'd DON'T 1,000,000.50 3.14e-10",
+    ]
+    for i, t in enumerate(texts):
+        with open(os.path.join(out, "tokenizer", "seed_%d.txt" % i), "wb") as f:
+            f.write(t.encode("utf-8"))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 // every reference answer in the model's prediction, on a 0..100 scale.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the `asan` preset (CPU only, RelWithDebInfo, -fsanitize=address,undefined with UBSan
+# errors fatal) and runs the CPU test suite under it. Excluded: label `gpu` (no CUDA in this
+# build) and label `slow` (tests/reliability/*_slow_test: 1000 model calls, minutes in a release
+# build and several times that under ASan; LeakSanitizer already covers leaks in the rest).
+#   scripts/test_asan.sh [CTEST_ARGS...]     e.g. scripts/test_asan.sh -R Tokenizer
+# Wall time on the shared 2-core machine: see docs/RELIABILITY.md.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+start=$(date +%s)
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$(nproc)"
+built=$(date +%s)
+ctest --preset asan -j "$(nproc)" "$@"
+done_at=$(date +%s)
+echo "asan: build $((built - start)) s, tests $((done_at - built)) s"
