@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs every dependency, fetches the two small checkpoints, builds
 # everything (CUDA code too when a toolkit is present) and runs the CPU test suite.
-# GPU tests carry the label `gpu` and run through tools/gpu_check.sh on a GPU machine.
+# GPU tests carry the label `gpu` and run through tools/gpu_check.sh on a GPU machine; tests
+# labelled `slow` (the 1000-call leak check) run with `ctest --preset slow`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -12,3 +13,6 @@ scripts/build.sh release
 # ctest runs tests side by side; idle OpenMP workers must sleep, not spin, or they starve each other.
 export OMP_WAIT_POLICY=PASSIVE
 ctest --preset release -j "$(nproc)"
+# The library's own tests again under AddressSanitizer + UBSan: every bad-input test must fail
+# cleanly, never touch memory it should not (the full ASan suite: scripts/test_asan.sh).
+scripts/test_asan.sh --library
