@@ -14,16 +14,7 @@ namespace kvevict {
 namespace {
 
 using testing::TinySpec;
-
-std::vector<int32_t> tokens_for(int n, int V, uint64_t seed) {
-  std::vector<int32_t> t(n);
-  uint64_t s = seed;
-  for (int i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    t[i] = static_cast<int32_t>((s >> 33) % V);
-  }
-  return t;
-}
+using testing::tokens_for;
 
 EvictConfig prefill_config(const std::string& method, double budget) {
   EvictConfig c;

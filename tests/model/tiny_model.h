@@ -224,4 +224,15 @@ inline std::vector<double> tiny_reference_logits(const TinyModel& m,
   return matvec(W(s.tied ? "token_embd.weight" : "output.weight"), h, s.V);
 }
 
+// n pseudo-random token ids in [0, V) from a seeded LCG (the same on every platform).
+inline std::vector<int32_t> tokens_for(int n, int V, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  uint64_t s = seed;
+  for (int i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    t[i] = static_cast<int32_t>((s >> 33) % V);
+  }
+  return t;
+}
+
 }  // namespace kvevict::testing
