@@ -2,7 +2,11 @@
 # Reproduces the evaluation tables and plots of docs/RESULTS.md on the CPU with the real checkpoints:
 # RULER-style accuracy (methods x budgets, query-aware), perplexity under decode-time eviction, and the
 # near-optimality diagnostics. Writes JSON, markdown and PNG plots under docs/results/<date>/.
-#   tools/run_sweeps.sh [quick|full]      quick: SmolLM2 only, 2K, 4 tasks x 2 samples (~1 h on 2 cores)
+#   tools/run_sweeps.sh [quick|report|full] [model...]
+#     quick:  SmolLM2, 2K, 4 tasks x 2 samples (~6 min on an idle 2-core machine)
+#     report: the docs/RESULTS.md sweep: 6 NIAH/VT tasks x 3 samples at 2K and 4K (~40 min for SmolLM2)
+#     full:   all 11 tasks x 5 samples at 2K and 4K (hours on 2 cores)
+#   Models default to smollm2 and gemma3-270m (quick: smollm2 only); name them to run a subset.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODE="${1:-quick}"
@@ -15,10 +19,16 @@ BUDGETS="0.05,0.1,0.2,0.3,0.5"
 TASKS="niah_single_1,niah_single_2,niah_multikey_1,vt"
 run() { echo "+ $*" >&2; "$@"; }
 
-models=(smollm2)
-lengths=2048
-samples=2
-if [ "$MODE" = full ]; then models=(smollm2 gemma3-270m); lengths=2048,4096; samples=5; TASKS=all; fi
+shift || true
+models=(smollm2 gemma3-270m)
+lengths=2048,4096
+case "$MODE" in
+  quick) models=(smollm2); lengths=2048; samples=2 ;;
+  report) samples=3; TASKS="niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,vt" ;;
+  full) samples=5; TASKS=all ;;
+  *) echo "run_sweeps.sh: unknown mode '$MODE' (expected quick, report or full)" >&2; exit 2 ;;
+esac
+if [ $# -gt 0 ]; then models=("$@"); fi
 
 for m in "${models[@]}"; do
   run "$KV" analyze -m "$m" --length 1024 --pool-size 16 --evict 4 --queries 4 \
