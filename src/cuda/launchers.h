@@ -50,6 +50,12 @@ struct ScorePassArgs {
 cudaError_t launch_score_pass(const ScorePassArgs& a, float* scores, int sm_count,
                               cudaStream_t stream);
 
+// h2o's all-queries column sums (h2o_colsum.cu): a.w = n, lse [Hq, n] of every query (the
+// window forward with w = n, no V). scores [Hkv, n] = (1/G) sum_{h in group, t >= j} p_htj,
+// divided by n - j when normalize. Deterministic (no atomics). Needs no scratch.
+cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normalize,
+                              float* scores, cudaStream_t stream);
+
 // 1-D pooling along tokens, "same" padding, stride 1 (max pads -inf, avg counts the padding);
 // kernel 1 copies. With `mul` (same shape) the pooled value is multiplied by mul[i] (vatp).
 cudaError_t launch_pool(const float* in, float* out, int rows, int64_t n, int kernel, bool is_max,

@@ -300,7 +300,12 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   float* const final_out = scores;
   if (critical) scores = out.aux.ptr<float>();
   float* pass_out = needs_raw ? raw : scores;
-  KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
+  if (opt.aggregate == Aggregate::kAllQueries && term == PairTerm::kProb) {
+    // h2o: key-stationary column sums over the causal triangle, deterministic (h2o_colsum.cu).
+    KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
+  } else {
+    KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
+  }
   const bool pooled = opt.pooling.kind != PoolKind::kNone || vatp;
   if (last_query) {
     // tova: one selection shared by the layer, the mean over all Hq heads (in place: each
