@@ -98,6 +98,9 @@ cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n,
                                   size_t scratch_bytes, cudaStream_t stream,
                                   const FusedCompaction* fused = nullptr);
 
+// false: always the multi-launch radix select (A/B timing; cuda::set_select_single_launch).
+void set_select_single_launch(bool enabled);
+
 // General selection (cuda/select.h select()): uniform or adakv budgets, criticalkv's two stages
 // when aux is non-null. kept [Hkv * n_keep] i32 (the layer total is Hkv * n_keep for both
 // policies), offsets [Hkv + 1] i64 written on the device. Hkv <= 256.

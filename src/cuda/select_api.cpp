@@ -169,6 +169,8 @@ void compact_varlen(const TensorView& k, const TensorView& v, const TensorView& 
                stream);
 }
 
+void set_select_single_launch(bool enabled) { detail::set_select_single_launch(enabled); }
+
 size_t select_workspace_bytes(int num_kv_heads, int64_t n, int64_t n_keep, bool two_stage) {
   return detail::select_scratch_bytes(num_kv_heads, n, n_keep, two_stage);
 }

@@ -139,6 +139,14 @@ TEST(CudaSelectPolicies, UniformThroughGeneralPath) {
   run({2, 17, 9, 1, 3, Policy::kUniform, false, 3, 31});
 }
 
+TEST(CudaSelectPolicies, MultiLaunchPathMatchesReference) {
+  KVEVICT_REQUIRE_GPU();
+  set_select_single_launch(false);
+  run({8, 131072, 6553, 0, 8, Policy::kAdaKV, false, 0, 40});
+  run({4, 9999, 1234, 0, 8, Policy::kUniform, true, 4, 41});
+  set_select_single_launch(true);
+}
+
 TEST(CudaSelectPolicies, RejectsBadInput) {
   KVEVICT_REQUIRE_GPU();
   DeviceBuffer<float> ds(2 * 100);
