@@ -262,6 +262,15 @@ void bench_select_compact(Layer& L, const char* model, double budget, int reps) 
       cuda::select(s, TensorView(), keep, 0, 8, Policy::kAdaKV, 0.2, tflat, toff, gws);
     });
     report(r);
+    cuda::set_select_single_launch(false);
+    std::snprintf(name, sizeof(name), "%s   select adakv, multi-launch %.0f%% n=%lldK", model,
+                  budget * 100, static_cast<long long>(L.n / 1024));
+    r.name = name;
+    r.ms = median_ms(reps, [&] {
+      cuda::select(s, TensorView(), keep, 0, 8, Policy::kAdaKV, 0.2, tflat, toff, gws);
+    });
+    report(r);
+    cuda::set_select_single_launch(true);
     std::snprintf(name, sizeof(name), "%s   select two-stage (criticalkv) %.0f%% n=%lldK", model,
                   budget * 100, static_cast<long long>(L.n / 1024));
     r.name = name;

@@ -26,8 +26,8 @@ void check_q(const TensorView& q, DType cache_dtype, int64_t d, int hkv) {
   KVEVICT_CHECK(q.shape[2] == d, "q has head dim ", q.shape[2], "; the cache has ", d);
   KVEVICT_CHECK(d == 64 || d == 128 || d == 256, "head dim ", d,
                 " is not supported; expected 64, 128 or 256");
-  KVEVICT_CHECK(q.shape[0] % hkv == 0, "q has ", q.shape[0], " heads; expected a multiple of ",
-                hkv, " KV heads");
+  KVEVICT_CHECK(q.shape[0] % hkv == 0, "q has ", q.shape[0], " heads; expected a multiple of ", hkv,
+                " KV heads");
 }
 
 void check_out(const AttentionOutput& o, int64_t hq, int64_t m, int64_t d) {
@@ -54,8 +54,8 @@ void fill_common(detail::AttentionArgs& a, const TensorView& q, float scale, int
   a.head_dim = static_cast<int>(q.shape[2]);
   a.scale = scale != 0.f ? scale : 1.0f / std::sqrt(static_cast<float>(q.shape[2]));
   KVEVICT_CHECK(std::isfinite(a.scale) && a.scale > 0, "scale ", a.scale, " is invalid");
-  KVEVICT_CHECK(sliding >= 0 && softcap >= 0.f, "sliding window ", sliding, " / softcap ",
-                softcap, " is negative; expected >= 0");
+  KVEVICT_CHECK(sliding >= 0 && softcap >= 0.f, "sliding window ", sliding, " / softcap ", softcap,
+                " is negative; expected >= 0");
   a.sliding_window = sliding;
   a.softcap = softcap;
 }
@@ -74,7 +74,8 @@ void attention(const AttentionProblem& problem, const AttentionOutput& output, W
                Stream stream_handle) {
   const KVLayerView& c = problem.cache;
   c.validate("attention cache");
-  KVEVICT_CHECK(c.device == Device::kCuda, "the attention cache is in host memory; expected a "
+  KVEVICT_CHECK(c.device == Device::kCuda,
+                "the attention cache is in host memory; expected a "
                 "device cache for the CUDA attention");
   KVEVICT_CHECK(c.pos != nullptr, "the attention cache has no positions; expected pos");
   KVEVICT_CHECK(problem.q_pos != nullptr, "q_pos is missing; expected [m] host positions");
@@ -92,8 +93,8 @@ void attention(const AttentionProblem& problem, const AttentionOutput& output, W
   if (m > 0)
     KVEVICT_CUDA_CHECK(cudaMemcpyAsync(d_qpos, problem.q_pos, sizeof(int32_t) * m,
                                        cudaMemcpyHostToDevice, stream));
-  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(d_start, c.offsets, sizeof(int64_t) * hkv,
-                                     cudaMemcpyHostToDevice, stream));
+  KVEVICT_CUDA_CHECK(
+      cudaMemcpyAsync(d_start, c.offsets, sizeof(int64_t) * hkv, cudaMemcpyHostToDevice, stream));
   KVEVICT_CUDA_CHECK(
       cudaMemcpyAsync(d_lens, c.lens, sizeof(int64_t) * hkv, cudaMemcpyHostToDevice, stream));
   detail::AttentionArgs a;
@@ -117,7 +118,8 @@ void attention_paged(const PagedAttentionProblem& p, const AttentionOutput& outp
                      Stream stream_handle) {
   const TensorView& kp = p.k_pages;
   KVEVICT_CHECK(kp.device == Device::kCuda && kp.ndim == 3 && kp.is_contiguous(),
-                "k_pages has shape ", kp.shape_str(), "; expected contiguous device [num_pages, "
+                "k_pages has shape ", kp.shape_str(),
+                "; expected contiguous device [num_pages, "
                 "page_size, d]");
   KVEVICT_CHECK(p.v_pages.device == Device::kCuda && p.v_pages.shape == kp.shape &&
                     p.v_pages.dtype == kp.dtype && p.v_pages.is_contiguous(),
@@ -129,16 +131,17 @@ void attention_paged(const PagedAttentionProblem& p, const AttentionOutput& outp
                 ", ", kp.shape[1], "]");
   KVEVICT_CHECK(p.page_table.device == Device::kCuda && p.page_table.dtype == DType::kI32 &&
                     p.page_table.ndim == 2 && p.page_table.is_contiguous(),
-                "page_table has shape ", p.page_table.shape_str(), "; expected i32 [Hkv, max_pages]");
+                "page_table has shape ", p.page_table.shape_str(),
+                "; expected i32 [Hkv, max_pages]");
   const int hkv = static_cast<int>(p.page_table.shape[0]);
-  KVEVICT_CHECK(p.lens.device == Device::kCuda && p.lens.dtype == DType::kI64 &&
-                    p.lens.numel() == hkv,
-                "lens has shape ", p.lens.shape_str(), "; expected i64 [", hkv, "]");
+  KVEVICT_CHECK(
+      p.lens.device == Device::kCuda && p.lens.dtype == DType::kI64 && p.lens.numel() == hkv,
+      "lens has shape ", p.lens.shape_str(), "; expected i64 [", hkv, "]");
   check_q(p.q, kp.dtype, kp.shape[2], hkv);
   const int64_t hq = p.q.shape[0], m = p.q.shape[1];
-  KVEVICT_CHECK(p.q_pos.device == Device::kCuda && p.q_pos.dtype == DType::kI32 &&
-                    p.q_pos.numel() == m,
-                "q_pos has shape ", p.q_pos.shape_str(), "; expected device i32 [", m, "]");
+  KVEVICT_CHECK(
+      p.q_pos.device == Device::kCuda && p.q_pos.dtype == DType::kI32 && p.q_pos.numel() == m,
+      "q_pos has shape ", p.q_pos.shape_str(), "; expected device i32 [", m, "]");
   check_out(output, hq, m, kp.shape[2]);
   detail::AttentionArgs a;
   a.elem = cache_elem(kp.dtype);

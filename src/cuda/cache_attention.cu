@@ -48,8 +48,9 @@ __global__ void __launch_bounds__(32 * CacheAttentionTraits<T, D>::kWarps)
   for (int64_t s = 0; s < len; ++s) {
     const int64_t row =
         a.page_table != nullptr
-            ? static_cast<int64_t>(a.page_table[static_cast<int64_t>(g) * a.max_pages +
-                                                s / a.page_size]) * a.page_size +
+            ? static_cast<int64_t>(
+                  a.page_table[static_cast<int64_t>(g) * a.max_pages + s / a.page_size]) *
+                      a.page_size +
                   s % a.page_size
             : a.seg_start[g] + s;
     const int32_t kp = a.pos[row];
@@ -82,10 +83,17 @@ cudaError_t launch_typed(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t warps = static_cast<int64_t>(a.num_q_heads) * a.m;
   const unsigned blocks = static_cast<unsigned>((warps + 3) / 4);
   switch (a.head_dim) {
-    case 64: cache_attention_kernel<T, 64><<<blocks, 128, 0, stream>>>(a); break;
-    case 128: cache_attention_kernel<T, 128><<<blocks, 128, 0, stream>>>(a); break;
-    case 256: cache_attention_kernel<T, 256><<<blocks, 128, 0, stream>>>(a); break;
-    default: return cudaErrorInvalidValue;
+    case 64:
+      cache_attention_kernel<T, 64><<<blocks, 128, 0, stream>>>(a);
+      break;
+    case 128:
+      cache_attention_kernel<T, 128><<<blocks, 128, 0, stream>>>(a);
+      break;
+    case 256:
+      cache_attention_kernel<T, 256><<<blocks, 128, 0, stream>>>(a);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/launchers.h"
 #include "kvevict/backend.h"
 #include "kvevict/cuda/attention.h"
 #include "kvevict/cuda/backend.h"
@@ -16,7 +17,6 @@
 #include "kvevict/cuda/score.h"
 #include "kvevict/cuda/select.h"
 #include "kvevict/error.h"
-#include "cuda/launchers.h"
 
 namespace kvevict {
 namespace {
@@ -71,8 +71,8 @@ class CudaBackend final : public Backend {
   Selection select(const TensorView& scores, const TensorView& aux,
                    const SelectOptions& opt) override {
     opt.validate();
-    KVEVICT_CHECK(scores.ndim == 2 && scores.device == Device::kCuda, "scores ",
-                  scores.shape_str(), " must be a device [Hkv, n] tensor for the cuda backend");
+    KVEVICT_CHECK(scores.ndim == 2 && scores.device == Device::kCuda, "scores ", scores.shape_str(),
+                  " must be a device [Hkv, n] tensor for the cuda backend");
     const int hkv = static_cast<int>(scores.shape[0]);
     const int64_t n = scores.shape[1];
     int64_t n_keep = opt.budget.keep_count(n);  // throws naming a count above n
@@ -81,9 +81,8 @@ class CudaBackend final : public Backend {
     sel.num_kv_heads = hkv;
     if (n_keep < prot) {
       std::ostringstream os;
-      os << "budget of " << n_keep << " tokens is below the " << prot
-         << " protected tokens (sink " << opt.sink << ", window " << opt.window
-         << "); keeping just the protected tokens";
+      os << "budget of " << n_keep << " tokens is below the " << prot << " protected tokens (sink "
+         << opt.sink << ", window " << opt.window << "); keeping just the protected tokens";
       sel.warning = os.str();
       n_keep = prot;
     }
@@ -91,11 +90,21 @@ class CudaBackend final : public Backend {
     const size_t kept_n = static_cast<size_t>(hkv) * n_keep;
     const size_t ws_bytes = cuda::select_workspace_bytes(hkv, n, n_keep, two_stage);
     WorkspaceSizer sizer;
-    sizer.add<int32_t>(kept_n).add<int64_t>(hkv + 1).add<char>(ws_bytes);
+    sizer.add<int32_t>(kept_n).add<int64_t>(hkv + 1).add<unsigned long long>(2).add<char>(ws_bytes);
     WorkspaceCarver carver(Workspace{stage_.get(sizer.bytes()), stage_.bytes()});
     int32_t* kept = carver.take<int32_t>(kept_n);
     int64_t* offsets = carver.take<int64_t>(hkv + 1);
+    unsigned long long* first_nan = carver.take<unsigned long long>(2);  // scores, aux
     char* ws = carver.take<char>(ws_bytes);
+    // kvevict::select rejects NaN scores; the GPU radix order would rank NaN above every number.
+    KVEVICT_CUDA_CHECK(cudaMemsetAsync(first_nan, 0xff, 2 * sizeof(unsigned long long)));
+    if (scores.numel() > 0 && scores.is_contiguous() && scores.dtype == DType::kF32)
+      KVEVICT_CUDA_CHECK(
+          cuda::detail::launch_find_nan(scores.ptr<float>(), scores.numel(), first_nan, nullptr));
+    if (!aux.empty() && aux.is_contiguous() && aux.dtype == DType::kF32 &&
+        aux.device == Device::kCuda)
+      KVEVICT_CUDA_CHECK(
+          cuda::detail::launch_find_nan(aux.ptr<float>(), aux.numel(), first_nan + 1, nullptr));
     cuda::select(scores, aux, n_keep, opt.sink, opt.window, opt.policy, opt.alpha,
                  TensorView(kept, DType::kI32, {static_cast<int64_t>(kept_n)}, Device::kCuda),
                  TensorView(offsets, DType::kI64, {hkv + 1}, Device::kCuda),
@@ -105,8 +114,15 @@ class CudaBackend final : public Backend {
     KVEVICT_CUDA_CHECK(cudaMemcpy(sel.offsets.data(), offsets, sizeof(int64_t) * (hkv + 1),
                                   cudaMemcpyDeviceToHost));
     if (kept_n > 0)
-      KVEVICT_CUDA_CHECK(cudaMemcpy(sel.index.data(), kept, sizeof(int32_t) * kept_n,
-                                    cudaMemcpyDeviceToHost));
+      KVEVICT_CUDA_CHECK(
+          cudaMemcpy(sel.index.data(), kept, sizeof(int32_t) * kept_n, cudaMemcpyDeviceToHost));
+    unsigned long long nan_at[2];
+    KVEVICT_CUDA_CHECK(cudaMemcpy(nan_at, first_nan, sizeof(nan_at), cudaMemcpyDeviceToHost));
+    for (int which = 0; which < 2; ++which)
+      KVEVICT_CHECK(nan_at[which] == ~0ull, which == 0 ? "score" : "aux score", " of head ",
+                    static_cast<int64_t>(nan_at[which] / (n > 0 ? n : 1)), " row ",
+                    static_cast<int64_t>(nan_at[which] % (n > 0 ? n : 1)),
+                    " is NaN; expected a number");
     KVEVICT_CHECK(sel.offsets.back() == static_cast<int64_t>(kept_n), "GPU selection kept ",
                   sel.offsets.back(), " rows; expected ", kept_n);
     return sel;
@@ -115,11 +131,11 @@ class CudaBackend final : public Backend {
   void compact(const KVLayerView& in, const Selection& selection, const KVLayerView& out) override {
     check_cuda_layer(in, "compaction input");
     check_cuda_layer(out, "compaction output");
-    KVEVICT_CHECK(in.dtype == out.dtype && in.num_kv_heads == out.num_kv_heads &&
-                      in.head_dim == out.head_dim,
-                  "compaction layout mismatch: input ", dtype_name(in.dtype), " ", in.num_kv_heads,
-                  " heads of ", in.head_dim, ", output ", dtype_name(out.dtype), " ",
-                  out.num_kv_heads, " heads of ", out.head_dim, "; expected the same");
+    KVEVICT_CHECK(
+        in.dtype == out.dtype && in.num_kv_heads == out.num_kv_heads && in.head_dim == out.head_dim,
+        "compaction layout mismatch: input ", dtype_name(in.dtype), " ", in.num_kv_heads,
+        " heads of ", in.head_dim, ", output ", dtype_name(out.dtype), " ", out.num_kv_heads,
+        " heads of ", out.head_dim, "; expected the same");
     KVEVICT_CHECK(selection.num_kv_heads == in.num_kv_heads, "selection covers ",
                   selection.num_kv_heads, " KV heads; expected ", in.num_kv_heads);
     selection.validate(in.lens);
@@ -146,8 +162,8 @@ class CudaBackend final : public Backend {
     WorkspaceCarver carver(Workspace{stage_.get(sizer.bytes()), stage_.bytes()});
     int64_t* d_table = carver.take<int64_t>(table.size());
     int32_t* d_kept = carver.take<int32_t>(static_cast<size_t>(rows));
-    KVEVICT_CUDA_CHECK(cudaMemcpy(d_table, table.data(), sizeof(int64_t) * table.size(),
-                                  cudaMemcpyHostToDevice));
+    KVEVICT_CUDA_CHECK(
+        cudaMemcpy(d_table, table.data(), sizeof(int64_t) * table.size(), cudaMemcpyHostToDevice));
     if (rows > 0)
       KVEVICT_CUDA_CHECK(cudaMemcpy(d_kept, selection.index.data(), sizeof(int32_t) * rows,
                                     cudaMemcpyHostToDevice));

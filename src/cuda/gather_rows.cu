@@ -14,7 +14,10 @@ __device__ __forceinline__ int head_of_row(const int64_t* offsets, int num_heads
   int lo = 0, hi = num_heads - 1;  // last h with offsets[h] <= r
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (offsets[mid] <= r) lo = mid; else hi = mid - 1;
+    if (offsets[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }

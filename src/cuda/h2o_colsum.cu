@@ -86,8 +86,10 @@ __global__ void __launch_bounds__(Tr::kThreads) h2o_colsum_kernel(ColsumParams p
     const int h = hk * p.group + hh;
     const int64_t t_lo = t0 + g, t_hi = t_lo + 8;
     const bool ok_lo = t_lo < p.n, ok_hi = t_hi < p.n;
-    const T* q_lo = q + h * p.q_head_stride + (p.q_rows - p.n + (ok_lo ? t_lo : 0)) * p.q_row_stride;
-    const T* q_hi = q + h * p.q_head_stride + (p.q_rows - p.n + (ok_hi ? t_hi : 0)) * p.q_row_stride;
+    const T* q_lo =
+        q + h * p.q_head_stride + (p.q_rows - p.n + (ok_lo ? t_lo : 0)) * p.q_row_stride;
+    const T* q_hi =
+        q + h * p.q_head_stride + (p.q_rows - p.n + (ok_hi ? t_hi : 0)) * p.q_row_stride;
     uint32_t qa[D / 16][4];
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -154,8 +156,7 @@ __global__ void __launch_bounds__(Tr::kThreads) h2o_colsum_kernel(ColsumParams p
 template <class T, int D>
 cudaError_t launch_typed(const ColsumParams& p, cudaStream_t stream) {
   using Tr = ColsumTraits<T, D>;
-  const dim3 grid(static_cast<unsigned>((p.n + Tr::kTileKeys - 1) / Tr::kTileKeys),
-                  p.num_kv_heads);
+  const dim3 grid(static_cast<unsigned>((p.n + Tr::kTileKeys - 1) / Tr::kTileKeys), p.num_kv_heads);
   h2o_colsum_kernel<Tr><<<grid, Tr::kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
@@ -163,17 +164,21 @@ cudaError_t launch_typed(const ColsumParams& p, cudaStream_t stream) {
 template <class T>
 cudaError_t dispatch(const ColsumParams& p, int d, cudaStream_t stream) {
   switch (d) {
-    case 64: return launch_typed<T, 64>(p, stream);
-    case 128: return launch_typed<T, 128>(p, stream);
-    case 256: return launch_typed<T, 256>(p, stream);
-    default: return cudaErrorInvalidValue;
+    case 64:
+      return launch_typed<T, 64>(p, stream);
+    case 128:
+      return launch_typed<T, 128>(p, stream);
+    case 256:
+      return launch_typed<T, 256>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
-cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normalize,
-                              float* scores, cudaStream_t stream) {
+cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normalize, float* scores,
+                              cudaStream_t stream) {
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.q_rows < a.n ||
       lse == nullptr || a.n > 0x7fffffffLL * 16)
     return cudaErrorInvalidValue;

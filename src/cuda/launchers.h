@@ -175,6 +175,11 @@ struct AttentionArgs {
 };
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream);
 
+// first = min(first, i) over the NaN elements x[i] of x[0 .. count); the caller sets first to
+// UINT64_MAX first. For the Backend's "score is NaN" check (kvevict::select rejects NaN scores).
+cudaError_t launch_find_nan(const float* x, int64_t count, unsigned long long* first,
+                            cudaStream_t stream);
+
 // Query-free scores: streamingllm (the position j) and random (terms::random_uniform).
 cudaError_t launch_position_scores(float* scores, int num_kv_heads, int64_t n,
                                    cudaStream_t stream);

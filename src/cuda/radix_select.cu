@@ -93,37 +93,42 @@ __device__ __forceinline__ HeadMode head_mode(const SelectParams& p, int h) {
   return HeadMode{k_free <= 0, k_free >= n_free};
 }
 
+// One digit of the threshold from one pass's histogram: the bin where the rank *s_need falls,
+// counting from the highest bin; updates *s_prefix and *s_need. Block-wide (syncs).
+__device__ void resolve_one(const int* hist, int pass, typename Scan::TempStorage& tmp,
+                            uint32_t* s_prefix, int* s_need) {
+  const int tid = threadIdx.x;
+  const int nb = 1 << kWidth[pass];
+  // Descending bins: thread tid owns positions 2 tid, 2 tid + 1 of the descending order.
+  const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
+  const int h0 = b0 >= 0 ? hist[b0] : 0, h1 = b1 >= 0 ? hist[b1] : 0;
+  int before;
+  Scan(tmp).ExclusiveSum(h0 + h1, before);
+  const int need = *s_need;
+  const uint32_t prefix = *s_prefix;
+  __syncthreads();
+  if (before < need && before + h0 >= need) {
+    *s_prefix = prefix | (static_cast<uint32_t>(b0) << kShift[pass]);
+    *s_need = need - before;
+  } else if (before + h0 < need && before + h0 + h1 >= need) {
+    *s_prefix = prefix | (static_cast<uint32_t>(b1) << kShift[pass]);
+    *s_need = need - before - h0;
+  }
+  __syncthreads();
+}
+
 // Walks passes 0..passes-1 of one histogram set (pass `i` at hist0 + i * pass_stride): prefix of
 // the threshold and the rank still needed inside it, starting from rank need0. Block-wide; every
 // thread returns the same values.
 __device__ void resolve_hist(const int* hist0, int64_t pass_stride, int need0, int passes,
                              typename Scan::TempStorage& tmp, uint32_t* s_prefix, int* s_need) {
-  const int tid = threadIdx.x;
-  if (tid == 0) {
+  if (threadIdx.x == 0) {
     *s_prefix = 0;
     *s_need = need0;
   }
   __syncthreads();
-  for (int pass = 0; pass < passes; ++pass) {
-    const int nb = 1 << kWidth[pass];
-    const int* hist = hist0 + pass * pass_stride;
-    // Descending bins: thread tid owns positions 2 tid, 2 tid + 1 of the descending order.
-    const int b0 = nb - 1 - 2 * tid, b1 = b0 - 1;
-    const int h0 = b0 >= 0 ? hist[b0] : 0, h1 = b1 >= 0 ? hist[b1] : 0;
-    int before;
-    Scan(tmp).ExclusiveSum(h0 + h1, before);
-    const int need = *s_need;
-    const uint32_t prefix = *s_prefix;
-    __syncthreads();
-    if (before < need && before + h0 >= need) {
-      *s_prefix = prefix | (static_cast<uint32_t>(b0) << kShift[pass]);
-      *s_need = need - before;
-    } else if (before + h0 < need && before + h0 + h1 >= need) {
-      *s_prefix = prefix | (static_cast<uint32_t>(b1) << kShift[pass]);
-      *s_need = need - before - h0;
-    }
-    __syncthreads();
-  }
+  for (int pass = 0; pass < passes; ++pass)
+    resolve_one(hist0 + pass * pass_stride, pass, tmp, s_prefix, s_need);
 }
 
 // Per-head histograms (layer = false) or the one histogram of the whole layer (adakv).
@@ -346,10 +351,8 @@ constexpr int kMaxLayerHeads = 256;
 // toward the lower head), capped at the free tokens of a head. The product is formed as
 // fma(f_h, 1 - alpha, alpha B): the host build (-march=native, GCC contracts by default) computes
 // it that way, and an equal-remainder tie must round the same way on both sides.
-__global__ void __launch_bounds__(kThreads) layer_budget_kernel(SelectParams p, int num_heads,
-                                                                int64_t B, double alpha,
-                                                                int64_t* head_keep,
-                                                                int64_t* out_offsets) {
+__device__ void layer_budget_block(const SelectParams& p, int num_heads, int64_t B, double alpha,
+                                   int64_t* head_keep, int64_t* out_offsets) {
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int taken[kMaxLayerHeads];
   __shared__ int s_seg, s_left;
@@ -443,6 +446,100 @@ __global__ void __launch_bounds__(kThreads) layer_budget_kernel(SelectParams p, 
   out_offsets[num_heads] = off;
 }
 
+__global__ void __launch_bounds__(kThreads) layer_budget_kernel(SelectParams p, int num_heads,
+                                                                int64_t B, double alpha,
+                                                                int64_t* head_keep,
+                                                                int64_t* out_offsets) {
+  layer_budget_block(p, num_heads, B, alpha, head_keep, out_offsets);
+}
+
+// adakv's layer phase in ONE cooperative launch (as select_single_kernel for the per-head
+// phase): zero the layer histogram and counts, three histogram passes over register-resident
+// keys, the per-head counts above / at the threshold, then block (0, 0) runs the tie walk and the
+// budgets. Replaces two memsets and five launches.
+__global__ void __launch_bounds__(kThreads) layer_single_kernel(SelectParams p, int num_heads,
+                                                                int64_t B, double alpha,
+                                                                int64_t* head_keep,
+                                                                int64_t* out_offsets) {
+  namespace cg = cooperative_groups;
+  cg::grid_group grid = cg::this_grid();
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ int hist_s[kBins];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  const int h = blockIdx.y, tid = threadIdx.x, seg = blockIdx.x;
+  {
+    const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
+    const int64_t bid = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    for (int64_t i = bid * kThreads + tid; i < kPasses * kBins + num_heads; i += blocks * kThreads) {
+      if (i < kPasses * kBins) p.layer_hist[i] = 0;
+      else p.head_gt[i - kPasses * kBins] = 0;
+    }
+  }
+  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
+  const int64_t base = static_cast<int64_t>(seg) * kSegment;
+  uint32_t key[kItems];
+  uint32_t free_mask = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t j = base + i * kThreads + tid;  // strided: the counts are order-free
+    key[i] = 0;
+    if (j < p.n && !is_protected(j, p.n, p.sink, p.window)) {
+      free_mask |= 1u << i;
+      key[i] = order_key(row[j]);
+    }
+  }
+  if (tid == 0) {
+    s_prefix = 0;
+    s_need = static_cast<int>(p.layer_need);
+  }
+  grid.sync();
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
+    if (pass > 0) resolve_one(p.layer_hist + (pass - 1) * kBins, pass - 1, tmp, &s_prefix, &s_need);
+    __syncthreads();
+    const uint32_t prefix = s_prefix;
+    const int shift = kShift[pass];
+    const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
+    const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      uint32_t bin = 0xffffffffu;
+      if (((free_mask >> i) & 1u) && (key[i] & high_mask) == (prefix & high_mask))
+        bin = (key[i] >> shift) & digit_mask;
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
+        atomicAdd(&hist_s[bin], __popc(peers));
+    }
+    __syncthreads();
+    int* hist = p.layer_hist + pass * kBins;
+    for (int b = tid; b < (1 << kWidth[pass]); b += kThreads)
+      if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+    grid.sync();
+  }
+  resolve_one(p.layer_hist + (kPasses - 1) * kBins, kPasses - 1, tmp, &s_prefix, &s_need);
+  const uint32_t threshold = s_prefix;
+  if (blockIdx.x == 0 && h == 0 && tid == 0) *p.layer_state = SelectState{threshold, s_need};
+  int gt = 0, eq = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i)
+    if ((free_mask >> i) & 1u) {
+      gt += key[i] > threshold;
+      eq += key[i] == threshold;
+    }
+  int gt_total, eq_total, dummy;
+  Scan(tmp).ExclusiveSum(gt, dummy, gt_total);
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(eq, dummy, eq_total);
+  if (tid == 0) {
+    if (gt_total != 0) atomicAdd(&p.head_gt[h], gt_total);
+    p.seg_eq[h * p.segments + seg] = eq_total;
+  }
+  grid.sync();
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    layer_budget_block(p, num_heads, B, alpha, head_keep, out_offsets);
+}
+
 // Uniform budgets as per-head arrays (what the general path reads).
 __global__ void uniform_budget_kernel(int num_heads, int64_t n_keep, int64_t* head_keep,
                                       int64_t* out_offsets) {
@@ -526,11 +623,20 @@ __global__ void __launch_bounds__(kThreads) select_single_kernel(SelectParams p)
       }
     }
   }
+  if (tid == 0) {
+    s_prefix = 0;
+    s_need = static_cast<int>(keep_of(p, h) - p.n_protected);
+  }
+  const int* head_hist = p.hist + static_cast<int64_t>(h) * kBins;
+  const int64_t pass_stride = static_cast<int64_t>(gridDim.y) * kBins;
   grid.sync();
   for (int pass = 0; pass < kPasses; ++pass) {
     if (find) {
       for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
-      resolve(p, h, pass, false, tmp, &s_prefix, &s_need);  // syncs
+      // The digits of passes < pass-1 are already in s_prefix: only the last pass is walked
+      // (the multi-launch kernels re-walk every earlier pass).
+      if (pass > 0) resolve_one(head_hist + (pass - 1) * pass_stride, pass - 1, tmp, &s_prefix, &s_need);
+      __syncthreads();
       const uint32_t prefix = s_prefix;
       const int shift = kShift[pass];
       const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
@@ -554,7 +660,7 @@ __global__ void __launch_bounds__(kThreads) select_single_kernel(SelectParams p)
   uint32_t threshold = 0;
   int need = 0;
   if (find) {
-    resolve(p, h, kPasses, false, tmp, &s_prefix, &s_need);
+    resolve_one(head_hist + (kPasses - 1) * pass_stride, kPasses - 1, tmp, &s_prefix, &s_need);
     threshold = s_prefix;
     need = s_need;
   }
@@ -618,17 +724,15 @@ std::atomic<bool> g_single_launch{true};
 
 // Blocks of select_single_kernel that fit on the current device at once (0: no cooperative
 // launch). Cached per device.
-int64_t single_launch_capacity() {
-  static int64_t cached[64];
-  static bool known[64] = {};
+template <class Kernel>
+int64_t coop_capacity(Kernel kernel, int64_t (&cached)[64], bool (&known)[64]) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   if (!known[dev]) {
     int coop = 0, sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, select_single_kernel, kThreads, 0) !=
-        cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 0;
     }
@@ -636,6 +740,16 @@ int64_t single_launch_capacity() {
     known[dev] = true;
   }
   return cached[dev];
+}
+int64_t single_launch_capacity() {
+  static int64_t cached[64];
+  static bool known[64] = {};
+  return coop_capacity(select_single_kernel, cached, known);
+}
+int64_t layer_single_capacity() {
+  static int64_t cached[64];
+  static bool known[64] = {};
+  return coop_capacity(layer_single_kernel, cached, known);
 }
 
 int segments_of(int64_t n) { return static_cast<int>((n + kSegment - 1) / kSegment); }
@@ -800,16 +914,29 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
     p.layer_need = static_cast<int64_t>(num_heads) * B;
     p.layer_state = g.layer_state;
     p.head_gt = g.head_gt;
-    if ((err = cudaMemsetAsync(g.layer_hist, 0, sizeof(int) * kPasses * kBins, stream)) != cudaSuccess ||
-        (err = cudaMemsetAsync(g.head_gt, 0, sizeof(int) * num_heads, stream)) != cudaSuccess)
-      return err;
-    for (int pass = 0; pass < kPasses; ++pass) {
-      histogram_kernel<<<grid, kThreads, 0, stream>>>(p, pass, true);
+    if (g_single_launch.load(std::memory_order_relaxed) &&
+        static_cast<int64_t>(p.segments) * num_heads <= layer_single_capacity()) {
+      SelectParams args = p;
+      int heads = num_heads;
+      int64_t b = B;
+      double al = alpha;
+      int64_t* keep_out = g.head_keep;
+      void* kargs[] = {&args, &heads, &b, &al, &keep_out, &offsets};
+      err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&layer_single_kernel), grid,
+                                        dim3(kThreads), kargs, 0, stream);
+      if (err != cudaSuccess) return err;
+    } else {
+      if ((err = cudaMemsetAsync(g.layer_hist, 0, sizeof(int) * kPasses * kBins, stream)) != cudaSuccess ||
+          (err = cudaMemsetAsync(g.head_gt, 0, sizeof(int) * num_heads, stream)) != cudaSuccess)
+        return err;
+      for (int pass = 0; pass < kPasses; ++pass) {
+        histogram_kernel<<<grid, kThreads, 0, stream>>>(p, pass, true);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+      }
+      layer_count_kernel<<<grid, kThreads, 0, stream>>>(p);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
+      layer_budget_kernel<<<1, kThreads, 0, stream>>>(p, num_heads, B, alpha, g.head_keep, offsets);
     }
-    layer_count_kernel<<<grid, kThreads, 0, stream>>>(p);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    layer_budget_kernel<<<1, kThreads, 0, stream>>>(p, num_heads, B, alpha, g.head_keep, offsets);
   } else {
     // Uniform budgets (adakv with B <= 0 or B >= the free tokens gives every head the same).
     uniform_budget_kernel<<<1, 256, 0, stream>>>(num_heads, n_keep, g.head_keep, offsets);

@@ -4,6 +4,7 @@
 // pooled snapkv score by the L1 norm of the value projected by the output matrix (SPEC section 2).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/common.cuh"
@@ -70,10 +71,9 @@ __global__ void __launch_bounds__(CriticalTraits::kThreads)
         __syncthreads();  // vs ready (first round) / ws free
         for (int i = tid; i < C::kOut * C::kK; i += C::kThreads) {
           const int o = i / C::kK, kk = i % C::kK;
-          ws[kk][o] = o0 + o < wo_rows
-                          ? load_w<T, W>(wo, (o0 + o) * wo_row_stride + static_cast<int64_t>(h) * D +
-                                                 k0 + kk)
-                          : 0.f;
+          ws[kk][o] = o0 + o < wo_rows ? load_w<T, W>(wo, (o0 + o) * wo_row_stride +
+                                                              static_cast<int64_t>(h) * D + k0 + kk)
+                                       : 0.f;
         }
         __syncthreads();
 #pragma unroll 8
@@ -102,8 +102,7 @@ template <class T, class W>
 cudaError_t launch_critical_typed(const void* v, int64_t head_stride, int64_t row_stride,
                                   int num_q_heads, int num_kv_heads, int64_t n, int d,
                                   const void* wo, int64_t wo_row_stride, int64_t wo_rows,
-                                  const float* aux, float eps, float* scores,
-                                  cudaStream_t stream) {
+                                  const float* aux, float eps, float* scores, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((n + CriticalTraits::kTok - 1) / CriticalTraits::kTok),
                   num_kv_heads);
   const T* vt = static_cast<const T*>(v);
@@ -123,12 +122,27 @@ cudaError_t launch_critical_typed(const void* v, int64_t head_stride, int64_t ro
           vt, head_stride, row_stride, num_q_heads, num_kv_heads, n, wo, wo_row_stride, wo_rows,
           aux, eps, scores);
       break;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
 
+__global__ void find_nan_kernel(const float* x, int64_t count, unsigned long long* first) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (isnan(x[i])) atomicMin(first, static_cast<unsigned long long>(i));
+}
+
 }  // namespace
+
+cudaError_t launch_find_nan(const float* x, int64_t count, unsigned long long* first,
+                            cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((count + 255) / 256, 1024);
+  find_nan_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, count, first);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_position_scores(float* scores, int num_kv_heads, int64_t n,
                                    cudaStream_t stream) {
@@ -143,7 +157,7 @@ cudaError_t launch_random_scores(float* scores, int num_kv_heads, int64_t n, uin
   const int64_t total = static_cast<int64_t>(num_kv_heads) * n;
   if (total == 0) return cudaSuccess;
   random_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(scores, total, n,
-                                                                               seed);
+                                                                                seed);
   return cudaGetLastError();
 }
 
@@ -152,16 +166,16 @@ cudaError_t launch_criticalkv_scores(Elem elem, const void* v, int64_t head_stri
                                      int64_t n, int d, const void* wo, int wo_elem_bytes,
                                      int64_t wo_row_stride, int64_t wo_rows, const float* aux,
                                      float eps, float* scores, cudaStream_t stream) {
-  if (num_kv_heads <= 0 || num_q_heads % num_kv_heads != 0 || wo_rows <= 0) return cudaErrorInvalidValue;
+  if (num_kv_heads <= 0 || num_q_heads % num_kv_heads != 0 || wo_rows <= 0)
+    return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (elem == Elem::kBF16)
-    return wo_elem_bytes == 4
-               ? launch_critical_typed<__nv_bfloat16, float>(v, head_stride, row_stride, num_q_heads,
-                                                             num_kv_heads, n, d, wo, wo_row_stride,
-                                                             wo_rows, aux, eps, scores, stream)
-               : launch_critical_typed<__nv_bfloat16, __nv_bfloat16>(
-                     v, head_stride, row_stride, num_q_heads, num_kv_heads, n, d, wo,
-                     wo_row_stride, wo_rows, aux, eps, scores, stream);
+    return wo_elem_bytes == 4 ? launch_critical_typed<__nv_bfloat16, float>(
+                                    v, head_stride, row_stride, num_q_heads, num_kv_heads, n, d, wo,
+                                    wo_row_stride, wo_rows, aux, eps, scores, stream)
+                              : launch_critical_typed<__nv_bfloat16, __nv_bfloat16>(
+                                    v, head_stride, row_stride, num_q_heads, num_kv_heads, n, d, wo,
+                                    wo_row_stride, wo_rows, aux, eps, scores, stream);
   return wo_elem_bytes == 4
              ? launch_critical_typed<__half, float>(v, head_stride, row_stride, num_q_heads,
                                                     num_kv_heads, n, d, wo, wo_row_stride, wo_rows,

@@ -391,10 +391,12 @@ cudaError_t dispatch_dim(const ForwardParams& p, int slabs, float* out, float* l
 // (forward_min_blocks: 3 stages and up to 236 registers, ncu v4). v5 planned two per SM for every
 // config, so w = 32 (8 slabs) ran 33 splits as two waves of 132 blocks and held 17 MiB of
 // partials; one wave of 16 splits does the same work with half the partials (v6).
-WindowPlan forward_plan(const WindowArgs& a, int sm_count) {
+// Without V (lse only: snapkv, h2o) the kernel holds no output accumulators and v5's two-per-SM
+// plan stays: one wave of 16 splits made snapkv w = 32 slower (0.533 -> 0.569 ms, v6 lease).
+WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
   const int group = a.num_q_heads / a.num_kv_heads;
   WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2);
-  if (plan.slabs > 2)
+  if (with_out && plan.slabs > 2)
     plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1);
   return plan;
 }
@@ -402,7 +404,7 @@ WindowPlan forward_plan(const WindowArgs& a, int sm_count) {
 }  // namespace
 
 size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count) {
-  const WindowPlan plan = forward_plan(a, sm_count);
+  const WindowPlan plan = forward_plan(a, with_out, sm_count);
   const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
                       plan.slabs;
   const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;  // 16-bit partials
@@ -418,7 +420,7 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   if (with_out && a.v == nullptr) return cudaErrorInvalidValue;
   if (scratch_bytes < window_forward_scratch_bytes(a, with_out, sm_count))
     return cudaErrorInvalidValue;
-  const WindowPlan plan = forward_plan(a, sm_count);
+  const WindowPlan plan = forward_plan(a, with_out, sm_count);
   ForwardParams p;
   p.a = a;
   p.group = a.num_q_heads / a.num_kv_heads;

@@ -4,6 +4,8 @@
 // kept threshold); GPU selection on the CPU's scores is bitwise the CPU selection; GPU compaction
 // copies exactly the rows the CPU compaction copies; attention over the GPU-compacted cache
 // matches the double reference over the CPU-compacted one.
+#include "kvevict/backend.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 
 #include "cuda/cuda_testing.h"
 #include "kvevict/attention.h"
-#include "kvevict/backend.h"
 #include "kvevict/cache.h"
 #include "kvevict/cuda/backend.h"
 #include "kvevict/evict.h"
@@ -48,7 +49,8 @@ void run(const Case& c) {
   sel.window = so.window;
   const int64_t m = sh.n;  // every query row: enough for h2o (all queries) and the windows
   const DType bf = DType::kBF16;
-  const size_t nq = static_cast<size_t>(sh.hq) * m * sh.d, nk = static_cast<size_t>(sh.hkv) * sh.n * sh.d;
+  const size_t nq = static_cast<size_t>(sh.hq) * m * sh.d,
+               nk = static_cast<size_t>(sh.hkv) * sh.n * sh.d;
   const int64_t out_dim = 96;  // D of the output projection (criticalkv)
   const size_t nwo = static_cast<size_t>(out_dim) * sh.hq * sh.d;
   auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), bf);
@@ -94,12 +96,12 @@ void run(const Case& c) {
   if (exact)
     EXPECT_EQ(gpu_scores, cpu_scores) << "query-free scores differ";
   else
-    EXPECT_TRUE(kvevict::testing::all_close(gpu_scores, ref, 2e-3 * max_ref + 1e-30, 3e-2,
-                                            "scores"));
+    EXPECT_TRUE(
+        kvevict::testing::all_close(gpu_scores, ref, 2e-3 * max_ref + 1e-30, 3e-2, "scores"));
 
   // Kept sets: equal except near-ties at the CPU's per-head threshold.
-  EXPECT_EQ(cs.warning.empty(), gs.warning.empty()) << "cpu: '" << cs.warning << "' gpu: '"
-                                                    << gs.warning << "'";
+  EXPECT_EQ(cs.warning.empty(), gs.warning.empty())
+      << "cpu: '" << cs.warning << "' gpu: '" << gs.warning << "'";
   int64_t differ = 0, kept = 0;
   for (int h = 0; h < sh.hkv; ++h) {
     const std::set<int32_t> a(cs.head(h), cs.head(h) + cs.count(h));
@@ -179,10 +181,10 @@ void run(const Case& c) {
     EXPECT_EQ(out_lens[h], hv.lens[h]);
     for (int64_t r = out_off[h]; r < out_off[h] + cs.count(h); ++r) {
       bad += gpos[r] != hv.pos[r];
-      bad += std::memcmp(gk.data() + r * sh.d,
-                         static_cast<const uint16_t*>(hv.k) + r * sh.d, 2 * sh.d) != 0;
-      bad += std::memcmp(gv.data() + r * sh.d,
-                         static_cast<const uint16_t*>(hv.v) + r * sh.d, 2 * sh.d) != 0;
+      bad += std::memcmp(gk.data() + r * sh.d, static_cast<const uint16_t*>(hv.k) + r * sh.d,
+                         2 * sh.d) != 0;
+      bad += std::memcmp(gv.data() + r * sh.d, static_cast<const uint16_t*>(hv.v) + r * sh.d,
+                         2 * sh.d) != 0;
     }
   }
   EXPECT_EQ(bad, 0) << "compacted rows differ from the CPU compaction";
@@ -190,7 +192,8 @@ void run(const Case& c) {
 
   // Attention after eviction: 3 new queries after the prompt, over the compacted caches.
   const int64_t mq = 3;
-  auto q2 = kvevict::testing::normal_floats(static_cast<size_t>(sh.hq) * mq * sh.d, c.seed + 9, 2.0f);
+  auto q2 =
+      kvevict::testing::normal_floats(static_cast<size_t>(sh.hq) * mq * sh.d, c.seed + 9, 2.0f);
   std::vector<int32_t> q_pos(mq);
   for (int64_t t = 0; t < mq; ++t) q_pos[t] = static_cast<int32_t>(sh.n + t);
   AttentionProblem hap;
@@ -206,10 +209,11 @@ void run(const Case& c) {
   dap.cache = dout;
   const size_t aws = gpu->attention_workspace_bytes(dap);
   auto abuf = gpu->allocate(aws);
-  gpu->attention(dap,
-                 AttentionOutput{TensorView(dao.data(), DType::kF32, {sh.hq, mq, sh.d}, Device::kCuda),
-                                 TensorView(dlse.data(), DType::kF32, {sh.hq, mq}, Device::kCuda)},
-                 Workspace{abuf.get(), aws});
+  gpu->attention(
+      dap,
+      AttentionOutput{TensorView(dao.data(), DType::kF32, {sh.hq, mq, sh.d}, Device::kCuda),
+                      TensorView(dlse.data(), DType::kF32, {sh.hq, mq}, Device::kCuda)},
+      Workspace{abuf.get(), aws});
   KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
   EXPECT_TRUE(kvevict::testing::all_close(dao.download(), ref_out, 1e-4, 1e-3, "attention out"));
   EXPECT_TRUE(kvevict::testing::all_close(dlse.download(), ref_lse, 1e-4, 1e-4, "attention lse"));
@@ -220,8 +224,9 @@ TEST(CudaBackend, PipelineMatchesCpuBackend) {
   KVEVICT_REQUIRE_GPU();
   const Shape big{8, 2, 128, 1003}, small{4, 4, 64, 17}, mqa{4, 1, 128, 301};
   uint64_t seed = 500;
-  for (const char* m : {"dropkv", "adadropkv", "obcache_vk", "snapkv", "adakv", "vatp",
-                        "criticalkv", "h2o", "tova", "knorm", "keydiff", "streamingllm", "random"}) {
+  for (const char* m :
+       {"dropkv", "adadropkv", "obcache_vk", "snapkv", "adakv", "vatp", "criticalkv", "h2o", "tova",
+        "knorm", "keydiff", "streamingllm", "random"}) {
     run({m, big, 0.3, seed++});
     run({m, small, 0.3, seed++});  // 5 tokens: below dropkv's 8 protected (warning path)
     run({m, mqa, 40.0, seed++});   // a token-count budget
@@ -248,8 +253,9 @@ TEST(CudaBackend, CriticalKVTwoStageSelectionMatchesCpu) {
     sel.policy = p;
     const Selection w2 = cpu->select(TensorView(s.data(), DType::kF32, {hkv, n}),
                                      TensorView(aux.data(), DType::kF32, {hkv, n}), sel);
-    const Selection got = gpu->select(TensorView(ds.data(), DType::kF32, {hkv, n}, Device::kCuda),
-                                      TensorView(da.data(), DType::kF32, {hkv, n}, Device::kCuda), sel);
+    const Selection got =
+        gpu->select(TensorView(ds.data(), DType::kF32, {hkv, n}, Device::kCuda),
+                    TensorView(da.data(), DType::kF32, {hkv, n}, Device::kCuda), sel);
     EXPECT_EQ(got.offsets, w2.offsets) << policy_name(p);
     EXPECT_EQ(got.index, w2.index) << policy_name(p);
   }
@@ -268,6 +274,16 @@ TEST(CudaBackend, RejectsBadInput) {
   sel.budget.value = 0.5;
   EXPECT_THROW(gpu->select(TensorView(host.data(), DType::kF32, {2, 100}), TensorView(), sel),
                Error);  // host scores
+  // NaN scores are rejected, naming the head and row (kvevict::select does the same).
+  std::vector<float> with_nan(200, 1.0f);
+  with_nan[137] = std::nanf("");
+  ds.upload(with_nan);
+  try {
+    gpu->select(sc, TensorView(), sel);
+    ADD_FAILURE() << "NaN score accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head 1 row 37 is NaN"), std::string::npos) << e.what();
+  }
   // A host problem handed to the cuda backend names the device mismatch.
   ScoreProblem p;
   std::vector<float> kv(2 * 100 * 64);

@@ -69,15 +69,16 @@ void run(int hq, int hkv, int d, int64_t n, int64_t n_keep, int page_size, Polic
   dtable.upload(plan.page_table);
   dlens.upload(plan.lens);
   const int64_t np = std::max<int64_t>(1, plan.num_pages);
-  compact_paged(TensorView(dk.data(), bf, {hkv, n, d}, Device::kCuda),
-                TensorView(dv.data(), bf, {hkv, n, d}, Device::kCuda),
-                TensorView(dpos.data(), DType::kI32, {hkv, n}, Device::kCuda),
-                TensorView(dkept.data(), DType::kI32, {static_cast<int64_t>(kept_n)}, Device::kCuda),
-                TensorView(doff.data(), DType::kI64, {hkv + 1}, Device::kCuda),
-                TensorView(dtable.data(), DType::kI32, {hkv, plan.max_pages}, Device::kCuda),
-                TensorView(pk.data(), bf, {np, page_size, d}, Device::kCuda),
-                TensorView(pv.data(), bf, {np, page_size, d}, Device::kCuda),
-                TensorView(ppos.data(), DType::kI32, {np, page_size}, Device::kCuda));
+  compact_paged(
+      TensorView(dk.data(), bf, {hkv, n, d}, Device::kCuda),
+      TensorView(dv.data(), bf, {hkv, n, d}, Device::kCuda),
+      TensorView(dpos.data(), DType::kI32, {hkv, n}, Device::kCuda),
+      TensorView(dkept.data(), DType::kI32, {static_cast<int64_t>(kept_n)}, Device::kCuda),
+      TensorView(doff.data(), DType::kI64, {hkv + 1}, Device::kCuda),
+      TensorView(dtable.data(), DType::kI32, {hkv, plan.max_pages}, Device::kCuda),
+      TensorView(pk.data(), bf, {np, page_size, d}, Device::kCuda),
+      TensorView(pv.data(), bf, {np, page_size, d}, Device::kCuda),
+      TensorView(ppos.data(), DType::kI32, {np, page_size}, Device::kCuda));
   KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
   EXPECT_TRUE(pk.sentinels_intact() && pv.sentinels_intact() && ppos.sentinels_intact());
   // Every kept row lands in its page slot with its position.
@@ -85,15 +86,17 @@ void run(int hq, int hkv, int d, int64_t n, int64_t n_keep, int page_size, Polic
   int64_t bad = 0;
   for (int h = 0; h < hkv; ++h)
     for (int64_t sl = 0; sl < counts[h]; ++sl) {
-      const int64_t row = static_cast<int64_t>(plan.page_table[h * plan.max_pages + sl / page_size]) *
-                              page_size + sl % page_size;
+      const int64_t row =
+          static_cast<int64_t>(plan.page_table[h * plan.max_pages + sl / page_size]) * page_size +
+          sl % page_size;
       bad += gpos[row] != pos[h * n + kept[off[h] + sl]];
     }
   EXPECT_EQ(bad, 0) << "positions in the pages differ from the kept rows'";
 
   // Queries: after the prompt, and one in the middle (sees only part of the kept rows).
   const int64_t m = 4;
-  auto q = testing::round_to(kvevict::testing::normal_floats(static_cast<size_t>(hq) * m * d, seed + 3, 2.0f), bf);
+  auto q = testing::round_to(
+      kvevict::testing::normal_floats(static_cast<size_t>(hq) * m * d, seed + 3, 2.0f), bf);
   std::vector<int32_t> q_pos = {static_cast<int32_t>(2 * n + 5), static_cast<int32_t>(2 * n + 9),
                                 static_cast<int32_t>(n + 5), 5};
   DeviceBuffer<int32_t> dqpos(m);
@@ -113,8 +116,9 @@ void run(int hq, int hkv, int d, int64_t n, int64_t n_keep, int page_size, Polic
   ap.pos_pages = TensorView(ppos.data(), DType::kI32, {np, page_size}, Device::kCuda);
   ap.page_table = TensorView(dtable.data(), DType::kI32, {hkv, plan.max_pages}, Device::kCuda);
   ap.lens = TensorView(dlens.data(), DType::kI64, {hkv}, Device::kCuda);
-  attention_paged(ap, AttentionOutput{TensorView(dout.data(), DType::kF32, {hq, m, d}, Device::kCuda),
-                                      TensorView(dlse.data(), DType::kF32, {hq, m}, Device::kCuda)});
+  attention_paged(ap,
+                  AttentionOutput{TensorView(dout.data(), DType::kF32, {hq, m, d}, Device::kCuda),
+                                  TensorView(dlse.data(), DType::kF32, {hq, m}, Device::kCuda)});
   KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
 
   // Masked full attention in double: every token of the full cache, evicted ones masked out.
@@ -162,7 +166,7 @@ TEST(CudaPaged, AttentionEqualsMaskedFullAttention) {
   KVEVICT_REQUIRE_GPU();
   run(8, 2, 128, 1003, 300, 16, Policy::kAdaKV, DType::kF32, 1);
   run(8, 2, 128, 1003, 300, 64, Policy::kUniform, DType::kBF16, 2);
-  run(4, 4, 64, 17, 9, 16, Policy::kAdaKV, DType::kF32, 3);   // less than a page per head
+  run(4, 4, 64, 17, 9, 16, Policy::kAdaKV, DType::kF32, 3);  // less than a page per head
   run(4, 1, 128, 1, 1, 16, Policy::kUniform, DType::kF32, 4);
   run(6, 3, 128, 20011, 1001, 64, Policy::kAdaKV, DType::kBF16, 5);
   run(2, 2, 256, 333, 64, 16, Policy::kAdaKV, DType::kF32, 6);  // exactly 4 pages a head on average

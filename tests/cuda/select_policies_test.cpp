@@ -128,8 +128,8 @@ TEST(CudaSelectPolicies, CriticalKVTwoStages) {
   run({3, 1000, 100, 4, 32, Policy::kUniform, true, 0, 21});
   run({2, 17, 9, 1, 3, Policy::kUniform, true, 0, 22});
   run({1, 1, 1, 0, 0, Policy::kUniform, true, 0, 23});
-  run({4, 9999, 1234, 0, 8, Policy::kUniform, true, 4, 24});   // ties in both stages
-  run({4, 30011, 3001, 2, 32, Policy::kAdaKV, true, 0, 25});   // adakv budgets, two stages
+  run({4, 9999, 1234, 0, 8, Policy::kUniform, true, 4, 24});  // ties in both stages
+  run({4, 30011, 3001, 2, 32, Policy::kAdaKV, true, 0, 25});  // adakv budgets, two stages
   run({2, 1000003, 50000, 4, 16, Policy::kUniform, true, 0, 26});
 }
 
@@ -156,14 +156,20 @@ TEST(CudaSelectPolicies, RejectsBadInput) {
   DeviceBuffer<char> ws(bytes);
   const TensorView sc(ds.data(), DType::kF32, {2, 100}, Device::kCuda);
   const TensorView off(doff.data(), DType::kI64, {3}, Device::kCuda);
-  auto kept = [&](int64_t rows) { return TensorView(dk.data(), DType::kI32, {rows}, Device::kCuda); };
+  auto kept = [&](int64_t rows) {
+    return TensorView(dk.data(), DType::kI32, {rows}, Device::kCuda);
+  };
   // Budget below the protected tokens, above n, alpha out of range, wrong kept size.
-  EXPECT_THROW(select(sc, {}, 10, 4, 8, Policy::kAdaKV, 0.2, kept(20), off, {ws.data(), bytes}), Error);
-  EXPECT_THROW(select(sc, {}, 101, 0, 8, Policy::kAdaKV, 0.2, kept(202), off, {ws.data(), bytes}), Error);
-  EXPECT_THROW(select(sc, {}, 50, 0, 8, Policy::kAdaKV, 1.5, kept(100), off, {ws.data(), bytes}), Error);
-  EXPECT_THROW(select(sc, {}, 50, 0, 8, Policy::kAdaKV, 0.2, kept(99), off, {ws.data(), bytes}), Error);
-  EXPECT_THROW(select(sc, {}, 50, 0, 8, Policy::kAdaKV, 0.2, kept(100), off, {ws.data(), bytes - 1}),
+  EXPECT_THROW(select(sc, {}, 10, 4, 8, Policy::kAdaKV, 0.2, kept(20), off, {ws.data(), bytes}),
                Error);
+  EXPECT_THROW(select(sc, {}, 101, 0, 8, Policy::kAdaKV, 0.2, kept(202), off, {ws.data(), bytes}),
+               Error);
+  EXPECT_THROW(select(sc, {}, 50, 0, 8, Policy::kAdaKV, 1.5, kept(100), off, {ws.data(), bytes}),
+               Error);
+  EXPECT_THROW(select(sc, {}, 50, 0, 8, Policy::kAdaKV, 0.2, kept(99), off, {ws.data(), bytes}),
+               Error);
+  EXPECT_THROW(
+      select(sc, {}, 50, 0, 8, Policy::kAdaKV, 0.2, kept(100), off, {ws.data(), bytes - 1}), Error);
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ void select_compact_uniform(const TensorView& scores, int64_t n_keep, int sink, 
 // for adakv) with protected_count(n, sink, window) <= n_keep <= n. Outputs, device: kept
 // [Hkv * n_keep] i32, head h's indices (ascending, within the head) at kept[offsets[h] ..
 // offsets[h+1]); offsets [Hkv + 1] i64. Hkv <= 256. Deterministic; no host synchronization.
+// NaN scores are not checked here (they rank above every number, by their bits); the cuda
+// Backend's select() rejects them like kvevict::select does.
 size_t select_workspace_bytes(int num_kv_heads, int64_t n, int64_t n_keep, bool two_stage);
 void select(const TensorView& scores, const TensorView& aux, int64_t n_keep, int sink, int window,
             Policy policy, double alpha, const TensorView& kept, const TensorView& offsets,
