@@ -300,8 +300,9 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   float* const final_out = scores;
   if (critical) scores = out.aux.ptr<float>();
   float* pass_out = needs_raw ? raw : scores;
-  if (opt.aggregate == Aggregate::kAllQueries && term == PairTerm::kProb) {
+  if (opt.aggregate == Aggregate::kAllQueries && term == PairTerm::kProb && v_l1 == nullptr) {
     // h2o: key-stationary column sums over the causal triangle, deterministic (h2o_colsum.cu).
+    // (vatp needs the pass's ||v||_1 side output: it keeps the window pass.)
     KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
   } else {
     KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));

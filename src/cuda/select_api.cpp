@@ -198,9 +198,9 @@ void select(const TensorView& scores, const TensorView& aux, int64_t n_keep, int
     KVEVICT_CHECK(aux.shape == scores.shape && aux.is_contiguous(), "aux has shape ",
                   aux.shape_str(), "; expected contiguous ", scores.shape_str(), " like scores");
   }
-  check_device(kept, "kept", DType::kI32, 1);
-  KVEVICT_CHECK(kept.shape[0] == hkv * n_keep, "kept has shape ", kept.shape_str(),
-                "; expected [Hkv * n_keep = ", hkv * n_keep, "]");
+  if (n_keep > 0) check_device(kept, "kept", DType::kI32, 1);  // n_keep = 0: may be empty
+  KVEVICT_CHECK(kept.ndim == 1 && kept.shape[0] == hkv * n_keep, "kept has shape ",
+                kept.shape_str(), "; expected [Hkv * n_keep = ", hkv * n_keep, "]");
   check_device(offsets, "offsets", DType::kI64, 1);
   KVEVICT_CHECK(offsets.shape[0] == hkv + 1, "offsets has shape ", offsets.shape_str(),
                 "; expected [Hkv + 1 = ", hkv + 1, "]");

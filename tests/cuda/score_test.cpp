@@ -139,6 +139,16 @@ TEST(CudaScore, H2OColumnSumsAtOddSizes) {
   run({4, 2, 64, 129}, h2o, DType::kBF16, 46);
 }
 
+TEST(CudaScore, VATPWithAllQueriesKeepsTheWindowPass) {
+  KVEVICT_REQUIRE_GPU();
+  // vatp multiplies by ||v||_1, a side output of the window pass; the h2o column-sum kernel does
+  // not write it, so vatp over all queries must not take that path.
+  ScoreOptions vatp = ScoreOptions::defaults(Method::kVATP);
+  vatp.aggregate = Aggregate::kAllQueries;
+  vatp.window = 0;
+  run({4, 2, 64, 201}, vatp, DType::kBF16, 47);
+}
+
 TEST(CudaScore, H2OIsBitwiseReproducible) {
   KVEVICT_REQUIRE_GPU();
   // Key-stationary sums in a fixed order: two runs give the same bits (no float atomics).
