@@ -1,5 +1,11 @@
-// Uniform-budget selection: per KV head, a radix select on the float bits finds the threshold
-// score of the k-th best unprotected token, then an ordered pass writes the kept indices.
+// Selection of SPEC section 3 on the GPU: per KV head, a radix select on the float bits finds the
+// threshold score of the k-th best unprotected token, then an ordered pass writes the kept
+// indices. Per-head budgets (head_keep / out_offsets) serve adakv and criticalkv's stage 1;
+// adakv's budgets come from the same radix machinery run over the whole layer (layer_*), and
+// criticalkv's stage 2 reruns the select on a copy of the scores with stage-1 rows at +inf.
+// When the (segments x heads) grid fits on the GPU at once, each phase is ONE cooperative
+// launch (select_single_kernel, layer_single_kernel) with grid barriers between passes;
+// otherwise the multi-launch kernels below run the same passes (docs/GPU_NOTES.md v6).
 //
 // Scores map to unsigned keys whose order is the float order (flip all bits of negatives, set
 // the sign bit of positives), so "k-th largest float" is "k-th largest key", found digit by digit
