@@ -34,12 +34,15 @@ struct EvalArgs {
   int window = 0;
   std::string pool;
   uint64_t seed = 0;
+  int max_new = 0;
   std::string out, markdown, plots;
   bool json = false;
 };
 
 int run_eval_command(const EvalArgs& a) {
   KVEVICT_CHECK(a.samples >= 1, "--samples ", a.samples, " must be >= 1");
+  KVEVICT_CHECK(a.max_new >= 0, "--max-new ", a.max_new,
+                " is negative; expected a token count, or 0 for each task's own limit");
   // Every name and number is checked before the model and the corpus are loaded.
   const eval::PromptStyle style = eval::prompt_style_parse(a.style);
   std::vector<std::string> tasks = split_list(a.tasks);
@@ -75,6 +78,7 @@ int run_eval_command(const EvalArgs& a) {
   }
 
   ropt.base_seed = a.seed;
+  ropt.max_new_tokens_cap = a.max_new;
   ropt.prompt_style = eval::prompt_style_name(style);
   eval::SessionModel runner(model, std::move(tok), ropt.methods);
 
@@ -85,6 +89,9 @@ int run_eval_command(const EvalArgs& a) {
   });
   bar.finish();
   results.meta.notes.push_back("device cpu, kv dtype " + a.model.kv_dtype);
+  if (a.max_new > 0)
+    results.meta.notes.push_back("answers capped at " + std::to_string(a.max_new) +
+                                 " new tokens (--max-new; RULER's task limits otherwise)");
 
   const std::string json = eval::results_to_json(results);
   const std::string md = eval::results_to_markdown(results);
@@ -122,6 +129,8 @@ Runner add_eval_command(CLI::App& app) {
   cmd->add_option("--window", a->window, "Override every method's window (0 = defaults)")->capture_default_str();
   cmd->add_option("--pool", a->pool, "Override every method's pooling");
   cmd->add_option("--seed", a->seed, "Base seed of the generated samples")->capture_default_str();
+  cmd->add_option("--max-new", a->max_new, "Cap every answer at N new tokens (0 = each task's limit)")
+      ->capture_default_str();
   cmd->add_option("--out", a->out, "Write the results JSON here");
   cmd->add_option("--markdown", a->markdown, "Write the markdown tables here");
   cmd->add_option("--plots", a->plots, "Draw PNG plots into this directory (needs --out)");

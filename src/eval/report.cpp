@@ -1,5 +1,6 @@
 #include "kvevict/eval/report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -42,7 +43,9 @@ std::string results_to_json(const EvalResults& r, int indent) {
                        {"metric", metric_name(x.metric)},
                        {"score", x.score},
                        {"kept_tokens", x.kept_tokens},
-                       {"answer_seconds", x.answer_seconds}});
+                       {"generated_tokens", x.generated_tokens},
+                       {"answer_seconds", x.answer_seconds},
+                       {"prefill_seconds", x.prefill_seconds}});
   }
   doc["records"] = records;
   json agg = json::array();
@@ -61,6 +64,47 @@ std::string results_to_json(const EvalResults& r, int indent) {
   doc["aggregate"] = agg;
   return doc.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
 }
+
+namespace {
+
+// What the run cost: per (length, mode), the mean prefill per sample (paid once, shared by every
+// method) and the mean eviction + answer time per method setting, so the cost of a sweep with M
+// settings is about prefill + M x answer per sample.
+std::string cost_markdown(const EvalResults& r) {
+  struct Cost {
+    std::set<std::pair<std::string, int64_t>> samples;  // (task, index): prefill counted once
+    double prefill = 0, answer = 0;
+    int64_t answers = 0, tokens = 0;
+  };
+  std::map<std::pair<int64_t, int>, Cost> by_group;
+  for (const SampleRecord& x : r.records) {
+    Cost& c = by_group[{x.target_length, static_cast<int>(x.mode)}];
+    if (c.samples.insert({x.task, x.sample_index}).second) c.prefill += x.prefill_seconds;
+    c.answer += x.answer_seconds;
+    c.tokens += std::max<int64_t>(x.generated_tokens, 0);
+    ++c.answers;
+  }
+  if (by_group.empty()) return "";
+  std::ostringstream md;
+  md << "\n## cost (CPU seconds of wall time on the machine that ran it)\n\n"
+     << "| length | mode | samples | prefill s / sample | answers / sample | answer s (eviction + "
+        "decode) | tokens / answer | s / sample |\n|---|---|---|---|---|---|---|---|\n";
+  char buf[256];
+  for (const auto& [key, c] : by_group) {
+    const double n = static_cast<double>(c.samples.size());
+    const double per_sample = (c.prefill + c.answer) / n;
+    std::snprintf(buf, sizeof(buf), "| %s | %s | %zu | %.2f | %.0f | %.3f | %.1f | %.1f |\n",
+                  key.first > 0 ? std::to_string(key.first).c_str() : "-",
+                  query_mode_name(static_cast<QueryMode>(key.second)), c.samples.size(),
+                  c.prefill / n, static_cast<double>(c.answers) / n,
+                  c.answer / static_cast<double>(c.answers),
+                  static_cast<double>(c.tokens) / static_cast<double>(c.answers), per_sample);
+    md << buf;
+  }
+  return md.str();
+}
+
+}  // namespace
 
 std::string results_to_markdown(const EvalResults& r) {
   const auto rows = r.aggregate();
@@ -112,15 +156,28 @@ std::string results_to_markdown(const EvalResults& r) {
       md << buf << "\n";
     }
   }
+  md << cost_markdown(r);
   return md.str();
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  KVEVICT_CHECK(out.good(), "cannot open '", path, "' for writing; expected a writable path");
-  out << text;
-  out.flush();
-  KVEVICT_CHECK(out.good(), "writing '", path, "' failed after ", text.size(), " bytes");
+  // Written beside the target and renamed over it, so a failure never leaves a partial file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    KVEVICT_CHECK(out.good(), "cannot open '", path, "' for writing; expected a writable path");
+    out << text;
+    out.flush();
+    if (!out.good()) {
+      out.close();
+      std::remove(tmp.c_str());
+      KVEVICT_FAIL("writing '", path, "' failed after ", text.size(), " bytes");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    KVEVICT_FAIL("cannot move the finished file onto '", path, "'; expected a writable path");
+  }
 }
 
 }  // namespace kvevict::eval

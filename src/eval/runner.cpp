@@ -105,7 +105,10 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
     const std::vector<int32_t> question_ids = tok.encode(s.input_question(), false);
     const Metric metric = metric_for_task(s.task);
     for (QueryMode mode : opt.modes) {
+      const auto p0 = std::chrono::steady_clock::now();
       std::unique_ptr<PrefillState> state = model.prefill(context_ids, question_ids, mode);
+      const double prefill_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
       KVEVICT_CHECK(state != nullptr, "the model returned no prefill state for task '", s.task,
                     "'; expected EvalModel::prefill to return one");
       for (MethodConfig m : opt.methods) {
@@ -117,7 +120,10 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
         pr.current =
             s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " + m.label();
         const auto t0 = std::chrono::steady_clock::now();
-        Generation g = model.answer(*state, m, question_ids, mode, s.max_new_tokens);
+        const int max_new = opt.max_new_tokens_cap > 0
+                                ? std::min(s.max_new_tokens, opt.max_new_tokens_cap)
+                                : s.max_new_tokens;
+        Generation g = model.answer(*state, m, question_ids, mode, max_new);
         const auto t1 = std::chrono::steady_clock::now();
 
         SampleRecord r;
@@ -139,7 +145,9 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
         r.metric = metric;
         r.score = score_prediction(metric, r.prediction, s.answers);
         r.kept_tokens = g.kept_tokens;
+        r.generated_tokens = g.generated_tokens;
         r.answer_seconds = std::chrono::duration<double>(t1 - t0).count();
+        r.prefill_seconds = prefill_seconds;
         res.records.push_back(std::move(r));
 
         ++pr.done;

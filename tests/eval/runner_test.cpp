@@ -45,6 +45,7 @@ class FakeModel : public EvalModel {
     auto& st = static_cast<FakeState&>(state);
     EXPECT_EQ(st.mode, mode);
     EXPECT_GT(max_new_tokens, 0);
+    last_max_new_tokens = max_new_tokens;
     EXPECT_FALSE(question.empty());
     ++st.answers_given;
     max_answers_per_prefill = std::max(max_answers_per_prefill, st.answers_given);
@@ -54,11 +55,13 @@ class FakeModel : public EvalModel {
     g.text = "  ";
     for (size_t i = 0; i < keep; ++i) g.text += answers[i] + ", ";
     g.kept_tokens = static_cast<int64_t>(st.tokens.size());
+    g.generated_tokens = m.is_full() ? 3 : 5;
     return g;
   }
   testing::WhitespaceTokenizer tok_;
   int prefills = 0;
   int max_answers_per_prefill = 0;
+  int last_max_new_tokens = 0;
   std::vector<std::string> current_answers;
 };
 
@@ -193,6 +196,37 @@ TEST(Runner, ReportsNameEverySetting) {
   EXPECT_EQ(doc.at("records")[1].at("mode"), "query-agnostic");
   EXPECT_EQ(doc.at("records")[0].at("score"), 100.0);
   EXPECT_EQ(doc.at("aggregate").size(), 4u);  // 2 settings x (task + average)
+}
+
+TEST(Runner, CapsAnswersAndReportsWhatTheRunCost) {
+  FakeModel model;
+  model.current_answers = {"q"};
+  std::vector<Sample> samples = {sample("niah_single_1", {"q"}, 4096),
+                                 sample("niah_single_1", {"q"}, 4096)};
+  RunOptions opt;
+  opt.methods = expand_methods({"full", "dropkv", "snapkv"}, {Budget{0.1}});
+  run_eval(model, samples, opt);
+  EXPECT_EQ(model.last_max_new_tokens, 8);  // the sample's own limit
+  opt.max_new_tokens_cap = 3;
+  EvalResults res = run_eval(model, samples, opt);
+  EXPECT_EQ(model.last_max_new_tokens, 3);
+  opt.max_new_tokens_cap = 100;  // a cap above the limit changes nothing
+  run_eval(model, samples, opt);
+  EXPECT_EQ(model.last_max_new_tokens, 8);
+
+  const auto doc = nlohmann::json::parse(results_to_json(res));
+  ASSERT_EQ(doc.at("records").size(), 6u);
+  for (const auto& r : doc.at("records")) {
+    EXPECT_GE(r.at("prefill_seconds").get<double>(), 0.0);
+    EXPECT_GE(r.at("answer_seconds").get<double>(), 0.0);
+    EXPECT_EQ(r.at("generated_tokens"), r.at("method") == "full" ? 3 : 5);
+  }
+  // Two samples, three answers each, (3 + 5 + 5) / 3 tokens per answer.
+  const std::string md = results_to_markdown(res);
+  EXPECT_NE(md.find("## cost"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 4096 | query-aware | 2 | "), std::string::npos) << md;
+  EXPECT_NE(md.find(" | 3 | "), std::string::npos) << md;
+  EXPECT_NE(md.find(" | 4.3 | "), std::string::npos) << md;
 }
 
 TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {

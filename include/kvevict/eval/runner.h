@@ -104,6 +104,9 @@ struct RunOptions {
   // question's token count for that sample; h2o/tova-style aggregations and false keep the
   // method's own window. Records carry the window used.
   bool question_window = true;
+  // > 0: every answer stops after at most this many new tokens (RULER's per-task limits, up to
+  // 128, otherwise). A speed knob for small models that ramble after a wrong answer; reported.
+  int max_new_tokens_cap = 0;
   uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
   std::string prompt_style;  // "raw" | "chat", for the report
 };
@@ -138,7 +141,9 @@ struct SampleRecord {
   Metric metric = Metric::kStringMatchAll;
   double score = 0.0;  // 0..100
   int64_t kept_tokens = -1;
-  double answer_seconds = 0.0;
+  int64_t generated_tokens = -1;  // decode steps of the answer
+  double answer_seconds = 0.0;    // eviction + answer of this method
+  double prefill_seconds = 0.0;   // the sample's prefill, shared by every method of its mode
 };
 
 struct AggregateRow {
