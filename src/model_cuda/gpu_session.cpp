@@ -56,7 +56,10 @@ struct LayerCache {
 };
 
 // Allocates a layer whose segments have capacities cap[S]; lengths start at `len`.
-LayerCache make_layer(const std::vector<int64_t>& cap, const std::vector<int32_t>& len, int d) {
+// The small uploads are ordered on `stream` (a plain cudaMemcpy runs on the legacy stream, which
+// a non-blocking stream does not wait for).
+LayerCache make_layer(const std::vector<int64_t>& cap, const std::vector<int32_t>& len, int d,
+                      cudaStream_t stream) {
   LayerCache L;
   const size_t S = cap.size();
   L.off_h.assign(S + 1, 0);
@@ -68,8 +71,10 @@ LayerCache make_layer(const std::vector<int64_t>& cap, const std::vector<int32_t
   L.pos = DeviceBuffer(rows * 4, "KV cache positions");
   L.off = DeviceBuffer((S + 1) * 8, "KV segment offsets");
   L.len = DeviceBuffer(S * 4, "KV segment lengths");
-  KVEVICT_GPU_CHECK(cudaMemcpy(L.off.get(), L.off_h.data(), (S + 1) * 8, cudaMemcpyHostToDevice));
-  KVEVICT_GPU_CHECK(cudaMemcpy(L.len.get(), L.len_h.data(), S * 4, cudaMemcpyHostToDevice));
+  KVEVICT_GPU_CHECK(cudaMemcpyAsync(L.off.get(), L.off_h.data(), (S + 1) * 8,
+                                    cudaMemcpyHostToDevice, stream));
+  KVEVICT_GPU_CHECK(
+      cudaMemcpyAsync(L.len.get(), L.len_h.data(), S * 4, cudaMemcpyHostToDevice, stream));
   return L;
 }
 
@@ -136,6 +141,9 @@ struct GpuSession::Impl {
   DeviceBuffer ids;      // [batch] i32
   DeviceBuffer scratch;  // attention split partials (grow-only)
   DeviceBuffer blas_ws;  // cuBLAS workspace
+  int32_t* pos_pinned = nullptr;     // [batch] pinned staging of decode positions
+  int32_t* tok_pinned = nullptr;     // [batch] pinned staging of decode tokens
+  cudaEvent_t pos_staged = nullptr;  // recorded after the last staged upload
 
   const ModelConfig& c() const { return w->config; }
 
@@ -185,6 +193,10 @@ GpuSession::GpuSession(std::shared_ptr<const GpuModel> model, GpuSessionOptions 
   s.ids = DeviceBuffer(opt.batch * 4, "sampled ids");
   s.positions.assign(opt.batch, 0);
   s.layers.resize(c.n_layers);
+  KVEVICT_GPU_CHECK(cudaMallocHost(&s.pos_pinned, opt.batch * 4));
+  KVEVICT_GPU_CHECK(cudaMallocHost(&s.tok_pinned, opt.batch * 4));
+  KVEVICT_GPU_CHECK(cudaEventCreateWithFlags(&s.pos_staged, cudaEventDisableTiming));
+  KVEVICT_GPU_CHECK(cudaEventRecord(s.pos_staged, s.stream));
 }
 
 GpuSession::~GpuSession() {
@@ -192,6 +204,9 @@ GpuSession::~GpuSession() {
     if (impl_->stream) cudaStreamSynchronize(impl_->stream);
     if (impl_->blas) cublasDestroy(impl_->blas);
     impl_->layers.clear();
+    if (impl_->pos_pinned) cudaFreeHost(impl_->pos_pinned);
+    if (impl_->tok_pinned) cudaFreeHost(impl_->tok_pinned);
+    if (impl_->pos_staged) cudaEventDestroy(impl_->pos_staged);
     if (impl_->stream) cudaStreamDestroy(impl_->stream);
   }
 }
@@ -312,13 +327,17 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev) {
   const int B = opt.batch;
   const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
   const int64_t W = (Hq + 2 * Hkv) * d;
-  std::vector<int32_t> pos_h(B);
+  // Positions go up through a pinned staging buffer: a copy from pageable memory would make the
+  // host wait for the stream, and the launches of a step would no longer overlap the last one.
+  KVEVICT_GPU_CHECK(cudaEventSynchronize(pos_staged));  // the previous step's copy has run
   for (int b = 0; b < B; ++b) {
     KVEVICT_CHECK(positions[b] + 1 <= m.context_length, "decoding position ", positions[b],
                   " exceeds the context length ", m.context_length, " of ", m.name);
-    pos_h[b] = static_cast<int32_t>(positions[b]);
+    pos_pinned[b] = static_cast<int32_t>(positions[b]);
   }
-  KVEVICT_GPU_CHECK(cudaMemcpyAsync(pos.get(), pos_h.data(), B * 4, cudaMemcpyHostToDevice, stream));
+  KVEVICT_GPU_CHECK(
+      cudaMemcpyAsync(pos.get(), pos_pinned, B * 4, cudaMemcpyHostToDevice, stream));
+  KVEVICT_GPU_CHECK(cudaEventRecord(pos_staged, stream));
   KVEVICT_GPU_CHECK(detail::launch_embed(w->token_embd, tokens_dev, B, static_cast<int>(D), 1.0f,
                                          x.as<float>(), stream));
   for (int il = 0; il < m.n_layers; ++il) {
@@ -403,7 +422,7 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
   std::vector<int32_t> len(cap.size(), 0);
   for (int g = 0; g < Hkv; ++g) cap[g] = n + s.opt.decode_room;
   for (auto& L : s.layers) L = LayerCache();  // free first: the new cache may need the room
-  for (auto& L : s.layers) L = make_layer(cap, len, d);
+  for (auto& L : s.layers) L = make_layer(cap, len, d, s.stream);
 
   int64_t need = 0;
   if (evict.prefill.enabled) {
@@ -426,8 +445,8 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
   s.stats.prefill_tokens += n;
   for (auto& L : s.layers) {
     for (int g = 0; g < Hkv; ++g) L.len_h[g] = static_cast<int32_t>(n);
-    KVEVICT_GPU_CHECK(cudaMemcpy(L.len.get(), L.len_h.data(), L.len_h.size() * 4,
-                                 cudaMemcpyHostToDevice));
+    KVEVICT_GPU_CHECK(cudaMemcpyAsync(L.len.get(), L.len_h.data(), L.len_h.size() * 4,
+                                      cudaMemcpyHostToDevice, s.stream));
   }
   s.positions[0] = n;
   s.stats.kv_bytes_before = kv_bytes_per_sequence();
@@ -458,10 +477,15 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
     cpu_backend = make_cpu_backend();
     cpu_evictor = std::make_unique<LayerEvictor>(*cpu_backend, ev.score, sel_opt);
   }
-  DeviceBuffer scores, kept, kept_off, ws;
+  DeviceBuffer scores, ws;
   std::vector<int64_t> kept_off_h(Hkv + 1);
+  std::vector<LayerCache> retired;
+  // Per layer (the gathers of all layers are in flight together): kept indices and offsets.
+  std::vector<DeviceBuffer> kept_all(m.n_layers), kept_off_all(m.n_layers);
   for (int l = 0; l < m.n_layers; ++l) {
     LayerCache& C = layers[l];
+    DeviceBuffer& kept = kept_all[l];
+    DeviceBuffer& kept_off = kept_off_all[l];
     const int64_t cap0 = C.cap(0);
     TensorView kv_k(C.k.as<bf16>() + C.off_h[0] * d, DType::kBF16, {Hkv, n, d}, Device::kCuda);
     kv_k.stride[0] = cap0 * d;
@@ -525,8 +549,8 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
       kept_off_h = sel.offsets;
       for (int g = 0; g < Hkv; ++g) counts[g] = sel.count(g);
       kept.ensure(std::max<size_t>(sel.index.size(), 1) * 4, "kept indices");
-      KVEVICT_GPU_CHECK(cudaMemcpy(kept.get(), sel.index.data(), sel.index.size() * 4,
-                                   cudaMemcpyHostToDevice));
+      KVEVICT_GPU_CHECK(cudaMemcpyAsync(kept.get(), sel.index.data(), sel.index.size() * 4,
+                                        cudaMemcpyHostToDevice, stream));
     }
     kept_off.ensure((Hkv + 1) * 8, "kept offsets");
     KVEVICT_GPU_CHECK(cudaMemcpyAsync(kept_off.get(), kept_off_h.data(), (Hkv + 1) * 8,
@@ -539,14 +563,16 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
       len[g] = static_cast<int32_t>(counts[g]);
       max_count = std::max(max_count, counts[g]);
     }
-    LayerCache out = make_layer(cap, len, d);
+    LayerCache out = make_layer(cap, len, d, stream);
     KVEVICT_GPU_CHECK(detail::launch_kv_gather(
         C.k.as<bf16>(), C.v.as<bf16>(), C.pos.as<int32_t>(), C.off.as<int64_t>(),
         kept.as<int32_t>(), kept_off.as<int64_t>(), Hkv, max_count, d, out.off.as<int64_t>(),
         out.k.as<bf16>(), out.v.as<bf16>(), out.pos.as<int32_t>(), stream));
-    KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));  // before the old layer is freed
+    retired.push_back(std::move(C));  // freed after the last gather (one sync, not one a layer)
     C = std::move(out);
   }
+  KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+  retired.clear();
 }
 
 void GpuSession::append(const std::vector<int32_t>& tokens) {
@@ -577,7 +603,7 @@ void GpuSession::replicate_sequence() {
       }
     const int64_t rows0 = C.off_h[Hkv] - C.off_h[0];
     // Build the batched layer after freeing nothing: both must fit for the copy.
-    LayerCache out = make_layer(cap, len, d);
+    LayerCache out = make_layer(cap, len, d, s.stream);
     for (int b = 0; b < B; ++b) {
       const int64_t dst = out.off_h[b * Hkv];
       KVEVICT_GPU_CHECK(cudaMemcpyAsync(out.k.as<bf16>() + dst * d, C.k.as<bf16>() + C.off_h[0] * d,
@@ -601,7 +627,9 @@ void GpuSession::decode(const std::vector<int32_t>& tokens) {
   for (int32_t t : tokens)
     KVEVICT_CHECK(t >= 0 && t < s.c().vocab_size, "token id ", t, " is out of range; expected 0 .. ",
                   s.c().vocab_size - 1);
-  KVEVICT_GPU_CHECK(cudaMemcpyAsync(s.tokens.get(), tokens.data(), tokens.size() * 4,
+  KVEVICT_GPU_CHECK(cudaEventSynchronize(s.pos_staged));  // tok_pinned's last copy has run
+  std::copy(tokens.begin(), tokens.end(), s.tok_pinned);
+  KVEVICT_GPU_CHECK(cudaMemcpyAsync(s.tokens.get(), s.tok_pinned, tokens.size() * 4,
                                     cudaMemcpyHostToDevice, s.stream));
   EventTimer timer(s.stream);
   s.decode_step(s.tokens.as<int32_t>());
