@@ -171,7 +171,7 @@ int run_generate_dummy(const GenerateArgs& a) {
   if (!a.policy.empty()) method.spec.policy = policy_parse(a.policy);
   EvictConfig cfg = eval::SessionModel::prefill_eviction_for(method, eval::QueryMode::kAgnostic, 0);
   if (a.model.cuda()) {
-    a.model.load(true);  // checks --device; the random weights are made on the GPU below
+    a.model.check_device(/*allow_cuda=*/true);  // the random weights are made on the GPU
     gpu::check_supported(mc);
     auto gm = gpu::GpuModel::random(mc, a.seed);
     return run_generate_cuda(a, nullptr, nullptr, gm, prompt, {}, cfg, eval::QueryMode::kAgnostic);

@@ -27,7 +27,7 @@ void ModelArgs::add_to(CLI::App& cmd) {
   cmd.add_option("--threads", threads, "CPU threads (0 = all)")->capture_default_str();
 }
 
-std::shared_ptr<const Model> ModelArgs::load(bool allow_cuda) const {
+void ModelArgs::check_device(bool allow_cuda) const {
   KVEVICT_CHECK(device == "cpu" || device == "cuda", "unknown --device '", device,
                 "'; expected cpu or cuda");
   KVEVICT_CHECK(device == "cpu" || allow_cuda,
@@ -37,6 +37,10 @@ std::shared_ptr<const Model> ModelArgs::load(bool allow_cuda) const {
     KVEVICT_CHECK(gpu::gpu_available(), "--device cuda: no CUDA device is available (or this ",
                   "build has no CUDA runtime); expected a GPU, or --device cpu");
   }
+}
+
+std::shared_ptr<const Model> ModelArgs::load(bool allow_cuda) const {
+  check_device(allow_cuda);
   set_num_threads(threads);
   // OpenBLAS falls back to its generic SSE3 ("Prescott") kernels on CPUs it does not recognize,
   // about 4x slower for the projections; say how to pick the right ones.

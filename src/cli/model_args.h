@@ -23,6 +23,8 @@ struct ModelArgs {
   // to the GPU). Commands without a GPU path pass allow_cuda = false and refuse --device cuda;
   // with allow_cuda, --device cuda is refused when this build or machine has no GPU runtime.
   std::shared_ptr<const Model> load(bool allow_cuda = false) const;
+  // The --device checks of load() alone (for --dummy models, which load nothing).
+  void check_device(bool allow_cuda) const;
   bool cuda() const { return device == "cuda"; }
 };
 

@@ -11,9 +11,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common.cuh"
+#include "cuda/window_traits.cuh"
 #include "model_cuda/launchers.h"
 
 namespace kvevict::gpu::detail {
@@ -176,6 +179,206 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
   }
 }
 
+
+// Tensor-core variant (the default): the G query rows of a KV head padded to one 16-row mma slab,
+// 4 warps each owning 16 keys of every 64-key tile, K/V through a 2-stage cp.async buffer, S = Q K^T
+// and O += P V with mma.sync m16n8k16 (the register reuse of src/cuda/window_forward.cu, without
+// its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
+// instructions per key on dot products from shared memory, which held it near half the copy
+// bandwidth; here a key costs ~2 mma per warp.
+template <class Tr>
+constexpr size_t mma_smem_bytes() {
+  constexpr size_t q = sizeof(bf16) * Tr::kRows * Tr::kStride;
+  constexpr size_t kv = sizeof(bf16) * 2 * Tr::kTileKeys * Tr::kStride * 2;
+  constexpr size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * (Tr::kD + 2);
+  return q + (kv > merge ? kv : merge);
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
+  using namespace kvevict::cuda::detail;
+  using T = bf16;
+  constexpr int kStages = 2;
+  constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
+  constexpr int kChunks = Tr::kChunksPerRow;
+  static_assert(Tr::kSlabs == 1, "one 16-row slab: G <= 16 query heads per KV head");
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);     // [16][S]
+  T* k_s = q_s + Tr::kRows * S;            // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;         // [kStages][TK][S]
+
+  const DecodeAttentionArgs& a = p.a;
+  const int G = p.group;
+  const int seg = blockIdx.x, split = blockIdx.y;
+  const int b = seg / a.Hkv, hk = seg % a.Hkv;
+  const int tid = threadIdx.x, lane = tid & 31, kg = tid >> 5;
+  const int gq = lane >> 2, t4 = lane & 3;
+  const int64_t len = a.seg_len[seg], base = a.seg_off[seg];
+  const int64_t key_begin = split * p.keys_per_split;
+  const int64_t key_end = min(len, key_begin + p.keys_per_split);
+  const int num_tiles =
+      key_end > key_begin ? static_cast<int>((key_end - key_begin + TK - 1) / TK) : 0;
+
+  const T* q = a.q;
+  for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const bool valid = row < G;
+    const T* src = valid ? q + (static_cast<int64_t>(b) * a.Hq + hk * G + row) * D + ch * 8 : q;
+    cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
+  }
+  auto load_tile = [&](int tile, int stage) {
+    const int64_t start = key_begin + static_cast<int64_t>(tile) * TK;
+    for (int c = tid; c < TK * kChunks; c += Tr::kThreads) {
+      const int key = c / kChunks, ch = c % kChunks;
+      const int64_t j = start + key;
+      const bool valid = j < key_end;
+      const int64_t off = valid ? (base + j) * D + ch * 8 : 0;
+      cp_async_16(k_s + (stage * TK + key) * S + ch * 8, a.k + off, valid ? 16 : 0);
+      cp_async_16(v_s + (stage * TK + key) * S + ch * 8, a.v + off, valid ? 16 : 0);
+    }
+  };
+  if (num_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+
+  uint32_t qf[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+    if (tile + 1 < num_tiles) load_tile(tile + 1, (tile + 1) % kStages);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const T* r_lo = q_s + gq * S + ks * 16 + 2 * t4;
+        const T* r_hi = q_s + (gq + 8) * S + ks * 16 + 2 * t4;
+        qf[ks][0] = *reinterpret_cast<const uint32_t*>(r_lo);
+        qf[ks][1] = *reinterpret_cast<const uint32_t*>(r_hi);
+        qf[ks][2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
+        qf[ks][3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
+      }
+    }
+    float sc[GK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+    const T* kt = k_s + (stage * TK + kg * GK) * S;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int nt = 0; nt < GK / 8; ++nt) {
+        const T* kr = kt + (nt * 8 + gq) * S + ks * 16 + 2 * t4;
+        mma_16816<T>(sc[nt], qf[ks], *reinterpret_cast<const uint32_t*>(kr),
+                     *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+    const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
+        sc[nt][c] = j < key_end ? sc[nt][c] * p.scale_log2 : -INFINITY;
+        mx[c >> 1] = fmaxf(mx[c >> 1], sc[nt][c]);
+      }
+    }
+    float m_use[2], corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float m_new = fmaxf(m_run[i], mx[i]);
+      m_use[i] = m_new == -INFINITY ? 0.f : m_new;
+      corr[i] = exp2f(m_run[i] - m_use[i]);
+      m_run[i] = m_new;
+      l_run[i] *= corr[i];
+    }
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        sc[nt][c] = exp2f(sc[nt][c] - m_use[c >> 1]);
+        l_run[c >> 1] += sc[nt][c];
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
+    }
+    const T* vt = v_s + (stage * TK + kg * GK) * S;
+    const int ld_key = (lane & 7) + ((lane >> 3) & 1) * 8, ld_col = (lane >> 4) * 8;
+#pragma unroll
+    for (int kk = 0; kk < GK / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = ElemTraits<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+      pa[1] = ElemTraits<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+      pa[2] = ElemTraits<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pa[3] = ElemTraits<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, vt + (kk * 16 + ld_key) * S + dt * 16 + ld_col);
+        mma_16816<T>(o[2 * dt], pa, bv[0], bv[1]);
+        mma_16816<T>(o[2 * dt + 1], pa, bv[2], bv[3]);
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+  }
+  // Merge the 4 key groups through shared memory, then one partial per (segment, split).
+  __syncthreads();
+  float* mo = reinterpret_cast<float*>(k_s);          // [KG][16][D]
+  float* mm = mo + Tr::kKeyGroups * Tr::kRows * D;    // [KG][16]
+  float* ml = mm + Tr::kKeyGroups * Tr::kRows;        // [KG][16]
+  if (t4 == 0) {
+    mm[kg * Tr::kRows + gq] = m_run[0];
+    ml[kg * Tr::kRows + gq] = l_run[0];
+    mm[kg * Tr::kRows + gq + 8] = m_run[1];
+    ml[kg * Tr::kRows + gq + 8] = l_run[1];
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int row = c < 2 ? gq : gq + 8;
+      mo[(kg * Tr::kRows + row) * D + dt * 8 + 2 * t4 + (c & 1)] = o[dt][c];
+    }
+  }
+  __syncthreads();
+  const int64_t part = (static_cast<int64_t>(seg) * p.splits + split) * G;
+  for (int idx = tid; idx < G * D; idx += Tr::kThreads) {
+    const int row = idx / D, col = idx % D;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = fmaxf(m_all, mm[x * Tr::kRows + row]);
+    float acc = 0.f, l_all = 0.f;
+    if (m_all != -INFINITY) {
+#pragma unroll
+      for (int x = 0; x < Tr::kKeyGroups; ++x) {
+        const float f = exp2f(mm[x * Tr::kRows + row] - m_all);
+        acc += f * mo[(x * Tr::kRows + row) * D + col];
+        l_all += f * ml[x * Tr::kRows + row];
+      }
+    }
+    p.part_o[(part + row) * D + col] = acc;
+    if (col == 0) {
+      p.part_ml[(part + row) * 2] = m_all;
+      p.part_ml[(part + row) * 2 + 1] = l_all;
+    }
+  }
+}
+
 // One warp per (sequence, query head): combines the splits into out (bf16) and lse.
 __global__ void decode_merge_kernel(Params p, bf16* out, float* lse) {
   const DecodeAttentionArgs& a = p.a;
@@ -227,10 +430,27 @@ Plan make_plan(int segments, int64_t max_len, int sm_count) {
   return pl;
 }
 
+// KVEVICT_DECODE_SIMT=1 selects the CUDA-core kernel (for comparisons); the default is mma.
+bool use_simt() {
+  static const bool simt = [] {
+    const char* e = std::getenv("KVEVICT_DECODE_SIMT");
+    return e != nullptr && e[0] == '1';
+  }();
+  return simt;
+}
+
 template <int D>
 cudaError_t launch_d(const Params& p, bf16* out, float* lse, cudaStream_t stream) {
   const dim3 grid(p.a.B * p.a.Hkv, p.splits);
-  if (p.group <= 4) {
+  if (!use_simt() && p.group <= 16) {
+    using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
+    constexpr size_t smem = mma_smem_bytes<Tr>();
+    auto kernel = decode_attention_mma_kernel<Tr>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+    kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
+  } else if (p.group <= 4) {
     decode_attention_kernel<DecodeTraits<D, 4>><<<grid, 128, 0, stream>>>(p);
   } else if (p.group <= 8) {
     decode_attention_kernel<DecodeTraits<D, 8>><<<grid, 128, 0, stream>>>(p);
