@@ -38,6 +38,7 @@ struct Args {
   int max_batch = 4096;
   double reserve_gib = 6.0;  // left free for activations, scratch and cuBLAS
   int64_t chunk = 4096;
+  bool b1 = true;  // also decode one sequence (latency) for each cache
   std::string json;
 };
 
@@ -77,6 +78,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--reserve-gib") a.reserve_gib = std::stod(v());
     else if (k == "--chunk") a.chunk = std::stoll(v());
     else if (k == "--json") a.json = v();
+    else if (k == "--no-b1") a.b1 = false;
     else KVEVICT_FAIL("unknown option '", k, "'");
   }
   return a;
@@ -259,6 +261,38 @@ int main(int argc, char** argv) {
       j["kv_bytes_total"] = s.kv_bytes_total();
       j["batch_capped"] = B == a.max_batch;
       out["decode"].push_back(j);
+    }
+    // --- 3. one sequence (B = 1): per-token latency of each cache ------------------------------
+    if (a.b1) {
+      std::printf("\ndecode B = 1 at context %lld\n%-12s %10s %12s %12s\n",
+                  static_cast<long long>(Ld), "cache", "tok/head", "ms/token", "tokens/s");
+      for (double b : budgets) {
+        const bool full = b >= 1.0;
+        gpu::GpuSessionOptions go;
+        go.max_prompt = Ld;
+        go.decode_room = room;
+        go.prefill_chunk = a.chunk;
+        gpu::GpuSession s(model, go);
+        EvictConfig ev;
+        if (!full) ev.prefill = PrefillEviction::from_method(a.method, Budget{b});
+        s.prefill(prompt, ev);
+        s.decode_greedy(2);
+        const double before = s.stats().decode_seconds;
+        s.decode_greedy(a.decode_steps);
+        const double secs = s.stats().decode_seconds - before;
+        const std::string name = full ? "full" : a.method + "@" + std::to_string(b).substr(0, 4);
+        const int64_t kept = full ? Ld : Budget{b}.keep_count(Ld);
+        std::printf("%-12s %10lld %12.3f %12.1f\n", name.c_str(), static_cast<long long>(kept),
+                    1e3 * secs / a.decode_steps, a.decode_steps / secs);
+        std::fflush(stdout);
+        nlohmann::json j;
+        j["cache"] = name;
+        j["context"] = Ld;
+        j["kept_per_head"] = kept;
+        j["ms_per_token"] = 1e3 * secs / a.decode_steps;
+        j["tokens_per_s"] = a.decode_steps / secs;
+        out["decode_b1"].push_back(j);
+      }
     }
     if (!a.json.empty()) {
       std::ofstream f(a.json);
