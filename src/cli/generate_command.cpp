@@ -59,8 +59,6 @@ int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer
                       std::shared_ptr<const gpu::GpuModel> gm, const std::vector<int32_t>& context,
                       const std::vector<int32_t>& question, const EvictConfig& cfg,
                       eval::QueryMode mode) {
-  KVEVICT_CHECK(a.decode_budget == 0, "--decode-budget ", a.decode_budget,
-                ": decode-time eviction is not implemented on --device cuda; use --device cpu");
   if (gm == nullptr) {
     gpu::check_supported(model->config());
     gm = gpu::GpuModel::upload(*model);
@@ -121,6 +119,7 @@ int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer
   j["evict_seconds"] = st.evict_seconds;
   j["prefill_tokens_per_s"] = prefill_tps;
   j["decode_tokens_per_s"] = decode_tps;
+  j["decode_evictions"] = st.decode_evictions;
   if (!st.warning.empty()) j["warning"] = st.warning;
   if (a.json) {
     print_json(j);

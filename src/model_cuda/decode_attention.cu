@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
 }
 
 // One warp per (sequence, query head): combines the splits into out (bf16) and lse.
-__global__ void decode_merge_kernel(Params p, bf16* out, float* lse) {
+__global__ void decode_merge_kernel(Params p, bf16* out, float* lse, float* out_f32) {
   const DecodeAttentionArgs& a = p.a;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= a.B * a.Hq) return;
@@ -407,6 +407,7 @@ __global__ void decode_merge_kernel(Params p, bf16* out, float* lse) {
         if (ms != -INFINITY) acc += exp2f(ms - m_all) * p.part_o[prow(s) * a.d + c];
       }
     out[static_cast<int64_t>(warp) * a.d + c] = __float2bfloat16_rn(acc * inv_l);
+    if (out_f32 != nullptr) out_f32[static_cast<int64_t>(warp) * a.d + c] = acc * inv_l;
   }
 }
 
@@ -440,7 +441,8 @@ bool use_simt() {
 }
 
 template <int D>
-cudaError_t launch_d(const Params& p, bf16* out, float* lse, cudaStream_t stream) {
+cudaError_t launch_d(const Params& p, bf16* out, float* lse, float* out_f32,
+                     cudaStream_t stream) {
   const dim3 grid(p.a.B * p.a.Hkv, p.splits);
   if (!use_simt() && p.group <= 16) {
     using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
@@ -460,7 +462,7 @@ cudaError_t launch_d(const Params& p, bf16* out, float* lse, cudaStream_t stream
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const int warps = p.a.B * p.a.Hq;
-  decode_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p, out, lse);
+  decode_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p, out, lse, out_f32);
   return cudaGetLastError();
 }
 
@@ -474,8 +476,8 @@ size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max
 }
 
 cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
-                                    void* scratch, size_t scratch_bytes, int sm_count,
-                                    cudaStream_t stream) {
+                                    float* out_f32, void* scratch, size_t scratch_bytes,
+                                    int sm_count, cudaStream_t stream) {
   if (a.B <= 0 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.max_len <= 0) return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
@@ -491,8 +493,8 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
   p.part_o = reinterpret_cast<float*>(base);
   p.part_ml = reinterpret_cast<float*>(base + (rows * a.d * sizeof(float) + 255) / 256 * 256);
   switch (a.d) {
-    case 64: return launch_d<64>(p, out, lse, stream);
-    case 128: return launch_d<128>(p, out, lse, stream);
+    case 64: return launch_d<64>(p, out, lse, out_f32, stream);
+    case 128: return launch_d<128>(p, out, lse, out_f32, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -104,7 +104,10 @@ __global__ void rope_append_kernel(RopeAppendArgs a) {
     const int g = idx / d, i = idx % d;
     a.v_cache[row_base[g] * d + i] = __float2bfloat16_rn(load((Hq + Hkv) * d + idx));
   }
-  for (int g = threadIdx.x; g < Hkv; g += blockDim.x) a.pos_cache[row_base[g]] = p;
+  for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
+    a.pos_cache[row_base[g]] = p;
+    if (a.acc_cache != nullptr) a.acc_cache[row_base[g]] = 0.0f;  // as cache_append_rows
+  }
   if (a.decode) {
     __syncthreads();  // every thread has used row_base before the lengths move
     for (int g = threadIdx.x; g < Hkv; g += blockDim.x) a.seg_len[t * Hkv + g] += 1;

@@ -20,6 +20,8 @@
 #include "kvevict/backend.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/cuda/select.h"
+#include "kvevict/decode_evict.h"
+#include "kvevict/select.h"
 #include "kvevict/evict.h"
 #include "kvevict/model/gpu_runtime.h"
 #include "model_cuda/device_memory.h"
@@ -48,6 +50,7 @@ void gemm(cublasHandle_t h, const bf16* x, int64_t T, const bf16* w, int64_t out
 
 struct LayerCache {
   DeviceBuffer k, v, pos;           // [rows, d] bf16, [rows, d] bf16, [rows] i32
+  DeviceBuffer acc;                 // [rows] f32 decode-eviction accumulators
   DeviceBuffer off, len;            // [S + 1] i64, [S] i32 (device)
   std::vector<int64_t> off_h;       // [S + 1] host copy
   std::vector<int32_t> len_h;       // [S] host mirror of len
@@ -69,6 +72,8 @@ LayerCache make_layer(const std::vector<int64_t>& cap, const std::vector<int32_t
   L.k = DeviceBuffer(rows * d * 2, "KV cache keys");
   L.v = DeviceBuffer(rows * d * 2, "KV cache values");
   L.pos = DeviceBuffer(rows * 4, "KV cache positions");
+  L.acc = DeviceBuffer(rows * 4, "KV score accumulators");
+  KVEVICT_GPU_CHECK(cudaMemsetAsync(L.acc.get(), 0, rows * 4, stream));
   L.off = DeviceBuffer((S + 1) * 8, "KV segment offsets");
   L.len = DeviceBuffer(S * 4, "KV segment lengths");
   KVEVICT_GPU_CHECK(cudaMemcpyAsync(L.off.get(), L.off_h.data(), (S + 1) * 8,
@@ -122,6 +127,9 @@ struct GpuSession::Impl {
 
   std::vector<LayerCache> layers;
   std::vector<int64_t> positions;  // [batch] next position of each sequence
+  bool decode_evict = false;       // decode-time eviction (SPEC section 5) after each step
+  bool appending = false;          // append(): tokens are not scored (as Session::append)
+  DecodeEvictOptions dopt;
   bool compacted = false;          // true once the layer is no longer row = position
   GpuStats stats;
 
@@ -149,7 +157,8 @@ struct GpuSession::Impl {
 
   void forward_prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int64_t need,
                              int64_t n_total, std::vector<DeviceBuffer>* qcap, bool want_logits);
-  void decode_step(const int32_t* tokens_dev);
+  void decode_step(const int32_t* tokens_dev, bool score);
+  void evict_decode();
   void evict_prefill(const PrefillEviction& ev, int64_t n, int64_t need,
                      std::vector<DeviceBuffer>& qcap);
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
@@ -273,6 +282,7 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
     ra.k_cache = C.k.as<bf16>();
     ra.v_cache = C.v.as<bf16>();
     ra.pos_cache = C.pos.as<int32_t>();
+    ra.acc_cache = C.acc.as<float>();
     ra.seg_off = C.off.as<int64_t>();
     ra.seg_len = C.len.as<int32_t>();
     ra.decode = false;
@@ -322,7 +332,8 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
   if (want_logits) final_logits(1, T);
 }
 
-void GpuSession::Impl::decode_step(const int32_t* tokens_dev) {
+void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
+  score = score && decode_evict;
   const ModelConfig& m = c();
   const int B = opt.batch;
   const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
@@ -369,6 +380,7 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev) {
     ra.k_cache = C.k.as<bf16>();
     ra.v_cache = C.v.as<bf16>();
     ra.pos_cache = C.pos.as<int32_t>();
+    ra.acc_cache = C.acc.as<float>();
     ra.seg_off = C.off.as<int64_t>();
     ra.seg_len = C.len.as<int32_t>();
     ra.decode = true;
@@ -391,14 +403,103 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev) {
       KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
       scratch.ensure(need, "decode attention scratch");
     }
-    KVEVICT_GPU_CHECK(detail::launch_decode_attention(da, attn.as<bf16>(), nullptr, scratch.get(),
-                                                      scratch.bytes(), sm_count, stream));
+    KVEVICT_GPU_CHECK(detail::launch_decode_attention(
+        da, attn.as<bf16>(), score ? lse.as<float>() : nullptr,
+        score ? attn_f.as<float>() : nullptr, scratch.get(), scratch.bytes(), sm_count, stream));
+    if (score) {
+      // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included).
+      detail::DecodeScoreArgs sa;
+      sa.q = qh.as<bf16>();
+      sa.out = attn_f.as<float>();
+      sa.lse = lse.as<float>();
+      sa.k = C.k.as<bf16>();
+      sa.v = C.v.as<bf16>();
+      sa.seg_off = C.off.as<int64_t>();
+      sa.seg_len = C.len.as<int32_t>();
+      sa.acc = C.acc.as<float>();
+      sa.B = B;
+      sa.Hq = static_cast<int>(Hq);
+      sa.Hkv = static_cast<int>(Hkv);
+      sa.d = static_cast<int>(d);
+      sa.scale = dopt.scale;
+      sa.one_minus_p_floor = static_cast<float>(dopt.one_minus_p_floor);
+      switch (dopt.score) {
+        case DecodeScore::kAttentionSum: sa.kind = 0; break;
+        case DecodeScore::kTOVA: sa.kind = 0; sa.replace = true; break;
+        case DecodeScore::kDropKV: sa.kind = 1; break;
+        case DecodeScore::kObcacheV: sa.kind = 2; break;
+        case DecodeScore::kObcacheK: sa.kind = 3; break;
+        case DecodeScore::kObcacheVK: sa.kind = 4; break;
+      }
+      KVEVICT_GPU_CHECK(detail::launch_decode_scores(sa, max_len, stream));
+    }
     gemm(blas, attn.as<bf16>(), B, L.wo, D, Hq * d, x.get(), true, 1.0f);
     ffn_and_residual(L, B);
   }
   final_logits(B, 1);
   for (int b = 0; b < B; ++b) positions[b] += 1;
   compacted = true;  // rows no longer equal positions for every segment of the batch
+  if (score) evict_decode();
+}
+
+// DecodeEvictor::evict on the GPU cache: segments longer than budget + slack are cut to budget
+// rows (select_head on the downloaded accumulators: the first `sink` and last `recent` rows are
+// protected, ties toward the lower position), compacted into a new layer whose segments hold
+// max(rows + 1, budget + slack + 1) rows.
+void GpuSession::Impl::evict_decode() {
+  const ModelConfig& m = c();
+  const int d = m.head_dim;
+  const int64_t limit = dopt.budget + dopt.slack;
+  std::vector<LayerCache> retired;
+  std::vector<DeviceBuffer> kept_bufs, off_bufs;
+  for (int l = 0; l < m.n_layers; ++l) {
+    LayerCache& C = layers[l];
+    const int S = static_cast<int>(C.len_h.size());
+    bool any = false;
+    for (int sg = 0; sg < S; ++sg) any = any || C.len_h[sg] > limit;
+    if (!any) continue;
+    std::vector<float> acc_h(C.rows());
+    KVEVICT_GPU_CHECK(cudaMemcpyAsync(acc_h.data(), C.acc.get(), acc_h.size() * 4,
+                                      cudaMemcpyDeviceToHost, stream));
+    KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+    std::vector<int32_t> kept;
+    std::vector<int64_t> kept_off(S + 1, 0), cap(S);
+    std::vector<int32_t> len(S);
+    std::vector<int32_t> head;
+    int64_t max_count = 0;
+    for (int sg = 0; sg < S; ++sg) {
+      const int64_t n = C.len_h[sg];
+      head.clear();
+      if (n > limit) {
+        select_head(acc_h.data() + C.off_h[sg], nullptr, n, dopt.budget, dopt.sink, dopt.recent,
+                    head);
+      } else {
+        for (int64_t j = 0; j < n; ++j) head.push_back(static_cast<int32_t>(j));
+      }
+      kept.insert(kept.end(), head.begin(), head.end());
+      kept_off[sg + 1] = kept_off[sg] + static_cast<int64_t>(head.size());
+      len[sg] = static_cast<int32_t>(head.size());
+      cap[sg] = std::max<int64_t>(static_cast<int64_t>(head.size()) + 1,
+                                  dopt.capacity_per_head());
+      max_count = std::max<int64_t>(max_count, static_cast<int64_t>(head.size()));
+    }
+    ++stats.decode_evictions;
+    kept_bufs.emplace_back(std::max<size_t>(kept.size(), 1) * 4, "decode kept indices");
+    off_bufs.emplace_back((S + 1) * 8, "decode kept offsets");
+    KVEVICT_GPU_CHECK(cudaMemcpyAsync(kept_bufs.back().get(), kept.data(), kept.size() * 4,
+                                      cudaMemcpyHostToDevice, stream));
+    KVEVICT_GPU_CHECK(cudaMemcpyAsync(off_bufs.back().get(), kept_off.data(), (S + 1) * 8,
+                                      cudaMemcpyHostToDevice, stream));
+    LayerCache out = make_layer(cap, len, d, stream);
+    KVEVICT_GPU_CHECK(detail::launch_kv_gather(
+        C.k.as<bf16>(), C.v.as<bf16>(), C.pos.as<int32_t>(), C.off.as<int64_t>(),
+        kept_bufs.back().as<int32_t>(), off_bufs.back().as<int64_t>(), S, max_count, d,
+        out.off.as<int64_t>(), out.k.as<bf16>(), out.v.as<bf16>(), out.pos.as<int32_t>(),
+        C.acc.as<float>(), out.acc.as<float>(), stream));
+    retired.push_back(std::move(C));
+    C = std::move(out);
+  }
+  if (!retired.empty()) KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
 }
 
 void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& evict) {
@@ -410,8 +511,15 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
                 s.positions[0], " tokens; expected a fresh session");
   KVEVICT_CHECK(n <= s.opt.max_prompt, "prompt of ", n, " tokens exceeds the session's max_prompt ",
                 s.opt.max_prompt);
-  KVEVICT_CHECK(!evict.decode.enabled,
-                "decode-time eviction is not implemented on the GPU runtime; use --device cpu");
+  if (evict.decode.enabled) {
+    // As Session::setup_decode: scale from the model, no softcap (llama / qwen2).
+    s.dopt = evict.decode.options;
+    s.dopt.scale = c.logit_scale();
+    s.dopt.softcap = 0.0f;
+    s.dopt.validate();
+    KVEVICT_CHECK(s.opt.decode_room >= 1, "decode-time eviction needs decode_room >= 1");
+  }
+  s.decode_evict = evict.decode.enabled;
   for (int64_t i = 0; i < n; ++i)
     KVEVICT_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id ", tokens[i],
                   " at index ", i, " is out of range; expected 0 .. ", c.vocab_size - 1);
@@ -567,7 +675,7 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
     KVEVICT_GPU_CHECK(detail::launch_kv_gather(
         C.k.as<bf16>(), C.v.as<bf16>(), C.pos.as<int32_t>(), C.off.as<int64_t>(),
         kept.as<int32_t>(), kept_off.as<int64_t>(), Hkv, max_count, d, out.off.as<int64_t>(),
-        out.k.as<bf16>(), out.v.as<bf16>(), out.pos.as<int32_t>(), stream));
+        out.k.as<bf16>(), out.v.as<bf16>(), out.pos.as<int32_t>(), nullptr, nullptr, stream));
     retired.push_back(std::move(C));  // freed after the last gather (one sync, not one a layer)
     C = std::move(out);
   }
@@ -583,7 +691,14 @@ void GpuSession::append(const std::vector<int32_t>& tokens) {
     KVEVICT_CHECK(t >= 0 && t < s.c().vocab_size, "token id ", t, " is out of range; expected 0 .. ",
                   s.c().vocab_size - 1);
     std::fill(row.begin(), row.end(), t);
-    decode(row);
+    s.appending = true;
+    try {
+      decode(row);
+    } catch (...) {
+      s.appending = false;
+      throw;
+    }
+    s.appending = false;
   }
 }
 
@@ -632,7 +747,7 @@ void GpuSession::decode(const std::vector<int32_t>& tokens) {
   KVEVICT_GPU_CHECK(cudaMemcpyAsync(s.tokens.get(), s.tok_pinned, tokens.size() * 4,
                                     cudaMemcpyHostToDevice, s.stream));
   EventTimer timer(s.stream);
-  s.decode_step(s.tokens.as<int32_t>());
+  s.decode_step(s.tokens.as<int32_t>(), /*score=*/!s.appending);
   s.stats.decode_seconds += timer.seconds();
   s.stats.decode_steps += 1;
 }
@@ -658,7 +773,7 @@ std::vector<int32_t> GpuSession::decode_greedy(int steps) {
                                             s.ids.as<int32_t>(), s.stream));
     KVEVICT_GPU_CHECK(cudaMemcpyAsync(s.tokens.get(), s.ids.get(), s.opt.batch * 4,
                                       cudaMemcpyDeviceToDevice, s.stream));
-    s.decode_step(s.tokens.as<int32_t>());
+    s.decode_step(s.tokens.as<int32_t>(), /*score=*/true);
   }
   s.stats.decode_seconds += timer.seconds();
   s.stats.decode_steps += steps;

@@ -36,6 +36,7 @@ struct RopeAppendArgs {
   bf16* k_cache = nullptr;     // [rows, d] keys after RoPE
   bf16* v_cache = nullptr;     // [rows, d]
   int32_t* pos_cache = nullptr;  // [rows]
+  float* acc_cache = nullptr;    // [rows] decode-eviction accumulators (zeroed on append), or null
   const int64_t* seg_off = nullptr;  // [segments + 1]
   int32_t* seg_len = nullptr;        // [segments]; decode mode reads and increments it
   // prefill (decode = false): token t of sequence `seq` goes to row seg_off[seq Hkv + g] + first
@@ -75,18 +76,42 @@ struct DecodeAttentionArgs {
 };
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len,
                                       int sm_count);
-// out [B, Hq d] bf16 (the o-projection's input); lse [B, Hq] f32 (may be null).
+// out [B, Hq d] bf16 (the o-projection's input); lse [B, Hq] f32 and out_f32 [B, Hq, d] (the
+// unrounded outputs a, for decode-time scores) may be null.
 cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
-                                    void* scratch, size_t scratch_bytes, int sm_count,
-                                    cudaStream_t stream);
+                                    float* out_f32, void* scratch, size_t scratch_bytes,
+                                    int sm_count, cudaStream_t stream);
+
+// --- decode_scores.cu ----------------------------------------------------------------------------
+// The w = 1 step score of every cached row (DecodeEvictor::accumulate): per segment s = b Hkv + g
+// and row j < seg_len[s], the mean over the G query heads of the term, added to acc (replace:
+// written, tova).
+struct DecodeScoreArgs {
+  const bf16* q = nullptr;     // [B, Hq, d] the step's queries after RoPE
+  const float* out = nullptr;  // [B, Hq, d] attention outputs a
+  const float* lse = nullptr;  // [B, Hq]
+  const bf16* k = nullptr;     // [rows, d]
+  const bf16* v = nullptr;     // [rows, d]
+  const int64_t* seg_off = nullptr;  // [B Hkv + 1]
+  const int32_t* seg_len = nullptr;  // [B Hkv]
+  float* acc = nullptr;              // [rows]
+  int B = 0, Hq = 0, Hkv = 0, d = 0;
+  float scale = 1.0f;
+  int kind = 0;  // 0 attention sum / tova, 1 dropkv, 2 obcache_v, 3 obcache_k, 4 obcache_vk
+  bool replace = false;
+  float one_minus_p_floor = 1e-12f;
+};
+cudaError_t launch_decode_scores(const DecodeScoreArgs& a, int64_t max_len, cudaStream_t stream);
 
 // --- kv_gather.cu --------------------------------------------------------------------------------
 // Compaction into a new varlen cache: for segment s < S, row i < count[s] of the output
 // (out_off[s] + i) = input row in_off[s] + kept[kept_off[s] + i] (K, V and pos). d * 2 bytes
 // must be a multiple of 16.
+// acc / out_acc ([rows] f32 accumulators) travel the same way when both are non-null.
 cudaError_t launch_kv_gather(const bf16* k, const bf16* v, const int32_t* pos,
                              const int64_t* in_off, const int32_t* kept, const int64_t* kept_off,
                              int S, int64_t max_count, int d, const int64_t* out_off, bf16* out_k,
-                             bf16* out_v, int32_t* out_pos, cudaStream_t stream);
+                             bf16* out_v, int32_t* out_pos, const float* acc, float* out_acc,
+                             cudaStream_t stream);
 
 }  // namespace kvevict::gpu::detail

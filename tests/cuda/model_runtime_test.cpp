@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cuda/cuda_testing.h"
+#include "kvevict/decode_evict.h"
 #include "kvevict/io/model_paths.h"
 #include "kvevict/model/gpu_runtime.h"
 #include "kvevict/model/model.h"
@@ -268,7 +269,59 @@ TEST(GpuRuntimeEviction, SnapKVOnTheGpuPath) {
   check_eviction("snapkv", 0.3, "gpu");
 }
 
-TEST(GpuRuntimeErrors, RefusesGemmaAndDecodeEviction) {
+// Decode-time eviction (SPEC section 5): step scores accumulate on the GPU, heads over
+// budget + slack are cut to the budget at the same steps as the CPU's DecodeEvictor, and the
+// logits keep following the CPU session.
+void check_decode_eviction(const std::string& score) {
+  const ModelConfig c = tiny_config(Arch::kLlama);
+  auto cpu_model = bf16_model(c, 41);
+  auto gm = upload(cpu_model);
+  const auto prompt = prompt_ids(200, c.vocab_size, 13);
+  EvictConfig ev;
+  ev.decode.enabled = true;
+  ev.decode.options.score = decode_score_parse(score);
+  ev.decode.options.budget = 96;
+  ev.decode.options.slack = 4;
+  ev.decode.options.recent = 16;
+  SessionOptions so;
+  so.kv_dtype = DType::kBF16;
+  Session cpu(cpu_model, so);
+  cpu.prefill(prompt, ev);
+  gpu::GpuSessionOptions go;
+  go.max_prompt = 200;
+  go.decode_room = 4;
+  gpu::GpuSession g(gm, go);
+  g.prefill(prompt, ev);
+  for (int step = 0; step < 12; ++step) {
+    const int32_t tok = prompt_ids(1, c.vocab_size, 300 + step)[0];
+    cpu.decode(tok);
+    g.decode({tok});
+    for (int l = 0; l < c.n_layers; ++l)
+      ASSERT_EQ(g.kv_rows(l), cpu.kv_rows(l)) << score << " step " << step << " layer " << l;
+    expect_close_logits(g.logits(), cpu.logits(), 0.08, score.c_str());
+  }
+  EXPECT_GT(g.stats().decode_evictions, 0);
+  EXPECT_EQ(g.stats().decode_evictions, cpu.stats().decode_evictions);
+  // 201 rows -> 96 at step 1, then 97..100, 101 -> 96 at steps 6 and 11, 97 after step 12.
+  EXPECT_EQ(g.kv_rows(0), 97 * c.n_kv_heads);
+}
+
+TEST(GpuRuntimeDecodeEviction, AttentionSumMatchesCpu) {
+  KVEVICT_REQUIRE_GPU();
+  check_decode_eviction("h2o");
+}
+
+TEST(GpuRuntimeDecodeEviction, DropKVMatchesCpu) {
+  KVEVICT_REQUIRE_GPU();
+  check_decode_eviction("dropkv");
+}
+
+TEST(GpuRuntimeDecodeEviction, TovaMatchesCpu) {
+  KVEVICT_REQUIRE_GPU();
+  check_decode_eviction("tova");
+}
+
+TEST(GpuRuntimeErrors, RefusesGemmaAndBadSizes) {
   KVEVICT_REQUIRE_GPU();
   ModelConfig c = tiny_config(Arch::kLlama);
   c.arch = Arch::kGemma3;
@@ -277,10 +330,10 @@ TEST(GpuRuntimeErrors, RefusesGemmaAndDecodeEviction) {
   gpu::GpuSessionOptions go;
   go.max_prompt = 16;
   gpu::GpuSession g(gm, go);
-  EvictConfig ev;
-  ev.decode.enabled = true;
-  EXPECT_THROW(g.prefill(prompt_ids(16, 517, 1), ev), Error);
   EXPECT_THROW(g.prefill(prompt_ids(17, 517, 1)), Error);  // over max_prompt
+  EXPECT_THROW(g.decode({1}), Error);                       // nothing prefilled
+  go.batch = 0;
+  EXPECT_THROW(gpu::GpuSession(gm, go), Error);
 }
 
 // SmolLM2's shape (Hq 9, Hkv 3, d 64, 30 layers) with random weights: greedy tokens equal.

@@ -6,7 +6,8 @@
 // policy) or the CPU LayerEvictor on downloaded K/V for the other methods and policies.
 //
 // No CUDA header is needed to include this file. Without a CUDA build every entry point throws
-// a kvevict::Error that says so; gpu_available() is false.
+// a kvevict::Error that says so; gpu_available() is false. Decode-time eviction (SPEC section 5)
+// scores every step on the GPU and evicts over-long heads.
 //
 // Batches: a session holds `batch` sequences. prefill() fills sequence 0; replicate_sequence()
 // copies its (evicted) cache to the other rows, so decode throughput can be measured at the
@@ -75,6 +76,7 @@ struct GpuStats {
   int64_t kv_bytes_before = 0;  // device K/V bytes of sequence 0 before prefill eviction
   int64_t kv_bytes_after = 0;   // ... after it
   std::string evict_path;       // "gpu" (CUDA scores + radix select) or "cpu-plan" (fallback)
+  int64_t decode_evictions = 0;  // decode steps of a layer that evicted rows
   std::string warning;
 };
 
@@ -86,7 +88,9 @@ class GpuSession {
   GpuSession& operator=(GpuSession&&) noexcept;
 
   // Prefill of sequence 0 in chunks, then one-shot eviction per layer when evict.prefill is
-  // enabled (decode-time eviction is not implemented on the GPU and is refused).
+  // enabled. evict.decode (SPEC section 5) then runs after every decode() step: the step scores
+  // accumulate on the GPU; over-long heads are cut with select_head on the host and compacted on
+  // the GPU.
   void prefill(const std::vector<int32_t>& tokens, const EvictConfig& evict = EvictConfig::none());
   // More tokens for every sequence of the batch after the prefill (the question of query-agnostic
   // mode); runs them one position at a time over the (compacted) cache.
