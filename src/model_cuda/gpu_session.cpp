@@ -130,7 +130,7 @@ struct GpuSession::Impl {
   bool decode_evict = false;       // decode-time eviction (SPEC section 5) after each step
   bool appending = false;          // append(): tokens are not scored (as Session::append)
   DecodeEvictOptions dopt;
-  bool compacted = false;          // true once the layer is no longer row = position
+  bool replicated = false;         // replicate_sequence() filled sequences 1 .. batch-1
   GpuStats stats;
 
   // Activations. T = tokens of one pass (a prefill chunk or one per sequence).
@@ -333,6 +333,8 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
 }
 
 void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
+  KVEVICT_CHECK(opt.batch == 1 || replicated, "decoding a batch of ", opt.batch,
+                " needs replicate_sequence() after the prefill of sequence 0");
   score = score && decode_evict;
   const ModelConfig& m = c();
   const int B = opt.batch;
@@ -438,7 +440,6 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
   }
   final_logits(B, 1);
   for (int b = 0; b < B; ++b) positions[b] += 1;
-  compacted = true;  // rows no longer equal positions for every segment of the batch
   if (score) evict_decode();
 }
 
@@ -564,7 +565,6 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
     s.evict_prefill(evict.prefill, n, need, qcap);
     s.stats.evict_seconds += timer.seconds();
     s.stats.kv_bytes_after = kv_bytes_per_sequence();
-    s.compacted = true;
   }
 }
 
@@ -706,6 +706,7 @@ void GpuSession::replicate_sequence() {
   Impl& s = *impl_;
   const ModelConfig& c = s.c();
   const int B = s.opt.batch, Hkv = c.n_kv_heads, d = c.head_dim;
+  KVEVICT_CHECK(s.positions[0] > 0, "replicate_sequence before prefill; expected prefill first");
   if (B == 1) return;
   KVEVICT_GPU_CHECK(cudaStreamSynchronize(s.stream));
   for (auto& C : s.layers) {
@@ -732,6 +733,7 @@ void GpuSession::replicate_sequence() {
     C = std::move(out);
   }
   for (int b = 1; b < B; ++b) s.positions[b] = s.positions[0];
+  s.replicated = true;
 }
 
 void GpuSession::decode(const std::vector<int32_t>& tokens) {
