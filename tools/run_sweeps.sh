@@ -7,6 +7,7 @@
 #     report: the docs/RESULTS.md sweep: 6 NIAH/VT tasks x 3 samples at 2K and 4K (~40 min for SmolLM2)
 #     full:   all 11 tasks x 5 samples at 2K and 4K (hours on 2 cores)
 #   Models default to smollm2 and gemma3-270m (quick: smollm2 only); name them to run a subset.
+#   SWEEP_LENGTHS / SWEEP_SAMPLES override the mode's lengths and samples per task.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODE="${1:-quick}"
@@ -29,6 +30,8 @@ case "$MODE" in
   *) echo "run_sweeps.sh: unknown mode '$MODE' (expected quick, report or full)" >&2; exit 2 ;;
 esac
 if [ $# -gt 0 ]; then models=("$@"); fi
+lengths="${SWEEP_LENGTHS:-$lengths}"    # e.g. SWEEP_LENGTHS=2048 for a shorter run
+samples="${SWEEP_SAMPLES:-$samples}"
 
 for m in "${models[@]}"; do
   run "$KV" analyze -m "$m" --length 1024 --pool-size 16 --evict 4 --queries 4 \

@@ -50,6 +50,8 @@ std::string one_line(std::string s) {
 
 int run_demo(const DemoArgs& a) {
   const auto model = a.model.load();
+  KVEVICT_CHECK(a.length <= model->config().context_length, "--length ", a.length, " exceeds the ",
+                model->config().context_length, "-token context of ", model->config().name);
   const auto tok = load_tokenizer(*model);
   const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
   eval::RulerGenerator gen(corpus, *tok);

@@ -210,6 +210,10 @@ int run_generate(const GenerateArgs& a) {
   const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
   EvictConfig cfg = eval::SessionModel::prefill_eviction_for(method, mode,
                                                               static_cast<int64_t>(question.size()));
+  KVEVICT_CHECK(a.decode_budget >= 0, "--decode-budget ", a.decode_budget,
+                " is negative; expected a token count > 1, or 0 for no decode-time eviction");
+  KVEVICT_CHECK(a.decode_slack >= 0 && a.decode_recent >= 0, "--decode-slack ", a.decode_slack,
+                " / --decode-recent ", a.decode_recent, ": expected counts >= 0");
   if (a.decode_budget > 0) {
     KVEVICT_CHECK(!method.is_full(), "--decode-budget needs a --method to score with");
     eval::MethodConfig dm = method;

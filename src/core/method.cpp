@@ -120,7 +120,8 @@ Pooling Pooling::parse(const std::string& s) {
                 kind, ":K with K odd, e.g. ", kind, ":7");
   const double k = parse_double(s.substr(colon + 1), "pooling kernel");
   KVEVICT_CHECK(k >= 1 && k <= 1025 && std::floor(k) == k && static_cast<int>(k) % 2 == 1,
-                "pooling kernel ", s.substr(colon + 1), " is invalid; expected an odd integer in [1, 1025]");
+                "pooling '", s, "': kernel ", s.substr(colon + 1),
+                " is invalid; expected an odd integer in [1, 1025]");
   p.kernel = static_cast<int>(k);
   if (p.kernel == 1) p.kind = PoolKind::kNone;
   return p;

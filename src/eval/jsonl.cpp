@@ -78,6 +78,7 @@ std::vector<Sample> read_jsonl_samples(std::istream& in, const std::string& sour
     s.max_new_tokens = static_cast<int>(n);
     out.push_back(std::move(s));
   }
+  KVEVICT_CHECK(!out.empty(), source, " holds no samples; expected one JSON object a line");
   return out;
 }
 

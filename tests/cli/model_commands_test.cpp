@@ -46,6 +46,26 @@ TEST_F(ModelCommands, GenerateWithEvictionShrinksTheCache) {
   for (const auto& kept : j["kept_tokens_per_head_per_layer"]) EXPECT_LT(kept.get<int64_t>(), 200);
 }
 
+// Issue "Model runtime": a needle-in-a-haystack prompt the full cache answers is still answered
+// with DropKV keeping 20% of the cache. The prompt is the eval generator's first niah_single_1
+// sample at 2K tokens (base seed 0), evicted query-aware with DropKV's defaults (no pooling).
+TEST_F(ModelCommands, DropKVAt20PercentStillFindsTheNeedle) {
+  const auto r = run_cli(KVEVICT_CLI_PATH,
+                         {"eval", "-m", smollm2(), "--tasks", "niah_single_1", "--lengths", "2048",
+                          "--samples", "1", "--methods", "full,dropkv", "--budgets", "0.2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  int checked = 0;
+  for (const auto& rec : j["records"]) {
+    const std::string method = rec["method"];
+    EXPECT_EQ(rec["score"].get<double>(), 100.0)
+        << method << " answered '" << rec["prediction"] << "', expected " << rec["answers"];
+    if (method == "dropkv") EXPECT_LE(rec["kept_tokens"].get<int64_t>(), 0.2 * 2048);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 TEST_F(ModelCommands, GenerateRejectsBadInput) {
   expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--method", "dropkvv"}, "unknown method 'dropkvv'");
   expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--method", "dropkv", "--budget", "0"}, "budget");

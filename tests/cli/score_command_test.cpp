@@ -85,7 +85,7 @@ TEST_F(ScoreCommand, RejectsUnknownNames) {
   expect_bad(a, "unknown aggregation 'sum'");
   a = base("dropkv");
   a.insert(a.end(), {"--pool", "max:4"});
-  expect_bad(a, "pooling kernel");
+  expect_bad(a, "pooling 'max:4': kernel 4");
   a = base("dropkv");
   a.insert(a.end(), {"--policy", "fair"});
   expect_bad(a, "unknown policy 'fair'");
