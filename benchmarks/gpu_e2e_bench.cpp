@@ -6,13 +6,12 @@
 //      for each --budgets value of --method (the same pool for all: SPEC's "same memory").
 // Prints a table; --json FILE writes every number. Device times come from CUDA events; TTFT is
 // host wall time around the whole call.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -65,21 +64,36 @@ Args parse(int argc, char** argv) {
       KVEVICT_CHECK(i + 1 < argc, k, " needs a value");
       return argv[++i];
     };
-    if (k == "--preset") a.preset = v();
-    else if (k == "--layers") a.layers = std::stoi(v());
-    else if (k == "--lengths") a.lengths = parse_ints(v());
-    else if (k == "--pair-max") a.pair_max = std::stoll(v());
-    else if (k == "--method") a.method = v();
-    else if (k == "--prefill-budget") a.prefill_budget = std::stod(v());
-    else if (k == "--budgets") a.budgets = parse_doubles(v());
-    else if (k == "--decode-context") a.decode_context = std::stoll(v());
-    else if (k == "--decode-steps") a.decode_steps = std::stoi(v());
-    else if (k == "--max-batch") a.max_batch = std::stoi(v());
-    else if (k == "--reserve-gib") a.reserve_gib = std::stod(v());
-    else if (k == "--chunk") a.chunk = std::stoll(v());
-    else if (k == "--json") a.json = v();
-    else if (k == "--no-b1") a.b1 = false;
-    else KVEVICT_FAIL("unknown option '", k, "'");
+    if (k == "--preset")
+      a.preset = v();
+    else if (k == "--layers")
+      a.layers = std::stoi(v());
+    else if (k == "--lengths")
+      a.lengths = parse_ints(v());
+    else if (k == "--pair-max")
+      a.pair_max = std::stoll(v());
+    else if (k == "--method")
+      a.method = v();
+    else if (k == "--prefill-budget")
+      a.prefill_budget = std::stod(v());
+    else if (k == "--budgets")
+      a.budgets = parse_doubles(v());
+    else if (k == "--decode-context")
+      a.decode_context = std::stoll(v());
+    else if (k == "--decode-steps")
+      a.decode_steps = std::stoi(v());
+    else if (k == "--max-batch")
+      a.max_batch = std::stoi(v());
+    else if (k == "--reserve-gib")
+      a.reserve_gib = std::stod(v());
+    else if (k == "--chunk")
+      a.chunk = std::stoll(v());
+    else if (k == "--json")
+      a.json = v();
+    else if (k == "--no-b1")
+      a.b1 = false;
+    else
+      KVEVICT_FAIL("unknown option '", k, "'");
   }
   return a;
 }
@@ -94,7 +108,9 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
   return t;
 }
 
-double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
+double gib(double b) {
+  return b / (1024.0 * 1024.0 * 1024.0);
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -112,8 +128,8 @@ int main(int argc, char** argv) {
     ModelConfig cfg = ModelConfig::preset(a.preset);
     std::string simplification;
     if (a.layers > 0 && a.layers < cfg.n_layers) {
-      simplification = "layers cut from " + std::to_string(cfg.n_layers) + " to " +
-                       std::to_string(a.layers);
+      simplification =
+          "layers cut from " + std::to_string(cfg.n_layers) + " to " + std::to_string(a.layers);
       cfg.n_layers = a.layers;
     }
     const auto info = cuda::device_info();
@@ -124,8 +140,8 @@ int main(int argc, char** argv) {
                 simplification.empty() ? "" : "; ", simplification.c_str());
     const double t_load = now_s();
     auto model = gpu::GpuModel::random(cfg, 1);
-    std::printf("weights: %.2f GiB generated on the device in %.2f s\n",
-                gib(model->weight_bytes()), now_s() - t_load);
+    std::printf("weights: %.2f GiB generated on the device in %.2f s\n", gib(model->weight_bytes()),
+                now_s() - t_load);
     nlohmann::json out;
     out["device"] = info.name;
     out["model"] = cfg.describe();
@@ -172,8 +188,9 @@ int main(int argc, char** argv) {
         if (!evict) base_prefill = st.prefill_seconds;
         const double ref = base_prefill > 0 ? base_prefill : st.prefill_seconds;
         const double overhead = evict ? (total_s - ref) / ref : 0.0;
-        const std::string name = evict ? a.method + "@" + std::to_string(a.prefill_budget).substr(0, 4)
-                                       : std::string("full");
+        const std::string name =
+            evict ? a.method + "@" + std::to_string(a.prefill_budget).substr(0, 4)
+                  : std::string("full");
         std::printf("%-8lld %-10s %12.3f %12.3f %12.3f %9.2f%% %12.3f %11.2f GiB\n",
                     static_cast<long long>(L), name.c_str(), st.prefill_seconds, st.evict_seconds,
                     total_s, 100.0 * overhead, ttft, gib(st.kv_bytes_after));
@@ -185,8 +202,8 @@ int main(int argc, char** argv) {
         j["evict_s"] = st.evict_seconds;
         j["total_s"] = total_s;
         j["overhead_vs_full_prefill"] = overhead;
-        j["overhead_reference"] = base_prefill > 0 ? "separate no-eviction prefill"
-                                                   : "same run's prefill part";
+        j["overhead_reference"] =
+            base_prefill > 0 ? "separate no-eviction prefill" : "same run's prefill part";
         j["ttft_s"] = ttft;
         j["first_token"] = first;
         j["kv_bytes_before"] = st.kv_bytes_before;

@@ -11,9 +11,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "cuda/common.cuh"
 #include "cuda/window_traits.cuh"
@@ -31,8 +31,8 @@ struct DecodeTraits {
   static constexpr int kMaxG = MaxG_;
   static constexpr int kThreads = 128;
   static constexpr int kTileKeys = 64;
-  static constexpr int kStrideWords = kD / 2 + 1;  // odd: conflict-free row-per-thread reads
-  static constexpr int kPairs = kD / 2;            // output dim pairs
+  static constexpr int kStrideWords = kD / 2 + 1;       // odd: conflict-free row-per-thread reads
+  static constexpr int kPairs = kD / 2;                 // output dim pairs
   static constexpr int kHeadSlots = kThreads / kPairs;  // threads sharing one dim pair
   static constexpr int kHeadsPerThread = (kMaxG + kHeadSlots - 1) / kHeadSlots;
   // d = 256 would need 74 KB of static shared memory (over the 48 KB limit): not built.
@@ -54,10 +54,10 @@ struct Params {
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p) {
   constexpr int D = Tr::kD, TK = Tr::kTileKeys, SW = Tr::kStrideWords, MG = Tr::kMaxG;
-  __shared__ float q_s[MG][D];                 // queries times scale * log2(e)
-  __shared__ uint32_t k_s[TK][SW];             // key tile (bf16 pairs)
-  __shared__ uint32_t v_s[TK][SW];             // value tile
-  __shared__ float p_s[MG][TK];                // logits, then probabilities
+  __shared__ float q_s[MG][D];      // queries times scale * log2(e)
+  __shared__ uint32_t k_s[TK][SW];  // key tile (bf16 pairs)
+  __shared__ uint32_t v_s[TK][SW];  // value tile
+  __shared__ float p_s[MG][TK];     // logits, then probabilities
   __shared__ float corr_s[MG];
   __shared__ float m_s[MG], l_s[MG];
 
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
 
   for (int i = tid; i < G * D; i += Tr::kThreads) {
     const int hq = i / D, c = i % D;
-    q_s[hq][c] = __bfloat162float(a.q[(static_cast<int64_t>(b) * a.Hq + g * G + hq) * D + c]) *
-                 p.scale_log2;
+    q_s[hq][c] =
+        __bfloat162float(a.q[(static_cast<int64_t>(b) * a.Hq + g * G + hq) * D + c]) * p.scale_log2;
   }
   if (tid < MG) {
     m_s[tid] = -INFINITY;
@@ -100,8 +100,14 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
       }
       uint32_t* kd = &k_s[key][ch * 4];
       uint32_t* vd = &v_s[key][ch * 4];
-      kd[0] = kv.x; kd[1] = kv.y; kd[2] = kv.z; kd[3] = kv.w;
-      vd[0] = vv.x; vd[1] = vv.y; vd[2] = vv.z; vd[3] = vv.w;
+      kd[0] = kv.x;
+      kd[1] = kv.y;
+      kd[2] = kv.z;
+      kd[3] = kv.w;
+      vd[0] = vv.x;
+      vd[1] = vv.y;
+      vd[2] = vv.z;
+      vd[3] = vv.w;
     }
     __syncthreads();
     // Logits: thread -> (head, key), keys fastest so a warp reads 32 different rows.
@@ -179,11 +185,10 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
   }
 }
 
-
 // Tensor-core variant (the default): the G query rows of a KV head padded to one 16-row mma slab,
-// 4 warps each owning 16 keys of every 64-key tile, K/V through a 2-stage cp.async buffer, S = Q K^T
-// and O += P V with mma.sync m16n8k16 (the register reuse of src/cuda/window_forward.cu, without
-// its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
+// 4 warps each owning 16 keys of every 64-key tile, K/V through a 2-stage cp.async buffer, S = Q
+// K^T and O += P V with mma.sync m16n8k16 (the register reuse of src/cuda/window_forward.cu,
+// without its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
 // instructions per key on dot products from shared memory, which held it near half the copy
 // bandwidth; here a key costs ~2 mma per warp.
 template <class Tr>
@@ -203,9 +208,9 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
   constexpr int kChunks = Tr::kChunksPerRow;
   static_assert(Tr::kSlabs == 1, "one 16-row slab: G <= 16 query heads per KV head");
   extern __shared__ __align__(16) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem);     // [16][S]
-  T* k_s = q_s + Tr::kRows * S;            // [kStages][TK][S]
-  T* v_s = k_s + kStages * TK * S;         // [kStages][TK][S]
+  T* q_s = reinterpret_cast<T*>(smem);  // [16][S]
+  T* k_s = q_s + Tr::kRows * S;         // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;      // [kStages][TK][S]
 
   const DecodeAttentionArgs& a = p.a;
   const int G = p.group;
@@ -308,8 +313,10 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     }
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
-      o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
-      o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
+      o[dt][0] *= corr[0];
+      o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1];
+      o[dt][3] *= corr[1];
     }
     const T* vt = v_s + (stage * TK + kg * GK) * S;
     const int ld_key = (lane & 7) + ((lane >> 3) & 1) * 8, ld_col = (lane >> 4) * 8;
@@ -338,9 +345,9 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
   }
   // Merge the 4 key groups through shared memory, then one partial per (segment, split).
   __syncthreads();
-  float* mo = reinterpret_cast<float*>(k_s);          // [KG][16][D]
-  float* mm = mo + Tr::kKeyGroups * Tr::kRows * D;    // [KG][16]
-  float* ml = mm + Tr::kKeyGroups * Tr::kRows;        // [KG][16]
+  float* mo = reinterpret_cast<float*>(k_s);        // [KG][16][D]
+  float* mm = mo + Tr::kKeyGroups * Tr::kRows * D;  // [KG][16]
+  float* ml = mm + Tr::kKeyGroups * Tr::kRows;      // [KG][16]
   if (t4 == 0) {
     mm[kg * Tr::kRows + gq] = m_run[0];
     ml[kg * Tr::kRows + gq] = l_run[0];
@@ -441,8 +448,7 @@ bool use_simt() {
 }
 
 template <int D>
-cudaError_t launch_d(const Params& p, bf16* out, float* lse, float* out_f32,
-                     cudaStream_t stream) {
+cudaError_t launch_d(const Params& p, bf16* out, float* lse, float* out_f32, cudaStream_t stream) {
   const dim3 grid(p.a.B * p.a.Hkv, p.splits);
   if (!use_simt() && p.group <= 16) {
     using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
@@ -493,8 +499,10 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
   p.part_o = reinterpret_cast<float*>(base);
   p.part_ml = reinterpret_cast<float*>(base + (rows * a.d * sizeof(float) + 255) / 256 * 256);
   switch (a.d) {
-    case 64: return launch_d<64>(p, out, lse, out_f32, stream);
-    case 128: return launch_d<128>(p, out, lse, out_f32, stream);
+    case 64:
+      return launch_d<64>(p, out, lse, out_f32, stream);
+    case 128:
+      return launch_d<128>(p, out, lse, out_f32, stream);
   }
   return cudaErrorInvalidValue;
 }

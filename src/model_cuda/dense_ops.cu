@@ -40,9 +40,8 @@ __global__ void embed_kernel(const bf16* embd, const int32_t* tokens, int D, flo
     x[static_cast<int64_t>(t) * D + i] = __bfloat162float(e[i]) * mul;
 }
 
-__global__ void __launch_bounds__(kRowThreads) rms_norm_kernel(const float* x, int64_t x_stride,
-                                                               int D, const float* w, float eps,
-                                                               bf16* out) {
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_kernel(const float* x, int64_t x_stride, int D, const float* w, float eps, bf16* out) {
   __shared__ float red[32];
   const int t = blockIdx.x;
   const float* xr = x + t * x_stride;
@@ -137,8 +136,8 @@ __global__ void heads_to_rows_kernel(const float* in, int Hq, int T, int d, bf16
 
 constexpr int kArgmaxThreads = 1024;
 
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int64_t V,
-                                                                int32_t* ids) {
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* logits, int64_t V, int32_t* ids) {
   __shared__ float best_v[32];
   __shared__ int32_t best_i[32];
   const float* row = logits + blockIdx.x * V;
@@ -210,8 +209,8 @@ unsigned grid_for(int64_t n, int threads) {
 
 }  // namespace
 
-cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, float mul,
-                         float* x, cudaStream_t stream) {
+cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, float mul, float* x,
+                         cudaStream_t stream) {
   if (T <= 0) return cudaSuccess;
   embed_kernel<<<T, 256, 0, stream>>>(embd, tokens, D, mul, x);
   return cudaGetLastError();
@@ -251,8 +250,8 @@ cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids,
   return cudaGetLastError();
 }
 
-cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out,
-                                  float* out_f32, cudaStream_t stream) {
+cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out, float* out_f32,
+                                  cudaStream_t stream) {
   const float a = stddev * sqrtf(3.0f);  // uniform(-a, a) has this stddev (as weights.cpp)
   random_uniform_kernel<<<grid_for(n, 256), 256, 0, stream>>>(seed, a, n, out, out_f32);
   return cudaGetLastError();

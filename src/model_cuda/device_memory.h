@@ -10,18 +10,20 @@
 
 #include "kvevict/error.h"
 
-#define KVEVICT_GPU_CHECK(call)                                                              \
-  do {                                                                                       \
-    const cudaError_t kvevict_err_ = (call);                                                 \
-    KVEVICT_CHECK(kvevict_err_ == cudaSuccess, "CUDA call ", #call, " failed: ",             \
-                  cudaGetErrorString(kvevict_err_), " (", static_cast<int>(kvevict_err_), ")"); \
+#define KVEVICT_GPU_CHECK(call)                                        \
+  do {                                                                 \
+    const cudaError_t kvevict_err_ = (call);                           \
+    KVEVICT_CHECK(kvevict_err_ == cudaSuccess, "CUDA call ", #call,    \
+                  " failed: ", cudaGetErrorString(kvevict_err_), " (", \
+                  static_cast<int>(kvevict_err_), ")");                \
   } while (0)
 
-#define KVEVICT_CUBLAS_CHECK(call)                                                            \
-  do {                                                                                        \
-    const cublasStatus_t kvevict_st_ = (call);                                                \
-    KVEVICT_CHECK(kvevict_st_ == CUBLAS_STATUS_SUCCESS, "cuBLAS call ", #call, " failed: ",    \
-                  cublasGetStatusString(kvevict_st_), " (", static_cast<int>(kvevict_st_), ")"); \
+#define KVEVICT_CUBLAS_CHECK(call)                                             \
+  do {                                                                         \
+    const cublasStatus_t kvevict_st_ = (call);                                 \
+    KVEVICT_CHECK(kvevict_st_ == CUBLAS_STATUS_SUCCESS, "cuBLAS call ", #call, \
+                  " failed: ", cublasGetStatusString(kvevict_st_), " (",       \
+                  static_cast<int>(kvevict_st_), ")");                         \
   } while (0)
 
 namespace kvevict::gpu::detail {

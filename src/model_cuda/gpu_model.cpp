@@ -17,7 +17,9 @@ namespace kvevict::gpu {
 
 namespace detail {
 
-DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) { ensure(bytes, what); }
+DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) {
+  ensure(bytes, what);
+}
 
 void DeviceBuffer::reset() {
   if (ptr_ != nullptr) cudaFree(ptr_);
@@ -100,12 +102,12 @@ void upload_rope(GpuModel::Impl& m, const float* freq_div) {
   const int half = c.head_dim / 2;
   std::vector<double> inv(half);
   for (int i = 0; i < half; ++i) {
-    inv[i] = std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim) /
-             c.rope_linear_scale;
+    inv[i] =
+        std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim) / c.rope_linear_scale;
     if (freq_div != nullptr) inv[i] /= freq_div[i];
   }
-  KVEVICT_GPU_CHECK(cudaMemcpy(m.inv_freq, inv.data(), half * sizeof(double),
-                               cudaMemcpyHostToDevice));
+  KVEVICT_GPU_CHECK(
+      cudaMemcpy(m.inv_freq, inv.data(), half * sizeof(double), cudaMemcpyHostToDevice));
 }
 
 void upload_bf16(bf16* dst, const HostTensor& t) {
@@ -159,8 +161,12 @@ void device_memory(int64_t* free_bytes, int64_t* total_bytes) {
 
 GpuModel::GpuModel() : impl_(std::make_unique<Impl>()) {}
 GpuModel::~GpuModel() = default;
-const ModelConfig& GpuModel::config() const { return impl_->config; }
-int64_t GpuModel::weight_bytes() const { return impl_->bytes; }
+const ModelConfig& GpuModel::config() const {
+  return impl_->config;
+}
+int64_t GpuModel::weight_bytes() const {
+  return impl_->bytes;
+}
 
 std::shared_ptr<const GpuModel> GpuModel::upload(const Model& model) {
   const ModelConfig& c = model.config();
@@ -207,8 +213,10 @@ std::shared_ptr<const GpuModel> GpuModel::random(const ModelConfig& config, uint
   {
     // Say which preset did not fit, not only the tensor.
     const int64_t need = Shapes(c).V * Shapes(c).D * 2 * (c.tied_embeddings ? 1 : 2) +
-                         c.n_layers * (Shapes(c).qkv_rows * Shapes(c).D + Shapes(c).D *
-                                       Shapes(c).o_cols + 3 * Shapes(c).F * Shapes(c).D) * 2;
+                         c.n_layers *
+                             (Shapes(c).qkv_rows * Shapes(c).D + Shapes(c).D * Shapes(c).o_cols +
+                              3 * Shapes(c).F * Shapes(c).D) *
+                             2;
     int64_t free_b = 0, total_b = 0;
     device_memory(&free_b, &total_b);
     KVEVICT_CHECK(need < free_b, "random weights of ", c.name, " need ", need, " bytes (",

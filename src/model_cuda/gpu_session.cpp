@@ -21,9 +21,9 @@
 #include "kvevict/cuda/score.h"
 #include "kvevict/cuda/select.h"
 #include "kvevict/decode_evict.h"
-#include "kvevict/select.h"
 #include "kvevict/evict.h"
 #include "kvevict/model/gpu_runtime.h"
+#include "kvevict/select.h"
 #include "model_cuda/device_memory.h"
 #include "model_cuda/gpu_model_impl.h"
 #include "model_cuda/launchers.h"
@@ -40,20 +40,19 @@ namespace {
 void gemm(cublasHandle_t h, const bf16* x, int64_t T, const bf16* w, int64_t out, int64_t in,
           void* y, bool y_f32, float beta) {
   const float alpha = 1.0f;
-  KVEVICT_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
-                                    static_cast<int>(T), static_cast<int>(in), &alpha, w,
-                                    CUDA_R_16BF, static_cast<int>(in), x, CUDA_R_16BF,
-                                    static_cast<int>(in), &beta, y,
-                                    y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(out),
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  KVEVICT_CUBLAS_CHECK(
+      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(T),
+                   static_cast<int>(in), &alpha, w, CUDA_R_16BF, static_cast<int>(in), x,
+                   CUDA_R_16BF, static_cast<int>(in), &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF,
+                   static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 struct LayerCache {
-  DeviceBuffer k, v, pos;           // [rows, d] bf16, [rows, d] bf16, [rows] i32
-  DeviceBuffer acc;                 // [rows] f32 decode-eviction accumulators
-  DeviceBuffer off, len;            // [S + 1] i64, [S] i32 (device)
-  std::vector<int64_t> off_h;       // [S + 1] host copy
-  std::vector<int32_t> len_h;       // [S] host mirror of len
+  DeviceBuffer k, v, pos;      // [rows, d] bf16, [rows, d] bf16, [rows] i32
+  DeviceBuffer acc;            // [rows] f32 decode-eviction accumulators
+  DeviceBuffer off, len;       // [S + 1] i64, [S] i32 (device)
+  std::vector<int64_t> off_h;  // [S + 1] host copy
+  std::vector<int32_t> len_h;  // [S] host mirror of len
   int64_t rows() const { return off_h.empty() ? 0 : off_h.back(); }
   int64_t cap(int s) const { return off_h[s + 1] - off_h[s]; }
 };
@@ -76,8 +75,8 @@ LayerCache make_layer(const std::vector<int64_t>& cap, const std::vector<int32_t
   KVEVICT_GPU_CHECK(cudaMemsetAsync(L.acc.get(), 0, rows * 4, stream));
   L.off = DeviceBuffer((S + 1) * 8, "KV segment offsets");
   L.len = DeviceBuffer(S * 4, "KV segment lengths");
-  KVEVICT_GPU_CHECK(cudaMemcpyAsync(L.off.get(), L.off_h.data(), (S + 1) * 8,
-                                    cudaMemcpyHostToDevice, stream));
+  KVEVICT_GPU_CHECK(
+      cudaMemcpyAsync(L.off.get(), L.off_h.data(), (S + 1) * 8, cudaMemcpyHostToDevice, stream));
   KVEVICT_GPU_CHECK(
       cudaMemcpyAsync(L.len.get(), L.len_h.data(), S * 4, cudaMemcpyHostToDevice, stream));
   return L;
@@ -130,7 +129,7 @@ struct GpuSession::Impl {
   bool decode_evict = false;       // decode-time eviction (SPEC section 5) after each step
   bool appending = false;          // append(): tokens are not scored (as Session::append)
   DecodeEvictOptions dopt;
-  bool replicated = false;         // replicate_sequence() filled sequences 1 .. batch-1
+  bool replicated = false;  // replicate_sequence() filled sequences 1 .. batch-1
   GpuStats stats;
 
   // Activations. T = tokens of one pass (a prefill chunk or one per sequence).
@@ -174,8 +173,8 @@ GpuSession::GpuSession(std::shared_ptr<const GpuModel> model, GpuSessionOptions 
   s.w = &s.model->impl();
   s.opt = opt;
   const ModelConfig& c = s.c();
-  KVEVICT_CHECK(opt.max_prompt + opt.decode_room <= c.context_length, "max prompt ",
-                opt.max_prompt, " + decode room ", opt.decode_room, " exceeds the context length ",
+  KVEVICT_CHECK(opt.max_prompt + opt.decode_room <= c.context_length, "max prompt ", opt.max_prompt,
+                " + decode room ", opt.decode_room, " exceeds the context length ",
                 c.context_length, " of ", c.name);
   KVEVICT_GPU_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   KVEVICT_CUBLAS_CHECK(cublasCreate(&s.blas));
@@ -292,10 +291,10 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
     if (qcap != nullptr && cap_hi > cap_lo) {
       // [Hq, T, d] rows cap_lo - p0 .. -> capture [Hq, need, d] rows cap_lo - (n_total - need) ..
       const size_t row_bytes = d * 2;
-      KVEVICT_GPU_CHECK(cudaMemcpy2DAsync(
-          (*qcap)[il].as<bf16>() + (cap_lo - (n_total - need)) * d, need * row_bytes,
-          qh.as<bf16>() + (cap_lo - p0) * d, T * row_bytes, (cap_hi - cap_lo) * row_bytes, Hq,
-          cudaMemcpyDeviceToDevice, stream));
+      KVEVICT_GPU_CHECK(cudaMemcpy2DAsync((*qcap)[il].as<bf16>() + (cap_lo - (n_total - need)) * d,
+                                          need * row_bytes, qh.as<bf16>() + (cap_lo - p0) * d,
+                                          T * row_bytes, (cap_hi - cap_lo) * row_bytes, Hq,
+                                          cudaMemcpyDeviceToDevice, stream));
     }
     // Causal attention of the chunk's T queries over keys 0 .. p0 + T - 1: the window kernel with
     // the whole chunk as its window (query t at position n - w + t).
@@ -320,9 +319,8 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
       KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
       scratch.ensure(need_scratch, "attention scratch");
     }
-    KVEVICT_GPU_CHECK(cuda::detail::launch_window_forward(wa, attn_f.as<float>(), lse.as<float>(),
-                                                          scratch.get(), scratch.bytes(),
-                                                          sm_count, stream));
+    KVEVICT_GPU_CHECK(cuda::detail::launch_window_forward(
+        wa, attn_f.as<float>(), lse.as<float>(), scratch.get(), scratch.bytes(), sm_count, stream));
     KVEVICT_GPU_CHECK(detail::launch_heads_to_rows(attn_f.as<float>(), static_cast<int>(Hq),
                                                    static_cast<int>(T), static_cast<int>(d),
                                                    attn.as<bf16>(), stream));
@@ -348,8 +346,7 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
                   " exceeds the context length ", m.context_length, " of ", m.name);
     pos_pinned[b] = static_cast<int32_t>(positions[b]);
   }
-  KVEVICT_GPU_CHECK(
-      cudaMemcpyAsync(pos.get(), pos_pinned, B * 4, cudaMemcpyHostToDevice, stream));
+  KVEVICT_GPU_CHECK(cudaMemcpyAsync(pos.get(), pos_pinned, B * 4, cudaMemcpyHostToDevice, stream));
   KVEVICT_GPU_CHECK(cudaEventRecord(pos_staged, stream));
   KVEVICT_GPU_CHECK(detail::launch_embed(w->token_embd, tokens_dev, B, static_cast<int>(D), 1.0f,
                                          x.as<float>(), stream));
@@ -364,8 +361,8 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       C.len_h[s] += 1;
       max_len = std::max<int64_t>(max_len, C.len_h[s]);
     }
-    KVEVICT_GPU_CHECK(detail::launch_rms_norm(x.as<float>(), D, B, static_cast<int>(D),
-                                              L.attn_norm, m.rms_eps, xn.as<bf16>(), stream));
+    KVEVICT_GPU_CHECK(detail::launch_rms_norm(x.as<float>(), D, B, static_cast<int>(D), L.attn_norm,
+                                              m.rms_eps, xn.as<bf16>(), stream));
     gemm(blas, xn.as<bf16>(), B, L.wqkv, W, D, qkv.get(), false, 0.0f);
     detail::RopeAppendArgs ra;
     ra.qkv = qkv.as<bf16>();
@@ -399,8 +396,8 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
     da.d = static_cast<int>(d);
     da.max_len = max_len;
     da.scale = m.logit_scale();
-    const size_t need = detail::decode_attention_scratch_bytes(B, da.Hq, da.Hkv, da.d, max_len,
-                                                               sm_count);
+    const size_t need =
+        detail::decode_attention_scratch_bytes(B, da.Hq, da.Hkv, da.d, max_len, sm_count);
     if (scratch.bytes() < need) {
       KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
       scratch.ensure(need, "decode attention scratch");
@@ -426,12 +423,25 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       sa.scale = dopt.scale;
       sa.one_minus_p_floor = static_cast<float>(dopt.one_minus_p_floor);
       switch (dopt.score) {
-        case DecodeScore::kAttentionSum: sa.kind = 0; break;
-        case DecodeScore::kTOVA: sa.kind = 0; sa.replace = true; break;
-        case DecodeScore::kDropKV: sa.kind = 1; break;
-        case DecodeScore::kObcacheV: sa.kind = 2; break;
-        case DecodeScore::kObcacheK: sa.kind = 3; break;
-        case DecodeScore::kObcacheVK: sa.kind = 4; break;
+        case DecodeScore::kAttentionSum:
+          sa.kind = 0;
+          break;
+        case DecodeScore::kTOVA:
+          sa.kind = 0;
+          sa.replace = true;
+          break;
+        case DecodeScore::kDropKV:
+          sa.kind = 1;
+          break;
+        case DecodeScore::kObcacheV:
+          sa.kind = 2;
+          break;
+        case DecodeScore::kObcacheK:
+          sa.kind = 3;
+          break;
+        case DecodeScore::kObcacheVK:
+          sa.kind = 4;
+          break;
       }
       KVEVICT_GPU_CHECK(detail::launch_decode_scores(sa, max_len, stream));
     }
@@ -480,8 +490,7 @@ void GpuSession::Impl::evict_decode() {
       kept.insert(kept.end(), head.begin(), head.end());
       kept_off[sg + 1] = kept_off[sg] + static_cast<int64_t>(head.size());
       len[sg] = static_cast<int32_t>(head.size());
-      cap[sg] = std::max<int64_t>(static_cast<int64_t>(head.size()) + 1,
-                                  dopt.capacity_per_head());
+      cap[sg] = std::max<int64_t>(static_cast<int64_t>(head.size()) + 1, dopt.capacity_per_head());
       max_count = std::max<int64_t>(max_count, static_cast<int64_t>(head.size()));
     }
     ++stats.decode_evictions;
@@ -508,8 +517,8 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
   const ModelConfig& c = s.c();
   const int64_t n = static_cast<int64_t>(tokens.size());
   KVEVICT_CHECK(n > 0, "no tokens to prefill; expected at least one");
-  KVEVICT_CHECK(s.positions[0] == 0, "prefill on a GPU session that already holds ",
-                s.positions[0], " tokens; expected a fresh session");
+  KVEVICT_CHECK(s.positions[0] == 0, "prefill on a GPU session that already holds ", s.positions[0],
+                " tokens; expected a fresh session");
   KVEVICT_CHECK(n <= s.opt.max_prompt, "prompt of ", n, " tokens exceeds the session's max_prompt ",
                 s.opt.max_prompt);
   if (evict.decode.enabled) {
@@ -522,8 +531,8 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
   }
   s.decode_evict = evict.decode.enabled;
   for (int64_t i = 0; i < n; ++i)
-    KVEVICT_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id ", tokens[i],
-                  " at index ", i, " is out of range; expected 0 .. ", c.vocab_size - 1);
+    KVEVICT_CHECK(tokens[i] >= 0 && tokens[i] < c.vocab_size, "token id ", tokens[i], " at index ",
+                  i, " is out of range; expected 0 .. ", c.vocab_size - 1);
   const int Hkv = c.n_kv_heads, d = c.head_dim, B = s.opt.batch;
   // Sequence 0 gets n + decode_room rows per head; the other sequences get theirs in
   // replicate_sequence().
@@ -643,8 +652,8 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
       ScoreProblem p;
       if (need > 0) {
         std::vector<uint16_t> hq16(static_cast<size_t>(Hq) * need * d);
-        KVEVICT_GPU_CHECK(cudaMemcpy(hq16.data(), qcap[l].get(), hq16.size() * 2,
-                                     cudaMemcpyDeviceToHost));
+        KVEVICT_GPU_CHECK(
+            cudaMemcpy(hq16.data(), qcap[l].get(), hq16.size() * 2, cudaMemcpyDeviceToHost));
         hq.resize(hq16.size());
         for (size_t i = 0; i < hq.size(); ++i) hq[i] = bf16_to_float(hq16[i]);
         p.q = TensorView(hq.data(), DType::kF32, {Hq, need, d});
@@ -688,8 +697,8 @@ void GpuSession::append(const std::vector<int32_t>& tokens) {
   KVEVICT_CHECK(s.positions[0] > 0, "append on an empty GPU session; expected prefill first");
   std::vector<int32_t> row(s.opt.batch);
   for (int32_t t : tokens) {
-    KVEVICT_CHECK(t >= 0 && t < s.c().vocab_size, "token id ", t, " is out of range; expected 0 .. ",
-                  s.c().vocab_size - 1);
+    KVEVICT_CHECK(t >= 0 && t < s.c().vocab_size, "token id ", t,
+                  " is out of range; expected 0 .. ", s.c().vocab_size - 1);
     std::fill(row.begin(), row.end(), t);
     s.appending = true;
     try {
@@ -726,8 +735,9 @@ void GpuSession::replicate_sequence() {
                                         rows0 * d * 2, cudaMemcpyDeviceToDevice, s.stream));
       KVEVICT_GPU_CHECK(cudaMemcpyAsync(out.v.as<bf16>() + dst * d, C.v.as<bf16>() + C.off_h[0] * d,
                                         rows0 * d * 2, cudaMemcpyDeviceToDevice, s.stream));
-      KVEVICT_GPU_CHECK(cudaMemcpyAsync(out.pos.as<int32_t>() + dst, C.pos.as<int32_t>() + C.off_h[0],
-                                        rows0 * 4, cudaMemcpyDeviceToDevice, s.stream));
+      KVEVICT_GPU_CHECK(cudaMemcpyAsync(out.pos.as<int32_t>() + dst,
+                                        C.pos.as<int32_t>() + C.off_h[0], rows0 * 4,
+                                        cudaMemcpyDeviceToDevice, s.stream));
     }
     KVEVICT_GPU_CHECK(cudaStreamSynchronize(s.stream));
     C = std::move(out);
@@ -742,8 +752,8 @@ void GpuSession::decode(const std::vector<int32_t>& tokens) {
                 " tokens; expected one per sequence (", s.opt.batch, ")");
   KVEVICT_CHECK(s.positions[0] > 0, "decode on an empty GPU session; expected prefill first");
   for (int32_t t : tokens)
-    KVEVICT_CHECK(t >= 0 && t < s.c().vocab_size, "token id ", t, " is out of range; expected 0 .. ",
-                  s.c().vocab_size - 1);
+    KVEVICT_CHECK(t >= 0 && t < s.c().vocab_size, "token id ", t,
+                  " is out of range; expected 0 .. ", s.c().vocab_size - 1);
   KVEVICT_GPU_CHECK(cudaEventSynchronize(s.pos_staged));  // tok_pinned's last copy has run
   std::copy(tokens.begin(), tokens.end(), s.tok_pinned);
   KVEVICT_GPU_CHECK(cudaMemcpyAsync(s.tokens.get(), s.tok_pinned, tokens.size() * 4,
@@ -759,8 +769,8 @@ std::vector<int32_t> GpuSession::argmax() {
   KVEVICT_GPU_CHECK(detail::launch_argmax(s.logits.as<float>(), s.opt.batch, s.c().vocab_size,
                                           s.ids.as<int32_t>(), s.stream));
   std::vector<int32_t> out(s.opt.batch);
-  KVEVICT_GPU_CHECK(cudaMemcpyAsync(out.data(), s.ids.get(), out.size() * 4,
-                                    cudaMemcpyDeviceToHost, s.stream));
+  KVEVICT_GPU_CHECK(
+      cudaMemcpyAsync(out.data(), s.ids.get(), out.size() * 4, cudaMemcpyDeviceToHost, s.stream));
   KVEVICT_GPU_CHECK(cudaStreamSynchronize(s.stream));
   return out;
 }
@@ -817,7 +827,9 @@ GenerateResult GpuSession::generate(int max_new, Sampler& sampler,
   return r;
 }
 
-int64_t GpuSession::position() const { return impl_->positions[0]; }
+int64_t GpuSession::position() const {
+  return impl_->positions[0];
+}
 
 int64_t GpuSession::kv_rows(int layer) const {
   const Impl& s = *impl_;
@@ -842,8 +854,14 @@ int64_t GpuSession::kv_bytes_per_sequence() const {
   return rows * s.c().head_dim * 2 * 2;
 }
 
-const GpuStats& GpuSession::stats() const { return impl_->stats; }
-const GpuModel& GpuSession::model() const { return *impl_->model; }
-void GpuSession::synchronize() const { KVEVICT_GPU_CHECK(cudaStreamSynchronize(impl_->stream)); }
+const GpuStats& GpuSession::stats() const {
+  return impl_->stats;
+}
+const GpuModel& GpuSession::model() const {
+  return *impl_->model;
+}
+void GpuSession::synchronize() const {
+  KVEVICT_GPU_CHECK(cudaStreamSynchronize(impl_->stream));
+}
 
 }  // namespace kvevict::gpu

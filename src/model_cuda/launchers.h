@@ -15,26 +15,26 @@ using bf16 = __nv_bfloat16;
 
 // --- dense_ops.cu ------------------------------------------------------------------------------
 // x[T, D] f32 = embd[tokens[t], :] * mul (embd [V, D] bf16).
-cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, float mul,
-                         float* x, cudaStream_t stream);
+cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, float mul, float* x,
+                         cudaStream_t stream);
 // out[T, D] bf16 = x / rms(x) * w (x f32 [T, D], row stride x_stride; w f32 [D]).
 cudaError_t launch_rms_norm(const float* x, int64_t x_stride, int T, int D, const float* w,
                             float eps, bf16* out, cudaStream_t stream);
 
 // RoPE of the fused projection and the cache append (one block per token).
 struct RopeAppendArgs {
-  const bf16* qkv = nullptr;   // [T, (Hq + 2 Hkv) d] q | k | v of each token, before RoPE
-  const float* bias = nullptr; // [(Hq + 2 Hkv) d] qwen2's q/k/v biases, or null
-  const int32_t* pos = nullptr;  // [T] positions
+  const bf16* qkv = nullptr;         // [T, (Hq + 2 Hkv) d] q | k | v of each token, before RoPE
+  const float* bias = nullptr;       // [(Hq + 2 Hkv) d] qwen2's q/k/v biases, or null
+  const int32_t* pos = nullptr;      // [T] positions
   const double* inv_freq = nullptr;  // [d / 2] angle per position of each rotated pair
   int T = 0, Hq = 0, Hkv = 0, d = 0;
-  bool neox = false;           // rotate (i, i + d/2) instead of (2i, 2i + 1)
+  bool neox = false;  // rotate (i, i + d/2) instead of (2i, 2i + 1)
   // Queries out: head_major ? [Hq, T, d] (prefill, the window kernel's layout) : [T, Hq, d].
   bf16* q_out = nullptr;
   bool head_major = true;
   // Cache: rows of segment s are k/v[seg_off[s] ..], pos_out the same rows.
-  bf16* k_cache = nullptr;     // [rows, d] keys after RoPE
-  bf16* v_cache = nullptr;     // [rows, d]
+  bf16* k_cache = nullptr;       // [rows, d] keys after RoPE
+  bf16* v_cache = nullptr;       // [rows, d]
   int32_t* pos_cache = nullptr;  // [rows]
   float* acc_cache = nullptr;    // [rows] decode-eviction accumulators (zeroed on append), or null
   const int64_t* seg_off = nullptr;  // [segments + 1]
@@ -53,29 +53,27 @@ cudaError_t launch_swiglu(const bf16* gu, int T, int F, bf16* h, cudaStream_t st
 cudaError_t launch_heads_to_rows(const float* in, int Hq, int T, int d, bf16* out,
                                  cudaStream_t stream);
 // ids[r] = argmax of logits[r, :V] (ties toward the lower id); rows r < R.
-cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids,
-                          cudaStream_t stream);
+cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids, cudaStream_t stream);
 // The values of Model::random's random_tensor(seed, stddev) for elements [0, n), as bf16, into
 // out[0, n) (or as f32 into out_f32 when non-null).
-cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out,
-                                  float* out_f32, cudaStream_t stream);
+cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out, float* out_f32,
+                                  cudaStream_t stream);
 cudaError_t launch_fill(float* out, int64_t n, float value, cudaStream_t stream);
 
 // --- decode_attention.cu -----------------------------------------------------------------------
 // One query token per sequence against its varlen cache: segment s = b * Hkv + g holds rows
 // seg_off[s] .. seg_off[s] + seg_len[s] of k/v; query heads g G .. g G + G - 1 of token b use it.
 struct DecodeAttentionArgs {
-  const bf16* q = nullptr;  // [B, Hq, d] after RoPE
-  const bf16* k = nullptr;  // [rows, d]
-  const bf16* v = nullptr;  // [rows, d]
+  const bf16* q = nullptr;           // [B, Hq, d] after RoPE
+  const bf16* k = nullptr;           // [rows, d]
+  const bf16* v = nullptr;           // [rows, d]
   const int64_t* seg_off = nullptr;  // [B Hkv + 1]
   const int32_t* seg_len = nullptr;  // [B Hkv]
   int B = 0, Hq = 0, Hkv = 0, d = 0;
   int64_t max_len = 0;  // longest segment (sizes the splits)
   float scale = 1.0f;
 };
-size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len,
-                                      int sm_count);
+size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len, int sm_count);
 // out [B, Hq d] bf16 (the o-projection's input); lse [B, Hq] f32 and out_f32 [B, Hq, d] (the
 // unrounded outputs a, for decode-time scores) may be null.
 cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
@@ -87,11 +85,11 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
 // and row j < seg_len[s], the mean over the G query heads of the term, added to acc (replace:
 // written, tova).
 struct DecodeScoreArgs {
-  const bf16* q = nullptr;     // [B, Hq, d] the step's queries after RoPE
-  const float* out = nullptr;  // [B, Hq, d] attention outputs a
-  const float* lse = nullptr;  // [B, Hq]
-  const bf16* k = nullptr;     // [rows, d]
-  const bf16* v = nullptr;     // [rows, d]
+  const bf16* q = nullptr;           // [B, Hq, d] the step's queries after RoPE
+  const float* out = nullptr;        // [B, Hq, d] attention outputs a
+  const float* lse = nullptr;        // [B, Hq]
+  const bf16* k = nullptr;           // [rows, d]
+  const bf16* v = nullptr;           // [rows, d]
   const int64_t* seg_off = nullptr;  // [B Hkv + 1]
   const int32_t* seg_len = nullptr;  // [B Hkv]
   float* acc = nullptr;              // [rows]

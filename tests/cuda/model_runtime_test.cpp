@@ -87,8 +87,8 @@ Diff compare(const std::vector<float>& got, const std::vector<float>& ref) {
 }
 
 // bf16 activations and K/V: a few 2^-8 relative roundings per layer.
-void expect_close_logits(const std::vector<float>& got, const std::vector<float>& ref,
-                         double rel, const char* what) {
+void expect_close_logits(const std::vector<float>& got, const std::vector<float>& ref, double rel,
+                         const char* what) {
   ASSERT_EQ(got.size(), ref.size());
   const Diff d = compare(got, ref);
   EXPECT_LE(d.max_abs, rel * d.ref_max + 1e-3)
@@ -331,7 +331,7 @@ TEST(GpuRuntimeErrors, RefusesGemmaAndBadSizes) {
   go.max_prompt = 16;
   gpu::GpuSession g(gm, go);
   EXPECT_THROW(g.prefill(prompt_ids(17, 517, 1)), Error);  // over max_prompt
-  EXPECT_THROW(g.decode({1}), Error);                       // nothing prefilled
+  EXPECT_THROW(g.decode({1}), Error);                      // nothing prefilled
   go.batch = 0;
   EXPECT_THROW(gpu::GpuSession(gm, go), Error);
 }
@@ -363,9 +363,10 @@ TEST(GpuRuntimeGolden, SmolLM2GreedyTextMatchesCpu) {
   if (!std::ifstream(path).good()) GTEST_SKIP() << "no model file " << path;
   auto model = Model::load(path);
   auto tok = Tokenizer::from_gguf(*model->file());
-  const auto prompt = tok->encode(
-      tok->apply_chat_template({{"user", "Name three primary colors and say why the sky is blue."}}),
-      true);
+  const auto prompt =
+      tok->encode(tok->apply_chat_template(
+                      {{"user", "Name three primary colors and say why the sky is blue."}}),
+                  true);
   Session cpu(model);
   cpu.prefill(prompt);
   auto gm = gpu::GpuModel::upload(*model);

@@ -59,10 +59,10 @@ class GpuModel {
 };
 
 struct GpuSessionOptions {
-  int batch = 1;                // sequences decoded together
-  int64_t max_prompt = 0;       // longest prompt prefilled into sequence 0 (sizes the full cache)
-  int64_t decode_room = 256;    // rows per head reserved for tokens after the prefill
-  int64_t prefill_chunk = 4096; // tokens per forward pass of the prefill
+  int batch = 1;                 // sequences decoded together
+  int64_t max_prompt = 0;        // longest prompt prefilled into sequence 0 (sizes the full cache)
+  int64_t decode_room = 256;     // rows per head reserved for tokens after the prefill
+  int64_t prefill_chunk = 4096;  // tokens per forward pass of the prefill
   void validate() const;
 };
 
@@ -73,9 +73,9 @@ struct GpuStats {
   double evict_seconds = 0;    // scores + selection + compaction of every layer
   int64_t decode_steps = 0;    // batched steps (each makes `batch` tokens)
   double decode_seconds = 0;
-  int64_t kv_bytes_before = 0;  // device K/V bytes of sequence 0 before prefill eviction
-  int64_t kv_bytes_after = 0;   // ... after it
-  std::string evict_path;       // "gpu" (CUDA scores + radix select) or "cpu-plan" (fallback)
+  int64_t kv_bytes_before = 0;   // device K/V bytes of sequence 0 before prefill eviction
+  int64_t kv_bytes_after = 0;    // ... after it
+  std::string evict_path;        // "gpu" (CUDA scores + radix select) or "cpu-plan" (fallback)
   int64_t decode_evictions = 0;  // decode steps of a layer that evicted rows
   std::string warning;
 };
@@ -112,10 +112,10 @@ class GpuSession {
                           const std::function<bool(int32_t)>& is_stop = nullptr,
                           const std::function<void(int32_t)>& on_token = nullptr);
 
-  int64_t position() const;                // next position of sequence 0
-  int64_t kv_rows(int layer) const;        // rows in use of sequence 0, summed over heads
-  int64_t kv_bytes_total() const;          // device K/V bytes allocated (all sequences, capacity)
-  int64_t kv_bytes_per_sequence() const;   // ... of one sequence
+  int64_t position() const;               // next position of sequence 0
+  int64_t kv_rows(int layer) const;       // rows in use of sequence 0, summed over heads
+  int64_t kv_bytes_total() const;         // device K/V bytes allocated (all sequences, capacity)
+  int64_t kv_bytes_per_sequence() const;  // ... of one sequence
   const GpuStats& stats() const;
   const GpuModel& model() const;
   void synchronize() const;
