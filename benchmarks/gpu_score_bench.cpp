@@ -21,6 +21,7 @@
 #include "kvevict/cuda/select.h"
 #include "kvevict/dtype.h"
 #include "kvevict/error.h"
+#include "kvevict/method.h"
 
 namespace {
 
@@ -230,7 +231,84 @@ void bench_select_compact(Layer& L, const char* model, double budget, int reps) 
   r.floor_ms = 4.0 * L.hkv * L.n / (copy_gbps * 1e9) * 1e3;
   r.target_ms = 0;
   report(r);
+  // A/B: the six-launch radix select (v5) in the same run.
+  cuda::set_select_single_launch(false);
+  std::snprintf(name, sizeof(name), "%s   select only, 6 launches %.0f%% n=%lldK", model,
+                budget * 100, static_cast<long long>(L.n / 1024));
+  r.name = name;
+  r.ms = median_ms(reps, [&] { cuda::select_uniform(s, keep, 0, 8, tkept, ws); });
+  report(r);
+  std::snprintf(name, sizeof(name), "%s select+compact, 6 launches %.0f%% n=%lldK", model,
+                budget * 100, static_cast<long long>(L.n / 1024));
+  r.name = name;
+  r.ms = median_ms(reps, [&] {
+    cuda::select_uniform(s, keep, 0, 8, tkept, ws);
+    cuda::compact_uniform(tk, tv, TensorView(), tkept, tok, tov, tpos);
+  });
+  report(r);
+  cuda::set_select_single_launch(true);
+  {  // adakv (layer histogram + per-head budgets) and criticalkv-style two stages, same budget
+    int64_t* off = nullptr;
+    BENCH_CUDA(cudaMalloc(&off, sizeof(int64_t) * (L.hkv + 1)));
+    const TensorView tflat(kept, DType::kI32, {L.hkv * keep}, Device::kCuda);
+    const TensorView toff(off, DType::kI64, {L.hkv + 1}, Device::kCuda);
+    const size_t bytes = cuda::select_workspace_bytes(L.hkv, L.n, keep, true);
+    const Workspace gws = workspace(bytes);
+    std::snprintf(name, sizeof(name), "%s   select adakv %.0f%% n=%lldK", model, budget * 100,
+                  static_cast<long long>(L.n / 1024));
+    r.name = name;
+    r.scratch = cuda::select_workspace_bytes(L.hkv, L.n, keep, false);
+    r.ms = median_ms(reps, [&] {
+      cuda::select(s, TensorView(), keep, 0, 8, Policy::kAdaKV, 0.2, tflat, toff, gws);
+    });
+    report(r);
+    cuda::set_select_single_launch(false);
+    std::snprintf(name, sizeof(name), "%s   select adakv, multi-launch %.0f%% n=%lldK", model,
+                  budget * 100, static_cast<long long>(L.n / 1024));
+    r.name = name;
+    r.ms = median_ms(reps, [&] {
+      cuda::select(s, TensorView(), keep, 0, 8, Policy::kAdaKV, 0.2, tflat, toff, gws);
+    });
+    report(r);
+    cuda::set_select_single_launch(true);
+    std::snprintf(name, sizeof(name), "%s   select two-stage (criticalkv) %.0f%% n=%lldK", model,
+                  budget * 100, static_cast<long long>(L.n / 1024));
+    r.name = name;
+    r.scratch = bytes;
+    r.ms = median_ms(reps, [&] {
+      cuda::select(s, s, keep, 0, 8, Policy::kUniform, 0.2, tflat, toff, gws);
+    });
+    report(r);
+    cudaFree(off);
+  }
   cudaFree(kept); cudaFree(pos); cudaFree(ok); cudaFree(ov);
+}
+
+// h2o over the whole prompt (all n queries): the causal LSE pass, then the key-stationary column
+// sums. Work is Hq n^2 d (QK twice, causal halves); no floor is reported (compute-bound).
+void bench_h2o(const char* model, int hq, int hkv, int64_t n, int reps) {
+  Layer L{hq, hkv, 128, n};
+  L.alloc(static_cast<int>(n), 4321 + n);
+  ScoreOptions opt = ScoreOptions::defaults(Method::kH2O);
+  ScoreProblem p;
+  p.q = TensorView(L.q, DType::kBF16, {L.hq, n, L.d}, Device::kCuda);
+  p.k = TensorView(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  p.v = TensorView(L.v, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
+  ScoreOutput out;
+  out.scores = TensorView(L.scores, DType::kF32, {L.hkv, L.n}, Device::kCuda);
+  const size_t bytes = cuda::score_workspace_bytes(p, opt);
+  const Workspace ws = workspace(bytes);
+  Result r;
+  char name[160];
+  std::snprintf(name, sizeof(name), "%s h2o all queries n=%lldK", model,
+                static_cast<long long>(n / 1024));
+  r.name = name;
+  r.ms = median_ms(reps, [&] { cuda::score(p, opt, out, ws); });
+  r.scratch = bytes;
+  report(r);
+  const double flop = 2.0 * 2.0 * hq * (double(n) * n / 2) * L.d;  // QK in both passes
+  std::printf("    (%.1f TFLOP/s counting QK of both causal passes)\n", flop / (r.ms * 1e-3) / 1e12);
+  L.release();
 }
 
 }  // namespace
@@ -274,6 +352,8 @@ int main(int argc, char** argv) {
       L.release();
       return 0;
     }
+    bench_h2o("llama3.1-8b", 32, 8, 4096, 20);
+    bench_h2o("llama3.1-8b", 32, 8, 32768, 5);
     const std::vector<int64_t> ns = quick ? std::vector<int64_t>{4096, 131072}
                                           : std::vector<int64_t>{4096, 32768, 131072, 524288};
     struct Model { const char* name; int hq, hkv; };

@@ -7,6 +7,10 @@
 #                                      (DIR/tests/test_cuda_*, DIR/benchmarks/gpu_score_bench,
 #                                      optional DIR/lib on LD_LIBRARY_PATH)
 #   GPU_QUICK=1                        fewer benchmark sizes; GPU_SKIP_SANITIZER=1 skips sanitizers
+#   GPU_TESTS='*select*'               only the test binaries matching the glob (default: all)
+#   GPU_SKIP_BENCH=1                   no benchmark, no peers
+#   GPU_SANITIZERS='memcheck initcheck' which compute-sanitizer tools (default: memcheck
+#                                      racecheck initcheck)
 # Full logs go to $OUT (or out/gpu_check when OUT is unset).
 set -u -o pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -37,6 +41,10 @@ else
 fi
 
 tests=$(ls "$bin"/tests/test_cuda_* 2>/dev/null | grep -v '\.cmake$' || true)
+if [[ -n "${GPU_TESTS:-}" ]]; then
+  sel=""; for t in $tests; do case "$(basename "$t")" in $GPU_TESTS) sel="$sel $t" ;; esac; done
+  tests=$sel
+fi
 pass=0; fail=0
 for t in $tests; do
   name=$(basename "$t")
@@ -45,28 +53,28 @@ for t in $tests; do
 done
 note "gpu tests: $pass binaries passed, $fail failed"
 
-if [[ -x "$bin/benchmarks/gpu_score_bench" ]]; then
+if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_score_bench" ]]; then
   timeout 400 "$bin/benchmarks/gpu_score_bench" ${GPU_QUICK:+--quick} --json "$out/bench.json" \
     2>&1 | tee "$out/bench.txt"
 fi
-if python3 -c 'import torch' 2>/dev/null; then
+if [[ -z "${GPU_SKIP_BENCH:-}" ]] && python3 -c 'import torch' 2>/dev/null; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$root/tools/peers/dropkv_peers.py" --check ${GPU_QUICK:+--quick} \
     --json "$out/peers.json" 2>&1 | tee "$out/peers.txt"
 fi
 
 if [[ -z "${GPU_SKIP_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null; then
-  for t in $tests; do
-    name=$(basename "$t")
-    if KVEVICT_SANITIZER=1 timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$t" --gtest_brief=1 \
-         >"$out/memcheck_$name.log" 2>&1; then note "memcheck $name: clean"; else
-      note "memcheck $name: ERRORS"; tail -20 "$out/memcheck_$name.log"; fi
-  done
-  for t in $tests; do
-    name=$(basename "$t")
-    case "$name" in *compact*) continue ;; esac  # no shared memory
-    if KVEVICT_SANITIZER=1 timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 "$t" --gtest_brief=1 \
-         >"$out/racecheck_$name.log" 2>&1; then note "racecheck $name: clean"; else
-      note "racecheck $name: ERRORS"; tail -20 "$out/racecheck_$name.log"; fi
+  for tool in ${GPU_SANITIZERS:-memcheck racecheck initcheck}; do
+    for t in $tests; do
+      name=$(basename "$t")
+      # racecheck looks at shared memory; the compaction kernels use none.
+      [[ "$tool" == racecheck && "$name" == *compact* ]] && continue
+      if KVEVICT_SANITIZER=1 timeout 180 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+           "$t" --gtest_brief=1 >"$out/${tool}_$name.log" 2>&1; then
+        note "$tool $name: clean"
+      else
+        note "$tool $name: ERRORS"; tail -20 "$out/${tool}_$name.log"
+      fi
+    done
   done
 fi
 

@@ -50,6 +50,12 @@ struct ScorePassArgs {
 cudaError_t launch_score_pass(const ScorePassArgs& a, float* scores, int sm_count,
                               cudaStream_t stream);
 
+// h2o's all-queries column sums (h2o_colsum.cu): a.w = n, lse [Hq, n] of every query (the
+// window forward with w = n, no V). scores [Hkv, n] = (1/G) sum_{h in group, t >= j} p_htj,
+// divided by n - j when normalize. Deterministic (no atomics). Needs no scratch.
+cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normalize,
+                              float* scores, cudaStream_t stream);
+
 // 1-D pooling along tokens, "same" padding, stride 1 (max pads -inf, avg counts the padding);
 // kernel 1 copies. With `mul` (same shape) the pooled value is multiplied by mul[i] (vatp).
 cudaError_t launch_pool(const float* in, float* out, int rows, int64_t n, int kernel, bool is_max,
@@ -92,6 +98,18 @@ cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n,
                                   size_t scratch_bytes, cudaStream_t stream,
                                   const FusedCompaction* fused = nullptr);
 
+// false: always the multi-launch radix select (A/B timing; cuda::set_select_single_launch).
+void set_select_single_launch(bool enabled);
+
+// General selection (cuda/select.h select()): uniform or adakv budgets, criticalkv's two stages
+// when aux is non-null. kept [Hkv * n_keep] i32 (the layer total is Hkv * n_keep for both
+// policies), offsets [Hkv + 1] i64 written on the device. Hkv <= 256.
+size_t select_scratch_bytes(int num_heads, int64_t n, int64_t n_keep, bool two_stage);
+cudaError_t launch_select(const float* scores, const float* aux, int num_heads, int64_t n,
+                          int64_t n_keep, int sink, int window, bool adakv, double alpha,
+                          int32_t* kept, int64_t* offsets, void* scratch, size_t scratch_bytes,
+                          cudaStream_t stream);
+
 // Gathers rows: out row r of head h (offsets[h] <= r < offsets[h+1]) = in[h, kept[r]]. With
 // offsets null the layout is uniform: head h owns rows [h * uniform_len, (h + 1) * uniform_len).
 // elem_bytes 2 or 4; d * elem_bytes must be a multiple of 16. pos may be null (identity).
@@ -100,5 +118,80 @@ cudaError_t launch_compact(const void* k, const void* v, int64_t head_stride, in
                            const int32_t* kept, const int64_t* offsets, int64_t uniform_len,
                            int num_heads, int64_t rows, int64_t n, void* out_k, void* out_v, int32_t* out_pos,
                            cudaStream_t stream);
+
+// Row gather with explicit source and destination maps (compaction into any layout: the
+// backend's segment cache with slack, or pages). Kept row r of head h (kept_offsets[h] <= r <
+// kept_offsets[h+1], slot s = r - kept_offsets[h]) reads source row i = src_base[h] + kept[r]
+// (src_base null: 0) of head h (k + h * head_stride_b + i * row_stride_b; pos[h *
+// pos_head_stride + i]) and writes destination row
+//   page_table == null: dst_base[h] + s
+//   else:               page_table[h * max_pages + s / page_size] * page_size + s % page_size.
+// Rows are row_bytes long (a multiple of 16); pos / score_acc travel when both sides are given.
+struct GatherArgs {
+  const char* k = nullptr;           // source rows, row_stride_b apart
+  const char* v = nullptr;
+  int64_t head_stride_b = 0, row_stride_b = 0;
+  int row_bytes = 0;
+  const int32_t* pos = nullptr;      // source positions or null: the kept index itself
+  int64_t pos_head_stride = 0;
+  const float* acc = nullptr;        // source score_acc (indexed like pos) or null
+  const int64_t* src_base = nullptr; // [H] first source row of head h, or null
+  const int32_t* kept = nullptr;     // [rows] kept row index within the head's source rows
+  const int64_t* kept_offsets = nullptr;  // [H + 1]
+  const int64_t* dst_base = nullptr;      // [H] (no page table)
+  const int32_t* page_table = nullptr;    // [H, max_pages]
+  int max_pages = 0, page_size = 0;
+  int64_t dst_rows = 0;              // destination rows; a mapped row outside is skipped
+  char* out_k = nullptr;             // destination rows, row_bytes apart
+  char* out_v = nullptr;
+  int32_t* out_pos = nullptr;
+  float* out_acc = nullptr;
+  int num_heads = 0;
+  int64_t rows = 0;                  // >= kept_offsets[H] (sizes the grid; the rest idle)
+};
+cudaError_t launch_gather_rows(const GatherArgs& a, cudaStream_t stream);
+
+// Attention over a compacted cache (cuda/attention.h). Rows of KV head g: slot s < lens[g] maps
+// to row seg_start[g] + s, or through the page table when one is given.
+struct AttentionArgs {
+  Elem elem = Elem::kBF16;      // of k and v
+  int q_elem_bytes = 4;         // 4: f32 queries, 2: same 16-bit type as k
+  const void* q = nullptr;      // [Hq, m, d]
+  int64_t q_head_stride = 0, q_row_stride = 0;
+  const int32_t* q_pos = nullptr;  // [m]
+  const void* k = nullptr;      // [rows, d] contiguous rows
+  const void* v = nullptr;
+  const int32_t* pos = nullptr; // [rows]
+  const int64_t* seg_start = nullptr;  // [Hkv]
+  const int64_t* lens = nullptr;       // [Hkv]
+  const int32_t* page_table = nullptr; // [Hkv, max_pages] or null
+  int max_pages = 0, page_size = 0;
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t m = 0;
+  float scale = 1.f, softcap = 0.f;
+  int sliding_window = 0;
+  float* out = nullptr;  // [Hq, m, d]
+  float* lse = nullptr;  // [Hq, m] or null
+};
+cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream);
+
+// first = min(first, i) over the NaN elements x[i] of x[0 .. count); the caller sets first to
+// UINT64_MAX first. For the Backend's "score is NaN" check (kvevict::select rejects NaN scores).
+cudaError_t launch_find_nan(const float* x, int64_t count, unsigned long long* first,
+                            cudaStream_t stream);
+
+// Query-free scores: streamingllm (the position j) and random (terms::random_uniform).
+cudaError_t launch_position_scores(float* scores, int num_kv_heads, int64_t n,
+                                   cudaStream_t stream);
+cudaError_t launch_random_scores(float* scores, int num_kv_heads, int64_t n, uint64_t seed,
+                                 cudaStream_t stream);
+// criticalkv stage 2: scores[g, j] = (aux[g, j] + eps) * mean_{h in group g} ||W_o^h v_j||_1
+// with W_o^h the columns h*d .. h*d+d-1 of wo ([D, Hq*d], row stride wo_row_stride, elements of
+// wo_elem_bytes: 4 = f32, 2 = same 16-bit type as v).
+cudaError_t launch_criticalkv_scores(Elem elem, const void* v, int64_t head_stride,
+                                     int64_t row_stride, int num_q_heads, int num_kv_heads,
+                                     int64_t n, int d, const void* wo, int wo_elem_bytes,
+                                     int64_t wo_row_stride, int64_t wo_rows, const float* aux,
+                                     float eps, float* scores, cudaStream_t stream);
 
 }  // namespace kvevict::cuda::detail

@@ -95,6 +95,7 @@ bool pair_term_of(Method m, PairTerm* t) {
     case Method::kObcacheK: *t = PairTerm::kObcacheK; return true;
     case Method::kObcacheVK: *t = PairTerm::kObcacheVK; return true;
     case Method::kSnapKV:
+    case Method::kCriticalKV:  // stage-1 score S, then the W_o multiplier
     case Method::kH2O:
     case Method::kTOVA:
     case Method::kVATP: *t = PairTerm::kProb; return true;
@@ -187,16 +188,22 @@ void window_forward(const TensorView& q, const TensorView& k, const TensorView& 
 
 bool score_supported(Method m) {
   PairTerm t;
-  return pair_term_of(m, &t) || m == Method::kKNorm || m == Method::kKeyDiff;
+  return pair_term_of(m, &t) || m == Method::kKNorm || m == Method::kKeyDiff ||
+         m == Method::kStreamingLLM || m == Method::kRandom;
 }
 
 size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& opt) {
   KVEVICT_CHECK(score_supported(opt.method), "method ", method_name(opt.method),
                 " has no CUDA score kernel; expected one of dropkv, obcache_v, obcache_k, "
-                "obcache_vk, snapkv, vatp, h2o, tova, knorm, keydiff");
+                "obcache_vk, snapkv, vatp, criticalkv, h2o, tova, knorm, keydiff, "
+                "streamingllm, random");
+  KVEVICT_CHECK(problem.k.ndim == 3, "k has shape ", problem.k.shape_str(),
+                "; expected [Hkv, n, d]");
   const int hkv = static_cast<int>(problem.k.shape[0]);
   const int d = static_cast<int>(problem.k.shape[2]);
-  if (opt.method == Method::kKNorm) return 0;
+  if (opt.method == Method::kKNorm || opt.method == Method::kStreamingLLM ||
+      opt.method == Method::kRandom)
+    return 0;
   if (opt.method == Method::kKeyDiff) return detail::keydiff_scratch_bytes(hkv, d);
   PairTerm term;
   pair_term_of(opt.method, &term);
@@ -226,7 +233,27 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   const size_t need = score_workspace_bytes(problem, opt);
   KVEVICT_CHECK(ws.bytes >= need, "workspace of ", ws.bytes, " bytes is too small; need ", need);
   float* scores = out.scores.ptr<float>();
+  const bool critical = opt.method == Method::kCriticalKV;
+  if (critical) {
+    check_f32_out(out.aux, "aux scores (criticalkv stage 1)", hkv, n);
+    check_device_view(problem.wo, "wo (criticalkv output projection)", 2);
+    check_device_view(problem.v, "v", 3);
+    const int hq = static_cast<int>(problem.q.shape[0]);
+    KVEVICT_CHECK(problem.wo.shape[1] == static_cast<int64_t>(hq) * d && problem.wo.shape[0] >= 1,
+                  "wo has shape ", problem.wo.shape_str(), "; expected [D, Hq * d = ", hq * d, "]");
+    KVEVICT_CHECK(problem.wo.dtype == DType::kF32 || problem.wo.dtype == problem.v.dtype,
+                  "wo has dtype ", dtype_name(problem.wo.dtype), "; expected f32 or ",
+                  dtype_name(problem.v.dtype), " like v");
+  }
   if (n == 0) return;
+  if (opt.method == Method::kStreamingLLM) {
+    KVEVICT_CUDA_CHECK(detail::launch_position_scores(scores, hkv, n, stream));
+    return;
+  }
+  if (opt.method == Method::kRandom) {
+    KVEVICT_CUDA_CHECK(detail::launch_random_scores(scores, hkv, n, opt.seed, stream));
+    return;
+  }
 
   if (opt.method == Method::kKNorm || opt.method == Method::kKeyDiff) {
     const Elem elem = elem_of(problem.k.dtype, "k");
@@ -269,8 +296,17 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   sa.row_weight = 1.0f / static_cast<float>(a.num_q_heads / a.num_kv_heads);
   sa.h2o_normalize = opt.aggregate == Aggregate::kAllQueries && opt.h2o_normalize;
   sa.v_l1 = v_l1;
+  // criticalkv: the window path writes the stage-1 score S into aux; stage 2 follows below.
+  float* const final_out = scores;
+  if (critical) scores = out.aux.ptr<float>();
   float* pass_out = needs_raw ? raw : scores;
-  KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
+  if (opt.aggregate == Aggregate::kAllQueries && term == PairTerm::kProb && v_l1 == nullptr) {
+    // h2o: key-stationary column sums over the causal triangle, deterministic (h2o_colsum.cu).
+    // (vatp needs the pass's ||v||_1 side output: it keeps the window pass.)
+    KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
+  } else {
+    KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
+  }
   const bool pooled = opt.pooling.kind != PoolKind::kNone || vatp;
   if (last_query) {
     // tova: one selection shared by the layer, the mean over all Hq heads (in place: each
@@ -282,6 +318,13 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
     const int kernel = opt.pooling.kind == PoolKind::kNone ? 1 : opt.pooling.kernel;
     KVEVICT_CUDA_CHECK(detail::launch_pool(raw, scores, hkv, n, kernel,
                                            opt.pooling.kind != PoolKind::kAvg, v_l1, stream));
+  }
+  if (critical) {
+    const TensorView& wo = problem.wo;
+    KVEVICT_CUDA_CHECK(detail::launch_criticalkv_scores(
+        a.elem, problem.v.data, problem.v.stride[0], problem.v.stride[1], a.num_q_heads, hkv, n, d,
+        wo.data, static_cast<int>(dtype_size(wo.dtype)), wo.stride[0], wo.shape[0], scores,
+        static_cast<float>(opt.criticalkv_eps), final_out, stream));
   }
 }
 

@@ -31,7 +31,11 @@ struct ForwardParams {
   int splits = 1;
   int64_t keys_per_split = 0;
   float scale_log2 = 0;
-  float* part_o = nullptr;   // [Hkv, row_blocks, splits, kRows, d] unnormalized outputs
+  // [Hkv, row_blocks, splits, kRows, d] each split's output normalized by its own sum (o / l),
+  // stored in the input dtype T: o / l is a convex combination of rows of V, so it fits T's
+  // range, and rounding it adds 2^-9 (bf16) / 2^-11 (f16) relative error, the order of the 16-bit
+  // P of P V itself. Halves the partials against f32 (v6: w = 32 scratch 17.3 -> ~4.6 MiB).
+  void* part_o = nullptr;
   float* part_ml = nullptr;  // [Hkv, row_blocks, splits, kRows, 2] (max in log2 units, sum)
 };
 
@@ -286,7 +290,9 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
         l_all += f * ml[x * Tr::kRows + row];
       }
     }
-    if constexpr (kWithV) p.part_o[(part + row) * D + col] = acc;
+    if constexpr (kWithV)
+      static_cast<T*>(p.part_o)[(part + row) * D + col] =
+          ElemTraits<T>::from_float(l_all > 0.f ? acc / l_all : 0.f);
     if (col == 0) {
       p.part_ml[(part + row) * 2] = m_all;
       p.part_ml[(part + row) * 2 + 1] = l_all;
@@ -294,7 +300,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   }
 }
 
-// One warp per window row: combines the splits' (m, l, o) into a = o / l and lse.
+// One warp per window row: combines the splits' (m, l, o / l) into a = o / l and lse.
+template <class T>
 __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out, float* lse) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -324,7 +331,8 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
     if (m_all != -INFINITY)
       for (int s = 0; s < p.splits; ++s) {
         const int64_t prow = (base + s) * block_rows + rl;
-        acc += exp2f(p.part_ml[prow * 2] - m_all) * p.part_o[prow * a.head_dim + col];
+        acc += exp2f(p.part_ml[prow * 2] - m_all) * p.part_ml[prow * 2 + 1] *
+               ElemTraits<T>::to_float(static_cast<const T*>(p.part_o)[prow * a.head_dim + col]);
       }
     out[out_row * a.head_dim + col] = acc * inv_l;
   }
@@ -343,7 +351,7 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const int warps = p.a.num_kv_heads * p.rows;
-  window_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p, Tr::kRows, out, lse);
+  window_merge_kernel<typename Tr::T><<<(warps + 7) / 8, 256, 0, stream>>>(p, Tr::kRows, out, lse);
   return cudaGetLastError();
 }
 
@@ -379,17 +387,27 @@ cudaError_t dispatch_dim(const ForwardParams& p, int slabs, float* out, float* l
   return cudaErrorInvalidValue;
 }
 
-// Two blocks per SM: at d = 128 a block holds at most 104 KB of shared memory and 256 threads.
-constexpr int kForwardBlocksPerSm = 2;
+// Splits fill ONE wave of the blocks that really fit: two per SM up to 2 slabs, one beyond
+// (forward_min_blocks: 3 stages and up to 236 registers, ncu v4). v5 planned two per SM for every
+// config, so w = 32 (8 slabs) ran 33 splits as two waves of 132 blocks and held 17 MiB of
+// partials; one wave of 16 splits does the same work with half the partials (v6).
+// Without V (lse only: snapkv, h2o) the kernel holds no output accumulators and v5's two-per-SM
+// plan stays: one wave of 16 splits made snapkv w = 32 slower (0.533 -> 0.569 ms, v6 lease).
+WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
+  const int group = a.num_q_heads / a.num_kv_heads;
+  WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2);
+  if (with_out && plan.slabs > 2)
+    plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1);
+  return plan;
+}
 
 }  // namespace
 
 size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count) {
-  const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
-                                           a.n, a.head_dim, sm_count, kForwardBlocksPerSm);
+  const WindowPlan plan = forward_plan(a, with_out, sm_count);
   const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
                       plan.slabs;
-  const size_t o_bytes = with_out ? rows * a.head_dim * sizeof(float) : 0;
+  const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;  // 16-bit partials
   return (o_bytes + 255) / 256 * 256 + rows * 2 * sizeof(float);
 }
 
@@ -402,8 +420,7 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   if (with_out && a.v == nullptr) return cudaErrorInvalidValue;
   if (scratch_bytes < window_forward_scratch_bytes(a, with_out, sm_count))
     return cudaErrorInvalidValue;
-  const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
-                                           a.n, a.head_dim, sm_count, kForwardBlocksPerSm);
+  const WindowPlan plan = forward_plan(a, with_out, sm_count);
   ForwardParams p;
   p.a = a;
   p.group = a.num_q_heads / a.num_kv_heads;
@@ -414,9 +431,9 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   p.scale_log2 = a.scale * kLog2e;
   const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
                       plan.slabs;
-  const size_t o_bytes = with_out ? rows * a.head_dim * sizeof(float) : 0;
+  const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;
   char* base = static_cast<char*>(scratch);
-  p.part_o = with_out ? reinterpret_cast<float*>(base) : nullptr;
+  p.part_o = with_out ? static_cast<void*>(base) : nullptr;
   p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
   return a.elem == Elem::kBF16 ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, out, lse, stream)
                                : dispatch_dim<__half>(p, plan.slabs, out, lse, stream);

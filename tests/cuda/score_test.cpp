@@ -9,6 +9,7 @@
 #include "cuda/cuda_testing.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/score.h"
+#include "kvevict/score_terms.h"
 #include "support/testing.h"
 
 namespace kvevict::cuda {
@@ -124,6 +125,91 @@ TEST(CudaScore, AllQueriesAndLastQueryAggregations) {
   run({8, 4, 128, 300}, obk, DType::kBF16, 14);
 }
 
+TEST(CudaScore, H2OColumnSumsAtOddSizes) {
+  KVEVICT_REQUIRE_GPU();
+  ScoreOptions h2o = ScoreOptions::defaults(Method::kH2O);
+  run({8, 2, 128, 1}, h2o, DType::kBF16, 40);
+  run({8, 2, 128, 17}, h2o, DType::kBF16, 41);
+  run({8, 2, 128, 1001}, h2o, DType::kBF16, 42);
+  run({4, 1, 64, 2049}, h2o, DType::kF16, 43);
+  run({4, 2, 256, 333}, h2o, DType::kBF16, 44);
+  h2o.h2o_normalize = true;
+  run({6, 3, 128, 1001}, h2o, DType::kBF16, 45);
+  h2o.pooling = Pooling{PoolKind::kMax, 5};
+  run({4, 2, 64, 129}, h2o, DType::kBF16, 46);
+}
+
+TEST(CudaScore, VATPWithAllQueriesKeepsTheWindowPass) {
+  KVEVICT_REQUIRE_GPU();
+  // vatp multiplies by ||v||_1, a side output of the window pass; the h2o column-sum kernel does
+  // not write it, so vatp over all queries must not take that path.
+  ScoreOptions vatp = ScoreOptions::defaults(Method::kVATP);
+  vatp.aggregate = Aggregate::kAllQueries;
+  vatp.window = 0;
+  run({4, 2, 64, 201}, vatp, DType::kBF16, 47);
+}
+
+TEST(CudaScore, H2OIsBitwiseReproducible) {
+  KVEVICT_REQUIRE_GPU();
+  // Key-stationary sums in a fixed order: two runs give the same bits (no float atomics).
+  const int hq = 8, hkv = 2, d = 128;
+  const int64_t n = 3001;
+  auto q = testing::round_to(kvevict::testing::normal_floats(size_t(hq) * n * d, 90, 2.0f), DType::kBF16);
+  auto k = testing::round_to(kvevict::testing::normal_floats(size_t(hkv) * n * d, 91, 1.0f), DType::kBF16);
+  DeviceBuffer<uint16_t> dq(q.size()), dk(k.size());
+  dq.upload(testing::encode16(q, DType::kBF16));
+  dk.upload(testing::encode16(k, DType::kBF16));
+  ScoreProblem p;
+  p.q = TensorView(dq.data(), DType::kBF16, {hq, n, d}, Device::kCuda);
+  p.k = TensorView(dk.data(), DType::kBF16, {hkv, n, d}, Device::kCuda);
+  p.v = p.k;
+  const ScoreOptions opt = ScoreOptions::defaults(Method::kH2O);
+  const size_t ws_bytes = score_workspace_bytes(p, opt);
+  DeviceBuffer<char> ws(ws_bytes);
+  std::vector<float> first;
+  for (int rep = 0; rep < 3; ++rep) {
+    DeviceBuffer<float> ds(size_t(hkv) * n);
+    ScoreOutput out;
+    out.scores = TensorView(ds.data(), DType::kF32, {hkv, n}, Device::kCuda);
+    score(p, opt, out, {ws.data(), ws_bytes});
+    KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+    const auto got = ds.download();
+    if (rep == 0) first = got; else EXPECT_TRUE(got == first) << "run " << rep << " differs";
+  }
+}
+
+TEST(CudaScore, QueryFreeScoresAreTheCpuStream) {
+  KVEVICT_REQUIRE_GPU();
+  // streamingllm (position) and random (splitmix64 counter stream): bitwise the reference.
+  for (Method m : {Method::kStreamingLLM, Method::kRandom}) {
+    ScoreOptions opt = ScoreOptions::defaults(m);
+    opt.seed = 1234567;
+    const int hkv = 3;
+    const int64_t n = 1000003;
+    DeviceBuffer<uint16_t> dk(size_t(hkv) * 8);
+    ScoreProblem p;
+    p.k = TensorView(dk.data(), DType::kBF16, {hkv, n, 8}, Device::kCuda);
+    p.k.stride = {0, 0, 1, 0};  // never read: a zero-stride view stands for the [Hkv, n, d] keys
+    p.v = p.k;
+    DeviceBuffer<float> ds(size_t(hkv) * n);
+    ds.poison();
+    ScoreOutput out;
+    out.scores = TensorView(ds.data(), DType::kF32, {hkv, n}, Device::kCuda);
+    score(p, opt, out, {});
+    KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+    const auto got = ds.download();
+    int64_t bad = 0;
+    for (int h = 0; h < hkv; ++h)
+      for (int64_t j = 0; j < n; ++j) {
+        const float want = m == Method::kRandom ? terms::random_uniform<float>(opt.seed, h, j)
+                                                : static_cast<float>(j);
+        bad += got[h * n + j] != want;
+      }
+    EXPECT_EQ(bad, 0) << method_name(m);
+    EXPECT_TRUE(ds.sentinels_intact());
+  }
+}
+
 TEST(CudaScore, KeyOnlyScores) {
   KVEVICT_REQUIRE_GPU();
   run({8, 2, 128, 1001}, ScoreOptions::defaults(Method::kKNorm), DType::kBF16, 15);
@@ -137,7 +223,9 @@ TEST(CudaScore, RejectsUnsupportedMethodAndHostTensors) {
   p.q = TensorView(host.data(), DType::kBF16, {2, 8, 64});
   p.k = TensorView(host.data(), DType::kBF16, {2, 8, 64});
   p.v = p.k;
-  EXPECT_THROW(score_workspace_bytes(p, ScoreOptions::defaults(Method::kCriticalKV)), Error);
+  ScoreOptions unknown = ScoreOptions::defaults(Method::kDropKV);
+  unknown.method = static_cast<Method>(99);  // a corrupt method code
+  EXPECT_THROW(score_workspace_bytes(p, unknown), Error);
   std::vector<float> s(16);
   ScoreOutput out;
   out.scores = TensorView(s.data(), DType::kF32, {2, 8});

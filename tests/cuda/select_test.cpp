@@ -77,6 +77,17 @@ TEST(CudaSelect, EdgeBudgets) {
   run(2, 500, 41, 8, 32, true, 10);   // one free token among ties
 }
 
+TEST(CudaSelect, MultiLaunchPathMatchesReference) {
+  KVEVICT_REQUIRE_GPU();
+  // The six-launch radix select (used when the grid does not fit at once, e.g. n = 1M) on the
+  // sizes the single cooperative launch takes by default.
+  set_select_single_launch(false);
+  run(8, 131072, 6553, 0, 8, false, 41);
+  run(2, 17, 9, 1, 3, false, 42);
+  run(4, 9999, 1234, 0, 8, true, 43);
+  set_select_single_launch(true);
+}
+
 TEST(CudaSelect, RejectsBudgetBelowProtected) {
   KVEVICT_REQUIRE_GPU();
   DeviceBuffer<float> ds(100);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kvevict/cuda/score.h"
+#include "kvevict/method.h"
 #include "kvevict/tensor.h"
 #include "kvevict/workspace.h"
 
@@ -32,5 +33,29 @@ void select_compact_uniform(const TensorView& scores, int64_t n_keep, int sink, 
                             const TensorView& kept, const TensorView& out_k,
                             const TensorView& out_v, const TensorView& out_pos, Workspace ws,
                             Stream stream = nullptr);
+
+// Every policy of SPEC section 3 on the GPU, with the semantics of kvevict::select():
+//   uniform  every head keeps n_keep (protected included);
+//   adakv    the layer's free scores flattened, the top Hkv * B (B = n_keep - protected; ties
+//            toward the lower position, then the lower head) give counts f_h, B_h = f_h (1 -
+//            alpha) + alpha B rounded by largest remainder to a layer total of exactly Hkv * B,
+//            then per-head top B_h; the layer keeps Hkv * n_keep rows either way;
+//   criticalkv two stages when `aux` is non-empty: per head the top floor(B_h / 2) free tokens by
+//            aux, then the rest by scores among the others.
+// scores, aux: [Hkv, n] f32 device (aux may be empty). n_keep: tokens per head (per-head mean
+// for adakv) with protected_count(n, sink, window) <= n_keep <= n. Outputs, device: kept
+// [Hkv * n_keep] i32, head h's indices (ascending, within the head) at kept[offsets[h] ..
+// offsets[h+1]); offsets [Hkv + 1] i64. Hkv <= 256. Deterministic; no host synchronization.
+// NaN scores are not checked here (they rank above every number, by their bits); the cuda
+// Backend's select() rejects them like kvevict::select does.
+size_t select_workspace_bytes(int num_kv_heads, int64_t n, int64_t n_keep, bool two_stage);
+void select(const TensorView& scores, const TensorView& aux, int64_t n_keep, int sink, int window,
+            Policy policy, double alpha, const TensorView& kept, const TensorView& offsets,
+            Workspace ws, Stream stream = nullptr);
+
+// The per-head select runs as one cooperative launch when its grid fits on the device at once
+// (docs/GPU_NOTES.md v6), else as six launches. false forces the six-launch path: for A/B
+// benchmarks and as a fallback switch; results are identical either way (tests check both).
+void set_select_single_launch(bool enabled);
 
 }  // namespace kvevict::cuda

@@ -1,0 +1,319 @@
+// The same LayerEvictor pipeline (score -> select -> compact -> attention after eviction) through
+// the cpu and the cuda backends, for every method name the CLI accepts. Scores agree within the
+// bf16/f32 tolerance; kept sets agree except near-ties (tokens whose CPU score sits at the head's
+// kept threshold); GPU selection on the CPU's scores is bitwise the CPU selection; GPU compaction
+// copies exactly the rows the CPU compaction copies; attention over the GPU-compacted cache
+// matches the double reference over the CPU-compacted one.
+#include "kvevict/backend.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "cuda/cuda_testing.h"
+#include "kvevict/attention.h"
+#include "kvevict/cache.h"
+#include "kvevict/cuda/backend.h"
+#include "kvevict/evict.h"
+#include "support/testing.h"
+
+namespace kvevict::cuda {
+namespace {
+
+using testing::DeviceBuffer;
+
+struct Shape {
+  int hq, hkv, d;
+  int64_t n;
+};
+
+struct Case {
+  const char* method;
+  Shape sh;
+  double budget;
+  uint64_t seed;
+};
+
+void run(const Case& c) {
+  const Shape& sh = c.sh;
+  SCOPED_TRACE(::testing::Message() << c.method << " Hq " << sh.hq << " Hkv " << sh.hkv << " d "
+                                    << sh.d << " n " << sh.n << " budget " << c.budget);
+  const MethodSpec spec = method_parse(c.method);
+  const ScoreOptions so = spec.score;
+  SelectOptions sel;
+  sel.policy = spec.policy;
+  sel.budget.value = c.budget;
+  sel.sink = spec.sink;
+  sel.window = so.window;
+  const int64_t m = sh.n;  // every query row: enough for h2o (all queries) and the windows
+  const DType bf = DType::kBF16;
+  const size_t nq = static_cast<size_t>(sh.hq) * m * sh.d,
+               nk = static_cast<size_t>(sh.hkv) * sh.n * sh.d;
+  const int64_t out_dim = 96;  // D of the output projection (criticalkv)
+  const size_t nwo = static_cast<size_t>(out_dim) * sh.hq * sh.d;
+  auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), bf);
+  auto k = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 1, 1.0f), bf);
+  auto v = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 2, 1.0f), bf);
+  auto wo = testing::round_to(kvevict::testing::normal_floats(nwo, c.seed + 3, 0.1f), bf);
+
+  // --- CPU pipeline on host f32 tensors holding the bf16 values.
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  ScoreProblem hp;
+  hp.q = TensorView(q.data(), DType::kF32, {sh.hq, m, sh.d});
+  hp.k = TensorView(k.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+  hp.v = TensorView(v.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+  hp.wo = TensorView(wo.data(), DType::kF32, {out_dim, sh.hq * sh.d});
+  LayerEvictor cpu_ev(*cpu, so, sel);
+  const Selection cs = cpu_ev.plan(hp);
+  const TensorView cpu_sv = cpu_ev.last_scores();
+  const std::vector<float> cpu_scores(cpu_sv.ptr<float>(), cpu_sv.ptr<float>() + sh.hkv * sh.n);
+
+  // --- CUDA pipeline on device bf16 tensors.
+  std::unique_ptr<Backend> gpu = make_cuda_backend();
+  DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk), dwo(nwo);
+  dq.upload(testing::encode16(q, bf));
+  dk.upload(testing::encode16(k, bf));
+  dv.upload(testing::encode16(v, bf));
+  dwo.upload(testing::encode16(wo, bf));
+  ScoreProblem dp;
+  dp.q = TensorView(dq.data(), bf, {sh.hq, m, sh.d}, Device::kCuda);
+  dp.k = TensorView(dk.data(), bf, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+  dp.v = TensorView(dv.data(), bf, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+  dp.wo = TensorView(dwo.data(), bf, {out_dim, sh.hq * sh.d}, Device::kCuda);
+  LayerEvictor gpu_ev(*gpu, so, sel);
+  const Selection gs = gpu_ev.plan(dp);
+  std::vector<float> gpu_scores(cpu_scores.size());
+  KVEVICT_ASSERT_CUDA(cudaMemcpy(gpu_scores.data(), gpu_ev.last_scores().data,
+                                 sizeof(float) * gpu_scores.size(), cudaMemcpyDeviceToHost));
+
+  // Scores: query-free scores are the same function on both; the rest within bf16 tolerance.
+  const bool exact = so.method == Method::kRandom || so.method == Method::kStreamingLLM;
+  std::vector<double> ref(cpu_scores.begin(), cpu_scores.end());
+  double max_ref = 0;
+  for (double x : ref) max_ref = std::max(max_ref, std::abs(x));
+  if (exact)
+    EXPECT_EQ(gpu_scores, cpu_scores) << "query-free scores differ";
+  else
+    EXPECT_TRUE(
+        kvevict::testing::all_close(gpu_scores, ref, 2e-3 * max_ref + 1e-30, 3e-2, "scores"));
+
+  // Kept sets: equal except near-ties at the CPU's per-head threshold.
+  EXPECT_EQ(cs.warning.empty(), gs.warning.empty())
+      << "cpu: '" << cs.warning << "' gpu: '" << gs.warning << "'";
+  int64_t differ = 0, kept = 0;
+  for (int h = 0; h < sh.hkv; ++h) {
+    const std::set<int32_t> a(cs.head(h), cs.head(h) + cs.count(h));
+    const std::set<int32_t> b(gs.head(h), gs.head(h) + gs.count(h));
+    kept += cs.count(h);
+    float thr = INFINITY;  // lowest CPU score the CPU keeps among free tokens of this head
+    for (int32_t j : a)
+      if (j >= sel.sink && j < sh.n - sel.window) thr = std::min(thr, cpu_scores[h * sh.n + j]);
+    // adakv: a near-tie at the LAYER threshold can move one unit of budget between heads; such
+    // a head keeps (or drops) its next token, which need not be near its own threshold.
+    int64_t far = 0;
+    const int64_t budget_shift = std::abs(cs.count(h) - gs.count(h));
+    for (int32_t j = 0; j < sh.n; ++j) {
+      if (a.count(j) == b.count(j)) continue;
+      ++differ;
+      const float s = cpu_scores[h * sh.n + j];
+      if (std::abs(s - thr) > 3e-2 * std::abs(thr) + 2e-3 * max_ref && far++ >= budget_shift)
+        ADD_FAILURE() << "head " << h << " token " << j << " (cpu score " << s << ", threshold "
+                      << thr << ") kept by " << (a.count(j) ? "cpu" : "gpu")
+                      << " only: not a near-tie";
+    }
+    EXPECT_LE(budget_shift, 2) << "head " << h << " budgets differ by more than a near-tie";
+  }
+  EXPECT_LE(differ, std::max<int64_t>(2, kept / 50)) << "too many near-tie swaps";
+
+  // GPU selection of the CPU's own scores: bitwise the CPU selection.
+  DeviceBuffer<float> dsc(cpu_scores.size());
+  dsc.upload(cpu_scores);
+  const Selection gs_on_cpu = gpu->select(
+      TensorView(dsc.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda), TensorView(), sel);
+  if (so.method != Method::kCriticalKV) {  // criticalkv's stage 1 reads aux (tested below)
+    EXPECT_EQ(gs_on_cpu.offsets, cs.offsets);
+    EXPECT_EQ(gs_on_cpu.index, cs.index);
+  }
+
+  // Compaction of the full cache with the CPU's selection, 3 slack rows per head.
+  const int64_t slack = 3;
+  HostKVCache host_full = HostKVCache::from_dense(hp.k, hp.v, bf);
+  HostKVCache host_out = cache_allocate_for(host_full.view(), cs, slack);
+  cpu->compact(host_full.view(), cs, host_out.view());
+  std::vector<int64_t> in_off(sh.hkv + 1), in_lens(sh.hkv, sh.n);
+  for (int h = 0; h <= sh.hkv; ++h) in_off[h] = h * sh.n;
+  std::vector<int32_t> pos(static_cast<size_t>(sh.hkv) * sh.n);
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i % sh.n);
+  DeviceBuffer<int32_t> dpos(pos.size());
+  dpos.upload(pos);
+  KVLayerView din;
+  din.dtype = bf;
+  din.device = Device::kCuda;
+  din.num_kv_heads = sh.hkv;
+  din.head_dim = sh.d;
+  din.k = dk.data();
+  din.v = dv.data();
+  din.pos = dpos.data();
+  din.offsets = in_off.data();
+  din.lens = in_lens.data();
+  const std::vector<int64_t> out_off = cache_plan_offsets(cs, slack);
+  std::vector<int64_t> out_lens(sh.hkv, 0);
+  const int64_t rows = out_off.back();
+  DeviceBuffer<uint16_t> ok_(rows * sh.d), ov_(rows * sh.d);
+  DeviceBuffer<int32_t> opos(rows);
+  ok_.poison();
+  ov_.poison();
+  opos.poison();
+  KVLayerView dout = din;
+  dout.k = ok_.data();
+  dout.v = ov_.data();
+  dout.pos = opos.data();
+  dout.offsets = out_off.data();
+  dout.lens = out_lens.data();
+  gpu->compact(din, cs, dout);
+  const KVLayerView hv = host_out.view();
+  const auto gk = ok_.download(), gv = ov_.download();
+  const auto gpos = opos.download();
+  int64_t bad = 0;
+  for (int h = 0; h < sh.hkv; ++h) {
+    EXPECT_EQ(out_lens[h], hv.lens[h]);
+    for (int64_t r = out_off[h]; r < out_off[h] + cs.count(h); ++r) {
+      bad += gpos[r] != hv.pos[r];
+      bad += std::memcmp(gk.data() + r * sh.d, static_cast<const uint16_t*>(hv.k) + r * sh.d,
+                         2 * sh.d) != 0;
+      bad += std::memcmp(gv.data() + r * sh.d, static_cast<const uint16_t*>(hv.v) + r * sh.d,
+                         2 * sh.d) != 0;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "compacted rows differ from the CPU compaction";
+  EXPECT_TRUE(ok_.sentinels_intact() && ov_.sentinels_intact() && opos.sentinels_intact());
+
+  // Attention after eviction: 3 new queries after the prompt, over the compacted caches.
+  const int64_t mq = 3;
+  auto q2 =
+      kvevict::testing::normal_floats(static_cast<size_t>(sh.hq) * mq * sh.d, c.seed + 9, 2.0f);
+  std::vector<int32_t> q_pos(mq);
+  for (int64_t t = 0; t < mq; ++t) q_pos[t] = static_cast<int32_t>(sh.n + t);
+  AttentionProblem hap;
+  hap.q = TensorView(q2.data(), DType::kF32, {sh.hq, mq, sh.d});
+  hap.q_pos = q_pos.data();
+  hap.cache = host_out.view();
+  std::vector<double> ref_out, ref_lse;
+  ref::attention(hap, ref_out, &ref_lse);
+  DeviceBuffer<float> dq2(q2.size()), dao(q2.size()), dlse(static_cast<size_t>(sh.hq) * mq);
+  dq2.upload(q2);
+  AttentionProblem dap = hap;
+  dap.q = TensorView(dq2.data(), DType::kF32, {sh.hq, mq, sh.d}, Device::kCuda);
+  dap.cache = dout;
+  const size_t aws = gpu->attention_workspace_bytes(dap);
+  auto abuf = gpu->allocate(aws);
+  gpu->attention(
+      dap,
+      AttentionOutput{TensorView(dao.data(), DType::kF32, {sh.hq, mq, sh.d}, Device::kCuda),
+                      TensorView(dlse.data(), DType::kF32, {sh.hq, mq}, Device::kCuda)},
+      Workspace{abuf.get(), aws});
+  KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(kvevict::testing::all_close(dao.download(), ref_out, 1e-4, 1e-3, "attention out"));
+  {
+    // A head that kept nothing has lse = -inf on both sides; compare the finite ones.
+    const std::vector<float> got_lse = dlse.download();
+    std::vector<float> g_fin;
+    std::vector<double> r_fin;
+    for (size_t i = 0; i < got_lse.size(); ++i) {
+      if (std::isinf(ref_lse[i])) {
+        EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse[" << i << "]";
+      } else {
+        g_fin.push_back(got_lse[i]);
+        r_fin.push_back(ref_lse[i]);
+      }
+    }
+    EXPECT_TRUE(kvevict::testing::all_close(g_fin, r_fin, 1e-4, 1e-4, "attention lse"));
+  }
+  EXPECT_TRUE(dao.sentinels_intact() && dlse.sentinels_intact());
+}
+
+TEST(CudaBackend, PipelineMatchesCpuBackend) {
+  KVEVICT_REQUIRE_GPU();
+  const Shape big{8, 2, 128, 1003}, small{4, 4, 64, 17}, mqa{4, 1, 128, 301};
+  uint64_t seed = 500;
+  for (const char* m :
+       {"dropkv", "adadropkv", "obcache_vk", "snapkv", "adakv", "vatp", "criticalkv", "h2o", "tova",
+        "knorm", "keydiff", "streamingllm", "random"}) {
+    run({m, big, 0.3, seed++});
+    run({m, small, 0.3, seed++});  // 5 tokens: below dropkv's 8 protected (warning path)
+    run({m, mqa, 40.0, seed++});   // a token-count budget
+  }
+}
+
+TEST(CudaBackend, CriticalKVTwoStageSelectionMatchesCpu) {
+  KVEVICT_REQUIRE_GPU();
+  // The two-stage rule on identical scores/aux through both backends' select().
+  const int hkv = 3;
+  const int64_t n = 2001;
+  auto s = kvevict::testing::normal_floats(hkv * n, 77, 1.0f);
+  auto aux = kvevict::testing::normal_floats(hkv * n, 78, 1.0f);
+  SelectOptions sel;
+  sel.budget.value = 0.1;
+  sel.window = 32;
+  std::unique_ptr<Backend> cpu = make_cpu_backend(), gpu = make_cuda_backend();
+  const Selection want = cpu->select(TensorView(s.data(), DType::kF32, {hkv, n}),
+                                     TensorView(aux.data(), DType::kF32, {hkv, n}), sel);
+  DeviceBuffer<float> ds(s.size()), da(aux.size());
+  ds.upload(s);
+  da.upload(aux);
+  for (Policy p : {Policy::kUniform, Policy::kAdaKV}) {
+    sel.policy = p;
+    const Selection w2 = cpu->select(TensorView(s.data(), DType::kF32, {hkv, n}),
+                                     TensorView(aux.data(), DType::kF32, {hkv, n}), sel);
+    const Selection got =
+        gpu->select(TensorView(ds.data(), DType::kF32, {hkv, n}, Device::kCuda),
+                    TensorView(da.data(), DType::kF32, {hkv, n}, Device::kCuda), sel);
+    EXPECT_EQ(got.offsets, w2.offsets) << policy_name(p);
+    EXPECT_EQ(got.index, w2.index) << policy_name(p);
+  }
+  (void)want;
+}
+
+TEST(CudaBackend, ZeroTokenBudgetKeepsNothing) {
+  KVEVICT_REQUIRE_GPU();
+  // floor(0.01 * 17) = 0 tokens and nothing protected: both backends keep nothing.
+  run({"knorm", {4, 2, 64, 17}, 0.01, 900});
+  run({"random", {4, 2, 64, 17}, 0.01, 901});
+}
+
+TEST(CudaBackend, RejectsBadInput) {
+  KVEVICT_REQUIRE_GPU();
+  std::unique_ptr<Backend> gpu = make_cuda_backend();
+  DeviceBuffer<float> ds(2 * 100);
+  const TensorView sc(ds.data(), DType::kF32, {2, 100}, Device::kCuda);
+  SelectOptions sel;
+  sel.budget.value = 101;  // a count above n
+  EXPECT_THROW(gpu->select(sc, TensorView(), sel), Error);
+  std::vector<float> host(200);
+  sel.budget.value = 0.5;
+  EXPECT_THROW(gpu->select(TensorView(host.data(), DType::kF32, {2, 100}), TensorView(), sel),
+               Error);  // host scores
+  // NaN scores are rejected, naming the head and row (kvevict::select does the same).
+  std::vector<float> with_nan(200, 1.0f);
+  with_nan[137] = std::nanf("");
+  ds.upload(with_nan);
+  try {
+    gpu->select(sc, TensorView(), sel);
+    ADD_FAILURE() << "NaN score accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head 1 row 37 is NaN"), std::string::npos) << e.what();
+  }
+  // A host problem handed to the cuda backend names the device mismatch.
+  ScoreProblem p;
+  std::vector<float> kv(2 * 100 * 64);
+  p.q = TensorView(kv.data(), DType::kF32, {2, 100, 64});
+  p.k = p.q;
+  p.v = p.q;
+  LayerEvictor ev(*gpu, ScoreOptions::defaults(Method::kDropKV), sel);
+  EXPECT_THROW(ev.plan(p), Error);
+}
+
+}  // namespace
+}  // namespace kvevict::cuda
