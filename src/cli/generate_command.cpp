@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -14,6 +15,7 @@
 #include "cli/progress.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/session_model.h"
+#include "kvevict/model/gpu_runtime.h"
 #include "kvevict/model/session.h"
 
 namespace kvevict::cli {
@@ -39,6 +41,8 @@ struct GenerateArgs {
   uint64_t seed = 0;
   bool json = false;
   bool quiet = false;
+  std::string dummy;          // a ModelConfig preset: random weights, random prompt ids
+  int64_t prompt_tokens = 512;  // prompt length with --dummy
 };
 
 std::string read_file(const std::string& path) {
@@ -49,14 +53,140 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+
+// --device cuda: the model runs on the GPU (kvevict::gpu); same outputs and stats block.
+int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer* tok,
+                      std::shared_ptr<const gpu::GpuModel> gm, const std::vector<int32_t>& context,
+                      const std::vector<int32_t>& question, const EvictConfig& cfg,
+                      eval::QueryMode mode) {
+  if (gm == nullptr) {
+    gpu::check_supported(model->config());
+    gm = gpu::GpuModel::upload(*model);
+  }
+  const bool aware = mode == eval::QueryMode::kAware;
+  std::vector<int32_t> prompt = context;
+  if (aware) prompt.insert(prompt.end(), question.begin(), question.end());
+  gpu::GpuSessionOptions go;
+  go.max_prompt = static_cast<int64_t>(prompt.size());
+  go.decode_room = a.max_new + static_cast<int64_t>(aware ? 0 : question.size()) + 1;
+  gpu::GpuSession session(gm, go);
+  session.prefill(prompt, cfg);
+  if (!aware && !question.empty()) session.append(question);
+  SamplerOptions so;
+  so.temperature = a.temperature;
+  so.top_k = a.top_k;
+  so.top_p = a.top_p;
+  so.seed = a.seed;
+  Sampler sampler(so);
+  const bool stream = !a.json;
+  if (stream && !a.quiet) std::fprintf(stderr, "---\n");
+  auto is_stop = [&](int32_t id) { return tok != nullptr && tok->is_end_of_generation(id); };
+  GenerateResult out = session.generate(a.max_new, sampler, is_stop, [&](int32_t id) {
+    if (!stream || is_stop(id)) return;
+    if (tok != nullptr) {
+      std::fputs(tok->token_text(id).c_str(), stdout);
+    } else {
+      std::printf("%d ", id);
+    }
+    std::fflush(stdout);
+  });
+  std::vector<int32_t> text_ids = out.tokens;
+  if (out.stopped && !text_ids.empty()) text_ids.pop_back();
+  const auto& st = session.stats();
+  const auto& mc = gm->config();
+  std::vector<int64_t> kept;
+  for (int l = 0; l < mc.n_layers; ++l) kept.push_back(session.kv_rows(l) / mc.n_kv_heads);
+  const double decode_tps =
+      st.decode_seconds > 0 ? static_cast<double>(st.decode_steps) / st.decode_seconds : 0.0;
+  const double prefill_tps =
+      st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0.0;
+  nlohmann::json j;
+  j["model"] = model != nullptr ? model->path() : "random:" + a.dummy;
+  j["device"] = "cuda";
+  j["prompt_tokens"] = static_cast<int64_t>(context.size() + question.size());
+  j["question_tokens"] = static_cast<int64_t>(question.size());
+  j["mode"] = eval::query_mode_name(mode);
+  j["eviction"] = cfg.describe();
+  if (!st.evict_path.empty()) j["evict_path"] = st.evict_path;
+  if (tok != nullptr) j["text"] = tok->decode(text_ids);
+  j["tokens"] = text_ids;
+  j["generated_tokens"] = static_cast<int64_t>(out.tokens.size());
+  j["kept_tokens_per_head_per_layer"] = kept;
+  j["kv_bytes_before"] = st.kv_bytes_before;
+  j["kv_bytes_after"] = st.kv_bytes_after;
+  j["kv_bytes_now"] = session.kv_bytes_total();
+  j["prefill_seconds"] = st.prefill_seconds;
+  j["evict_seconds"] = st.evict_seconds;
+  j["prefill_tokens_per_s"] = prefill_tps;
+  j["decode_tokens_per_s"] = decode_tps;
+  j["decode_evictions"] = st.decode_evictions;
+  if (!st.warning.empty()) j["warning"] = st.warning;
+  if (a.json) {
+    print_json(j);
+    return 0;
+  }
+  std::printf("\n");
+  if (a.quiet) return 0;
+  std::fprintf(stderr, "---\nmodel          %s (cuda, bf16)\n", j["model"].get<std::string>().c_str());
+  std::fprintf(stderr, "prompt         %lld tokens (%s%s)\n",
+               static_cast<long long>(j["prompt_tokens"]), eval::query_mode_name(mode),
+               question.empty() ? ", no question" : "");
+  std::fprintf(stderr, "eviction       %s%s%s\n", cfg.describe().c_str(),
+               st.evict_path.empty() ? "" : " on ", st.evict_path.c_str());
+  std::string kept_s;
+  for (size_t l = 0; l < kept.size(); ++l) kept_s += (l ? " " : "") + std::to_string(kept[l]);
+  std::fprintf(stderr, "kept/head      %s (per layer)\n", kept_s.c_str());
+  const double before = static_cast<double>(st.kv_bytes_before);
+  const double after = static_cast<double>(st.kv_bytes_after);
+  std::fprintf(stderr, "KV bytes       %s -> %s after prefill eviction (%.1f%% saved); now %s\n",
+               human_bytes(before).c_str(), human_bytes(after).c_str(),
+               before > 0 ? 100.0 * (1.0 - after / before) : 0.0,
+               human_bytes(static_cast<double>(session.kv_bytes_total())).c_str());
+  std::fprintf(stderr,
+               "prefill        %.1f tokens/s (%.3f s, eviction %.3f s)\ndecode         %.1f "
+               "tokens/s (%lld tokens)\n",
+               prefill_tps, st.prefill_seconds, st.evict_seconds, decode_tps,
+               static_cast<long long>(out.tokens.size()));
+  if (!st.warning.empty()) std::fprintf(stderr, "warning        %s\n", st.warning.c_str());
+  return 0;
+}
+
+// --dummy PRESET: random weights of a real model's shape and a random prompt of
+// --prompt-tokens ids (no tokenizer); prints token ids. For speed runs.
+int run_generate_dummy(const GenerateArgs& a) {
+  KVEVICT_CHECK(a.prompt.empty() && a.file.empty() && a.question.empty(),
+                "--dummy takes no -p/-f/--question: the prompt is --prompt-tokens random ids");
+  KVEVICT_CHECK(a.prompt_tokens >= 1, "--prompt-tokens ", a.prompt_tokens,
+                " is invalid; expected >= 1");
+  const ModelConfig mc = ModelConfig::preset(a.dummy);
+  KVEVICT_CHECK(a.prompt_tokens + a.max_new <= mc.context_length, "--prompt-tokens ",
+                a.prompt_tokens, " + -n ", a.max_new, " exceeds the context length ",
+                mc.context_length, " of ", a.dummy);
+  std::vector<int32_t> prompt(a.prompt_tokens);
+  std::mt19937_64 rng(a.seed);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(mc.vocab_size));
+  eval::MethodConfig method = eval::MethodConfig::make(
+      a.method, a.method == "full" ? Budget{} : Budget::parse(a.budget), a.window.value_or(0), a.pool);
+  if (!a.policy.empty()) method.spec.policy = policy_parse(a.policy);
+  EvictConfig cfg = eval::SessionModel::prefill_eviction_for(method, eval::QueryMode::kAgnostic, 0);
+  if (a.model.cuda()) {
+    a.model.check_device(/*allow_cuda=*/true);  // the random weights are made on the GPU
+    gpu::check_supported(mc);
+    auto gm = gpu::GpuModel::random(mc, a.seed);
+    return run_generate_cuda(a, nullptr, nullptr, gm, prompt, {}, cfg, eval::QueryMode::kAgnostic);
+  }
+  KVEVICT_FAIL("--dummy runs on --device cuda (random weights of a real size need the GPU)");
+}
+
 int run_generate(const GenerateArgs& a) {
+  if (!a.dummy.empty()) return run_generate_dummy(a);
   KVEVICT_CHECK(a.prompt.empty() != a.file.empty(), "give exactly one of -p TEXT or -f FILE");
   KVEVICT_CHECK(a.max_new >= 0, "-n ", a.max_new, " is negative; expected >= 0");
   const std::string user_text = a.prompt.empty() ? read_file(a.file) : a.prompt;
   KVEVICT_CHECK(!a.query_aware || !a.question.empty(),
                 "--query-aware needs --question (the question is the observation window)");
 
-  const auto model = a.model.load();
+  const auto model = a.model.load(/*allow_cuda=*/true);
   const auto tok = load_tokenizer(*model);
   // With --chat the context and question form one user turn; the split point is found in the
   // formatted text so query-agnostic mode can append the question after eviction.
@@ -91,6 +221,9 @@ int run_generate(const GenerateArgs& a) {
     KVEVICT_CHECK(a.decode_budget > 1, "--decode-budget ", a.decode_budget, " must be > 1 tokens");
     cfg.decode = eval::decode_eviction_for(dm, {a.decode_slack, a.decode_recent, 0});
   }
+
+  if (a.model.cuda())
+    return run_generate_cuda(a, model.get(), tok.get(), nullptr, context, question, cfg, mode);
 
   SessionOptions sopt;
   sopt.kv_dtype = dtype_parse(a.model.kv_dtype);
@@ -201,6 +334,11 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object (text + stats) instead of streaming");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
+  cmd->add_option("--dummy", a->dummy,
+                  "Random weights of a real model's shape (llama-3.1-8b, qwen2.5-7b, "
+                  "smollm2-135m) and a random prompt; needs --device cuda");
+  cmd->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length with --dummy")
+      ->capture_default_str();
   return [a] { return run_generate(*a); };
 }
 

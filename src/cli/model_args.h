@@ -19,9 +19,13 @@ struct ModelArgs {
   std::string kv_dtype = "f32";
   int threads = 0;
   void add_to(CLI::App& cmd);
-  // Checks --device (cuda is refused with a clear message when this build has no CUDA runtime
-  // for models), sets the thread count, loads the model.
-  std::shared_ptr<const Model> load() const;
+  // Checks --device, sets the thread count, loads the model (on the host; generate uploads it
+  // to the GPU). Commands without a GPU path pass allow_cuda = false and refuse --device cuda;
+  // with allow_cuda, --device cuda is refused when this build or machine has no GPU runtime.
+  std::shared_ptr<const Model> load(bool allow_cuda = false) const;
+  // The --device checks of load() alone (for --dummy models, which load nothing).
+  void check_device(bool allow_cuda) const;
+  bool cuda() const { return device == "cuda"; }
 };
 
 // The model's tokenizer; throws when the model has no GGUF file (random weights).

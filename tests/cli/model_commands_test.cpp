@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/io/model_paths.h"
+#include "kvevict/model/gpu_runtime.h"
 #include "support/cli_runner.h"
 
 namespace kvevict {
@@ -75,6 +76,23 @@ TEST_F(ModelCommands, GenerateRejectsBadInput) {
   std::string huge;
   for (int i = 0; i < 9000; ++i) huge += "word ";  // > the 8192-token context
   expect_bad({"generate", "-m", smollm2(), "-p", huge, "-n", "1"}, "context");
+}
+
+// --device cuda and --dummy: clear errors (exit 2) that need no model file; on a machine without a
+// GPU (CI) --device cuda itself is refused naming the reason.
+TEST(DeviceCuda, ClearErrors) {
+  auto bad = [](const std::vector<std::string>& args, const std::string& needle) {
+    const auto r = run_cli(KVEVICT_CLI_PATH, args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+  };
+  bad({"demo", "--device", "cuda"}, "runs models on the CPU only");
+  bad({"generate", "--dummy", "llama-3.1-8b", "-n", "1"}, "--dummy runs on --device cuda");
+  bad({"generate", "--dummy", "llama-9b", "--device", "cuda"}, "unknown model preset 'llama-9b'");
+  bad({"generate", "--dummy", "llama-3.1-8b", "-p", "hi"}, "--dummy takes no -p");
+  if (!gpu::gpu_available()) {
+    bad({"generate", "--dummy", "llama-3.1-8b", "--device", "cuda", "-n", "1"}, "no CUDA device");
+  }
 }
 
 TEST_F(ModelCommands, CorruptModelFilesGetClearErrors) {

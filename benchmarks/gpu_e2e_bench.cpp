@@ -1,0 +1,323 @@
+// End-to-end GPU runtime benchmark (SPEC section 8, "End to end"): a random-weight model of a real
+// shape (default Llama-3.1-8B, bf16) on one GPU.
+//   1. Prefill time at each --lengths value with and without one-shot eviction, and the time to
+//      first token (prefill + last-token logits + argmax).
+//   2. Decode throughput at the largest batch that fits one KV memory pool, for the full cache and
+//      for each --budgets value of --method (the same pool for all: SPEC's "same memory").
+// Prints a table; --json FILE writes every number. Device times come from CUDA events; TTFT is
+// host wall time around the whole call.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvevict/cuda/score.h"
+#include "kvevict/error.h"
+#include "kvevict/model/gpu_runtime.h"
+
+namespace {
+
+using namespace kvevict;
+
+struct Args {
+  std::string preset = "llama-3.1-8b";
+  int layers = 0;  // 0 = the preset's
+  std::vector<int64_t> lengths = {32768, 131072};
+  int64_t pair_max = 32768;  // lengths up to this get a separate no-eviction prefill
+  std::string method = "dropkv";
+  double prefill_budget = 0.1;
+  std::vector<double> budgets = {0.05, 0.1};
+  int64_t decode_context = 32768;
+  int decode_steps = 32;
+  int max_batch = 4096;
+  double reserve_gib = 6.0;  // left free for activations, scratch and cuBLAS
+  int64_t chunk = 4096;
+  bool b1 = true;  // also decode one sequence (latency) for each cache
+  std::string json;
+};
+
+std::vector<int64_t> parse_ints(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
+  return out;
+}
+std::vector<double> parse_doubles(const std::string& s) {
+  std::vector<double> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stod(item));
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto v = [&]() -> std::string {
+      KVEVICT_CHECK(i + 1 < argc, k, " needs a value");
+      return argv[++i];
+    };
+    if (k == "--preset")
+      a.preset = v();
+    else if (k == "--layers")
+      a.layers = std::stoi(v());
+    else if (k == "--lengths")
+      a.lengths = parse_ints(v());
+    else if (k == "--pair-max")
+      a.pair_max = std::stoll(v());
+    else if (k == "--method")
+      a.method = v();
+    else if (k == "--prefill-budget")
+      a.prefill_budget = std::stod(v());
+    else if (k == "--budgets")
+      a.budgets = parse_doubles(v());
+    else if (k == "--decode-context")
+      a.decode_context = std::stoll(v());
+    else if (k == "--decode-steps")
+      a.decode_steps = std::stoi(v());
+    else if (k == "--max-batch")
+      a.max_batch = std::stoi(v());
+    else if (k == "--reserve-gib")
+      a.reserve_gib = std::stod(v());
+    else if (k == "--chunk")
+      a.chunk = std::stoll(v());
+    else if (k == "--json")
+      a.json = v();
+    else if (k == "--no-b1")
+      a.b1 = false;
+    else
+      KVEVICT_FAIL("unknown option '", k, "'");
+  }
+  return a;
+}
+
+std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  uint64_t s = seed;
+  for (auto& x : t) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+double gib(double b) {
+  return b / (1024.0 * 1024.0 * 1024.0);
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    if (!gpu::gpu_available()) {
+      std::fprintf(stderr, "gpu_e2e_bench: no CUDA device\n");
+      return 2;
+    }
+    ModelConfig cfg = ModelConfig::preset(a.preset);
+    std::string simplification;
+    if (a.layers > 0 && a.layers < cfg.n_layers) {
+      simplification =
+          "layers cut from " + std::to_string(cfg.n_layers) + " to " + std::to_string(a.layers);
+      cfg.n_layers = a.layers;
+    }
+    const auto info = cuda::device_info();
+    int64_t free0 = 0, total = 0;
+    gpu::device_memory(&free0, &total);
+    std::printf("gpu_e2e_bench: %s, %d SMs, %.1f GiB; model %s (random bf16 weights)%s%s\n",
+                info.name, info.sm_count, gib(total), cfg.describe().c_str(),
+                simplification.empty() ? "" : "; ", simplification.c_str());
+    const double t_load = now_s();
+    auto model = gpu::GpuModel::random(cfg, 1);
+    std::printf("weights: %.2f GiB generated on the device in %.2f s\n", gib(model->weight_bytes()),
+                now_s() - t_load);
+    nlohmann::json out;
+    out["device"] = info.name;
+    out["model"] = cfg.describe();
+    out["weights_bytes"] = model->weight_bytes();
+    out["simplification"] = simplification;
+    out["method"] = a.method;
+
+    {
+      // Warm-up: cuBLAS handles and heuristics, kernel loading, first touch of the weights.
+      gpu::GpuSessionOptions go;
+      go.max_prompt = 4096;
+      go.decode_room = 4;
+      go.prefill_chunk = a.chunk;
+      gpu::GpuSession s(model, go);
+      EvictConfig ev;
+      ev.prefill = PrefillEviction::from_method(a.method, Budget{a.prefill_budget});
+      s.prefill(random_prompt(4096, cfg.vocab_size, 1), ev);
+      s.decode_greedy(2);
+    }
+
+    // --- 1. prefill with and without eviction, TTFT ----------------------------------------------
+    std::printf("\n%-8s %-10s %12s %12s %12s %10s %12s %14s\n", "tokens", "run", "prefill s",
+                "evict s", "total s", "overhead", "TTFT s", "KV after");
+    for (int64_t L : a.lengths) {
+      // The cache keeps 4 rows per head for decoding: a prompt of the full context length is
+      // cut by those 4 tokens (131068 for Llama-3.1's 131072), and the JSON says so.
+      if (L + 4 > cfg.context_length) L = cfg.context_length - 4;
+      const auto prompt = random_prompt(L, cfg.vocab_size, 42 + L);
+      double base_prefill = -1;
+      auto run = [&](bool evict) {
+        gpu::GpuSessionOptions go;
+        go.max_prompt = L;
+        go.decode_room = 4;
+        go.prefill_chunk = a.chunk;
+        gpu::GpuSession s(model, go);
+        EvictConfig ev;
+        if (evict) ev.prefill = PrefillEviction::from_method(a.method, Budget{a.prefill_budget});
+        const double t0 = now_s();
+        s.prefill(prompt, ev);
+        const int32_t first = s.argmax()[0];
+        const double ttft = now_s() - t0;
+        const auto& st = s.stats();
+        const double total_s = st.prefill_seconds + st.evict_seconds;
+        if (!evict) base_prefill = st.prefill_seconds;
+        const double ref = base_prefill > 0 ? base_prefill : st.prefill_seconds;
+        const double overhead = evict ? (total_s - ref) / ref : 0.0;
+        const std::string name =
+            evict ? a.method + "@" + std::to_string(a.prefill_budget).substr(0, 4)
+                  : std::string("full");
+        std::printf("%-8lld %-10s %12.3f %12.3f %12.3f %9.2f%% %12.3f %11.2f GiB\n",
+                    static_cast<long long>(L), name.c_str(), st.prefill_seconds, st.evict_seconds,
+                    total_s, 100.0 * overhead, ttft, gib(st.kv_bytes_after));
+        std::fflush(stdout);
+        nlohmann::json j;
+        j["tokens"] = L;
+        j["run"] = name;
+        j["prefill_s"] = st.prefill_seconds;
+        j["evict_s"] = st.evict_seconds;
+        j["total_s"] = total_s;
+        j["overhead_vs_full_prefill"] = overhead;
+        j["overhead_reference"] =
+            base_prefill > 0 ? "separate no-eviction prefill" : "same run's prefill part";
+        j["ttft_s"] = ttft;
+        j["first_token"] = first;
+        j["kv_bytes_before"] = st.kv_bytes_before;
+        j["kv_bytes_after"] = st.kv_bytes_after;
+        j["evict_path"] = st.evict_path;
+        out["prefill"].push_back(j);
+      };
+      if (L <= a.pair_max) run(false);
+      run(true);
+    }
+
+    // --- 2. decode throughput at the largest batch of one memory pool ---------------------------
+    const int64_t Ld = std::min<int64_t>(a.decode_context, cfg.context_length - a.decode_steps - 8);
+    const auto prompt = random_prompt(Ld, cfg.vocab_size, 7);
+    const int64_t room = a.decode_steps + 8;
+    int64_t free_now = 0;
+    gpu::device_memory(&free_now, &total);
+    const double pool = static_cast<double>(free_now) - a.reserve_gib * (1 << 30);
+    KVEVICT_CHECK(pool > 0, "no device memory left for KV caches after ", a.reserve_gib,
+                  " GiB of reserve");
+    // Bytes of one sequence's cache (K and V, bf16, every layer) of `rows` rows per head.
+    auto seq_bytes = [&](int64_t rows) {
+      return static_cast<double>(cfg.n_layers) * cfg.n_kv_heads * rows * cfg.head_dim * 2 * 2;
+    };
+    std::printf("\ndecode at context %lld, KV pool %.1f GiB (free after weights minus %.1f GiB)\n",
+                static_cast<long long>(Ld), gib(pool), a.reserve_gib);
+    std::printf("%-12s %10s %8s %12s %12s %10s\n", "cache", "tok/head", "batch", "step ms",
+                "tokens/s", "vs full");
+    std::vector<double> budgets = {1.0};
+    budgets.insert(budgets.end(), a.budgets.begin(), a.budgets.end());
+    double full_tps = 0;
+    for (double b : budgets) {
+      const bool full = b >= 1.0;
+      const int64_t kept = full ? Ld : Budget{b}.keep_count(Ld);
+      // The batch is filled by copies of sequence 0, whose full prefill cache also lives until
+      // replicate_sequence() returns: the pool holds B + 1 sequences (plus the full one).
+      const double per_seq = seq_bytes(kept + room);
+      const double full_seq = seq_bytes(Ld + room);
+      int64_t B = static_cast<int64_t>((pool - (full ? 0.0 : full_seq)) / per_seq) - 1;
+      B = std::min<int64_t>(B, a.max_batch);
+      KVEVICT_CHECK(B >= 1, "no room for one sequence of ", gib(per_seq), " GiB");
+      gpu::GpuSessionOptions go;
+      go.batch = static_cast<int>(B);
+      go.max_prompt = Ld;
+      go.decode_room = room;
+      go.prefill_chunk = a.chunk;
+      gpu::GpuSession s(model, go);
+      EvictConfig ev;
+      if (!full) ev.prefill = PrefillEviction::from_method(a.method, Budget{b});
+      s.prefill(prompt, ev);
+      s.replicate_sequence();
+      s.decode_greedy(2);  // warm-up (cuBLAS heuristics, first-touch)
+      const double before = s.stats().decode_seconds;
+      s.decode_greedy(a.decode_steps);
+      const double secs = s.stats().decode_seconds - before;
+      const double tps = static_cast<double>(B) * a.decode_steps / secs;
+      if (full) full_tps = tps;
+      const std::string name = full ? "full" : a.method + "@" + std::to_string(b).substr(0, 4);
+      std::printf("%-12s %10lld %8lld %12.3f %12.1f %9.2fx\n", name.c_str(),
+                  static_cast<long long>(kept), static_cast<long long>(B),
+                  1e3 * secs / a.decode_steps, tps, full_tps > 0 ? tps / full_tps : 0.0);
+      std::fflush(stdout);
+      nlohmann::json j;
+      j["cache"] = name;
+      j["context"] = Ld;
+      j["kept_per_head"] = kept;
+      j["batch"] = B;
+      j["steps"] = a.decode_steps;
+      j["step_ms"] = 1e3 * secs / a.decode_steps;
+      j["tokens_per_s"] = tps;
+      j["speedup_vs_full"] = full_tps > 0 ? tps / full_tps : 0.0;
+      j["kv_bytes_total"] = s.kv_bytes_total();
+      j["batch_capped"] = B == a.max_batch;
+      out["decode"].push_back(j);
+    }
+    // --- 3. one sequence (B = 1): per-token latency of each cache ------------------------------
+    if (a.b1) {
+      std::printf("\ndecode B = 1 at context %lld\n%-12s %10s %12s %12s\n",
+                  static_cast<long long>(Ld), "cache", "tok/head", "ms/token", "tokens/s");
+      for (double b : budgets) {
+        const bool full = b >= 1.0;
+        gpu::GpuSessionOptions go;
+        go.max_prompt = Ld;
+        go.decode_room = room;
+        go.prefill_chunk = a.chunk;
+        gpu::GpuSession s(model, go);
+        EvictConfig ev;
+        if (!full) ev.prefill = PrefillEviction::from_method(a.method, Budget{b});
+        s.prefill(prompt, ev);
+        s.decode_greedy(2);
+        const double before = s.stats().decode_seconds;
+        s.decode_greedy(a.decode_steps);
+        const double secs = s.stats().decode_seconds - before;
+        const std::string name = full ? "full" : a.method + "@" + std::to_string(b).substr(0, 4);
+        const int64_t kept = full ? Ld : Budget{b}.keep_count(Ld);
+        std::printf("%-12s %10lld %12.3f %12.1f\n", name.c_str(), static_cast<long long>(kept),
+                    1e3 * secs / a.decode_steps, a.decode_steps / secs);
+        std::fflush(stdout);
+        nlohmann::json j;
+        j["cache"] = name;
+        j["context"] = Ld;
+        j["kept_per_head"] = kept;
+        j["ms_per_token"] = 1e3 * secs / a.decode_steps;
+        j["tokens_per_s"] = a.decode_steps / secs;
+        out["decode_b1"].push_back(j);
+      }
+    }
+    if (!a.json.empty()) {
+      std::ofstream f(a.json);
+      f << out.dump(2) << "\n";
+    }
+    return 0;
+  } catch (const kvevict::Error& e) {
+    std::fprintf(stderr, "gpu_e2e_bench: %s\n", e.what());
+    return 2;
+  }
+}

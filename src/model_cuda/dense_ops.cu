@@ -1,0 +1,265 @@
+// The element-wise and row-wise kernels of the decoder (everything but the GEMMs and attention):
+// embedding gather, RMSNorm, RoPE + cache append, SwiGLU, layout changes, argmax, and the
+// counter-based random fill that reproduces Model::random on the device.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "model_cuda/launchers.h"
+
+namespace kvevict::gpu::detail {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+template <int kThreads>
+__device__ float block_sum(float x, float* red) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) red[warp] = x;
+  __syncthreads();
+  float s = 0.f;
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < kThreads / 32 ? red[threadIdx.x] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) red[0] = s;
+  }
+  __syncthreads();
+  s = red[0];
+  __syncthreads();
+  return s;
+}
+
+__global__ void embed_kernel(const bf16* embd, const int32_t* tokens, int D, float mul, float* x) {
+  const int t = blockIdx.x;
+  const bf16* e = embd + static_cast<int64_t>(tokens[t]) * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x)
+    x[static_cast<int64_t>(t) * D + i] = __bfloat162float(e[i]) * mul;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_kernel(const float* x, int64_t x_stride, int D, const float* w, float eps, bf16* out) {
+  __shared__ float red[32];
+  const int t = blockIdx.x;
+  const float* xr = x + t * x_stride;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < D; i += kRowThreads) ss += xr[i] * xr[i];
+  ss = block_sum<kRowThreads>(ss, red);
+  const float scale = rsqrtf(ss / static_cast<float>(D) + eps);
+  for (int i = threadIdx.x; i < D; i += kRowThreads)
+    out[static_cast<int64_t>(t) * D + i] = __float2bfloat16_rn(xr[i] * scale * w[i]);
+}
+
+// One block per token. The angles are formed in double: at position 131071 a float angle would
+// be off by up to ~0.008 rad (the CPU path forms them in double too, ops.cpp rope()).
+__global__ void rope_append_kernel(RopeAppendArgs a) {
+  extern __shared__ float cs[];  // [d/2] cos, then [d/2] sin
+  __shared__ int64_t row_base[64];
+  const int t = blockIdx.x, half = a.d / 2;
+  const int Hq = a.Hq, Hkv = a.Hkv, d = a.d;
+  const int32_t p = a.pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos(static_cast<double>(p) * a.inv_freq[i], &s, &c);
+    cs[i] = static_cast<float>(c);
+    cs[half + i] = static_cast<float>(s);
+  }
+  for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
+    const int seg = (a.decode ? t : a.seq) * Hkv + g;
+    row_base[g] = a.seg_off[seg] + (a.decode ? a.seg_len[seg] : a.first + t);
+  }
+  __syncthreads();
+  const int64_t width = static_cast<int64_t>(Hq + 2 * Hkv) * d;
+  const bf16* src = a.qkv + t * width;
+  auto load = [&](int col) {
+    float v = __bfloat162float(src[col]);
+    if (a.bias != nullptr) v += a.bias[col];
+    return v;
+  };
+  // q and k: one thread per rotated pair.
+  for (int idx = threadIdx.x; idx < (Hq + Hkv) * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
+    const int col = h * d;
+    const float x0 = load(col + ia), x1 = load(col + ib);
+    const float c = cs[i], s = cs[half + i];
+    const bf16 r0 = __float2bfloat16_rn(x0 * c - x1 * s);
+    const bf16 r1 = __float2bfloat16_rn(x0 * s + x1 * c);
+    if (h < Hq) {
+      bf16* dst = a.head_major ? a.q_out + (static_cast<int64_t>(h) * a.T + t) * d
+                               : a.q_out + (static_cast<int64_t>(t) * Hq + h) * d;
+      dst[ia] = r0;
+      dst[ib] = r1;
+    } else {
+      bf16* dst = a.k_cache + row_base[h - Hq] * d;
+      dst[ia] = r0;
+      dst[ib] = r1;
+    }
+  }
+  for (int idx = threadIdx.x; idx < Hkv * d; idx += blockDim.x) {
+    const int g = idx / d, i = idx % d;
+    a.v_cache[row_base[g] * d + i] = __float2bfloat16_rn(load((Hq + Hkv) * d + idx));
+  }
+  for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
+    a.pos_cache[row_base[g]] = p;
+    if (a.acc_cache != nullptr) a.acc_cache[row_base[g]] = 0.0f;  // as cache_append_rows
+  }
+  if (a.decode) {
+    __syncthreads();  // every thread has used row_base before the lengths move
+    for (int g = threadIdx.x; g < Hkv; g += blockDim.x) a.seg_len[t * Hkv + g] += 1;
+  }
+}
+
+__global__ void swiglu_kernel(const bf16* gu, int64_t T, int F, bf16* h) {
+  const int64_t n = T * F;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / F, f = i % F;
+    const float g = __bfloat162float(gu[t * 2 * F + f]);
+    const float u = __bfloat162float(gu[t * 2 * F + F + f]);
+    h[i] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+__global__ void heads_to_rows_kernel(const float* in, int Hq, int T, int d, bf16* out) {
+  const int64_t n = static_cast<int64_t>(Hq) * T * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % d, ht = i / d;
+    const int64_t h = ht / T, t = ht % T;
+    out[(t * Hq + h) * d + c] = __float2bfloat16_rn(in[i]);
+  }
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* logits, int64_t V, int32_t* ids) {
+  __shared__ float best_v[32];
+  __shared__ int32_t best_i[32];
+  const float* row = logits + blockIdx.x * V;
+  float bv = -INFINITY;
+  int32_t bi = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < V; i += kArgmaxThreads) {
+    const float x = row[i];
+    if (x > bv) {  // strided scan: the first hit of a thread is its lowest id
+      bv = x;
+      bi = static_cast<int32_t>(i);
+    }
+  }
+  auto better = [](float v1, int32_t i1, float v0, int32_t i0) {
+    return v1 > v0 || (v1 == v0 && i1 < i0);
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
+  __syncthreads();
+  if (warp == 0) {
+    bv = best_v[lane];
+    bi = best_i[lane];
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+  }
+}
+
+// splitmix64, as in src/model/weights.cpp: element i of a tensor depends only on (seed, i).
+__device__ __forceinline__ uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void random_uniform_kernel(uint64_t seed, float a, int64_t n, bf16* out,
+                                      float* out_f32) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double u = static_cast<double>(mix(seed ^ mix(static_cast<uint64_t>(i))) >> 11) *
+                     (1.0 / 9007199254740992.0);
+    const float v = static_cast<float>((2.0 * u - 1.0) * a);
+    if (out_f32 != nullptr) {
+      out_f32[i] = v;
+    } else {
+      out[i] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
+__global__ void fill_kernel(float* out, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = value;
+}
+
+unsigned grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
+}
+
+}  // namespace
+
+cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, float mul, float* x,
+                         cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  embed_kernel<<<T, 256, 0, stream>>>(embd, tokens, D, mul, x);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(const float* x, int64_t x_stride, int T, int D, const float* w,
+                            float eps, bf16* out, cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  rms_norm_kernel<<<T, kRowThreads, 0, stream>>>(x, x_stride, D, w, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
+  if (a.T <= 0) return cudaSuccess;
+  if (a.Hkv > 64 || a.d % 2 != 0) return cudaErrorInvalidValue;
+  rope_append_kernel<<<a.T, 256, sizeof(float) * a.d, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu(const bf16* gu, int T, int F, bf16* h, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(T) * F;
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_heads_to_rows(const float* in, int Hq, int T, int d, bf16* out,
+                                 cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(Hq) * T * d;
+  heads_to_rows_kernel<<<grid_for(n, 256), 256, 0, stream>>>(in, Hq, T, d, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids,
+                          cudaStream_t stream) {
+  if (R <= 0) return cudaSuccess;
+  argmax_kernel<<<R, kArgmaxThreads, 0, stream>>>(logits, V, ids);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out, float* out_f32,
+                                  cudaStream_t stream) {
+  const float a = stddev * sqrtf(3.0f);  // uniform(-a, a) has this stddev (as weights.cpp)
+  random_uniform_kernel<<<grid_for(n, 256), 256, 0, stream>>>(seed, a, n, out, out_f32);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill(float* out, int64_t n, float value, cudaStream_t stream) {
+  fill_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, n, value);
+  return cudaGetLastError();
+}
+
+}  // namespace kvevict::gpu::detail
