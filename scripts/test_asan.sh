@@ -6,7 +6,8 @@
 #   scripts/test_asan.sh [CTEST_ARGS...]     e.g. scripts/test_asan.sh -R Tokenizer
 #   scripts/test_asan.sh --library           only the library's own tests (core, io, tokenizer,
 #                                            score, select, cache, attention, evict, diagnostics,
-#                                            reliability regressions): what CI runs, a few minutes
+#                                            reliability regressions): a few minutes. CI (scripts/test.sh)
+#                                            runs the whole CPU suite (no argument).
 # Wall time on the shared 2-core machine: see docs/RELIABILITY.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
