@@ -7,7 +7,8 @@
 #     report: the docs/RESULTS.md sweep: 6 NIAH/VT tasks x 3 samples at 2K and 4K (~40 min for SmolLM2)
 #     full:   all 11 tasks x 5 samples at 2K and 4K (hours on 2 cores)
 #   Models default to smollm2 and gemma3-270m (quick: smollm2 only); name them to run a subset.
-#   SWEEP_LENGTHS / SWEEP_SAMPLES override the mode's lengths and samples per task.
+#   SWEEP_LENGTHS / SWEEP_SAMPLES override the mode's lengths and samples per task; SWEEP_MAX_NEW caps
+#   answers (default 32 new tokens; 0 = RULER's per-task limits).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODE="${1:-quick}"
@@ -37,7 +38,7 @@ for m in "${models[@]}"; do
   run "$KV" analyze -m "$m" --length 1024 --pool-size 16 --evict 4 --queries 4 \
     --out "$OUT/analyze_$m.json" > "$OUT/analyze_$m.txt"
   run "$KV" eval -m "$m" --tasks "$TASKS" --lengths "$lengths" --samples "$samples" \
-    --methods "$METHODS" --budgets "$BUDGETS" --modes aware \
+    --methods "$METHODS" --budgets "$BUDGETS" --modes aware --max-new "${SWEEP_MAX_NEW:-32}" \
     --out "$OUT/eval_$m.json" --markdown "$OUT/eval_$m.md" > /dev/null
   run "$KV" ppl -m "$m" --methods full,h2o,tova,dropkv,obcache_vk,streamingllm --budgets 128,256 \
     --chunk 1024 --chunks 1 --out "$OUT/ppl_$m.json" --markdown "$OUT/ppl_$m.md" > /dev/null
