@@ -53,6 +53,26 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// The sampler the flags ask for (greedy by default).
+SamplerOptions sampler_options(const GenerateArgs& a) {
+  SamplerOptions so;
+  so.temperature = a.temperature;
+  so.top_k = a.top_k;
+  so.top_p = a.top_p;
+  so.seed = a.seed;
+  return so;
+}
+
+// Streams one generated token to stdout: its text, or its id when there is no tokenizer (--dummy).
+void print_token(const Tokenizer* tok, int32_t id) {
+  if (tok != nullptr) {
+    std::fputs(tok->token_text(id).c_str(), stdout);
+  } else {
+    std::printf("%d ", id);
+  }
+  std::fflush(stdout);
+}
+
 
 // --device cuda: the model runs on the GPU (kvevict::gpu); same outputs and stats block.
 int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer* tok,
@@ -72,23 +92,12 @@ int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer
   gpu::GpuSession session(gm, go);
   session.prefill(prompt, cfg);
   if (!aware && !question.empty()) session.append(question);
-  SamplerOptions so;
-  so.temperature = a.temperature;
-  so.top_k = a.top_k;
-  so.top_p = a.top_p;
-  so.seed = a.seed;
-  Sampler sampler(so);
+  Sampler sampler(sampler_options(a));
   const bool stream = !a.json;
   if (stream && !a.quiet) std::fprintf(stderr, "---\n");
   auto is_stop = [&](int32_t id) { return tok != nullptr && tok->is_end_of_generation(id); };
   GenerateResult out = session.generate(a.max_new, sampler, is_stop, [&](int32_t id) {
-    if (!stream || is_stop(id)) return;
-    if (tok != nullptr) {
-      std::fputs(tok->token_text(id).c_str(), stdout);
-    } else {
-      std::printf("%d ", id);
-    }
-    std::fflush(stdout);
+    if (stream && !is_stop(id)) print_token(tok, id);
   });
   std::vector<int32_t> text_ids = out.tokens;
   if (out.stopped && !text_ids.empty()) text_ids.pop_back();
@@ -236,21 +245,13 @@ int run_generate(const GenerateArgs& a) {
   bar.finish();
   if (!a.query_aware && !question.empty()) session.append(question);
 
-  SamplerOptions so;
-  so.temperature = a.temperature;
-  so.top_k = a.top_k;
-  so.top_p = a.top_p;
-  so.seed = a.seed;
-  Sampler sampler(so);
+  Sampler sampler(sampler_options(a));
   const bool stream = !a.json;
   if (stream && !a.quiet) std::fprintf(stderr, "---\n");
   GenerateResult out = session.generate(
       a.max_new, sampler, [&](int32_t id) { return tok->is_end_of_generation(id); },
       [&](int32_t id) {
-        if (stream && !tok->is_end_of_generation(id)) {
-          std::fputs(tok->token_text(id).c_str(), stdout);
-          std::fflush(stdout);
-        }
+        if (stream && !tok->is_end_of_generation(id)) print_token(tok.get(), id);
       });
   std::vector<int32_t> text_ids = out.tokens;
   if (out.stopped && !text_ids.empty()) text_ids.pop_back();
