@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -10,6 +9,7 @@
 #include <tuple>
 
 #include "kvevict/error.h"
+#include "kvevict/io/atomic_file.h"
 
 namespace kvevict::eval {
 
@@ -161,23 +161,7 @@ std::string results_to_markdown(const EvalResults& r) {
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  // Written beside the target and renamed over it, so a failure never leaves a partial file.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    KVEVICT_CHECK(out.good(), "cannot open '", path, "' for writing; expected a writable path");
-    out << text;
-    out.flush();
-    if (!out.good()) {
-      out.close();
-      std::remove(tmp.c_str());
-      KVEVICT_FAIL("writing '", path, "' failed after ", text.size(), " bytes");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    KVEVICT_FAIL("cannot move the finished file onto '", path, "'; expected a writable path");
-  }
+  io::write_file_atomically(path, "'" + path + "'", {{text.data(), text.size()}});
 }
 
 }  // namespace kvevict::eval

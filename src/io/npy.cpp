@@ -3,7 +3,6 @@
 // reject anything else rather than guess.
 #include "kvevict/io/npy.h"
 
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <limits>
 
 #include "kvevict/error.h"
+#include "kvevict/io/atomic_file.h"
 
 namespace kvevict::npy {
 namespace {
@@ -258,21 +258,9 @@ void save(const std::string& path, DType dtype, const std::vector<int64_t>& shap
   }
   bytes += header;
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  KVEVICT_CHECK(f != nullptr, "npy ", path, ": cannot create ", tmp, " (", std::strerror(errno),
-                ")");
   const size_t data_bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = ok && (data_bytes == 0 || std::fwrite(data, 1, data_bytes, f) == data_bytes);
-  ok = (std::fflush(f) == 0) && ok;
-  const int err = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    std::remove(tmp.c_str());
-    KVEVICT_FAIL("npy ", path, ": write failed (", std::strerror(e), "); nothing was written");
-  }
+  io::write_file_atomically(path, "npy " + path,
+                            {{bytes.data(), bytes.size()}, {data, data_bytes}});
 }
 
 void save(const std::string& path, const HostTensor& t) {
