@@ -102,77 +102,54 @@ bool load_rows_typed(const TensorView& t, int64_t head, int64_t row0, int64_t co
   return bad == 0;
 }
 
-// z[r, :] = q_r . K_tile for the rows of a block; kt is [d, kTile]. Four rows at a time share
-// each load of a key column (a 4 x kTile register tile: 16 AVX2 / 8 AVX-512 accumulators).
-inline void block_logits(const float* q, int64_t rows, int64_t d, const float* kt, float* z) {
+// out[r, :] = sum_c term(x[r, c], yt[c, :]) for the rows of a block x [rows, d] against one tile
+// yt [d, kTile]. Four rows at a time share each load of a tile column (a 4 x kTile register tile:
+// 16 AVX2 / 8 AVX-512 accumulators).
+template <typename Term>
+inline void block_reduce(const float* x, int64_t rows, int64_t d, const float* yt, float* out,
+                         Term term) {
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
-    const float* q0 = q + r * d;
+    const float* x0 = x + r * d;
     float acc0[kTile] = {}, acc1[kTile] = {}, acc2[kTile] = {}, acc3[kTile] = {};
     for (int64_t c = 0; c < d; ++c) {
-      const float* kc = kt + c * kTile;
-      const float x0 = q0[c], x1 = q0[d + c], x2 = q0[2 * d + c], x3 = q0[3 * d + c];
+      const float* yc = yt + c * kTile;
+      const float s0 = x0[c], s1 = x0[d + c], s2 = x0[2 * d + c], s3 = x0[3 * d + c];
       for (int jj = 0; jj < kTile; ++jj) {
-        acc0[jj] += x0 * kc[jj];
-        acc1[jj] += x1 * kc[jj];
-        acc2[jj] += x2 * kc[jj];
-        acc3[jj] += x3 * kc[jj];
+        acc0[jj] += term(s0, yc[jj]);
+        acc1[jj] += term(s1, yc[jj]);
+        acc2[jj] += term(s2, yc[jj]);
+        acc3[jj] += term(s3, yc[jj]);
       }
     }
-    std::copy(acc0, acc0 + kTile, z + r * kTile);
-    std::copy(acc1, acc1 + kTile, z + (r + 1) * kTile);
-    std::copy(acc2, acc2 + kTile, z + (r + 2) * kTile);
-    std::copy(acc3, acc3 + kTile, z + (r + 3) * kTile);
+    std::copy(acc0, acc0 + kTile, out + r * kTile);
+    std::copy(acc1, acc1 + kTile, out + (r + 1) * kTile);
+    std::copy(acc2, acc2 + kTile, out + (r + 2) * kTile);
+    std::copy(acc3, acc3 + kTile, out + (r + 3) * kTile);
   }
   for (; r < rows; ++r) {
-    const float* qr = q + r * d;
+    const float* xr = x + r * d;
     float acc[kTile] = {};
     for (int64_t c = 0; c < d; ++c) {
-      const float qc = qr[c];
-      const float* kc = kt + c * kTile;
-      for (int jj = 0; jj < kTile; ++jj) acc[jj] += qc * kc[jj];
+      const float* yc = yt + c * kTile;
+      for (int jj = 0; jj < kTile; ++jj) acc[jj] += term(xr[c], yc[jj]);
     }
-    std::copy(acc, acc + kTile, z + r * kTile);
+    std::copy(acc, acc + kTile, out + r * kTile);
   }
+}
+
+// z[r, :] = q_r . K_tile; kt is [d, kTile].
+inline void block_logits(const float* q, int64_t rows, int64_t d, const float* kt, float* z) {
+  block_reduce(q, rows, d, kt, z, [](float x, float k) { return x * k; });
 }
 
 // d2[r, :] = ||a_r - v_token||^2 from explicit differences (dropkv: see score_terms.h for why
 // not the norm identity); vt is [d, kTile]. Nothing beyond the [kRowBlock, kTile] block is stored.
-// Four rows at a time, like block_logits.
 inline void block_dist2(const float* a, int64_t rows, int64_t d, const float* vt, float* d2) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const float* a0 = a + r * d;
-    float acc0[kTile] = {}, acc1[kTile] = {}, acc2[kTile] = {}, acc3[kTile] = {};
-    for (int64_t c = 0; c < d; ++c) {
-      const float* vc = vt + c * kTile;
-      const float x0 = a0[c], x1 = a0[d + c], x2 = a0[2 * d + c], x3 = a0[3 * d + c];
-      for (int jj = 0; jj < kTile; ++jj) {
-        const float e0 = vc[jj] - x0, e1 = vc[jj] - x1, e2 = vc[jj] - x2, e3 = vc[jj] - x3;
-        acc0[jj] += e0 * e0;
-        acc1[jj] += e1 * e1;
-        acc2[jj] += e2 * e2;
-        acc3[jj] += e3 * e3;
-      }
-    }
-    std::copy(acc0, acc0 + kTile, d2 + r * kTile);
-    std::copy(acc1, acc1 + kTile, d2 + (r + 1) * kTile);
-    std::copy(acc2, acc2 + kTile, d2 + (r + 2) * kTile);
-    std::copy(acc3, acc3 + kTile, d2 + (r + 3) * kTile);
-  }
-  for (; r < rows; ++r) {
-    const float* ar = a + r * d;
-    float acc[kTile] = {};
-    for (int64_t c = 0; c < d; ++c) {
-      const float ac = ar[c];
-      const float* vc = vt + c * kTile;
-      for (int jj = 0; jj < kTile; ++jj) {
-        const float diff = vc[jj] - ac;
-        acc[jj] += diff * diff;
-      }
-    }
-    std::copy(acc, acc + kTile, d2 + r * kTile);
-  }
+  block_reduce(a, rows, d, vt, d2, [](float x, float v) {
+    const float e = v - x;
+    return e * e;
+  });
 }
 
 // o[r, :] = correction[r] * o[r, :] + sum_jj p[r, jj] v[jj, :] for a block of rows; p is
