@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <limits>
@@ -60,6 +61,20 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw std::runtime_error("missing value after " + k);
       return argv[++i];
     };
+    if (k == "--help" || k == "-h") {
+      std::printf(
+          "cpu_score_bench: times cpu::score (streaming float) against ref::score (double) and a\n"
+          "materializing float peer at the Llama-3.1-8B layer shape (Hq 32, Hkv 8, d 128).\n\n"
+          "  --n LIST         context lengths (default 4096,32768,131072)\n"
+          "  --w LIST         window sizes (default 8,32)\n"
+          "  --method NAME    score method (default dropkv)\n"
+          "  --dtype f32|bf16 K/V/Q dtype (default f32)\n"
+          "  --reps N         timed repetitions, median reported (default 3)\n"
+          "  --ref-max-n N    largest n the double reference runs at (default 32768; 0 = never)\n"
+          "  --threads N      worker threads (default 0 = all cores)\n"
+          "  --json           one JSON object per line instead of the table\n");
+      std::exit(0);
+    }
     if (k == "--n") a.ns = parse_list(next());
     else if (k == "--w") a.ws = parse_list(next());
     else if (k == "--method") a.method = method_from_name(next());
