@@ -5,9 +5,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-scripts/install_deps.sh --eval
-scripts/fetch_models.sh
-scripts/prepare_corpus.sh >/dev/null
-scripts/build.sh release
+scripts/setup.sh
 . scripts/openblas_env.sh
 exec build/release/kvevict demo "$@"

@@ -6,10 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
-scripts/install_deps.sh --eval
-scripts/fetch_models.sh
-scripts/prepare_corpus.sh >/dev/null
-scripts/build.sh release
+scripts/setup.sh
 # ctest runs tests side by side; idle OpenMP workers must sleep, not spin, or they starve each other.
 export OMP_WAIT_POLICY=PASSIVE
 ctest --preset release -j "$(nproc)"
