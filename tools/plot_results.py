@@ -75,6 +75,23 @@ def safe(s):
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(s))
 
 
+def finish_axes(ax, ylabel, title, score_axis=False):
+    """The styling every line plot shares."""
+    ax.set_ylabel(ylabel)
+    if score_axis:
+        ax.set_ylim(-2, 102)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def save_figure(plt, fig, path, written):
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    written.append(path)
+
+
 def plot_accuracy_vs_budget(plt, merged, task, out_dir, written):
     rows = [r for r in merged["aggregate"] if r.get("task") == task]
     if not rows:
@@ -107,16 +124,11 @@ def plot_accuracy_vs_budget(plt, merged, task, out_dir, written):
             ax.set_xlabel("budget (tokens per head)")
         else:
             ax.set_xlabel("budget (fraction of the prompt kept)")
-        ax.set_ylabel(f"score ({task}, 0-100)")
-        ax.set_ylim(-2, 102)
-        ax.set_title(f"{model_name(merged)} | length {length or 'external'} | {mode}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        path = os.path.join(out_dir, f"accuracy_vs_budget_{safe(length)}_{safe(mode)}.png")
-        fig.tight_layout()
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
-        written.append(path)
+        finish_axes(ax, f"score ({task}, 0-100)",
+                    f"{model_name(merged)} | length {length or 'external'} | {mode}", True)
+        save_figure(plt, fig,
+                    os.path.join(out_dir, f"accuracy_vs_budget_{safe(length)}_{safe(mode)}.png"),
+                    written)
 
 
 def plot_accuracy_vs_length(plt, merged, task, out_dir, written):
@@ -145,16 +157,11 @@ def plot_accuracy_vs_length(plt, merged, task, out_dir, written):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, **style)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context length (tokens)")
-        ax.set_ylabel(f"score ({task}, 0-100)")
-        ax.set_ylim(-2, 102)
-        ax.set_title(f"{model_name(merged)} | budget {budget} | {mode}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        path = os.path.join(out_dir, f"accuracy_vs_length_{safe(mode)}_{safe(budget)}.png")
-        fig.tight_layout()
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
-        written.append(path)
+        finish_axes(ax, f"score ({task}, 0-100)",
+                    f"{model_name(merged)} | budget {budget} | {mode}", True)
+        save_figure(plt, fig,
+                    os.path.join(out_dir, f"accuracy_vs_length_{safe(mode)}_{safe(budget)}.png"),
+                    written)
 
 
 def plot_ppl_vs_budget(plt, merged, out_dir, written):
@@ -181,18 +188,12 @@ def plot_ppl_vs_budget(plt, merged, out_dir, written):
     if budgets and max(budgets) > 1:
         ax.set_xscale("log", base=2)
     ax.set_xlabel("decode budget (tokens per head)")
-    ax.set_ylabel("perplexity")
     r0 = rows[0]
     model = r0.get("model") or model_name(merged)
-    ax.set_title(f"{model} | chunk {r0.get('chunk_tokens', '?')} tokens | "
-                 f"recent {r0.get('recent', '?')} slack {r0.get('slack', '?')}", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    path = os.path.join(out_dir, "ppl_vs_budget.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    written.append(path)
+    finish_axes(ax, "perplexity",
+                f"{model} | chunk {r0.get('chunk_tokens', '?')} tokens | "
+                f"recent {r0.get('recent', '?')} slack {r0.get('slack', '?')}")
+    save_figure(plt, fig, os.path.join(out_dir, "ppl_vs_budget.png"), written)
 
 
 def plot_cone_hist(plt, merged, out_dir, written):
@@ -217,11 +218,7 @@ def plot_cone_hist(plt, merged, out_dir, written):
         axes[j // cols][j % cols].axis("off")
     fig.suptitle(f"cone constant c* per layer ({model_name(merged)})", fontsize=10)
     fig.supxlabel("c* = min cos(a - v_i, a - v_j)", fontsize=9)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "cone_constant_hist.png")
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    written.append(path)
+    save_figure(plt, fig, os.path.join(out_dir, "cone_constant_hist.png"), written)
 
 
 def main(argv=None):
