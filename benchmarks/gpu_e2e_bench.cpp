@@ -44,6 +44,7 @@ struct Args {
   bool b1 = true;  // also decode one sequence (latency) for each cache
   std::string decode_score;  // empty = no decode-time eviction
   int64_t decode_slack = 16;
+  bool fused_scores = true;  // --unfused-scores: the step scores re-read K and V
   std::string json;
 };
 
@@ -102,6 +103,8 @@ Args parse(int argc, char** argv) {
       a.decode_score = v();
     else if (k == "--decode-slack")
       a.decode_slack = std::stoll(v());
+    else if (k == "--unfused-scores")
+      a.fused_scores = false;
     else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -288,6 +291,7 @@ int main(int argc, char** argv) {
       go.max_prompt = Ld;
       go.decode_room = room;
       go.prefill_chunk = a.chunk;
+      go.fused_decode_scores = a.fused_scores;
       gpu::GpuSession s(model, go);
       const EvictConfig ev = evict_for(b, Ld);
       s.prefill(prompt, ev);
@@ -327,6 +331,7 @@ int main(int argc, char** argv) {
         go.max_prompt = Ld;
         go.decode_room = room;
         go.prefill_chunk = a.chunk;
+        go.fused_decode_scores = a.fused_scores;
         gpu::GpuSession s(model, go);
         const EvictConfig ev = evict_for(b, Ld);
         s.prefill(prompt, ev);

@@ -123,6 +123,8 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
         acc = fmaf(q_s[hq][2 * w + 1], kf.y, acc);
       }
       p_s[hq][key] = key < nk ? acc : -INFINITY;
+      // q_s holds q * scale * log2(e): acc * ln 2 is the logit z = q.k * scale.
+      if (a.z_out != nullptr && key < nk) a.z_out[(base + t0 + key) * G + hq] = acc * kLn2;
     }
     __syncthreads();
     // Online softmax, one warp per head.
@@ -201,7 +203,7 @@ constexpr size_t mma_smem_bytes() {
   return q + (kv > merge ? kv : merge);
 }
 
-template <class Tr>
+template <class Tr, bool kZ>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
   using namespace kvevict::cuda::detail;
   using T = bf16;
@@ -303,6 +305,10 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
+        if constexpr (kZ) {  // the step scores' logits, natural units
+          const int row = c < 2 ? gq : gq + 8;
+          if (j < key_end && row < G) a.z_out[(base + j) * G + row] = sc[nt][c] * a.scale;
+        }
         sc[nt][c] = j < key_end ? sc[nt][c] * p.scale_log2 : -INFINITY;
         mx[c >> 1] = fmaxf(mx[c >> 1], sc[nt][c]);
       }
@@ -469,7 +475,8 @@ cudaError_t launch_d(const Params& p, bf16* out, float* lse, float* out_f32, cud
   if (!use_simt() && p.group <= 16) {
     using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
     constexpr size_t smem = mma_smem_bytes<Tr>();
-    auto kernel = decode_attention_mma_kernel<Tr>;
+    auto kernel = p.a.z_out != nullptr ? decode_attention_mma_kernel<Tr, true>
+                                       : decode_attention_mma_kernel<Tr, false>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem));
     if (err != cudaSuccess) return err;

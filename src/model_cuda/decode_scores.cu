@@ -2,7 +2,9 @@
 // of every segment gets the step's w = 1 score, averaged over the G query heads of its KV head,
 // added to (tova: written into) the row's running accumulator. The terms are the shared
 // kvevict::terms formulas (score_terms.h), in float.
-// One warp per row: lanes split the head dim, shuffles reduce q.k, ||v||^2 and <a, v>.
+// One warp per row: lanes split the head dim, shuffles reduce q.k, ||v||^2 and <a, v>. With the
+// logits z exported by the decode attention (the default), q.k is not recomputed: the attention
+// sum (h2o, tova) reads z and lse alone, the other terms V and a (no K).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -32,29 +34,36 @@ __global__ void __launch_bounds__(kWarps * 32) decode_scores_kernel(DecodeScoreA
   const int64_t row = a.seg_off[seg] + j;
   const bf16* k = a.k + row * a.d;
   const bf16* v = a.v + row * a.d;
+  const bool need_qk = a.z == nullptr;  // warp-uniform
+  const bool need_av = a.kind != 0;     // every term but the attention sum reads a and v
   float v2 = 0.f;
-  for (int i = lane; i < a.d; i += 32) {
-    const float vi = __bfloat162float(v[i]);
-    v2 += vi * vi;
+  if (need_av) {
+    for (int i = lane; i < a.d; i += 32) {
+      const float vi = __bfloat162float(v[i]);
+      v2 += vi * vi;
+    }
+    v2 = warp_sum(v2);
   }
-  v2 = warp_sum(v2);
   float acc = 0.f;
   for (int hq = 0; hq < G; ++hq) {
     const int64_t h = static_cast<int64_t>(b) * a.Hq + g * G + hq;
     const bf16* q = a.q + h * a.d;
     const float* out = a.out + h * a.d;
     float dot = 0.f, a2 = 0.f, av = 0.f;
-    for (int i = lane; i < a.d; i += 32) {
-      const float ki = __bfloat162float(k[i]), vi = __bfloat162float(v[i]);
-      const float ai = out[i];
-      dot += __bfloat162float(q[i]) * ki;
-      a2 += ai * ai;
-      av += ai * vi;
+    if (need_qk || need_av) {
+      for (int i = lane; i < a.d; i += 32) {
+        if (need_qk) dot += __bfloat162float(q[i]) * __bfloat162float(k[i]);
+        if (need_av) {
+          const float ai = out[i], vi = __bfloat162float(v[i]);
+          a2 += ai * ai;
+          av += ai * vi;
+        }
+      }
+      dot = warp_sum(dot);
+      a2 = warp_sum(a2);
+      av = warp_sum(av);
     }
-    dot = warp_sum(dot);
-    a2 = warp_sum(a2);
-    av = warp_sum(av);
-    const float z = dot * a.scale;
+    const float z = need_qk ? dot * a.scale : a.z[row * G + hq];
     const float lse = a.lse[h];
     const float p = terms::prob(z, lse);
     float s = 0.f;

@@ -206,6 +206,7 @@ struct GpuSession::Impl {
   DeviceBuffer ids;      // [batch] i32
   DeviceBuffer scratch;  // attention split partials (grow-only)
   DeviceBuffer sample_scratch, draws;  // sampling sort buffers, uniform draws [batch] f64
+  DeviceBuffer zbuf;  // [rows, G] f32 step logits of the layer being scored (grow-only)
   DeviceBuffer blas_ws;  // cuBLAS workspace
   int32_t* pos_pinned = nullptr;     // [batch] pinned staging of decode positions
   int32_t* tok_pinned = nullptr;     // [batch] pinned staging of decode tokens
@@ -495,6 +496,15 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
     da.d = static_cast<int>(d);
     da.max_len = max_len;
     da.scale = m.logit_scale();
+    const bool fused = score_layer && opt.fused_decode_scores;
+    if (fused) {
+      const size_t zb = static_cast<size_t>(std::max<int64_t>(C.rows(), 1)) * (Hq / Hkv) * 4;
+      if (zbuf.bytes() < zb) {
+        KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+        zbuf.ensure(zb, "decode step logits");
+      }
+      da.z_out = zbuf.as<float>();
+    }
     const size_t need =
         detail::decode_attention_scratch_bytes(B, da.Hq, da.Hkv, da.d, max_len, sm_count);
     if (scratch.bytes() < need) {
@@ -516,6 +526,7 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       sa.seg_off = C.off.as<int64_t>();
       sa.seg_len = C.len.as<int32_t>();
       sa.acc = C.acc.as<float>();
+      sa.z = fused ? zbuf.as<float>() : nullptr;
       sa.B = B;
       sa.Hq = static_cast<int>(Hq);
       sa.Hkv = static_cast<int>(Hkv);

@@ -104,6 +104,9 @@ struct DecodeAttentionArgs {
   int B = 0, Hq = 0, Hkv = 0, d = 0;
   int64_t max_len = 0;  // longest segment (sizes the splits)
   float scale = 1.0f;
+  // [rows, G] f32, or null: when set, every cached row's logit z = q.k * scale for each of the G
+  // query heads of its KV head (row-major by cache row), for the decode-time step scores.
+  float* z_out = nullptr;
 };
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len, int sm_count);
 // out [B, Hq d] bf16 (the o-projection's input); lse [B, Hq] f32 and out_f32 [B, Hq, d] (the
@@ -125,6 +128,10 @@ struct DecodeScoreArgs {
   const int64_t* seg_off = nullptr;  // [B Hkv + 1]
   const int32_t* seg_len = nullptr;  // [B Hkv]
   float* acc = nullptr;              // [rows]
+  // [rows, G] logits of the step written by the decode attention (DecodeAttentionArgs::z_out), or
+  // null: z is then recomputed from q and k. With z, the attention-sum terms read no K or V and
+  // the others read V only.
+  const float* z = nullptr;
   int B = 0, Hq = 0, Hkv = 0, d = 0;
   float scale = 1.0f;
   int kind = 0;  // 0 attention sum / tova, 1 dropkv, 2 obcache_v, 3 obcache_k, 4 obcache_vk

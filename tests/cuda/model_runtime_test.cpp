@@ -340,6 +340,45 @@ TEST(GpuRuntimeDecodeEviction, TovaMatchesCpu) {
   check_decode_eviction("tova");
 }
 
+// The fused step scores (logits exported by the decode attention) against the unfused ones (q.k
+// recomputed from K): the same rows are cut at the same steps and the logits stay together, for a
+// term of each kind (attention sum: z and lse only; dropkv and obcache_vk: z, a and V).
+TEST(GpuRuntimeDecodeEviction, FusedScoresEqualUnfused) {
+  KVEVICT_REQUIRE_GPU();
+  for (Arch arch : {Arch::kLlama, Arch::kQwen2}) {
+    const ModelConfig c = tiny_config(arch);
+    auto gm = gpu::GpuModel::random(c, 77);
+    const auto prompt = prompt_ids(311, c.vocab_size, 29);
+    for (const char* score : {"h2o", "dropkv", "obcache_vk"}) {
+      SCOPED_TRACE(std::string(arch_name(arch)) + " " + score);
+      EvictConfig ev;
+      ev.decode.enabled = true;
+      ev.decode.options.score = decode_score_parse(score);
+      ev.decode.options.budget = 101;
+      ev.decode.options.slack = 5;
+      ev.decode.options.recent = 9;
+      gpu::GpuSessionOptions go;
+      go.max_prompt = 311;
+      go.decode_room = 4;
+      gpu::GpuSession fused(gm, go);
+      go.fused_decode_scores = false;
+      gpu::GpuSession unfused(gm, go);
+      fused.prefill(prompt, ev);
+      unfused.prefill(prompt, ev);
+      for (int step = 0; step < 14; ++step) {
+        const int32_t tok = prompt_ids(1, c.vocab_size, 900 + step)[0];
+        fused.decode({tok});
+        unfused.decode({tok});
+        for (int l = 0; l < c.n_layers; ++l)
+          ASSERT_EQ(fused.kv_rows(l), unfused.kv_rows(l)) << "step " << step << " layer " << l;
+        expect_close_logits(fused.logits(), unfused.logits(), 1e-3, score);
+      }
+      EXPECT_EQ(fused.stats().decode_evictions, unfused.stats().decode_evictions);
+      EXPECT_GT(fused.stats().decode_evictions, 0);
+    }
+  }
+}
+
 TEST(GpuRuntimeErrors, RefusesBadConfigsAndSizes) {
   KVEVICT_REQUIRE_GPU();
   ModelConfig c = tiny_config(Arch::kLlama);

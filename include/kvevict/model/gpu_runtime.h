@@ -65,6 +65,10 @@ struct GpuSessionOptions {
   int64_t max_prompt = 0;        // longest prompt prefilled into sequence 0 (sizes the full cache)
   int64_t decode_room = 256;     // rows per head reserved for tokens after the prefill
   int64_t prefill_chunk = 4096;  // tokens per forward pass of the prefill
+  // Decode-time eviction: the decode attention exports every row's logits and the step scores
+  // read them (no second read of K; none of K or V for h2o / tova). false: the scores recompute
+  // q.k from K (the earlier path, kept for comparisons).
+  bool fused_decode_scores = true;
   void validate() const;
 };
 
