@@ -41,7 +41,7 @@ struct Args {
   int max_batch = 4096;
   double reserve_gib = 6.0;  // left free for activations, scratch and cuBLAS
   int64_t chunk = 4096;
-  bool b1 = true;  // also decode one sequence (latency) for each cache
+  bool b1 = true;            // also decode one sequence (latency) for each cache
   std::string decode_score;  // empty = no decode-time eviction
   int64_t decode_slack = 16;
   bool fused_scores = true;  // --unfused-scores: the step scores re-read K and V
@@ -243,8 +243,7 @@ int main(int argc, char** argv) {
     auto seq_bytes = [&](int64_t rows) {
       double b = 0;
       for (int l = 0; l < cfg.n_layers; ++l) {
-        const int64_t r =
-            cfg.is_sliding(l) ? std::min<int64_t>(rows, cfg.sliding_window) : rows;
+        const int64_t r = cfg.is_sliding(l) ? std::min<int64_t>(rows, cfg.sliding_window) : rows;
         b += static_cast<double>(cfg.n_kv_heads) * r * cfg.head_dim * 2 * 2;
       }
       return b;

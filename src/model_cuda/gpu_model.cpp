@@ -157,9 +157,8 @@ void check_supported(const ModelConfig& c) {
                 "architecture ", arch_name(c.arch), " of ", c.name,
                 " is not supported on the GPU runtime; expected llama, qwen2 or gemma3 (use "
                 "--device cpu)");
-  KVEVICT_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256, "head dim ",
-                c.head_dim, " of ", c.name,
-                " is not supported on the GPU; expected 64, 128 or 256");
+  KVEVICT_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256, "head dim ", c.head_dim,
+                " of ", c.name, " is not supported on the GPU; expected 64, 128 or 256");
   KVEVICT_CHECK(c.sliding_window >= 0, "sliding window ", c.sliding_window, " of ", c.name,
                 " is invalid; expected >= 0");
   KVEVICT_CHECK(c.n_kv_heads <= 64 && c.n_heads / c.n_kv_heads <= 8, "GQA group ",

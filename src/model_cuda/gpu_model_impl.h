@@ -27,10 +27,10 @@ struct GpuModel::Impl {
     float* post_ffn_norm = nullptr;
   };
   ModelConfig config;
-  bf16* token_embd = nullptr;    // [V, D]
-  float* output_norm = nullptr;  // [D]
-  bf16* output = nullptr;        // [V, D] (token_embd when tied)
-  double* inv_freq = nullptr;    // [d / 2] RoPE angle per position (base, scale, rope_freqs)
+  bf16* token_embd = nullptr;          // [V, D]
+  float* output_norm = nullptr;        // [D]
+  bf16* output = nullptr;              // [V, D] (token_embd when tied)
+  double* inv_freq = nullptr;          // [d / 2] RoPE angle per position (base, scale, rope_freqs)
   double* inv_freq_sliding = nullptr;  // [d / 2] of sliding-window layers (their base, no scale)
   std::vector<Layer> layers;
   std::vector<detail::DeviceBuffer> owned;

@@ -152,8 +152,8 @@ void sample_on_device(const float* logits, int R, int64_t V, const SamplerOption
 
 std::vector<int32_t> sample_logits(const std::vector<float>& logits, int rows,
                                    const SamplerOptions& opt, const std::vector<double>& uniforms) {
-  KVEVICT_CHECK(rows >= 1 && !logits.empty() && logits.size() % rows == 0, "sample_logits: ",
-                logits.size(), " logits do not split into ", rows, " rows");
+  KVEVICT_CHECK(rows >= 1 && !logits.empty() && logits.size() % rows == 0,
+                "sample_logits: ", logits.size(), " logits do not split into ", rows, " rows");
   const int64_t V = static_cast<int64_t>(logits.size()) / rows;
   DeviceBuffer d_logits(logits.size() * 4, "logits"), ids(rows * 4, "sampled ids"), scratch, u;
   KVEVICT_GPU_CHECK(
@@ -206,10 +206,10 @@ struct GpuSession::Impl {
   DeviceBuffer ids;      // [batch] i32
   DeviceBuffer scratch;  // attention split partials (grow-only)
   DeviceBuffer sample_scratch, draws;  // sampling sort buffers, uniform draws [batch] f64
-  DeviceBuffer zbuf;  // [rows, G] f32 step logits of the layer being scored (grow-only)
-  DeviceBuffer blas_ws;  // cuBLAS workspace
-  int32_t* pos_pinned = nullptr;     // [batch] pinned staging of decode positions
-  int32_t* tok_pinned = nullptr;     // [batch] pinned staging of decode tokens
+  DeviceBuffer zbuf;              // [rows, G] f32 step logits of the layer being scored (grow-only)
+  DeviceBuffer blas_ws;           // cuBLAS workspace
+  int32_t* pos_pinned = nullptr;  // [batch] pinned staging of decode positions
+  int32_t* tok_pinned = nullptr;  // [batch] pinned staging of decode tokens
   cudaEvent_t pos_staged = nullptr;  // recorded after the last staged upload
 
   const ModelConfig& c() const { return w->config; }
@@ -297,10 +297,9 @@ void GpuSession::Impl::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t 
                                             static_cast<int>(D), L.ffn_norm, m.rms_eps,
                                             xn.as<bf16>(), stream));
   gemm(blas, xn.as<bf16>(), T, L.w_gu, 2 * F, D, gu.get(), false, 0.0f);
-  KVEVICT_GPU_CHECK(detail::launch_gated_act(gu.as<bf16>(), static_cast<int>(T),
-                                             static_cast<int>(F),
-                                             m.activation == FfnActivation::kGeluTanh,
-                                             hbuf.as<bf16>(), stream));
+  KVEVICT_GPU_CHECK(
+      detail::launch_gated_act(gu.as<bf16>(), static_cast<int>(T), static_cast<int>(F),
+                               m.activation == FfnActivation::kGeluTanh, hbuf.as<bf16>(), stream));
   project_into_residual(hbuf.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
 }
 
@@ -585,6 +584,9 @@ void GpuSession::Impl::evict_decode() {
     KVEVICT_GPU_CHECK(cudaMemcpyAsync(acc_h.data(), C.acc.get(), acc_h.size() * 4,
                                       cudaMemcpyDeviceToHost, stream));
     KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+    // The previous layer's gather has run: free its old cache now, so that at most one layer
+    // exists twice (a large batch has no room for a second copy of every layer).
+    retired.clear();
     std::vector<int32_t> kept;
     std::vector<int64_t> kept_off(S + 1, 0), cap(S);
     std::vector<int32_t> len(S);

@@ -79,12 +79,12 @@ cudaError_t launch_fill(float* out, int64_t n, float value, cudaStream_t stream)
 // Sampler's temperature / top-k / top-p rule on R rows of logits [R, V] f32, one uniform draw
 // uniforms[r] in [0, 1) per row (device). temperature must be > 0 (0 is argmax: launch_argmax).
 struct SampleArgs {
-  const float* logits = nullptr;    // [R, V]
+  const float* logits = nullptr;     // [R, V]
   const double* uniforms = nullptr;  // [R]
   int R = 0;
   int64_t V = 0;
   float temperature = 1.0f;
-  int top_k = 0;     // 0 = off
+  int top_k = 0;       // 0 = off
   float top_p = 1.0f;  // 1 = off
 };
 size_t sample_scratch_bytes(int R, int64_t V);

@@ -7,15 +7,16 @@
 //   2. One block per row walks the sorted prefix: p_i = exp((l_i - l_0) / T) in double over the
 //      first keep = top_k (or V) entries, total mass Z; with top_p < 1 the prefix is cut at the
 //      first i whose cumulative mass / Z >= top_p and Z becomes the cut prefix's mass; the token is
-//      the first i whose cumulative mass exceeds u Z (u in [0, 1) given per row), else the last kept.
+//      the first i whose cumulative mass exceeds u Z (u in [0, 1) given per row), else the last
+//      kept.
 //
 // The cumulative sums are block-wide scans over tiles of the sorted row (Sampler sums one by one:
 // the two differ by rounding only, which matters when u Z falls within ~1e-16 Z of a boundary).
-#include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "model_cuda/launchers.h"
 
@@ -87,7 +88,8 @@ __device__ int64_t find_cumulative(const int32_t* ids, const float* row_logits, 
     const double cum = carry + block_inclusive_scan(p, &tile_total, warp_sums);
     const bool pass = i < count && (inclusive_ge ? cum >= target : cum > target);
     // The lowest passing index of the tile (atomicMin on a 64-bit index).
-    if (pass) atomicMin(reinterpret_cast<unsigned long long*>(hit_s), static_cast<unsigned long long>(i));
+    if (pass)
+      atomicMin(reinterpret_cast<unsigned long long*>(hit_s), static_cast<unsigned long long>(i));
     __syncthreads();
     const int64_t hit = *hit_s;
     if (hit < count) {
@@ -103,9 +105,8 @@ __device__ int64_t find_cumulative(const int32_t* ids, const float* row_logits, 
 }
 
 __global__ void __launch_bounds__(kScanThreads)
-    sample_rows_kernel(const float* logits, int64_t V, const int32_t* sorted_ids,
-                       float temperature, int top_k, float top_p, const double* uniforms,
-                       int32_t* out) {
+    sample_rows_kernel(const float* logits, int64_t V, const int32_t* sorted_ids, float temperature,
+                       int top_k, float top_p, const double* uniforms, int32_t* out) {
   __shared__ double warp_sums[kScanThreads / 32];
   __shared__ int64_t hit_s;
   __shared__ double hit_mass_s;
@@ -153,11 +154,10 @@ Layout layout(int R, int64_t V) {
   const size_t n = static_cast<size_t>(R) * V;
   l.keys = (n * 8 + 255) / 256 * 256;
   l.ids = (n * 4 + 255) / 256 * 256;
-  cub::DeviceRadixSort::SortPairs(nullptr, l.cub, static_cast<const uint64_t*>(nullptr),
-                                  static_cast<uint64_t*>(nullptr),
-                                  static_cast<const int32_t*>(nullptr),
-                                  static_cast<int32_t*>(nullptr), static_cast<int64_t>(n), 0,
-                                  key_bits(R));
+  cub::DeviceRadixSort::SortPairs(
+      nullptr, l.cub, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), static_cast<int64_t>(n),
+      0, key_bits(R));
   l.total = 2 * l.keys + 2 * l.ids + l.cub;
   return l;
 }

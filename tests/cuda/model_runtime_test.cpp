@@ -73,8 +73,8 @@ void perturb_norms(const std::shared_ptr<const Model>& m, uint64_t seed) {
   };
   fill(w.output_norm);
   for (auto& L : w.layers)
-    for (HostTensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm,
-                          &L.post_ffn_norm})
+    for (HostTensor* t :
+         {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.post_attn_norm, &L.post_ffn_norm})
       if (t->nbytes() > 0) fill(*t);
 }
 
@@ -490,8 +490,8 @@ std::shared_ptr<const Model> gemma_model(const ModelConfig& c, uint64_t seed) {
 // and after every step within `rel` of the CPU's; per-layer rows as the CPU's (sliding layers keep
 // min(position, window)).
 void check_gemma_logits(const ModelConfig& c, const std::shared_ptr<const Model>& cpu_model,
-                        const std::shared_ptr<const gpu::GpuModel>& gm, int n, int chunk,
-                        int steps, double rel) {
+                        const std::shared_ptr<const gpu::GpuModel>& gm, int n, int chunk, int steps,
+                        double rel) {
   SCOPED_TRACE(c.name + " n=" + std::to_string(n));
   const auto prompt = prompt_ids(n, c.vocab_size, 1000 + n);
   SessionOptions so;
@@ -621,8 +621,7 @@ void check_gemma_prefill_eviction(const ModelConfig& c, int n, int chunk, const 
 TEST(GpuGemma, PrefillEvictionOnTheGpuPath) {
   KVEVICT_REQUIRE_GPU();
   check_gemma_prefill_eviction(tiny_gemma(), 187, 64, "dropkv", 0.25, "gpu");
-  check_gemma_prefill_eviction(ModelConfig::preset("gemma3-270m"), 1157, 512, "dropkv", 0.2,
-                               "gpu");
+  check_gemma_prefill_eviction(ModelConfig::preset("gemma3-270m"), 1157, 512, "dropkv", 0.2, "gpu");
 }
 
 TEST(GpuGemma, PrefillEvictionThroughTheCpuPlan) {
@@ -632,7 +631,8 @@ TEST(GpuGemma, PrefillEvictionThroughTheCpuPlan) {
 
 // Decode-time eviction on gemma3: only the full-attention layers are scored and cut, at the same
 // steps as the CPU's DecodeEvictor; sliding layers keep their window.
-void check_gemma_decode_eviction(const ModelConfig& c, int n, int budget, const std::string& score) {
+void check_gemma_decode_eviction(const ModelConfig& c, int n, int budget,
+                                 const std::string& score) {
   SCOPED_TRACE(c.name + " " + score);
   auto cpu_model = gemma_model(c, 91);
   auto gm = upload(cpu_model);
@@ -776,8 +776,8 @@ TEST(GpuSampling, SameTokenAsTheCpuSamplerForTheSameDraw) {
           so.seed = 7919 * trial + 31 * r + oi;
           u[r] = first_draw(so.seed);
           Sampler cpu(so);
-          want[r] = cpu.sample(std::vector<float>(logits.begin() + r * V,
-                                                  logits.begin() + (r + 1) * V));
+          want[r] =
+              cpu.sample(std::vector<float>(logits.begin() + r * V, logits.begin() + (r + 1) * V));
         }
         const auto got = gpu::sample_logits(logits, R, so, u);
         EXPECT_EQ(got, want) << "V " << V << " options " << so.describe();
