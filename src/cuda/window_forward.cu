@@ -136,8 +136,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;  // block-local rows of this thread
   const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
   const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
-  const int64_t first_lo = a.sliding_window > 0 ? last_lo - a.sliding_window + 1 : 0;
-  const int64_t first_hi = a.sliding_window > 0 ? last_hi - a.sliding_window + 1 : 0;
+  // Sliding window: a row sees key j iff last - j < win (win = 2^62 when off).
+  const int64_t win = a.sliding_window > 0 ? a.sliding_window : int64_t{1} << 62;
 
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
   float o[kWithV ? D / 8 : 1][4];
@@ -199,8 +199,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       for (int c = 0; c < 4; ++c) {
         const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
         const int64_t last = c < 2 ? last_lo : last_hi;
-        const int64_t first = c < 2 ? first_lo : first_hi;
-        s[nt][c] = (j <= last && j >= first && j < key_end) ? s[nt][c] * p.scale_log2 : -INFINITY;
+        s[nt][c] = (j <= last && last - j < win && j < key_end) ? s[nt][c] * p.scale_log2 : -INFINITY;
         mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
       }
     }
