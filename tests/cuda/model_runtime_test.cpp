@@ -14,6 +14,8 @@
 #include <set>
 
 #include "cuda/cuda_testing.h"
+#include "cuda/launchers.h"
+#include "cuda/window_plan.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/io/gguf.h"
 #include "kvevict/io/model_paths.h"
@@ -21,6 +23,7 @@
 #include "kvevict/model/model.h"
 #include "kvevict/model/session.h"
 #include "kvevict/tokenizer.h"
+#include "support/testing.h"
 
 namespace kvevict {
 namespace {
@@ -446,6 +449,100 @@ TEST(GpuRuntimeGolden, SmolLM2GreedyTextMatchesCpu) {
   std::printf("cpu: %s\ngpu: %s\n", tok->decode(ref.tokens).c_str(),
               tok->decode(got.tokens).c_str());
   EXPECT_EQ(tok->decode(got.tokens), tok->decode(ref.tokens));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The window kernel's sliding window (src/cuda/window_forward.cu, WindowArgs::sliding_window), as
+// the runtime's prefill calls it: the chunk's T queries at positions n - T .. n - 1 over keys
+// 0 .. n - 1, query at position p seeing keys p - W + 1 .. p. Against a double reference.
+struct SlidingCase {
+  int hq, hkv, d;
+  int64_t n;
+  int t, window;
+};
+
+void run_sliding_case(const SlidingCase& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n "
+                                    << c.n << " T " << c.t << " W " << c.window);
+  const size_t nq = static_cast<size_t>(c.hq) * c.t * c.d, nk = c.hkv * c.n * c.d;
+  auto q = cuda::testing::round_to(testing::normal_floats(nq, seed, 2.0f), DType::kBF16);
+  auto k = cuda::testing::round_to(testing::normal_floats(nk, seed + 1, 1.0f), DType::kBF16);
+  auto v = cuda::testing::round_to(testing::normal_floats(nk, seed + 2, 1.0f), DType::kBF16);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  const int G = c.hq / c.hkv;
+  std::vector<double> ref_a(nq), ref_lse(static_cast<size_t>(c.hq) * c.t);
+  for (int h = 0; h < c.hq; ++h)
+    for (int t = 0; t < c.t; ++t) {
+      const int64_t p = c.n - c.t + t, lo = std::max<int64_t>(0, p - c.window + 1);
+      const float* qr = &q[(static_cast<size_t>(h) * c.t + t) * c.d];
+      std::vector<double> z;
+      double mx = -INFINITY;
+      for (int64_t j = lo; j <= p; ++j) {
+        const float* kr = &k[(static_cast<size_t>(h / G) * c.n + j) * c.d];
+        double dot = 0;
+        for (int i = 0; i < c.d; ++i) dot += static_cast<double>(qr[i]) * kr[i];
+        z.push_back(dot * scale);
+        mx = std::max(mx, z.back());
+      }
+      double sum = 0;
+      for (double& x : z) sum += (x = std::exp(x - mx));
+      ref_lse[static_cast<size_t>(h) * c.t + t] = mx + std::log(sum);
+      double* out = &ref_a[(static_cast<size_t>(h) * c.t + t) * c.d];
+      for (int64_t j = lo; j <= p; ++j) {
+        const float* vr = &v[(static_cast<size_t>(h / G) * c.n + j) * c.d];
+        for (int i = 0; i < c.d; ++i) out[i] += z[j - lo] / sum * vr[i];
+      }
+    }
+  cuda::testing::DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
+  cuda::testing::DeviceBuffer<float> dout(nq), dlse(ref_lse.size());
+  ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && dout.ok() && dlse.ok());
+  dq.upload(cuda::testing::encode16(q, DType::kBF16));
+  dk.upload(cuda::testing::encode16(k, DType::kBF16));
+  dv.upload(cuda::testing::encode16(v, DType::kBF16));
+  dout.poison();
+  dlse.poison();
+  cuda::detail::WindowArgs wa;
+  wa.elem = cuda::detail::Elem::kBF16;
+  wa.q = dq.data();
+  wa.q_head_stride = static_cast<int64_t>(c.t) * c.d;
+  wa.q_row_stride = c.d;
+  wa.q_rows = c.t;
+  wa.k = dk.data();
+  wa.v = dv.data();
+  wa.kv_head_stride = c.n * c.d;
+  wa.kv_row_stride = c.d;
+  wa.num_q_heads = c.hq;
+  wa.num_kv_heads = c.hkv;
+  wa.w = c.t;
+  wa.head_dim = c.d;
+  wa.n = c.n;
+  wa.scale = scale;
+  wa.sliding_window = c.window;
+  const int sms = cuda::detail::current_sm_count();
+  const size_t ws = cuda::detail::window_forward_scratch_bytes(wa, true, sms);
+  cuda::testing::DeviceBuffer<char> scratch(ws);
+  ASSERT_TRUE(scratch.ok());
+  KVEVICT_ASSERT_CUDA(cuda::detail::launch_window_forward(wa, dout.data(), dlse.data(),
+                                                          scratch.data(), ws, sms, nullptr));
+  KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(testing::all_close(dlse.download(), ref_lse, 1e-4, 1e-5, "lse"));
+  // P is rounded to bf16 before P V (as in CudaWindowForward.MatchesDoubleReference).
+  EXPECT_TRUE(testing::all_close(dout.download(), ref_a, 0.75e-2, 1.5e-2, "a"));
+  EXPECT_TRUE(dout.sentinels_intact() && dlse.sentinels_intact()) << "write outside the outputs";
+}
+
+TEST(GpuWindowKernel, SlidingWindowMatchesDoubleReference) {
+  KVEVICT_REQUIRE_GPU();
+  const SlidingCase cases[] = {
+      {8, 2, 64, 300, 77, 37},       // window shorter than the chunk, odd sizes
+      {4, 1, 256, 1157, 389, 512},   // gemma3-270m's heads, a chunk past two windows
+      {4, 1, 256, 509, 509, 512},    // window longer than the prompt: plain causal
+      {6, 2, 256, 50, 50, 1},        // window 1: each query sees only itself
+      {32, 8, 128, 4099, 16, 3000},  // many splits, some entirely before every row's window
+      {4, 2, 128, 2049, 1, 100},     // decode-like: one query
+  };
+  uint64_t seed = 40;
+  for (const SlidingCase& c : cases) run_sliding_case(c, seed += 3);
 }
 
 // ---------------------------------------------------------------------------------------------
