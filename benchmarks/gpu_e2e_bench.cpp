@@ -4,6 +4,9 @@
 //      first token (prefill + last-token logits + argmax).
 //   2. Decode throughput at the largest batch that fits one KV memory pool, for the full cache and
 //      for each --budgets value of --method (the same pool for all: SPEC's "same memory").
+//      With --decode-score S, the evicted caches also run decode-time eviction (SPEC section 5):
+//      every step scores with S, heads over budget + --decode-slack rows are cut back to the
+//      prefill budget's row count.
 // Prints a table; --json FILE writes every number. Device times come from CUDA events; TTFT is
 // host wall time around the whole call.
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "kvevict/cuda/score.h"
+#include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
 #include "kvevict/model/gpu_runtime.h"
 
@@ -37,7 +41,10 @@ struct Args {
   int max_batch = 4096;
   double reserve_gib = 6.0;  // left free for activations, scratch and cuBLAS
   int64_t chunk = 4096;
-  bool b1 = true;  // also decode one sequence (latency) for each cache
+  bool b1 = true;            // also decode one sequence (latency) for each cache
+  std::string decode_score;  // empty = no decode-time eviction
+  int64_t decode_slack = 16;
+  bool fused_scores = true;  // --unfused-scores: the step scores re-read K and V
   std::string json;
 };
 
@@ -92,6 +99,12 @@ Args parse(int argc, char** argv) {
       a.json = v();
     else if (k == "--no-b1")
       a.b1 = false;
+    else if (k == "--decode-score")
+      a.decode_score = v();
+    else if (k == "--decode-slack")
+      a.decode_slack = std::stoll(v());
+    else if (k == "--unfused-scores")
+      a.fused_scores = false;
     else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -131,6 +144,7 @@ int main(int argc, char** argv) {
       simplification =
           "layers cut from " + std::to_string(cfg.n_layers) + " to " + std::to_string(a.layers);
       cfg.n_layers = a.layers;
+      if (!cfg.layer_sliding.empty()) cfg.layer_sliding.resize(a.layers);
     }
     const auto info = cuda::device_info();
     int64_t free0 = 0, total = 0;
@@ -224,14 +238,39 @@ int main(int argc, char** argv) {
     const double pool = static_cast<double>(free_now) - a.reserve_gib * (1 << 30);
     KVEVICT_CHECK(pool > 0, "no device memory left for KV caches after ", a.reserve_gib,
                   " GiB of reserve");
-    // Bytes of one sequence's cache (K and V, bf16, every layer) of `rows` rows per head.
+    // Bytes of one sequence's cache (K and V, bf16, every layer) of `rows` rows per head; a
+    // sliding-window layer (gemma3) holds at most its window of rows, whatever the budget.
     auto seq_bytes = [&](int64_t rows) {
-      return static_cast<double>(cfg.n_layers) * cfg.n_kv_heads * rows * cfg.head_dim * 2 * 2;
+      double b = 0;
+      for (int l = 0; l < cfg.n_layers; ++l) {
+        const int64_t r = cfg.is_sliding(l) ? std::min<int64_t>(rows, cfg.sliding_window) : rows;
+        b += static_cast<double>(cfg.n_kv_heads) * r * cfg.head_dim * 2 * 2;
+      }
+      return b;
     };
     std::printf("\ndecode at context %lld, KV pool %.1f GiB (free after weights minus %.1f GiB)\n",
                 static_cast<long long>(Ld), gib(pool), a.reserve_gib);
     std::printf("%-12s %10s %8s %12s %12s %10s\n", "cache", "tok/head", "batch", "step ms",
                 "tokens/s", "vs full");
+    // Budget b < 1: prefill eviction to b, and with --decode-score decode-time eviction that keeps
+    // the same number of rows per head.
+    auto evict_for = [&](double b, int64_t n) {
+      EvictConfig ev;
+      if (b >= 1.0) return ev;
+      ev.prefill = PrefillEviction::from_method(a.method, Budget{b});
+      if (!a.decode_score.empty()) {
+        ev.decode.enabled = true;
+        ev.decode.options.score = decode_score_parse(a.decode_score);
+        ev.decode.options.budget = Budget{b}.keep_count(n);
+        ev.decode.options.slack = a.decode_slack;
+      }
+      return ev;
+    };
+    auto cache_name = [&](double b) {
+      if (b >= 1.0) return std::string("full");
+      std::string n = a.method + "@" + std::to_string(b).substr(0, 4);
+      return a.decode_score.empty() ? n : n + "+" + a.decode_score;
+    };
     std::vector<double> budgets = {1.0};
     budgets.insert(budgets.end(), a.budgets.begin(), a.budgets.end());
     double full_tps = 0;
@@ -240,7 +279,8 @@ int main(int argc, char** argv) {
       const int64_t kept = full ? Ld : Budget{b}.keep_count(Ld);
       // The batch is filled by copies of sequence 0, whose full prefill cache also lives until
       // replicate_sequence() returns: the pool holds B + 1 sequences (plus the full one).
-      const double per_seq = seq_bytes(kept + room);
+      const int64_t slack = a.decode_score.empty() || full ? 0 : a.decode_slack + 1;
+      const double per_seq = seq_bytes(kept + room + slack);
       const double full_seq = seq_bytes(Ld + room);
       int64_t B = static_cast<int64_t>((pool - (full ? 0.0 : full_seq)) / per_seq) - 1;
       B = std::min<int64_t>(B, a.max_batch);
@@ -250,9 +290,9 @@ int main(int argc, char** argv) {
       go.max_prompt = Ld;
       go.decode_room = room;
       go.prefill_chunk = a.chunk;
+      go.fused_decode_scores = a.fused_scores;
       gpu::GpuSession s(model, go);
-      EvictConfig ev;
-      if (!full) ev.prefill = PrefillEviction::from_method(a.method, Budget{b});
+      const EvictConfig ev = evict_for(b, Ld);
       s.prefill(prompt, ev);
       s.replicate_sequence();
       s.decode_greedy(2);  // warm-up (cuBLAS heuristics, first-touch)
@@ -261,7 +301,7 @@ int main(int argc, char** argv) {
       const double secs = s.stats().decode_seconds - before;
       const double tps = static_cast<double>(B) * a.decode_steps / secs;
       if (full) full_tps = tps;
-      const std::string name = full ? "full" : a.method + "@" + std::to_string(b).substr(0, 4);
+      const std::string name = cache_name(b);
       std::printf("%-12s %10lld %8lld %12.3f %12.1f %9.2fx\n", name.c_str(),
                   static_cast<long long>(kept), static_cast<long long>(B),
                   1e3 * secs / a.decode_steps, tps, full_tps > 0 ? tps / full_tps : 0.0);
@@ -277,6 +317,7 @@ int main(int argc, char** argv) {
       j["speedup_vs_full"] = full_tps > 0 ? tps / full_tps : 0.0;
       j["kv_bytes_total"] = s.kv_bytes_total();
       j["batch_capped"] = B == a.max_batch;
+      j["decode_evictions"] = s.stats().decode_evictions;
       out["decode"].push_back(j);
     }
     // --- 3. one sequence (B = 1): per-token latency of each cache ------------------------------
@@ -289,15 +330,15 @@ int main(int argc, char** argv) {
         go.max_prompt = Ld;
         go.decode_room = room;
         go.prefill_chunk = a.chunk;
+        go.fused_decode_scores = a.fused_scores;
         gpu::GpuSession s(model, go);
-        EvictConfig ev;
-        if (!full) ev.prefill = PrefillEviction::from_method(a.method, Budget{b});
+        const EvictConfig ev = evict_for(b, Ld);
         s.prefill(prompt, ev);
         s.decode_greedy(2);
         const double before = s.stats().decode_seconds;
         s.decode_greedy(a.decode_steps);
         const double secs = s.stats().decode_seconds - before;
-        const std::string name = full ? "full" : a.method + "@" + std::to_string(b).substr(0, 4);
+        const std::string name = cache_name(b);
         const int64_t kept = full ? Ld : Budget{b}.keep_count(Ld);
         std::printf("%-12s %10lld %12.3f %12.1f\n", name.c_str(), static_cast<long long>(kept),
                     1e3 * secs / a.decode_steps, a.decode_steps / secs);

@@ -337,7 +337,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
   cmd->add_option("--dummy", a->dummy,
                   "Random weights of a real model's shape (llama-3.1-8b, qwen2.5-7b, "
-                  "smollm2-135m) and a random prompt; needs --device cuda");
+                  "smollm2-135m, gemma3-270m) and a random prompt; needs --device cuda");
   cmd->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length with --dummy")
       ->capture_default_str();
   return [a] { return run_generate(*a); };

@@ -24,6 +24,10 @@ struct WindowArgs {
   int num_q_heads = 0, num_kv_heads = 0, w = 0, head_dim = 0;
   int64_t n = 0;
   float scale = 1.0f;  // logit scale
+  // Forward only (the scoring passes ignore it): 0 = off; else a row whose last visible key is L
+  // sees keys L - sliding_window + 1 .. L only (gemma3's local layers, kvevict::cpu::attention's
+  // sliding_window rule q_pos - k_pos < window).
+  int64_t sliding_window = 0;
 };
 
 // Bytes of the split-K partials for the forward (out may be skipped: with_out = false).

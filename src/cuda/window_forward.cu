@@ -86,14 +86,18 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   const int row0 = rb * Tr::kRows;
   const int rows_here = min(Tr::kRows, p.rows - row0);
 
-  // Keys of this split, cut at the last key any row of the block can see.
-  const int64_t key_begin = split * p.keys_per_split;
-  int t_max = a.w - 1;
+  // Keys of this split, cut at the last key any row of the block can see (and, with a sliding
+  // window, started at the first key its earliest row can see).
+  const int64_t split_begin = split * p.keys_per_split;
+  int t_max = a.w - 1, t_min = 0;
   if (rows_here < a.w) {
     const int t0 = row0 % a.w;
-    if (t0 + rows_here - 1 < a.w) t_max = t0 + rows_here - 1;
+    if (t0 + rows_here - 1 < a.w) t_max = t0 + rows_here - 1, t_min = t0;
   }
-  const int64_t key_end = min(min(a.n, key_begin + p.keys_per_split), a.n - a.w + t_max + 1);
+  const int64_t key_begin =
+      a.sliding_window > 0 ? max(split_begin, a.n - a.w + t_min - a.sliding_window + 1)
+                           : split_begin;
+  const int64_t key_end = min(min(a.n, split_begin + p.keys_per_split), a.n - a.w + t_max + 1);
   const int num_tiles = key_end > key_begin ? static_cast<int>((key_end - key_begin + TK - 1) / TK) : 0;
 
   const T* q = static_cast<const T*>(a.q);
@@ -132,6 +136,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;  // block-local rows of this thread
   const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
   const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
+  // Sliding window: a row sees key j iff last - j < win (win = 2^62 when off).
+  const int64_t win = a.sliding_window > 0 ? a.sliding_window : int64_t{1} << 62;
 
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
   float o[kWithV ? D / 8 : 1][4];
@@ -183,7 +189,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       }
     }
 
-    // Scale to log2 units and mask keys a row cannot see (causal, split end, padding rows).
+    // Scale to log2 units and mask keys a row cannot see (causal, sliding window, split end,
+    // padding rows).
     const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -192,7 +199,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       for (int c = 0; c < 4; ++c) {
         const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
         const int64_t last = c < 2 ? last_lo : last_hi;
-        s[nt][c] = (j <= last && j < key_end) ? s[nt][c] * p.scale_log2 : -INFINITY;
+        s[nt][c] = (j <= last && last - j < win && j < key_end) ? s[nt][c] * p.scale_log2 : -INFINITY;
         mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
       }
     }

@@ -120,7 +120,8 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
 }
 
 const std::vector<std::string>& ModelConfig::preset_names() {
-  static const std::vector<std::string> names = {"llama-3.1-8b", "qwen2.5-7b", "smollm2-135m"};
+  static const std::vector<std::string> names = {"llama-3.1-8b", "qwen2.5-7b", "smollm2-135m",
+                                                 "gemma3-270m"};
   return names;
 }
 
@@ -167,12 +168,34 @@ ModelConfig ModelConfig::preset(const std::string& name) {
     c.ffn_dim = 1536;
     c.rms_eps = 1e-5f;
     c.rope_base = 100000.0f;
+  } else if (name == "gemma3-270m") {
+    // Gemma 3 270M as its GGUF (gemma-3-270m-q4_k_m.gguf) reads through from_gguf.
+    c.arch = Arch::kGemma3;
+    c.vocab_size = 262144;
+    c.context_length = 32768;
+    c.n_embd = 640;
+    c.n_layers = 18;
+    c.n_heads = 4;
+    c.n_kv_heads = 1;
+    c.head_dim = 256;
+    c.ffn_dim = 2048;
+    c.rms_eps = 1e-6f;
+    c.rope_base = 1000000.0f;
+    c.rope_style = RopeStyle::kNeox;
+    c.qk_norm = true;
+    c.post_norms = true;
+    c.embed_scale = true;
+    c.activation = FfnActivation::kGeluTanh;
+    c.sliding_window = 512;
+    c.layer_sliding.assign(c.n_layers, 0);
+    for (int l = 0; l < c.n_layers; ++l) c.layer_sliding[l] = (l % 6) < 5;  // every 6th is global
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   } else {
     std::string all;
     for (const auto& n : preset_names()) all += (all.empty() ? "" : ", ") + n;
     KVEVICT_FAIL("unknown model preset '", name, "'; expected one of ", all);
   }
-  c.rope_base_sliding = c.rope_base;
+  c.rope_base_sliding = c.arch == Arch::kGemma3 ? 10000.0f : c.rope_base;
   c.value_dim = c.head_dim;
   c.validate();
   return c;

@@ -64,6 +64,9 @@ void GpuSession::decode(const std::vector<int32_t>&) {
 std::vector<int32_t> GpuSession::argmax() {
   no_cuda();
 }
+std::vector<int32_t> GpuSession::sample(const SamplerOptions&, const std::vector<double>&) {
+  no_cuda();
+}
 std::vector<int32_t> GpuSession::decode_greedy(int) {
   no_cuda();
 }
@@ -93,6 +96,10 @@ const GpuModel& GpuSession::model() const {
   no_cuda();
 }
 void GpuSession::synchronize() const {
+  no_cuda();
+}
+std::vector<int32_t> sample_logits(const std::vector<float>&, int, const SamplerOptions&,
+                                   const std::vector<double>&) {
   no_cuda();
 }
 

@@ -35,7 +35,8 @@ struct DecodeTraits {
   static constexpr int kPairs = kD / 2;                 // output dim pairs
   static constexpr int kHeadSlots = kThreads / kPairs;  // threads sharing one dim pair
   static constexpr int kHeadsPerThread = (kMaxG + kHeadSlots - 1) / kHeadSlots;
-  // d = 256 would need 74 KB of static shared memory (over the 48 KB limit): not built.
+  // d = 256 would need 74 KB of static shared memory (over the 48 KB limit): not built; d = 256
+  // (gemma3) runs the tensor-core kernel only.
   static_assert(kD == 64 || kD == 128, "head dim 64 or 128");
   static_assert(kThreads % kPairs == 0 || kPairs % kThreads == 0, "dim pairs over threads");
   static_assert(kPairs <= kThreads, "one dim pair per thread at most");
@@ -122,6 +123,8 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
         acc = fmaf(q_s[hq][2 * w + 1], kf.y, acc);
       }
       p_s[hq][key] = key < nk ? acc : -INFINITY;
+      // q_s holds q * scale * log2(e): acc * ln 2 is the logit z = q.k * scale.
+      if (a.z_out != nullptr && key < nk) a.z_out[(base + t0 + key) * G + hq] = acc * kLn2;
     }
     __syncthreads();
     // Online softmax, one warp per head.
@@ -186,7 +189,8 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
 }
 
 // Tensor-core variant (the default): the G query rows of a KV head padded to one 16-row mma slab,
-// 4 warps each owning 16 keys of every 64-key tile, K/V through a 2-stage cp.async buffer, S = Q
+// 4 warps each owning 16 keys of every 64-key tile (d = 256: 2 warps, 32-key tiles, the
+// WindowTraits shared-memory budget), K/V through a 2-stage cp.async buffer, S = Q
 // K^T and O += P V with mma.sync m16n8k16 (the register reuse of src/cuda/window_forward.cu,
 // without its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
 // instructions per key on dot products from shared memory, which held it near half the copy
@@ -199,13 +203,17 @@ constexpr size_t mma_smem_bytes() {
   return q + (kv > merge ? kv : merge);
 }
 
-template <class Tr>
+template <class Tr, bool kZ>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
   using namespace kvevict::cuda::detail;
   using T = bf16;
   constexpr int kStages = 2;
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr int kChunks = Tr::kChunksPerRow;
+  // d <= 128 keeps the query fragments in registers (32 at d = 128); d = 256 (gemma3) reads them
+  // from shared memory every tile, as the window kernel does: its 128 output accumulators leave
+  // no room for 64 more.
+  constexpr bool kQInRegs = D <= 128;
   static_assert(Tr::kSlabs == 1, "one 16-row slab: G <= 16 query heads per KV head");
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);  // [16][S]
@@ -245,7 +253,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
   if (num_tiles > 0) load_tile(0, 0);
   cp_async_commit();
 
-  uint32_t qf[D / 16][4];
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -257,15 +265,18 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    if (tile == 0) {
+    auto q_frag = [&](int ks, uint32_t(&f)[4]) {
+      const T* r_lo = q_s + gq * S + ks * 16 + 2 * t4;
+      const T* r_hi = q_s + (gq + 8) * S + ks * 16 + 2 * t4;
+      f[0] = *reinterpret_cast<const uint32_t*>(r_lo);
+      f[1] = *reinterpret_cast<const uint32_t*>(r_hi);
+      f[2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
+      f[3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
+    };
+    if constexpr (kQInRegs) {
+      if (tile == 0) {
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const T* r_lo = q_s + gq * S + ks * 16 + 2 * t4;
-        const T* r_hi = q_s + (gq + 8) * S + ks * 16 + 2 * t4;
-        qf[ks][0] = *reinterpret_cast<const uint32_t*>(r_lo);
-        qf[ks][1] = *reinterpret_cast<const uint32_t*>(r_hi);
-        qf[ks][2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
-        qf[ks][3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
+        for (int ks = 0; ks < D / 16; ++ks) q_frag(ks, qf[ks]);
       }
     }
     float sc[GK / 8][4];
@@ -274,10 +285,16 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     const T* kt = k_s + (stage * TK + kg * GK) * S;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t af[4];
+      if constexpr (kQInRegs) {
+        af[0] = qf[ks][0], af[1] = qf[ks][1], af[2] = qf[ks][2], af[3] = qf[ks][3];
+      } else {
+        q_frag(ks, af);
+      }
 #pragma unroll
       for (int nt = 0; nt < GK / 8; ++nt) {
         const T* kr = kt + (nt * 8 + gq) * S + ks * 16 + 2 * t4;
-        mma_16816<T>(sc[nt], qf[ks], *reinterpret_cast<const uint32_t*>(kr),
+        mma_16816<T>(sc[nt], af, *reinterpret_cast<const uint32_t*>(kr),
                      *reinterpret_cast<const uint32_t*>(kr + 8));
       }
     }
@@ -288,6 +305,10 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
+        if constexpr (kZ) {  // the step scores' logits, natural units
+          const int row = c < 2 ? gq : gq + 8;
+          if (j < key_end && row < G) a.z_out[(base + j) * G + row] = sc[nt][c] * a.scale;
+        }
         sc[nt][c] = j < key_end ? sc[nt][c] * p.scale_log2 : -INFINITY;
         mx[c >> 1] = fmaxf(mx[c >> 1], sc[nt][c]);
       }
@@ -450,20 +471,24 @@ bool use_simt() {
 template <int D>
 cudaError_t launch_d(const Params& p, bf16* out, float* lse, float* out_f32, cudaStream_t stream) {
   const dim3 grid(p.a.B * p.a.Hkv, p.splits);
+  if (D == 256 && (use_simt() || p.group > 16)) return cudaErrorInvalidValue;  // mma kernel only
   if (!use_simt() && p.group <= 16) {
     using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
     constexpr size_t smem = mma_smem_bytes<Tr>();
-    auto kernel = decode_attention_mma_kernel<Tr>;
+    auto kernel = p.a.z_out != nullptr ? decode_attention_mma_kernel<Tr, true>
+                                       : decode_attention_mma_kernel<Tr, false>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem));
     if (err != cudaSuccess) return err;
     kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
-  } else if (p.group <= 4) {
-    decode_attention_kernel<DecodeTraits<D, 4>><<<grid, 128, 0, stream>>>(p);
-  } else if (p.group <= 8) {
-    decode_attention_kernel<DecodeTraits<D, 8>><<<grid, 128, 0, stream>>>(p);
-  } else {
-    return cudaErrorInvalidValue;
+  } else if constexpr (D <= 128) {
+    if (p.group <= 4) {
+      decode_attention_kernel<DecodeTraits<D, 4>><<<grid, 128, 0, stream>>>(p);
+    } else if (p.group <= 8) {
+      decode_attention_kernel<DecodeTraits<D, 8>><<<grid, 128, 0, stream>>>(p);
+    } else {
+      return cudaErrorInvalidValue;
+    }
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
@@ -503,6 +528,8 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
       return launch_d<64>(p, out, lse, out_f32, stream);
     case 128:
       return launch_d<128>(p, out, lse, out_f32, stream);
+    case 256:
+      return launch_d<256>(p, out, lse, out_f32, stream);
   }
   return cudaErrorInvalidValue;
 }

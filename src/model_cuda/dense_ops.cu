@@ -1,5 +1,7 @@
 // The element-wise and row-wise kernels of the decoder (everything but the GEMMs and attention):
-// embedding gather, RMSNorm, RoPE + cache append, SwiGLU, layout changes, argmax, and the
+// embedding gather, RMSNorm (and gemma3's post-norm + residual add), RoPE + cache append (with
+// gemma3's per-head q/k norm and the ring rows of sliding-window layers), the gated FFN
+// activations (SwiGLU, GELU-tanh), logit soft-capping, layout changes, argmax, and the
 // counter-based random fill that reproduces Model::random on the device.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -53,10 +55,22 @@ __global__ void __launch_bounds__(kRowThreads)
     out[static_cast<int64_t>(t) * D + i] = __float2bfloat16_rn(xr[i] * scale * w[i]);
 }
 
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_add_kernel(const float* o, int D, const float* w, float eps, float* x) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const float* orow = o + t * D;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < D; i += kRowThreads) ss += orow[i] * orow[i];
+  ss = block_sum<kRowThreads>(ss, red);
+  const float scale = rsqrtf(ss / static_cast<float>(D) + eps);
+  for (int i = threadIdx.x; i < D; i += kRowThreads) x[t * D + i] += orow[i] * scale * w[i];
+}
+
 // One block per token. The angles are formed in double: at position 131071 a float angle would
 // be off by up to ~0.008 rad (the CPU path forms them in double too, ops.cpp rope()).
 __global__ void rope_append_kernel(RopeAppendArgs a) {
-  extern __shared__ float cs[];  // [d/2] cos, then [d/2] sin
+  extern __shared__ float cs[];  // [d/2] cos, then [d/2] sin, then [Hq + Hkv] q/k norm scales
   __shared__ int64_t row_base[64];
   const int t = blockIdx.x, half = a.d / 2;
   const int Hq = a.Hq, Hkv = a.Hkv, d = a.d;
@@ -69,9 +83,9 @@ __global__ void rope_append_kernel(RopeAppendArgs a) {
   }
   for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
     const int seg = (a.decode ? t : a.seq) * Hkv + g;
-    row_base[g] = a.seg_off[seg] + (a.decode ? a.seg_len[seg] : a.first + t);
+    const int64_t slot = !a.decode ? a.first + t : a.ring > 0 ? p % a.ring : a.seg_len[seg];
+    row_base[g] = a.seg_off[seg] + slot;
   }
-  __syncthreads();
   const int64_t width = static_cast<int64_t>(Hq + 2 * Hkv) * d;
   const bf16* src = a.qkv + t * width;
   auto load = [&](int col) {
@@ -79,12 +93,33 @@ __global__ void rope_append_kernel(RopeAppendArgs a) {
     if (a.bias != nullptr) v += a.bias[col];
     return v;
   };
+  // gemma3's q/k norm: one warp per head forms 1 / rms of the head (as rms_norm over d).
+  float* head_scale = cs + a.d;
+  const bool qk_norm = a.q_norm != nullptr;
+  if (qk_norm) {
+    const int lane = threadIdx.x & 31;
+    for (int h = threadIdx.x >> 5; h < Hq + Hkv; h += blockDim.x >> 5) {
+      float ss = 0.f;
+      for (int i = lane; i < d; i += 32) {
+        const float v = load(h * d + i);
+        ss += v * v;
+      }
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) head_scale[h] = rsqrtf(ss / static_cast<float>(d) + a.norm_eps);
+    }
+  }
+  __syncthreads();
   // q and k: one thread per rotated pair.
   for (int idx = threadIdx.x; idx < (Hq + Hkv) * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
     const int col = h * d;
-    const float x0 = load(col + ia), x1 = load(col + ib);
+    float x0 = load(col + ia), x1 = load(col + ib);
+    if (qk_norm) {
+      const float* nw = h < Hq ? a.q_norm : a.k_norm;
+      x0 *= head_scale[h] * nw[ia];
+      x1 *= head_scale[h] * nw[ib];
+    }
     const float c = cs[i], s = cs[half + i];
     const bf16 r0 = __float2bfloat16_rn(x0 * c - x1 * s);
     const bf16 r1 = __float2bfloat16_rn(x0 * s + x1 * c);
@@ -109,19 +144,32 @@ __global__ void rope_append_kernel(RopeAppendArgs a) {
   }
   if (a.decode) {
     __syncthreads();  // every thread has used row_base before the lengths move
-    for (int g = threadIdx.x; g < Hkv; g += blockDim.x) a.seg_len[t * Hkv + g] += 1;
+    for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
+      int32_t& len = a.seg_len[t * Hkv + g];
+      len = a.ring > 0 && len + 1 > a.ring ? static_cast<int32_t>(a.ring) : len + 1;
+    }
   }
 }
 
-__global__ void swiglu_kernel(const bf16* gu, int64_t T, int F, bf16* h) {
+template <bool kGeluTanh>
+__global__ void gated_act_kernel(const bf16* gu, int64_t T, int F, bf16* h) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi), as ops.cpp gated_activation
   const int64_t n = T * F;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / F, f = i % F;
     const float g = __bfloat162float(gu[t * 2 * F + f]);
     const float u = __bfloat162float(gu[t * 2 * F + F + f]);
-    h[i] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+    const float act = kGeluTanh ? 0.5f * g * (1.0f + tanhf(kC * (g + 0.044715f * g * g * g)))
+                                : g / (1.0f + __expf(-g));
+    h[i] = __float2bfloat16_rn(act * u);
   }
+}
+
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void heads_to_rows_kernel(const float* in, int Hq, int T, int d, bf16* out) {
@@ -223,16 +271,37 @@ cudaError_t launch_rms_norm(const float* x, int64_t x_stride, int T, int D, cons
   return cudaGetLastError();
 }
 
-cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
-  if (a.T <= 0) return cudaSuccess;
-  if (a.Hkv > 64 || a.d % 2 != 0) return cudaErrorInvalidValue;
-  rope_append_kernel<<<a.T, 256, sizeof(float) * a.d, stream>>>(a);
+cudaError_t launch_rms_norm_add(const float* o, int T, int D, const float* w, float eps, float* x,
+                                cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  rms_norm_add_kernel<<<T, kRowThreads, 0, stream>>>(o, D, w, eps, x);
   return cudaGetLastError();
 }
 
-cudaError_t launch_swiglu(const bf16* gu, int T, int F, bf16* h, cudaStream_t stream) {
+cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
+  if (a.T <= 0) return cudaSuccess;
+  if (a.Hkv > 64 || a.d % 2 != 0 || (a.q_norm == nullptr) != (a.k_norm == nullptr) ||
+      (a.ring > 0 && !a.decode))
+    return cudaErrorInvalidValue;
+  const size_t smem = sizeof(float) * (a.d + (a.q_norm != nullptr ? a.Hq + a.Hkv : 0));
+  rope_append_kernel<<<a.T, 256, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gated_act(const bf16* gu, int T, int F, bool gelu_tanh, bf16* h,
+                             cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(T) * F;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+  if (gelu_tanh) {
+    gated_act_kernel<true><<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+  } else {
+    gated_act_kernel<false><<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softcap(float* logits, int64_t n, float cap, cudaStream_t stream) {
+  if (!(cap > 0.f)) return cudaErrorInvalidValue;
+  softcap_kernel<<<grid_for(n, 256), 256, 0, stream>>>(logits, n, cap);
   return cudaGetLastError();
 }
 

@@ -85,6 +85,8 @@ void allocate(GpuModel::Impl& m) {
   m.output_norm = static_cast<float*>(take(s.D * 4, "output norm"));
   m.output = c.tied_embeddings ? m.token_embd : static_cast<bf16*>(take(s.V * s.D * 2, "output"));
   m.inv_freq = static_cast<double*>(take(c.head_dim / 2 * sizeof(double), "rope table"));
+  m.inv_freq_sliding =
+      static_cast<double*>(take(c.head_dim / 2 * sizeof(double), "sliding rope table"));
   m.layers.resize(c.n_layers);
   for (auto& L : m.layers) {
     L.attn_norm = static_cast<float*>(take(s.D * 4, "attn norm"));
@@ -94,20 +96,32 @@ void allocate(GpuModel::Impl& m) {
     L.ffn_norm = static_cast<float*>(take(s.D * 4, "ffn norm"));
     L.w_gu = static_cast<bf16*>(take(2 * s.F * s.D * 2, "gate/up weights"));
     L.w_down = static_cast<bf16*>(take(s.D * s.F * 2, "down weights"));
+    if (c.qk_norm) {
+      L.q_norm = static_cast<float*>(take(c.head_dim * 4, "q norm"));
+      L.k_norm = static_cast<float*>(take(c.head_dim * 4, "k norm"));
+    }
+    if (c.post_norms) {
+      L.post_attn_norm = static_cast<float*>(take(s.D * 4, "post-attention norm"));
+      L.post_ffn_norm = static_cast<float*>(take(s.D * 4, "post-FFN norm"));
+    }
   }
 }
 
+// The angle per position of each rotated pair, as ops.cpp rope(): global layers use rope_base and
+// the linear scale, sliding-window layers rope_base_sliding and none (forward.cpp).
 void upload_rope(GpuModel::Impl& m, const float* freq_div) {
   const ModelConfig& c = m.config;
   const int half = c.head_dim / 2;
-  std::vector<double> inv(half);
-  for (int i = 0; i < half; ++i) {
-    inv[i] =
-        std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim) / c.rope_linear_scale;
-    if (freq_div != nullptr) inv[i] /= freq_div[i];
-  }
-  KVEVICT_GPU_CHECK(
-      cudaMemcpy(m.inv_freq, inv.data(), half * sizeof(double), cudaMemcpyHostToDevice));
+  auto table = [&](double* dst, float base, float linear_scale) {
+    std::vector<double> inv(half);
+    for (int i = 0; i < half; ++i) {
+      inv[i] = std::pow(static_cast<double>(base), -2.0 * i / c.head_dim) / linear_scale;
+      if (freq_div != nullptr) inv[i] /= freq_div[i];
+    }
+    KVEVICT_GPU_CHECK(cudaMemcpy(dst, inv.data(), half * sizeof(double), cudaMemcpyHostToDevice));
+  };
+  table(m.inv_freq, c.rope_base, c.rope_linear_scale);
+  table(m.inv_freq_sliding, c.rope_base_sliding, 1.0f);
 }
 
 void upload_bf16(bf16* dst, const HostTensor& t) {
@@ -139,14 +153,14 @@ bool gpu_available() {
 
 void check_supported(const ModelConfig& c) {
   KVEVICT_CHECK(gpu_available(), "--device cuda: no CUDA device is present; expected a GPU");
-  KVEVICT_CHECK(c.arch == Arch::kLlama || c.arch == Arch::kQwen2, "architecture ",
-                arch_name(c.arch), " of ", c.name,
-                " is not supported on the GPU runtime; expected llama or qwen2 (use --device cpu)");
-  KVEVICT_CHECK(!c.qk_norm && !c.post_norms && !c.embed_scale && c.sliding_window == 0 &&
-                    c.final_logit_softcap == 0 && c.activation == FfnActivation::kSilu,
-                "model ", c.name, " uses gemma-style features the GPU runtime lacks");
-  KVEVICT_CHECK(c.head_dim == 64 || c.head_dim == 128, "head dim ", c.head_dim, " of ", c.name,
-                " is not supported on the GPU; expected 64 or 128");
+  KVEVICT_CHECK(c.arch == Arch::kLlama || c.arch == Arch::kQwen2 || c.arch == Arch::kGemma3,
+                "architecture ", arch_name(c.arch), " of ", c.name,
+                " is not supported on the GPU runtime; expected llama, qwen2 or gemma3 (use "
+                "--device cpu)");
+  KVEVICT_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256, "head dim ", c.head_dim,
+                " of ", c.name, " is not supported on the GPU; expected 64, 128 or 256");
+  KVEVICT_CHECK(c.sliding_window >= 0, "sliding window ", c.sliding_window, " of ", c.name,
+                " is invalid; expected >= 0");
   KVEVICT_CHECK(c.n_kv_heads <= 64 && c.n_heads / c.n_kv_heads <= 8, "GQA group ",
                 c.n_heads / c.n_kv_heads, " or ", c.n_kv_heads,
                 " KV heads is not supported on the GPU; expected a group <= 8 and <= 64 KV heads");
@@ -198,6 +212,14 @@ std::shared_ptr<const GpuModel> GpuModel::upload(const Model& model) {
     upload_bf16(G.w_gu, L.w_gate);
     upload_bf16(G.w_gu + s.F * s.D, L.w_up);
     upload_bf16(G.w_down, L.w_down);
+    if (c.qk_norm) {
+      upload_f32(G.q_norm, L.q_norm);
+      upload_f32(G.k_norm, L.k_norm);
+    }
+    if (c.post_norms) {
+      upload_f32(G.post_attn_norm, L.post_attn_norm);
+      upload_f32(G.post_ffn_norm, L.post_ffn_norm);
+    }
   }
   KVEVICT_GPU_CHECK(cudaDeviceSynchronize());
   return g;
@@ -253,7 +275,15 @@ std::shared_ptr<const GpuModel> GpuModel::random(const ModelConfig& config, uint
       rnd_f32(L.bqkv + s.q_rows, s.kv_rows, next(), kStd);
       rnd_f32(L.bqkv + s.q_rows + s.kv_rows, s.kv_rows, next(), kStd);
     }
+    if (c.qk_norm) {
+      ones(L.q_norm, c.head_dim);
+      ones(L.k_norm, c.head_dim);
+    }
     ones(L.ffn_norm, s.D);
+    if (c.post_norms) {
+      ones(L.post_attn_norm, s.D);
+      ones(L.post_ffn_norm, s.D);
+    }
     rnd(L.w_gu, s.F * s.D, next(), kStd);
     rnd(L.w_gu + s.F * s.D, s.F * s.D, next(), kStd);
     rnd(L.w_down, s.D * s.F, next(), kStd);

@@ -7,13 +7,20 @@
 // a segment are in use. Before eviction sequence 0's segments all have capacity n + decode_room,
 // so row = position and the window kernel can treat the layer as [Hkv, n, d] with a head stride;
 // eviction allocates a new, smaller layer (per-head lengths may differ) and frees the old one.
+// Sliding-window layers (gemma3) hold every prompt row during the prefill (the window kernel
+// masks by the window) and are then cut to a ring of their last `window` rows, as the CPU
+// session's trim_sliding: decode writes position p to row p % window of its segment, so the ring
+// always holds exactly the keys the next query may see. Eviction skips them.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
@@ -53,6 +60,7 @@ struct LayerCache {
   DeviceBuffer off, len;       // [S + 1] i64, [S] i32 (device)
   std::vector<int64_t> off_h;  // [S + 1] host copy
   std::vector<int32_t> len_h;  // [S] host mirror of len
+  int64_t ring = 0;            // sliding-window layer after the prefill: ring of this many rows
   int64_t rows() const { return off_h.empty() ? 0 : off_h.back(); }
   int64_t cap(int s) const { return off_h[s + 1] - off_h[s]; }
 };
@@ -106,7 +114,56 @@ class EventTimer {
   cudaEvent_t a_ = nullptr, b_ = nullptr;
 };
 
+// Sampler's rule on R rows of device logits [R, V]: argmax at temperature 0, else the sort-and-
+// scan kernel of sampling.cu with the draws uniforms[R] (uploaded through u_dev). ids_dev [R].
+void sample_on_device(const float* logits, int R, int64_t V, const SamplerOptions& opt,
+                      const std::vector<double>& uniforms, int32_t* ids_dev, DeviceBuffer& scratch,
+                      DeviceBuffer& u_dev, cudaStream_t stream) {
+  opt.validate();
+  if (opt.temperature == 0.0f) {
+    KVEVICT_GPU_CHECK(detail::launch_argmax(logits, R, V, ids_dev, stream));
+    return;
+  }
+  KVEVICT_CHECK(static_cast<int>(uniforms.size()) == R, "sampling ", R, " rows needs ", R,
+                " uniform draws; got ", uniforms.size());
+  for (double u : uniforms)
+    KVEVICT_CHECK(u >= 0.0 && u < 1.0, "uniform draw ", u, " is out of range; expected [0, 1)");
+  const size_t need = detail::sample_scratch_bytes(R, V);
+  if (scratch.bytes() < need || u_dev.bytes() < R * sizeof(double)) {
+    KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+    scratch.ensure(need, "sampling scratch");
+    u_dev.ensure(R * sizeof(double), "sampling draws");
+  }
+  // Pageable source: the copy completes before the call returns, so `uniforms` may go away.
+  KVEVICT_GPU_CHECK(cudaMemcpyAsync(u_dev.get(), uniforms.data(), R * sizeof(double),
+                                    cudaMemcpyHostToDevice, stream));
+  detail::SampleArgs sa;
+  sa.logits = logits;
+  sa.uniforms = u_dev.as<double>();
+  sa.R = R;
+  sa.V = V;
+  sa.temperature = opt.temperature;
+  sa.top_k = opt.top_k;
+  sa.top_p = opt.top_p;
+  KVEVICT_GPU_CHECK(detail::launch_sample(sa, ids_dev, scratch.get(), scratch.bytes(), stream));
+}
+
 }  // namespace
+
+std::vector<int32_t> sample_logits(const std::vector<float>& logits, int rows,
+                                   const SamplerOptions& opt, const std::vector<double>& uniforms) {
+  KVEVICT_CHECK(rows >= 1 && !logits.empty() && logits.size() % rows == 0,
+                "sample_logits: ", logits.size(), " logits do not split into ", rows, " rows");
+  const int64_t V = static_cast<int64_t>(logits.size()) / rows;
+  DeviceBuffer d_logits(logits.size() * 4, "logits"), ids(rows * 4, "sampled ids"), scratch, u;
+  KVEVICT_GPU_CHECK(
+      cudaMemcpy(d_logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+  sample_on_device(d_logits.as<float>(), rows, V, opt, uniforms, ids.as<int32_t>(), scratch, u,
+                   nullptr);
+  std::vector<int32_t> out(rows);
+  KVEVICT_GPU_CHECK(cudaMemcpy(out.data(), ids.get(), rows * 4, cudaMemcpyDeviceToHost));
+  return out;
+}
 
 void GpuSessionOptions::validate() const {
   KVEVICT_CHECK(batch >= 1, "batch ", batch, " is invalid; expected >= 1");
@@ -140,6 +197,7 @@ struct GpuSession::Impl {
   DeviceBuffer attn_f;   // [Hq, T, d] f32 window-kernel output (prefill)
   DeviceBuffer lse;      // [Hq, T] f32
   DeviceBuffer attn;     // [T, Hq d] bf16
+  DeviceBuffer o_f;      // [T, D] f32 projection output before gemma3's post-norms
   DeviceBuffer gu;       // [T, 2F] bf16
   DeviceBuffer hbuf;     // [T, F] bf16
   DeviceBuffer logits;   // [batch, V] f32
@@ -147,12 +205,18 @@ struct GpuSession::Impl {
   DeviceBuffer pos;      // [T] i32
   DeviceBuffer ids;      // [batch] i32
   DeviceBuffer scratch;  // attention split partials (grow-only)
-  DeviceBuffer blas_ws;  // cuBLAS workspace
-  int32_t* pos_pinned = nullptr;     // [batch] pinned staging of decode positions
-  int32_t* tok_pinned = nullptr;     // [batch] pinned staging of decode tokens
+  DeviceBuffer sample_scratch, draws;  // sampling sort buffers, uniform draws [batch] f64
+  DeviceBuffer zbuf;              // [rows, G] f32 step logits of the layer being scored (grow-only)
+  DeviceBuffer blas_ws;           // cuBLAS workspace
+  int32_t* pos_pinned = nullptr;  // [batch] pinned staging of decode positions
+  int32_t* tok_pinned = nullptr;  // [batch] pinned staging of decode tokens
   cudaEvent_t pos_staged = nullptr;  // recorded after the last staged upload
 
   const ModelConfig& c() const { return w->config; }
+  // gemma3 scales the embeddings by sqrt(D) (forward.cpp).
+  float embed_mul() const {
+    return c().embed_scale ? std::sqrt(static_cast<float>(c().n_embd)) : 1.0f;
+  }
 
   void forward_prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int64_t need,
                              int64_t n_total, std::vector<DeviceBuffer>* qcap, bool want_logits);
@@ -161,6 +225,10 @@ struct GpuSession::Impl {
   void evict_prefill(const PrefillEviction& ev, int64_t n, int64_t need,
                      std::vector<DeviceBuffer>& qcap);
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
+  void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
+                             const float* post_norm);
+  void fill_rope(detail::RopeAppendArgs& ra, const GpuModel::Impl::Layer& L, int il) const;
+  void trim_sliding(int64_t n);
   void final_logits(int64_t rows, int64_t row_stride_tokens);
 };
 
@@ -193,6 +261,7 @@ GpuSession::GpuSession(std::shared_ptr<const GpuModel> model, GpuSessionOptions 
   s.attn_f = DeviceBuffer(T * Hq * d * 4, "attention output f32");
   s.lse = DeviceBuffer(T * Hq * 4, "attention lse");
   s.attn = DeviceBuffer(T * Hq * d * 2, "attention output");
+  if (c.post_norms) s.o_f = DeviceBuffer(T * D * 4, "projection output f32");
   s.gu = DeviceBuffer(T * 2 * F * 2, "gate/up activations");
   s.hbuf = DeviceBuffer(T * F * 2, "ffn activations");
   s.logits = DeviceBuffer(opt.batch * c.vocab_size * 4, "logits");
@@ -228,9 +297,40 @@ void GpuSession::Impl::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t 
                                             static_cast<int>(D), L.ffn_norm, m.rms_eps,
                                             xn.as<bf16>(), stream));
   gemm(blas, xn.as<bf16>(), T, L.w_gu, 2 * F, D, gu.get(), false, 0.0f);
-  KVEVICT_GPU_CHECK(detail::launch_swiglu(gu.as<bf16>(), static_cast<int>(T), static_cast<int>(F),
-                                          hbuf.as<bf16>(), stream));
-  gemm(blas, hbuf.as<bf16>(), T, L.w_down, D, F, x.get(), true, 1.0f);
+  KVEVICT_GPU_CHECK(
+      detail::launch_gated_act(gu.as<bf16>(), static_cast<int>(T), static_cast<int>(F),
+                               m.activation == FfnActivation::kGeluTanh, hbuf.as<bf16>(), stream));
+  project_into_residual(hbuf.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
+}
+
+// x[T, D] += in[T, in_dim] w^T, or (gemma3) x += rms_norm(in w^T) * post_norm.
+void GpuSession::Impl::project_into_residual(const bf16* in, int64_t T, const bf16* wt,
+                                             int64_t in_dim, const float* post_norm) {
+  const ModelConfig& m = c();
+  const int64_t D = m.n_embd;
+  if (post_norm == nullptr) {
+    gemm(blas, in, T, wt, D, in_dim, x.get(), true, 1.0f);
+    return;
+  }
+  gemm(blas, in, T, wt, D, in_dim, o_f.get(), true, 0.0f);
+  KVEVICT_GPU_CHECK(detail::launch_rms_norm_add(o_f.as<float>(), static_cast<int>(T),
+                                                static_cast<int>(D), post_norm, m.rms_eps,
+                                                x.as<float>(), stream));
+}
+
+// The per-layer part of the RoPE + append arguments: angle table, gemma3's q/k norms.
+void GpuSession::Impl::fill_rope(detail::RopeAppendArgs& ra, const GpuModel::Impl::Layer& L,
+                                 int il) const {
+  const ModelConfig& m = c();
+  ra.bias = L.bqkv;
+  ra.inv_freq = m.is_sliding(il) ? w->inv_freq_sliding : w->inv_freq;
+  ra.Hq = m.n_heads;
+  ra.Hkv = m.n_kv_heads;
+  ra.d = m.head_dim;
+  ra.neox = m.rope_style == RopeStyle::kNeox;
+  ra.q_norm = L.q_norm;
+  ra.k_norm = L.k_norm;
+  ra.norm_eps = m.rms_eps;
 }
 
 // Logits of `rows` rows of x taken every `stride` rows starting at row (stride - 1) (the last
@@ -242,6 +342,9 @@ void GpuSession::Impl::final_logits(int64_t rows, int64_t stride) {
                                             static_cast<int>(rows), static_cast<int>(D),
                                             w->output_norm, m.rms_eps, xn.as<bf16>(), stream));
   gemm(blas, xn.as<bf16>(), rows, w->output, m.vocab_size, D, logits.get(), true, 0.0f);
+  if (m.final_logit_softcap > 0)
+    KVEVICT_GPU_CHECK(detail::launch_softcap(logits.as<float>(), rows * m.vocab_size,
+                                             m.final_logit_softcap, stream));
 }
 
 void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int64_t p0,
@@ -256,7 +359,7 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
   KVEVICT_GPU_CHECK(
       cudaMemcpyAsync(pos.get(), pos_h.data(), T * 4, cudaMemcpyHostToDevice, stream));
   KVEVICT_GPU_CHECK(detail::launch_embed(w->token_embd, tokens.as<int32_t>(), static_cast<int>(T),
-                                         static_cast<int>(D), 1.0f, x.as<float>(), stream));
+                                         static_cast<int>(D), embed_mul(), x.as<float>(), stream));
   // Query rows of this chunk that eviction needs: positions [n_total - need, n_total).
   const int64_t cap_lo = std::max(p0, n_total - need), cap_hi = p0 + T;
   for (int il = 0; il < m.n_layers; ++il) {
@@ -267,15 +370,10 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
                                               xn.as<bf16>(), stream));
     gemm(blas, xn.as<bf16>(), T, L.wqkv, W, D, qkv.get(), false, 0.0f);
     detail::RopeAppendArgs ra;
+    fill_rope(ra, L, il);
     ra.qkv = qkv.as<bf16>();
-    ra.bias = L.bqkv;
     ra.pos = pos.as<int32_t>();
-    ra.inv_freq = w->inv_freq;
     ra.T = static_cast<int>(T);
-    ra.Hq = static_cast<int>(Hq);
-    ra.Hkv = static_cast<int>(Hkv);
-    ra.d = static_cast<int>(d);
-    ra.neox = m.rope_style == RopeStyle::kNeox;
     ra.q_out = qh.as<bf16>();
     ra.head_major = true;
     ra.k_cache = C.k.as<bf16>();
@@ -314,6 +412,7 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
     wa.head_dim = static_cast<int>(d);
     wa.n = p0 + T;
     wa.scale = m.logit_scale();
+    wa.sliding_window = m.is_sliding(il) ? m.sliding_window : 0;
     const size_t need_scratch = cuda::detail::window_forward_scratch_bytes(wa, true, sm_count);
     if (scratch.bytes() < need_scratch) {
       KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
@@ -324,7 +423,7 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
     KVEVICT_GPU_CHECK(detail::launch_heads_to_rows(attn_f.as<float>(), static_cast<int>(Hq),
                                                    static_cast<int>(T), static_cast<int>(d),
                                                    attn.as<bf16>(), stream));
-    gemm(blas, attn.as<bf16>(), T, L.wo, D, Hq * d, x.get(), true, 1.0f);
+    project_into_residual(attn.as<bf16>(), T, L.wo, Hq * d, L.post_attn_norm);
     ffn_and_residual(L, T);
   }
   if (want_logits) final_logits(1, T);
@@ -348,32 +447,31 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
   }
   KVEVICT_GPU_CHECK(cudaMemcpyAsync(pos.get(), pos_pinned, B * 4, cudaMemcpyHostToDevice, stream));
   KVEVICT_GPU_CHECK(cudaEventRecord(pos_staged, stream));
-  KVEVICT_GPU_CHECK(detail::launch_embed(w->token_embd, tokens_dev, B, static_cast<int>(D), 1.0f,
-                                         x.as<float>(), stream));
+  KVEVICT_GPU_CHECK(detail::launch_embed(w->token_embd, tokens_dev, B, static_cast<int>(D),
+                                         embed_mul(), x.as<float>(), stream));
   for (int il = 0; il < m.n_layers; ++il) {
     const GpuModel::Impl::Layer& L = w->layers[il];
     LayerCache& C = layers[il];
     int64_t max_len = 0;
     for (size_t s = 0; s < C.len_h.size(); ++s) {
-      KVEVICT_CHECK(C.len_h[s] + 1 <= C.cap(static_cast<int>(s)), "layer ", il, " segment ", s,
-                    " is full (", C.len_h[s], " rows); raise decode_room (now ", opt.decode_room,
-                    ")");
-      C.len_h[s] += 1;
+      // A full ring (capacity = window) overwrites its oldest row; anything else must have room.
+      const bool wraps = C.ring > 0 && C.cap(static_cast<int>(s)) == C.ring;
+      KVEVICT_CHECK(wraps || C.len_h[s] + 1 <= C.cap(static_cast<int>(s)), "layer ", il,
+                    " segment ", s, " is full (", C.len_h[s], " rows); raise decode_room (now ",
+                    opt.decode_room, ")");
+      C.len_h[s] = static_cast<int32_t>(std::min<int64_t>(
+          C.len_h[s] + 1, C.ring > 0 ? C.ring : std::numeric_limits<int32_t>::max()));
       max_len = std::max<int64_t>(max_len, C.len_h[s]);
     }
+    const bool score_layer = score && !m.is_sliding(il);  // sliding layers keep their window
     KVEVICT_GPU_CHECK(detail::launch_rms_norm(x.as<float>(), D, B, static_cast<int>(D), L.attn_norm,
                                               m.rms_eps, xn.as<bf16>(), stream));
     gemm(blas, xn.as<bf16>(), B, L.wqkv, W, D, qkv.get(), false, 0.0f);
     detail::RopeAppendArgs ra;
+    fill_rope(ra, L, il);
     ra.qkv = qkv.as<bf16>();
-    ra.bias = L.bqkv;
     ra.pos = pos.as<int32_t>();
-    ra.inv_freq = w->inv_freq;
     ra.T = B;
-    ra.Hq = static_cast<int>(Hq);
-    ra.Hkv = static_cast<int>(Hkv);
-    ra.d = static_cast<int>(d);
-    ra.neox = m.rope_style == RopeStyle::kNeox;
     ra.q_out = qh.as<bf16>();
     ra.head_major = false;
     ra.k_cache = C.k.as<bf16>();
@@ -383,6 +481,7 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
     ra.seg_off = C.off.as<int64_t>();
     ra.seg_len = C.len.as<int32_t>();
     ra.decode = true;
+    ra.ring = C.ring;
     KVEVICT_GPU_CHECK(detail::launch_rope_append(ra, stream));
     detail::DecodeAttentionArgs da;
     da.q = qh.as<bf16>();
@@ -396,6 +495,15 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
     da.d = static_cast<int>(d);
     da.max_len = max_len;
     da.scale = m.logit_scale();
+    const bool fused = score_layer && opt.fused_decode_scores;
+    if (fused) {
+      const size_t zb = static_cast<size_t>(std::max<int64_t>(C.rows(), 1)) * (Hq / Hkv) * 4;
+      if (zbuf.bytes() < zb) {
+        KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+        zbuf.ensure(zb, "decode step logits");
+      }
+      da.z_out = zbuf.as<float>();
+    }
     const size_t need =
         detail::decode_attention_scratch_bytes(B, da.Hq, da.Hkv, da.d, max_len, sm_count);
     if (scratch.bytes() < need) {
@@ -403,9 +511,10 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       scratch.ensure(need, "decode attention scratch");
     }
     KVEVICT_GPU_CHECK(detail::launch_decode_attention(
-        da, attn.as<bf16>(), score ? lse.as<float>() : nullptr,
-        score ? attn_f.as<float>() : nullptr, scratch.get(), scratch.bytes(), sm_count, stream));
-    if (score) {
+        da, attn.as<bf16>(), score_layer ? lse.as<float>() : nullptr,
+        score_layer ? attn_f.as<float>() : nullptr, scratch.get(), scratch.bytes(), sm_count,
+        stream));
+    if (score_layer) {
       // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included).
       detail::DecodeScoreArgs sa;
       sa.q = qh.as<bf16>();
@@ -416,6 +525,7 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       sa.seg_off = C.off.as<int64_t>();
       sa.seg_len = C.len.as<int32_t>();
       sa.acc = C.acc.as<float>();
+      sa.z = fused ? zbuf.as<float>() : nullptr;
       sa.B = B;
       sa.Hq = static_cast<int>(Hq);
       sa.Hkv = static_cast<int>(Hkv);
@@ -445,7 +555,7 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       }
       KVEVICT_GPU_CHECK(detail::launch_decode_scores(sa, max_len, stream));
     }
-    gemm(blas, attn.as<bf16>(), B, L.wo, D, Hq * d, x.get(), true, 1.0f);
+    project_into_residual(attn.as<bf16>(), B, L.wo, Hq * d, L.post_attn_norm);
     ffn_and_residual(L, B);
   }
   final_logits(B, 1);
@@ -464,6 +574,7 @@ void GpuSession::Impl::evict_decode() {
   std::vector<LayerCache> retired;
   std::vector<DeviceBuffer> kept_bufs, off_bufs;
   for (int l = 0; l < m.n_layers; ++l) {
+    if (m.is_sliding(l)) continue;  // sliding layers keep their window (Session::decode)
     LayerCache& C = layers[l];
     const int S = static_cast<int>(C.len_h.size());
     bool any = false;
@@ -473,6 +584,9 @@ void GpuSession::Impl::evict_decode() {
     KVEVICT_GPU_CHECK(cudaMemcpyAsync(acc_h.data(), C.acc.get(), acc_h.size() * 4,
                                       cudaMemcpyDeviceToHost, stream));
     KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+    // The previous layer's gather has run: free its old cache now, so that at most one layer
+    // exists twice (a large batch has no room for a second copy of every layer).
+    retired.clear();
     std::vector<int32_t> kept;
     std::vector<int64_t> kept_off(S + 1, 0), cap(S);
     std::vector<int32_t> len(S);
@@ -510,6 +624,52 @@ void GpuSession::Impl::evict_decode() {
     C = std::move(out);
   }
   if (!retired.empty()) KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+}
+
+// Session::trim_sliding on the GPU, right after the prefill: every sliding-window layer keeps its
+// last min(n, window) rows in a ring of min(window, n + decode_room) rows per segment, position p
+// at row p % window (a capacity below the window never wraps: p < n + decode_room). The prefill
+// layout has row = position, so the gather reads row q for ring slot q % window.
+void GpuSession::Impl::trim_sliding(int64_t n) {
+  const ModelConfig& m = c();
+  if (m.sliding_window <= 0) return;
+  const int Hkv = m.n_kv_heads, d = m.head_dim, B = opt.batch;
+  const int64_t W = m.sliding_window;
+  const int64_t cap_ring = std::min(W, n + opt.decode_room);
+  const int64_t keep = std::min(n, W);
+  // The same ring order for every head: slot i holds the kept position congruent to i mod W.
+  std::vector<int32_t> kept_h(static_cast<size_t>(Hkv) * keep);
+  for (int64_t i = 0; i < keep; ++i) {
+    const int64_t q = n <= W ? i : n - W + ((i - (n - W)) % W + W) % W;
+    for (int g = 0; g < Hkv; ++g) kept_h[g * keep + i] = static_cast<int32_t>(q);
+  }
+  std::vector<int64_t> kept_off_h(Hkv + 1);
+  for (int g = 0; g <= Hkv; ++g) kept_off_h[g] = g * keep;
+  DeviceBuffer kept(kept_h.size() * 4, "ring kept rows"), kept_off((Hkv + 1) * 8, "ring offsets");
+  KVEVICT_GPU_CHECK(cudaMemcpyAsync(kept.get(), kept_h.data(), kept_h.size() * 4,
+                                    cudaMemcpyHostToDevice, stream));
+  KVEVICT_GPU_CHECK(cudaMemcpyAsync(kept_off.get(), kept_off_h.data(), (Hkv + 1) * 8,
+                                    cudaMemcpyHostToDevice, stream));
+  std::vector<LayerCache> retired;
+  for (int l = 0; l < m.n_layers; ++l) {
+    if (!m.is_sliding(l)) continue;
+    LayerCache& C = layers[l];
+    std::vector<int64_t> cap(static_cast<size_t>(B) * Hkv, 0);
+    std::vector<int32_t> len(cap.size(), 0);
+    for (int g = 0; g < Hkv; ++g) {
+      cap[g] = cap_ring;
+      len[g] = static_cast<int32_t>(keep);
+    }
+    LayerCache out = make_layer(cap, len, d, stream);
+    out.ring = W;
+    KVEVICT_GPU_CHECK(detail::launch_kv_gather(
+        C.k.as<bf16>(), C.v.as<bf16>(), C.pos.as<int32_t>(), C.off.as<int64_t>(),
+        kept.as<int32_t>(), kept_off.as<int64_t>(), Hkv, keep, d, out.off.as<int64_t>(),
+        out.k.as<bf16>(), out.v.as<bf16>(), out.pos.as<int32_t>(), nullptr, nullptr, stream));
+    retired.push_back(std::move(C));
+    C = std::move(out);
+  }
+  KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));  // the gathers have read the old layers
 }
 
 void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& evict) {
@@ -567,6 +727,7 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
                                       cudaMemcpyHostToDevice, s.stream));
   }
   s.positions[0] = n;
+  s.trim_sliding(n);
   s.stats.kv_bytes_before = kv_bytes_per_sequence();
   s.stats.kv_bytes_after = s.stats.kv_bytes_before;
   if (evict.prefill.enabled) {
@@ -600,6 +761,7 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
   // Per layer (the gathers of all layers are in flight together): kept indices and offsets.
   std::vector<DeviceBuffer> kept_all(m.n_layers), kept_off_all(m.n_layers);
   for (int l = 0; l < m.n_layers; ++l) {
+    if (m.is_sliding(l)) continue;  // eviction applies to full-attention layers only
     LayerCache& C = layers[l];
     DeviceBuffer& kept = kept_all[l];
     DeviceBuffer& kept_off = kept_off_all[l];
@@ -729,6 +891,7 @@ void GpuSession::replicate_sequence() {
     const int64_t rows0 = C.off_h[Hkv] - C.off_h[0];
     // Build the batched layer after freeing nothing: both must fit for the copy.
     LayerCache out = make_layer(cap, len, d, s.stream);
+    out.ring = C.ring;
     for (int b = 0; b < B; ++b) {
       const int64_t dst = out.off_h[b * Hkv];
       KVEVICT_GPU_CHECK(cudaMemcpyAsync(out.k.as<bf16>() + dst * d, C.k.as<bf16>() + C.off_h[0] * d,
@@ -775,6 +938,19 @@ std::vector<int32_t> GpuSession::argmax() {
   return out;
 }
 
+std::vector<int32_t> GpuSession::sample(const SamplerOptions& opt,
+                                        const std::vector<double>& uniforms) {
+  Impl& s = *impl_;
+  KVEVICT_CHECK(s.positions[0] > 0, "sample on an empty GPU session; expected prefill first");
+  sample_on_device(s.logits.as<float>(), s.opt.batch, s.c().vocab_size, opt, uniforms,
+                   s.ids.as<int32_t>(), s.sample_scratch, s.draws, s.stream);
+  std::vector<int32_t> out(s.opt.batch);
+  KVEVICT_GPU_CHECK(
+      cudaMemcpyAsync(out.data(), s.ids.get(), out.size() * 4, cudaMemcpyDeviceToHost, s.stream));
+  KVEVICT_GPU_CHECK(cudaStreamSynchronize(s.stream));
+  return out;
+}
+
 std::vector<int32_t> GpuSession::decode_greedy(int steps) {
   Impl& s = *impl_;
   KVEVICT_CHECK(steps >= 1, "decode_greedy steps ", steps, " is invalid; expected >= 1");
@@ -812,10 +988,13 @@ GenerateResult GpuSession::generate(int max_new, Sampler& sampler,
   KVEVICT_CHECK(s.opt.batch == 1, "generate runs one sequence; the session has batch ",
                 s.opt.batch);
   KVEVICT_CHECK(s.positions[0] > 0, "generate on an empty GPU session; expected prefill first");
-  const bool greedy = sampler.options().temperature <= 0.0f;
+  const SamplerOptions& so = sampler.options();
+  const bool greedy = so.temperature <= 0.0f;
+  std::mt19937_64 rng(so.seed);  // the generator a fresh Sampler(so) draws from
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
   GenerateResult r;
   for (int i = 0; i < max_new; ++i) {
-    const int32_t tok = greedy ? argmax()[0] : sampler.sample(logits(0));
+    const int32_t tok = greedy ? argmax()[0] : sample(so, {unit(rng)})[0];
     r.tokens.push_back(tok);
     if (on_token) on_token(tok);
     if (is_stop && is_stop(tok)) {

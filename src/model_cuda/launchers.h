@@ -20,6 +20,10 @@ cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, 
 // out[T, D] bf16 = x / rms(x) * w (x f32 [T, D], row stride x_stride; w f32 [D]).
 cudaError_t launch_rms_norm(const float* x, int64_t x_stride, int T, int D, const float* w,
                             float eps, bf16* out, cudaStream_t stream);
+// x[T, D] += o / rms(o) * w (o f32 [T, D], w f32 [D]): gemma3's post-attention / post-FFN norm
+// fused with the residual add.
+cudaError_t launch_rms_norm_add(const float* o, int T, int D, const float* w, float eps, float* x,
+                                cudaStream_t stream);
 
 // RoPE of the fused projection and the cache append (one block per token).
 struct RopeAppendArgs {
@@ -29,6 +33,10 @@ struct RopeAppendArgs {
   const double* inv_freq = nullptr;  // [d / 2] angle per position of each rotated pair
   int T = 0, Hq = 0, Hkv = 0, d = 0;
   bool neox = false;  // rotate (i, i + d/2) instead of (2i, 2i + 1)
+  // gemma3: every q / k head is RMS-normed (weights [d]) before RoPE; null = off.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_eps = 1e-6f;
   // Queries out: head_major ? [Hq, T, d] (prefill, the window kernel's layout) : [T, Hq, d].
   bf16* q_out = nullptr;
   bool head_major = true;
@@ -44,11 +52,18 @@ struct RopeAppendArgs {
   bool decode = false;
   int seq = 0;
   int64_t first = 0;
+  // decode of a sliding-window layer kept as a ring of `ring` rows (0 = off): position p goes to
+  // row seg_off[...] + p % ring, and len = min(len + 1, ring).
+  int64_t ring = 0;
 };
 cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream);
 
-// gu [T, 2F] bf16 (gate | up) -> h [T, F] bf16 = silu(gate) * up.
-cudaError_t launch_swiglu(const bf16* gu, int T, int F, bf16* h, cudaStream_t stream);
+// gu [T, 2F] bf16 (gate | up) -> h [T, F] bf16 = act(gate) * up; act = silu, or GELU with the
+// tanh approximation when gelu_tanh (gemma3).
+cudaError_t launch_gated_act(const bf16* gu, int T, int F, bool gelu_tanh, bf16* h,
+                             cudaStream_t stream);
+// logits[n] = cap * tanh(logits / cap) (gemma's final soft-capping).
+cudaError_t launch_softcap(float* logits, int64_t n, float cap, cudaStream_t stream);
 // Window-kernel output [Hq, T, d] f32 -> attn [T, Hq d] bf16.
 cudaError_t launch_heads_to_rows(const float* in, int Hq, int T, int d, bf16* out,
                                  cudaStream_t stream);
@@ -59,6 +74,23 @@ cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids, c
 cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out, float* out_f32,
                                   cudaStream_t stream);
 cudaError_t launch_fill(float* out, int64_t n, float value, cudaStream_t stream);
+
+// --- sampling.cu ---------------------------------------------------------------------------------
+// Sampler's temperature / top-k / top-p rule on R rows of logits [R, V] f32, one uniform draw
+// uniforms[r] in [0, 1) per row (device). temperature must be > 0 (0 is argmax: launch_argmax).
+struct SampleArgs {
+  const float* logits = nullptr;     // [R, V]
+  const double* uniforms = nullptr;  // [R]
+  int R = 0;
+  int64_t V = 0;
+  float temperature = 1.0f;
+  int top_k = 0;       // 0 = off
+  float top_p = 1.0f;  // 1 = off
+};
+size_t sample_scratch_bytes(int R, int64_t V);
+// ids[R] = the sampled token of every row.
+cudaError_t launch_sample(const SampleArgs& a, int32_t* ids, void* scratch, size_t scratch_bytes,
+                          cudaStream_t stream);
 
 // --- decode_attention.cu -----------------------------------------------------------------------
 // One query token per sequence against its varlen cache: segment s = b * Hkv + g holds rows
@@ -72,6 +104,9 @@ struct DecodeAttentionArgs {
   int B = 0, Hq = 0, Hkv = 0, d = 0;
   int64_t max_len = 0;  // longest segment (sizes the splits)
   float scale = 1.0f;
+  // [rows, G] f32, or null: when set, every cached row's logit z = q.k * scale for each of the G
+  // query heads of its KV head (row-major by cache row), for the decode-time step scores.
+  float* z_out = nullptr;
 };
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len, int sm_count);
 // out [B, Hq d] bf16 (the o-projection's input); lse [B, Hq] f32 and out_f32 [B, Hq, d] (the
@@ -93,6 +128,10 @@ struct DecodeScoreArgs {
   const int64_t* seg_off = nullptr;  // [B Hkv + 1]
   const int32_t* seg_len = nullptr;  // [B Hkv]
   float* acc = nullptr;              // [rows]
+  // [rows, G] logits of the step written by the decode attention (DecodeAttentionArgs::z_out), or
+  // null: z is then recomputed from q and k. With z, the attention-sum terms read no K or V and
+  // the others read V only.
+  const float* z = nullptr;
   int B = 0, Hq = 0, Hkv = 0, d = 0;
   float scale = 1.0f;
   int kind = 0;  // 0 attention sum / tova, 1 dropkv, 2 obcache_v, 3 obcache_k, 4 obcache_vk

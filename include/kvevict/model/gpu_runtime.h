@@ -1,7 +1,9 @@
-// The model runtime on the GPU (issue 4, CUDA half): llama / qwen2 decoders in bf16 with cuBLAS
+// The model runtime on the GPU (issue 4, CUDA half): llama / qwen2 / gemma3 decoders in bf16 with
+// cuBLAS
 // projections (bf16 in, f32 accumulation), a causal flash-style prefill attention (the mma.sync
 // split-K window kernel of src/cuda, run with the whole chunk as its window), a decode attention
-// over the per-head variable-length compacted cache, greedy argmax on the GPU, and one-shot
+// over the per-head variable-length compacted cache, sampling on the GPU (argmax, or Sampler's
+// temperature / top-k / top-p rule), and one-shot
 // prefill eviction per layer (SPEC section 5) with the CUDA score / select kernels (uniform
 // policy) or the CPU LayerEvictor on downloaded K/V for the other methods and policies.
 //
@@ -63,6 +65,10 @@ struct GpuSessionOptions {
   int64_t max_prompt = 0;        // longest prompt prefilled into sequence 0 (sizes the full cache)
   int64_t decode_room = 256;     // rows per head reserved for tokens after the prefill
   int64_t prefill_chunk = 4096;  // tokens per forward pass of the prefill
+  // Decode-time eviction: the decode attention exports every row's logits and the step scores
+  // read them (no second read of K; none of K or V for h2o / tova). false: the scores recompute
+  // q.k from K (the earlier path, kept for comparisons).
+  bool fused_decode_scores = true;
   void validate() const;
 };
 
@@ -101,13 +107,20 @@ class GpuSession {
   void decode(const std::vector<int32_t>& tokens);
   // Greedy argmax of every row's current logits, on the GPU: [batch] token ids.
   std::vector<int32_t> argmax();
+  // Every row's next token by Sampler's rule (SamplerOptions; temperature 0 = argmax), on the GPU,
+  // with the given uniform draws uniforms[batch] in [0, 1): the token Sampler::sample would return
+  // for the same logits when its generator drew uniforms[r].
+  std::vector<int32_t> sample(const SamplerOptions& opt, const std::vector<double>& uniforms);
   // `steps` greedy steps entirely on the device (argmax feeds the next step); returns the last
   // tokens. For throughput runs: one host sync at the end.
   std::vector<int32_t> decode_greedy(int steps);
   // Logits [V] of one sequence (downloaded).
   std::vector<float> logits(int sequence = 0) const;
-  // Sequence 0: samples up to max_new tokens (greedy on the GPU; other samplers on downloaded
-  // logits), like Session::generate.
+  // Sequence 0: samples up to max_new tokens on the GPU, like Session::generate. The draws come
+  // from a std::mt19937_64 seeded with sampler.options().seed at this call, one
+  // uniform_real_distribution<double>(0, 1) draw per sampled token (none when greedy): the draws a
+  // fresh Sampler with these options makes. `sampler` itself is only read (its state is not
+  // advanced).
   GenerateResult generate(int max_new, Sampler& sampler,
                           const std::function<bool(int32_t)>& is_stop = nullptr,
                           const std::function<void(int32_t)>& on_token = nullptr);
@@ -125,6 +138,11 @@ class GpuSession {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Sampler's rule on host logits [rows, V] on the GPU (uploads, samples, downloads): one token per
+// row for the draws uniforms[rows]. For tests and tools; sessions sample their device logits.
+std::vector<int32_t> sample_logits(const std::vector<float>& logits, int rows,
+                                   const SamplerOptions& opt, const std::vector<double>& uniforms);
 
 // Device memory free and total, in bytes.
 void device_memory(int64_t* free_bytes, int64_t* total_bytes);
