@@ -52,7 +52,7 @@ struct ModelConfig {
 
   // Reads {arch}.* keys; throws naming an unsupported architecture or a missing/bad key.
   static ModelConfig from_gguf(const gguf::File& file);
-  // "llama-3.1-8b", "qwen2.5-7b", "smollm2-135m" (real shapes, for random weights).
+  // "llama-3.1-8b", "qwen2.5-7b", "smollm2-135m", "gemma3-270m" (real shapes, for random weights).
   static ModelConfig preset(const std::string& name);
   static const std::vector<std::string>& preset_names();
 
