@@ -59,13 +59,37 @@ struct TermTraits {
   static constexpr bool kNonNegative = kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK;
 };
 
+// Shared memory of the pass: a rounded to T ([kRows][kD], 16-byte chunks XOR-swizzled by row
+// instead of padded), the queries only at d = 256 (d <= 128 keeps them in registers, loaded
+// straight from global memory), `stages` K/V tiles and the per-row / per-key floats.
 template <class Tr, PairTerm kTerm>
-constexpr size_t pass_smem_bytes() {
+constexpr size_t pass_smem_for(int stages) {
   using T = typename Tr::T;
   constexpr bool kNeedsOut = TermTraits<kTerm>::kNeedsOut;
-  return sizeof(T) * Tr::kRows * Tr::kStride * (kNeedsOut ? 2 : 1) +   // q, a rounded
-         sizeof(T) * Tr::kStages * Tr::kTileKeys * Tr::kStride * 2 +   // K, V tiles
+  return sizeof(T) * Tr::kRows * (Tr::kD <= 128 ? 0 : Tr::kStride) +   // q (d = 256)
+         sizeof(T) * Tr::kRows * (kNeedsOut ? Tr::kD : 0) +             // a rounded
+         sizeof(T) * stages * Tr::kTileKeys * Tr::kStride * 2 +         // K, V tiles
          sizeof(float) * (Tr::kRows * 2 + Tr::kTileKeys * 2 + 2 * Tr::kSlabs * Tr::kTileKeys);
+}
+template <class Tr>
+constexpr int pass_min_blocks() { return Tr::kD <= 128 ? 2 : 1; }
+// Three stages where the blocks per SM still fit (228 KB per SM, 1 KB reserved per block): v7a's
+// two stages left one tile in flight per block while it computed, and the w = 8 pass read at 82%
+// of the copy rate against the three-stage forward's 90% (ncu).
+template <class Tr, PairTerm kTerm>
+constexpr int pass_stages() {
+  return pass_min_blocks<Tr>() * (pass_smem_for<Tr, kTerm>(3) + 1024) <= 228 * 1024 ? 3 : 2;
+}
+template <class Tr, PairTerm kTerm>
+constexpr size_t pass_smem_bytes() {
+  return pass_smem_for<Tr, kTerm>(pass_stages<Tr, kTerm>());
+}
+
+// Element offset of (row, col) in a [rows][D] tile whose 16-byte chunks are XOR-swizzled by the
+// row: the 8 rows an ldmatrix phase reads then sit in 8 different bank groups without padding.
+template <int D>
+__device__ __forceinline__ int swz(int row, int col) {
+  return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
 // Row constants of the pass, per thread (its rows lo = g and hi = g + 8 of the slab).
@@ -147,7 +171,7 @@ __device__ __forceinline__ int halving_sum(float (&v)[C], int lane) {
 }
 
 template <class Tr, PairTerm kTerm>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
+__global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
     score_pass_kernel(PassParams p) {
   using T = typename Tr::T;
   using TT = TermTraits<kTerm>;
@@ -158,16 +182,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
   constexpr bool kNeedsOut = TT::kNeedsOut;
   constexpr bool kQInRegs = D <= 128;
   constexpr int kKeyThreads = Tr::kThreads / TK;  // threads sharing one key's ||v||_1
+  constexpr int kStages = pass_stages<Tr, kTerm>();
   static_assert(Tr::kThreads % TK == 0, "whole threads per key");
   static_assert(NT % 2 == 0 && (C == 4 || C == 8), "pairs of n8 tiles; 4 or 8 columns a thread");
   static_assert(pass_smem_bytes<Tr, kTerm>() <= 227 * 1024, "shared memory budget");
+  // One wave: the pooling kernel that may follow can be scheduled as this grid drains.
+  launch_dependents();
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem);                        // [kRows][S] window queries
-  T* ahi_s = q_s + Tr::kRows * S;                             // [kRows][S] a rounded to T
-  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * S : 0);           // [kStages][TK][S]
-  T* v_s = k_s + Tr::kStages * TK * S;                        // [kStages][TK][S]
-  float* lse_s = reinterpret_cast<float*>(v_s + Tr::kStages * TK * S);  // [kRows]
+  T* q_s = reinterpret_cast<T*>(smem);                        // [kRows][S] queries (d = 256)
+  T* ahi_s = q_s + (kQInRegs ? 0 : Tr::kRows * S);            // [kRows][D] a rounded, swizzled
+  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * D : 0);           // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;                            // [kStages][TK][S]
+  float* lse_s = reinterpret_cast<float*>(v_s + kStages * TK * S);  // [kRows]
   float* a2_s = lse_s + Tr::kRows;                            // [kRows] ||a||^2
   float* v2_s = a2_s + Tr::kRows;                             // [TK] ||v_j||^2 of the tile
   float* v1_s = v2_s + TK;                                    // [TK] ||v_j||_1 of the tile
@@ -201,17 +228,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
   const int num_tiles = (chunk_keys + TK - 1) / TK;
 
   const T* q = static_cast<const T*>(a.q);
-  for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
-    const int row = c / kChunks, ch = c % kChunks;
+  // Query row `row` of the block in global memory (null for padding rows).
+  auto q_row = [&](int row) -> const T* {
+    if (row >= rows_here) return nullptr;
     const int r = row0 + row;
-    const bool valid = row < rows_here;
-    const T* src = q;
-    if (valid) {
-      const int qh = hk * p.group + r / a.w, t = r % a.w;
-      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
-            ch * 8;
+    const int qh = hk * p.group + r / a.w, t = r % a.w;
+    return q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride;
+  };
+  if constexpr (!kQInRegs) {
+    for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
+      const int row = c / kChunks, ch = c % kChunks;
+      const T* src = q_row(row);
+      cp_async_16(q_s + row * S + ch * 8, src ? src + ch * 8 : q, src ? 16 : 0);
     }
-    cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
   }
   const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
   const KvTileCopy<Tr> copy(static_cast<const T*>(a.k) + head_off,
@@ -223,9 +252,29 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
       copy.template load<false>(k_s + stage * TK * S, v_s + stage * TK * S, tile, chunk_keys);
   };
   // Tiles run from the chunk's end to its start: the forward walked the same keys upwards, so
-  // its last tiles are the likeliest to still be in L2.
-  if (num_tiles > 0) load_tile(num_tiles - 1, 0);
-  cp_async_commit();
+  // its last tiles are the likeliest to still be in L2. Group i of cp.async holds step i.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles) load_tile(num_tiles - 1 - st, st);
+    cp_async_commit();
+  }
+  // The A fragments of this warp's 16 query rows, straight from global memory (d <= 128).
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
+    const T* qlo = q_row(slab * 16 + (lane >> 2));
+    const T* qhi = q_row(slab * 16 + (lane >> 2) + 8);
+    auto ld = [](const T* row, int col) {
+      return row ? *reinterpret_cast<const uint32_t*>(row + col) : 0u;
+    };
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int col = ks * 16 + 2 * (lane & 3);
+      qf[ks][0] = ld(qlo, col);
+      qf[ks][1] = ld(qhi, col);
+      qf[ks][2] = ld(qlo, col + 8);
+      qf[ks][3] = ld(qhi, col + 8);
+    }
+  }
 
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
@@ -239,7 +288,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
       for (int col = lane; col < D; col += 32) {
         const T hi = ElemTraits<T>::from_float(valid ? sa.out[out_row * D + col] : 0.f);
         const float x = ElemTraits<T>::to_float(hi);
-        ahi_s[row * S + col] = hi;
+        ahi_s[swz<D>(row, col)] = hi;
         a2 += x * x;
       }
       a2 = warp_sum(a2);
@@ -270,24 +319,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
       static_cast<int>(max(min(a.n - a.w + t_min, key_end - 1) - key_begin, int64_t{-1}));
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
-  uint32_t qf[kQInRegs ? D / 16 : 1][4];
   // ldmatrix lane addresses: A fragments (query / a rows) and B fragments (key / value rows).
   const int a_row = slab * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
   const int b_key = ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) << 3;
 
   for (int it = 0; it < num_tiles; ++it) {
     const int tile = num_tiles - 1 - it;
-    const int stage = it & 1;
-    if (it + 1 < num_tiles) load_tile(tile - 1, stage ^ 1);
+    const int stage = it % kStages;
+    const int ahead = it + kStages - 1;
+    if (ahead < num_tiles) load_tile(num_tiles - 1 - ahead, ahead % kStages);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<kStages - 1>();
     __syncthreads();
-    if constexpr (kQInRegs) {
-      if (it == 0) {
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], q_s + a_row * S + ks * 16 + a_col);
-      }
-    }
     const T* vtile = v_s + stage * TK * S;
     if constexpr (TT::kHasW) {
       // ||v_j||^2 on the tensor cores: for 8 keys, V8 V8^T (A = the 8 rows twice, B = V8^T) has
@@ -347,7 +390,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
       }
       if constexpr (kNeedsOut) {
         uint32_t hf[4];
-        ldmatrix_x4(hf, ahi_s + a_row * S + ks * 16 + a_col);
+        ldmatrix_x4(hf, ahi_s + swz<D>(a_row, ks * 16 + a_col));
 #pragma unroll
         for (int nt = 0; nt < NT; nt += 2) {
           uint32_t b[4];

@@ -361,17 +361,39 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   const int hk = warp / p.rows, r = warp % p.rows;
   const int rb = r / block_rows, rl = r % block_rows;
   const int64_t base = (static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits;
+  // (m, l) of splits lane, lane + 32, ... stay in registers (up to kMaxSplitRegs * 32 splits);
+  // each split's weight exp2(m - m_all) l is then fetched by shuffle instead of a reload.
+  constexpr int kMaxSplitRegs = 4;
   const float* ml = p.part_ml;
+  float ms[kMaxSplitRegs], ls[kMaxSplitRegs];
   float m_all = -INFINITY;
-  for (int s = lane; s < p.splits; s += 32)
+#pragma unroll
+  for (int i = 0; i < kMaxSplitRegs; ++i) {
+    const int s = lane + 32 * i;
+    ms[i] = -INFINITY;
+    ls[i] = 0.f;
+    if (s < p.splits) {
+      const float2 x = *reinterpret_cast<const float2*>(ml + ((base + s) * block_rows + rl) * 2);
+      ms[i] = x.x;
+      ls[i] = x.y;
+    }
+    m_all = fmaxf(m_all, ms[i]);
+  }
+  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)  // more splits: not held
     m_all = fmaxf(m_all, ml[((base + s) * block_rows + rl) * 2]);
   for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
   float l_all = 0.f;
-  if (m_all != -INFINITY)
-    for (int s = lane; s < p.splits; s += 32) {
+  if (m_all != -INFINITY) {
+#pragma unroll
+    for (int i = 0; i < kMaxSplitRegs; ++i) {
+      ls[i] = ms[i] == -INFINITY ? 0.f : exp2f(ms[i] - m_all) * ls[i];  // the split's weight
+      l_all += ls[i];
+    }
+    for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32) {
       const float* x = ml + ((base + s) * block_rows + rl) * 2;
       l_all += exp2f(x[0] - m_all) * x[1];
     }
+  }
   l_all = warp_sum(l_all);
   const int qh = hk * p.group + r / a.w, t = r % a.w;
   const int64_t out_row = static_cast<int64_t>(qh) * a.w + t;
@@ -382,10 +404,27 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   const int ch = lane % chunks, s0 = lane / chunks;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   if (m_all != -INFINITY) {
-#pragma unroll 4
-    for (int s = s0; s < p.splits; s += split_lanes) {
-      const int64_t prow = (base + s) * block_rows + rl;
-      const float f = exp2f(ml[prow * 2] - m_all) * ml[prow * 2 + 1];
+    // Every lane runs the same number of steps (the shuffles need the whole warp); split
+    // s = s0 + k * split_lanes lies in register (k * split_lanes) / 32 of lane s % 32 for all
+    // lanes of a step alike, since split_lanes divides 32.
+    const int steps = (p.splits + split_lanes - 1) / split_lanes;
+#pragma unroll 8
+    for (int k = 0; k < steps; ++k) {
+      const int s = s0 + k * split_lanes;
+      const bool valid = s < p.splits;
+      const int64_t prow = (base + (valid ? s : 0)) * block_rows + rl;
+      float f = 0.f;
+      if (p.splits <= 32 * kMaxSplitRegs) {  // warp-uniform
+        const int reg = (k * split_lanes) >> 5;
+        float held = ls[0];
+#pragma unroll
+        for (int i = 1; i < kMaxSplitRegs; ++i)
+          if (reg == i) held = ls[i];
+        f = __shfl_sync(0xffffffffu, held, s & 31);
+      } else if (valid) {
+        f = exp2f(ml[prow * 2] - m_all) * ml[prow * 2 + 1];
+      }
+      if (!valid) continue;
       const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.part_o) +
                                                         prow * a.head_dim + ch * 8);
       const T* e = reinterpret_cast<const T*>(&raw);
