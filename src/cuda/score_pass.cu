@@ -69,7 +69,7 @@ constexpr size_t pass_smem_for(int stages) {
   return sizeof(T) * Tr::kRows * (Tr::kD <= 128 ? 0 : Tr::kStride) +   // q (d = 256)
          sizeof(T) * Tr::kRows * (kNeedsOut ? Tr::kD : 0) +             // a rounded
          sizeof(T) * stages * Tr::kTileKeys * Tr::kStride * 2 +         // K, V tiles
-         sizeof(float) * (Tr::kRows * 2 + Tr::kTileKeys * 2 + 2 * Tr::kSlabs * Tr::kTileKeys);
+         sizeof(float) * 2 * (Tr::kTileKeys + 2 * Tr::kSlabs * Tr::kTileKeys);
 }
 template <class Tr>
 constexpr int pass_min_blocks() { return Tr::kD <= 128 ? 2 : 1; }
@@ -183,6 +183,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   constexpr bool kQInRegs = D <= 128;
   constexpr int kKeyThreads = Tr::kThreads / TK;  // threads sharing one key's ||v||_1
   constexpr int kStages = pass_stages<Tr, kTerm>();
+  static_assert(kStages >= 2, "at least double buffering");
   static_assert(Tr::kThreads % TK == 0, "whole threads per key");
   static_assert(NT % 2 == 0 && (C == 4 || C == 8), "pairs of n8 tiles; 4 or 8 columns a thread");
   static_assert(pass_smem_bytes<Tr, kTerm>() <= 227 * 1024, "shared memory budget");
@@ -194,12 +195,15 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   T* ahi_s = q_s + (kQInRegs ? 0 : Tr::kRows * S);            // [kRows][D] a rounded, swizzled
   T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * D : 0);           // [kStages][TK][S]
   T* v_s = k_s + kStages * TK * S;                            // [kStages][TK][S]
-  float* lse_s = reinterpret_cast<float*>(v_s + kStages * TK * S);  // [kRows]
-  float* a2_s = lse_s + Tr::kRows;                            // [kRows] ||a||^2
-  float* v2_s = a2_s + Tr::kRows;                             // [TK] ||v_j||^2 of the tile
-  float* v1_s = v2_s + TK;                                    // [TK] ||v_j||_1 of the tile
-  float* red_u = v1_s + TK;                                   // [kSlabs][TK] per-slab sums of u
-  float* red_w = red_u + Tr::kSlabs * TK;                     // [kSlabs][TK] per-slab sums of w
+  // Two buffers each (steps alternate): per-key norms and per-slab key sums of a tile.
+  float* v2_s = reinterpret_cast<float*>(v_s + kStages * TK * S);  // [2][TK] ||v_j||^2
+  float* red_u = v2_s + 2 * TK;                               // [2][kSlabs][TK] sums of u
+  float* red_w = red_u + 2 * Tr::kSlabs * TK;                 // [2][kSlabs][TK] sums of w
+  float* v1_s = red_w;  // [2][TK] ||v_j||_1: vatp only, whose term (p) has no w sums
+  // Row constants, read into registers before the first tile writes red_u.
+  float* lse_s = red_u;                                       // [kRows]
+  float* a2_s = red_u + Tr::kRows;                            // [kRows] ||a||^2
+  static_assert(2 * Tr::kRows <= 2 * Tr::kSlabs * TK, "row constants fit the u sums");
 
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
@@ -209,7 +213,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   const int slab = warp % Tr::kSlabs, kg = warp / Tr::kSlabs;
   const int row0 = rb * Tr::kRows;
   const int rows_here = min(Tr::kRows, p.rows - row0);
-  const bool vatp = sa.v_l1 != nullptr;
+  const bool vatp = kTerm == PairTerm::kProb && sa.v_l1 != nullptr;
   const bool with_v = TT::kHasW || kNeedsOut || vatp;  // snapkv-style terms never read V
 
   const int64_t key_begin = chunk * p.keys_per_chunk;
@@ -323,14 +327,55 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   const int a_row = slab * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
   const int b_key = ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) << 3;
 
+  // Key totals of one tile from the per-slab sums of buffer `buf`: sum_i u + ||v||^2 sum_i w,
+  // written once per key (added when several row blocks share the keys).
+  auto write_keys = [&](int tile, int buf) {
+    if (tid >= TK) return;
+    const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
+    if (j >= chunk_end) return;
+    const float* ru = red_u + buf * Tr::kSlabs * TK;
+    const float* rw = red_w + buf * Tr::kSlabs * TK;
+    float su = 0.f, sw = 0.f;
+#pragma unroll
+    for (int x = 0; x < Tr::kSlabs; ++x) {
+      if constexpr (TT::kHasU) su += ru[x * TK + tid];
+      if constexpr (TT::kHasW) sw += rw[x * TK + tid];
+    }
+    float total = su;
+    if constexpr (TT::kHasW) total = fmaf(v2_s[buf * TK + tid], sw, su);
+    if constexpr (TT::kNonNegative) total = fmaxf(total, 0.f);
+    total *= sa.row_weight;
+    if (sa.h2o_normalize) {
+      // Window queries t with n - w + t >= j see key j.
+      const int64_t first = j - (a.n - a.w);
+      const int64_t seen = a.w - (first > 0 ? first : 0);
+      total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
+    }
+    if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[buf * TK + tid];
+    float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
+    if (p.accumulate)
+      atomicAdd(dst, total);
+    else
+      *dst = total;
+  };
+  // One barrier per tile: the key sums of step it - 1 (red_*, v2_s / v1_s of buffer
+  // (it - 1) & 1) are written out by threads tid < TK after the barrier of step it, while the
+  // other warps already compute step it into the other buffer; the next tile's copy is issued
+  // after the barrier, into the stage step it - 1 has finished with.
   for (int it = 0; it < num_tiles; ++it) {
     const int tile = num_tiles - 1 - it;
     const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
     const int ahead = it + kStages - 1;
     if (ahead < num_tiles) load_tile(num_tiles - 1 - ahead, ahead % kStages);
     cp_async_commit();
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
+    if (it > 0) write_keys(tile + 1, (it - 1) & 1);
+    const int buf = it & 1;
+    float* v2_b = v2_s + buf * TK;
+    float* v1_b = v1_s + buf * TK;
+    float* ru_b = red_u + buf * Tr::kSlabs * TK;
+    float* rw_b = red_w + buf * Tr::kSlabs * TK;
     const T* vtile = v_s + stage * TK * S;
     if constexpr (TT::kHasW) {
       // ||v_j||^2 on the tensor cores: for 8 keys, V8 V8^T (A = the 8 rows twice, B = V8^T) has
@@ -348,7 +393,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
           mma_16816<T>(dg, a0, r[0], r[1]);
           mma_16816<T>(dg, a1, r[2], r[3]);
         }
-        if (t4 == (g >> 1)) v2_s[kb * 8 + g] = (g & 1) ? dg[1] : dg[0];
+        if (t4 == (g >> 1)) v2_b[kb * 8 + g] = (g & 1) ? dg[1] : dg[0];
       }
     }
     if (vatp) {  // ||v_j||_1 for vatp's multiplier (block-uniform branch)
@@ -362,7 +407,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
       }
 #pragma unroll
       for (int o = kKeyThreads / 2; o > 0; o >>= 1) v1 += __shfl_xor_sync(0xffffffffu, v1, o);
-      if (part == 0) v1_s[key] = v1;
+      if (part == 0) v1_b[key] = v1;
     }
 
     float s[NT][4], av[NT][4];  // av stays unused (and is removed) for terms without a
@@ -446,39 +491,13 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
     if constexpr (TT::kHasW) col = halving_sum<C>(w, lane);
     if (C == 8 || (lane & 4) == 0) {
       const int key = kg * GK + (col >> 1) * 8 + 2 * t4 + (col & 1);
-      if constexpr (TT::kHasU) red_u[slab * TK + key] = u[0];
-      if constexpr (TT::kHasW) red_w[slab * TK + key] = w[0];
-    }
-    __syncthreads();
-    if (tid < TK) {
-      const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
-      if (j < chunk_end) {
-        float su = 0.f, sw = 0.f;
-#pragma unroll
-        for (int x = 0; x < Tr::kSlabs; ++x) {
-          if constexpr (TT::kHasU) su += red_u[x * TK + tid];
-          if constexpr (TT::kHasW) sw += red_w[x * TK + tid];
-        }
-        float total = su;
-        if constexpr (TT::kHasW) total = fmaf(v2_s[tid], sw, su);
-        if constexpr (TT::kNonNegative) total = fmaxf(total, 0.f);
-        total *= sa.row_weight;
-        if (sa.h2o_normalize) {
-          // Window queries t with n - w + t >= j see key j.
-          const int64_t first = j - (a.n - a.w);
-          const int64_t seen = a.w - (first > 0 ? first : 0);
-          total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
-        }
-        if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[tid];
-        float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
-        if (p.accumulate)
-          atomicAdd(dst, total);
-        else
-          *dst = total;
-      }
+      if constexpr (TT::kHasU) ru_b[slab * TK + key] = u[0];
+      if constexpr (TT::kHasW) rw_b[slab * TK + key] = w[0];
     }
   }
   cp_async_wait<0>();
+  __syncthreads();
+  if (num_tiles > 0) write_keys(0, (num_tiles - 1) & 1);
 }
 
 template <class Tr, PairTerm kTerm>
@@ -551,6 +570,7 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   const bool needs_out = sa.term == PairTerm::kDropKV || sa.term == PairTerm::kObcacheK ||
                          sa.term == PairTerm::kObcacheVK;
   if (needs_out && sa.out == nullptr) return cudaErrorInvalidValue;
+  if (sa.v_l1 != nullptr && sa.term != PairTerm::kProb) return cudaErrorInvalidValue;
   const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
                                            a.n, a.head_dim, sm_count, kPassBlocksPerSm,
                                            kPassSlabCap);

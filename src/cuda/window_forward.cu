@@ -180,13 +180,15 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   // ldmatrix row address of this lane inside a [16 keys x 16 dims] block (see ldmatrix_x4).
   const int kb_key = ((lane >> 4) << 3) + (lane & 7), kb_col = ((lane >> 3) & 1) << 3;
 
+  // One barrier per tile: after it, tile `tile` is visible to all and every warp is done with
+  // tile - 1, whose stage then takes the copy of tile + kForwardStages - 1.
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kForwardStages;
+    cp_async_wait<kForwardStages - 2>();
+    __syncthreads();
     const int ahead = tile + kForwardStages - 1;
     if (ahead < num_tiles) load_tile(ahead, ahead % kForwardStages);
     cp_async_commit();
-    cp_async_wait<kForwardStages - 1>();
-    __syncthreads();
     if constexpr (kQInRegs) {
       if (tile == 0) {
 #pragma unroll
@@ -288,7 +290,6 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
         }
       }
     }
-    __syncthreads();  // the next iteration's prefetch overwrites this stage
   }
   cp_async_wait<0>();
 
