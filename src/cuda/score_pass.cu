@@ -8,11 +8,15 @@
 // rounded to the input dtype; ||a||^2 is taken from the same rounded a, so a2 + v2 - 2 av is the
 // exact squared distance from v_j to the stored a (up to float accumulation). Rounding a adds an
 // error of the order the forward's 16-bit P already put in a (2^-9 relative for bf16), while a
-// hi + lo split of a would double this pass's matrix work, which bounds it at w = 32
-// (docs/GPU_NOTES.md). p = exp(z - LSE); dropkv's 1 - p is -expm1(z - LSE) where p is large
-// (SPEC: p near 1 must stay exact). The terms of a key are summed over the thread's two rows, the
-// warp's 16 rows (shuffles) and the block's slabs (shared memory) in registers, then written once
-// per key.
+// hi + lo split of a would double this pass's matrix work (docs/GPU_NOTES.md).
+// p = exp2(z log2 e - LSE log2 e), one MUFU op. Every term is split as u + ||v_j||^2 w
+// (TermTraits), so ||v_j||^2 (on the tensor cores, once per key) enters after the row sums.
+// dropkv's r = p / (1 - p) is p + p^2 + p^3 when a warp vote finds every p of the tile <= 2^-8,
+// else exact with 1 - p = -expm1 where p is large (SPEC: p near 1 must stay exact). u and w are
+// summed over the thread's two rows, the warp's 16 rows (recursive halving) and the block's
+// slabs (shared memory), then written once per key. Tiles run backwards through each chunk
+// (the forward's last tiles may still be in L2), three cp.async stages deep where two blocks
+// fit, one barrier per tile.
 #include <cuda_runtime.h>
 
 #include <cmath>

@@ -2,10 +2,11 @@
 // flash-style (online softmax over key tiles, tensor-core mma.sync), split over keys.
 //
 // Grid: (KV head, row block, key split). A block stages its query rows in shared memory once,
-// then streams K and V tiles through a cp.async double buffer. Each warp owns one 16-row slab and
-// one key group of every tile and keeps its own (running max, running sum, output) in registers;
-// the key groups of a block are merged through shared memory at the end and written as one
-// partial per split. A second kernel merges the splits (the usual (m, l, o) combination).
+// then streams K and V tiles through 2-3 cp.async stages (one barrier per tile). Each warp owns one
+// 16-row slab and one key group of every tile and keeps its own (running max, running sum,
+// output) in registers; the key groups of a block are merged through shared memory at the end
+// and written as one partial per split. A second kernel, launched as a programmatic dependent,
+// merges the splits (the usual (m, l, o) combination).
 // Logits run in log2 units (z * scale * log2 e) so exp2 is one instruction; the running max is
 // kept on the raw q.k (scale > 0), so one fma per logit scales and shifts it.
 #include <cuda_runtime.h>
