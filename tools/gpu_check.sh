@@ -11,6 +11,10 @@
 #   GPU_SKIP_BENCH=1                   no benchmark, no peers
 #   GPU_SANITIZERS='memcheck initcheck' which compute-sanitizer tools (default: memcheck
 #                                      racecheck initcheck)
+#   GPU_SANITIZE_TESTS='*score* *window*'  only test binaries matching one of these globs under the
+#                                      sanitizers (default: all that ran)
+#   GPU_PEERS_DIR=DIR                  where dropkv_peers.py and gpu_table.py are (default
+#                                      tools/peers of this checkout)
 # Full logs go to $OUT (or out/gpu_check when OUT is unset).
 set -u -o pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,8 +61,9 @@ if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_score_bench" ]]; then
   timeout 400 "$bin/benchmarks/gpu_score_bench" ${GPU_QUICK:+--quick} --json "$out/bench.json" \
     2>&1 | tee "$out/bench.txt"
 fi
+peers="${GPU_PEERS_DIR:-$root/tools/peers}"
 if [[ -z "${GPU_SKIP_BENCH:-}" ]] && python3 -c 'import torch' 2>/dev/null; then
-  PYTHONUNBUFFERED=1 timeout 300 python3 "$root/tools/peers/dropkv_peers.py" --check ${GPU_QUICK:+--quick} \
+  PYTHONUNBUFFERED=1 timeout 300 python3 "$peers/dropkv_peers.py" --check ${GPU_QUICK:+--quick} \
     --json "$out/peers.json" 2>&1 | tee "$out/peers.txt"
 fi
 
@@ -66,6 +71,12 @@ if [[ -z "${GPU_SKIP_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null
   for tool in ${GPU_SANITIZERS:-memcheck racecheck initcheck}; do
     for t in $tests; do
       name=$(basename "$t")
+      if [[ -n "${GPU_SANITIZE_TESTS:-}" ]]; then
+        keep=""; set -f
+        for pat in $GPU_SANITIZE_TESTS; do [[ "$name" == $pat ]] && keep=1; done
+        set +f
+        [[ -z "$keep" ]] && continue
+      fi
       # racecheck looks at shared memory; the compaction kernels use none.
       [[ "$tool" == racecheck && "$name" == *compact* ]] && continue
       if KVEVICT_SANITIZER=1 timeout 180 compute-sanitizer --tool "$tool" --error-exitcode 9 \
@@ -83,3 +94,5 @@ echo "==================== gpu_check summary ===================="
 for s in "${summary[@]}"; do echo "$s"; done
 [[ -f "$out/bench.txt" ]] && grep -E "^(device|d2d)|ms " "$out/bench.txt" | cut -c1-120
 [[ -f "$out/peers.txt" ]] && grep -E "^peer .*n=128K|check" "$out/peers.txt"
+# The issue's table: every model and n, ratio to the floor, and the peers of the same run.
+[[ -f "$out/bench.json" ]] && python3 "$peers/gpu_table.py" "$out/bench.json" "$out/peers.json"

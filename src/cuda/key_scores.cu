@@ -102,6 +102,7 @@ __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t ro
 
 __global__ void pool_kernel(const float* in, float* out, int rows, int64_t n, int kernel,
                             bool is_max, const float* mul) {
+  grid_dependency_wait();  // launched as a dependent of the scoring pass that wrote `in`
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * n) return;
   const int64_t h = i / n, j = i % n;
@@ -136,9 +137,8 @@ cudaError_t launch_pool(const float* in, float* out, int rows, int64_t n, int ke
                         const float* mul, cudaStream_t stream) {
   if (kernel < 1 || kernel % 2 == 0 || in == out) return cudaErrorInvalidValue;
   if (rows * n == 0) return cudaSuccess;
-  pool_kernel<<<blocks_for(rows * n, 256), 256, 0, stream>>>(in, out, rows, n, kernel, is_max,
-                                                               mul);
-  return cudaGetLastError();
+  return launch_pdl(pool_kernel, dim3(blocks_for(rows * n, 256)), dim3(256), 0, stream, in, out,
+                    rows, n, kernel, is_max, mul);
 }
 
 cudaError_t launch_head_mean(const float* in, float* out, int rows, int64_t n, float scale,

@@ -47,7 +47,8 @@ struct ScorePassArgs {
   float one_minus_p_floor = 1e-12f;
   float row_weight = 1.0f;     // multiplies every row's term (1 / G: the group average)
   bool h2o_normalize = false;  // divide key j's sum by the number of window queries that see it
-  float* v_l1 = nullptr;       // [Hkv, n] ||v_j||_1 written when non-null (vatp's multiplier)
+  float* v_l1 = nullptr;       // [Hkv, n] ||v_j||_1 written when non-null (vatp's
+                               // multiplier; term kProb only)
 };
 // scores [Hkv, n] f32 (row stride n). Overwrites scores (it zeroes them first when several row
 // blocks accumulate into them).

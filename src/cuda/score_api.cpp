@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "cuda/common.cuh"
@@ -176,6 +177,8 @@ void window_forward(const TensorView& q, const TensorView& k, const TensorView& 
                       out.shape[1] == w && out.shape[2] == a.head_dim,
                   "out has shape ", out.shape_str(), " and dtype ", dtype_name(out.dtype),
                   "; expected contiguous f32 [", a.num_q_heads, ", ", w, ", ", a.head_dim, "]");
+    KVEVICT_CHECK(reinterpret_cast<uintptr_t>(out.data) % 16 == 0, "out starts at ", out.data,
+                  "; expected a 16-byte aligned address (the merge writes 16-byte vectors)");
   }
   check_f32_out(lse, "lse", a.num_q_heads, w);
   const int sms = detail::current_sm_count();

@@ -8,11 +8,15 @@
 // rounded to the input dtype; ||a||^2 is taken from the same rounded a, so a2 + v2 - 2 av is the
 // exact squared distance from v_j to the stored a (up to float accumulation). Rounding a adds an
 // error of the order the forward's 16-bit P already put in a (2^-9 relative for bf16), while a
-// hi + lo split of a would double this pass's matrix work, which bounds it at w = 32
-// (docs/GPU_NOTES.md). p = exp(z - LSE); dropkv's 1 - p is -expm1(z - LSE) where p is large
-// (SPEC: p near 1 must stay exact). The terms of a key are summed over the thread's two rows, the
-// warp's 16 rows (shuffles) and the block's slabs (shared memory) in registers, then written once
-// per key.
+// hi + lo split of a would double this pass's matrix work (docs/GPU_NOTES.md).
+// p = exp2(z log2 e - LSE log2 e), one MUFU op. Every term is split as u + ||v_j||^2 w
+// (TermTraits), so ||v_j||^2 (on the tensor cores, once per key) enters after the row sums.
+// dropkv's r = p / (1 - p) is p + p^2 + p^3 when a warp vote finds every p of the tile <= 2^-8,
+// else exact with 1 - p = -expm1 where p is large (SPEC: p near 1 must stay exact). u and w are
+// summed over the thread's two rows, the warp's 16 rows (recursive halving) and the block's
+// slabs (shared memory), then written once per key. Tiles run backwards through each chunk
+// (the forward's last tiles may still be in L2), three cp.async stages deep where two blocks
+// fit, one barrier per tile.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -20,12 +24,16 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
 #include "cuda/window_traits.cuh"
 
 namespace kvevict::cuda::detail {
 namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 struct PassParams {
   ScorePassArgs s;
@@ -37,88 +45,169 @@ struct PassParams {
   float* scores = nullptr;  // [Hkv, n]
 };
 
-template <class Tr, bool kNeedsOut>
-constexpr size_t pass_smem_bytes() {
-  using T = typename Tr::T;
-  return sizeof(T) * Tr::kRows * Tr::kStride * (kNeedsOut ? 2 : 1) +   // q, a rounded
-         sizeof(T) * Tr::kStages * Tr::kTileKeys * Tr::kStride * 2 +   // K, V tiles
-         sizeof(float) * (Tr::kRows * 2 + Tr::kTileKeys * 2 + Tr::kSlabs * Tr::kTileKeys);
-}
-
-template <class T>
-__device__ __forceinline__ void frag_from_smem(const T* base, int stride, int row_lo, int col,
-                                               uint32_t (&f)[4]) {
-  const T* r_lo = base + row_lo * stride + col;
-  const T* r_hi = r_lo + 8 * stride;
-  f[0] = *reinterpret_cast<const uint32_t*>(r_lo);
-  f[1] = *reinterpret_cast<const uint32_t*>(r_hi);
-  f[2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
-  f[3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
-}
-
+// Every term is split as  score_j = sum_i u_ij + ||v_j||^2 sum_i w_ij  (sums over the window rows
+// i), so the pair loop never needs ||v_j||^2: it is applied once per key after the row sums.
+//   prob       u = p
+//   obcache_v  w = p^2
+//   dropkv     w = r^2 with r = p / (1 - p),  u = w (||a||^2 - 2 <a, v>)
+//   obcache_k  w = (p z)^2,                   u = w (||a||^2 - 2 <a, v>)
+//   obcache_vk w = p^2 (1 + z)^2,             u = p^2 z (z (||a||^2 - 2 <a, v>) - 2 <a, v>)
+// (obcache_vk = p^2 ||v||^2 + (p z)^2 ||a - v||^2 + 2 p^2 z (||v||^2 - <a, v>), expanded.)
 template <PairTerm kTerm>
-__device__ __forceinline__ float pair_term(float z, float lse, float a2, float v2, float av,
-                                           float floor) {
-  const float x = z - lse;
-  const float p = __expf(x);
+struct TermTraits {
+  static constexpr bool kNeedsOut =
+      kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
+  static constexpr bool kHasU = kTerm != PairTerm::kObcacheV;
+  static constexpr bool kHasW = kTerm != PairTerm::kProb;  // also: needs ||v||^2
+  // Terms that are squared distances times weights: a total below 0 is rounding noise.
+  static constexpr bool kNonNegative = kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK;
+};
+
+// Shared memory of the pass: a rounded to T ([kRows][kD], 16-byte chunks XOR-swizzled by row
+// instead of padded), the queries only at d = 256 (d <= 128 keeps them in registers, loaded
+// straight from global memory), `stages` K/V tiles and the per-row / per-key floats.
+template <class Tr, PairTerm kTerm>
+constexpr size_t pass_smem_for(int stages) {
+  using T = typename Tr::T;
+  constexpr bool kNeedsOut = TermTraits<kTerm>::kNeedsOut;
+  return sizeof(T) * Tr::kRows * (Tr::kD <= 128 ? 0 : Tr::kStride) +   // q (d = 256)
+         sizeof(T) * Tr::kRows * (kNeedsOut ? Tr::kD : 0) +             // a rounded
+         sizeof(T) * stages * Tr::kTileKeys * Tr::kStride * 2 +         // K, V tiles
+         sizeof(float) * 2 * (Tr::kTileKeys + 2 * Tr::kSlabs * Tr::kTileKeys);
+}
+template <class Tr>
+constexpr int pass_min_blocks() { return Tr::kD <= 128 ? 2 : 1; }
+// Three stages where the blocks per SM still fit (228 KB per SM, 1 KB reserved per block): v7a's
+// two stages left one tile in flight per block while it computed, and the w = 8 pass read at 82%
+// of the copy rate against the three-stage forward's 90% (ncu).
+template <class Tr, PairTerm kTerm>
+constexpr int pass_stages() {
+  return pass_min_blocks<Tr>() * (pass_smem_for<Tr, kTerm>(3) + 1024) <= 228 * 1024 ? 3 : 2;
+}
+template <class Tr, PairTerm kTerm>
+constexpr size_t pass_smem_bytes() {
+  return pass_smem_for<Tr, kTerm>(pass_stages<Tr, kTerm>());
+}
+
+// Element offset of (row, col) in a [rows][D] tile whose 16-byte chunks are XOR-swizzled by the
+// row: the 8 rows an ldmatrix phase reads then sit in 8 different bank groups without padding.
+template <int D>
+__device__ __forceinline__ int swz(int row, int col) {
+  return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+// Row constants of the pass, per thread (its rows lo = g and hi = g + 8 of the slab).
+struct RowConsts {
+  float lse2[2];  // LSE in log2 units; +inf for padding rows (p = 0)
+  float a2[2];    // ||a||^2 of the rounded a
+  int lim[2];     // last visible key relative to the chunk start (-1: none)
+};
+
+// u and w of one pair (see TermTraits) from the raw logit s, p = exp2(x2) and <a, v>.
+// kFast: p <= 2^-8 for every pair of the warp, so r = p / (1 - p) = p + p^2 + p^3 to float
+// precision (the next term is p^4 / r < 2^-24 relative) and no division is needed.
+template <PairTerm kTerm, bool kFast>
+__device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, float av,
+                                        float scale, float floor, float& u, float& w) {
   if constexpr (kTerm == PairTerm::kProb) {
-    return p;
+    u = p;
   } else if constexpr (kTerm == PairTerm::kObcacheV) {
-    return p * p * v2;
+    w = p * p;
   } else {
-    float dist2 = fmaxf(a2 + v2 - 2.f * av, 0.f);
+    const float d = fmaf(-2.f, av, a2);  // ||a - v||^2 - ||v||^2
     if constexpr (kTerm == PairTerm::kDropKV) {
-      // 1 - exp(x) loses nothing while p < 0.78; closer to 1 it cancels, so use expm1 there. The
-      // warp vote keeps expm1f (~30 instructions) a real branch, taken only when some lane needs
-      // it, instead of an if-converted select that would evaluate it for every pair. All lanes
-      // reach this point together (the callers' loops are unrolled and branch-free).
-      float om = 1.f - p;
-      const bool near_one = x > -0.25f;
-      if (__any_sync(0xffffffffu, near_one)) {
-        if (near_one) om = -expm1f(x);
+      float r;
+      if constexpr (kFast) {
+        r = fmaf(p, fmaf(p, p, p), p);
+      } else {
+        // 1 - p loses nothing while p < 0.7; closer to 1 it cancels, so use expm1 there
+        // (SPEC: p near 1 must stay exact).
+        float om = 1.f - p;
+        if (x2 > -0.5f) om = -expm1f(x2 * kLn2);
+        // When the key holds all of the row's probability to float precision (a single visible
+        // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
+        // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
+        // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a
+        // float forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md).
+        r = om < 1e-6f ? 0.f : __fdividef(p, fmaxf(om, floor));
       }
-      // When the key holds all of the row's probability to float precision (a single visible
-      // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
-      // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
-      // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a float
-      // forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md, gaps).
-      if (om < 1e-6f) dist2 = 0.f;
-      om = fmaxf(om, floor);
-      const float r = __fdividef(p, om);  // om >= 1e-12: no overflow or denormal corner
-      return r * r * dist2;
-    } else if constexpr (kTerm == PairTerm::kObcacheK) {
-      const float pz = p * z;
-      return pz * pz * dist2;
-    } else {  // kObcacheVK
-      const float pz = p * z;
-      return p * p * v2 + pz * pz * dist2 + 2.f * p * p * z * (v2 - av);
+      w = r * r;
+      u = w * d;
+    } else {
+      const float z = s * scale;
+      if constexpr (kTerm == PairTerm::kObcacheK) {
+        const float pz = p * z;
+        w = pz * pz;
+        u = w * d;
+      } else {  // kObcacheVK
+        const float p2 = p * p, z1 = 1.f + z;
+        w = p2 * z1 * z1;
+        u = p2 * z * fmaf(z, d, -2.f * av);
+      }
     }
   }
 }
 
+// Sums C values per lane over the 8 lanes of equal t4 (lane bits 2..4, the mma row groups) by
+// recursive halving: each step sends half of the values to the partner lane and keeps the other
+// half, so C = 8 columns need 7 shuffles instead of 3 per column. Returns the column index
+// (0 .. C-1) whose full sum this lane holds in v[0]; with C = 4 lanes l and l ^ 4 hold the same.
+template <int C>
+__device__ __forceinline__ int halving_sum(float (&v)[C], int lane) {
+  int col = 0;
+#pragma unroll
+  for (int k = C, m = 16; m >= 4; m >>= 1) {
+    if (k > 1) {
+      const bool upper = (lane & m) != 0;
+#pragma unroll
+      for (int i = 0; i < k / 2; ++i) {
+        const float send = upper ? v[i] : v[i + k / 2];
+        const float keep = upper ? v[i + k / 2] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+      }
+      if (upper) col += k / 2;
+      k /= 2;
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], m);
+    }
+  }
+  return col;
+}
+
 template <class Tr, PairTerm kTerm>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
+__global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
     score_pass_kernel(PassParams p) {
   using T = typename Tr::T;
+  using TT = TermTraits<kTerm>;
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr int kChunks = Tr::kChunksPerRow;
-  constexpr bool kNeedsOut =
-      kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
+  constexpr int NT = GK / 8;   // n8 tiles of a warp's keys
+  constexpr int C = 2 * NT;    // key columns of a thread (2 per n8 tile)
+  constexpr bool kNeedsOut = TT::kNeedsOut;
   constexpr bool kQInRegs = D <= 128;
-  constexpr int kKeyThreads = Tr::kThreads / TK;  // threads sharing one key's norms
+  constexpr int kKeyThreads = Tr::kThreads / TK;  // threads sharing one key's ||v||_1
+  constexpr int kStages = pass_stages<Tr, kTerm>();
+  static_assert(kStages >= 2, "at least double buffering");
   static_assert(Tr::kThreads % TK == 0, "whole threads per key");
-  static_assert(pass_smem_bytes<Tr, kNeedsOut>() <= 227 * 1024, "shared memory budget");
+  static_assert(NT % 2 == 0 && (C == 4 || C == 8), "pairs of n8 tiles; 4 or 8 columns a thread");
+  static_assert(pass_smem_bytes<Tr, kTerm>() <= 227 * 1024, "shared memory budget");
+  // One wave: the pooling kernel that may follow can be scheduled as this grid drains.
+  launch_dependents();
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem);                        // [kRows][S] window queries
-  T* ahi_s = q_s + Tr::kRows * S;                             // [kRows][S] a rounded to T
-  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * S : 0);           // [kStages][TK][S]
-  T* v_s = k_s + Tr::kStages * TK * S;                        // [kStages][TK][S]
-  float* lse_s = reinterpret_cast<float*>(v_s + Tr::kStages * TK * S);  // [kRows]
-  float* a2_s = lse_s + Tr::kRows;                            // [kRows] ||a||^2
-  float* v2_s = a2_s + Tr::kRows;                             // [TK] ||v_j||^2 of the tile
-  float* v1_s = v2_s + TK;                                    // [TK] ||v_j||_1 of the tile
-  float* red_s = v1_s + TK;                                   // [kSlabs][TK] per-slab key sums
+  T* q_s = reinterpret_cast<T*>(smem);                        // [kRows][S] queries (d = 256)
+  T* ahi_s = q_s + (kQInRegs ? 0 : Tr::kRows * S);            // [kRows][D] a rounded, swizzled
+  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * D : 0);           // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;                            // [kStages][TK][S]
+  // Two buffers each (steps alternate): per-key norms and per-slab key sums of a tile.
+  float* v2_s = reinterpret_cast<float*>(v_s + kStages * TK * S);  // [2][TK] ||v_j||^2
+  float* red_u = v2_s + 2 * TK;                               // [2][kSlabs][TK] sums of u
+  float* red_w = red_u + 2 * Tr::kSlabs * TK;                 // [2][kSlabs][TK] sums of w
+  float* v1_s = red_w;  // [2][TK] ||v_j||_1: vatp only, whose term (p) has no w sums
+  // Row constants, read into registers before the first tile writes red_u.
+  float* lse_s = red_u;                                       // [kRows]
+  float* a2_s = red_u + Tr::kRows;                            // [kRows] ||a||^2
+  static_assert(2 * Tr::kRows <= 2 * Tr::kSlabs * TK, "row constants fit the u sums");
 
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
@@ -128,49 +217,75 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
   const int slab = warp % Tr::kSlabs, kg = warp / Tr::kSlabs;
   const int row0 = rb * Tr::kRows;
   const int rows_here = min(Tr::kRows, p.rows - row0);
+  const bool vatp = kTerm == PairTerm::kProb && sa.v_l1 != nullptr;
+  const bool with_v = TT::kHasW || kNeedsOut || vatp;  // snapkv-style terms never read V
 
   const int64_t key_begin = chunk * p.keys_per_chunk;
   const int64_t chunk_end = min(a.n, key_begin + p.keys_per_chunk);
-  int t_max = a.w - 1;
+  int t_min = 0, t_max = a.w - 1;
   if (rows_here < a.w) {
     const int t0 = row0 % a.w;
-    if (t0 + rows_here - 1 < a.w) t_max = t0 + rows_here - 1;
+    if (t0 + rows_here - 1 < a.w) {
+      t_min = t0;
+      t_max = t0 + rows_here - 1;
+    }
   }
   // Keys past the last visible one still get their (zero) score written below.
   const int64_t key_end = min(chunk_end, a.n - a.w + t_max + 1);
-  const int num_tiles =
-      chunk_end > key_begin ? static_cast<int>((chunk_end - key_begin + TK - 1) / TK) : 0;
+  const int chunk_keys = chunk_end > key_begin ? static_cast<int>(chunk_end - key_begin) : 0;
+  const int num_tiles = (chunk_keys + TK - 1) / TK;
 
   const T* q = static_cast<const T*>(a.q);
-  const T* k = static_cast<const T*>(a.k);
-  const T* v = static_cast<const T*>(a.v);
-  for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
-    const int row = c / kChunks, ch = c % kChunks;
+  // Query row `row` of the block in global memory (null for padding rows).
+  auto q_row = [&](int row) -> const T* {
+    if (row >= rows_here) return nullptr;
     const int r = row0 + row;
-    const bool valid = row < rows_here;
-    const T* src = q;
-    if (valid) {
-      const int qh = hk * p.group + r / a.w, t = r % a.w;
-      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
-            ch * 8;
-    }
-    cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
-  }
-  auto load_tile = [&](int tile, int stage) {
-    const int64_t start = key_begin + static_cast<int64_t>(tile) * TK;
-    for (int c = tid; c < TK * kChunks; c += Tr::kThreads) {
-      const int key = c / kChunks, ch = c % kChunks;
-      const int64_t j = start + key;
-      const bool valid = j < chunk_end;
-      const int64_t off = valid ? hk * a.kv_head_stride + j * a.kv_row_stride + ch * 8 : 0;
-      cp_async_16(k_s + (stage * TK + key) * S + ch * 8, k + off, valid ? 16 : 0);
-      cp_async_16(v_s + (stage * TK + key) * S + ch * 8, v + off, valid ? 16 : 0);
-    }
+    const int qh = hk * p.group + r / a.w, t = r % a.w;
+    return q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride;
   };
-  if (num_tiles > 0) load_tile(0, 0);
-  cp_async_commit();
+  if constexpr (!kQInRegs) {
+    for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
+      const int row = c / kChunks, ch = c % kChunks;
+      const T* src = q_row(row);
+      cp_async_16(q_s + row * S + ch * 8, src ? src + ch * 8 : q, src ? 16 : 0);
+    }
+  }
+  const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
+  const KvTileCopy<Tr> copy(static_cast<const T*>(a.k) + head_off,
+                            static_cast<const T*>(a.v) + head_off, a.kv_row_stride, tid);
+  auto load_tile = [&](int tile, int stage) {
+    if (with_v)
+      copy.template load<true>(k_s + stage * TK * S, v_s + stage * TK * S, tile, chunk_keys);
+    else
+      copy.template load<false>(k_s + stage * TK * S, v_s + stage * TK * S, tile, chunk_keys);
+  };
+  // Tiles run from the chunk's end to its start: the forward walked the same keys upwards, so
+  // its last tiles are the likeliest to still be in L2. Group i of cp.async holds step i.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles) load_tile(num_tiles - 1 - st, st);
+    cp_async_commit();
+  }
+  // The A fragments of this warp's 16 query rows, straight from global memory (d <= 128).
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
+    const T* qlo = q_row(slab * 16 + (lane >> 2));
+    const T* qhi = q_row(slab * 16 + (lane >> 2) + 8);
+    auto ld = [](const T* row, int col) {
+      return row ? *reinterpret_cast<const uint32_t*>(row + col) : 0u;
+    };
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int col = ks * 16 + 2 * (lane & 3);
+      qf[ks][0] = ld(qlo, col);
+      qf[ks][1] = ld(qhi, col);
+      qf[ks][2] = ld(qlo, col + 8);
+      qf[ks][3] = ld(qhi, col + 8);
+    }
+  }
 
-  // Row constants: LSE, a rounded to T and ||a||^2 of the rounded a.
+  // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
+  grid_dependency_wait();
   for (int row = warp; row < Tr::kRows; row += Tr::kWarps) {
     const int r = row0 + row;
     const bool valid = row < rows_here;
@@ -181,76 +296,127 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
       for (int col = lane; col < D; col += 32) {
         const T hi = ElemTraits<T>::from_float(valid ? sa.out[out_row * D + col] : 0.f);
         const float x = ElemTraits<T>::to_float(hi);
-        ahi_s[row * S + col] = hi;
+        ahi_s[swz<D>(row, col)] = hi;
         a2 += x * x;
       }
       a2 = warp_sum(a2);
     }
     if (lane == 0) {
-      lse_s[row] = valid ? sa.lse[out_row] : 0.f;
+      // Padding rows get lse = +inf: p = exp2(s c - inf) = 0 makes every term 0.
+      lse_s[row] = valid ? sa.lse[out_row] * kLog2e : INFINITY;
       a2_s[row] = a2;
     }
   }
   __syncthreads();
 
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;
-  const int64_t last_lo = rl_lo < rows_here ? a.n - a.w + (row0 + rl_lo) % a.w : -1;
-  const int64_t last_hi = rl_hi < rows_here ? a.n - a.w + (row0 + rl_hi) % a.w : -1;
-  // Padding rows get lse = +inf: p = exp(z - inf) = 0 makes every term 0 without a row mask.
-  const float lse_lo = rl_lo < rows_here ? lse_s[rl_lo] : INFINITY;
-  const float lse_hi = rl_hi < rows_here ? lse_s[rl_hi] : INFINITY;
-  // Last key that every row of the block sees (and that lies in this chunk's live range).
-  int t_min = 0;
-  if (rows_here < a.w) {
-    const int t0 = row0 % a.w;
-    if (t0 + rows_here - 1 < a.w) t_min = t0;
-  }
-  const int64_t block_last_all = min(a.n - a.w + t_min, key_end - 1);
-  const float a2_lo = a2_s[rl_lo], a2_hi = a2_s[rl_hi];
+  RowConsts rc;
+  rc.lse2[0] = lse_s[rl_lo];
+  rc.lse2[1] = lse_s[rl_hi];
+  rc.a2[0] = a2_s[rl_lo];
+  rc.a2[1] = a2_s[rl_hi];
+  auto rel_limit = [&](int rl) {
+    if (rl >= rows_here) return -1;
+    const int64_t lim = min(a.n - a.w + (row0 + rl) % a.w, key_end - 1) - key_begin;
+    return static_cast<int>(max(lim, int64_t{-1}));
+  };
+  rc.lim[0] = rel_limit(rl_lo);
+  rc.lim[1] = rel_limit(rl_hi);
+  // Last key (relative) that every row of the block sees.
+  const int lim_all =
+      static_cast<int>(max(min(a.n - a.w + t_min, key_end - 1) - key_begin, int64_t{-1}));
+  const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
-  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  // ldmatrix lane addresses: A fragments (query / a rows) and B fragments (key / value rows).
+  const int a_row = slab * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
+  const int b_key = ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) << 3;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile & 1;
-    if (tile + 1 < num_tiles) load_tile(tile + 1, stage ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    if constexpr (kQInRegs) {
-      if (tile == 0) {
+  // Key totals of one tile from the per-slab sums of buffer `buf`: sum_i u + ||v||^2 sum_i w,
+  // written once per key (added when several row blocks share the keys).
+  auto write_keys = [&](int tile, int buf) {
+    if (tid >= TK) return;
+    const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
+    if (j >= chunk_end) return;
+    const float* ru = red_u + buf * Tr::kSlabs * TK;
+    const float* rw = red_w + buf * Tr::kSlabs * TK;
+    float su = 0.f, sw = 0.f;
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) frag_from_smem(q_s, S, slab * 16 + g, ks * 16 + 2 * t4, qf[ks]);
+    for (int x = 0; x < Tr::kSlabs; ++x) {
+      if constexpr (TT::kHasU) su += ru[x * TK + tid];
+      if constexpr (TT::kHasW) sw += rw[x * TK + tid];
+    }
+    float total = su;
+    if constexpr (TT::kHasW) total = fmaf(v2_s[buf * TK + tid], sw, su);
+    if constexpr (TT::kNonNegative) total = fmaxf(total, 0.f);
+    total *= sa.row_weight;
+    if (sa.h2o_normalize) {
+      // Window queries t with n - w + t >= j see key j.
+      const int64_t first = j - (a.n - a.w);
+      const int64_t seen = a.w - (first > 0 ? first : 0);
+      total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
+    }
+    if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[buf * TK + tid];
+    float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
+    if (p.accumulate)
+      atomicAdd(dst, total);
+    else
+      *dst = total;
+  };
+  // One barrier per tile: the key sums of step it - 1 (red_*, v2_s / v1_s of buffer
+  // (it - 1) & 1) are written out by threads tid < TK after the barrier of step it, while the
+  // other warps already compute step it into the other buffer; the next tile's copy is issued
+  // after the barrier, into the stage step it - 1 has finished with.
+  for (int it = 0; it < num_tiles; ++it) {
+    const int tile = num_tiles - 1 - it;
+    const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int ahead = it + kStages - 1;
+    if (ahead < num_tiles) load_tile(num_tiles - 1 - ahead, ahead % kStages);
+    cp_async_commit();
+    if (it > 0) write_keys(tile + 1, (it - 1) & 1);
+    const int buf = it & 1;
+    float* v2_b = v2_s + buf * TK;
+    float* v1_b = v1_s + buf * TK;
+    float* ru_b = red_u + buf * Tr::kSlabs * TK;
+    float* rw_b = red_w + buf * Tr::kSlabs * TK;
+    const T* vtile = v_s + stage * TK * S;
+    if constexpr (TT::kHasW) {
+      // ||v_j||^2 on the tensor cores: for 8 keys, V8 V8^T (A = the 8 rows twice, B = V8^T) has
+      // the squared norms on its diagonal, D[g][g] in lane (g, g / 2). 4 ldmatrix + 8 mma per 8
+      // keys at d = 128, instead of d multiply-adds per key on the CUDA cores.
+      for (int kb = warp; kb < TK / 8; kb += Tr::kWarps) {
+        float dg[4] = {0.f, 0.f, 0.f, 0.f};
+        const T* vr = vtile + (kb * 8 + (lane & 7)) * S + (lane >> 3) * 8;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks += 2) {
+          uint32_t r[4];
+          ldmatrix_x4(r, vr + ks * 16);
+          const uint32_t a0[4] = {r[0], r[0], r[1], r[1]};
+          const uint32_t a1[4] = {r[2], r[2], r[3], r[3]};
+          mma_16816<T>(dg, a0, r[0], r[1]);
+          mma_16816<T>(dg, a1, r[2], r[3]);
+        }
+        if (t4 == (g >> 1)) v2_b[kb * 8 + g] = (g & 1) ? dg[1] : dg[0];
       }
     }
-    const T* vtile = v_s + stage * TK * S;
-    {  // ||v_j||^2 and ||v_j||_1 of the tile's keys
+    if (vatp) {  // ||v_j||_1 for vatp's multiplier (block-uniform branch)
       const int key = tid / kKeyThreads, part = tid % kKeyThreads;
-      float v2 = 0.f, v1 = 0.f;
+      float v1 = 0.f;
       for (int ch = part; ch < kChunks; ch += kKeyThreads) {
         const uint4 raw = *reinterpret_cast<const uint4*>(vtile + key * S + ch * 8);
         const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float x = ElemTraits<T>::to_float(e[i]);
-          v2 += x * x;
-          v1 += fabsf(x);
-        }
+        for (int i = 0; i < 8; ++i) v1 += fabsf(ElemTraits<T>::to_float(e[i]));
       }
 #pragma unroll
-      for (int o = kKeyThreads / 2; o > 0; o >>= 1) {
-        v2 += __shfl_xor_sync(0xffffffffu, v2, o);
-        v1 += __shfl_xor_sync(0xffffffffu, v1, o);
-      }
-      if (part == 0) {
-        v2_s[key] = v2;
-        v1_s[key] = v1;
-      }
+      for (int o = kKeyThreads / 2; o > 0; o >>= 1) v1 += __shfl_xor_sync(0xffffffffu, v1, o);
+      if (part == 0) v1_b[key] = v1;
     }
-    __syncthreads();
 
-    float s[GK / 8][4], av[GK / 8][4];  // av stays unused (and is removed) for p-only terms
+    float s[NT][4], av[NT][4];  // av stays unused (and is removed) for terms without a
 #pragma unroll
-    for (int nt = 0; nt < GK / 8; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
       av[nt][0] = av[nt][1] = av[nt][2] = av[nt][3] = 0.f;
     }
@@ -262,99 +428,94 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kD <= 128 ? 2 : 1)
       if constexpr (kQInRegs) {
         af[0] = qf[ks][0]; af[1] = qf[ks][1]; af[2] = qf[ks][2]; af[3] = qf[ks][3];
       } else {
-        frag_from_smem(q_s, S, slab * 16 + g, ks * 16 + 2 * t4, af);
+        ldmatrix_x4(af, q_s + a_row * S + ks * 16 + a_col);
       }
 #pragma unroll
-      for (int nt = 0; nt < GK / 8; ++nt) {
-        const T* kr = kt + (nt * 8 + g) * S + ks * 16 + 2 * t4;
-        mma_16816<T>(s[nt], af, *reinterpret_cast<const uint32_t*>(kr),
-                     *reinterpret_cast<const uint32_t*>(kr + 8));
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kt + (nt * 8 + b_key) * S + ks * 16 + b_col);
+        mma_16816<T>(s[nt], af, b[0], b[1]);
+        mma_16816<T>(s[nt + 1], af, b[2], b[3]);
       }
       if constexpr (kNeedsOut) {
         uint32_t hf[4];
-        frag_from_smem(ahi_s, S, slab * 16 + g, ks * 16 + 2 * t4, hf);
+        ldmatrix_x4(hf, ahi_s + swz<D>(a_row, ks * 16 + a_col));
 #pragma unroll
-        for (int nt = 0; nt < GK / 8; ++nt) {
-          const T* vr = vt + (nt * 8 + g) * S + ks * 16 + 2 * t4;
-          mma_16816<T>(av[nt], hf, *reinterpret_cast<const uint32_t*>(vr),
-                       *reinterpret_cast<const uint32_t*>(vr + 8));
+        for (int nt = 0; nt < NT; nt += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, vt + (nt * 8 + b_key) * S + ks * 16 + b_col);
+          mma_16816<T>(av[nt], hf, b[0], b[1]);
+          mma_16816<T>(av[nt + 1], hf, b[2], b[3]);
         }
       }
     }
 
-    const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
-    // The per-pair terms dominate the instruction count at large w (ncu: the w = 32 pass issued
-    // ~2x the forward's instructions), so tiles every row of the block sees in full skip the
-    // per-element causal / range checks.
-    auto accumulate = [&](auto masked) {
+    // p = exp2(s c - lse2) for every pair; keys a row cannot see get p = 0 (tiles every row of
+    // the block sees in full skip the check).
+    const int key0 = tile * TK + kg * GK;  // relative to key_begin
+    const bool masked = key0 + GK - 1 > lim_all;
+    float x2[NT][4], pr[NT][4];
+    float x2max = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < GK / 8; ++nt) {
-        float col[2];
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = fmaf(s[nt][e], c2, -rc.lse2[e >> 1]);
+        if (masked && key0 + nt * 8 + 2 * t4 + (e & 1) > rc.lim[e >> 1]) x = -INFINITY;
+        x2[nt][e] = x;
+        pr[nt][e] = fast_exp2(x);
+        x2max = fmaxf(x2max, x);
+      }
+
+    float u[C], w[C];  // per key column: sums over the thread's two rows
+    auto terms = [&](auto fast) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float v2 = v2_s[kg * GK + nt * 8 + 2 * t4 + e];
-          float lo = pair_term<kTerm>(s[nt][e] * a.scale, lse_lo, a2_lo, v2, av[nt][e], floor);
-          float hi =
-              pair_term<kTerm>(s[nt][2 + e] * a.scale, lse_hi, a2_hi, v2, av[nt][2 + e], floor);
-          if constexpr (decltype(masked)::value) {
-            const int64_t j = key0 + nt * 8 + 2 * t4 + e;
-            if (!(j <= last_lo && j < key_end)) lo = 0.f;
-            if (!(j <= last_hi && j < key_end)) hi = 0.f;
-          }
-          float sum = lo + hi;
-          sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 8);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 16);
-          col[e] = sum;
+          float ulo = 0.f, wlo = 0.f, uhi = 0.f, whi = 0.f;
+          pair_uw<kTerm, decltype(fast)::value>(s[nt][e], x2[nt][e], pr[nt][e], rc.a2[0],
+                                                av[nt][e], a.scale, floor, ulo, wlo);
+          pair_uw<kTerm, decltype(fast)::value>(s[nt][2 + e], x2[nt][2 + e], pr[nt][2 + e],
+                                                rc.a2[1], av[nt][2 + e], a.scale, floor, uhi, whi);
+          u[2 * nt + e] = ulo + uhi;
+          w[2 * nt + e] = wlo + whi;
         }
-        if (g == 0) {
-          red_s[slab * TK + kg * GK + nt * 8 + 2 * t4] = col[0];
-          red_s[slab * TK + kg * GK + nt * 8 + 2 * t4 + 1] = col[1];
-        }
-      }
     };
-    if (key0 + GK - 1 <= block_last_all)
-      accumulate(std::false_type{});
+    // dropkv: the division-free form holds while every p of the warp is <= 2^-8 (almost every
+    // tile: p is ~1/n for most keys); a vote picks the exact form for the rest.
+    if (kTerm != PairTerm::kDropKV || __all_sync(0xffffffffu, x2max <= -8.f))
+      terms(std::true_type{});
     else
-      accumulate(std::true_type{});
-    __syncthreads();
-    if (tid < TK) {
-      const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
-      if (j < chunk_end) {
-        float total = 0.f;
-#pragma unroll
-        for (int x = 0; x < Tr::kSlabs; ++x) total += red_s[x * TK + tid];
-        total *= sa.row_weight;
-        if (sa.h2o_normalize) {
-          // Window queries t with n - w + t >= j see key j.
-          const int64_t first = j - (a.n - a.w);
-          const int64_t seen = a.w - (first > 0 ? first : 0);
-          total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
-        }
-        if (sa.v_l1 != nullptr && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[tid];
-        float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
-        if (p.accumulate)
-          atomicAdd(dst, total);
-        else
-          *dst = total;
-      }
+      terms(std::false_type{});
+
+    // Row sums of the slab, then one value per (slab, key) in shared memory.
+    int col = 0;
+    if constexpr (TT::kHasU) col = halving_sum<C>(u, lane);
+    if constexpr (TT::kHasW) col = halving_sum<C>(w, lane);
+    if (C == 8 || (lane & 4) == 0) {
+      const int key = kg * GK + (col >> 1) * 8 + 2 * t4 + (col & 1);
+      if constexpr (TT::kHasU) ru_b[slab * TK + key] = u[0];
+      if constexpr (TT::kHasW) rw_b[slab * TK + key] = w[0];
     }
   }
   cp_async_wait<0>();
+  __syncthreads();
+  if (num_tiles > 0) write_keys(0, (num_tiles - 1) & 1);
 }
 
 template <class Tr, PairTerm kTerm>
 cudaError_t launch_pass_config(const PassParams& p, int chunks, cudaStream_t stream) {
-  constexpr bool kNeedsOut =
-      kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
-  constexpr size_t smem = pass_smem_bytes<Tr, kNeedsOut>();
+  constexpr size_t smem = pass_smem_bytes<Tr, kTerm>();
   auto kernel = score_pass_kernel<Tr, kTerm>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
   if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
   const dim3 grid(p.s.win.num_kv_heads, p.row_blocks, chunks);
-  kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(kernel, grid, dim3(Tr::kThreads), smem, stream, p);
 }
 
 template <class Tr>
@@ -413,6 +574,7 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   const bool needs_out = sa.term == PairTerm::kDropKV || sa.term == PairTerm::kObcacheK ||
                          sa.term == PairTerm::kObcacheVK;
   if (needs_out && sa.out == nullptr) return cudaErrorInvalidValue;
+  if (sa.v_l1 != nullptr && sa.term != PairTerm::kProb) return cudaErrorInvalidValue;
   const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
                                            a.n, a.head_dim, sm_count, kPassBlocksPerSm,
                                            kPassSlabCap);

@@ -2,17 +2,20 @@
 // flash-style (online softmax over key tiles, tensor-core mma.sync), split over keys.
 //
 // Grid: (KV head, row block, key split). A block stages its query rows in shared memory once,
-// then streams K and V tiles through a cp.async double buffer. Each warp owns one 16-row slab and
-// one key group of every tile and keeps its own (running max, running sum, output) in registers;
-// the key groups of a block are merged through shared memory at the end and written as one
-// partial per split. A second kernel merges the splits (the usual (m, l, o) combination).
-// Logits run in log2 units (z * scale * log2 e) so exp2 is one instruction.
+// then streams K and V tiles through 2-3 cp.async stages (one barrier per tile). Each warp owns one
+// 16-row slab and one key group of every tile and keeps its own (running max, running sum,
+// output) in registers; the key groups of a block are merged through shared memory at the end
+// and written as one partial per split. A second kernel, launched as a programmatic dependent,
+// merges the splits (the usual (m, l, o) combination).
+// Logits run in log2 units (z * scale * log2 e) so exp2 is one instruction; the running max is
+// kept on the raw q.k (scale > 0), so one fma per logit scales and shifts it.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
 #include "cuda/window_traits.cuh"
@@ -39,23 +42,29 @@ struct ForwardParams {
   float* part_ml = nullptr;  // [Hkv, row_blocks, splits, kRows, 2] (max in log2 units, sum)
 };
 
-// Few rows (<= 2 slabs, w = 8 at G = 4): two blocks per SM (registers capped at 128, two K/V
-// stages: 78 KB at d = 128) hide latency better than three stages in one block (ncu, v2: 166
-// registers held the 3-stage kernel to 8 warps per SM at 1.62x the floor). More rows: one block
-// of 8 warps with three stages.
-template <class Tr>
-constexpr int forward_stages() { return Tr::kSlabs <= 2 ? 2 : 3; }
+// Few rows (<= 2 slabs, w = 8 at G = 4): two blocks per SM (registers capped at 128) hide latency
+// better than one block of 166 registers (ncu, v2: 8 warps per SM at 1.62x the floor). v7: three
+// K/V stages where two such blocks still fit in shared memory (d <= 128: 2 x 111 KB), so each SM
+// keeps four tiles in flight while it computes on two. More rows: one block of 8 warps with
+// three stages.
 template <class Tr>
 constexpr int forward_min_blocks() { return Tr::kSlabs <= 2 ? 2 : 1; }
 
 template <class Tr, bool kWithV>
-constexpr size_t forward_smem_bytes() {
-  constexpr size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
-  constexpr size_t kv = sizeof(typename Tr::T) * forward_stages<Tr>() * Tr::kTileKeys * Tr::kStride *
-                        (kWithV ? 2 : 1);
-  constexpr size_t merge =
-      sizeof(float) * Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 2);
+constexpr size_t forward_smem_for(int stages) {
+  const size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
+  const size_t kv = sizeof(typename Tr::T) * stages * Tr::kTileKeys * Tr::kStride * (kWithV ? 2 : 1);
+  const size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 2);
   return q + (kv > merge ? kv : merge);
+}
+// 228 KB of shared memory per SM, 1 KB of it reserved per block.
+template <class Tr, bool kWithV>
+constexpr int forward_stages() {
+  return forward_min_blocks<Tr>() * (forward_smem_for<Tr, kWithV>(3) + 1024) <= 228 * 1024 ? 3 : 2;
+}
+template <class Tr, bool kWithV>
+constexpr size_t forward_smem_bytes() {
+  return forward_smem_for<Tr, kWithV>(forward_stages<Tr, kWithV>());
 }
 
 // Last key position a window row may see (causal), or -1 for padding rows.
@@ -63,15 +72,35 @@ __device__ __forceinline__ int64_t row_last_key(int row, int rows, int w, int64_
   return row < rows ? n - w + (row % w) : -1;
 }
 
+// Window position t of the block's rows that sees the fewest keys (t_min) and the most (t_max):
+// rows r = row0 .. row0 + rows_here - 1 have t = r % w.
+__device__ __forceinline__ void block_t_range(int row0, int rows_here, int w, int* t_min,
+                                              int* t_max) {
+  *t_min = 0;
+  *t_max = w - 1;
+  if (rows_here < w) {
+    const int t0 = row0 % w;
+    if (t0 + rows_here - 1 < w) {
+      *t_min = t0;
+      *t_max = t0 + rows_here - 1;
+    }
+  }
+}
+
 template <class Tr, bool kWithV>
 __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     window_forward_kernel(ForwardParams p) {
   using T = typename Tr::T;
-  constexpr int kForwardStages = forward_stages<Tr>();
+  constexpr int kForwardStages = forward_stages<Tr, kWithV>();
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr int kChunks = Tr::kChunksPerRow;
   constexpr bool kQInRegs = D <= 128;  // 32 registers at d = 128; d = 256 reads Q from smem
   static_assert(forward_smem_bytes<Tr, kWithV>() <= 227 * 1024, "shared memory budget");
+  static_assert((GK / 8) % 2 == 0, "K fragments come in pairs of n8 tiles (ldmatrix x4)");
+
+  // Every block of this grid is resident from the start (one wave): the merge kernel may be
+  // scheduled as blocks finish; it waits for this grid's writes (grid_dependency_wait).
+  launch_dependents();
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);           // [kRows][S] window queries of this block
@@ -89,20 +118,16 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   // Keys of this split, cut at the last key any row of the block can see (and, with a sliding
   // window, started at the first key its earliest row can see).
   const int64_t split_begin = split * p.keys_per_split;
-  int t_max = a.w - 1, t_min = 0;
-  if (rows_here < a.w) {
-    const int t0 = row0 % a.w;
-    if (t0 + rows_here - 1 < a.w) t_max = t0 + rows_here - 1, t_min = t0;
-  }
+  int t_min, t_max;
+  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
   const int64_t key_begin =
       a.sliding_window > 0 ? max(split_begin, a.n - a.w + t_min - a.sliding_window + 1)
                            : split_begin;
   const int64_t key_end = min(min(a.n, split_begin + p.keys_per_split), a.n - a.w + t_max + 1);
-  const int num_tiles = key_end > key_begin ? static_cast<int>((key_end - key_begin + TK - 1) / TK) : 0;
+  const int keys = key_end > key_begin ? static_cast<int>(key_end - key_begin) : 0;
+  const int num_tiles = (keys + TK - 1) / TK;
 
   const T* q = static_cast<const T*>(a.q);
-  const T* k = static_cast<const T*>(a.k);
-  const T* v = static_cast<const T*>(a.v);
   for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
     const int row = c / kChunks, ch = c % kChunks;
     const int r = row0 + row;
@@ -115,16 +140,12 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     }
     cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
   }
+  const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
+  const KvTileCopy<Tr> copy(static_cast<const T*>(a.k) + head_off,
+                            kWithV ? static_cast<const T*>(a.v) + head_off : nullptr,
+                            a.kv_row_stride, tid);
   auto load_tile = [&](int tile, int stage) {
-    const int64_t start = key_begin + static_cast<int64_t>(tile) * TK;
-    for (int c = tid; c < TK * kChunks; c += Tr::kThreads) {
-      const int key = c / kChunks, ch = c % kChunks;
-      const int64_t j = start + key;
-      const bool valid = j < key_end;
-      const int64_t off = valid ? hk * a.kv_head_stride + j * a.kv_row_stride + ch * 8 : 0;
-      cp_async_16(k_s + (stage * TK + key) * S + ch * 8, k + off, valid ? 16 : 0);
-      if constexpr (kWithV) cp_async_16(v_s + (stage * TK + key) * S + ch * 8, v + off, valid ? 16 : 0);
-    }
+    copy.template load<kWithV>(k_s + stage * TK * S, v_s + stage * TK * S, tile, keys);
   };
   // Group i of cp.async holds tile i (group 0 also the queries); kForwardStages - 1 in flight.
 #pragma unroll
@@ -134,15 +155,34 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   }
 
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;  // block-local rows of this thread
+  // Last visible key of each row relative to key_begin, capped at the split's end (-1: none).
+  auto rel_limit = [&](int64_t last) {
+    const int64_t lim = min(last, key_end - 1) - key_begin;
+    return static_cast<int>(max(lim, int64_t{-1}));
+  };
+  // First visible key relative to key_begin: 0 without a sliding window; with one, a row whose
+  // last key is L sees L - sliding_window + 1 .. L (gemma3's local layers).
+  auto rel_first = [&](int64_t last) {
+    if (a.sliding_window <= 0) return 0;
+    const int64_t first = last - a.sliding_window + 1 - key_begin;
+    return static_cast<int>(min(max(first, int64_t{0}), static_cast<int64_t>(keys)));
+  };
   const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
   const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
-  // Sliding window: a row sees key j iff last - j < win (win = 2^62 when off).
-  const int64_t win = a.sliding_window > 0 ? a.sliding_window : int64_t{1} << 62;
+  const int lim_lo = rel_limit(last_lo), lim_hi = rel_limit(last_hi);
+  const int first_lo = rel_first(last_lo), first_hi = rel_first(last_hi);
+  // Keys every valid row of the block sees: first_all .. lim_all (padding rows compute on zero
+  // queries: never read).
+  const int lim_all = rel_limit(a.n - a.w + t_min);
+  const int first_all = rel_first(a.n - a.w + t_max);
+  const float sc = p.scale_log2;  // logits in log2 units: s * sc
 
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
   float o[kWithV ? D / 8 : 1][4];
 #pragma unroll
   for (int i = 0; i < (kWithV ? D / 8 : 1); ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  // Running max of the raw logits q.k (scale > 0, so it is also the max of the scaled ones) and
+  // running sum of exp2((s - m) sc).
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   auto q_frag = [&](int ks, uint32_t (&f)[4]) {
@@ -153,14 +193,18 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     f[2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
     f[3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
   };
+  // ldmatrix row address of this lane inside a [16 keys x 16 dims] block (see ldmatrix_x4).
+  const int kb_key = ((lane >> 4) << 3) + (lane & 7), kb_col = ((lane >> 3) & 1) << 3;
 
+  // One barrier per tile: after it, tile `tile` is visible to all and every warp is done with
+  // tile - 1, whose stage then takes the copy of tile + kForwardStages - 1.
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kForwardStages;
+    cp_async_wait<kForwardStages - 2>();
+    __syncthreads();
     const int ahead = tile + kForwardStages - 1;
     if (ahead < num_tiles) load_tile(ahead, ahead % kForwardStages);
     cp_async_commit();
-    cp_async_wait<kForwardStages - 1>();
-    __syncthreads();
     if constexpr (kQInRegs) {
       if (tile == 0) {
 #pragma unroll
@@ -182,52 +226,67 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
         q_frag(ks, af);
       }
 #pragma unroll
-      for (int nt = 0; nt < GK / 8; ++nt) {
-        const T* kr = kt + (nt * 8 + g) * S + ks * 16 + 2 * t4;
-        mma_16816<T>(s[nt], af, *reinterpret_cast<const uint32_t*>(kr),
-                     *reinterpret_cast<const uint32_t*>(kr + 8));
+      for (int nt = 0; nt < GK / 8; nt += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kt + (nt * 8 + kb_key) * S + ks * 16 + kb_col);
+        mma_16816<T>(s[nt], af, b[0], b[1]);
+        mma_16816<T>(s[nt + 1], af, b[2], b[3]);
       }
     }
 
-    // Scale to log2 units and mask keys a row cannot see (causal, sliding window, split end,
-    // padding rows).
-    const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
+    // Mask keys a row cannot see (causal, sliding window, split end); tiles every row sees in
+    // full skip it.
+    const int key0 = tile * TK + kg * GK;  // relative to key_begin
+    if (key0 + GK - 1 > lim_all || key0 < first_all) {
+#pragma unroll
+      for (int nt = 0; nt < GK / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = key0 + nt * 8 + 2 * t4 + (e & 1);
+          if (j > (e < 2 ? lim_lo : lim_hi) || j < (e < 2 ? first_lo : first_hi))
+            s[nt][e] = -INFINITY;
+        }
+    }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < GK / 8; ++nt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
-        const int64_t last = c < 2 ? last_lo : last_hi;
-        s[nt][c] = (j <= last && last - j < win && j < key_end) ? s[nt][c] * p.scale_log2 : -INFINITY;
-        mx[c >> 1] = fmaxf(mx[c >> 1], s[nt][c]);
-      }
+      mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
     }
-    float m_use[2], corr[2];
+    float m_c[2], corr[2];
+    bool grew = false;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
       const float m_new = fmaxf(m_run[i], mx[i]);
-      m_use[i] = m_new == -INFINITY ? 0.f : m_new;  // keeps exp2(-inf - m) = 0, never NaN
-      corr[i] = exp2f(m_run[i] - m_use[i]);
+      grew |= m_new > m_run[i];
+      // -inf (nothing visible yet) uses 0, keeping exp2(-inf - m) = 0, never NaN. corr is
+      // exactly 1 when the max did not move (l must not drift against the unscaled o).
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      m_c[i] = m_use * sc;
+      corr[i] = fast_exp2((m_run[i] - m_use) * sc);
       m_run[i] = m_new;
       l_run[i] *= corr[i];
     }
 #pragma unroll
     for (int nt = 0; nt < GK / 8; ++nt) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        s[nt][c] = exp2f(s[nt][c] - m_use[c >> 1]);
-        l_run[c >> 1] += s[nt][c];
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = fast_exp2(fmaf(s[nt][e], sc, -m_c[e >> 1]));
+        l_run[e >> 1] += s[nt][e];
       }
     }
 
     if constexpr (kWithV) {
+      // The running max of a row stops growing after the first few tiles: the rescale of the
+      // accumulators (D / 2 multiplies a thread) runs only when some row of the warp grew.
+      if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
-        o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
+          o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
+        }
       }
       // O += P V: the C fragments of two adjacent n8 tiles of S are exactly the A fragment of one
       // k16 step (FlashAttention-2's register reuse); V's B fragments come from ldmatrix.trans.
@@ -249,7 +308,6 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
         }
       }
     }
-    __syncthreads();  // the next iteration's prefetch overwrites this stage
   }
   cp_async_wait<0>();
 
@@ -265,9 +323,10 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   float* mm = mo + (kWithV ? Tr::kKeyGroups * Tr::kRows * D : 0);  // [KG][kRows]
   float* ml = mm + Tr::kKeyGroups * Tr::kRows;              // [KG][kRows]
   if (t4 == 0) {
-    mm[kg * Tr::kRows + rl_lo] = m_run[0];
+    // The partials keep the max in log2 units (m sc), as the merge kernel expects.
+    mm[kg * Tr::kRows + rl_lo] = m_run[0] == -INFINITY ? -INFINITY : m_run[0] * sc;
     ml[kg * Tr::kRows + rl_lo] = l_run[0];
-    mm[kg * Tr::kRows + rl_hi] = m_run[1];
+    mm[kg * Tr::kRows + rl_hi] = m_run[1] == -INFINITY ? -INFINITY : m_run[1] * sc;
     ml[kg * Tr::kRows + rl_hi] = l_run[1];
   }
   if constexpr (kWithV) {
@@ -307,9 +366,13 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   }
 }
 
-// One warp per window row: combines the splits' (m, l, o / l) into a = o / l and lse.
+// One warp per window row: combines the splits' (m, l, o / l) into a = o / l and lse. Lanes split
+// the splits and the 16-byte column chunks (d = 128: 16 chunks x 2 split lanes), so a row's loads
+// are many and independent (v6 walked the splits one after another per column: ~20 us at w = 8).
 template <class T>
 __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out, float* lse) {
+  grid_dependency_wait();  // the forward's partials
+  launch_dependents();
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const WindowArgs& a = p.a;
@@ -317,31 +380,85 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   const int hk = warp / p.rows, r = warp % p.rows;
   const int rb = r / block_rows, rl = r % block_rows;
   const int64_t base = (static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits;
+  // (m, l) of splits lane, lane + 32, ... stay in registers (up to kMaxSplitRegs * 32 splits);
+  // each split's weight exp2(m - m_all) l is then fetched by shuffle instead of a reload.
+  constexpr int kMaxSplitRegs = 4;
+  const float* ml = p.part_ml;
+  float ms[kMaxSplitRegs], ls[kMaxSplitRegs];
   float m_all = -INFINITY;
-  for (int s = lane; s < p.splits; s += 32)
-    m_all = fmaxf(m_all, p.part_ml[((base + s) * block_rows + rl) * 2]);
+#pragma unroll
+  for (int i = 0; i < kMaxSplitRegs; ++i) {
+    const int s = lane + 32 * i;
+    ms[i] = -INFINITY;
+    ls[i] = 0.f;
+    if (s < p.splits) {
+      const float2 x = *reinterpret_cast<const float2*>(ml + ((base + s) * block_rows + rl) * 2);
+      ms[i] = x.x;
+      ls[i] = x.y;
+    }
+    m_all = fmaxf(m_all, ms[i]);
+  }
+  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)  // more splits: not held
+    m_all = fmaxf(m_all, ml[((base + s) * block_rows + rl) * 2]);
   for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
   float l_all = 0.f;
-  if (m_all != -INFINITY)
-    for (int s = lane; s < p.splits; s += 32) {
-      const float* ml = p.part_ml + ((base + s) * block_rows + rl) * 2;
-      l_all += exp2f(ml[0] - m_all) * ml[1];
+  if (m_all != -INFINITY) {
+#pragma unroll
+    for (int i = 0; i < kMaxSplitRegs; ++i) {
+      ls[i] = ms[i] == -INFINITY ? 0.f : exp2f(ms[i] - m_all) * ls[i];  // the split's weight
+      l_all += ls[i];
     }
+    for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32) {
+      const float* x = ml + ((base + s) * block_rows + rl) * 2;
+      l_all += exp2f(x[0] - m_all) * x[1];
+    }
+  }
   l_all = warp_sum(l_all);
   const int qh = hk * p.group + r / a.w, t = r % a.w;
   const int64_t out_row = static_cast<int64_t>(qh) * a.w + t;
   if (lane == 0) lse[out_row] = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
   if (out == nullptr) return;
-  const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
-  for (int col = lane; col < a.head_dim; col += 32) {
-    float acc = 0.f;
-    if (m_all != -INFINITY)
-      for (int s = 0; s < p.splits; ++s) {
-        const int64_t prow = (base + s) * block_rows + rl;
-        acc += exp2f(p.part_ml[prow * 2] - m_all) * p.part_ml[prow * 2 + 1] *
-               ElemTraits<T>::to_float(static_cast<const T*>(p.part_o)[prow * a.head_dim + col]);
+  const int chunks = a.head_dim / 8;          // 8, 16 or 32: a power of two dividing 32
+  const int split_lanes = 32 / chunks;
+  const int ch = lane % chunks, s0 = lane / chunks;
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (m_all != -INFINITY) {
+    // Every lane runs the same number of steps (the shuffles need the whole warp); split
+    // s = s0 + k * split_lanes lies in register (k * split_lanes) / 32 of lane s % 32 for all
+    // lanes of a step alike, since split_lanes divides 32.
+    const int steps = (p.splits + split_lanes - 1) / split_lanes;
+#pragma unroll 8
+    for (int k = 0; k < steps; ++k) {
+      const int s = s0 + k * split_lanes;
+      const bool valid = s < p.splits;
+      const int64_t prow = (base + (valid ? s : 0)) * block_rows + rl;
+      float f = 0.f;
+      if (p.splits <= 32 * kMaxSplitRegs) {  // warp-uniform
+        const int reg = (k * split_lanes) >> 5;
+        float held = ls[0];
+#pragma unroll
+        for (int i = 1; i < kMaxSplitRegs; ++i)
+          if (reg == i) held = ls[i];
+        f = __shfl_sync(0xffffffffu, held, s & 31);
+      } else if (valid) {
+        f = exp2f(ml[prow * 2] - m_all) * ml[prow * 2 + 1];
       }
-    out[out_row * a.head_dim + col] = acc * inv_l;
+      if (!valid) continue;
+      const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.part_o) +
+                                                        prow * a.head_dim + ch * 8);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = fmaf(f, ElemTraits<T>::to_float(e[i]), acc[i]);
+    }
+  }
+  for (int o = chunks; o < 32; o <<= 1)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+  if (s0 == 0) {
+    const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
+    float4* dst = reinterpret_cast<float4*>(out + out_row * a.head_dim + ch * 8);
+    dst[0] = make_float4(acc[0] * inv_l, acc[1] * inv_l, acc[2] * inv_l, acc[3] * inv_l);
+    dst[1] = make_float4(acc[4] * inv_l, acc[5] * inv_l, acc[6] * inv_l, acc[7] * inv_l);
   }
 }
 
@@ -353,13 +470,16 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
   if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
   kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const int warps = p.a.num_kv_heads * p.rows;
-  window_merge_kernel<typename Tr::T><<<(warps + 7) / 8, 256, 0, stream>>>(p, Tr::kRows, out, lse);
-  return cudaGetLastError();
+  return launch_pdl(window_merge_kernel<typename Tr::T>, dim3((warps + 7) / 8), dim3(256), 0,
+                    stream, p, static_cast<int>(Tr::kRows), out, lse);
 }
 
 template <class T, int D>

@@ -15,9 +15,9 @@ struct WindowTraits {
   static constexpr int kD = D_;
   static constexpr int kSlabs = Slabs_;
   static constexpr int kRows = 16 * kSlabs;
-  // 64 keys a tile keeps two stages of K and V (2 x 2 x 64 x 136 x 2 B = 70 KB at d = 128) small
-  // enough for two or three blocks per SM; d = 256 halves it to stay inside 227 KB with the
-  // query tiles of the scoring pass.
+  // 64 keys a tile keeps three stages of K and V (3 x 2 x 64 x 136 x 2 B = 102 KB at d = 128)
+  // small enough for two blocks per SM; d = 256 halves it to stay inside 227 KB with the query
+  // tiles of the scoring pass. Each kernel picks its stage count (forward_stages, pass_stages).
   static constexpr int kTileKeys = kD == 256 ? 32 : 64;
   static constexpr int kMaxWarps = 8;
   static constexpr int kKeyGroupsWanted = kMaxWarps / kSlabs;
@@ -26,7 +26,6 @@ struct WindowTraits {
   static constexpr int kWarps = kSlabs * kKeyGroups;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kGroupKeys = kTileKeys / kKeyGroups;  // keys of a tile one warp handles
-  static constexpr int kStages = 2;
   // Rows padded by 16 bytes: consecutive rows then start 4 banks apart, so the 8 rows an mma
   // fragment or an ldmatrix phase touches hit 32 different banks.
   static constexpr int kStride = kD + 8;

@@ -30,15 +30,56 @@ std::set<int64_t> top_set(const double* s, int64_t n, int64_t k) {
   return {idx.begin(), idx.begin() + k};
 }
 
-void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed) {
+// A key that takes probability p_target of one window row: k_j = c q_t with c solved from the
+// row's log-sum-exp over its other visible keys (double, on the host).
+struct DominantKey {
+  int q_head, t;  // the window row
+  int64_t j;      // the key, visible to that row
+  double p_target;
+};
+
+void plant_dominant_keys(const std::vector<DominantKey>& plants, int hq, int hkv, int m, int w,
+                         int64_t n, int d, float scale, const std::vector<float>& q,
+                         std::vector<float>& k, DType dtype) {
+  const int group = hq / hkv;
+  for (const DominantKey& dk : plants) {
+    const float* qr = q.data() + (static_cast<size_t>(dk.q_head) * m + (m - w + dk.t)) * d;
+    const int hk = dk.q_head / group;
+    const int64_t last = n - w + dk.t;
+    double mx = -1e300;
+    std::vector<double> z(last + 1);
+    for (int64_t i = 0; i <= last; ++i) {
+      double acc = 0;
+      for (int c = 0; c < d; ++c) acc += double(qr[c]) * k[(static_cast<size_t>(hk) * n + i) * d + c];
+      z[i] = i == dk.j ? -1e300 : acc * scale;
+      mx = std::max(mx, z[i]);
+    }
+    double sum = 0;
+    for (int64_t i = 0; i <= last; ++i) sum += i == dk.j ? 0.0 : std::exp(z[i] - mx);
+    const double lse_rest = mx + std::log(sum);
+    double q2 = 0;
+    for (int c = 0; c < d; ++c) q2 += double(qr[c]) * qr[c];
+    const double c = (lse_rest + std::log(dk.p_target / (1 - dk.p_target))) / (q2 * scale);
+    for (int e = 0; e < d; ++e)
+      k[(static_cast<size_t>(hk) * n + dk.j) * d + e] = static_cast<float>(c * qr[e]);
+  }
+  k = testing::round_to(std::move(k), dtype);
+}
+
+void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
+         const std::vector<DominantKey>& plants = {}) {
   SCOPED_TRACE(::testing::Message() << opt.describe() << " Hq " << sh.hq << " Hkv " << sh.hkv
-                                    << " d " << sh.d << " n " << sh.n << " " << dtype_name(dtype));
+                                    << " d " << sh.d << " n " << sh.n << " " << dtype_name(dtype)
+                                    << " dominant keys " << plants.size());
   const int w = static_cast<int>(opt.queries_needed(sh.n));
   const int m = std::max(w, 1);
   const size_t nq = static_cast<size_t>(sh.hq) * m * sh.d, nk = sh.hkv * sh.n * sh.d;
   auto q = testing::round_to(kvevict::testing::normal_floats(nq, seed, 2.0f), dtype);
   auto k = testing::round_to(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), dtype);
   auto v = testing::round_to(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), dtype);
+  if (!plants.empty())
+    plant_dominant_keys(plants, sh.hq, sh.hkv, m, w, sh.n, sh.d,
+                        1.0f / std::sqrt(static_cast<float>(sh.d)), q, k, dtype);
   ScoreProblem host;
   host.q = TensorView(q.data(), DType::kF32, {sh.hq, m, sh.d});
   host.k = TensorView(k.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
@@ -95,6 +136,28 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
       opt.pooling = Pooling{};  // raw scores first; pooling has its own test
       run(sh, opt, DType::kBF16, seed++);
     }
+}
+
+TEST(CudaScore, DominantKeysTakeTheExactPath) {
+  KVEVICT_REQUIRE_GPU();
+  // Keys holding 0.05 .. 0.9 of a row's probability: the pass's division-free form (p <= 2^-8)
+  // must hand these tiles to the exact one (1 - p by expm1 above p = 0.7), and the obcache terms'
+  // expanded sums must still match where one key dominates. (Closer to 1, the forward's 16-bit P
+  // moves a by 2^-9 p, which is 2^-9 p / (1 - p) of ||a - v_j||: bf16 stops at 0.75 here.)
+  const Shape sh{8, 2, 128, 3001};
+  const std::vector<DominantKey> plants = {
+      {0, 7, 100, 0.6}, {1, 3, 1500, 0.72}, {5, 0, 2990, 0.75}, {6, 5, 2995, 0.3}, {2, 6, 64, 0.05}};
+  uint64_t seed = 200;
+  for (Method m : {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK, Method::kSnapKV}) {
+    ScoreOptions opt = ScoreOptions::defaults(m);
+    opt.window = 8;
+    opt.pooling = Pooling{};
+    run(sh, opt, DType::kBF16, seed++, plants);
+  }
+  ScoreOptions opt = ScoreOptions::defaults(Method::kDropKV);
+  opt.window = 32;  // two row blocks (accumulated), a dominant key in each
+  run({28, 4, 128, 2049}, opt, DType::kF16, seed++,
+      {{0, 31, 2000, 0.9}, {27, 2, 10, 0.72}, {13, 20, 1024, 0.8}});
 }
 
 TEST(CudaScore, PoolingWindowsAndHalf) {

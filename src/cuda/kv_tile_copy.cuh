@@ -1,0 +1,57 @@
+// The cp.async schedule of the window kernels' key tiles: thread tid copies the 16-byte chunk
+// tid % kChunksPerRow of rows tid / kChunksPerRow + i * kRowStep of every [kTileKeys, d] tile of
+// K (and V). Source and destination offsets are set up once per block; per tile only the tile's
+// first row moves, so a tile costs a few integer instructions per copy instead of the 64-bit
+// index arithmetic of a general gather (v7: the copies' address math was a fifth of the forward's
+// instructions at w = 8).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common.cuh"
+
+namespace kvevict::cuda::detail {
+
+template <class Tr>
+struct KvTileCopy {
+  using T = typename Tr::T;
+  static constexpr int kChunks = Tr::kChunksPerRow;
+  static constexpr int kRowStep = Tr::kThreads / kChunks;  // rows one pass of the block covers
+  static constexpr int kPasses = Tr::kTileKeys / kRowStep;
+  static_assert(Tr::kThreads % kChunks == 0 && Tr::kTileKeys % kRowStep == 0,
+                "a tile must be whole passes of the block");
+
+  const T* k = nullptr;  // this thread's chunk of the block's first key row (always in range:
+  const T* v = nullptr;  // rows past the end copy 0 bytes from there)
+  int64_t row_stride = 0;  // elements between key rows
+  int row0 = 0;            // first tile row of this thread
+  int smem_off = 0;        // element offset of this thread's chunk in a tile
+
+  // k_head / v_head: row 0 of the block's first key (key_begin) of its KV head.
+  __device__ __forceinline__ KvTileCopy(const T* k_head, const T* v_head, int64_t stride, int tid)
+      : row_stride(stride) {
+    row0 = tid / kChunks;
+    const int ch = tid % kChunks;
+    k = k_head + ch * 8;
+    v = v_head == nullptr ? nullptr : v_head + ch * 8;
+    smem_off = row0 * Tr::kStride + ch * 8;
+  }
+
+  // Copies tile `tile` (keys tile * kTileKeys .. relative to the block's first key) into the
+  // stage buffers k_s / v_s ([kTileKeys][kStride]); rows at or past `keys` become zeros.
+  template <bool kWithV>
+  __device__ __forceinline__ void load(T* k_s, T* v_s, int tile, int keys) const {
+    const int first = tile * Tr::kTileKeys + row0;
+    const int64_t base = static_cast<int64_t>(first) * row_stride;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const bool valid = first + i * kRowStep < keys;
+      const int64_t off = valid ? base + static_cast<int64_t>(i * kRowStep) * row_stride : 0;
+      cp_async_16(k_s + smem_off + i * kRowStep * Tr::kStride, k + off, valid ? 16 : 0);
+      if constexpr (kWithV)
+        cp_async_16(v_s + smem_off + i * kRowStep * Tr::kStride, v + off, valid ? 16 : 0);
+    }
+  }
+};
+
+}  // namespace kvevict::cuda::detail
