@@ -21,7 +21,7 @@ void ModelArgs::add_to(CLI::App& cmd) {
   cmd.add_option("-m,--model", model,
                  "smollm2 (SmolLM2-135M-Instruct), gemma3-270m, or a path to a .gguf file")
       ->capture_default_str();
-  cmd.add_option("--device", device, "cpu, or cuda (generate only: llama / qwen2 in bf16)")
+  cmd.add_option("--device", device, "cpu, or cuda (generate only: llama / qwen2 / gemma3 in bf16)")
       ->capture_default_str();
   cmd.add_option("--kv-dtype", kv_dtype, "KV cache dtype on the CPU: f32 or f16")->capture_default_str();
   cmd.add_option("--threads", threads, "CPU threads (0 = all)")->capture_default_str();

@@ -682,7 +682,7 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
   KVEVICT_CHECK(n <= s.opt.max_prompt, "prompt of ", n, " tokens exceeds the session's max_prompt ",
                 s.opt.max_prompt);
   if (evict.decode.enabled) {
-    // As Session::setup_decode: scale from the model, no softcap (llama / qwen2).
+    // As Session::setup_decode: scale from the model; no attention softcap in any supported arch.
     s.dopt = evict.decode.options;
     s.dopt.scale = c.logit_scale();
     s.dopt.softcap = 0.0f;
