@@ -749,9 +749,6 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
   std::unique_ptr<Backend> cpu_backend;
   std::unique_ptr<LayerEvictor> cpu_evictor;
   if (!on_gpu) {
-    KVEVICT_CHECK(ev.score.method != Method::kCriticalKV,
-                  "criticalkv needs the f32 output projection on the host; not available with "
-                  "--device cuda");
     cpu_backend = make_cpu_backend();
     cpu_evictor = std::make_unique<LayerEvictor>(*cpu_backend, ev.score, sel_opt);
   }
@@ -823,6 +820,14 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
       p.k = TensorView(hk.data(), DType::kBF16, {Hkv, n, d});
       p.v = TensorView(hv.data(), DType::kBF16, {Hkv, n, d});
       p.scale = m.logit_scale();
+      std::vector<uint16_t> hwo;  // [D, Hq d] this layer's bf16 output projection (criticalkv)
+      if (ev.score.method == Method::kCriticalKV) {
+        const int64_t D = m.n_embd, o_cols = int64_t{Hq} * d;
+        hwo.resize(static_cast<size_t>(D * o_cols));
+        KVEVICT_GPU_CHECK(cudaMemcpy(hwo.data(), w->layers[l].wo, hwo.size() * 2,
+                                     cudaMemcpyDeviceToHost));
+        p.wo = TensorView(hwo.data(), DType::kBF16, {D, o_cols});
+      }
       const Selection sel = cpu_evictor->plan(p);
       if (!sel.warning.empty() && stats.warning.empty()) stats.warning = sel.warning;
       kept_off_h = sel.offsets;

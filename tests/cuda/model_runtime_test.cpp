@@ -287,6 +287,13 @@ TEST(GpuRuntimeEviction, AdaKVThroughTheCpuPlan) {
   check_eviction("adadropkv", 0.25, "cpu-plan");
 }
 
+// criticalkv weighs values by ||W_o^h v||_1: the plan reads this layer's output projection, downloaded
+// from the GPU (bf16, as the CPU session's bf16 model holds it).
+TEST(GpuRuntimeEviction, CriticalKVThroughTheCpuPlan) {
+  KVEVICT_REQUIRE_GPU();
+  check_eviction("criticalkv", 0.25, "cpu-plan");
+}
+
 TEST(GpuRuntimeEviction, SnapKVOnTheGpuPath) {
   KVEVICT_REQUIRE_GPU();
   check_eviction("snapkv", 0.3, "gpu");
