@@ -744,7 +744,9 @@ void GpuSession::Impl::evict_prefill(const PrefillEviction& ev, int64_t n, int64
   const int Hq = m.n_heads, Hkv = m.n_kv_heads, d = m.head_dim, B = opt.batch;
   SelectOptions sel_opt = ev.select;
   sel_opt.window = ev.score.window;
-  const bool on_gpu = sel_opt.policy == Policy::kUniform && cuda::score_supported(ev.score.method);
+  // criticalkv's two-stage selection and its W_o projection are planned on the CPU.
+  const bool on_gpu = sel_opt.policy == Policy::kUniform && ev.score.method != Method::kCriticalKV &&
+                      cuda::score_supported(ev.score.method);
   stats.evict_path = on_gpu ? "gpu" : "cpu-plan";
   std::unique_ptr<Backend> cpu_backend;
   std::unique_ptr<LayerEvictor> cpu_evictor;
