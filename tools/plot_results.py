@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -53,7 +54,9 @@ def budget_value(b):
 
 
 def model_name(merged):
-    names = sorted({m.get("model", "") for m in merged["meta"] if m.get("model")})
+    # Runs name the model by its GGUF name or by its file path: one short name per model.
+    names = sorted({re.sub(r"\.gguf$", "", os.path.basename(m["model"]))
+                    for m in merged["meta"] if m.get("model")})
     return ", ".join(names) if names else "model ?"
 
 
@@ -143,8 +146,8 @@ def plot_accuracy_vs_length(plt, merged, task, out_dir, written):
         groups[(r.get("mode", "?"), key_budget)].append(r)
     fulls = {mode: [r for r in grp] for (mode, b), grp in groups.items() if b == "full"}
     for (mode, budget), grp in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
-        if budget == "full":
-            continue
+        if budget == "full" or len({r["target_length"] for r in grp}) < 2:
+            continue  # a line needs two lengths
         lines = defaultdict(list)
         for r in grp:
             lines[setting_label(r)].append((r["target_length"], r.get("score", float("nan"))))
