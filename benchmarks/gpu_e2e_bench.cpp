@@ -71,6 +71,28 @@ Args parse(int argc, char** argv) {
       KVEVICT_CHECK(i + 1 < argc, k, " needs a value");
       return argv[++i];
     };
+    if (k == "--help" || k == "-h") {
+      std::printf(
+          "gpu_e2e_bench: end-to-end GPU runtime benchmark on random weights of a real shape.\n\n"
+          "  --preset NAME          llama-3.1-8b (default), qwen2.5-7b, smollm2-135m, gemma3-270m\n"
+          "  --layers N             keep only the first N layers (default 0 = all)\n"
+          "  --lengths LIST         prefill lengths, with eviction (default 32768,131072)\n"
+          "  --pair-max N           lengths up to N also run without eviction (default 32768)\n"
+          "  --method M             eviction method (default dropkv)\n"
+          "  --prefill-budget B     prefill eviction budget (default 0.1)\n"
+          "  --budgets LIST         decode-throughput budgets (default 0.05,0.1)\n"
+          "  --decode-context N     context of the decode throughput runs (default 32768)\n"
+          "  --decode-steps N       timed decode steps (default 32)\n"
+          "  --max-batch N          cap on the decode batch (default 4096)\n"
+          "  --reserve-gib G        GPU memory left out of the KV pool (default 6)\n"
+          "  --chunk N              prefill chunk size (default 4096)\n"
+          "  --no-b1                skip the batch-1 decode run\n"
+          "  --decode-score S       also run decode-time eviction with score S\n"
+          "  --decode-slack N       rows over budget before a decode-time cut (default 16)\n"
+          "  --unfused-scores       decode scores recompute q.k instead of reading exported logits\n"
+          "  --json FILE            write every number as JSON\n");
+      std::exit(0);
+    }
     if (k == "--preset")
       a.preset = v();
     else if (k == "--layers")

@@ -318,9 +318,24 @@ int main(int argc, char** argv) {
   bool profile = false;  // one shape, few reps: for running under ncu
   std::string json;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) quick = true;
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    if (!std::strcmp(argv[i], "--profile")) profile = true;
+    if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json = argv[++i];
+    } else if (!std::strcmp(argv[i], "--profile")) {
+      profile = true;
+    } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf(
+          "gpu_score_bench: times the CUDA scoring kernels on one Llama-3.1-8B (32/8/128) and one\n"
+          "Qwen2.5-7B (28/4/128) layer, bf16, against the one-read floor of K and V.\n\n"
+          "  --quick      fewer sizes (n = 4K and 128K)\n"
+          "  --json FILE  also write every number as JSON\n"
+          "  --profile    Llama dropkv w = 8 and 32 at n = 128K, 3 reps (for ncu)\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
+      return 2;
+    }
   }
   try {
     if (!cuda::device_available()) {

@@ -227,7 +227,8 @@ struct GpuSession::Impl {
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
   void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
                              const float* post_norm);
-  void fill_rope(detail::RopeAppendArgs& ra, const GpuModel::Impl::Layer& L, int il) const;
+  detail::RopeAppendArgs rope_args(const GpuModel::Impl::Layer& L, LayerCache& C, int il,
+                                   int rows);
   void trim_sliding(int64_t n);
   void final_logits(int64_t rows, int64_t row_stride_tokens);
 };
@@ -318,10 +319,23 @@ void GpuSession::Impl::project_into_residual(const bf16* in, int64_t T, const bf
                                                 x.as<float>(), stream));
 }
 
-// The per-layer part of the RoPE + append arguments: angle table, gemma3's q/k norms.
-void GpuSession::Impl::fill_rope(detail::RopeAppendArgs& ra, const GpuModel::Impl::Layer& L,
-                                 int il) const {
+// RoPE + append arguments shared by prefill and decode: this layer's angle table, bias, gemma3's
+// q/k norms, the qkv rows in `qkv` with positions in `pos`, queries out to `qh`, and the layer's
+// cache C. Callers set the layout (head_major, decode, seq/first, ring).
+detail::RopeAppendArgs GpuSession::Impl::rope_args(const GpuModel::Impl::Layer& L, LayerCache& C,
+                                                   int il, int rows) {
   const ModelConfig& m = c();
+  detail::RopeAppendArgs ra;
+  ra.qkv = qkv.as<bf16>();
+  ra.pos = pos.as<int32_t>();
+  ra.T = rows;
+  ra.q_out = qh.as<bf16>();
+  ra.k_cache = C.k.as<bf16>();
+  ra.v_cache = C.v.as<bf16>();
+  ra.pos_cache = C.pos.as<int32_t>();
+  ra.acc_cache = C.acc.as<float>();
+  ra.seg_off = C.off.as<int64_t>();
+  ra.seg_len = C.len.as<int32_t>();
   ra.bias = L.bqkv;
   ra.inv_freq = m.is_sliding(il) ? w->inv_freq_sliding : w->inv_freq;
   ra.Hq = m.n_heads;
@@ -331,6 +345,7 @@ void GpuSession::Impl::fill_rope(detail::RopeAppendArgs& ra, const GpuModel::Imp
   ra.q_norm = L.q_norm;
   ra.k_norm = L.k_norm;
   ra.norm_eps = m.rms_eps;
+  return ra;
 }
 
 // Logits of `rows` rows of x taken every `stride` rows starting at row (stride - 1) (the last
@@ -369,19 +384,8 @@ void GpuSession::Impl::forward_prefill_chunk(const int32_t* tok, int64_t T, int6
                                               static_cast<int>(D), L.attn_norm, m.rms_eps,
                                               xn.as<bf16>(), stream));
     gemm(blas, xn.as<bf16>(), T, L.wqkv, W, D, qkv.get(), false, 0.0f);
-    detail::RopeAppendArgs ra;
-    fill_rope(ra, L, il);
-    ra.qkv = qkv.as<bf16>();
-    ra.pos = pos.as<int32_t>();
-    ra.T = static_cast<int>(T);
-    ra.q_out = qh.as<bf16>();
+    detail::RopeAppendArgs ra = rope_args(L, C, il, static_cast<int>(T));
     ra.head_major = true;
-    ra.k_cache = C.k.as<bf16>();
-    ra.v_cache = C.v.as<bf16>();
-    ra.pos_cache = C.pos.as<int32_t>();
-    ra.acc_cache = C.acc.as<float>();
-    ra.seg_off = C.off.as<int64_t>();
-    ra.seg_len = C.len.as<int32_t>();
     ra.decode = false;
     ra.seq = 0;
     ra.first = p0;
@@ -467,19 +471,8 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
     KVEVICT_GPU_CHECK(detail::launch_rms_norm(x.as<float>(), D, B, static_cast<int>(D), L.attn_norm,
                                               m.rms_eps, xn.as<bf16>(), stream));
     gemm(blas, xn.as<bf16>(), B, L.wqkv, W, D, qkv.get(), false, 0.0f);
-    detail::RopeAppendArgs ra;
-    fill_rope(ra, L, il);
-    ra.qkv = qkv.as<bf16>();
-    ra.pos = pos.as<int32_t>();
-    ra.T = B;
-    ra.q_out = qh.as<bf16>();
+    detail::RopeAppendArgs ra = rope_args(L, C, il, B);
     ra.head_major = false;
-    ra.k_cache = C.k.as<bf16>();
-    ra.v_cache = C.v.as<bf16>();
-    ra.pos_cache = C.pos.as<int32_t>();
-    ra.acc_cache = C.acc.as<float>();
-    ra.seg_off = C.off.as<int64_t>();
-    ra.seg_len = C.len.as<int32_t>();
     ra.decode = true;
     ra.ring = C.ring;
     KVEVICT_GPU_CHECK(detail::launch_rope_append(ra, stream));

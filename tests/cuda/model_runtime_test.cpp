@@ -429,11 +429,10 @@ TEST(GpuRuntimeShapes, SmolLM2ShapeGreedyMatchesCpu) {
   EXPECT_EQ(g.generate(12, s2).tokens, cpu.generate(12, s1).tokens);
 }
 
-// The real checkpoint, where present (KVEVICT_MODEL_DIR or <source>/models): greedy text and
-// logits of the CPU and GPU runtimes agree.
-TEST(GpuRuntimeGolden, SmolLM2GreedyTextMatchesCpu) {
-  KVEVICT_REQUIRE_GPU();
-  const std::string path = io::model_path(KVEVICT_SOURCE_DIR, io::kSmolLM2File);
+// The real checkpoint, where present (KVEVICT_MODEL_DIR or <source>/models): logits and greedy
+// text of the CPU and GPU runtimes agree.
+void check_real_model_matches_cpu(const char* file, const char* label) {
+  const std::string path = io::model_path(KVEVICT_SOURCE_DIR, file);
   if (!std::ifstream(path).good()) GTEST_SKIP() << "no model file " << path;
   auto model = Model::load(path);
   auto tok = Tokenizer::from_gguf(*model->file());
@@ -449,13 +448,18 @@ TEST(GpuRuntimeGolden, SmolLM2GreedyTextMatchesCpu) {
   go.decode_room = 48;
   gpu::GpuSession g(gm, go);
   g.prefill(prompt);
-  expect_close_logits(g.logits(), cpu.logits(), 0.05, "smollm2 prefill");
+  expect_close_logits(g.logits(), cpu.logits(), 0.05, label);
   Sampler s1, s2;
   const auto ref = cpu.generate(32, s1);
   const auto got = g.generate(32, s2);
   std::printf("cpu: %s\ngpu: %s\n", tok->decode(ref.tokens).c_str(),
               tok->decode(got.tokens).c_str());
   EXPECT_EQ(tok->decode(got.tokens), tok->decode(ref.tokens));
+}
+
+TEST(GpuRuntimeGolden, SmolLM2GreedyTextMatchesCpu) {
+  KVEVICT_REQUIRE_GPU();
+  check_real_model_matches_cpu(io::kSmolLM2File, "smollm2 prefill");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -803,33 +807,9 @@ TEST(GpuGemma, BatchedDecodeEqualsSingleSequence) {
   }
 }
 
-// The real checkpoint, where present (KVEVICT_MODEL_DIR or <source>/models): logits and greedy
-// text of the CPU and GPU runtimes agree.
 TEST(GpuRuntimeGolden, Gemma3GreedyTextMatchesCpu) {
   KVEVICT_REQUIRE_GPU();
-  const std::string path = io::model_path(KVEVICT_SOURCE_DIR, io::kGemma3File);
-  if (!std::ifstream(path).good()) GTEST_SKIP() << "no model file " << path;
-  auto model = Model::load(path);
-  auto tok = Tokenizer::from_gguf(*model->file());
-  const auto prompt =
-      tok->encode(tok->apply_chat_template(
-                      {{"user", "Name three primary colors and say why the sky is blue."}}),
-                  true);
-  Session cpu(model);
-  cpu.prefill(prompt);
-  auto gm = gpu::GpuModel::upload(*model);
-  gpu::GpuSessionOptions go;
-  go.max_prompt = static_cast<int64_t>(prompt.size());
-  go.decode_room = 48;
-  gpu::GpuSession g(gm, go);
-  g.prefill(prompt);
-  expect_close_logits(g.logits(), cpu.logits(), 0.05, "gemma3 prefill");
-  Sampler s1, s2;
-  const auto ref = cpu.generate(32, s1);
-  const auto got = g.generate(32, s2);
-  std::printf("cpu: %s\ngpu: %s\n", tok->decode(ref.tokens).c_str(),
-              tok->decode(got.tokens).c_str());
-  EXPECT_EQ(tok->decode(got.tokens), tok->decode(ref.tokens));
+  check_real_model_matches_cpu(io::kGemma3File, "gemma3 prefill");
 }
 
 // The gemma3-270m preset is the real file's shape and conventions (needs no GPU; skipped without
