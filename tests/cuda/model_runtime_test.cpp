@@ -167,6 +167,26 @@ TEST_P(GpuRuntime, RandomOnDeviceEqualsUploadedHostRandom) {
   EXPECT_EQ(compare(la, lb).max_abs, 0.0);
 }
 
+// Teacher forcing: the CPU session (prefilled with the same prompt, f32 activations) follows the
+// GPU's tokens; every GPU choice must be the CPU's argmax or within 1% of the largest |logit| of it
+// (a near-tie of random weights under bf16), never a clearly worse token, and all but two must be
+// the argmax.
+void expect_tokens_follow_cpu(Session& cpu, const std::vector<int32_t>& tokens) {
+  int exact = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto& l = cpu.logits();
+    const int32_t best = argmax(l);
+    double scale = 0;
+    for (float v : l) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+    exact += best == tokens[i];
+    EXPECT_GE(l[tokens[i]], l[best] - 0.01 * scale)
+        << "step " << i << ": gpu chose " << tokens[i] << " (cpu logit " << l[tokens[i]]
+        << "), cpu argmax " << best << " (" << l[best] << ")";
+    if (i + 1 < tokens.size()) cpu.decode(tokens[i]);
+  }
+  EXPECT_GE(exact, static_cast<int>(tokens.size()) - 2);
+}
+
 TEST_P(GpuRuntime, GreedyTokensMatchCpu) {
   KVEVICT_REQUIRE_GPU();
   const ModelConfig c = tiny_config(GetParam());
@@ -180,25 +200,10 @@ TEST_P(GpuRuntime, GreedyTokensMatchCpu) {
   g.prefill(prompt);
   Sampler s1, s2;
   const auto got = g.generate(24, s2);
-  // The CPU runs the same weights in f32 activations: it follows the GPU's tokens (teacher
-  // forcing) and every GPU choice must be the CPU's argmax, or within the bf16 logit error of it
-  // (a near-tie of random weights), never a clearly worse token.
   Session cpu(cpu_model);
   cpu.prefill(prompt);
-  int exact = 0;
-  for (size_t i = 0; i < got.tokens.size(); ++i) {
-    const auto& l = cpu.logits();
-    const int32_t best = argmax(l);
-    double scale = 0;
-    for (float v : l) scale = std::max(scale, std::fabs(static_cast<double>(v)));
-    exact += best == got.tokens[i];
-    EXPECT_GE(l[got.tokens[i]], l[best] - 0.01 * scale)
-        << "step " << i << ": gpu chose " << got.tokens[i] << " (cpu logit " << l[got.tokens[i]]
-        << "), cpu argmax " << best << " (" << l[best] << ")";
-    if (i + 1 < got.tokens.size()) cpu.decode(got.tokens[i]);
-  }
+  expect_tokens_follow_cpu(cpu, got.tokens);
   // Strict greedy equality of the whole sequence is checked on the llama shapes below.
-  EXPECT_GE(exact, static_cast<int>(got.tokens.size()) - 2);
   if (GetParam() == Arch::kLlama) {
     Session cpu2(cpu_model);
     cpu2.prefill(prompt);
@@ -679,17 +684,7 @@ TEST(GpuGemma, Gemma270mShapeGreedyTokensMatchCpu) {
   const auto got = g.generate(20, greedy);
   Session cpu(cpu_model);
   cpu.prefill(prompt);
-  int exact = 0;
-  for (size_t i = 0; i < got.tokens.size(); ++i) {
-    const auto& l = cpu.logits();
-    const int32_t best = argmax(l);
-    double scale = 0;
-    for (float v : l) scale = std::max(scale, std::fabs(static_cast<double>(v)));
-    exact += best == got.tokens[i];
-    EXPECT_GE(l[got.tokens[i]], l[best] - 0.01 * scale) << "step " << i;
-    if (i + 1 < got.tokens.size()) cpu.decode(got.tokens[i]);
-  }
-  EXPECT_GE(exact, static_cast<int>(got.tokens.size()) - 2);
+  expect_tokens_follow_cpu(cpu, got.tokens);
 }
 
 // Prefill eviction on gemma3: full-attention layers keep the CPU's rows, sliding layers keep
