@@ -23,6 +23,7 @@
 #include "kvevict/model/model.h"
 #include "kvevict/model/session.h"
 #include "kvevict/tokenizer.h"
+#include "model/tiny_model.h"
 #include "support/testing.h"
 
 namespace kvevict {
@@ -82,14 +83,9 @@ void perturb_norms(const std::shared_ptr<const Model>& m, uint64_t seed) {
       if (t->nbytes() > 0) fill(*t);
 }
 
+// The CPU model tests' seeded token stream (tests/model/tiny_model.h).
 std::vector<int32_t> prompt_ids(int n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> t(n);
-  uint64_t s = seed;
-  for (auto& x : t) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(vocab));
-  }
-  return t;
+  return testing::tokens_for(n, static_cast<int>(vocab), seed);
 }
 
 struct Diff {
