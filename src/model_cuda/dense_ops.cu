@@ -42,15 +42,20 @@ __global__ void embed_kernel(const bf16* embd, const int32_t* tokens, int D, flo
     x[static_cast<int64_t>(t) * D + i] = __bfloat162float(e[i]) * mul;
 }
 
+// 1 / sqrt(mean(row^2) + eps) of one row of D floats, for every thread of the block.
+__device__ __forceinline__ float row_inv_rms(const float* row, int D, float eps, float* red) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < D; i += kRowThreads) ss += row[i] * row[i];
+  ss = block_sum<kRowThreads>(ss, red);
+  return rsqrtf(ss / static_cast<float>(D) + eps);
+}
+
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_kernel(const float* x, int64_t x_stride, int D, const float* w, float eps, bf16* out) {
   __shared__ float red[32];
   const int t = blockIdx.x;
   const float* xr = x + t * x_stride;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < D; i += kRowThreads) ss += xr[i] * xr[i];
-  ss = block_sum<kRowThreads>(ss, red);
-  const float scale = rsqrtf(ss / static_cast<float>(D) + eps);
+  const float scale = row_inv_rms(xr, D, eps, red);
   for (int i = threadIdx.x; i < D; i += kRowThreads)
     out[static_cast<int64_t>(t) * D + i] = __float2bfloat16_rn(xr[i] * scale * w[i]);
 }
@@ -60,10 +65,7 @@ __global__ void __launch_bounds__(kRowThreads)
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
   const float* orow = o + t * D;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < D; i += kRowThreads) ss += orow[i] * orow[i];
-  ss = block_sum<kRowThreads>(ss, red);
-  const float scale = rsqrtf(ss / static_cast<float>(D) + eps);
+  const float scale = row_inv_rms(orow, D, eps, red);
   for (int i = threadIdx.x; i < D; i += kRowThreads) x[t * D + i] += orow[i] * scale * w[i];
 }
 
