@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -137,7 +138,7 @@ Workspace workspace(size_t bytes) {
 }
 
 void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default, int reps,
-                 double target) {
+                 double target, const char* variant = "") {
   ScoreOptions opt = ScoreOptions::defaults(m);
   opt.window = w;
   if (!pool_default) opt.pooling = Pooling{};
@@ -151,9 +152,9 @@ void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default
   const Workspace ws = workspace(bytes);
   Result r;
   char name[160];
-  std::snprintf(name, sizeof(name), "%s %s w=%d%s n=%lldK", model, method_name(m), w,
+  std::snprintf(name, sizeof(name), "%s %s w=%d%s n=%lldK%s", model, method_name(m), w,
                 pool_default && opt.pooling.kind != PoolKind::kNone ? " pool" : "",
-                static_cast<long long>(L.n / 1024));
+                static_cast<long long>(L.n / 1024), variant);
   r.name = name;
   r.ms = median_ms(reps, [&] { cuda::score(p, opt, out, ws); });
   r.floor_ms = L.kv_bytes() / (copy_gbps * 1e9) * 1e3;
@@ -162,7 +163,7 @@ void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default
   report(r);
 }
 
-void bench_forward(Layer& L, const char* model, int w, int reps) {
+void bench_forward(Layer& L, const char* model, int w, int reps, const char* variant = "") {
   TensorView q(L.q, DType::kBF16, {L.hq, w, L.d}, Device::kCuda);
   TensorView k(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
   TensorView v(L.v, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
@@ -175,8 +176,8 @@ void bench_forward(Layer& L, const char* model, int w, int reps) {
   const Workspace ws = workspace(bytes);
   Result r;
   char name[160];
-  std::snprintf(name, sizeof(name), "%s forward only w=%d n=%lldK", model, w,
-                static_cast<long long>(L.n / 1024));
+  std::snprintf(name, sizeof(name), "%s forward only w=%d n=%lldK%s", model, w,
+                static_cast<long long>(L.n / 1024), variant);
   r.name = name;
   r.ms = median_ms(reps, [&] { cuda::window_forward(q, k, v, w, 0.0883883f, tout, tlse, ws); });
   r.floor_ms = L.kv_bytes() / (copy_gbps * 1e9) * 1e3;
@@ -316,6 +317,7 @@ void bench_h2o(const char* model, int hq, int hkv, int64_t n, int reps) {
 int main(int argc, char** argv) {
   bool quick = false;
   bool profile = false;  // one shape, few reps: for running under ncu
+  int profile_reps = 3;
   std::string json;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -324,13 +326,17 @@ int main(int argc, char** argv) {
       json = argv[++i];
     } else if (!std::strcmp(argv[i], "--profile")) {
       profile = true;
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      profile_reps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::printf(
           "gpu_score_bench: times the CUDA scoring kernels on one Llama-3.1-8B (32/8/128) and one\n"
           "Qwen2.5-7B (28/4/128) layer, bf16, against the one-read floor of K and V.\n\n"
           "  --quick      fewer sizes (n = 4K and 128K)\n"
           "  --json FILE  also write every number as JSON\n"
-          "  --profile    Llama dropkv w = 8 and 32 at n = 128K, 3 reps (for ncu)\n");
+          "  --profile    Llama dropkv w = 8 and 32, obcache_vk w = 16 at n = 128K, 3 reps (for\n"
+          "               ncu)\n"
+          "  --reps N     repetitions of --profile (default 3)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -343,7 +349,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const cuda::DeviceInfo info = cuda::device_info();
-    std::printf("device: %s, %d SMs, L2 %d MiB\n", info.name, info.sm_count, info.l2_bytes >> 20);
+    std::printf("device: %s, %d SMs, L2 %d MiB, wgmma kernels %s\n", info.name, info.sm_count,
+                info.l2_bytes >> 20, cuda::window_wgmma_available() ? "yes" : "no (mma.sync)");
     BENCH_CUDA(cudaMalloc(&flush_buf, kFlushBytes));
 
     {  // copy bandwidth: 1 GiB device-to-device, counting bytes read + written
@@ -362,8 +369,11 @@ int main(int argc, char** argv) {
     if (profile) {
       Layer L{32, 8, 128, 131072};
       L.alloc(32, 99);
-      bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 3, 0);
-      bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, 3, 0);
+      bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, profile_reps, 0);
+      bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, profile_reps, 0);
+      bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, profile_reps, 0);
+      bench_forward(L, "llama3.1-8b", 8, profile_reps);
+      bench_forward(L, "llama3.1-8b", 32, profile_reps);
       L.release();
       return 0;
     }
@@ -388,6 +398,15 @@ int main(int argc, char** argv) {
           bench_score(L, md.name, Method::kSnapKV, 32, true, reps, 0);
           bench_score(L, md.name, Method::kDropKV, 8, false, reps, 0);  // leaves dropkv scores
           bench_select_compact(L, md.name, 0.05, reps);
+          if (cuda::window_wgmma_available()) {  // A/B: the mma.sync kernels in the same run
+            cuda::set_window_wgmma(false);
+            const char* v = " (mma.sync)";
+            bench_score(L, md.name, Method::kDropKV, 32, false, reps, 0, v);
+            bench_score(L, md.name, Method::kObcacheVK, 16, true, reps, 0, v);
+            bench_forward(L, md.name, 32, reps, v);
+            bench_score(L, md.name, Method::kSnapKV, 32, true, reps, 0, v);
+            cuda::set_window_wgmma(true);
+          }
         }
         L.release();
       }

@@ -8,7 +8,7 @@ if(NOT KVEVICT_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)  # H200 (sm_90); see README "GPU"
+      set(CMAKE_CUDA_ARCHITECTURES 90a)  # H200 (sm_90 + wgmma); see README "GPU"
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)

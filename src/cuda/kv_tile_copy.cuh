@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace kvevict::cuda::detail {
 
@@ -50,6 +51,49 @@ struct KvTileCopy {
       cp_async_16(k_s + smem_off + i * kRowStep * Tr::kStride, k + off, valid ? 16 : 0);
       if constexpr (kWithV)
         cp_async_16(v_s + smem_off + i * kRowStep * Tr::kStride, v + off, valid ? 16 : 0);
+    }
+  }
+};
+
+// The same schedule into 128-byte-swizzled [TileKeys][D] tiles (wgmma operands, wgmma.cuh): the
+// block's threads split each tile into 16-byte chunks, thread tid taking chunk tid % (D / 8) of
+// rows tid / (D / 8) + i * kRowStep. kRowStep is a multiple of 8, so a thread's rows share their
+// swizzle phase and its destination offsets differ only by whole rows.
+template <class T, int D, int Threads, int TileKeys>
+struct SwizzledTileCopy {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowStep = Threads / kChunks;
+  static constexpr int kPasses = TileKeys / kRowStep;
+  static_assert(Threads % kChunks == 0 && TileKeys % kRowStep == 0 && kRowStep % 8 == 0,
+                "a tile must be whole passes of the block, 8-row aligned");
+
+  const T* k = nullptr;
+  const T* v = nullptr;
+  int64_t row_stride = 0;
+  int row0 = 0;
+  int smem_off = 0;  // element offset of this thread's first chunk in a tile
+
+  __device__ __forceinline__ SwizzledTileCopy(const T* k_head, const T* v_head, int64_t stride,
+                                              int tid)
+      : row_stride(stride) {
+    row0 = tid / kChunks;
+    const int ch = tid % kChunks;
+    k = k_head + ch * 8;
+    v = v_head == nullptr ? nullptr : v_head + ch * 8;
+    smem_off = sw128<TileKeys>(row0, ch * 8);
+  }
+
+  // Tile `tile` into k_s / v_s ([TileKeys][D], swizzled); rows at or past `keys` become zeros.
+  template <bool kWithV>
+  __device__ __forceinline__ void load(T* k_s, T* v_s, int tile, int keys) const {
+    const int first = tile * TileKeys + row0;
+    const int64_t base = static_cast<int64_t>(first) * row_stride;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const bool valid = first + i * kRowStep < keys;
+      const int64_t off = valid ? base + static_cast<int64_t>(i * kRowStep) * row_stride : 0;
+      cp_async_16(k_s + smem_off + i * kRowStep * 64, k + off, valid ? 16 : 0);
+      if constexpr (kWithV) cp_async_16(v_s + smem_off + i * kRowStep * 64, v + off, valid ? 16 : 0);
     }
   }
 };

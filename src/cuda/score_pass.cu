@@ -26,42 +26,13 @@
 #include "cuda/common.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
+#include "cuda/pass_terms.cuh"
+#include "cuda/window_params.cuh"
 #include "cuda/window_plan.h"
 #include "cuda/window_traits.cuh"
 
 namespace kvevict::cuda::detail {
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-struct PassParams {
-  ScorePassArgs s;
-  int group = 1;
-  int rows = 0;
-  int row_blocks = 1;
-  int64_t keys_per_chunk = 0;
-  bool accumulate = false;  // several row blocks add into the same keys (scores zeroed first)
-  float* scores = nullptr;  // [Hkv, n]
-};
-
-// Every term is split as  score_j = sum_i u_ij + ||v_j||^2 sum_i w_ij  (sums over the window rows
-// i), so the pair loop never needs ||v_j||^2: it is applied once per key after the row sums.
-//   prob       u = p
-//   obcache_v  w = p^2
-//   dropkv     w = r^2 with r = p / (1 - p),  u = w (||a||^2 - 2 <a, v>)
-//   obcache_k  w = (p z)^2,                   u = w (||a||^2 - 2 <a, v>)
-//   obcache_vk w = p^2 (1 + z)^2,             u = p^2 z (z (||a||^2 - 2 <a, v>) - 2 <a, v>)
-// (obcache_vk = p^2 ||v||^2 + (p z)^2 ||a - v||^2 + 2 p^2 z (||v||^2 - <a, v>), expanded.)
-template <PairTerm kTerm>
-struct TermTraits {
-  static constexpr bool kNeedsOut =
-      kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
-  static constexpr bool kHasU = kTerm != PairTerm::kObcacheV;
-  static constexpr bool kHasW = kTerm != PairTerm::kProb;  // also: needs ||v||^2
-  // Terms that are squared distances times weights: a total below 0 is rounding noise.
-  static constexpr bool kNonNegative = kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK;
-};
 
 // Shared memory of the pass: a rounded to T ([kRows][kD], 16-byte chunks XOR-swizzled by row
 // instead of padded), the queries only at d = 256 (d <= 128 keeps them in registers, loaded
@@ -94,84 +65,6 @@ constexpr size_t pass_smem_bytes() {
 template <int D>
 __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
-}
-
-// Row constants of the pass, per thread (its rows lo = g and hi = g + 8 of the slab).
-struct RowConsts {
-  float lse2[2];  // LSE in log2 units; +inf for padding rows (p = 0)
-  float a2[2];    // ||a||^2 of the rounded a
-  int lim[2];     // last visible key relative to the chunk start (-1: none)
-};
-
-// u and w of one pair (see TermTraits) from the raw logit s, p = exp2(x2) and <a, v>.
-// kFast: p <= 2^-8 for every pair of the warp, so r = p / (1 - p) = p + p^2 + p^3 to float
-// precision (the next term is p^4 / r < 2^-24 relative) and no division is needed.
-template <PairTerm kTerm, bool kFast>
-__device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, float av,
-                                        float scale, float floor, float& u, float& w) {
-  if constexpr (kTerm == PairTerm::kProb) {
-    u = p;
-  } else if constexpr (kTerm == PairTerm::kObcacheV) {
-    w = p * p;
-  } else {
-    const float d = fmaf(-2.f, av, a2);  // ||a - v||^2 - ||v||^2
-    if constexpr (kTerm == PairTerm::kDropKV) {
-      float r;
-      if constexpr (kFast) {
-        r = fmaf(p, fmaf(p, p, p), p);
-      } else {
-        // 1 - p loses nothing while p < 0.7; closer to 1 it cancels, so use expm1 there
-        // (SPEC: p near 1 must stay exact).
-        float om = 1.f - p;
-        if (x2 > -0.5f) om = -expm1f(x2 * kLn2);
-        // When the key holds all of the row's probability to float precision (a single visible
-        // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
-        // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
-        // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a
-        // float forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md).
-        r = om < 1e-6f ? 0.f : __fdividef(p, fmaxf(om, floor));
-      }
-      w = r * r;
-      u = w * d;
-    } else {
-      const float z = s * scale;
-      if constexpr (kTerm == PairTerm::kObcacheK) {
-        const float pz = p * z;
-        w = pz * pz;
-        u = w * d;
-      } else {  // kObcacheVK
-        const float p2 = p * p, z1 = 1.f + z;
-        w = p2 * z1 * z1;
-        u = p2 * z * fmaf(z, d, -2.f * av);
-      }
-    }
-  }
-}
-
-// Sums C values per lane over the 8 lanes of equal t4 (lane bits 2..4, the mma row groups) by
-// recursive halving: each step sends half of the values to the partner lane and keeps the other
-// half, so C = 8 columns need 7 shuffles instead of 3 per column. Returns the column index
-// (0 .. C-1) whose full sum this lane holds in v[0]; with C = 4 lanes l and l ^ 4 hold the same.
-template <int C>
-__device__ __forceinline__ int halving_sum(float (&v)[C], int lane) {
-  int col = 0;
-#pragma unroll
-  for (int k = C, m = 16; m >= 4; m >>= 1) {
-    if (k > 1) {
-      const bool upper = (lane & m) != 0;
-#pragma unroll
-      for (int i = 0; i < k / 2; ++i) {
-        const float send = upper ? v[i] : v[i + k / 2];
-        const float keep = upper ? v[i + k / 2] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
-      }
-      if (upper) col += k / 2;
-      k /= 2;
-    } else {
-      v[0] += __shfl_xor_sync(0xffffffffu, v[0], m);
-    }
-  }
-  return col;
 }
 
 template <class Tr, PairTerm kTerm>
@@ -345,16 +238,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
       if constexpr (TT::kHasU) su += ru[x * TK + tid];
       if constexpr (TT::kHasW) sw += rw[x * TK + tid];
     }
-    float total = su;
-    if constexpr (TT::kHasW) total = fmaf(v2_s[buf * TK + tid], sw, su);
-    if constexpr (TT::kNonNegative) total = fmaxf(total, 0.f);
-    total *= sa.row_weight;
-    if (sa.h2o_normalize) {
-      // Window queries t with n - w + t >= j see key j.
-      const int64_t first = j - (a.n - a.w);
-      const int64_t seen = a.w - (first > 0 ? first : 0);
-      total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
-    }
+    const float total = key_total<kTerm>(sa, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f);
     if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[buf * TK + tid];
     float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
     if (p.accumulate)
@@ -575,12 +459,31 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
                          sa.term == PairTerm::kObcacheVK;
   if (needs_out && sa.out == nullptr) return cudaErrorInvalidValue;
   if (sa.v_l1 != nullptr && sa.term != PairTerm::kProb) return cudaErrorInvalidValue;
-  const WindowPlan plan = make_window_plan(a.num_kv_heads, a.num_q_heads / a.num_kv_heads, a.w,
-                                           a.n, a.head_dim, sm_count, kPassBlocksPerSm,
-                                           kPassSlabCap);
+  const int group = a.num_q_heads / a.num_kv_heads;
+  WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
+                                     kPassBlocksPerSm, kPassSlabCap);
+  // The wgmma pass (sm_90a builds) takes up to 128 rows a block: one block of two warpgroups per
+  // SM, or two blocks of one.
+  bool use_wgmma = false;
+  if (window_wgmma_enabled() && plan.rows >= tuning_knob("KVEVICT_WG_PASS_MIN_ROWS", 33)) {
+    const int cap = tuning_knob("KVEVICT_WG_PASS_ROWS", 128) / 16;
+    WindowPlan wp =
+        make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, cap);
+    if (16 * wp.slabs <= 64) {
+      wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2, cap);
+      if (wp.slabs < 4) {
+        wp.slabs = 4;
+        wp.row_blocks = 1;
+      }
+    }
+    if (16 * wp.slabs >= 64 && wgmma_pass_supported(sa, 16 * wp.slabs)) {
+      plan = wp;
+      use_wgmma = true;
+    }
+  }
   PassParams p;
   p.s = sa;
-  p.group = a.num_q_heads / a.num_kv_heads;
+  p.group = group;
   p.rows = plan.rows;
   p.row_blocks = plan.row_blocks;
   p.keys_per_chunk = plan.keys_per_split;
@@ -591,6 +494,7 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
         scores, 0, sizeof(float) * static_cast<size_t>(a.num_kv_heads) * a.n, stream);
     if (err != cudaSuccess) return err;
   }
+  if (use_wgmma) return launch_pass_wgmma(p, 16 * plan.slabs, plan.splits, stream);
   return a.elem == Elem::kBF16
              ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, plan.splits, stream)
              : dispatch_dim<__half>(p, plan.slabs, plan.splits, stream);

@@ -17,30 +17,12 @@
 #include "cuda/common.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
+#include "cuda/window_params.cuh"
 #include "cuda/window_plan.h"
 #include "cuda/window_traits.cuh"
 
 namespace kvevict::cuda::detail {
 namespace {
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-struct ForwardParams {
-  WindowArgs a;
-  int group = 1;
-  int rows = 0;        // G * w
-  int row_blocks = 1;
-  int splits = 1;
-  int64_t keys_per_split = 0;
-  float scale_log2 = 0;
-  // [Hkv, row_blocks, splits, kRows, d] each split's output normalized by its own sum (o / l),
-  // stored in the input dtype T: o / l is a convex combination of rows of V, so it fits T's
-  // range, and rounding it adds 2^-9 (bf16) / 2^-11 (f16) relative error, the order of the 16-bit
-  // P of P V itself. Halves the partials against f32 (v6: w = 32 scratch 17.3 -> ~4.6 MiB).
-  void* part_o = nullptr;
-  float* part_ml = nullptr;  // [Hkv, row_blocks, splits, kRows, 2] (max in log2 units, sum)
-};
 
 // Few rows (<= 2 slabs, w = 8 at G = 4): two blocks per SM (registers capped at 128) hide latency
 // better than one block of 166 registers (ncu, v2: 8 warps per SM at 1.62x the floor). v7: three
@@ -65,26 +47,6 @@ constexpr int forward_stages() {
 template <class Tr, bool kWithV>
 constexpr size_t forward_smem_bytes() {
   return forward_smem_for<Tr, kWithV>(forward_stages<Tr, kWithV>());
-}
-
-// Last key position a window row may see (causal), or -1 for padding rows.
-__device__ __forceinline__ int64_t row_last_key(int row, int rows, int w, int64_t n) {
-  return row < rows ? n - w + (row % w) : -1;
-}
-
-// Window position t of the block's rows that sees the fewest keys (t_min) and the most (t_max):
-// rows r = row0 .. row0 + rows_here - 1 have t = r % w.
-__device__ __forceinline__ void block_t_range(int row0, int rows_here, int w, int* t_min,
-                                              int* t_max) {
-  *t_min = 0;
-  *t_max = w - 1;
-  if (rows_here < w) {
-    const int t0 = row0 % w;
-    if (t0 + rows_here - 1 < w) {
-      *t_min = t0;
-      *t_max = t0 + rows_here - 1;
-    }
-  }
 }
 
 template <class Tr, bool kWithV>
@@ -462,6 +424,18 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   }
 }
 
+// The merge of the splits' partials (block_rows: the rows of a forward block, the partials' row
+// count per split), a programmatic dependent of the forward kernel.
+cudaError_t launch_merge(const ForwardParams& p, int block_rows, float* out, float* lse,
+                         cudaStream_t stream) {
+  const int warps = p.a.num_kv_heads * p.rows;
+  if (p.a.elem == Elem::kBF16)
+    return launch_pdl(window_merge_kernel<__nv_bfloat16>, dim3((warps + 7) / 8), dim3(256), 0,
+                      stream, p, block_rows, out, lse);
+  return launch_pdl(window_merge_kernel<__half>, dim3((warps + 7) / 8), dim3(256), 0, stream, p,
+                    block_rows, out, lse);
+}
+
 template <class Tr, bool kWithV>
 cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse,
                                   cudaStream_t stream) {
@@ -477,9 +451,7 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
   kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const int warps = p.a.num_kv_heads * p.rows;
-  return launch_pdl(window_merge_kernel<typename Tr::T>, dim3((warps + 7) / 8), dim3(256), 0,
-                    stream, p, static_cast<int>(Tr::kRows), out, lse);
+  return launch_merge(p, Tr::kRows, out, lse, stream);
 }
 
 template <class T, int D>
@@ -523,6 +495,15 @@ cudaError_t dispatch_dim(const ForwardParams& p, int slabs, float* out, float* l
 WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
   const int group = a.num_q_heads / a.num_kv_heads;
   WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2);
+  const int min_rows = tuning_knob("KVEVICT_WG_FWD_MIN_ROWS", 32);
+  if (window_wgmma_enabled() && plan.rows >= min_rows && plan.rows <= 64 &&
+      wgmma_forward_supported(a, 64)) {
+    plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
+                            tuning_knob("KVEVICT_WG_FWD_BLOCKS", with_out ? 1 : 2));
+    plan.slabs = 4;
+    plan.row_blocks = 1;
+    return plan;
+  }
   if (with_out && plan.slabs > 2)
     plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1);
   return plan;
@@ -562,6 +543,13 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   char* base = static_cast<char*>(scratch);
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;
   p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
+  // Blocks of 64+ rows run the wgmma kernel where this binary has it (sm_90a).
+  const int block_rows = 16 * plan.slabs;
+  if (window_wgmma_enabled() && block_rows >= 64 && wgmma_forward_supported(a, block_rows)) {
+    const cudaError_t err = launch_forward_wgmma(p, block_rows, stream);
+    if (err != cudaSuccess) return err;
+    return launch_merge(p, block_rows, out, lse, stream);
+  }
   return a.elem == Elem::kBF16 ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, out, lse, stream)
                                : dispatch_dim<__half>(p, plan.slabs, out, lse, stream);
 }

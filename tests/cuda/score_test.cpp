@@ -138,6 +138,35 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
     }
 }
 
+// Every window term through the wgmma kernels (64- and 128-row blocks, sm_90a builds) and, switched
+// off, through the mma.sync kernels, on shapes that route to wgmma when it is on.
+TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
+  KVEVICT_REQUIRE_GPU();
+  const Method methods[] = {Method::kDropKV, Method::kObcacheV, Method::kObcacheK,
+                            Method::kObcacheVK, Method::kSnapKV};
+  struct Run {
+    Shape sh;
+    int window;
+    DType dtype;
+  };
+  const Run runs[] = {{{32, 8, 128, 2001}, 32, DType::kBF16},  // 128-row blocks
+                      {{32, 8, 64, 777}, 16, DType::kF16},     // 64-row blocks, d = 64
+                      {{28, 4, 128, 161}, 32, DType::kBF16}};  // two 128-row blocks, odd n
+  uint64_t seed = 300;
+  for (bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma enabled" : "mma.sync only");
+    set_window_wgmma(wgmma);
+    for (Method m : methods)
+      for (const Run& r : runs) {
+        ScoreOptions opt = ScoreOptions::defaults(m);
+        opt.pooling = Pooling{};
+        opt.window = r.window;
+        run(r.sh, opt, r.dtype, seed++);
+      }
+  }
+  set_window_wgmma(true);
+}
+
 TEST(CudaScore, DominantKeysTakeTheExactPath) {
   KVEVICT_REQUIRE_GPU();
   // Keys holding 0.05 .. 0.9 of a row's probability: the pass's division-free form (p <= 2^-8)

@@ -89,6 +89,28 @@ TEST(CudaWindowForward, MatchesDoubleReference) {
   }
 }
 
+// Blocks of 64 and 128 rows (w = 16 / 32 at G = 4, d 64 / 128) run the wgmma kernels on sm_90a
+// builds; the same cases with them switched off run the mma.sync kernels. Both must match.
+TEST(CudaWindowForward, WgmmaAndMmaSyncKernelsMatchDoubleReference) {
+  KVEVICT_REQUIRE_GPU();
+  const Case cases[] = {
+      {32, 8, 128, 32, 32, 3001, DType::kBF16, 21},  // Llama heads, w = 32: 128-row blocks
+      {32, 8, 128, 16, 16, 1003, DType::kF16, 22},   // w = 16: 64-row blocks
+      {8, 2, 64, 40, 32, 515, DType::kBF16, 23},     // d = 64, m > w
+      {28, 4, 128, 32, 32, 33, DType::kF16, 24},     // G = 7: two 128-row blocks, n = w + 1
+      {4, 1, 128, 16, 16, 16, DType::kBF16, 25},     // window = the whole prompt
+  };
+  for (bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma enabled" : "mma.sync only");
+    set_window_wgmma(wgmma);
+    for (const Case& c : cases) {
+      run_case(c, true);
+      run_case(c, false);
+    }
+  }
+  set_window_wgmma(true);
+}
+
 TEST(CudaWindowForward, RejectsBadInputs) {
   KVEVICT_REQUIRE_GPU();
   DeviceBuffer<uint16_t> buf(4 * 16 * 96);

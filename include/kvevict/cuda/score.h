@@ -48,4 +48,12 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
 void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutput& out,
            Workspace ws, Stream stream = nullptr);
 
+// Blocks of 64 or more window rows (w >= 16 at G = 4; head dim 64 or 128) run warpgroup-MMA
+// kernels (wgmma, sm_90a builds) that read each K/V tile from shared memory once per 64 rows;
+// false forces the mma.sync kernels everywhere: for A/B benchmarks and tests. Results agree to
+// float accumulation order. Process-wide; not for use while other threads launch scores.
+void set_window_wgmma(bool enabled);
+// Whether this build has the wgmma kernels for the current device.
+bool window_wgmma_available();
+
 }  // namespace kvevict::cuda

@@ -1,0 +1,138 @@
+// The scoring pass's per-(query, key) terms, shared by the mma.sync and wgmma passes: the u / w
+// split of every term, the dropkv fast and exact forms, the row sums of accumulator fragments and
+// the per-key total.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/launchers.h"
+#include "cuda/window_params.cuh"
+
+namespace kvevict::cuda::detail {
+
+// Every term is split as  score_j = sum_i u_ij + ||v_j||^2 sum_i w_ij  (sums over the window rows
+// i), so the pair loop never needs ||v_j||^2: it is applied once per key after the row sums.
+//   prob       u = p
+//   obcache_v  w = p^2
+//   dropkv     w = r^2 with r = p / (1 - p),  u = w (||a||^2 - 2 <a, v>)
+//   obcache_k  w = (p z)^2,                   u = w (||a||^2 - 2 <a, v>)
+//   obcache_vk w = p^2 (1 + z)^2,             u = p^2 z (z (||a||^2 - 2 <a, v>) - 2 <a, v>)
+// (obcache_vk = p^2 ||v||^2 + (p z)^2 ||a - v||^2 + 2 p^2 z (||v||^2 - <a, v>), expanded.)
+template <PairTerm kTerm>
+struct TermTraits {
+  static constexpr bool kNeedsOut =
+      kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
+  static constexpr bool kHasU = kTerm != PairTerm::kObcacheV;
+  static constexpr bool kHasW = kTerm != PairTerm::kProb;  // also: needs ||v||^2
+  // Terms that are squared distances times weights: a total below 0 is rounding noise.
+  static constexpr bool kNonNegative = kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK;
+};
+
+// Row constants of the pass, per thread (its rows lo = g and hi = g + 8 of the slab).
+struct RowConsts {
+  float lse2[2];  // LSE in log2 units; +inf for padding rows (p = 0)
+  float a2[2];    // ||a||^2 of the rounded a
+  int lim[2];     // last visible key relative to the chunk start (-1: none)
+};
+
+// u and w of one pair (see TermTraits) from the raw logit s, p = exp2(x2) and <a, v>.
+// kFast: p <= 2^-8 for every pair of the warp, so r = p / (1 - p) = p + p^2 + p^3 to float
+// precision (the next term is p^4 / r < 2^-24 relative) and no division is needed.
+template <PairTerm kTerm, bool kFast>
+__device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, float av,
+                                        float scale, float floor, float& u, float& w) {
+  if constexpr (kTerm == PairTerm::kProb) {
+    u = p;
+  } else if constexpr (kTerm == PairTerm::kObcacheV) {
+    w = p * p;
+  } else {
+    const float d = fmaf(-2.f, av, a2);  // ||a - v||^2 - ||v||^2
+    if constexpr (kTerm == PairTerm::kDropKV) {
+      float r;
+      if constexpr (kFast) {
+        r = fmaf(p, fmaf(p, p, p), p);
+      } else {
+        // 1 - p loses nothing while p < 0.7; closer to 1 it cancels, so use expm1 there
+        // (SPEC: p near 1 must stay exact).
+        float om = 1.f - p;
+        if (x2 > -0.5f) om = -expm1f(x2 * kLn2);
+        // When the key holds all of the row's probability to float precision (a single visible
+        // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
+        // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
+        // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a
+        // float forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md).
+        r = om < 1e-6f ? 0.f : __fdividef(p, fmaxf(om, floor));
+      }
+      w = r * r;
+      u = w * d;
+    } else {
+      const float z = s * scale;
+      if constexpr (kTerm == PairTerm::kObcacheK) {
+        const float pz = p * z;
+        w = pz * pz;
+        u = w * d;
+      } else {  // kObcacheVK
+        const float p2 = p * p, z1 = 1.f + z;
+        w = p2 * z1 * z1;
+        u = p2 * z * fmaf(z, d, -2.f * av);
+      }
+    }
+  }
+}
+
+// Sums C values per lane over the 8 lanes of equal t4 (lane bits 2..4, the mma row groups) by
+// recursive halving: each step sends half of the values to the partner lane and keeps the other
+// half, so C = 8 columns need 7 shuffles instead of 3 per column. Returns the column index
+// (0 .. C-1) whose full sum this lane holds in v[0]; with C = 4 lanes l and l ^ 4 hold the same;
+// with C = 16 (a 64-key wgmma tile) v[0], v[1] hold the sums of columns col, col + 1.
+// One step per lane bit M = 16, 8, 4 with K values still live (templates keep every index a
+// compile-time constant, so v stays in registers).
+template <int K, int M, int C>
+__device__ __forceinline__ void halving_step(float (&v)[C], int lane, int& col) {
+  if constexpr (M >= 4) {
+    if constexpr (K > 1) {
+      const bool upper = (lane & M) != 0;
+#pragma unroll
+      for (int i = 0; i < K / 2; ++i) {
+        const float send = upper ? v[i] : v[i + K / 2];
+        const float keep = upper ? v[i + K / 2] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, M);
+      }
+      if (upper) col += K / 2;
+      halving_step<K / 2, M / 2, C>(v, lane, col);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], M);
+      halving_step<K, M / 2, C>(v, lane, col);
+    }
+  }
+}
+template <int C>
+__device__ __forceinline__ int halving_sum(float (&v)[C], int lane) {
+  int col = 0;
+  halving_step<C, 16, C>(v, lane, col);
+  return col;
+}
+
+// The score of key j from its row sums: sum_i u + ||v_j||^2 sum_i w, clamped at 0 for the squared
+// distance terms, times the row weight, and (h2o) divided by the window queries that see key j.
+template <PairTerm kTerm>
+__device__ __forceinline__ float key_total(const ScorePassArgs& sa, int64_t j, float su, float sw,
+                                           float v2) {
+  using TT = TermTraits<kTerm>;
+  float total = su;
+  if constexpr (TT::kHasW) total = fmaf(v2, sw, su);
+  if constexpr (TT::kNonNegative) total = fmaxf(total, 0.f);
+  total *= sa.row_weight;
+  if (sa.h2o_normalize) {
+    // Window queries t with n - w + t >= j see key j.
+    const WindowArgs& a = sa.win;
+    const int64_t first = j - (a.n - a.w);
+    const int64_t seen = a.w - (first > 0 ? first : 0);
+    total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
+  }
+  return total;
+}
+
+}  // namespace kvevict::cuda::detail

@@ -1,0 +1,363 @@
+// Streaming scoring pass on Hopper's warpgroup MMA (wgmma.cuh): score_pass.cu's terms for blocks
+// of 64 or 128 window rows of one KV head.
+//
+// Per 64-key tile a warpgroup (64 rows) runs two m64n64 wgmma chains over the head dim, both with
+// every operand in swizzled shared memory: the logits S = Q K^T and <a, v> = A V^T (a rounded to
+// the input dtype, as in score_pass.cu). The terms (pass_terms.cuh) are formed in the accumulator
+// registers, summed over the thread's two rows and the warp's 16 (halving_sum over 16 key columns)
+// and, per key, over the block's warps in shared memory; ||v_j||^2 is summed on the CUDA cores
+// from the swizzled V tile (a fraction of the tile's tensor work). One block covers all rows of a
+// KV head up to 128 (w = 32, G = 4), so K and V are read once per KV head (the mma.sync pass runs
+// two 64-row blocks there). Tiles run backwards through the chunk, as in score_pass.cu.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/kv_tile_copy.cuh"
+#include "cuda/pass_terms.cuh"
+#include "cuda/wgmma.cuh"
+#include "cuda/window_params.cuh"
+
+namespace kvevict::cuda::detail {
+namespace {
+
+template <class T_, int D_, int WG_>
+struct WgPassTraits {
+  using T = T_;
+  static constexpr int kD = D_;
+  static constexpr int kWG = WG_;
+  static constexpr int kRows = 64 * WG_;
+  static constexpr int kThreads = 128 * WG_;
+  static constexpr int kWarps = 4 * WG_;
+  static constexpr int kTileKeys = 64;
+  static_assert(kD == 64 || kD == 128, "wgmma pass: head dim 64 or 128");
+  static_assert(kWG == 1 || kWG == 2, "one or two warpgroups");
+};
+
+// 1 KB alignment slack, queries, a (terms that need it), `stages` K/V tiles, and the floats:
+// ||v||^2 [2][TK], per-warp key sums of u and w [2][kWarps][TK] each.
+template <class Tr, PairTerm kTerm>
+constexpr size_t wg_pass_smem(int stages) {
+  using T = typename Tr::T;
+  constexpr int TK = Tr::kTileKeys;
+  return 1024 + sizeof(T) * Tr::kRows * Tr::kD * (TermTraits<kTerm>::kNeedsOut ? 2 : 1) +
+         sizeof(T) * stages * TK * Tr::kD * 2 + sizeof(float) * 2 * TK * (1 + 2 * Tr::kWarps);
+}
+template <class Tr>
+constexpr int wg_pass_blocks() { return Tr::kWG == 1 ? 2 : 1; }
+template <class Tr, PairTerm kTerm>
+constexpr int wg_pass_stages() {
+  for (int s = 4; s > 2; --s)
+    if (wg_pass_blocks<Tr>() * (wg_pass_smem<Tr, kTerm>(s) + 1024) <= 228 * 1024) return s;
+  return 2;
+}
+
+template <class T>
+__device__ __forceinline__ T* align_1024(unsigned char* p) {
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + 1023) & ~static_cast<uintptr_t>(1023);
+  return reinterpret_cast<T*>(a);
+}
+
+template <class Tr, PairTerm kTerm>
+__global__ void __launch_bounds__(Tr::kThreads, wg_pass_blocks<Tr>())
+    score_pass_wgmma_kernel(PassParams p) {
+#if defined(KVEVICT_HAS_WGMMA)
+  using T = typename Tr::T;
+  using TT = TermTraits<kTerm>;
+  constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys, W = Tr::kWarps;
+  constexpr int kChunks = D / 8;
+  constexpr int kStages = wg_pass_stages<Tr, kTerm>();
+  constexpr bool kNeedsOut = TT::kNeedsOut;
+  constexpr bool kWithV = TT::kHasW || kNeedsOut;  // snapkv-style terms never read V
+  constexpr int kKeyThreads = Tr::kThreads / TK;   // threads summing one key's ||v||^2
+  static_assert(wg_pass_smem<Tr, kTerm>(kStages) <= 227 * 1024, "shared memory budget");
+  launch_dependents();
+
+  extern __shared__ unsigned char smem_raw[];
+  T* q_s = align_1024<T>(smem_raw);               // [R][D] swizzled
+  T* a_s = q_s + R * D;                           // [R][D] swizzled, a rounded (kNeedsOut)
+  T* k_s = a_s + (kNeedsOut ? R * D : 0);         // [kStages][TK][D] swizzled
+  T* v_s = k_s + kStages * TK * D;                // [kStages][TK][D] swizzled
+  float* v2_s = reinterpret_cast<float*>(v_s + kStages * TK * D);  // [2][TK]
+  float* red_u = v2_s + 2 * TK;                   // [2][W][TK]
+  float* red_w = red_u + 2 * W * TK;              // [2][W][TK]
+  float* lse_s = red_u;                           // [R] (read before the first tile's sums)
+  float* a2_s = red_u + R;                        // [R]
+  static_assert(2 * R <= 2 * W * TK, "row constants fit the u sums");
+
+  const ScorePassArgs& sa = p.s;
+  const WindowArgs& a = sa.win;
+  const int hk = blockIdx.x, rb = blockIdx.y, chunk = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, g = lane >> 2, t4 = lane & 3;
+  const int row0 = rb * R;
+  const int rows_here = min(R, p.rows - row0);
+
+  const int64_t key_begin = chunk * p.keys_per_chunk;
+  const int64_t chunk_end = min(a.n, key_begin + p.keys_per_chunk);
+  int t_min, t_max;
+  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
+  const int64_t key_end = min(chunk_end, a.n - a.w + t_max + 1);
+  const int chunk_keys = chunk_end > key_begin ? static_cast<int>(chunk_end - key_begin) : 0;
+  const int num_tiles = (chunk_keys + TK - 1) / TK;
+
+  const T* q = static_cast<const T*>(a.q);
+  for (int c = tid; c < R * kChunks; c += Tr::kThreads) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const int r = row0 + row;
+    const bool valid = row < rows_here;
+    const T* src = q;
+    if (valid) {
+      const int qh = hk * p.group + r / a.w, t = r % a.w;
+      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
+            ch * 8;
+    }
+    cp_async_16(q_s + sw128<R>(row, ch * 8), src, valid ? 16 : 0);
+  }
+  const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
+  const SwizzledTileCopy<T, D, Tr::kThreads, TK> copy(static_cast<const T*>(a.k) + head_off,
+                                                      static_cast<const T*>(a.v) + head_off,
+                                                      a.kv_row_stride, tid);
+  auto load_tile = [&](int tile, int stage) {
+    copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, chunk_keys);
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles) load_tile(num_tiles - 1 - st, st);
+    cp_async_commit();
+  }
+
+  // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
+  grid_dependency_wait();
+  for (int row = warp; row < R; row += W) {
+    const int r = row0 + row;
+    const bool valid = row < rows_here;
+    const int64_t out_row =
+        valid ? static_cast<int64_t>(hk * p.group + r / a.w) * a.w + r % a.w : 0;
+    float a2 = 0.f;
+    if constexpr (kNeedsOut) {
+      for (int col = lane; col < D; col += 32) {
+        const T hi = ElemTraits<T>::from_float(valid ? sa.out[out_row * D + col] : 0.f);
+        const float x = ElemTraits<T>::to_float(hi);
+        a_s[sw128<R>(row, col)] = hi;
+        a2 += x * x;
+      }
+      a2 = warp_sum(a2);
+    }
+    if (lane == 0) {
+      lse_s[row] = valid ? sa.lse[out_row] * kLog2e : INFINITY;  // padding rows: p = 0
+      a2_s[row] = a2;
+    }
+  }
+  fence_async_shared();  // a_s is read by wgmma
+  __syncthreads();
+
+  const int rl_lo = wg * 64 + (warp & 3) * 16 + g, rl_hi = rl_lo + 8;
+  RowConsts rc;
+  rc.lse2[0] = lse_s[rl_lo];
+  rc.lse2[1] = lse_s[rl_hi];
+  rc.a2[0] = a2_s[rl_lo];
+  rc.a2[1] = a2_s[rl_hi];
+  auto rel_limit = [&](int rl) {
+    if (rl >= rows_here) return -1;
+    const int64_t lim = min(a.n - a.w + (row0 + rl) % a.w, key_end - 1) - key_begin;
+    return static_cast<int>(max(lim, int64_t{-1}));
+  };
+  rc.lim[0] = rel_limit(rl_lo);
+  rc.lim[1] = rel_limit(rl_hi);
+  const int lim_all =
+      static_cast<int>(max(min(a.n - a.w + t_min, key_end - 1) - key_begin, int64_t{-1}));
+  const float c2 = a.scale * kLog2e;
+  const float floor = sa.one_minus_p_floor;
+  // Base descriptors, set up once; per k16 step and stage only the address field moves (bytes).
+  auto kdim_bytes = [](int ks, int rows) {
+    return static_cast<uint32_t>(sizeof(T) * ((ks >> 2) * rows * 64 + (ks & 3) * 16));
+  };
+  const uint64_t q_desc = wgmma_desc(q_s + wg * 64 * 64, 16, 1024);
+  const uint64_t a_desc = wgmma_desc(a_s + wg * 64 * 64, 16, 1024);
+  const uint64_t k_desc = wgmma_desc(k_s, 16, 1024);
+  const uint64_t v_desc = wgmma_desc(v_s, 16, 1024);
+  constexpr uint32_t kStageBytes = sizeof(T) * TK * D;
+
+  // Key totals of one tile from the per-warp sums of buffer `buf` (see score_pass.cu).
+  auto write_keys = [&](int tile, int buf) {
+    if (tid >= TK) return;
+    const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
+    if (j >= chunk_end) return;
+    const float* ru = red_u + buf * W * TK;
+    const float* rw = red_w + buf * W * TK;
+    float su = 0.f, sw = 0.f;
+#pragma unroll
+    for (int x = 0; x < W; ++x) {
+      if constexpr (TT::kHasU) su += ru[x * TK + tid];
+      if constexpr (TT::kHasW) sw += rw[x * TK + tid];
+    }
+    const float total = key_total<kTerm>(sa, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f);
+    float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
+    if (p.accumulate)
+      atomicAdd(dst, total);
+    else
+      *dst = total;
+  };
+
+  for (int it = 0; it < num_tiles; ++it) {
+    const int tile = num_tiles - 1 - it;
+    const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();
+    fence_async_shared();
+    __syncthreads();
+    const int ahead = it + kStages - 1;
+    if (ahead < num_tiles) load_tile(num_tiles - 1 - ahead, ahead % kStages);
+    cp_async_commit();
+    if (it > 0) write_keys(tile + 1, (it - 1) & 1);
+    const int buf = it & 1;
+    const T* vt = v_s + stage * TK * D;
+
+    float s[32], av[kNeedsOut ? 32 : 1];
+    const uint64_t kt_desc = wgmma_desc_add(k_desc, stage * kStageBytes);
+    const uint64_t vt_desc = wgmma_desc_add(v_desc, stage * kStageBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      wgmma_ss<T, 64>(s, wgmma_desc_add(q_desc, kdim_bytes(ks, R)),
+                      wgmma_desc_add(kt_desc, kdim_bytes(ks, TK)), ks > 0 ? 1 : 0);
+    if constexpr (kNeedsOut) {
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        wgmma_ss<T, 64>(av, wgmma_desc_add(a_desc, kdim_bytes(ks, R)),
+                        wgmma_desc_add(vt_desc, kdim_bytes(ks, TK)), ks > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+
+    // ||v_j||^2 on the CUDA cores while the tensor cores run (order of the chunks is irrelevant
+    // to the sum, so the swizzle needs no undoing).
+    if constexpr (TT::kHasW) {
+      const int key = tid / kKeyThreads, part = tid % kKeyThreads;
+      float v2 = 0.f;
+#pragma unroll
+      for (int ch = part; ch < kChunks; ch += kKeyThreads) {
+        const uint4 raw =
+            *reinterpret_cast<const uint4*>(vt + (ch >> 3) * TK * 64 + key * 64 + (ch & 7) * 8);
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float x = ElemTraits<T>::to_float(e[i]);
+          v2 = fmaf(x, x, v2);
+        }
+      }
+#pragma unroll
+      for (int o = kKeyThreads / 2; o > 0; o >>= 1) v2 += __shfl_xor_sync(0xffffffffu, v2, o);
+      if (part == 0) v2_s[buf * TK + key] = v2;
+    }
+    wgmma_wait<0>();
+    wgmma_hold(s);
+    if constexpr (kNeedsOut) wgmma_hold(av);
+
+    const int key0 = tile * TK;  // relative to key_begin
+    const bool masked = key0 + TK - 1 > lim_all;
+    float x2[32], pr[32];
+    float x2max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int r = (i >> 1) & 1;
+      float x = fmaf(s[i], c2, -rc.lse2[r]);
+      if (masked && key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > rc.lim[r]) x = -INFINITY;
+      x2[i] = x;
+      pr[i] = fast_exp2(x);
+      x2max = fmaxf(x2max, x);
+    }
+    float u[16], w[16];  // per key column: sums over the thread's two rows
+    auto terms = [&](auto fast) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int lo = 4 * nt + e, hi = lo + 2;
+          float ulo = 0.f, wlo = 0.f, uhi = 0.f, whi = 0.f;
+          pair_uw<kTerm, decltype(fast)::value>(s[lo], x2[lo], pr[lo], rc.a2[0],
+                                                kNeedsOut ? av[kNeedsOut ? lo : 0] : 0.f,
+                                                a.scale, floor, ulo, wlo);
+          pair_uw<kTerm, decltype(fast)::value>(s[hi], x2[hi], pr[hi], rc.a2[1],
+                                                kNeedsOut ? av[kNeedsOut ? hi : 0] : 0.f,
+                                                a.scale, floor, uhi, whi);
+          u[2 * nt + e] = ulo + uhi;
+          w[2 * nt + e] = wlo + whi;
+        }
+    };
+    if (kTerm != PairTerm::kDropKV || __all_sync(0xffffffffu, x2max <= -8.f))
+      terms(std::true_type{});
+    else
+      terms(std::false_type{});
+
+    // Row sums of the warp's 16 rows: lane ends with key columns col, col + 1.
+    int col = 0;
+    if constexpr (TT::kHasU) col = halving_sum<16>(u, lane);
+    if constexpr (TT::kHasW) col = halving_sum<16>(w, lane);
+    const int key = (col >> 1) * 8 + 2 * t4;
+    float* ru_b = red_u + (buf * W + warp) * TK;
+    float* rw_b = red_w + (buf * W + warp) * TK;
+    if constexpr (TT::kHasU) *reinterpret_cast<float2*>(ru_b + key) = make_float2(u[0], u[1]);
+    if constexpr (TT::kHasW) *reinterpret_cast<float2*>(rw_b + key) = make_float2(w[0], w[1]);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (num_tiles > 0) write_keys(0, (num_tiles - 1) & 1);
+#else
+  wgmma_unavailable();
+#endif
+}
+
+template <class Tr, PairTerm kTerm>
+cudaError_t launch_config(const PassParams& p, int chunks, cudaStream_t stream) {
+  constexpr size_t smem = wg_pass_smem<Tr, kTerm>(wg_pass_stages<Tr, kTerm>());
+  auto kernel = score_pass_wgmma_kernel<Tr, kTerm>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.s.win.num_kv_heads, p.row_blocks, chunks);
+  return launch_pdl(kernel, grid, dim3(Tr::kThreads), smem, stream, p);
+}
+
+template <class Tr>
+cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) {
+  switch (p.s.term) {
+    case PairTerm::kDropKV: return launch_config<Tr, PairTerm::kDropKV>(p, chunks, stream);
+    case PairTerm::kObcacheV: return launch_config<Tr, PairTerm::kObcacheV>(p, chunks, stream);
+    case PairTerm::kObcacheK: return launch_config<Tr, PairTerm::kObcacheK>(p, chunks, stream);
+    case PairTerm::kObcacheVK: return launch_config<Tr, PairTerm::kObcacheVK>(p, chunks, stream);
+    case PairTerm::kProb: return launch_config<Tr, PairTerm::kProb>(p, chunks, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <class T, int D>
+cudaError_t dispatch_rows(const PassParams& p, int rows_per_block, int chunks,
+                          cudaStream_t stream) {
+  if (rows_per_block == 64) return dispatch_term<WgPassTraits<T, D, 1>>(p, chunks, stream);
+  return dispatch_term<WgPassTraits<T, D, 2>>(p, chunks, stream);
+}
+
+}  // namespace
+
+bool wgmma_pass_supported(const ScorePassArgs& s, int rows_per_block) {
+  return s.v_l1 == nullptr && wgmma_forward_supported(s.win, rows_per_block);
+}
+
+cudaError_t launch_pass_wgmma(const PassParams& p, int rows_per_block, int chunks,
+                              cudaStream_t stream) {
+  if (!wgmma_pass_supported(p.s, rows_per_block)) return cudaErrorNotSupported;
+  const bool bf16 = p.s.win.elem == Elem::kBF16;
+  if (p.s.win.head_dim == 64)
+    return bf16 ? dispatch_rows<__nv_bfloat16, 64>(p, rows_per_block, chunks, stream)
+                : dispatch_rows<__half, 64>(p, rows_per_block, chunks, stream);
+  return bf16 ? dispatch_rows<__nv_bfloat16, 128>(p, rows_per_block, chunks, stream)
+              : dispatch_rows<__half, 128>(p, rows_per_block, chunks, stream);
+}
+
+}  // namespace kvevict::cuda::detail

@@ -1,0 +1,345 @@
+// Window forward on Hopper's warpgroup MMA (wgmma.cuh): the same split-K online softmax as
+// window_forward.cu, for blocks of 64 or 128 query rows of one KV head.
+//
+// A warpgroup (4 warps) owns 64 rows and every key of each 64-key tile: S = Q K^T is one m64n64
+// wgmma chain over the head dim with Q and K both read by the tensor cores from swizzled shared
+// memory, P stays in the S registers and O += P V is an m64nD chain with V as a transposed
+// shared-memory operand. Each K and V tile is read from shared memory once per 64 rows, where the
+// mma.sync kernel's warps re-read it for every 16 (the bound of w = 32 in v7: 8 x 32 KB of
+// fragment reads per 64-key tile). No key groups, so no in-block merge: each warpgroup writes its
+// rows' (o / l, m, l) partial directly in window_forward.cu's layout, whose merge kernel follows.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/kv_tile_copy.cuh"
+#include "cuda/wgmma.cuh"
+#include "cuda/window_params.cuh"
+
+namespace kvevict::cuda::detail {
+namespace {
+
+template <class T_, int D_, int WG_>
+struct WgForwardTraits {
+  using T = T_;
+  static constexpr int kD = D_;
+  static constexpr int kWG = WG_;              // warpgroups (64 rows each)
+  static constexpr int kRows = 64 * WG_;
+  static constexpr int kThreads = 128 * WG_;
+  static constexpr int kTileKeys = 64;
+  static_assert(kD == 64 || kD == 128, "wgmma forward: head dim 64 or 128");
+  static_assert(kWG == 1 || kWG == 2, "one or two warpgroups");
+};
+
+// Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries and
+// `stages` K (and V) tiles.
+template <class Tr, bool kWithV>
+constexpr size_t wg_forward_smem(int stages) {
+  using T = typename Tr::T;
+  return 1024 + sizeof(T) * Tr::kRows * Tr::kD +
+         sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1);
+}
+// One warpgroup: two blocks per SM (8 warps); two warpgroups: one block. Stages: as many as fit
+// (at most 4), 228 KB per SM with 1 KB reserved per block.
+template <class Tr>
+constexpr int wg_forward_blocks() { return Tr::kWG == 1 ? 2 : 1; }
+template <class Tr, bool kWithV>
+constexpr int wg_forward_stages() {
+  for (int s = 4; s > 2; --s)
+    if (wg_forward_blocks<Tr>() * (wg_forward_smem<Tr, kWithV>(s) + 1024) <= 228 * 1024) return s;
+  return 2;
+}
+
+template <class T>
+__device__ __forceinline__ T* align_1024(unsigned char* p) {
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + 1023) & ~static_cast<uintptr_t>(1023);
+  return reinterpret_cast<T*>(a);
+}
+
+template <class Tr, bool kWithV>
+__global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
+    window_forward_wgmma_kernel(ForwardParams p) {
+#if defined(KVEVICT_HAS_WGMMA)
+  using T = typename Tr::T;
+  constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
+  constexpr int kStages = wg_forward_stages<Tr, kWithV>();
+  constexpr int kChunks = D / 8;
+  static_assert(wg_forward_smem<Tr, kWithV>(kStages) <= 227 * 1024, "shared memory budget");
+  launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
+
+  extern __shared__ unsigned char smem_raw[];
+  T* q_s = align_1024<T>(smem_raw);  // [R][D] swizzled
+  T* k_s = q_s + R * D;              // [kStages][TK][D] swizzled
+  T* v_s = k_s + kStages * TK * D;   // [kStages][TK][D] swizzled (kWithV)
+
+  const WindowArgs& a = p.a;
+  const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, g = lane >> 2, t4 = lane & 3;
+  const int row0 = rb * R;
+  const int rows_here = min(R, p.rows - row0);
+
+  // Keys of this split (see window_forward.cu).
+  const int64_t split_begin = split * p.keys_per_split;
+  int t_min, t_max;
+  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
+  const int64_t key_begin =
+      a.sliding_window > 0 ? max(split_begin, a.n - a.w + t_min - a.sliding_window + 1)
+                           : split_begin;
+  const int64_t key_end = min(min(a.n, split_begin + p.keys_per_split), a.n - a.w + t_max + 1);
+  const int keys = key_end > key_begin ? static_cast<int>(key_end - key_begin) : 0;
+  const int num_tiles = (keys + TK - 1) / TK;
+
+  const T* q = static_cast<const T*>(a.q);
+  for (int c = tid; c < R * kChunks; c += Tr::kThreads) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const int r = row0 + row;
+    const bool valid = row < rows_here;
+    const T* src = q;
+    if (valid) {
+      const int qh = hk * p.group + r / a.w, t = r % a.w;
+      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
+            ch * 8;
+    }
+    cp_async_16(q_s + sw128<R>(row, ch * 8), src, valid ? 16 : 0);
+  }
+  const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
+  const SwizzledTileCopy<T, D, Tr::kThreads, TK> copy(
+      static_cast<const T*>(a.k) + head_off,
+      kWithV ? static_cast<const T*>(a.v) + head_off : nullptr, a.kv_row_stride, tid);
+  auto load_tile = [&](int tile, int stage) {
+    copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
+
+  // This thread's two rows (block-local) in the accumulator layout.
+  const int rl_lo = wg * 64 + (warp & 3) * 16 + g, rl_hi = rl_lo + 8;
+  auto rel_limit = [&](int64_t last) {
+    const int64_t lim = min(last, key_end - 1) - key_begin;
+    return static_cast<int>(max(lim, int64_t{-1}));
+  };
+  auto rel_first = [&](int64_t last) {
+    if (a.sliding_window <= 0) return 0;
+    const int64_t first = last - a.sliding_window + 1 - key_begin;
+    return static_cast<int>(min(max(first, int64_t{0}), static_cast<int64_t>(keys)));
+  };
+  const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
+  const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
+  const int lim_lo = rel_limit(last_lo), lim_hi = rel_limit(last_hi);
+  const int first_lo = rel_first(last_lo), first_hi = rel_first(last_hi);
+  const int lim_all = rel_limit(a.n - a.w + t_min);
+  const int first_all = rel_first(a.n - a.w + t_max);
+  const float sc = p.scale_log2;
+
+  // Descriptors: the warpgroup's 64 query rows (K-major A), a key tile (K-major B) and a value tile
+  // (MN-major B: 64-column blocks TK * 128 bytes apart). k16 step ks of the head dim starts at
+  // column block ks / 4, byte 32 (ks % 4) of its rows.
+  // Base descriptors, set up once; per k16 step and stage only the address field moves (bytes).
+  auto kdim_bytes = [](int ks, int rows) {
+    return static_cast<uint32_t>(sizeof(T) * ((ks >> 2) * rows * 64 + (ks & 3) * 16));
+  };
+  const uint64_t q_desc = wgmma_desc(q_s + wg * 64 * 64, 16, 1024);
+  const uint64_t k_desc = wgmma_desc(k_s, 16, 1024);
+  const uint64_t v_desc = wgmma_desc(v_s, TK * 64 * sizeof(T), 1024);
+  constexpr uint32_t kStageBytes = sizeof(T) * TK * D;
+
+  float o[kWithV ? D / 2 : 1];
+#pragma unroll
+  for (int i = 0; i < (kWithV ? D / 2 : 1); ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+    cp_async_wait<kStages - 2>();
+    fence_async_shared();
+    __syncthreads();
+    const int ahead = tile + kStages - 1;
+    if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
+    cp_async_commit();
+
+    // S = Q K^T (64 rows x 64 keys a warpgroup).
+    float s[32];
+    const uint64_t kt_desc = wgmma_desc_add(k_desc, stage * kStageBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      wgmma_ss<T, 64>(s, wgmma_desc_add(q_desc, kdim_bytes(ks, R)),
+                      wgmma_desc_add(kt_desc, kdim_bytes(ks, TK)), ks > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_hold(s);
+
+    const int key0 = tile * TK;  // relative to key_begin
+    if (key0 + TK - 1 > lim_all || key0 < first_all) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int j = key0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+        const bool hi = (i & 2) != 0;
+        if (j > (hi ? lim_hi : lim_lo) || j < (hi ? first_hi : first_lo)) s[i] = -INFINITY;
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 32; i += 4) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[i], s[i + 1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[i + 2], s[i + 3]));
+    }
+    float m_c[2], corr[2];
+    bool grew = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r]);
+      grew |= m_new > m_run[r];
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      m_c[r] = m_use * sc;
+      corr[r] = fast_exp2((m_run[r] - m_use) * sc);
+      m_run[r] = m_new;
+      l_run[r] *= corr[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      s[i] = fast_exp2(fmaf(s[i], sc, -m_c[(i >> 1) & 1]));
+      l_run[(i >> 1) & 1] += s[i];
+    }
+
+    if constexpr (kWithV) {
+      if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+      }
+      // O += P V: the S accumulators of n8 tiles 2 kk and 2 kk + 1 are the A fragment of k16
+      // step kk (as in the mma.sync kernel).
+      const uint64_t vt_desc = wgmma_desc_add(v_desc, stage * kStageBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < TK / 16; ++kk) {
+        uint32_t pa[4];
+        pa[0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
+        pa[1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+        wgmma_rs_mn<T, D>(o, pa, wgmma_desc_add(vt_desc, kk * 16 * 64 * sizeof(T)), 1);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_hold(o);
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+  // This split's partial of the thread's two rows (window_forward.cu's layout, kRows = R).
+  const int64_t part =
+      ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * R;
+  if (t4 == 0) {
+    p.part_ml[(part + rl_lo) * 2] = m_run[0] == -INFINITY ? -INFINITY : m_run[0] * sc;
+    p.part_ml[(part + rl_lo) * 2 + 1] = l_run[0];
+    p.part_ml[(part + rl_hi) * 2] = m_run[1] == -INFINITY ? -INFINITY : m_run[1] * sc;
+    p.part_ml[(part + rl_hi) * 2 + 1] = l_run[1];
+  }
+  if constexpr (kWithV) {
+    const float inv[2] = {l_run[0] > 0.f ? 1.f / l_run[0] : 0.f,
+                          l_run[1] > 0.f ? 1.f / l_run[1] : 0.f};
+    T* po = static_cast<T*>(p.part_o);
+#pragma unroll
+    for (int i = 0; i < D / 2; i += 2) {
+      const int r = (i >> 1) & 1;
+      const int row = r ? rl_hi : rl_lo;
+      const int col = (i >> 2) * 8 + 2 * t4;
+      *reinterpret_cast<uint32_t*>(po + (part + row) * D + col) =
+          ElemTraits<T>::pack(o[i] * inv[r], o[i + 1] * inv[r]);
+    }
+  }
+#else
+  wgmma_unavailable();
+#endif
+}
+
+// Writes 1 when this translation unit was compiled with wgmma for the running device.
+__global__ void wgmma_probe_kernel(int* out) {
+#if defined(KVEVICT_HAS_WGMMA)
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
+template <class Tr, bool kWithV>
+cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
+  constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
+  kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <class T, int D>
+cudaError_t dispatch_rows(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
+  const bool with_v = p.part_o != nullptr;
+  if (rows_per_block == 64)
+    return with_v ? launch_config<WgForwardTraits<T, D, 1>, true>(p, stream)
+                  : launch_config<WgForwardTraits<T, D, 1>, false>(p, stream);
+  return with_v ? launch_config<WgForwardTraits<T, D, 2>, true>(p, stream)
+                : launch_config<WgForwardTraits<T, D, 2>, false>(p, stream);
+}
+
+std::atomic<bool> g_wgmma_enabled{true};
+
+}  // namespace
+
+bool window_wgmma_enabled() { return g_wgmma_enabled.load(std::memory_order_relaxed); }
+
+bool wgmma_kernels_available() {
+  static const bool available = [] {
+    int* d = nullptr;
+    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return false;
+    int h = 0;
+    wgmma_probe_kernel<<<1, 1>>>(d);
+    const bool ok = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(d);
+    return ok && h == 1;
+  }();
+  return available;
+}
+
+bool wgmma_forward_supported(const WindowArgs& a, int rows_per_block) {
+  return (rows_per_block == 64 || rows_per_block == 128) &&
+         (a.head_dim == 64 || a.head_dim == 128) && wgmma_kernels_available();
+}
+
+cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block,
+                                 cudaStream_t stream) {
+  if (!wgmma_forward_supported(p.a, rows_per_block)) return cudaErrorNotSupported;
+  const bool bf16 = p.a.elem == Elem::kBF16;
+  if (p.a.head_dim == 64)
+    return bf16 ? dispatch_rows<__nv_bfloat16, 64>(p, rows_per_block, stream)
+                : dispatch_rows<__half, 64>(p, rows_per_block, stream);
+  return bf16 ? dispatch_rows<__nv_bfloat16, 128>(p, rows_per_block, stream)
+              : dispatch_rows<__half, 128>(p, rows_per_block, stream);
+}
+
+}  // namespace kvevict::cuda::detail
+
+namespace kvevict::cuda {
+void set_window_wgmma(bool enabled) { detail::g_wgmma_enabled.store(enabled); }
+bool window_wgmma_available() { return detail::wgmma_kernels_available(); }
+}  // namespace kvevict::cuda
