@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds the CUDA backend (sm_90), runs the gpu-labelled tests, the scoring benchmark, the PyTorch
+# Builds the CUDA backend (sm_90a: sm_90 plus wgmma), runs the gpu-labelled tests, the scoring benchmark, the PyTorch
 # peers and compute-sanitizer (memcheck, racecheck) on the test binaries; prints a short table LAST.
 #
 #   tools/gpu_check.sh                 configure + build with CMake in build/gpu, then check
-#   GPU_PREBUILT=DIR tools/gpu_check.sh  use test/bench binaries already built for sm_90 in DIR
+#   GPU_PREBUILT=DIR tools/gpu_check.sh  use test/bench binaries already built for sm_90a in DIR
 #                                      (DIR/tests/test_cuda_*, DIR/benchmarks/gpu_score_bench,
 #                                      optional DIR/lib on LD_LIBRARY_PATH)
 #   GPU_QUICK=1                        fewer benchmark sizes; GPU_SKIP_SANITIZER=1 skips sanitizers
@@ -34,11 +34,11 @@ else
   bin="$root/build/gpu"
   t0=$(date +%s)
   if cmake -S "$root" -B "$bin" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_CUDA=ON \
-       -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 &&
+       -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/build.log" 2>&1 &&
      cmake --build "$bin" -j"$(nproc)" --target gpu_score_bench \
        $(cd "$root/tests/cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_cuda_/') \
        >>"$out/build.log" 2>&1; then
-    note "build: ok ($(( $(date +%s) - t0 )) s, sm_90)"
+    note "build: ok ($(( $(date +%s) - t0 )) s, sm_90a)"
   else
     note "build: FAILED (see build.log)"; tail -30 "$out/build.log"
   fi

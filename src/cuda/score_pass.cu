@@ -462,21 +462,19 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   const int group = a.num_q_heads / a.num_kv_heads;
   WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
                                      kPassBlocksPerSm, kPassSlabCap);
-  // The wgmma pass (sm_90a builds) takes up to 128 rows a block: one block of two warpgroups per
-  // SM, or two blocks of one.
+  // The wgmma pass (sm_90a builds) takes 64 or 128 rows a block: one block of two warpgroups per
+  // SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one 128-row block
+  // 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320 against the
+  // mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
   bool use_wgmma = false;
-  if (window_wgmma_enabled() && plan.rows >= tuning_knob("KVEVICT_WG_PASS_MIN_ROWS", 33)) {
-    const int cap = tuning_knob("KVEVICT_WG_PASS_ROWS", 128) / 16;
-    WindowPlan wp =
-        make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, cap);
+  if (window_wgmma_enabled() && plan.rows > 32) {
+    WindowPlan wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
     if (16 * wp.slabs <= 64) {
-      wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2, cap);
-      if (wp.slabs < 4) {
-        wp.slabs = 4;
-        wp.row_blocks = 1;
-      }
+      wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2, 8);
+      wp.slabs = 4;
+      wp.row_blocks = 1;
     }
-    if (16 * wp.slabs >= 64 && wgmma_pass_supported(sa, 16 * wp.slabs)) {
+    if (wgmma_pass_supported(sa, 16 * wp.slabs)) {
       plan = wp;
       use_wgmma = true;
     }

@@ -495,11 +495,14 @@ cudaError_t dispatch_dim(const ForwardParams& p, int slabs, float* out, float* l
 WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
   const int group = a.num_q_heads / a.num_kv_heads;
   WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2);
-  const int min_rows = tuning_knob("KVEVICT_WG_FWD_MIN_ROWS", 32);
-  if (window_wgmma_enabled() && plan.rows >= min_rows && plan.rows <= 64 &&
+  // 32-64 rows (w = 8 / 16 at G = 4) run one 64-row warpgroup a block on wgmma, padding rows
+  // included: w = 8's forward 0.164 -> 0.138 ms at 128K (H200, session 4). With outputs one block
+  // per SM: two (33 splits) measured slower at w = 8 (0.148 ms) and w = 16 and took the obcache_vk
+  // scratch to 8.5 MiB.
+  if (window_wgmma_enabled() && plan.rows >= 32 && plan.rows <= 64 &&
       wgmma_forward_supported(a, 64)) {
     plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
-                            tuning_knob("KVEVICT_WG_FWD_BLOCKS", with_out ? 1 : 2));
+                            with_out ? 1 : 2);
     plan.slabs = 4;
     plan.row_blocks = 1;
     return plan;

@@ -219,16 +219,19 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
       // O += P V: the S accumulators of n8 tiles 2 kk and 2 kk + 1 are the A fragment of k16
       // step kk (as in the mma.sync kernel).
       const uint64_t vt_desc = wgmma_desc_add(v_desc, stage * kStageBytes);
-      wgmma_fence();
+      uint32_t pa[TK / 16][4];  // packed before the fence: no register writes inside the chain
 #pragma unroll
       for (int kk = 0; kk < TK / 16; ++kk) {
-        uint32_t pa[4];
-        pa[0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
-        pa[1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
-        wgmma_rs_mn<T, D>(o, pa, wgmma_desc_add(vt_desc, kk * 16 * 64 * sizeof(T)), 1);
+        pa[kk][0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
+        pa[kk][1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
       }
+      wgmma_hold(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < TK / 16; ++kk)
+        wgmma_rs_mn<T, D>(o, pa[kk], wgmma_desc_add(vt_desc, kk * 16 * 64 * sizeof(T)), 1);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_hold(o);

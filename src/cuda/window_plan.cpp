@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 
 #include "cuda/window_traits.cuh"
@@ -23,11 +22,6 @@ int current_sm_count() {
     cached[dev] = sms;
   }
   return cached[dev];
-}
-
-int tuning_knob(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != 0 ? std::atoi(v) : fallback;
 }
 
 WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int head_dim,

@@ -19,9 +19,6 @@ struct WindowPlan {
 // Multiprocessors of the current device (cached per device; 132 on an H200 SXM).
 int current_sm_count();
 
-// Experiment knob (tuning runs only): the integer in environment variable `name`, else fallback.
-int tuning_knob(const char* name, int fallback);
-
 // Picks slabs = the smallest power of two covering the rows (capped by the head dim), and splits
 // keys so that one wave of `blocks_per_sm` blocks per SM covers the layer.
 // slab_cap (0 = the head dim's limit) trades K/V re-reads for occupancy: the scoring pass keeps
