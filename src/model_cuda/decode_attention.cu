@@ -49,11 +49,11 @@ struct Params {
   int group = 1, splits = 1;
   int64_t keys_per_split = 0;
   float scale_log2 = 0;
-  float* part_o = nullptr;   // [S, splits, G, d] unnormalized
-  float* part_ml = nullptr;  // [S, splits, G, 2] (max in log2 units, sum)
-  bf16* out = nullptr;       // [B, Hq, d] merged outputs
-  float* lse = nullptr;      // [B, Hq] or null
-  float* out_f32 = nullptr;  // [B, Hq, d] or null
+  float* part_o = nullptr;    // [S, splits, G, d] unnormalized
+  float* part_ml = nullptr;   // [S, splits, G, 2] (max in log2 units, sum)
+  bf16* out = nullptr;        // [B, Hq, d] merged outputs
+  float* lse = nullptr;       // [B, Hq] or null
+  float* out_f32 = nullptr;   // [B, Hq, d] or null
   DecodeStepScoreArgs score;  // the fused step scores (score.acc null: none)
 };
 
@@ -582,10 +582,9 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
                                     int sm_count, cudaStream_t stream,
                                     const DecodeStepScoreArgs* scores) {
   if (a.B <= 0 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.max_len <= 0) return cudaErrorInvalidValue;
-  if (scores != nullptr &&
-      (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
-       scores->acc == nullptr || scores->counters == nullptr || scores->kind < 0 ||
-       scores->kind > 4))
+  if (scores != nullptr && (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
+                            scores->acc == nullptr || scores->counters == nullptr ||
+                            scores->kind < 0 || scores->kind > 4))
     return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;

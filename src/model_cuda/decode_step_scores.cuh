@@ -38,17 +38,17 @@ enum class RowNeeds : int {
 };
 
 __host__ __device__ constexpr RowNeeds row_needs(int kind) {
-  return kind == 2                 ? RowNeeds::kNorm
+  return kind == 2                ? RowNeeds::kNorm
          : kind == 1 || kind == 3 ? RowNeeds::kDist
-         : kind == 4               ? RowNeeds::kDistVdiff
-                                   : RowNeeds::kLogits;
+         : kind == 4              ? RowNeeds::kDistVdiff
+                                  : RowNeeds::kLogits;
 }
 
 // One segment's rows as the scoring threads see them.
 struct SegmentRows {
-  const float* a_s = nullptr;    // [G][D] shared: the merged attention outputs of the segment
-  const float* lse_s = nullptr;  // [G] shared
-  const float* z = nullptr;      // [rows, G] the step logits (global, written by every split)
+  const float* a_s = nullptr;        // [G][D] shared: the merged attention outputs of the segment
+  const float* lse_s = nullptr;      // [G] shared
+  const float* z = nullptr;          // [rows, G] the step logits (global, written by every split)
   const __nv_bfloat16* v = nullptr;  // [rows, D]
   float* acc = nullptr;              // [rows] running accumulators
   int64_t base = 0, len = 0;         // rows base .. base + len - 1
@@ -110,7 +110,8 @@ __device__ void score_segment_rows(const SegmentRows& s, int tid, int nthreads) 
     float sum = 0.f;
 #pragma unroll
     for (int h = 0; h < MG; ++h)
-      if (h < G) sum += terms::pair_term_dist(method, z[h], s.lse_s[h], v2, dist[h], vdiff[h], s.floor);
+      if (h < G)
+        sum += terms::pair_term_dist(method, z[h], s.lse_s[h], v2, dist[h], vdiff[h], s.floor);
     const float mean = sum / static_cast<float>(G);
     s.acc[row] = s.replace ? mean : s.acc[row] + mean;
   }

@@ -48,7 +48,8 @@ SegmentRef reference_segment(const std::vector<float>& q, const std::vector<floa
     double m = -INFINITY;
     for (int64_t j = 0; j < len; ++j) {
       double dot = 0;
-      for (int i = 0; i < d; ++i) dot += static_cast<double>(q[(h0 + h) * d + i]) * k[(base + j) * d + i];
+      for (int i = 0; i < d; ++i)
+        dot += static_cast<double>(q[(h0 + h) * d + i]) * k[(base + j) * d + i];
       r.z[j * G + h] = dot * scale;
       m = std::max(m, dot * scale);
     }
@@ -88,8 +89,8 @@ double reference_score(int kind, const SegmentRef& r, const std::vector<double>&
 void run_case(const Case& c, int sm_count) {
   const int Hq = c.Hkv * c.G, S = c.B * c.Hkv, d = c.d;
   ASSERT_EQ(static_cast<int>(c.lens.size()), S);
-  SCOPED_TRACE(::testing::Message() << "B " << c.B << " Hkv " << c.Hkv << " G " << c.G << " d "
-                                    << d << " sm_count " << sm_count);
+  SCOPED_TRACE(::testing::Message() << "B " << c.B << " Hkv " << c.Hkv << " G " << c.G << " d " << d
+                                    << " sm_count " << sm_count);
   // Segments with spare rows between them (capacity len + 3), as the runtime's varlen cache.
   std::vector<int64_t> off(S + 1, 0);
   int64_t max_len = 0;
@@ -100,7 +101,8 @@ void run_case(const Case& c, int sm_count) {
   const int64_t rows = off[S];
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const auto q = cuda::testing::round_to(
-      kvevict::testing::normal_floats(static_cast<size_t>(c.B) * Hq * d, c.seed, 1.5f), DType::kBF16);
+      kvevict::testing::normal_floats(static_cast<size_t>(c.B) * Hq * d, c.seed, 1.5f),
+      DType::kBF16);
   const auto k = cuda::testing::round_to(
       kvevict::testing::normal_floats(rows * d, c.seed + 1, 1.0f), DType::kBF16);
   const auto v = cuda::testing::round_to(
@@ -218,7 +220,8 @@ void run_case(const Case& c, int sm_count) {
         double own_max = 0, full_max = 0;
         for (int64_t j = 0; j < len; ++j) {
           own[j] = reference_score(kind, refs[s], lse_k, a_k, v, off[s] + j, j, c.G, d);
-          full[j] = reference_score(kind, refs[s], refs[s].lse, refs[s].a, v, off[s] + j, j, c.G, d);
+          full[j] =
+              reference_score(kind, refs[s], refs[s].lse, refs[s].a, v, off[s] + j, j, c.G, d);
           own_max = std::max(own_max, std::abs(own[j]));
           full_max = std::max(full_max, std::abs(full[j]));
         }
@@ -226,9 +229,11 @@ void run_case(const Case& c, int sm_count) {
           const int64_t row = off[s] + j;
           const double base = replace ? 0.0 : acc0[row];
           const double step = got[0][row] - base;
-          ASSERT_NEAR(step, own[j], 2e-4 * std::abs(own[j]) + 1e-5 * own_max + 2e-6 * std::abs(base))
+          ASSERT_NEAR(step, own[j],
+                      2e-4 * std::abs(own[j]) + 1e-5 * own_max + 2e-6 * std::abs(base))
               << "segment " << s << " (len " << len << ") row " << j << " own-a reference";
-          ASSERT_NEAR(step, full[j], 5e-2 * std::abs(full[j]) + 5e-3 * full_max + 2e-6 * std::abs(base))
+          ASSERT_NEAR(step, full[j],
+                      5e-2 * std::abs(full[j]) + 5e-3 * full_max + 2e-6 * std::abs(base))
               << "segment " << s << " (len " << len << ") row " << j << " double reference";
         }
         // Rows outside the segments (the spare capacity) are untouched.
@@ -236,7 +241,8 @@ void run_case(const Case& c, int sm_count) {
           ASSERT_EQ(got[0][row], acc0[row]) << "spare row " << row << " of segment " << s;
         if (kind == 0) {  // the attention sum of a segment is the mean of G softmaxes: 1
           double total = 0;
-          for (int64_t j = 0; j < len; ++j) total += got[0][off[s] + j] - (replace ? 0.0 : acc0[off[s] + j]);
+          for (int64_t j = 0; j < len; ++j)
+            total += got[0][off[s] + j] - (replace ? 0.0 : acc0[off[s] + j]);
           EXPECT_NEAR(total, 1.0, 1e-3 + 1e-6 * len) << "segment " << s;
         }
       }
