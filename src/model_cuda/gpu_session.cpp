@@ -534,9 +534,8 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
     // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included),
     // inside the attention launch when that kernel covers the shape and the batch has segments
     // for every SM, else a second kernel.
-    const int min_segments = opt.scores_in_attention_min_segments > 0
-                                 ? opt.scores_in_attention_min_segments
-                                 : sm_count;
+    const int min_segments =
+        opt.scores_in_attention_min_segments > 0 ? opt.scores_in_attention_min_segments : sm_count;
     const bool in_attention = fused && opt.scores_in_attention &&
                               detail::decode_step_scores_fusable(da.d, da.Hq / da.Hkv) &&
                               B * da.Hkv >= min_segments;

@@ -388,7 +388,8 @@ TEST(GpuRuntimeDecodeEviction, FusedScoresEqualUnfused) {
         separate.decode({tok});
         unfused.decode({tok});
         for (int l = 0; l < c.n_layers; ++l) {
-          ASSERT_EQ(in_attention.kv_rows(l), unfused.kv_rows(l)) << "step " << step << " layer " << l;
+          ASSERT_EQ(in_attention.kv_rows(l), unfused.kv_rows(l))
+              << "step " << step << " layer " << l;
           ASSERT_EQ(separate.kv_rows(l), unfused.kv_rows(l)) << "step " << step << " layer " << l;
         }
         expect_close_logits(in_attention.logits(), unfused.logits(), 1e-3, score);
