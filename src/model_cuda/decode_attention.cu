@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "cuda/common.cuh"
+#include "cuda/kv_tile_copy.cuh"
 #include "cuda/window_traits.cuh"
 #include "model_cuda/decode_step_scores.cuh"
 #include "model_cuda/launchers.h"
@@ -282,16 +283,13 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     const T* src = valid ? q + (static_cast<int64_t>(b) * a.Hq + hk * G + row) * D + ch * 8 : q;
     cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
   }
+  // The window kernels' tile schedule (thread -> 16-byte chunk, rows past the split's end zeroed);
+  // an empty split copies nothing, so its first row may lie past the segment.
+  const int64_t first_row = num_tiles > 0 ? (base + key_begin) * D : 0;
+  const KvTileCopy<Tr> copy(a.k + first_row, a.v + first_row, D, tid);
+  const int split_keys = num_tiles > 0 ? static_cast<int>(key_end - key_begin) : 0;
   auto load_tile = [&](int tile, int stage) {
-    const int64_t start = key_begin + static_cast<int64_t>(tile) * TK;
-    for (int c = tid; c < TK * kChunks; c += Tr::kThreads) {
-      const int key = c / kChunks, ch = c % kChunks;
-      const int64_t j = start + key;
-      const bool valid = j < key_end;
-      const int64_t off = valid ? (base + j) * D + ch * 8 : 0;
-      cp_async_16(k_s + (stage * TK + key) * S + ch * 8, a.k + off, valid ? 16 : 0);
-      cp_async_16(v_s + (stage * TK + key) * S + ch * 8, a.v + off, valid ? 16 : 0);
-    }
+    copy.template load<true>(k_s + stage * TK * S, v_s + stage * TK * S, tile, split_keys);
   };
   if (num_tiles > 0) load_tile(0, 0);
   cp_async_commit();
