@@ -45,6 +45,8 @@ struct Args {
   std::string decode_score;  // empty = no decode-time eviction
   int64_t decode_slack = 16;
   bool fused_scores = true;  // --unfused-scores: the step scores re-read K and V
+  bool scores_in_attention = true;  // --separate-scores: a second kernel after the attention
+  int fuse_min_segments = 0;        // --fuse-min-segments N (0: the SM count; 1: always fuse)
   std::string json;
 };
 
@@ -90,6 +92,9 @@ Args parse(int argc, char** argv) {
           "  --decode-score S       also run decode-time eviction with score S\n"
           "  --decode-slack N       rows over budget before a decode-time cut (default 16)\n"
           "  --unfused-scores       decode scores recompute q.k instead of reading exported logits\n"
+          "  --separate-scores      decode scores in a kernel after the attention, not inside it\n"
+          "  --fuse-min-segments N  fuse the scores into the attention from N KV-head segments\n"
+          "                         (B x Hkv; default 0 = the SM count, 1 = always)\n"
           "  --json FILE            write every number as JSON\n");
       std::exit(0);
     }
@@ -127,6 +132,10 @@ Args parse(int argc, char** argv) {
       a.decode_slack = std::stoll(v());
     else if (k == "--unfused-scores")
       a.fused_scores = false;
+    else if (k == "--separate-scores")
+      a.scores_in_attention = false;
+    else if (k == "--fuse-min-segments")
+      a.fuse_min_segments = std::stoi(v());
     else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -313,6 +322,8 @@ int main(int argc, char** argv) {
       go.decode_room = room;
       go.prefill_chunk = a.chunk;
       go.fused_decode_scores = a.fused_scores;
+      go.scores_in_attention = a.scores_in_attention;
+      go.scores_in_attention_min_segments = a.fuse_min_segments;
       gpu::GpuSession s(model, go);
       const EvictConfig ev = evict_for(b, Ld);
       s.prefill(prompt, ev);
@@ -353,6 +364,8 @@ int main(int argc, char** argv) {
         go.decode_room = room;
         go.prefill_chunk = a.chunk;
         go.fused_decode_scores = a.fused_scores;
+        go.scores_in_attention = a.scores_in_attention;
+        go.scores_in_attention_min_segments = a.fuse_min_segments;
         gpu::GpuSession s(model, go);
         const EvictConfig ev = evict_for(b, Ld);
         s.prefill(prompt, ev);

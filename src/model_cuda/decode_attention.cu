@@ -16,7 +16,9 @@
 #include <cstdlib>
 
 #include "cuda/common.cuh"
+#include "cuda/kv_tile_copy.cuh"
 #include "cuda/window_traits.cuh"
+#include "model_cuda/decode_step_scores.cuh"
 #include "model_cuda/launchers.h"
 
 namespace kvevict::gpu::detail {
@@ -48,9 +50,50 @@ struct Params {
   int group = 1, splits = 1;
   int64_t keys_per_split = 0;
   float scale_log2 = 0;
-  float* part_o = nullptr;   // [S, splits, G, d] unnormalized
-  float* part_ml = nullptr;  // [S, splits, G, 2] (max in log2 units, sum)
+  float* part_o = nullptr;    // [S, splits, G, d] unnormalized
+  float* part_ml = nullptr;   // [S, splits, G, 2] (max in log2 units, sum)
+  bf16* out = nullptr;        // [B, Hq, d] merged outputs
+  float* lse = nullptr;       // [B, Hq] or null
+  float* out_f32 = nullptr;   // [B, Hq, d] or null
+  DecodeStepScoreArgs score;  // the fused step scores (score.acc null: none)
 };
+
+// Merges the splits of query head hq of segment seg into out / lse / out_f32 (and a_s, lse_s when
+// set: the fused scores' shared copies), one warp: lanes over splits for the max and sum, over
+// dims for the output. The partials may come from other blocks of the same launch: read through
+// L2 (__ldcg).
+__device__ void merge_head(const Params& p, int seg, int hq, int lane, float* a_s, float* lse_s) {
+  const DecodeAttentionArgs& a = p.a;
+  const int b = seg / a.Hkv, g = seg % a.Hkv;
+  const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
+  auto prow = [&](int s) { return (static_cast<int64_t>(seg) * p.splits + s) * p.group + hq; };
+  float m_all = -INFINITY;
+  for (int s = lane; s < p.splits; s += 32) m_all = fmaxf(m_all, __ldcg(p.part_ml + prow(s) * 2));
+  for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
+  float l_all = 0.f;
+  if (m_all != -INFINITY)
+    for (int s = lane; s < p.splits; s += 32)
+      l_all += exp2f(__ldcg(p.part_ml + prow(s) * 2) - m_all) * __ldcg(p.part_ml + prow(s) * 2 + 1);
+  for (int o = 16; o > 0; o >>= 1) l_all += __shfl_xor_sync(0xffffffffu, l_all, o);
+  const float lse_h = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
+  if (lane == 0) {
+    if (p.lse != nullptr) p.lse[h] = lse_h;
+    if (lse_s != nullptr) lse_s[hq] = lse_h;
+  }
+  const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
+  for (int c = lane; c < a.d; c += 32) {
+    float acc = 0.f;
+    if (m_all != -INFINITY)
+      for (int s = 0; s < p.splits; ++s) {
+        const float ms = __ldcg(p.part_ml + prow(s) * 2);
+        if (ms != -INFINITY) acc += exp2f(ms - m_all) * __ldcg(p.part_o + prow(s) * a.d + c);
+      }
+    const float o = acc * inv_l;
+    p.out[h * a.d + c] = __float2bfloat16_rn(o);
+    if (p.out_f32 != nullptr) p.out_f32[h * a.d + c] = o;
+    if (a_s != nullptr) a_s[hq * a.d + c] = o;
+  }
+}
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p) {
@@ -203,7 +246,8 @@ constexpr size_t mma_smem_bytes() {
   return q + (kv > merge ? kv : merge);
 }
 
-template <class Tr, bool kZ>
+// kScoreG > 0: the fused step scores (the logits are exported too); kScoreG bounds the group.
+template <class Tr, bool kZ, int kScoreG>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
   using namespace kvevict::cuda::detail;
   using T = bf16;
@@ -239,16 +283,13 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     const T* src = valid ? q + (static_cast<int64_t>(b) * a.Hq + hk * G + row) * D + ch * 8 : q;
     cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
   }
+  // The window kernels' tile schedule (thread -> 16-byte chunk, rows past the split's end zeroed);
+  // an empty split copies nothing, so its first row may lie past the segment.
+  const int64_t first_row = num_tiles > 0 ? (base + key_begin) * D : 0;
+  const KvTileCopy<Tr> copy(a.k + first_row, a.v + first_row, D, tid);
+  const int split_keys = num_tiles > 0 ? static_cast<int>(key_end - key_begin) : 0;
   auto load_tile = [&](int tile, int stage) {
-    const int64_t start = key_begin + static_cast<int64_t>(tile) * TK;
-    for (int c = tid; c < TK * kChunks; c += Tr::kThreads) {
-      const int key = c / kChunks, ch = c % kChunks;
-      const int64_t j = start + key;
-      const bool valid = j < key_end;
-      const int64_t off = valid ? (base + j) * D + ch * 8 : 0;
-      cp_async_16(k_s + (stage * TK + key) * S + ch * 8, a.k + off, valid ? 16 : 0);
-      cp_async_16(v_s + (stage * TK + key) * S + ch * 8, a.v + off, valid ? 16 : 0);
-    }
+    copy.template load<true>(k_s + stage * TK * S, v_s + stage * TK * S, tile, split_keys);
   };
   if (num_tiles > 0) load_tile(0, 0);
   cp_async_commit();
@@ -405,38 +446,49 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
       p.part_ml[(part + row) * 2 + 1] = l_all;
     }
   }
+  if constexpr (kScoreG > 0) {
+    // Arrival: every thread's partial and logit stores are made visible device-wide before the
+    // block counts itself; the block that brings the count to `splits` is the last one of its
+    // segment (every other split has published), resets the counter for the next launch, merges
+    // and scores. No block ever waits for another, so residency does not matter.
+    __shared__ bool last_s;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned prev = atomicAdd(p.score.counters + seg, 1u);
+      last_s = prev == static_cast<unsigned>(p.splits - 1);
+      if (last_s) atomicExch(p.score.counters + seg, 0u);
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    float* a_s = reinterpret_cast<float*>(smem);  // [G][D]: q_s and k_s are dead
+    float* lse_s = a_s + kScoreG * D;             // [G]
+    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head(p, seg, hq, lane, a_s, lse_s);
+    __syncthreads();
+    SegmentRows rows;
+    rows.a_s = a_s;
+    rows.lse_s = lse_s;
+    rows.z = a.z_out;
+    rows.v = a.v;
+    rows.acc = p.score.acc;
+    rows.base = base;
+    rows.len = len;
+    rows.G = G;
+    rows.kind = p.score.kind;
+    rows.replace = p.score.replace;
+    rows.floor = p.score.one_minus_p_floor;
+    score_segment<D, kScoreG>(rows, tid, Tr::kThreads);
+  }
 }
 
 // One warp per (sequence, query head): combines the splits into out (bf16) and lse.
-__global__ void decode_merge_kernel(Params p, bf16* out, float* lse, float* out_f32) {
+__global__ void decode_merge_kernel(Params p) {
   const DecodeAttentionArgs& a = p.a;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= a.B * a.Hq) return;
   const int b = warp / a.Hq, h = warp % a.Hq;
-  const int g = h / p.group, hq = h % p.group;
-  const int seg = b * a.Hkv + g;
-  auto prow = [&](int s) { return (static_cast<int64_t>(seg) * p.splits + s) * p.group + hq; };
-  float m_all = -INFINITY;
-  for (int s = lane; s < p.splits; s += 32) m_all = fmaxf(m_all, p.part_ml[prow(s) * 2]);
-  for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
-  float l_all = 0.f;
-  if (m_all != -INFINITY)
-    for (int s = lane; s < p.splits; s += 32)
-      l_all += exp2f(p.part_ml[prow(s) * 2] - m_all) * p.part_ml[prow(s) * 2 + 1];
-  for (int o = 16; o > 0; o >>= 1) l_all += __shfl_xor_sync(0xffffffffu, l_all, o);
-  if (lse != nullptr && lane == 0)
-    lse[warp] = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
-  const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
-  for (int c = lane; c < a.d; c += 32) {
-    float acc = 0.f;
-    if (m_all != -INFINITY)
-      for (int s = 0; s < p.splits; ++s) {
-        const float ms = p.part_ml[prow(s) * 2];
-        if (ms != -INFINITY) acc += exp2f(ms - m_all) * p.part_o[prow(s) * a.d + c];
-      }
-    out[static_cast<int64_t>(warp) * a.d + c] = __float2bfloat16_rn(acc * inv_l);
-    if (out_f32 != nullptr) out_f32[static_cast<int64_t>(warp) * a.d + c] = acc * inv_l;
-  }
+  merge_head(p, b * a.Hkv + h / p.group, h % p.group, lane, nullptr, nullptr);
 }
 
 struct Plan {
@@ -468,19 +520,32 @@ bool use_simt() {
   return simt;
 }
 
+template <class Tr, bool kZ, int kScoreG>
+cudaError_t launch_mma(const Params& p, cudaStream_t stream) {
+  constexpr size_t smem = mma_smem_bytes<Tr>();
+  static_assert(kScoreG * (Tr::kD + 1) * sizeof(float) <= smem, "fused scores' a and lse fit");
+  auto kernel = decode_attention_mma_kernel<Tr, kZ, kScoreG>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(p.a.B * p.a.Hkv, p.splits), Tr::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <int D>
-cudaError_t launch_d(const Params& p, bf16* out, float* lse, float* out_f32, cudaStream_t stream) {
+cudaError_t launch_d(const Params& p, cudaStream_t stream) {
+  using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
+  if (p.score.acc != nullptr) {  // one launch: attention, merge, step scores
+    if (p.group <= 4) return launch_mma<Tr, true, 4>(p, stream);
+    if (p.group <= 8) return launch_mma<Tr, true, 8>(p, stream);
+    return launch_mma<Tr, true, 16>(p, stream);
+  }
   const dim3 grid(p.a.B * p.a.Hkv, p.splits);
   if (D == 256 && (use_simt() || p.group > 16)) return cudaErrorInvalidValue;  // mma kernel only
+  cudaError_t err = cudaSuccess;
   if (!use_simt() && p.group <= 16) {
-    using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
-    constexpr size_t smem = mma_smem_bytes<Tr>();
-    auto kernel = p.a.z_out != nullptr ? decode_attention_mma_kernel<Tr, true>
-                                       : decode_attention_mma_kernel<Tr, false>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-    kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
+    err = p.a.z_out != nullptr ? launch_mma<Tr, true, 0>(p, stream)
+                               : launch_mma<Tr, false, 0>(p, stream);
   } else if constexpr (D <= 128) {
     if (p.group <= 4) {
       decode_attention_kernel<DecodeTraits<D, 4>><<<grid, 128, 0, stream>>>(p);
@@ -489,11 +554,11 @@ cudaError_t launch_d(const Params& p, bf16* out, float* lse, float* out_f32, cud
     } else {
       return cudaErrorInvalidValue;
     }
+    err = cudaGetLastError();
   }
-  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const int warps = p.a.B * p.a.Hq;
-  decode_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p, out, lse, out_f32);
+  decode_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -506,10 +571,19 @@ size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max
   return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
 }
 
+bool decode_step_scores_fusable(int d, int group) {
+  return (d == 64 || d == 128 || d == 256) && group >= 1 && group <= 16;
+}
+
 cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
                                     float* out_f32, void* scratch, size_t scratch_bytes,
-                                    int sm_count, cudaStream_t stream) {
+                                    int sm_count, cudaStream_t stream,
+                                    const DecodeStepScoreArgs* scores) {
   if (a.B <= 0 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.max_len <= 0) return cudaErrorInvalidValue;
+  if (scores != nullptr && (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
+                            scores->acc == nullptr || scores->counters == nullptr ||
+                            scores->kind < 0 || scores->kind > 4))
+    return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
   const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count);
@@ -523,13 +597,17 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
   char* base = static_cast<char*>(scratch);
   p.part_o = reinterpret_cast<float*>(base);
   p.part_ml = reinterpret_cast<float*>(base + (rows * a.d * sizeof(float) + 255) / 256 * 256);
+  p.out = out;
+  p.lse = lse;
+  p.out_f32 = out_f32;
+  if (scores != nullptr) p.score = *scores;
   switch (a.d) {
     case 64:
-      return launch_d<64>(p, out, lse, out_f32, stream);
+      return launch_d<64>(p, stream);
     case 128:
-      return launch_d<128>(p, out, lse, out_f32, stream);
+      return launch_d<128>(p, stream);
     case 256:
-      return launch_d<256>(p, out, lse, out_f32, stream);
+      return launch_d<256>(p, stream);
   }
   return cudaErrorInvalidValue;
 }

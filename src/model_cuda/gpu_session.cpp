@@ -170,6 +170,8 @@ void GpuSessionOptions::validate() const {
   KVEVICT_CHECK(max_prompt >= 1, "max_prompt ", max_prompt, " is invalid; expected >= 1");
   KVEVICT_CHECK(decode_room >= 0, "decode_room ", decode_room, " is invalid; expected >= 0");
   KVEVICT_CHECK(prefill_chunk >= 1, "prefill chunk ", prefill_chunk, " is invalid; expected >= 1");
+  KVEVICT_CHECK(scores_in_attention_min_segments >= 0, "scores_in_attention_min_segments ",
+                scores_in_attention_min_segments, " is invalid; expected >= 0 (0 = the SM count)");
 }
 
 struct GpuSession::Impl {
@@ -207,6 +209,7 @@ struct GpuSession::Impl {
   DeviceBuffer scratch;  // attention split partials (grow-only)
   DeviceBuffer sample_scratch, draws;  // sampling sort buffers, uniform draws [batch] f64
   DeviceBuffer zbuf;              // [rows, G] f32 step logits of the layer being scored (grow-only)
+  DeviceBuffer step_counters;     // [B Hkv] u32 arrival counters of the fused step scores (zeroed)
   DeviceBuffer blas_ws;           // cuBLAS workspace
   int32_t* pos_pinned = nullptr;  // [batch] pinned staging of decode positions
   int32_t* tok_pinned = nullptr;  // [batch] pinned staging of decode tokens
@@ -503,12 +506,61 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
       scratch.ensure(need, "decode attention scratch");
     }
-    KVEVICT_GPU_CHECK(detail::launch_decode_attention(
-        da, attn.as<bf16>(), score_layer ? lse.as<float>() : nullptr,
-        score_layer ? attn_f.as<float>() : nullptr, scratch.get(), scratch.bytes(), sm_count,
-        stream));
+    int kind = 0;
+    bool replace = false;
     if (score_layer) {
-      // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included).
+      switch (dopt.score) {
+        case DecodeScore::kAttentionSum:
+          kind = 0;
+          break;
+        case DecodeScore::kTOVA:
+          kind = 0;
+          replace = true;
+          break;
+        case DecodeScore::kDropKV:
+          kind = 1;
+          break;
+        case DecodeScore::kObcacheV:
+          kind = 2;
+          break;
+        case DecodeScore::kObcacheK:
+          kind = 3;
+          break;
+        case DecodeScore::kObcacheVK:
+          kind = 4;
+          break;
+      }
+    }
+    // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included),
+    // inside the attention launch when that kernel covers the shape and the batch has segments
+    // for every SM, else a second kernel.
+    const int min_segments =
+        opt.scores_in_attention_min_segments > 0 ? opt.scores_in_attention_min_segments : sm_count;
+    const bool in_attention = fused && opt.scores_in_attention &&
+                              detail::decode_step_scores_fusable(da.d, da.Hq / da.Hkv) &&
+                              B * da.Hkv >= min_segments;
+    detail::DecodeStepScoreArgs fs;
+    if (in_attention) {
+      const size_t cb = static_cast<size_t>(B) * Hkv * 4;
+      if (step_counters.bytes() < cb) {
+        KVEVICT_GPU_CHECK(cudaStreamSynchronize(stream));
+        step_counters.ensure(cb, "decode step-score counters");
+        KVEVICT_GPU_CHECK(cudaMemsetAsync(step_counters.get(), 0, step_counters.bytes(), stream));
+      }
+      fs.acc = C.acc.as<float>();
+      fs.counters = step_counters.as<uint32_t>();
+      fs.kind = kind;
+      fs.replace = replace;
+      fs.one_minus_p_floor = static_cast<float>(dopt.one_minus_p_floor);
+    }
+    // The separate score kernel reads a (f32) and lse from global memory; the fused one keeps
+    // them in shared memory.
+    const bool export_a = score_layer && !in_attention;
+    KVEVICT_GPU_CHECK(detail::launch_decode_attention(
+        da, attn.as<bf16>(), export_a ? lse.as<float>() : nullptr,
+        export_a ? attn_f.as<float>() : nullptr, scratch.get(), scratch.bytes(), sm_count, stream,
+        in_attention ? &fs : nullptr));
+    if (score_layer && !in_attention) {
       detail::DecodeScoreArgs sa;
       sa.q = qh.as<bf16>();
       sa.out = attn_f.as<float>();
@@ -525,27 +577,8 @@ void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
       sa.d = static_cast<int>(d);
       sa.scale = dopt.scale;
       sa.one_minus_p_floor = static_cast<float>(dopt.one_minus_p_floor);
-      switch (dopt.score) {
-        case DecodeScore::kAttentionSum:
-          sa.kind = 0;
-          break;
-        case DecodeScore::kTOVA:
-          sa.kind = 0;
-          sa.replace = true;
-          break;
-        case DecodeScore::kDropKV:
-          sa.kind = 1;
-          break;
-        case DecodeScore::kObcacheV:
-          sa.kind = 2;
-          break;
-        case DecodeScore::kObcacheK:
-          sa.kind = 3;
-          break;
-        case DecodeScore::kObcacheVK:
-          sa.kind = 4;
-          break;
-      }
+      sa.kind = kind;
+      sa.replace = replace;
       KVEVICT_GPU_CHECK(detail::launch_decode_scores(sa, max_len, stream));
     }
     project_into_residual(attn.as<bf16>(), B, L.wo, Hq * d, L.post_attn_norm);

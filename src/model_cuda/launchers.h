@@ -108,12 +108,29 @@ struct DecodeAttentionArgs {
   // query heads of its KV head (row-major by cache row), for the decode-time step scores.
   float* z_out = nullptr;
 };
+// The decode-time step scores fused into the decode attention (one launch: attention, split merge,
+// the w = 1 score of every row as launch_decode_scores computes it). The last split block of each
+// segment to finish merges and scores the segment; per-segment arrival counters find it.
+struct DecodeStepScoreArgs {
+  float* acc = nullptr;  // [rows] running accumulators
+  // [B Hkv] arrival counters: zero before the first launch; every complete launch leaves them
+  // zero again (the last block of a segment resets its counter).
+  uint32_t* counters = nullptr;
+  int kind = 0;  // as DecodeScoreArgs::kind
+  bool replace = false;
+  float one_minus_p_floor = 1e-12f;
+};
+// Whether the fused kernel covers head dim d and GQA group `group` (the tensor-core kernel: d 64,
+// 128, 256 and group <= 16).
+bool decode_step_scores_fusable(int d, int group);
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len, int sm_count);
 // out [B, Hq d] bf16 (the o-projection's input); lse [B, Hq] f32 and out_f32 [B, Hq, d] (the
-// unrounded outputs a, for decode-time scores) may be null.
+// unrounded outputs a, for decode-time scores) may be null. scores non-null: the step scores in
+// the same launch (needs a.z_out and decode_step_scores_fusable; KVEVICT_DECODE_SIMT is ignored).
 cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
                                     float* out_f32, void* scratch, size_t scratch_bytes,
-                                    int sm_count, cudaStream_t stream);
+                                    int sm_count, cudaStream_t stream,
+                                    const DecodeStepScoreArgs* scores = nullptr);
 
 // --- decode_scores.cu ----------------------------------------------------------------------------
 // The w = 1 step score of every cached row (DecodeEvictor::accumulate): per segment s = b Hkv + g

@@ -352,9 +352,10 @@ TEST(GpuRuntimeDecodeEviction, TovaMatchesCpu) {
   check_decode_eviction("tova");
 }
 
-// The fused step scores (logits exported by the decode attention) against the unfused ones (q.k
-// recomputed from K): the same rows are cut at the same steps and the logits stay together, for a
-// term of each kind (attention sum: z and lse only; dropkv and obcache_vk: z, a and V).
+// The step scores three ways: inside the decode attention launch (the default), in a second
+// kernel reading the logits the attention exported, and in a second kernel recomputing q.k from
+// K: the same rows are cut at the same steps and the logits stay together, for a term of each
+// kind (attention sum: z and lse only; dropkv and obcache_vk: z, a and V).
 TEST(GpuRuntimeDecodeEviction, FusedScoresEqualUnfused) {
   KVEVICT_REQUIRE_GPU();
   for (Arch arch : {Arch::kLlama, Arch::kQwen2}) {
@@ -372,21 +373,31 @@ TEST(GpuRuntimeDecodeEviction, FusedScoresEqualUnfused) {
       gpu::GpuSessionOptions go;
       go.max_prompt = 311;
       go.decode_room = 4;
-      gpu::GpuSession fused(gm, go);
+      go.scores_in_attention_min_segments = 1;  // 2 segments: fused only when forced
+      gpu::GpuSession in_attention(gm, go);
+      go.scores_in_attention = false;
+      gpu::GpuSession separate(gm, go);
       go.fused_decode_scores = false;
       gpu::GpuSession unfused(gm, go);
-      fused.prefill(prompt, ev);
+      in_attention.prefill(prompt, ev);
+      separate.prefill(prompt, ev);
       unfused.prefill(prompt, ev);
       for (int step = 0; step < 14; ++step) {
         const int32_t tok = prompt_ids(1, c.vocab_size, 900 + step)[0];
-        fused.decode({tok});
+        in_attention.decode({tok});
+        separate.decode({tok});
         unfused.decode({tok});
-        for (int l = 0; l < c.n_layers; ++l)
-          ASSERT_EQ(fused.kv_rows(l), unfused.kv_rows(l)) << "step " << step << " layer " << l;
-        expect_close_logits(fused.logits(), unfused.logits(), 1e-3, score);
+        for (int l = 0; l < c.n_layers; ++l) {
+          ASSERT_EQ(in_attention.kv_rows(l), unfused.kv_rows(l))
+              << "step " << step << " layer " << l;
+          ASSERT_EQ(separate.kv_rows(l), unfused.kv_rows(l)) << "step " << step << " layer " << l;
+        }
+        expect_close_logits(in_attention.logits(), unfused.logits(), 1e-3, score);
+        expect_close_logits(separate.logits(), unfused.logits(), 1e-3, score);
       }
-      EXPECT_EQ(fused.stats().decode_evictions, unfused.stats().decode_evictions);
-      EXPECT_GT(fused.stats().decode_evictions, 0);
+      EXPECT_EQ(in_attention.stats().decode_evictions, unfused.stats().decode_evictions);
+      EXPECT_EQ(separate.stats().decode_evictions, unfused.stats().decode_evictions);
+      EXPECT_GT(unfused.stats().decode_evictions, 0);
     }
   }
 }

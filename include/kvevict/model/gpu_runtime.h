@@ -69,6 +69,15 @@ struct GpuSessionOptions {
   // read them (no second read of K; none of K or V for h2o / tova). false: the scores recompute
   // q.k from K (the earlier path, kept for comparisons).
   bool fused_decode_scores = true;
+  // With fused_decode_scores: the step scores run inside the decode attention launch (the last
+  // split block of each KV head's segment merges and scores it) where that kernel covers the
+  // shape (head dim 64 / 128 / 256, GQA group <= 16) and the batch has at least
+  // scores_in_attention_min_segments KV-head segments (B x Hkv; 0 = the GPU's SM count: with
+  // fewer segments than SMs the last block's scoring of each segment is a tail with most SMs idle,
+  // which the separate kernel, a block per 32 rows, does not have; 1 = always).
+  // false: always the second kernel (session 3's path, kept for comparisons).
+  bool scores_in_attention = true;
+  int scores_in_attention_min_segments = 0;
   void validate() const;
 };
 

@@ -1,0 +1,293 @@
+// The decode attention with the step scores fused into its launch (launch_decode_attention with
+// DecodeStepScoreArgs) against a double reference: every score kind, odd segment lengths (1, 17,
+// thousands), one and many key splits, GQA groups 1 / 3 / 4 / 8 / 16, head dims 64 / 128 / 256.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_testing.h"
+#include "kvevict/score_terms.h"
+#include "model_cuda/launchers.h"
+#include "support/testing.h"
+
+namespace kvevict::gpu {
+namespace {
+
+using cuda::testing::DeviceBuffer;
+using detail::bf16;
+
+struct Case {
+  int B, Hkv, G, d;
+  std::vector<int32_t> lens;  // [B Hkv] rows per segment
+  uint64_t seed;
+};
+
+const char* kind_name(int kind, bool replace) {
+  static const char* names[] = {"h2o", "dropkv", "obcache_v", "obcache_k", "obcache_vk"};
+  return replace ? "tova" : names[kind];
+}
+
+// The double reference of one segment's heads: logits z [len][G], lse [G], outputs a [G][d].
+struct SegmentRef {
+  std::vector<double> z, lse, a;
+};
+
+SegmentRef reference_segment(const std::vector<float>& q, const std::vector<float>& k,
+                             const std::vector<float>& v, int64_t base, int64_t len, int64_t h0,
+                             int G, int d, double scale) {
+  SegmentRef r;
+  r.z.assign(len * G, 0.0);
+  r.lse.assign(G, -INFINITY);
+  r.a.assign(static_cast<size_t>(G) * d, 0.0);
+  for (int h = 0; h < G; ++h) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < len; ++j) {
+      double dot = 0;
+      for (int i = 0; i < d; ++i)
+        dot += static_cast<double>(q[(h0 + h) * d + i]) * k[(base + j) * d + i];
+      r.z[j * G + h] = dot * scale;
+      m = std::max(m, dot * scale);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < len; ++j) sum += std::exp(r.z[j * G + h] - m);
+    r.lse[h] = m + std::log(sum);
+    for (int64_t j = 0; j < len; ++j) {
+      const double p = std::exp(r.z[j * G + h] - r.lse[h]);
+      for (int i = 0; i < d; ++i) r.a[h * d + i] += p * v[(base + j) * d + i];
+    }
+  }
+  return r;
+}
+
+// Mean over the G heads of the kind's term for row j, from z, lse and a given in double (the
+// direct ||a - v||^2 and <v, v - a>, as the reference scorer).
+double reference_score(int kind, const SegmentRef& r, const std::vector<double>& lse,
+                       const std::vector<double>& a, const std::vector<float>& v, int64_t row,
+                       int64_t j, int G, int d) {
+  const Method methods[] = {Method::kH2O, Method::kDropKV, Method::kObcacheV, Method::kObcacheK,
+                            Method::kObcacheVK};
+  double v2 = 0;
+  for (int i = 0; i < d; ++i) v2 += static_cast<double>(v[row * d + i]) * v[row * d + i];
+  double s = 0;
+  for (int h = 0; h < G; ++h) {
+    double dist2 = 0, vdiff = 0;
+    for (int i = 0; i < d; ++i) {
+      const double vi = v[row * d + i], diff = vi - a[h * d + i];
+      dist2 += diff * diff;
+      vdiff += vi * diff;
+    }
+    s += terms::pair_term_dist(methods[kind], r.z[j * G + h], lse[h], v2, dist2, vdiff, 1e-12);
+  }
+  return s / G;
+}
+
+void run_case(const Case& c, int sm_count) {
+  const int Hq = c.Hkv * c.G, S = c.B * c.Hkv, d = c.d;
+  ASSERT_EQ(static_cast<int>(c.lens.size()), S);
+  SCOPED_TRACE(::testing::Message() << "B " << c.B << " Hkv " << c.Hkv << " G " << c.G << " d " << d
+                                    << " sm_count " << sm_count);
+  // Segments with spare rows between them (capacity len + 3), as the runtime's varlen cache.
+  std::vector<int64_t> off(S + 1, 0);
+  int64_t max_len = 0;
+  for (int s = 0; s < S; ++s) {
+    off[s + 1] = off[s] + c.lens[s] + 3;
+    max_len = std::max<int64_t>(max_len, c.lens[s]);
+  }
+  const int64_t rows = off[S];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto q = cuda::testing::round_to(
+      kvevict::testing::normal_floats(static_cast<size_t>(c.B) * Hq * d, c.seed, 1.5f),
+      DType::kBF16);
+  const auto k = cuda::testing::round_to(
+      kvevict::testing::normal_floats(rows * d, c.seed + 1, 1.0f), DType::kBF16);
+  const auto v = cuda::testing::round_to(
+      kvevict::testing::normal_floats(rows * d, c.seed + 2, 1.0f), DType::kBF16);
+  const auto acc0 = kvevict::testing::random_floats(rows, c.seed + 3, 2.0f);
+
+  DeviceBuffer<uint16_t> q_d(q.size()), k_d(k.size()), v_d(v.size());
+  DeviceBuffer<int64_t> off_d(S + 1);
+  DeviceBuffer<int32_t> len_d(S);
+  DeviceBuffer<float> z_d(rows * c.G), acc_d(rows), lse_d(static_cast<size_t>(c.B) * Hq),
+      out_f32_d(static_cast<size_t>(c.B) * Hq * d);
+  DeviceBuffer<uint16_t> out_d(static_cast<size_t>(c.B) * Hq * d);
+  DeviceBuffer<uint32_t> counters_d(S);
+  const size_t scratch_bytes =
+      detail::decode_attention_scratch_bytes(c.B, Hq, c.Hkv, d, max_len, sm_count);
+  DeviceBuffer<unsigned char> scratch_d(scratch_bytes);
+  ASSERT_TRUE(q_d.ok() && k_d.ok() && v_d.ok() && z_d.ok() && acc_d.ok() && scratch_d.ok());
+  q_d.upload(cuda::testing::encode16(q, DType::kBF16));
+  k_d.upload(cuda::testing::encode16(k, DType::kBF16));
+  v_d.upload(cuda::testing::encode16(v, DType::kBF16));
+  off_d.upload(off);
+  len_d.upload(c.lens);
+  KVEVICT_ASSERT_CUDA(cudaMemset(counters_d.data(), 0, S * sizeof(uint32_t)));
+
+  detail::DecodeAttentionArgs da;
+  da.q = reinterpret_cast<const bf16*>(q_d.data());
+  da.k = reinterpret_cast<const bf16*>(k_d.data());
+  da.v = reinterpret_cast<const bf16*>(v_d.data());
+  da.seg_off = off_d.data();
+  da.seg_len = len_d.data();
+  da.B = c.B;
+  da.Hq = Hq;
+  da.Hkv = c.Hkv;
+  da.d = d;
+  da.max_len = max_len;
+  da.scale = scale;
+  da.z_out = z_d.data();
+  ASSERT_TRUE(detail::decode_step_scores_fusable(d, c.G));
+
+  // The unscored launch (attention + merge kernel): the fused merge must give the same bits.
+  KVEVICT_ASSERT_CUDA(detail::launch_decode_attention(
+      da, reinterpret_cast<bf16*>(out_d.data()), lse_d.data(), out_f32_d.data(), scratch_d.data(),
+      scratch_bytes, sm_count, nullptr));
+  KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+  const auto out_plain = out_d.download();
+  const auto lse_plain = lse_d.download();
+  const auto a_plain = out_f32_d.download();
+
+  // The double reference of every segment.
+  std::vector<SegmentRef> refs(S);
+  for (int s = 0; s < S; ++s) {
+    const int b = s / c.Hkv, g = s % c.Hkv;
+    refs[s] = reference_segment(q, k, v, off[s], c.lens[s], static_cast<int64_t>(b) * Hq + g * c.G,
+                                c.G, d, scale);
+  }
+  // Attention outputs: lse to 1e-5 relative, a to the bf16 rounding of P (the mma's P V operand).
+  for (int s = 0; s < S; ++s) {
+    const int b = s / c.Hkv, g = s % c.Hkv;
+    for (int h = 0; h < c.G; ++h) {
+      const int64_t hq = static_cast<int64_t>(b) * Hq + g * c.G + h;
+      ASSERT_NEAR(lse_plain[hq], refs[s].lse[h], 1e-5 * std::max(1.0, std::abs(refs[s].lse[h])))
+          << "segment " << s << " head " << h;
+      double amax = 0;
+      for (int i = 0; i < d; ++i) amax = std::max(amax, std::abs(refs[s].a[h * d + i]));
+      for (int i = 0; i < d; ++i)
+        ASSERT_NEAR(a_plain[hq * d + i], refs[s].a[h * d + i], 1e-2 * amax + 1e-6)
+            << "segment " << s << " head " << h << " dim " << i;
+    }
+  }
+
+  for (int kind = 0; kind <= 4; ++kind) {
+    for (bool replace : {false, true}) {
+      if (replace && kind != 0) continue;  // tova: the attention sum, written
+      SCOPED_TRACE(kind_name(kind, replace));
+      detail::DecodeStepScoreArgs sc;
+      sc.acc = acc_d.data();
+      sc.counters = counters_d.data();
+      sc.kind = kind;
+      sc.replace = replace;
+      std::vector<std::vector<float>> got(2);
+      // Two launches from the same accumulators: the second finds its counters reset by the first
+      // (else no block would see itself last and acc would stay as uploaded).
+      for (int launch = 0; launch < 2; ++launch) {
+        acc_d.upload(acc0);
+        out_d.poison();
+        lse_d.poison();
+        out_f32_d.poison();
+        KVEVICT_ASSERT_CUDA(detail::launch_decode_attention(
+            da, reinterpret_cast<bf16*>(out_d.data()), lse_d.data(), out_f32_d.data(),
+            scratch_d.data(), scratch_bytes, sm_count, nullptr, &sc));
+        KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+        got[launch] = acc_d.download();
+        const auto counters = counters_d.download();
+        for (int s = 0; s < S; ++s) ASSERT_EQ(counters[s], 0u) << "segment " << s;
+        ASSERT_TRUE(out_d.download() == out_plain) << "fused merge changed out";
+        ASSERT_TRUE(lse_d.download() == lse_plain) << "fused merge changed lse";
+        ASSERT_TRUE(out_f32_d.download() == a_plain) << "fused merge changed a";
+      }
+      ASSERT_TRUE(got[0] == got[1]) << "second launch differs from the first";
+      EXPECT_TRUE(acc_d.sentinels_intact());
+      EXPECT_TRUE(z_d.sentinels_intact());
+
+      // Two references: (1) the double terms at the kernel's own f32 a and lse, which isolates
+      // the scoring arithmetic (tight); (2) the all-double reference (a differs by P's bf16).
+      for (int s = 0; s < S; ++s) {
+        const int b = s / c.Hkv, g = s % c.Hkv;
+        const int64_t h0 = static_cast<int64_t>(b) * Hq + g * c.G;
+        std::vector<double> lse_k(c.G), a_k(static_cast<size_t>(c.G) * d);
+        for (int h = 0; h < c.G; ++h) {
+          lse_k[h] = lse_plain[h0 + h];
+          for (int i = 0; i < d; ++i) a_k[h * d + i] = a_plain[(h0 + h) * d + i];
+        }
+        const int64_t len = c.lens[s];
+        std::vector<double> own(len), full(len);
+        double own_max = 0, full_max = 0;
+        for (int64_t j = 0; j < len; ++j) {
+          own[j] = reference_score(kind, refs[s], lse_k, a_k, v, off[s] + j, j, c.G, d);
+          full[j] =
+              reference_score(kind, refs[s], refs[s].lse, refs[s].a, v, off[s] + j, j, c.G, d);
+          own_max = std::max(own_max, std::abs(own[j]));
+          full_max = std::max(full_max, std::abs(full[j]));
+        }
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t row = off[s] + j;
+          const double base = replace ? 0.0 : acc0[row];
+          const double step = got[0][row] - base;
+          ASSERT_NEAR(step, own[j],
+                      2e-4 * std::abs(own[j]) + 1e-5 * own_max + 2e-6 * std::abs(base))
+              << "segment " << s << " (len " << len << ") row " << j << " own-a reference";
+          ASSERT_NEAR(step, full[j],
+                      5e-2 * std::abs(full[j]) + 5e-3 * full_max + 2e-6 * std::abs(base))
+              << "segment " << s << " (len " << len << ") row " << j << " double reference";
+        }
+        // Rows outside the segments (the spare capacity) are untouched.
+        for (int64_t row = off[s] + len; row < off[s + 1]; ++row)
+          ASSERT_EQ(got[0][row], acc0[row]) << "spare row " << row << " of segment " << s;
+        if (kind == 0) {  // the attention sum of a segment is the mean of G softmaxes: 1
+          double total = 0;
+          for (int64_t j = 0; j < len; ++j)
+            total += got[0][off[s] + j] - (replace ? 0.0 : acc0[off[s] + j]);
+          EXPECT_NEAR(total, 1.0, 1e-3 + 1e-6 * len) << "segment " << s;
+        }
+      }
+    }
+  }
+}
+
+const Case kCases[] = {
+    {2, 3, 1, 64, {1, 17, 2000, 5, 64, 65}, 11},  // G 1, d 64, segments at tile edges
+    {1, 2, 4, 128, {3001, 17}, 12},               // llama's group, a long segment
+    {3, 1, 8, 128, {1, 17, 4099}, 13},            // G 8
+    {2, 3, 3, 64, {33, 1, 257, 190, 17, 1}, 14},  // G 3 (smollm2), short segments
+    {1, 1, 16, 128, {1500}, 15},                  // the largest group
+    {2, 1, 4, 256, {777, 1}, 16},                 // gemma3's head dim
+    {1, 2, 2, 256, {2049, 17}, 17},               // d 256, many splits
+};
+
+class GpuDecodeStepScores : public ::testing::TestWithParam<int> {};
+
+// sm_count 1 plans one split per segment (a few for a lone segment); 132 (an H200) many splits
+// for the long segments.
+TEST_P(GpuDecodeStepScores, FusedMatchesDoubleReference) {
+  KVEVICT_REQUIRE_GPU();
+  for (int sm_count : {1, 132}) run_case(kCases[GetParam()], sm_count);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuDecodeStepScores,
+                         ::testing::Range(0, static_cast<int>(std::size(kCases))));
+
+TEST(GpuDecodeStepScoresErrors, RefusesWhatTheFusedKernelDoesNotCover) {
+  KVEVICT_REQUIRE_GPU();
+  EXPECT_FALSE(detail::decode_step_scores_fusable(96, 4));
+  EXPECT_FALSE(detail::decode_step_scores_fusable(128, 32));
+  EXPECT_TRUE(detail::decode_step_scores_fusable(256, 16));
+  detail::DecodeAttentionArgs da;
+  da.B = 1;
+  da.Hq = 4;
+  da.Hkv = 1;
+  da.d = 128;
+  da.max_len = 10;
+  detail::DecodeStepScoreArgs sc;  // no acc, no counters, no z_out
+  EXPECT_EQ(detail::launch_decode_attention(da, nullptr, nullptr, nullptr, nullptr, 1 << 20, 132,
+                                            nullptr, &sc),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace kvevict::gpu
