@@ -135,6 +135,16 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory and prefer the largest shared-memory carveout.
+template <class... KArgs>
+cudaError_t set_kernel_smem(void (*kernel)(KArgs...), size_t bytes) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes));
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                              cudaSharedmemCarveoutMaxShared);
+}
+
 // 16-byte global -> shared copy that bypasses registers; src_bytes < 16 zero-fills the rest
 // (0 reads nothing: how out-of-range rows become zeros without a branch around the copy).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {

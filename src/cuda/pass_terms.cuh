@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/launchers.h"
 #include "cuda/window_params.cuh"
@@ -41,8 +42,8 @@ struct RowConsts {
 // kFast: p <= 2^-8 for every pair of the warp, so r = p / (1 - p) = p + p^2 + p^3 to float
 // precision (the next term is p^4 / r < 2^-24 relative) and no division is needed.
 template <PairTerm kTerm, bool kFast>
-__device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, float av,
-                                        float scale, float floor, float& u, float& w) {
+__device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, float av, float scale,
+                                        float floor, float& u, float& w) {
   if constexpr (kTerm == PairTerm::kProb) {
     u = p;
   } else if constexpr (kTerm == PairTerm::kObcacheV) {
@@ -115,6 +116,26 @@ __device__ __forceinline__ int halving_sum(float (&v)[C], int lane) {
   return col;
 }
 
+// Calls f(std::integral_constant<PairTerm, t>{}) for the runtime term t (the pass kernels are
+// templated on the term).
+template <class F>
+cudaError_t with_pair_term(PairTerm t, F&& f) {
+  using P = PairTerm;
+  switch (t) {
+    case P::kDropKV:
+      return f(std::integral_constant<P, P::kDropKV>{});
+    case P::kObcacheV:
+      return f(std::integral_constant<P, P::kObcacheV>{});
+    case P::kObcacheK:
+      return f(std::integral_constant<P, P::kObcacheK>{});
+    case P::kObcacheVK:
+      return f(std::integral_constant<P, P::kObcacheVK>{});
+    case P::kProb:
+      return f(std::integral_constant<P, P::kProb>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
 // The score of key j from its row sums: sum_i u + ||v_j||^2 sum_i w, clamped at 0 for the squared
 // distance terms, times the row weight, and (h2o) divided by the window queries that see key j.
 template <PairTerm kTerm>
@@ -133,6 +154,16 @@ __device__ __forceinline__ float key_total(const ScorePassArgs& sa, int64_t j, f
     total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
   }
   return total;
+}
+
+// Writes key j's score of KV head hk (added when several row blocks share the keys).
+__device__ __forceinline__ void store_key_score(const PassParams& p, int hk, int64_t j,
+                                                float total) {
+  float* dst = p.scores + static_cast<int64_t>(hk) * p.s.win.n + j;
+  if (p.accumulate)
+    atomicAdd(dst, total);
+  else
+    *dst = total;
 }
 
 }  // namespace kvevict::cuda::detail

@@ -130,12 +130,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
 
   const T* q = static_cast<const T*>(a.q);
   // Query row `row` of the block in global memory (null for padding rows).
-  auto q_row = [&](int row) -> const T* {
-    if (row >= rows_here) return nullptr;
-    const int r = row0 + row;
-    const int qh = hk * p.group + r / a.w, t = r % a.w;
-    return q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride;
-  };
+  auto q_row = [&](int row) { return window_query_row<T>(a, p.group, hk, row0, row, rows_here); };
   if constexpr (!kQInRegs) {
     for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
       const int row = c / kChunks, ch = c % kChunks;
@@ -240,11 +235,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
     }
     const float total = key_total<kTerm>(sa, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f);
     if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[buf * TK + tid];
-    float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
-    if (p.accumulate)
-      atomicAdd(dst, total);
-    else
-      *dst = total;
+    store_key_score(p, hk, j, total);
   };
   // One barrier per tile: the key sums of step it - 1 (red_*, v2_s / v1_s of buffer
   // (it - 1) & 1) are written out by threads tid < TK after the barrier of step it, while the
@@ -392,11 +383,7 @@ template <class Tr, PairTerm kTerm>
 cudaError_t launch_pass_config(const PassParams& p, int chunks, cudaStream_t stream) {
   constexpr size_t smem = pass_smem_bytes<Tr, kTerm>();
   auto kernel = score_pass_kernel<Tr, kTerm>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
+  cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.s.win.num_kv_heads, p.row_blocks, chunks);
   return launch_pdl(kernel, grid, dim3(Tr::kThreads), smem, stream, p);
@@ -404,14 +391,9 @@ cudaError_t launch_pass_config(const PassParams& p, int chunks, cudaStream_t str
 
 template <class Tr>
 cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) {
-  switch (p.s.term) {
-    case PairTerm::kDropKV: return launch_pass_config<Tr, PairTerm::kDropKV>(p, chunks, stream);
-    case PairTerm::kObcacheV: return launch_pass_config<Tr, PairTerm::kObcacheV>(p, chunks, stream);
-    case PairTerm::kObcacheK: return launch_pass_config<Tr, PairTerm::kObcacheK>(p, chunks, stream);
-    case PairTerm::kObcacheVK: return launch_pass_config<Tr, PairTerm::kObcacheVK>(p, chunks, stream);
-    case PairTerm::kProb: return launch_pass_config<Tr, PairTerm::kProb>(p, chunks, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_pair_term(p.s.term, [&](auto term) {
+    return launch_pass_config<Tr, decltype(term)::value>(p, chunks, stream);
+  });
 }
 
 template <class T, int D>

@@ -20,22 +20,10 @@
 #include "cuda/pass_terms.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda/window_params.cuh"
+#include "cuda/window_traits.cuh"
 
 namespace kvevict::cuda::detail {
 namespace {
-
-template <class T_, int D_, int WG_>
-struct WgPassTraits {
-  using T = T_;
-  static constexpr int kD = D_;
-  static constexpr int kWG = WG_;
-  static constexpr int kRows = 64 * WG_;
-  static constexpr int kThreads = 128 * WG_;
-  static constexpr int kWarps = 4 * WG_;
-  static constexpr int kTileKeys = 64;
-  static_assert(kD == 64 || kD == 128, "wgmma pass: head dim 64 or 128");
-  static_assert(kWG == 1 || kWG == 2, "one or two warpgroups");
-};
 
 // 1 KB alignment slack, queries, a (terms that need it), `stages` K/V tiles, and the floats:
 // ||v||^2 [2][TK], per-warp key sums of u and w [2][kWarps][TK] each.
@@ -46,23 +34,13 @@ constexpr size_t wg_pass_smem(int stages) {
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD * (TermTraits<kTerm>::kNeedsOut ? 2 : 1) +
          sizeof(T) * stages * TK * Tr::kD * 2 + sizeof(float) * 2 * TK * (1 + 2 * Tr::kWarps);
 }
-template <class Tr>
-constexpr int wg_pass_blocks() { return Tr::kWG == 1 ? 2 : 1; }
 template <class Tr, PairTerm kTerm>
 constexpr int wg_pass_stages() {
-  for (int s = 4; s > 2; --s)
-    if (wg_pass_blocks<Tr>() * (wg_pass_smem<Tr, kTerm>(s) + 1024) <= 228 * 1024) return s;
-  return 2;
-}
-
-template <class T>
-__device__ __forceinline__ T* align_1024(unsigned char* p) {
-  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + 1023) & ~static_cast<uintptr_t>(1023);
-  return reinterpret_cast<T*>(a);
+  return stages_that_fit(Tr::kBlocksPerSm, [](int s) { return wg_pass_smem<Tr, kTerm>(s); });
 }
 
 template <class Tr, PairTerm kTerm>
-__global__ void __launch_bounds__(Tr::kThreads, wg_pass_blocks<Tr>())
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     score_pass_wgmma_kernel(PassParams p) {
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
@@ -77,15 +55,15 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_pass_blocks<Tr>())
   launch_dependents();
 
   extern __shared__ unsigned char smem_raw[];
-  T* q_s = align_1024<T>(smem_raw);               // [R][D] swizzled
-  T* a_s = q_s + R * D;                           // [R][D] swizzled, a rounded (kNeedsOut)
-  T* k_s = a_s + (kNeedsOut ? R * D : 0);         // [kStages][TK][D] swizzled
-  T* v_s = k_s + kStages * TK * D;                // [kStages][TK][D] swizzled
+  T* q_s = swizzle_aligned<T>(smem_raw);   // [R][D] swizzled
+  T* a_s = q_s + R * D;                    // [R][D] swizzled, a rounded (kNeedsOut)
+  T* k_s = a_s + (kNeedsOut ? R * D : 0);  // [kStages][TK][D] swizzled
+  T* v_s = k_s + kStages * TK * D;         // [kStages][TK][D] swizzled
   float* v2_s = reinterpret_cast<float*>(v_s + kStages * TK * D);  // [2][TK]
-  float* red_u = v2_s + 2 * TK;                   // [2][W][TK]
-  float* red_w = red_u + 2 * W * TK;              // [2][W][TK]
-  float* lse_s = red_u;                           // [R] (read before the first tile's sums)
-  float* a2_s = red_u + R;                        // [R]
+  float* red_u = v2_s + 2 * TK;                                    // [2][W][TK]
+  float* red_w = red_u + 2 * W * TK;                               // [2][W][TK]
+  float* lse_s = red_u;     // [R] (read before the first tile's sums)
+  float* a2_s = red_u + R;  // [R]
   static_assert(2 * R <= 2 * W * TK, "row constants fit the u sums");
 
   const ScorePassArgs& sa = p.s;
@@ -104,18 +82,11 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_pass_blocks<Tr>())
   const int chunk_keys = chunk_end > key_begin ? static_cast<int>(chunk_end - key_begin) : 0;
   const int num_tiles = (chunk_keys + TK - 1) / TK;
 
-  const T* q = static_cast<const T*>(a.q);
   for (int c = tid; c < R * kChunks; c += Tr::kThreads) {
     const int row = c / kChunks, ch = c % kChunks;
-    const int r = row0 + row;
-    const bool valid = row < rows_here;
-    const T* src = q;
-    if (valid) {
-      const int qh = hk * p.group + r / a.w, t = r % a.w;
-      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
-            ch * 8;
-    }
-    cp_async_16(q_s + sw128<R>(row, ch * 8), src, valid ? 16 : 0);
+    const T* src = window_query_row<T>(a, p.group, hk, row0, row, rows_here);
+    cp_async_16(q_s + sw128<R>(row, ch * 8), src ? src + ch * 8 : static_cast<const T*>(a.q),
+                src ? 16 : 0);
   }
   const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
   const SwizzledTileCopy<T, D, Tr::kThreads, TK> copy(static_cast<const T*>(a.k) + head_off,
@@ -196,11 +167,7 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_pass_blocks<Tr>())
       if constexpr (TT::kHasW) sw += rw[x * TK + tid];
     }
     const float total = key_total<kTerm>(sa, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f);
-    float* dst = p.scores + static_cast<int64_t>(hk) * a.n + j;
-    if (p.accumulate)
-      atomicAdd(dst, total);
-    else
-      *dst = total;
+    store_key_score(p, hk, j, total);
   };
 
   for (int it = 0; it < num_tiles; ++it) {
@@ -278,11 +245,11 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_pass_blocks<Tr>())
           const int lo = 4 * nt + e, hi = lo + 2;
           float ulo = 0.f, wlo = 0.f, uhi = 0.f, whi = 0.f;
           pair_uw<kTerm, decltype(fast)::value>(s[lo], x2[lo], pr[lo], rc.a2[0],
-                                                kNeedsOut ? av[kNeedsOut ? lo : 0] : 0.f,
-                                                a.scale, floor, ulo, wlo);
+                                                kNeedsOut ? av[kNeedsOut ? lo : 0] : 0.f, a.scale,
+                                                floor, ulo, wlo);
           pair_uw<kTerm, decltype(fast)::value>(s[hi], x2[hi], pr[hi], rc.a2[1],
-                                                kNeedsOut ? av[kNeedsOut ? hi : 0] : 0.f,
-                                                a.scale, floor, uhi, whi);
+                                                kNeedsOut ? av[kNeedsOut ? hi : 0] : 0.f, a.scale,
+                                                floor, uhi, whi);
           u[2 * nt + e] = ulo + uhi;
           w[2 * nt + e] = wlo + whi;
         }
@@ -314,11 +281,7 @@ template <class Tr, PairTerm kTerm>
 cudaError_t launch_config(const PassParams& p, int chunks, cudaStream_t stream) {
   constexpr size_t smem = wg_pass_smem<Tr, kTerm>(wg_pass_stages<Tr, kTerm>());
   auto kernel = score_pass_wgmma_kernel<Tr, kTerm>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
+  cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.s.win.num_kv_heads, p.row_blocks, chunks);
   return launch_pdl(kernel, grid, dim3(Tr::kThreads), smem, stream, p);
@@ -326,21 +289,16 @@ cudaError_t launch_config(const PassParams& p, int chunks, cudaStream_t stream) 
 
 template <class Tr>
 cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) {
-  switch (p.s.term) {
-    case PairTerm::kDropKV: return launch_config<Tr, PairTerm::kDropKV>(p, chunks, stream);
-    case PairTerm::kObcacheV: return launch_config<Tr, PairTerm::kObcacheV>(p, chunks, stream);
-    case PairTerm::kObcacheK: return launch_config<Tr, PairTerm::kObcacheK>(p, chunks, stream);
-    case PairTerm::kObcacheVK: return launch_config<Tr, PairTerm::kObcacheVK>(p, chunks, stream);
-    case PairTerm::kProb: return launch_config<Tr, PairTerm::kProb>(p, chunks, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_pair_term(p.s.term, [&](auto term) {
+    return launch_config<Tr, decltype(term)::value>(p, chunks, stream);
+  });
 }
 
 template <class T, int D>
 cudaError_t dispatch_rows(const PassParams& p, int rows_per_block, int chunks,
                           cudaStream_t stream) {
-  if (rows_per_block == 64) return dispatch_term<WgPassTraits<T, D, 1>>(p, chunks, stream);
-  return dispatch_term<WgPassTraits<T, D, 2>>(p, chunks, stream);
+  if (rows_per_block == 64) return dispatch_term<WgWindowTraits<T, D, 1>>(p, chunks, stream);
+  return dispatch_term<WgWindowTraits<T, D, 2>>(p, chunks, stream);
 }
 
 }  // namespace

@@ -79,28 +79,16 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
 
   // Keys of this split, cut at the last key any row of the block can see (and, with a sliding
   // window, started at the first key its earliest row can see).
-  const int64_t split_begin = split * p.keys_per_split;
-  int t_min, t_max;
-  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
-  const int64_t key_begin =
-      a.sliding_window > 0 ? max(split_begin, a.n - a.w + t_min - a.sliding_window + 1)
-                           : split_begin;
-  const int64_t key_end = min(min(a.n, split_begin + p.keys_per_split), a.n - a.w + t_max + 1);
-  const int keys = key_end > key_begin ? static_cast<int>(key_end - key_begin) : 0;
+  const ForwardKeys fk(p, split, row0, rows_here);
+  const int64_t key_begin = fk.begin;
+  const int keys = fk.keys;
   const int num_tiles = (keys + TK - 1) / TK;
 
-  const T* q = static_cast<const T*>(a.q);
   for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
     const int row = c / kChunks, ch = c % kChunks;
-    const int r = row0 + row;
-    const bool valid = row < rows_here;
-    const T* src = q;
-    if (valid) {
-      const int qh = hk * p.group + r / a.w, t = r % a.w;
-      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
-            ch * 8;
-    }
-    cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
+    const T* src = window_query_row<T>(a, p.group, hk, row0, row, rows_here);
+    cp_async_16(q_s + row * S + ch * 8, src ? src + ch * 8 : static_cast<const T*>(a.q),
+                src ? 16 : 0);
   }
   const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
   const KvTileCopy<Tr> copy(static_cast<const T*>(a.k) + head_off,
@@ -117,26 +105,15 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   }
 
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;  // block-local rows of this thread
-  // Last visible key of each row relative to key_begin, capped at the split's end (-1: none).
-  auto rel_limit = [&](int64_t last) {
-    const int64_t lim = min(last, key_end - 1) - key_begin;
-    return static_cast<int>(max(lim, int64_t{-1}));
-  };
-  // First visible key relative to key_begin: 0 without a sliding window; with one, a row whose
-  // last key is L sees L - sliding_window + 1 .. L (gemma3's local layers).
-  auto rel_first = [&](int64_t last) {
-    if (a.sliding_window <= 0) return 0;
-    const int64_t first = last - a.sliding_window + 1 - key_begin;
-    return static_cast<int>(min(max(first, int64_t{0}), static_cast<int64_t>(keys)));
-  };
+  // Visible key range of each row, relative to key_begin.
   const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
   const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
-  const int lim_lo = rel_limit(last_lo), lim_hi = rel_limit(last_hi);
-  const int first_lo = rel_first(last_lo), first_hi = rel_first(last_hi);
+  const int lim_lo = fk.rel_limit(last_lo), lim_hi = fk.rel_limit(last_hi);
+  const int first_lo = fk.rel_first(last_lo), first_hi = fk.rel_first(last_hi);
   // Keys every valid row of the block sees: first_all .. lim_all (padding rows compute on zero
   // queries: never read).
-  const int lim_all = rel_limit(a.n - a.w + t_min);
-  const int first_all = rel_first(a.n - a.w + t_max);
+  const int lim_all = fk.rel_limit(a.n - a.w + fk.t_min);
+  const int first_all = fk.rel_first(a.n - a.w + fk.t_max);
   const float sc = p.scale_log2;  // logits in log2 units: s * sc
 
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
@@ -216,21 +193,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
     }
     float m_c[2], corr[2];
-    bool grew = false;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float m_new = fmaxf(m_run[i], mx[i]);
-      grew |= m_new > m_run[i];
-      // -inf (nothing visible yet) uses 0, keeping exp2(-inf - m) = 0, never NaN. corr is
-      // exactly 1 when the max did not move (l must not drift against the unscaled o).
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      m_c[i] = m_use * sc;
-      corr[i] = fast_exp2((m_run[i] - m_use) * sc);
-      m_run[i] = m_new;
-      l_run[i] *= corr[i];
-    }
+    const bool grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
     for (int nt = 0; nt < GK / 8; ++nt) {
 #pragma unroll
@@ -441,11 +404,7 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
                                   cudaStream_t stream) {
   constexpr size_t smem = forward_smem_bytes<Tr, kWithV>();
   auto kernel = window_forward_kernel<Tr, kWithV>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
+  cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
   kernel<<<grid, Tr::kThreads, smem, stream>>>(p);

@@ -18,21 +18,10 @@
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda/window_params.cuh"
+#include "cuda/window_traits.cuh"
 
 namespace kvevict::cuda::detail {
 namespace {
-
-template <class T_, int D_, int WG_>
-struct WgForwardTraits {
-  using T = T_;
-  static constexpr int kD = D_;
-  static constexpr int kWG = WG_;              // warpgroups (64 rows each)
-  static constexpr int kRows = 64 * WG_;
-  static constexpr int kThreads = 128 * WG_;
-  static constexpr int kTileKeys = 64;
-  static_assert(kD == 64 || kD == 128, "wgmma forward: head dim 64 or 128");
-  static_assert(kWG == 1 || kWG == 2, "one or two warpgroups");
-};
 
 // Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries and
 // `stages` K (and V) tiles.
@@ -42,25 +31,13 @@ constexpr size_t wg_forward_smem(int stages) {
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD +
          sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1);
 }
-// One warpgroup: two blocks per SM (8 warps); two warpgroups: one block. Stages: as many as fit
-// (at most 4), 228 KB per SM with 1 KB reserved per block.
-template <class Tr>
-constexpr int wg_forward_blocks() { return Tr::kWG == 1 ? 2 : 1; }
 template <class Tr, bool kWithV>
 constexpr int wg_forward_stages() {
-  for (int s = 4; s > 2; --s)
-    if (wg_forward_blocks<Tr>() * (wg_forward_smem<Tr, kWithV>(s) + 1024) <= 228 * 1024) return s;
-  return 2;
-}
-
-template <class T>
-__device__ __forceinline__ T* align_1024(unsigned char* p) {
-  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + 1023) & ~static_cast<uintptr_t>(1023);
-  return reinterpret_cast<T*>(a);
+  return stages_that_fit(Tr::kBlocksPerSm, [](int s) { return wg_forward_smem<Tr, kWithV>(s); });
 }
 
 template <class Tr, bool kWithV>
-__global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p) {
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
@@ -71,9 +48,9 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
   extern __shared__ unsigned char smem_raw[];
-  T* q_s = align_1024<T>(smem_raw);  // [R][D] swizzled
-  T* k_s = q_s + R * D;              // [kStages][TK][D] swizzled
-  T* v_s = k_s + kStages * TK * D;   // [kStages][TK][D] swizzled (kWithV)
+  T* q_s = swizzle_aligned<T>(smem_raw);  // [R][D] swizzled
+  T* k_s = q_s + R * D;                   // [kStages][TK][D] swizzled
+  T* v_s = k_s + kStages * TK * D;        // [kStages][TK][D] swizzled (kWithV)
 
   const WindowArgs& a = p.a;
   const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
@@ -83,28 +60,16 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
   const int rows_here = min(R, p.rows - row0);
 
   // Keys of this split (see window_forward.cu).
-  const int64_t split_begin = split * p.keys_per_split;
-  int t_min, t_max;
-  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
-  const int64_t key_begin =
-      a.sliding_window > 0 ? max(split_begin, a.n - a.w + t_min - a.sliding_window + 1)
-                           : split_begin;
-  const int64_t key_end = min(min(a.n, split_begin + p.keys_per_split), a.n - a.w + t_max + 1);
-  const int keys = key_end > key_begin ? static_cast<int>(key_end - key_begin) : 0;
+  const ForwardKeys fk(p, split, row0, rows_here);
+  const int64_t key_begin = fk.begin;
+  const int keys = fk.keys;
   const int num_tiles = (keys + TK - 1) / TK;
 
-  const T* q = static_cast<const T*>(a.q);
   for (int c = tid; c < R * kChunks; c += Tr::kThreads) {
     const int row = c / kChunks, ch = c % kChunks;
-    const int r = row0 + row;
-    const bool valid = row < rows_here;
-    const T* src = q;
-    if (valid) {
-      const int qh = hk * p.group + r / a.w, t = r % a.w;
-      src = q + qh * a.q_head_stride + static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride +
-            ch * 8;
-    }
-    cp_async_16(q_s + sw128<R>(row, ch * 8), src, valid ? 16 : 0);
+    const T* src = window_query_row<T>(a, p.group, hk, row0, row, rows_here);
+    cp_async_16(q_s + sw128<R>(row, ch * 8), src ? src + ch * 8 : static_cast<const T*>(a.q),
+                src ? 16 : 0);
   }
   const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
   const SwizzledTileCopy<T, D, Tr::kThreads, TK> copy(
@@ -121,21 +86,12 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
 
   // This thread's two rows (block-local) in the accumulator layout.
   const int rl_lo = wg * 64 + (warp & 3) * 16 + g, rl_hi = rl_lo + 8;
-  auto rel_limit = [&](int64_t last) {
-    const int64_t lim = min(last, key_end - 1) - key_begin;
-    return static_cast<int>(max(lim, int64_t{-1}));
-  };
-  auto rel_first = [&](int64_t last) {
-    if (a.sliding_window <= 0) return 0;
-    const int64_t first = last - a.sliding_window + 1 - key_begin;
-    return static_cast<int>(min(max(first, int64_t{0}), static_cast<int64_t>(keys)));
-  };
   const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
   const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
-  const int lim_lo = rel_limit(last_lo), lim_hi = rel_limit(last_hi);
-  const int first_lo = rel_first(last_lo), first_hi = rel_first(last_hi);
-  const int lim_all = rel_limit(a.n - a.w + t_min);
-  const int first_all = rel_first(a.n - a.w + t_max);
+  const int lim_lo = fk.rel_limit(last_lo), lim_hi = fk.rel_limit(last_hi);
+  const int first_lo = fk.rel_first(last_lo), first_hi = fk.rel_first(last_hi);
+  const int lim_all = fk.rel_limit(a.n - a.w + fk.t_min);
+  const int first_all = fk.rel_first(a.n - a.w + fk.t_max);
   const float sc = p.scale_log2;
 
   // Descriptors: the warpgroup's 64 query rows (K-major A), a key tile (K-major B) and a value tile
@@ -192,19 +148,7 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
       mx[1] = fmaxf(mx[1], fmaxf(s[i + 2], s[i + 3]));
     }
     float m_c[2], corr[2];
-    bool grew = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m_run[r], mx[r]);
-      grew |= m_new > m_run[r];
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      m_c[r] = m_use * sc;
-      corr[r] = fast_exp2((m_run[r] - m_use) * sc);
-      m_run[r] = m_new;
-      l_run[r] *= corr[r];
-    }
+    const bool grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       s[i] = fast_exp2(fmaf(s[i], sc, -m_c[(i >> 1) & 1]));
@@ -245,8 +189,7 @@ __global__ void __launch_bounds__(Tr::kThreads, wg_forward_blocks<Tr>())
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
   }
   // This split's partial of the thread's two rows (window_forward.cu's layout, kRows = R).
-  const int64_t part =
-      ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * R;
+  const int64_t part = ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * R;
   if (t4 == 0) {
     p.part_ml[(part + rl_lo) * 2] = m_run[0] == -INFINITY ? -INFINITY : m_run[0] * sc;
     p.part_ml[(part + rl_lo) * 2 + 1] = l_run[0];
@@ -284,11 +227,7 @@ template <class Tr, bool kWithV>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
   auto kernel = window_forward_wgmma_kernel<Tr, kWithV>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared);
+  cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
   kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
@@ -299,17 +238,19 @@ template <class T, int D>
 cudaError_t dispatch_rows(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr;
   if (rows_per_block == 64)
-    return with_v ? launch_config<WgForwardTraits<T, D, 1>, true>(p, stream)
-                  : launch_config<WgForwardTraits<T, D, 1>, false>(p, stream);
-  return with_v ? launch_config<WgForwardTraits<T, D, 2>, true>(p, stream)
-                : launch_config<WgForwardTraits<T, D, 2>, false>(p, stream);
+    return with_v ? launch_config<WgWindowTraits<T, D, 1>, true>(p, stream)
+                  : launch_config<WgWindowTraits<T, D, 1>, false>(p, stream);
+  return with_v ? launch_config<WgWindowTraits<T, D, 2>, true>(p, stream)
+                : launch_config<WgWindowTraits<T, D, 2>, false>(p, stream);
 }
 
 std::atomic<bool> g_wgmma_enabled{true};
 
 }  // namespace
 
-bool window_wgmma_enabled() { return g_wgmma_enabled.load(std::memory_order_relaxed); }
+bool window_wgmma_enabled() {
+  return g_wgmma_enabled.load(std::memory_order_relaxed);
+}
 
 bool wgmma_kernels_available() {
   static const bool available = [] {
@@ -329,8 +270,7 @@ bool wgmma_forward_supported(const WindowArgs& a, int rows_per_block) {
          (a.head_dim == 64 || a.head_dim == 128) && wgmma_kernels_available();
 }
 
-cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block,
-                                 cudaStream_t stream) {
+cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
   if (!wgmma_forward_supported(p.a, rows_per_block)) return cudaErrorNotSupported;
   const bool bf16 = p.a.elem == Elem::kBF16;
   if (p.a.head_dim == 64)
@@ -343,6 +283,10 @@ cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block,
 }  // namespace kvevict::cuda::detail
 
 namespace kvevict::cuda {
-void set_window_wgmma(bool enabled) { detail::g_wgmma_enabled.store(enabled); }
-bool window_wgmma_available() { return detail::wgmma_kernels_available(); }
+void set_window_wgmma(bool enabled) {
+  detail::g_wgmma_enabled.store(enabled);
+}
+bool window_wgmma_available() {
+  return detail::wgmma_kernels_available();
+}
 }  // namespace kvevict::cuda

@@ -39,6 +39,32 @@ struct WindowTraits {
   static_assert(kThreads % kTileKeys == 0 || kTileKeys % kThreads == 0, "thread/key split");
 };
 
+// The wgmma kernels' tiles (window_forward_wgmma.cu, score_pass_wgmma.cu): one warpgroup of 4 warps
+// per 64 query rows, every key of a 64-key tile; K/V tiles 128-byte swizzled (wgmma.cuh).
+template <class T_, int D_, int WG_>
+struct WgWindowTraits {
+  using T = T_;
+  static constexpr int kD = D_;
+  static constexpr int kWG = WG_;  // warpgroups
+  static constexpr int kRows = 64 * WG_;
+  static constexpr int kThreads = 128 * WG_;
+  static constexpr int kWarps = 4 * WG_;
+  static constexpr int kTileKeys = 64;
+  // One warpgroup: two blocks per SM (8 warps); two warpgroups: one block.
+  static constexpr int kBlocksPerSm = WG_ == 1 ? 2 : 1;
+  static_assert(kD == 64 || kD == 128, "wgmma window kernels: head dim 64 or 128");
+  static_assert(kWG == 1 || kWG == 2, "one or two warpgroups");
+};
+
+// The most stages (2 to 4) whose shared memory bytes(stages) lets `blocks` blocks share one SM
+// (228 KB, 1 KB reserved per block).
+template <class Bytes>
+constexpr int stages_that_fit(int blocks, Bytes bytes) {
+  for (int s = 4; s > 2; --s)
+    if (blocks * (bytes(s) + 1024) <= 228 * 1024) return s;
+  return 2;
+}
+
 // The largest slab count a head dim allows (see the d = 256 static_assert above).
 constexpr int max_slabs(int d) { return d == 256 ? 4 : 8; }
 
