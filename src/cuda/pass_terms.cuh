@@ -38,6 +38,63 @@ struct RowConsts {
   int lim[2];     // last visible key relative to the chunk start (-1: none)
 };
 
+// Stages the block's `rows` window rows for the pass, a warp per row: a rounded to T (kNeedsOut)
+// into a_s at a_index(row, col), ||a||^2 of the rounded a, and LSE in log2 units; padding rows
+// get lse = +inf, so p = exp2(s c - inf) = 0 makes every term 0.
+template <class T, int D, bool kNeedsOut, class Index>
+__device__ __forceinline__ void stage_window_rows(const PassParams& p, int hk, int row0,
+                                                  int rows_here, int rows, int warps, T* a_s,
+                                                  Index a_index, float* lse_s, float* a2_s) {
+  const ScorePassArgs& sa = p.s;
+  const WindowArgs& a = sa.win;
+  const int lane = threadIdx.x & 31;
+  for (int row = threadIdx.x >> 5; row < rows; row += warps) {
+    const int r = row0 + row;
+    const bool valid = row < rows_here;
+    const int64_t out_row =
+        valid ? static_cast<int64_t>(hk * p.group + r / a.w) * a.w + r % a.w : 0;
+    float a2 = 0.f;
+    if constexpr (kNeedsOut) {
+      for (int col = lane; col < D; col += 32) {
+        const T hi = ElemTraits<T>::from_float(valid ? sa.out[out_row * D + col] : 0.f);
+        const float x = ElemTraits<T>::to_float(hi);
+        a_s[a_index(row, col)] = hi;
+        a2 += x * x;
+      }
+      a2 = warp_sum(a2);
+    }
+    if (lane == 0) {
+      lse_s[row] = valid ? sa.lse[out_row] * kLog2e : INFINITY;
+      a2_s[row] = a2;
+    }
+  }
+}
+
+// The row constants of a thread's rows rl_lo and rl_lo + 8 (block-local): LSE (log2 units) and
+// ||a||^2 from the block's shared-memory copies, and the last key each row sees relative to
+// key_begin (the causal limit, capped at key_end - 1; -1 for padding rows).
+__device__ __forceinline__ RowConsts load_row_consts(const float* lse_s, const float* a2_s,
+                                                     int rl_lo, const WindowArgs& a, int row0,
+                                                     int rows_here, int64_t key_begin,
+                                                     int64_t key_end) {
+  RowConsts rc;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int rl = rl_lo + 8 * r;
+    rc.lse2[r] = lse_s[rl];
+    rc.a2[r] = a2_s[rl];
+    const int64_t lim = min(a.n - a.w + (row0 + rl) % a.w, key_end - 1) - key_begin;
+    rc.lim[r] = rl >= rows_here ? -1 : static_cast<int>(max(lim, int64_t{-1}));
+  }
+  return rc;
+}
+// The last key (relative to key_begin) that every row of the block sees; t_min is the window
+// position of the block's row that sees the fewest keys.
+__device__ __forceinline__ int block_lim_all(const WindowArgs& a, int t_min, int64_t key_begin,
+                                             int64_t key_end) {
+  return static_cast<int>(max(min(a.n - a.w + t_min, key_end - 1) - key_begin, int64_t{-1}));
+}
+
 // u and w of one pair (see TermTraits) from the raw logit s, p = exp2(x2) and <a, v>.
 // kFast: p <= 2^-8 for every pair of the warp, so r = p / (1 - p) = p + p^2 + p^3 to float
 // precision (the next term is p^4 / r < 2^-24 relative) and no division is needed.

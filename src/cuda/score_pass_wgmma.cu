@@ -103,44 +103,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
 
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
-  for (int row = warp; row < R; row += W) {
-    const int r = row0 + row;
-    const bool valid = row < rows_here;
-    const int64_t out_row =
-        valid ? static_cast<int64_t>(hk * p.group + r / a.w) * a.w + r % a.w : 0;
-    float a2 = 0.f;
-    if constexpr (kNeedsOut) {
-      for (int col = lane; col < D; col += 32) {
-        const T hi = ElemTraits<T>::from_float(valid ? sa.out[out_row * D + col] : 0.f);
-        const float x = ElemTraits<T>::to_float(hi);
-        a_s[sw128<R>(row, col)] = hi;
-        a2 += x * x;
-      }
-      a2 = warp_sum(a2);
-    }
-    if (lane == 0) {
-      lse_s[row] = valid ? sa.lse[out_row] * kLog2e : INFINITY;  // padding rows: p = 0
-      a2_s[row] = a2;
-    }
-  }
+  stage_window_rows<T, D, kNeedsOut>(
+      p, hk, row0, rows_here, R, W, a_s, [](int row, int col) { return sw128<R>(row, col); }, lse_s,
+      a2_s);
   fence_async_shared();  // a_s is read by wgmma
   __syncthreads();
 
-  const int rl_lo = wg * 64 + (warp & 3) * 16 + g, rl_hi = rl_lo + 8;
-  RowConsts rc;
-  rc.lse2[0] = lse_s[rl_lo];
-  rc.lse2[1] = lse_s[rl_hi];
-  rc.a2[0] = a2_s[rl_lo];
-  rc.a2[1] = a2_s[rl_hi];
-  auto rel_limit = [&](int rl) {
-    if (rl >= rows_here) return -1;
-    const int64_t lim = min(a.n - a.w + (row0 + rl) % a.w, key_end - 1) - key_begin;
-    return static_cast<int>(max(lim, int64_t{-1}));
-  };
-  rc.lim[0] = rel_limit(rl_lo);
-  rc.lim[1] = rel_limit(rl_hi);
-  const int lim_all =
-      static_cast<int>(max(min(a.n - a.w + t_min, key_end - 1) - key_begin, int64_t{-1}));
+  const int rl_lo = wg * 64 + (warp & 3) * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
+  const RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, key_begin, key_end);
+  const int lim_all = block_lim_all(a, t_min, key_begin, key_end);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
   // Base descriptors, set up once; per k16 step and stage only the address field moves (bytes).
