@@ -16,7 +16,8 @@
 // summed over the thread's two rows, the warp's 16 rows (recursive halving) and the block's
 // slabs (shared memory), then written once per key. Tiles run backwards through each chunk
 // (the forward's last tiles may still be in L2), three cp.async stages deep where two blocks
-// fit, one barrier per tile.
+// fit, one barrier per tile. Blocks of 33-128 rows run the wgmma version (score_pass_wgmma.cu)
+// where the build has it.
 #include <cuda_runtime.h>
 
 #include <cmath>

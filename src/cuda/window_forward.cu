@@ -6,7 +6,8 @@
 // 16-row slab and one key group of every tile and keeps its own (running max, running sum,
 // output) in registers; the key groups of a block are merged through shared memory at the end
 // and written as one partial per split. A second kernel, launched as a programmatic dependent,
-// merges the splits (the usual (m, l, o) combination).
+// merges the splits (the usual (m, l, o) combination). Blocks of 32-128 rows run the wgmma version
+// (window_forward_wgmma.cu) where the build has it; its partials use the same layout and merge.
 // Logits run in log2 units (z * scale * log2 e) so exp2 is one instruction; the running max is
 // kept on the raw q.k (scale > 0), so one fma per logit scales and shifts it.
 #include <cuda_runtime.h>
