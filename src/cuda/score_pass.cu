@@ -116,28 +116,18 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
 
   const int64_t key_begin = chunk * p.keys_per_chunk;
   const int64_t chunk_end = min(a.n, key_begin + p.keys_per_chunk);
-  int t_min = 0, t_max = a.w - 1;
-  if (rows_here < a.w) {
-    const int t0 = row0 % a.w;
-    if (t0 + rows_here - 1 < a.w) {
-      t_min = t0;
-      t_max = t0 + rows_here - 1;
-    }
-  }
+  int t_min, t_max;
+  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
   // Keys past the last visible one still get their (zero) score written below.
   const int64_t key_end = min(chunk_end, a.n - a.w + t_max + 1);
   const int chunk_keys = chunk_end > key_begin ? static_cast<int>(chunk_end - key_begin) : 0;
   const int num_tiles = (chunk_keys + TK - 1) / TK;
 
-  const T* q = static_cast<const T*>(a.q);
   // Query row `row` of the block in global memory (null for padding rows).
   auto q_row = [&](int row) { return window_query_row<T>(a, p.group, hk, row0, row, rows_here); };
   if constexpr (!kQInRegs) {
-    for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
-      const int row = c / kChunks, ch = c % kChunks;
-      const T* src = q_row(row);
-      cp_async_16(q_s + row * S + ch * 8, src ? src + ch * 8 : q, src ? 16 : 0);
-    }
+    cp_async_window_queries<T, D>(a, p.group, hk, row0, rows_here, Tr::kRows, q_s,
+                                  [](int row, int col) { return row * S + col; });
   }
   const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
   const KvTileCopy<Tr> copy(static_cast<const T*>(a.k) + head_off,

@@ -56,7 +56,6 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   using T = typename Tr::T;
   constexpr int kForwardStages = forward_stages<Tr, kWithV>();
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
-  constexpr int kChunks = Tr::kChunksPerRow;
   constexpr bool kQInRegs = D <= 128;  // 32 registers at d = 128; d = 256 reads Q from smem
   static_assert(forward_smem_bytes<Tr, kWithV>() <= 227 * 1024, "shared memory budget");
   static_assert((GK / 8) % 2 == 0, "K fragments come in pairs of n8 tiles (ldmatrix x4)");
@@ -85,12 +84,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   const int keys = fk.keys;
   const int num_tiles = (keys + TK - 1) / TK;
 
-  for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
-    const int row = c / kChunks, ch = c % kChunks;
-    const T* src = window_query_row<T>(a, p.group, hk, row0, row, rows_here);
-    cp_async_16(q_s + row * S + ch * 8, src ? src + ch * 8 : static_cast<const T*>(a.q),
-                src ? 16 : 0);
-  }
+  cp_async_window_queries<T, D>(a, p.group, hk, row0, rows_here, Tr::kRows, q_s,
+                                [](int row, int col) { return row * S + col; });
   const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
   const KvTileCopy<Tr> copy(static_cast<const T*>(a.k) + head_off,
                             kWithV ? static_cast<const T*>(a.v) + head_off : nullptr,

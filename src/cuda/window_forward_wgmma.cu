@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
   constexpr int kStages = wg_forward_stages<Tr, kWithV>();
-  constexpr int kChunks = D / 8;
   static_assert(wg_forward_smem<Tr, kWithV>(kStages) <= 227 * 1024, "shared memory budget");
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
@@ -65,12 +64,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   const int keys = fk.keys;
   const int num_tiles = (keys + TK - 1) / TK;
 
-  for (int c = tid; c < R * kChunks; c += Tr::kThreads) {
-    const int row = c / kChunks, ch = c % kChunks;
-    const T* src = window_query_row<T>(a, p.group, hk, row0, row, rows_here);
-    cp_async_16(q_s + sw128<R>(row, ch * 8), src ? src + ch * 8 : static_cast<const T*>(a.q),
-                src ? 16 : 0);
-  }
+  cp_async_window_queries<T, D>(a, p.group, hk, row0, rows_here, R, q_s,
+                                [](int row, int col) { return sw128<R>(row, col); });
   const int64_t head_off = hk * a.kv_head_stride + min(key_begin, a.n - 1) * a.kv_row_stride;
   const SwizzledTileCopy<T, D, Tr::kThreads, TK> copy(
       static_cast<const T*>(a.k) + head_off,

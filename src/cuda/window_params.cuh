@@ -74,6 +74,21 @@ __device__ __forceinline__ const T* window_query_row(const WindowArgs& a, int gr
          static_cast<int64_t>(a.q_rows - a.w + t) * a.q_row_stride;
 }
 
+// Copies the block's `rows` window query rows (D elements each) into shared memory with cp.async,
+// row `row`'s 16-byte chunk `ch` to dst + index(row, ch * 8); padding rows become zeros.
+template <class T, int D, class Index>
+__device__ __forceinline__ void cp_async_window_queries(const WindowArgs& a, int group, int hk,
+                                                        int row0, int rows_here, int rows, T* dst,
+                                                        Index index) {
+  constexpr int kChunks = D / 8;
+  for (int c = threadIdx.x; c < rows * kChunks; c += blockDim.x) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const T* src = window_query_row<T>(a, group, hk, row0, row, rows_here);
+    cp_async_16(dst + index(row, ch * 8), src ? src + ch * 8 : static_cast<const T*>(a.q),
+                src ? 16 : 0);
+  }
+}
+
 // The keys a forward block visits: its split, cut at the last key any of its rows can see and,
 // with a sliding window, started at the first key its earliest row can see; and the visible range
 // of a row relative to the first of them.
