@@ -9,10 +9,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -334,8 +334,8 @@ int main(int argc, char** argv) {
           "Qwen2.5-7B (28/4/128) layer, bf16, against the one-read floor of K and V.\n\n"
           "  --quick      fewer sizes (n = 4K and 128K)\n"
           "  --json FILE  also write every number as JSON\n"
-          "  --profile    Llama dropkv w = 8 and 32, obcache_vk w = 16 at n = 128K, 3 reps (for\n"
-          "               ncu)\n"
+          "  --profile    Llama at n = 128K only: dropkv w = 8 and 32, obcache_vk w = 16, the\n"
+          "               forward alone at w = 8 and 32; 3 reps (for ncu)\n"
           "  --reps N     repetitions of --profile (default 3)\n");
       return 0;
     } else {

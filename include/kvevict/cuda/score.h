@@ -48,8 +48,9 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
 void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutput& out,
            Workspace ws, Stream stream = nullptr);
 
-// Blocks of 64 or more window rows (w >= 16 at G = 4; head dim 64 or 128) run warpgroup-MMA
-// kernels (wgmma, sm_90a builds) that read each K/V tile from shared memory once per 64 rows;
+// Window blocks of 32-128 rows (forward) and 33-128 rows (scoring pass) run warpgroup-MMA
+// kernels (wgmma, sm_90a builds; head dim 64 or 128) that read each K/V tile from shared memory
+// once per 64 rows; w = 8 at G = 4 (32 rows) runs its forward there and its pass on mma.sync;
 // false forces the mma.sync kernels everywhere: for A/B benchmarks and tests. Results agree to
 // float accumulation order. Process-wide; not for use while other threads launch scores.
 void set_window_wgmma(bool enabled);
