@@ -21,11 +21,12 @@
 namespace kvevict::cuda::detail {
 
 // Throws kvevict::Error naming the failed call (API layer only; launchers return cudaError_t).
-#define KVEVICT_CUDA_CHECK(call)                                                             \
-  do {                                                                                       \
-    const cudaError_t kvevict_err_ = (call);                                                 \
-    KVEVICT_CHECK(kvevict_err_ == cudaSuccess, "CUDA call ", #call, " failed: ",             \
-                  cudaGetErrorString(kvevict_err_), " (", static_cast<int>(kvevict_err_), ")"); \
+#define KVEVICT_CUDA_CHECK(call)                                       \
+  do {                                                                 \
+    const cudaError_t kvevict_err_ = (call);                           \
+    KVEVICT_CHECK(kvevict_err_ == cudaSuccess, "CUDA call ", #call,    \
+                  " failed: ", cudaGetErrorString(kvevict_err_), " (", \
+                  static_cast<int>(kvevict_err_), ")");                \
   } while (0)
 
 // Element types the kernels read. kMmaName selects the mma.sync variant.
@@ -135,7 +136,8 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory and prefer the largest shared-memory carveout.
+// Lets `kernel` take `bytes` of dynamic shared memory and prefer the largest shared-memory
+// carveout.
 template <class... KArgs>
 cudaError_t set_kernel_smem(void (*kernel)(KArgs...), size_t bytes) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -152,7 +154,13 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
                "r"(src_bytes));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// 16 bytes, all in range, to a shared-memory address (a __cvta_generic_to_shared value).
+__device__ __forceinline__ void cp_async_16_to(uint32_t smem_addr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));

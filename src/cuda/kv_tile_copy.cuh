@@ -22,8 +22,8 @@ struct KvTileCopy {
   static_assert(Tr::kThreads % kChunks == 0 && Tr::kTileKeys % kRowStep == 0,
                 "a tile must be whole passes of the block");
 
-  const T* k = nullptr;  // this thread's chunk of the block's first key row (always in range:
-  const T* v = nullptr;  // rows past the end copy 0 bytes from there)
+  const T* k = nullptr;    // this thread's chunk of the block's first key row (always in range:
+  const T* v = nullptr;    // rows past the end copy 0 bytes from there)
   int64_t row_stride = 0;  // elements between key rows
   int row0 = 0;            // first tile row of this thread
   int smem_off = 0;        // element offset of this thread's chunk in a tile
@@ -93,8 +93,53 @@ struct SwizzledTileCopy {
       const bool valid = first + i * kRowStep < keys;
       const int64_t off = valid ? base + static_cast<int64_t>(i * kRowStep) * row_stride : 0;
       cp_async_16(k_s + smem_off + i * kRowStep * 64, k + off, valid ? 16 : 0);
-      if constexpr (kWithV) cp_async_16(v_s + smem_off + i * kRowStep * 64, v + off, valid ? 16 : 0);
+      if constexpr (kWithV)
+        cp_async_16(v_s + smem_off + i * kRowStep * 64, v + off, valid ? 16 : 0);
     }
+  }
+};
+
+// One tensor's full tiles (every row in range) walked at a fixed step of tiles into a ring of
+// Stages swizzled [TileKeys][D] stages, with SwizzledTileCopy's schedule: the source and
+// destination addresses move by one add a tile instead of being recomputed with bounds checks
+// (those were a fifth of the key-major pass's instructions, ncu, session 5).
+template <class T, int D, int Threads, int TileKeys, int Stages>
+struct SwizzledTileStream {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowStep = Threads / kChunks;
+  static constexpr int kPasses = TileKeys / kRowStep;
+  static constexpr uint32_t kStageBytes = sizeof(T) * TileKeys * D;
+  static_assert(Threads % kChunks == 0 && TileKeys % kRowStep == 0 && kRowStep % 8 == 0,
+                "a tile must be whole passes of the threads, 8-row aligned");
+
+  const char* src;     // this thread's first chunk of the next tile to copy
+  int64_t row_bytes;   // between this thread's rows of a tile
+  int64_t tile_bytes;  // from one tile of the walk to the next
+  uint32_t dst0;       // shared address of this thread's first chunk in stage 0
+  int stage;           // the next tile's stage
+
+  // first_row: row 0 of the first tile of the walk; ring: stage 0; the walk starts in `stage0`.
+  __device__ __forceinline__ SwizzledTileStream(const T* first_row, int64_t row_stride,
+                                                int tile_step, T* ring, int stage0, int tid)
+      : stage(stage0) {
+    const int row0 = tid / kChunks, ch = tid % kChunks;
+    src = reinterpret_cast<const char*>(first_row + row0 * row_stride + ch * 8);
+    row_bytes = static_cast<int64_t>(kRowStep) * row_stride * sizeof(T);
+    tile_bytes = static_cast<int64_t>(tile_step) * TileKeys * row_stride * sizeof(T);
+    dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(ring + sw128<TileKeys>(row0, ch * 8)));
+  }
+
+  // Copies the walk's next tile into its stage.
+  __device__ __forceinline__ void load_next() {
+    const uint32_t dst = dst0 + stage * kStageBytes;
+    const char* s = src;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      cp_async_16_to(dst + i * kRowStep * 128, s);
+      s += row_bytes;
+    }
+    src += tile_bytes;
+    stage = stage + 1 == Stages ? 0 : stage + 1;
   }
 };
 

@@ -38,7 +38,9 @@ struct RowConsts {
   int lim[2];     // last visible key relative to the chunk start (-1: none)
 };
 
-// Stages the block's `rows` window rows for the pass, a warp per row: a rounded to T (kNeedsOut)
+// Stages the block's `rows` window rows for the pass, a warp per row with the loads of kBatch rows
+// in flight at once (one row at a time left each block waiting a global latency per row: 4% of the
+// key-major pass's stall samples, ncu): a rounded to T (kNeedsOut)
 // into a_s at a_index(row, col), ||a||^2 of the rounded a, and LSE in log2 units; padding rows
 // get lse = +inf, so p = exp2(s c - inf) = 0 makes every term 0.
 template <class T, int D, bool kNeedsOut, class Index>
@@ -48,24 +50,48 @@ __device__ __forceinline__ void stage_window_rows(const PassParams& p, int hk, i
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
   const int lane = threadIdx.x & 31;
-  for (int row = threadIdx.x >> 5; row < rows; row += warps) {
+  constexpr int kCols = (D + 31) / 32;  // a's columns a lane holds
+  constexpr int kBatch = 4;             // rows a warp loads before it uses any (loads in flight)
+  auto out_row = [&](int row) {
     const int r = row0 + row;
-    const bool valid = row < rows_here;
-    const int64_t out_row =
-        valid ? static_cast<int64_t>(hk * p.group + r / a.w) * a.w + r % a.w : 0;
-    float a2 = 0.f;
-    if constexpr (kNeedsOut) {
-      for (int col = lane; col < D; col += 32) {
-        const T hi = ElemTraits<T>::from_float(valid ? sa.out[out_row * D + col] : 0.f);
-        const float x = ElemTraits<T>::to_float(hi);
-        a_s[a_index(row, col)] = hi;
-        a2 += x * x;
+    return static_cast<int64_t>(hk * p.group + r / a.w) * a.w + r % a.w;
+  };
+  for (int first = threadIdx.x >> 5; first < rows; first += warps * kBatch) {
+    float x[kBatch][kCols];
+    float lse[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int row = first + b * warps;
+      const bool valid = row < rows_here;  // (also false past `rows`)
+      const int64_t o = valid ? out_row(row) : 0;
+      lse[b] = valid ? sa.lse[o] : 0.f;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int col = lane + 32 * c;
+        x[b][c] = kNeedsOut && valid && col < D ? sa.out[o * D + col] : 0.f;
       }
-      a2 = warp_sum(a2);
     }
-    if (lane == 0) {
-      lse_s[row] = valid ? sa.lse[out_row] * kLog2e : INFINITY;
-      a2_s[row] = a2;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int row = first + b * warps;
+      if (row >= rows) break;
+      float a2 = 0.f;
+      if constexpr (kNeedsOut) {
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const int col = lane + 32 * c;
+          if (col >= D) break;
+          const T hi = ElemTraits<T>::from_float(x[b][c]);
+          const float xr = ElemTraits<T>::to_float(hi);
+          a_s[a_index(row, col)] = hi;
+          a2 += xr * xr;
+        }
+        a2 = warp_sum(a2);
+      }
+      if (lane == 0) {
+        lse_s[row] = row < rows_here ? lse[b] * kLog2e : INFINITY;
+        a2_s[row] = a2;
+      }
     }
   }
 }
@@ -95,9 +121,37 @@ __device__ __forceinline__ int block_lim_all(const WindowArgs& a, int t_min, int
   return static_cast<int>(max(min(a.n - a.w + t_min, key_end - 1) - key_begin, int64_t{-1}));
 }
 
+// r = p / (1 - p) of dropkv from p = exp2(x2).
+// kFast: p <= 2^-8 for every pair of the warp, so r = p + p^2 + p^3 to float precision (the next
+// term is p^4 / r < 2^-24 relative) and no division is needed.
+template <bool kFast>
+__device__ __forceinline__ float dropkv_ratio(float x2, float p, float floor) {
+  if constexpr (kFast) {
+    return fmaf(p, fmaf(p, p, p), p);
+  } else {
+    // 1 - p loses nothing while p < 0.7; closer to 1 it cancels, so use expm1 there
+    // (SPEC: p near 1 must stay exact): for x = x2 ln 2 in (-0.35, 0], expm1(x) by its Taylor
+    // series to x^7 (the rest is below 2e-8 relative), branch-free and 8 instructions where
+    // expm1f inlined a long branchy body into every unrolled pair.
+    const float x = x2 * kLn2;
+    const float em1 =
+        x * fmaf(x,
+                 fmaf(x,
+                      fmaf(x, fmaf(x, fmaf(x, fmaf(x, 1.f / 5040, 1.f / 720), 1.f / 120), 1.f / 24),
+                           1.f / 6),
+                      0.5f),
+                 1.f);
+    const float om = x2 > -0.5f ? -em1 : 1.f - p;
+    // When the key holds all of the row's probability to float precision (a single visible
+    // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
+    // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
+    // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a
+    // float forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md).
+    return om < 1e-6f ? 0.f : __fdividef(p, fmaxf(om, floor));
+  }
+}
+
 // u and w of one pair (see TermTraits) from the raw logit s, p = exp2(x2) and <a, v>.
-// kFast: p <= 2^-8 for every pair of the warp, so r = p / (1 - p) = p + p^2 + p^3 to float
-// precision (the next term is p^4 / r < 2^-24 relative) and no division is needed.
 template <PairTerm kTerm, bool kFast>
 __device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, float av, float scale,
                                         float floor, float& u, float& w) {
@@ -108,21 +162,7 @@ __device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, fl
   } else {
     const float d = fmaf(-2.f, av, a2);  // ||a - v||^2 - ||v||^2
     if constexpr (kTerm == PairTerm::kDropKV) {
-      float r;
-      if constexpr (kFast) {
-        r = fmaf(p, fmaf(p, p, p), p);
-      } else {
-        // 1 - p loses nothing while p < 0.7; closer to 1 it cancels, so use expm1 there
-        // (SPEC: p near 1 must stay exact).
-        float om = 1.f - p;
-        if (x2 > -0.5f) om = -expm1f(x2 * kLn2);
-        // When the key holds all of the row's probability to float precision (a single visible
-        // key, or one that dominates by > 14 logits), a = v_j up to rounding and the expanded
-        // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
-        // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a
-        // float forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md).
-        r = om < 1e-6f ? 0.f : __fdividef(p, fmaxf(om, floor));
-      }
+      const float r = dropkv_ratio<kFast>(x2, p, floor);
       w = r * r;
       u = w * d;
     } else {
@@ -193,15 +233,12 @@ cudaError_t with_pair_term(PairTerm t, F&& f) {
   return cudaErrorInvalidValue;
 }
 
-// The score of key j from its row sums: sum_i u + ||v_j||^2 sum_i w, clamped at 0 for the squared
-// distance terms, times the row weight, and (h2o) divided by the window queries that see key j.
+// The score of key j from its summed terms `raw`: clamped at 0 for the squared distance terms,
+// times the row weight, and (h2o) divided by the window queries that see key j.
 template <PairTerm kTerm>
-__device__ __forceinline__ float key_total(const ScorePassArgs& sa, int64_t j, float su, float sw,
-                                           float v2) {
-  using TT = TermTraits<kTerm>;
-  float total = su;
-  if constexpr (TT::kHasW) total = fmaf(v2, sw, su);
-  if constexpr (TT::kNonNegative) total = fmaxf(total, 0.f);
+__device__ __forceinline__ float finish_key_score(const ScorePassArgs& sa, int64_t j, float raw) {
+  float total = raw;
+  if constexpr (TermTraits<kTerm>::kNonNegative) total = fmaxf(total, 0.f);
   total *= sa.row_weight;
   if (sa.h2o_normalize) {
     // Window queries t with n - w + t >= j see key j.
@@ -211,6 +248,12 @@ __device__ __forceinline__ float key_total(const ScorePassArgs& sa, int64_t j, f
     total = seen > 0 ? total / static_cast<float>(seen) : 0.f;
   }
   return total;
+}
+// The score of key j from its row sums: sum_i u + ||v_j||^2 sum_i w, finished as above.
+template <PairTerm kTerm>
+__device__ __forceinline__ float key_total(const ScorePassArgs& sa, int64_t j, float su, float sw,
+                                           float v2) {
+  return finish_key_score<kTerm>(sa, j, TermTraits<kTerm>::kHasW ? fmaf(v2, sw, su) : su);
 }
 
 // Writes key j's score of KV head hk (added when several row blocks share the keys).

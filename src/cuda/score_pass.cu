@@ -42,13 +42,15 @@ template <class Tr, PairTerm kTerm>
 constexpr size_t pass_smem_for(int stages) {
   using T = typename Tr::T;
   constexpr bool kNeedsOut = TermTraits<kTerm>::kNeedsOut;
-  return sizeof(T) * Tr::kRows * (Tr::kD <= 128 ? 0 : Tr::kStride) +   // q (d = 256)
-         sizeof(T) * Tr::kRows * (kNeedsOut ? Tr::kD : 0) +             // a rounded
-         sizeof(T) * stages * Tr::kTileKeys * Tr::kStride * 2 +         // K, V tiles
+  return sizeof(T) * Tr::kRows * (Tr::kD <= 128 ? 0 : Tr::kStride) +  // q (d = 256)
+         sizeof(T) * Tr::kRows * (kNeedsOut ? Tr::kD : 0) +           // a rounded
+         sizeof(T) * stages * Tr::kTileKeys * Tr::kStride * 2 +       // K, V tiles
          sizeof(float) * 2 * (Tr::kTileKeys + 2 * Tr::kSlabs * Tr::kTileKeys);
 }
 template <class Tr>
-constexpr int pass_min_blocks() { return Tr::kD <= 128 ? 2 : 1; }
+constexpr int pass_min_blocks() {
+  return Tr::kD <= 128 ? 2 : 1;
+}
 // Three stages where the blocks per SM still fit (228 KB per SM, 1 KB reserved per block): v7a's
 // two stages left one tile in flight per block while it computed, and the w = 8 pass read at 82%
 // of the copy rate against the three-stage forward's 90% (ncu).
@@ -75,8 +77,8 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   using TT = TermTraits<kTerm>;
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr int kChunks = Tr::kChunksPerRow;
-  constexpr int NT = GK / 8;   // n8 tiles of a warp's keys
-  constexpr int C = 2 * NT;    // key columns of a thread (2 per n8 tile)
+  constexpr int NT = GK / 8;  // n8 tiles of a warp's keys
+  constexpr int C = 2 * NT;   // key columns of a thread (2 per n8 tile)
   constexpr bool kNeedsOut = TT::kNeedsOut;
   constexpr bool kQInRegs = D <= 128;
   constexpr int kKeyThreads = Tr::kThreads / TK;  // threads sharing one key's ||v||_1
@@ -89,18 +91,18 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   launch_dependents();
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem);                        // [kRows][S] queries (d = 256)
-  T* ahi_s = q_s + (kQInRegs ? 0 : Tr::kRows * S);            // [kRows][D] a rounded, swizzled
-  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * D : 0);           // [kStages][TK][S]
-  T* v_s = k_s + kStages * TK * S;                            // [kStages][TK][S]
+  T* q_s = reinterpret_cast<T*>(smem);               // [kRows][S] queries (d = 256)
+  T* ahi_s = q_s + (kQInRegs ? 0 : Tr::kRows * S);   // [kRows][D] a rounded, swizzled
+  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * D : 0);  // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;                   // [kStages][TK][S]
   // Two buffers each (steps alternate): per-key norms and per-slab key sums of a tile.
   float* v2_s = reinterpret_cast<float*>(v_s + kStages * TK * S);  // [2][TK] ||v_j||^2
-  float* red_u = v2_s + 2 * TK;                               // [2][kSlabs][TK] sums of u
-  float* red_w = red_u + 2 * Tr::kSlabs * TK;                 // [2][kSlabs][TK] sums of w
+  float* red_u = v2_s + 2 * TK;                                    // [2][kSlabs][TK] sums of u
+  float* red_w = red_u + 2 * Tr::kSlabs * TK;                      // [2][kSlabs][TK] sums of w
   float* v1_s = red_w;  // [2][TK] ||v_j||_1: vatp only, whose term (p) has no w sums
   // Row constants, read into registers before the first tile writes red_u.
-  float* lse_s = red_u;                                       // [kRows]
-  float* a2_s = red_u + Tr::kRows;                            // [kRows] ||a||^2
+  float* lse_s = red_u;             // [kRows]
+  float* a2_s = red_u + Tr::kRows;  // [kRows] ||a||^2
   static_assert(2 * Tr::kRows <= 2 * Tr::kSlabs * TK, "row constants fit the u sums");
 
   const ScorePassArgs& sa = p.s;
@@ -165,13 +167,13 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
 
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
-  stage_window_rows<T, D, kNeedsOut>(p, hk, row0, rows_here, Tr::kRows, Tr::kWarps, ahi_s,
-                                     [](int row, int col) { return swz<D>(row, col); }, lse_s, a2_s);
+  stage_window_rows<T, D, kNeedsOut>(
+      p, hk, row0, rows_here, Tr::kRows, Tr::kWarps, ahi_s,
+      [](int row, int col) { return swz<D>(row, col); }, lse_s, a2_s);
   __syncthreads();
 
   const int rl_lo = slab * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
-  const RowConsts rc =
-      load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, key_begin, key_end);
+  const RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, key_begin, key_end);
   const int lim_all = block_lim_all(a, t_min, key_begin, key_end);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
@@ -261,7 +263,10 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
     for (int ks = 0; ks < D / 16; ++ks) {
       uint32_t af[4];
       if constexpr (kQInRegs) {
-        af[0] = qf[ks][0]; af[1] = qf[ks][1]; af[2] = qf[ks][2]; af[3] = qf[ks][3];
+        af[0] = qf[ks][0];
+        af[1] = qf[ks][1];
+        af[2] = qf[ks][2];
+        af[3] = qf[ks][3];
       } else {
         ldmatrix_x4(af, q_s + a_row * S + ks * 16 + a_col);
       }
@@ -309,8 +314,8 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float ulo = 0.f, wlo = 0.f, uhi = 0.f, whi = 0.f;
-          pair_uw<kTerm, decltype(fast)::value>(s[nt][e], x2[nt][e], pr[nt][e], rc.a2[0],
-                                                av[nt][e], a.scale, floor, ulo, wlo);
+          pair_uw<kTerm, decltype(fast)::value>(s[nt][e], x2[nt][e], pr[nt][e], rc.a2[0], av[nt][e],
+                                                a.scale, floor, ulo, wlo);
           pair_uw<kTerm, decltype(fast)::value>(s[nt][2 + e], x2[nt][2 + e], pr[nt][2 + e],
                                                 rc.a2[1], av[nt][2 + e], a.scale, floor, uhi, whi);
           u[2 * nt + e] = ulo + uhi;
@@ -359,11 +364,11 @@ cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) 
 template <class T, int D>
 cudaError_t dispatch_slabs(const PassParams& p, int slabs, int chunks, cudaStream_t stream) {
   switch (slabs) {
-#define KVEVICT_PASS_CASE(S)                                                     \
-  case S:                                                                        \
-    if constexpr (S <= max_slabs(D)) {                                           \
-      return dispatch_term<WindowTraits<T, D, S>>(p, chunks, stream);            \
-    }                                                                            \
+#define KVEVICT_PASS_CASE(S)                                          \
+  case S:                                                             \
+    if constexpr (S <= max_slabs(D)) {                                \
+      return dispatch_term<WindowTraits<T, D, S>>(p, chunks, stream); \
+    }                                                                 \
     break;
     KVEVICT_PASS_CASE(1)
     KVEVICT_PASS_CASE(2)
@@ -376,9 +381,12 @@ cudaError_t dispatch_slabs(const PassParams& p, int slabs, int chunks, cudaStrea
 template <class T>
 cudaError_t dispatch_dim(const PassParams& p, int slabs, int chunks, cudaStream_t stream) {
   switch (p.s.win.head_dim) {
-    case 64: return dispatch_slabs<T, 64>(p, slabs, chunks, stream);
-    case 128: return dispatch_slabs<T, 128>(p, slabs, chunks, stream);
-    case 256: return dispatch_slabs<T, 256>(p, slabs, chunks, stream);
+    case 64:
+      return dispatch_slabs<T, 64>(p, slabs, chunks, stream);
+    case 128:
+      return dispatch_slabs<T, 128>(p, slabs, chunks, stream);
+    case 256:
+      return dispatch_slabs<T, 256>(p, slabs, chunks, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -388,6 +396,24 @@ constexpr int kPassBlocksPerSm = 2;
 // memory, one block of 8 warps per SM, and the pass ran at 0.93 ms, latency-bound (ncu, v2). Two
 // 64-row blocks per SM re-read K/V for the second row block, mostly from L2 (they run together).
 constexpr int kPassSlabCap = 4;
+
+PassParams pass_params(const ScorePassArgs& sa, int group, const WindowPlan& plan, float* scores) {
+  PassParams p;
+  p.s = sa;
+  p.group = group;
+  p.rows = plan.rows;
+  p.row_blocks = plan.row_blocks;
+  p.keys_per_chunk = plan.keys_per_split;
+  p.accumulate = plan.row_blocks > 1;
+  p.scores = scores;
+  return p;
+}
+// Several row blocks add into the same keys: zero the scores first.
+cudaError_t zero_if_accumulating(const PassParams& p, cudaStream_t stream) {
+  if (!p.accumulate) return cudaSuccess;
+  return cudaMemsetAsync(
+      p.scores, 0, sizeof(float) * static_cast<size_t>(p.s.win.num_kv_heads) * p.s.win.n, stream);
+}
 
 }  // namespace
 
@@ -408,6 +434,18 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   // SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one 128-row block
   // 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320 against the
   // mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
+  // dropkv and obcache_k in bf16 take the key-major pass (score_pass_keymajor.cu) from 33 rows:
+  // one block of 64 or 128 rows per SM.
+  if (window_wgmma_enabled() && plan.rows > 32) {
+    const WindowPlan kp =
+        make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
+    if (keymajor_pass_supported(sa, 16 * kp.slabs)) {
+      PassParams p = pass_params(sa, group, kp, scores);
+      const cudaError_t err = zero_if_accumulating(p, stream);
+      if (err != cudaSuccess) return err;
+      return launch_pass_keymajor(p, 16 * kp.slabs, kp.splits, stream);
+    }
+  }
   bool use_wgmma = false;
   if (window_wgmma_enabled() && plan.rows > 32) {
     WindowPlan wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
@@ -421,23 +459,12 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
       use_wgmma = true;
     }
   }
-  PassParams p;
-  p.s = sa;
-  p.group = group;
-  p.rows = plan.rows;
-  p.row_blocks = plan.row_blocks;
-  p.keys_per_chunk = plan.keys_per_split;
-  p.accumulate = plan.row_blocks > 1;
-  p.scores = scores;
-  if (p.accumulate) {
-    const cudaError_t err = cudaMemsetAsync(
-        scores, 0, sizeof(float) * static_cast<size_t>(a.num_kv_heads) * a.n, stream);
-    if (err != cudaSuccess) return err;
-  }
+  const PassParams p = pass_params(sa, group, plan, scores);
+  const cudaError_t err = zero_if_accumulating(p, stream);
+  if (err != cudaSuccess) return err;
   if (use_wgmma) return launch_pass_wgmma(p, 16 * plan.slabs, plan.splits, stream);
-  return a.elem == Elem::kBF16
-             ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, plan.splits, stream)
-             : dispatch_dim<__half>(p, plan.slabs, plan.splits, stream);
+  return a.elem == Elem::kBF16 ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, plan.splits, stream)
+                               : dispatch_dim<__half>(p, plan.slabs, plan.splits, stream);
 }
 
 }  // namespace kvevict::cuda::detail

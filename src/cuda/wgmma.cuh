@@ -40,11 +40,15 @@ __device__ __forceinline__ int sw128(int row, int col) {
   return (col >> 6) * (Rows * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 
-// The first 1024-byte boundary at or after p (a swizzle atom: where swizzled tiles must start).
+// The first 1024-byte boundary at or after the shared-memory pointer p (a swizzle atom: where
+// swizzled tiles must start). Offsetting p itself, not a round trip through an integer, keeps the
+// pointer known to be shared: accesses through it compile to 32-bit LDS/STS, not generic 64-bit
+// loads (ncu, session 5: the generic loads and their address math were a quarter of the key-major
+// pass's instructions).
 template <class T>
 __device__ __forceinline__ T* swizzle_aligned(unsigned char* p) {
-  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + 1023) & ~static_cast<uintptr_t>(1023);
-  return reinterpret_cast<T*>(a);
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  return reinterpret_cast<T*>(p + ((1024u - (a & 1023u)) & 1023u));
 }
 
 // Shared-memory matrix descriptor: start address, leading / stride byte offsets, 128-byte
@@ -88,6 +92,10 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// Barrier of warpgroup wg's 128 threads alone (named barrier 1 + wg; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+}
 // Shared-memory writes of the generic proxy (cp.async, st.shared) made visible to wgmma's
 // reads (async proxy); each writer runs it after its writes, before the barrier.
 __device__ __forceinline__ void fence_async_shared() {
@@ -104,8 +112,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t
 template <class T, int N>
 __device__ __forceinline__ void wgmma_rs_mn(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b,
                                             int scale_d);
+// d (+)= A B, m64 nN k16: A from registers, B a K-major shared-memory descriptor.
+template <class T, int N>
+__device__ __forceinline__ void wgmma_rs_k(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b,
+                                           int scale_d);
 
 // The accumulator operands of an m64nN f32 wgmma: N / 2 registers a thread.
+#define KVEVICT_WGMMA_ACC4_OPS "%0, %1, %2, %3"
+#define KVEVICT_WGMMA_ACC4_REGS "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 #define KVEVICT_WGMMA_ACC32_OPS                                            \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -132,58 +146,69 @@ __device__ __forceinline__ void wgmma_rs_mn(float (&d)[N / 2], const uint32_t (&
       "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
 #if defined(KVEVICT_HAS_WGMMA)
-// m64n64k16, A and B K-major descriptors; scale_d = 0 overwrites d.
-#define KVEVICT_WGMMA_SS64(CT, PT)                                                           \
-  template <>                                                                                \
-  __device__ __forceinline__ void wgmma_ss<CT, 64>(float(&d)[32], uint64_t a, uint64_t b,    \
-                                                   int scale_d) {                            \
-    asm volatile(                                                                            \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                         \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {" KVEVICT_WGMMA_ACC32_OPS \
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                   \
-        : KVEVICT_WGMMA_ACC32_REGS                                                           \
-        : "l"(a), "l"(b), "r"(scale_d));                                                     \
-  }
-// m64nNk16, A from registers, B an MN-major (transposed) descriptor.
-#define KVEVICT_WGMMA_RS_MN(CT, PT, N, OPS, REGS, P, A0, A1, A2, A3, B)                       \
+// m64nNk16, A and B K-major descriptors; scale_d = 0 overwrites d.
+#define KVEVICT_WGMMA_SS(CT, PT, N, OPS, REGS, P, A, B)                                       \
   template <>                                                                                 \
-  __device__ __forceinline__ void wgmma_rs_mn<CT, N>(float(&d)[N / 2], const uint32_t(&a)[4], \
-                                                     uint64_t b, int scale_d) {               \
+  __device__ __forceinline__ void wgmma_ss<CT, N>(float(&d)[N / 2], uint64_t a, uint64_t b,   \
+                                                  int scale_d) {                              \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P                                        \
                  ", 0;\n"                                                                     \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PT "." PT " {" OPS         \
-                 "}, "                                                                        \
-                 "{" A0 ", " A1 ", " A2 ", " A3 "}, " B ", p, 1, 1, 1;\n}\n"                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PT "." PT " {" OPS "}, " A \
+                 ", " B ", p, 1, 1, 0, 0;\n}\n"                                               \
                  : REGS                                                                       \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));         \
+                 : "l"(a), "l"(b), "r"(scale_d));                                             \
+  }
+// m64nNk16, A from registers, B a shared-memory descriptor, MN-major (TR = 1: transposed) or
+// K-major (TR = 0).
+#define KVEVICT_WGMMA_RS(NAME, TR, CT, PT, N, OPS, REGS, P, A0, A1, A2, A3, B)                     \
+  template <>                                                                                      \
+  __device__ __forceinline__ void NAME<CT, N>(float(&d)[N / 2], const uint32_t(&a)[4], uint64_t b, \
+                                              int scale_d) {                                       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P                                             \
+                 ", 0;\n"                                                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PT "." PT " {" OPS              \
+                 "}, "                                                                             \
+                 "{" A0 ", " A1 ", " A2 ", " A3 "}, " B ", p, 1, 1, " #TR ";\n}\n"                 \
+                 : REGS                                                                            \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));              \
   }
 #else
-#define KVEVICT_WGMMA_SS64(CT, PT)                                                          \
-  template <>                                                                               \
-  __device__ __forceinline__ void wgmma_ss<CT, 64>(float(&)[32], uint64_t, uint64_t, int) { \
-    wgmma_unavailable();                                                                    \
+#define KVEVICT_WGMMA_SS(CT, PT, N, OPS, REGS, P, A, B)                                       \
+  template <>                                                                                 \
+  __device__ __forceinline__ void wgmma_ss<CT, N>(float(&)[N / 2], uint64_t, uint64_t, int) { \
+    wgmma_unavailable();                                                                      \
   }
-#define KVEVICT_WGMMA_RS_MN(CT, PT, N, OPS, REGS, P, A0, A1, A2, A3, B)                     \
-  template <>                                                                               \
-  __device__ __forceinline__ void wgmma_rs_mn<CT, N>(float(&)[N / 2], const uint32_t(&)[4], \
-                                                     uint64_t, int) {                       \
-    wgmma_unavailable();                                                                    \
+#define KVEVICT_WGMMA_RS(NAME, TR, CT, PT, N, OPS, REGS, P, A0, A1, A2, A3, B)                 \
+  template <>                                                                                  \
+  __device__ __forceinline__ void NAME<CT, N>(float(&)[N / 2], const uint32_t(&)[4], uint64_t, \
+                                              int) {                                           \
+    wgmma_unavailable();                                                                       \
   }
 #endif
 
-KVEVICT_WGMMA_SS64(__nv_bfloat16, "bf16")
-KVEVICT_WGMMA_SS64(__half, "f16")
-KVEVICT_WGMMA_RS_MN(__nv_bfloat16, "bf16", 64, KVEVICT_WGMMA_ACC32_OPS, KVEVICT_WGMMA_ACC32_REGS,
-                    "%37", "%32", "%33", "%34", "%35", "%36")
-KVEVICT_WGMMA_RS_MN(__half, "f16", 64, KVEVICT_WGMMA_ACC32_OPS, KVEVICT_WGMMA_ACC32_REGS, "%37",
-                    "%32", "%33", "%34", "%35", "%36")
-KVEVICT_WGMMA_RS_MN(__nv_bfloat16, "bf16", 128, KVEVICT_WGMMA_ACC64_OPS, KVEVICT_WGMMA_ACC64_REGS,
-                    "%69", "%64", "%65", "%66", "%67", "%68")
-KVEVICT_WGMMA_RS_MN(__half, "f16", 128, KVEVICT_WGMMA_ACC64_OPS, KVEVICT_WGMMA_ACC64_REGS, "%69",
-                    "%64", "%65", "%66", "%67", "%68")
+KVEVICT_WGMMA_SS(__nv_bfloat16, "bf16", 64, KVEVICT_WGMMA_ACC32_OPS, KVEVICT_WGMMA_ACC32_REGS,
+                 "%34", "%32", "%33")
+KVEVICT_WGMMA_SS(__half, "f16", 64, KVEVICT_WGMMA_ACC32_OPS, KVEVICT_WGMMA_ACC32_REGS, "%34", "%32",
+                 "%33")
+KVEVICT_WGMMA_SS(__nv_bfloat16, "bf16", 128, KVEVICT_WGMMA_ACC64_OPS, KVEVICT_WGMMA_ACC64_REGS,
+                 "%66", "%64", "%65")
+KVEVICT_WGMMA_SS(__half, "f16", 128, KVEVICT_WGMMA_ACC64_OPS, KVEVICT_WGMMA_ACC64_REGS, "%66",
+                 "%64", "%65")
+KVEVICT_WGMMA_RS(wgmma_rs_mn, 1, __nv_bfloat16, "bf16", 64, KVEVICT_WGMMA_ACC32_OPS,
+                 KVEVICT_WGMMA_ACC32_REGS, "%37", "%32", "%33", "%34", "%35", "%36")
+KVEVICT_WGMMA_RS(wgmma_rs_mn, 1, __half, "f16", 64, KVEVICT_WGMMA_ACC32_OPS,
+                 KVEVICT_WGMMA_ACC32_REGS, "%37", "%32", "%33", "%34", "%35", "%36")
+KVEVICT_WGMMA_RS(wgmma_rs_mn, 1, __nv_bfloat16, "bf16", 128, KVEVICT_WGMMA_ACC64_OPS,
+                 KVEVICT_WGMMA_ACC64_REGS, "%69", "%64", "%65", "%66", "%67", "%68")
+KVEVICT_WGMMA_RS(wgmma_rs_mn, 1, __half, "f16", 128, KVEVICT_WGMMA_ACC64_OPS,
+                 KVEVICT_WGMMA_ACC64_REGS, "%69", "%64", "%65", "%66", "%67", "%68")
+KVEVICT_WGMMA_RS(wgmma_rs_k, 0, __nv_bfloat16, "bf16", 8, KVEVICT_WGMMA_ACC4_OPS,
+                 KVEVICT_WGMMA_ACC4_REGS, "%9", "%4", "%5", "%6", "%7", "%8")
 
-#undef KVEVICT_WGMMA_SS64
-#undef KVEVICT_WGMMA_RS_MN
+#undef KVEVICT_WGMMA_SS
+#undef KVEVICT_WGMMA_RS
+#undef KVEVICT_WGMMA_ACC4_OPS
+#undef KVEVICT_WGMMA_ACC4_REGS
 #undef KVEVICT_WGMMA_ACC32_OPS
 #undef KVEVICT_WGMMA_ACC64_OPS
 #undef KVEVICT_WGMMA_ACC32_REGS

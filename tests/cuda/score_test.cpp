@@ -1,5 +1,7 @@
 // Every CUDA score against the double reference on bf16-rounded random inputs, and the top-k
 // sets they induce.
+#include "kvevict/cuda/score.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <set>
 
 #include "cuda/cuda_testing.h"
-#include "kvevict/cuda/score.h"
 #include "kvevict/score.h"
 #include "kvevict/score_terms.h"
 #include "support/testing.h"
@@ -50,7 +51,8 @@ void plant_dominant_keys(const std::vector<DominantKey>& plants, int hq, int hkv
     std::vector<double> z(last + 1);
     for (int64_t i = 0; i <= last; ++i) {
       double acc = 0;
-      for (int c = 0; c < d; ++c) acc += double(qr[c]) * k[(static_cast<size_t>(hk) * n + i) * d + c];
+      for (int c = 0; c < d; ++c)
+        acc += double(qr[c]) * k[(static_cast<size_t>(hk) * n + i) * d + c];
       z[i] = i == dk.j ? -1e300 : acc * scale;
       mx = std::max(mx, z[i]);
     }
@@ -68,9 +70,9 @@ void plant_dominant_keys(const std::vector<DominantKey>& plants, int hq, int hkv
 
 void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
          const std::vector<DominantKey>& plants = {}) {
-  SCOPED_TRACE(::testing::Message() << opt.describe() << " Hq " << sh.hq << " Hkv " << sh.hkv
-                                    << " d " << sh.d << " n " << sh.n << " " << dtype_name(dtype)
-                                    << " dominant keys " << plants.size());
+  SCOPED_TRACE(::testing::Message()
+               << opt.describe() << " Hq " << sh.hq << " Hkv " << sh.hkv << " d " << sh.d << " n "
+               << sh.n << " " << dtype_name(dtype) << " dominant keys " << plants.size());
   const int w = static_cast<int>(opt.queries_needed(sh.n));
   const int m = std::max(w, 1);
   const size_t nq = static_cast<size_t>(sh.hq) * m * sh.d, nk = sh.hkv * sh.n * sh.d;
@@ -126,8 +128,8 @@ void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
 
 TEST(CudaScore, WindowMethodsMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
-  const Method methods[] = {Method::kDropKV, Method::kObcacheV, Method::kObcacheK,
-                            Method::kObcacheVK, Method::kSnapKV, Method::kVATP};
+  const Method methods[] = {Method::kDropKV,    Method::kObcacheV, Method::kObcacheK,
+                            Method::kObcacheVK, Method::kSnapKV,   Method::kVATP};
   const Shape shapes[] = {{32, 8, 128, 1003}, {6, 2, 64, 17}, {4, 1, 256, 333}, {7, 1, 128, 2500}};
   uint64_t seed = 100;
   for (Method m : methods)
@@ -138,8 +140,9 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
     }
 }
 
-// Every window term through the wgmma kernels (64- and 128-row blocks, sm_90a builds) and, switched
-// off, through the mma.sync kernels, on shapes that route to wgmma when it is on.
+// Every window term through the wgmma kernels (64- and 128-row blocks, sm_90a builds; dropkv and
+// obcache_k in bf16 through the key-major pass, then through the row-major one) and, switched off,
+// through the mma.sync kernels, on shapes that route to wgmma when it is on.
 TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
   const Method methods[] = {Method::kDropKV, Method::kObcacheV, Method::kObcacheK,
@@ -151,11 +154,16 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   };
   const Run runs[] = {{{32, 8, 128, 2001}, 32, DType::kBF16},  // 128-row blocks
                       {{32, 8, 64, 777}, 16, DType::kF16},     // 64-row blocks, d = 64
-                      {{28, 4, 128, 161}, 32, DType::kBF16}};  // two 128-row blocks, odd n
+                      {{28, 4, 128, 161}, 32, DType::kBF16},   // two 128-row blocks, odd n
+                      {{12, 3, 64, 1000}, 16, DType::kBF16}};  // 64-row blocks, d = 64
   uint64_t seed = 300;
-  for (bool wgmma : {true, false}) {
-    SCOPED_TRACE(wgmma ? "wgmma enabled" : "mma.sync only");
-    set_window_wgmma(wgmma);
+  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync };
+  for (Kernels k : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync}) {
+    SCOPED_TRACE(k == Kernels::kKeyMajor   ? "wgmma, key-major pass"
+                 : k == Kernels::kRowMajor ? "wgmma, row-major pass"
+                                           : "mma.sync only");
+    set_window_wgmma(k != Kernels::kMmaSync);
+    set_window_keymajor(k == Kernels::kKeyMajor);
     for (Method m : methods)
       for (const Run& r : runs) {
         ScoreOptions opt = ScoreOptions::defaults(m);
@@ -165,6 +173,7 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
       }
   }
   set_window_wgmma(true);
+  set_window_keymajor(true);
 }
 
 TEST(CudaScore, DominantKeysTakeTheExactPath) {
@@ -174,8 +183,11 @@ TEST(CudaScore, DominantKeysTakeTheExactPath) {
   // expanded sums must still match where one key dominates. (Closer to 1, the forward's 16-bit P
   // moves a by 2^-9 p, which is 2^-9 p / (1 - p) of ||a - v_j||: bf16 stops at 0.75 here.)
   const Shape sh{8, 2, 128, 3001};
-  const std::vector<DominantKey> plants = {
-      {0, 7, 100, 0.6}, {1, 3, 1500, 0.72}, {5, 0, 2990, 0.75}, {6, 5, 2995, 0.3}, {2, 6, 64, 0.05}};
+  const std::vector<DominantKey> plants = {{0, 7, 100, 0.6},
+                                           {1, 3, 1500, 0.72},
+                                           {5, 0, 2990, 0.75},
+                                           {6, 5, 2995, 0.3},
+                                           {2, 6, 64, 0.05}};
   uint64_t seed = 200;
   for (Method m : {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK, Method::kSnapKV}) {
     ScoreOptions opt = ScoreOptions::defaults(m);
@@ -187,6 +199,15 @@ TEST(CudaScore, DominantKeysTakeTheExactPath) {
   opt.window = 32;  // two row blocks (accumulated), a dominant key in each
   run({28, 4, 128, 2049}, opt, DType::kF16, seed++,
       {{0, 31, 2000, 0.9}, {27, 2, 10, 0.72}, {13, 20, 1024, 0.8}});
+  // The same in bf16 through the key-major pass (one 128-row block a KV head); bf16 stops at 0.75
+  // as above.
+  for (Method m : {Method::kDropKV, Method::kObcacheK}) {
+    ScoreOptions o = ScoreOptions::defaults(m);
+    o.window = 32;
+    o.pooling = Pooling{};
+    run({8, 2, 128, 3001}, o, DType::kBF16, seed++,
+        {{0, 31, 2900, 0.75}, {5, 2, 10, 0.72}, {3, 20, 1024, 0.6}, {6, 0, 2969, 0.3}});
+  }
 }
 
 TEST(CudaScore, PoolingWindowsAndHalf) {
@@ -246,8 +267,10 @@ TEST(CudaScore, H2OIsBitwiseReproducible) {
   // Key-stationary sums in a fixed order: two runs give the same bits (no float atomics).
   const int hq = 8, hkv = 2, d = 128;
   const int64_t n = 3001;
-  auto q = testing::round_to(kvevict::testing::normal_floats(size_t(hq) * n * d, 90, 2.0f), DType::kBF16);
-  auto k = testing::round_to(kvevict::testing::normal_floats(size_t(hkv) * n * d, 91, 1.0f), DType::kBF16);
+  auto q = testing::round_to(kvevict::testing::normal_floats(size_t(hq) * n * d, 90, 2.0f),
+                             DType::kBF16);
+  auto k = testing::round_to(kvevict::testing::normal_floats(size_t(hkv) * n * d, 91, 1.0f),
+                             DType::kBF16);
   DeviceBuffer<uint16_t> dq(q.size()), dk(k.size());
   dq.upload(testing::encode16(q, DType::kBF16));
   dk.upload(testing::encode16(k, DType::kBF16));
@@ -266,7 +289,10 @@ TEST(CudaScore, H2OIsBitwiseReproducible) {
     score(p, opt, out, {ws.data(), ws_bytes});
     KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
     const auto got = ds.download();
-    if (rep == 0) first = got; else EXPECT_TRUE(got == first) << "run " << rep << " differs";
+    if (rep == 0)
+      first = got;
+    else
+      EXPECT_TRUE(got == first) << "run " << rep << " differs";
   }
 }
 
