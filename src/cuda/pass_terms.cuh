@@ -13,6 +13,31 @@
 
 namespace kvevict::cuda::detail {
 
+// The keys a pass block scores: its chunk [begin, end) of the layer's keys (every one gets a score:
+// zero past the last key a row sees), the end of what its rows see (visible_end), and the window
+// positions of its rows that see the fewest (t_min) and the most (t_max) keys.
+struct PassChunk {
+  int64_t begin = 0, end = 0, visible_end = 0;
+  int keys = 0;  // end - begin
+  int t_min = 0, t_max = 0;
+
+  __device__ __forceinline__ PassChunk(const PassParams& p, int chunk, int row0, int rows_here) {
+    const WindowArgs& a = p.s.win;
+    begin = chunk * p.keys_per_chunk;
+    end = min(a.n, begin + p.keys_per_chunk);
+    block_t_range(row0, rows_here, a.w, &t_min, &t_max);
+    visible_end = min(end, a.n - a.w + t_max + 1);
+    keys = end > begin ? static_cast<int>(end - begin) : 0;
+  }
+  __device__ __forceinline__ int tiles(int tile_keys) const {
+    return (keys + tile_keys - 1) / tile_keys;
+  }
+  // The last key (relative to begin) that every row of the block sees (-1: none).
+  __device__ __forceinline__ int lim_all(const WindowArgs& a) const {
+    return static_cast<int>(max(min(a.n - a.w + t_min, visible_end - 1) - begin, int64_t{-1}));
+  }
+};
+
 // Every term is split as  score_j = sum_i u_ij + ||v_j||^2 sum_i w_ij  (sums over the window rows
 // i), so the pair loop never needs ||v_j||^2: it is applied once per key after the row sums.
 //   prob       u = p
@@ -114,13 +139,6 @@ __device__ __forceinline__ RowConsts load_row_consts(const float* lse_s, const f
   }
   return rc;
 }
-// The last key (relative to key_begin) that every row of the block sees; t_min is the window
-// position of the block's row that sees the fewest keys.
-__device__ __forceinline__ int block_lim_all(const WindowArgs& a, int t_min, int64_t key_begin,
-                                             int64_t key_end) {
-  return static_cast<int>(max(min(a.n - a.w + t_min, key_end - 1) - key_begin, int64_t{-1}));
-}
-
 // r = p / (1 - p) of dropkv from p = exp2(x2).
 // kFast: p <= 2^-8 for every pair of the warp, so r = p + p^2 + p^3 to float precision (the next
 // term is p^4 / r < 2^-24 relative) and no division is needed.

@@ -116,14 +116,10 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   const bool vatp = kTerm == PairTerm::kProb && sa.v_l1 != nullptr;
   const bool with_v = TT::kHasW || kNeedsOut || vatp;  // snapkv-style terms never read V
 
-  const int64_t key_begin = chunk * p.keys_per_chunk;
-  const int64_t chunk_end = min(a.n, key_begin + p.keys_per_chunk);
-  int t_min, t_max;
-  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
   // Keys past the last visible one still get their (zero) score written below.
-  const int64_t key_end = min(chunk_end, a.n - a.w + t_max + 1);
-  const int chunk_keys = chunk_end > key_begin ? static_cast<int>(chunk_end - key_begin) : 0;
-  const int num_tiles = (chunk_keys + TK - 1) / TK;
+  const PassChunk ch(p, chunk, row0, rows_here);
+  const int64_t key_begin = ch.begin, chunk_end = ch.end, key_end = ch.visible_end;
+  const int chunk_keys = ch.keys, num_tiles = ch.tiles(TK);
 
   // Query row `row` of the block in global memory (null for padding rows).
   auto q_row = [&](int row) { return window_query_row<T>(a, p.group, hk, row0, row, rows_here); };
@@ -174,7 +170,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
 
   const int rl_lo = slab * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
   const RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, key_begin, key_end);
-  const int lim_all = block_lim_all(a, t_min, key_begin, key_end);  // every row sees up to here
+  const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
   // ldmatrix lane addresses: A fragments (query / a rows) and B fragments (key / value rows).

@@ -100,13 +100,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
   const int row0 = rb * R;
   const int rows_here = min(R, p.rows - row0);
 
-  const int64_t key_begin = chunk * p.keys_per_chunk;
-  const int64_t chunk_end = min(a.n, key_begin + p.keys_per_chunk);
-  int t_min, t_max;
-  block_t_range(row0, rows_here, a.w, &t_min, &t_max);
-  const int64_t key_end = min(chunk_end, a.n - a.w + t_max + 1);
-  const int chunk_keys = chunk_end > key_begin ? static_cast<int>(chunk_end - key_begin) : 0;
-  const int num_tiles = (chunk_keys + TK - 1) / TK;
+  const PassChunk ch(p, chunk, row0, rows_here);
+  const int64_t key_begin = ch.begin, chunk_end = ch.end, key_end = ch.visible_end;
+  const int chunk_keys = ch.keys, num_tiles = ch.tiles(TK);
   const int wg_tiles = (num_tiles - wg + 1) / 2;  // this warpgroup's tiles: t = wg, wg + 2, ...
 
   cp_async_window_queries<T, D>(a, p.group, hk, row0, rows_here, R, q_s,
@@ -177,7 +173,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
   fence_async_shared();  // q_s, a_s, x_s and the K tiles are read by wgmma
   __syncthreads();       // also ends the use of lse_s / a2_s
 
-  const int lim_all = block_lim_all(a, t_min, key_begin, key_end);  // every row sees up to here
+  const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
   const int key_lo = (warp & 3) * 16 + g;  // the thread's keys in a tile: key_lo, key_lo + 8

@@ -155,7 +155,9 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   const Run runs[] = {{{32, 8, 128, 2001}, 32, DType::kBF16},  // 128-row blocks
                       {{32, 8, 64, 777}, 16, DType::kF16},     // 64-row blocks, d = 64
                       {{28, 4, 128, 161}, 32, DType::kBF16},   // two 128-row blocks, odd n
-                      {{12, 3, 64, 1000}, 16, DType::kBF16}};  // 64-row blocks, d = 64
+                      {{12, 3, 64, 1000}, 16, DType::kBF16},   // 64-row blocks, d = 64
+                      {{16, 2, 128, 60}, 8, DType::kBF16},     // one tile: a warpgroup idle
+                      {{8, 2, 128, 130}, 32, DType::kBF16}};   // a partial third tile
   uint64_t seed = 300;
   enum class Kernels { kKeyMajor, kRowMajor, kMmaSync };
   for (Kernels k : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync}) {
