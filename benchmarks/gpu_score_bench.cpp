@@ -335,8 +335,8 @@ int main(int argc, char** argv) {
           "  --quick      fewer sizes (n = 4K and 128K)\n"
           "  --json FILE  also write every number as JSON\n"
           "  --profile    Llama at n = 128K only: dropkv w = 8 and 32, obcache_vk w = 16, the\n"
-          "               forward alone at w = 8 and 32, dropkv w = 32 on the row-major wgmma\n"
-          "               pass; 3 reps (for ncu)\n"
+          "               forward alone at w = 8 and 32, snapkv w = 32 + pool, dropkv and snapkv\n"
+          "               w = 32 on the row-major wgmma pass; 3 reps (for ncu)\n"
           "  --reps N     repetitions of --profile (default 3)\n");
       return 0;
     } else {
@@ -375,8 +375,11 @@ int main(int argc, char** argv) {
       bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, profile_reps, 0);
       bench_forward(L, "llama3.1-8b", 8, profile_reps);
       bench_forward(L, "llama3.1-8b", 32, profile_reps);
+      bench_score(L, "llama3.1-8b", Method::kSnapKV, 32, true, profile_reps, 0);
       cuda::set_window_keymajor(false);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, profile_reps, 0,
+                  " (row-major wgmma)");
+      bench_score(L, "llama3.1-8b", Method::kSnapKV, 32, true, profile_reps, 0,
                   " (row-major wgmma)");
       cuda::set_window_keymajor(true);
       L.release();
@@ -406,6 +409,7 @@ int main(int argc, char** argv) {
           if (cuda::window_wgmma_available()) {  // A/B: the other pass kernels in the same run
             cuda::set_window_keymajor(false);
             bench_score(L, md.name, Method::kDropKV, 32, false, reps, 0, " (row-major wgmma)");
+            bench_score(L, md.name, Method::kSnapKV, 32, true, reps, 0, " (row-major wgmma)");
             cuda::set_window_keymajor(true);
             cuda::set_window_wgmma(false);
             const char* v = " (mma.sync)";

@@ -430,8 +430,8 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   // SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one 128-row block
   // 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320 against the
   // mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
-  // dropkv and obcache_k in bf16 take the key-major pass (score_pass_keymajor.cu) from 33 rows:
-  // one block of 64 or 128 rows per SM.
+  // bf16 inputs take the key-major pass (score_pass_keymajor.cu) from 33 rows for every term but
+  // obcache_vk (and vatp's ||v||_1): one block of 64 or 128 rows per SM.
   if (window_wgmma_enabled() && plan.rows > 32) {
     const WindowPlan kp =
         make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);

@@ -1,6 +1,8 @@
-// Key-major streaming scoring pass (Hopper wgmma, bf16) for the distance terms
+// Key-major streaming scoring pass (Hopper wgmma, bf16) for
 //   dropkv     score_j = sum_i r_ij^2   ||a_i - v_j||^2   (r = p / (1 - p))
 //   obcache_k  score_j = sum_i (p z)_ij^2 ||a_i - v_j||^2
+//   obcache_v  score_j = sum_i p_ij^2   ||v_j||^2
+//   prob       score_j = sum_i p_ij               (snapkv and the other attention sums)
 // with the sum over the window rows i done by the tensor cores instead of the CUDA cores.
 //
 // A warpgroup owns a tile of 64 keys and every window row of the block (64 or 128): S^T = K Q^T
@@ -9,15 +11,17 @@
 //   Y = W^T [a | a2_hi a2_lo 1 0 ...]       ([64 keys, d] and [64 keys, 8])
 // (a rounded to bf16 as in the other passes, ||a||^2 split into two bf16 parts, a column of ones),
 // so that   score_j = Y_j,a2 - 2 <Y_j,a, v_j> + ||v_j||^2 Y_j,1,   one dot product of each key's
-// row of Y with its own value row. Per pair the CUDA cores form only w (one exp2 and four FMAs on
+// row of Y with its own value row (obcache_v: ||v_j||^2 Y_j,1, and no product with a; prob: Y_j,1,
+// and the pass never reads V). Per pair the CUDA cores form only w (one exp2 and four FMAs on
 // dropkv's division-free path); score_pass_wgmma.cu forms the whole term per pair and sums it over
 // the thread's rows, the warp's lanes and the block's warps: 31 warp instructions a pair (ncu,
 // session 4), that pass's bound at w = 32.
 //
 // Accuracy: every part of ||a_i - v_j||^2 is taken with the same rounded weight, so the score is
 // exactly sum_i w~_ij ||a_i - v_j||^2 up to float accumulation, with w~ = w (1 + e), |e| <= 2^-9;
-// the terms are all >= 0, so the score's relative error stays below 2^-9 (plus the accumulation).
-// f16 inputs stay on score_pass_wgmma.cu: f16 weights would underflow (w ~ 1 / n^2).
+// the terms are all >= 0, so the score's relative error stays below 2^-9 (plus the accumulation);
+// the same holds for the other terms. obcache_vk (three weights a pair) stays on the row-major
+// pass. f16 inputs stay on score_pass_wgmma.cu: f16 weights would underflow (w ~ 1 / n^2).
 //
 // Schedule: two warpgroups a block take alternate key tiles of the block's chunk (backwards, as the
 // other passes, to reuse the forward's last keys from L2), one block per SM. Each warpgroup copies
@@ -77,7 +81,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys, X = Tr::kExtraCols;
   static_assert(km_smem<Tr>() <= 227 * 1024, "shared memory budget");
-  static_assert(kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK, "distance terms only");
+  static_assert(kTerm != PairTerm::kObcacheVK, "obcache_vk needs three weights a pair");
+  // Distance terms use a (the product with a, ||a||^2); all but prob read V.
+  constexpr bool kDistance = kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK;
+  constexpr bool kWithV = kTerm != PairTerm::kProb;
   launch_dependents();
 
   extern __shared__ unsigned char smem_raw[];
@@ -130,11 +137,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
     if (i < wg_tiles) k_stream.load_next();
   };
   auto load_v = [&](int i) {
-    if (i < wg_tiles) v_stream.load_next();
+    if (kWithV && i < wg_tiles) v_stream.load_next();
   };
   // Copy groups: {K0, V0, K1}, {K2}, then per iteration i {K(i + 3), V(i + 1)}: K(i + 1) and
   // V(i) are complete whenever at most one group is pending at the points they are needed.
-  if (wg_tiles > 0) copy.template load<true>(wg_k, wg_v, num_tiles - 1 - wg, chunk_keys);
+  if (wg_tiles > 0) copy.template load<kWithV>(wg_k, wg_v, num_tiles - 1 - wg, chunk_keys);
   load_k(1);
   cp_async_commit();
   load_k(2);
@@ -142,7 +149,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
 
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
-  stage_window_rows<T, D, true>(
+  stage_window_rows<T, D, kDistance>(
       p, hk, row0, rows_here, R, Tr::kThreads / 32, a_s,
       [](int row, int col) { return sw128<R>(row, col); }, lse_s, a2_s);
   __syncthreads();
@@ -210,7 +217,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
     // Weights: s[4 j + 2 h + e] is key key_lo + 8 h, row 8 j + 2 t4 + e. Formed and handed to
     // the tensor cores in two halves of the rows (s[0, R / 4) and s[R / 4, R / 2)): the first
     // half's products run while the CUDA cores form the second.
-    bool fast = true;
+    bool fast = true;  // dropkv: every p of the warp <= 2^-8 (pass_terms.cuh, dropkv_ratio)
     if constexpr (kTerm == PairTerm::kDropKV) {
       float xm[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};  // four chains, not one
 #pragma unroll
@@ -242,9 +249,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
       } else {
 #pragma unroll
         for (int i = half * kH; i < (half + 1) * kH; ++i) {
-          const float pz =
-              fast_exp2(fmaf(s[i], c2, -lse2[2 * (i >> 2) + (i & 1)])) * (s[i] * a.scale);
-          s[i] = pz * pz;
+          const float pr = fast_exp2(fmaf(s[i], c2, -lse2[2 * (i >> 2) + (i & 1)]));
+          if constexpr (kTerm == PairTerm::kObcacheK) {
+            const float pz = pr * (s[i] * a.scale);
+            s[i] = pz * pz;
+          } else if constexpr (kTerm == PairTerm::kObcacheV) {
+            s[i] = pr * pr;
+          } else {
+            s[i] = pr;
+          }
         }
       }
       if (masked) {
@@ -263,7 +276,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
       wgmma_fence();
 #pragma unroll
       for (int kk = half * R / 32; kk < (half + 1) * R / 32; ++kk) {
-        wgmma_rs_mn<T, D>(y, wa[kk], wgmma_desc_add(a_desc, kk * 16 * 128), kk > 0 ? 1 : 0);
+        if constexpr (kDistance)
+          wgmma_rs_mn<T, D>(y, wa[kk], wgmma_desc_add(a_desc, kk * 16 * 128), kk > 0 ? 1 : 0);
         wgmma_rs_k<T, X>(yx, wa[kk], wgmma_desc_add(x_desc, kdim_bytes(kk, X)), kk > 0 ? 1 : 0);
       }
     }
@@ -282,40 +296,52 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
     load_v(it + 1);
     cp_async_commit();
     wgmma_wait<1>();  // Y done; the next logits may still run
-    wgmma_hold(y);
+    if constexpr (kDistance) wgmma_hold(y);
     wgmma_hold(yx);
-    cp_async_wait<1>();  // V(it)
-    warpgroup_barrier(wg);
+    if constexpr (kWithV) {
+      cp_async_wait<1>();  // V(it)
+      warpgroup_barrier(wg);
+    }
 
-    // Per key: acc = sum_c v_c (v_c Y_1 / 2 - Y_c) = ||v||^2 Y_1 / 2 - <Y_a, v> over the thread's
-    // columns 8 j + 2 t4 + e; Y_1 sits in lane t4 = 1 (column 2), Y_a2 in lane t4 = 0 (0 and 1).
+    // Per key, from Y_1 (lane t4 = 1, column 2), Y_a2 (lane t4 = 0, columns 0 and 1) and the key's
+    // value row over the thread's columns 8 j + 2 t4 + e:
+    //   distance terms: Y_a2 + 2 sum_c v_c (v_c Y_1 / 2 - Y_c) = Y_a2 + ||v||^2 Y_1 - 2 <Y_a, v>,
+    //   obcache_v: ||v||^2 Y_1,   prob: Y_1.
     const T* vt = wg_v + (it % kVStages) * TK * D;
-    float acc[2];
+    float raw[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float y1h = 0.5f * __shfl_sync(0xffffffffu, yx[2 * h], (lane & ~3) | 1);
-      const T* vk = vt + (key_lo + 8 * h) * 64 + 2 * t4;
-      float sum[2] = {0.f, 0.f};  // the two columns of a pair: two independent FMA chains
+      const float y1 = __shfl_sync(0xffffffffu, yx[2 * h], (lane & ~3) | 1);
+      if constexpr (kWithV) {
+        const float y1h = 0.5f * y1;
+        const T* vk = vt + (key_lo + 8 * h) * 64 + 2 * t4;
+        float sum[2] = {0.f, 0.f};  // the two columns of a pair: two independent FMA chains
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        const uint32_t raw =
-            *reinterpret_cast<const uint32_t*>(vk + (j >> 3) * TK * 64 + (((j & 7) ^ g) << 3));
-        const float v0 = __uint_as_float(raw << 16), v1 = __uint_as_float(raw & 0xFFFF0000u);
-        sum[0] = fmaf(v0, fmaf(v0, y1h, -y[4 * j + 2 * h]), sum[0]);
-        sum[1] = fmaf(v1, fmaf(v1, y1h, -y[4 * j + 2 * h + 1]), sum[1]);
+        for (int j = 0; j < D / 8; ++j) {
+          const uint32_t bits =
+              *reinterpret_cast<const uint32_t*>(vk + (j >> 3) * TK * 64 + (((j & 7) ^ g) << 3));
+          const float v0 = __uint_as_float(bits << 16), v1 = __uint_as_float(bits & 0xFFFF0000u);
+          if constexpr (kDistance) {
+            sum[0] = fmaf(v0, fmaf(v0, y1h, -y[4 * j + 2 * h]), sum[0]);
+            sum[1] = fmaf(v1, fmaf(v1, y1h, -y[4 * j + 2 * h + 1]), sum[1]);
+          } else {
+            sum[0] = fmaf(v0, v0, sum[0]);
+            sum[1] = fmaf(v1, v1, sum[1]);
+          }
+        }
+        float total = sum[0] + sum[1];
+        total += __shfl_xor_sync(0xffffffffu, total, 1);
+        total += __shfl_xor_sync(0xffffffffu, total, 2);
+        raw[h] = kDistance ? yx[2 * h] + yx[2 * h + 1] + 2.f * total : total * y1;
+      } else {
+        raw[h] = y1;
       }
-      float total = sum[0] + sum[1];
-      total += __shfl_xor_sync(0xffffffffu, total, 1);
-      total += __shfl_xor_sync(0xffffffffu, total, 2);
-      acc[h] = total;
     }
     if (t4 == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t j = key_begin + key0 + key_lo + 8 * h;
-        if (j < chunk_end)
-          store_key_score(p, hk, j,
-                          finish_key_score<kTerm>(sa, j, yx[2 * h] + yx[2 * h + 1] + 2.f * acc[h]));
+        if (j < chunk_end) store_key_score(p, hk, j, finish_key_score<kTerm>(sa, j, raw[h]));
       }
     }
   }
@@ -339,8 +365,19 @@ cudaError_t launch_config(const PassParams& p, int chunks, cudaStream_t stream) 
 template <int D, int R>
 cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) {
   using Tr = KeyMajorTraits<D, R>;
-  if (p.s.term == PairTerm::kDropKV) return launch_config<Tr, PairTerm::kDropKV>(p, chunks, stream);
-  return launch_config<Tr, PairTerm::kObcacheK>(p, chunks, stream);
+  switch (p.s.term) {
+    case PairTerm::kDropKV:
+      return launch_config<Tr, PairTerm::kDropKV>(p, chunks, stream);
+    case PairTerm::kObcacheK:
+      return launch_config<Tr, PairTerm::kObcacheK>(p, chunks, stream);
+    case PairTerm::kObcacheV:
+      return launch_config<Tr, PairTerm::kObcacheV>(p, chunks, stream);
+    case PairTerm::kProb:
+      return launch_config<Tr, PairTerm::kProb>(p, chunks, stream);
+    case PairTerm::kObcacheVK:
+      break;
+  }
+  return cudaErrorNotSupported;
 }
 
 template <int D>
@@ -356,8 +393,8 @@ std::atomic<bool> g_keymajor_enabled{true};
 
 bool keymajor_pass_supported(const ScorePassArgs& s, int rows_per_block) {
   return g_keymajor_enabled.load(std::memory_order_relaxed) && s.v_l1 == nullptr &&
-         (s.term == PairTerm::kDropKV || s.term == PairTerm::kObcacheK) &&
-         s.win.elem == Elem::kBF16 && (rows_per_block == 64 || rows_per_block == 128) &&
+         s.term != PairTerm::kObcacheVK && s.win.elem == Elem::kBF16 &&
+         (rows_per_block == 64 || rows_per_block == 128) &&
          wgmma_forward_supported(s.win, rows_per_block);
 }
 

@@ -163,8 +163,9 @@ cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block, cud
 bool wgmma_pass_supported(const ScorePassArgs& s, int rows_per_block);
 cudaError_t launch_pass_wgmma(const PassParams& p, int rows_per_block, int chunks,
                               cudaStream_t stream);
-// The key-major pass (score_pass_keymajor.cu): dropkv and obcache_k, bf16, 64 or 128 rows a block
-// of two warpgroups (one block per SM), head dim 64 or 128; off by cuda::set_window_keymajor.
+// The key-major pass (score_pass_keymajor.cu): every term but obcache_vk (and not vatp's ||v||_1),
+// bf16, 64 or 128 rows a block of two warpgroups (one block per SM), head dim 64 or 128; off by
+// cuda::set_window_keymajor.
 bool keymajor_pass_supported(const ScorePassArgs& s, int rows_per_block);
 cudaError_t launch_pass_keymajor(const PassParams& p, int rows_per_block, int chunks,
                                  cudaStream_t stream);

@@ -54,10 +54,10 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
 // false forces the mma.sync kernels everywhere: for A/B benchmarks and tests. Results agree to
 // float accumulation order. Process-wide; not for use while other threads launch scores.
 void set_window_wgmma(bool enabled);
-// dropkv and obcache_k on bf16 inputs score with the key-major pass when the wgmma kernels run
-// (blocks of 33-128 rows): the tensor cores sum the terms over the window rows (weights rounded to
-// bf16, relative error below 2^-9). false sends them to the row-major wgmma pass: for A/B
-// benchmarks and tests. Process-wide, as set_window_wgmma.
+// On bf16 inputs every window term but obcache_vk (and vatp) scores with the key-major pass when
+// the wgmma kernels run (blocks of 33-128 rows): the tensor cores sum the terms over the window
+// rows (weights rounded to bf16, relative error below 2^-9). false sends them to the row-major
+// wgmma pass: for A/B benchmarks and tests. Process-wide, as set_window_wgmma.
 void set_window_keymajor(bool enabled);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
