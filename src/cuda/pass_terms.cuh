@@ -231,6 +231,18 @@ __device__ __forceinline__ int halving_sum(float (&v)[C], int lane) {
   return col;
 }
 
+// Launches a scoring-pass kernel on grid (KV head, row block, key chunk) with `smem` bytes of
+// dynamic shared memory (opted in first), as a programmatic dependent launch: it may start while
+// the forward's merge kernel ends (the kernels wait before reading a and LSE).
+template <class Kernel>
+cudaError_t launch_pass_kernel(Kernel kernel, size_t smem, int threads, const PassParams& p,
+                               int chunks, cudaStream_t stream) {
+  const cudaError_t err = set_kernel_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(p.s.win.num_kv_heads, p.row_blocks, chunks);
+  return launch_pdl(kernel, grid, dim3(threads), smem, stream, p);
+}
+
 // Calls f(std::integral_constant<PairTerm, t>{}) for the runtime term t (the pass kernels are
 // templated on the term).
 template <class F>

@@ -340,20 +340,12 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   if (num_tiles > 0) write_keys(0, (num_tiles - 1) & 1);
 }
 
-template <class Tr, PairTerm kTerm>
-cudaError_t launch_pass_config(const PassParams& p, int chunks, cudaStream_t stream) {
-  constexpr size_t smem = pass_smem_bytes<Tr, kTerm>();
-  auto kernel = score_pass_kernel<Tr, kTerm>;
-  cudaError_t err = set_kernel_smem(kernel, smem);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(p.s.win.num_kv_heads, p.row_blocks, chunks);
-  return launch_pdl(kernel, grid, dim3(Tr::kThreads), smem, stream, p);
-}
-
 template <class Tr>
 cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) {
   return with_pair_term(p.s.term, [&](auto term) {
-    return launch_pass_config<Tr, decltype(term)::value>(p, chunks, stream);
+    constexpr PairTerm kTerm = decltype(term)::value;
+    return launch_pass_kernel(score_pass_kernel<Tr, kTerm>, pass_smem_bytes<Tr, kTerm>(),
+                              Tr::kThreads, p, chunks, stream);
   });
 }
 

@@ -352,32 +352,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
 #endif
 }
 
-template <class Tr, PairTerm kTerm>
-cudaError_t launch_config(const PassParams& p, int chunks, cudaStream_t stream) {
-  constexpr size_t smem = km_smem<Tr>();
-  auto kernel = score_pass_keymajor_kernel<Tr, kTerm>;
-  cudaError_t err = set_kernel_smem(kernel, smem);
-  if (err != cudaSuccess) return err;
-  const dim3 grid(p.s.win.num_kv_heads, p.row_blocks, chunks);
-  return launch_pdl(kernel, grid, dim3(Tr::kThreads), smem, stream, p);
-}
-
+// Every term but obcache_vk (keymajor_pass_supported keeps it on the row-major pass).
 template <int D, int R>
 cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) {
   using Tr = KeyMajorTraits<D, R>;
-  switch (p.s.term) {
-    case PairTerm::kDropKV:
-      return launch_config<Tr, PairTerm::kDropKV>(p, chunks, stream);
-    case PairTerm::kObcacheK:
-      return launch_config<Tr, PairTerm::kObcacheK>(p, chunks, stream);
-    case PairTerm::kObcacheV:
-      return launch_config<Tr, PairTerm::kObcacheV>(p, chunks, stream);
-    case PairTerm::kProb:
-      return launch_config<Tr, PairTerm::kProb>(p, chunks, stream);
-    case PairTerm::kObcacheVK:
-      break;
-  }
-  return cudaErrorNotSupported;
+  return with_pair_term(p.s.term, [&](auto term) {
+    constexpr PairTerm kTerm = decltype(term)::value;
+    if constexpr (kTerm == PairTerm::kObcacheVK) {
+      return cudaErrorNotSupported;
+    } else {
+      return launch_pass_kernel(score_pass_keymajor_kernel<Tr, kTerm>, km_smem<Tr>(), Tr::kThreads,
+                                p, chunks, stream);
+    }
+  });
 }
 
 template <int D>
