@@ -32,6 +32,13 @@ struct PassChunk {
   __device__ __forceinline__ int tiles(int tile_keys) const {
     return (keys + tile_keys - 1) / tile_keys;
   }
+  // The last key (relative to begin) that block row `row` sees: its causal limit, capped at
+  // visible_end - 1; -1 for padding rows (row >= rows_here) and rows that see none of the chunk.
+  __device__ __forceinline__ int row_limit(const WindowArgs& a, int row0, int row,
+                                           int rows_here) const {
+    const int64_t lim = min(a.n - a.w + (row0 + row) % a.w, visible_end - 1) - begin;
+    return row >= rows_here ? -1 : static_cast<int>(max(lim, int64_t{-1}));
+  }
   // The last key (relative to begin) that every row of the block sees (-1: none).
   __device__ __forceinline__ int lim_all(const WindowArgs& a) const {
     return static_cast<int>(max(min(a.n - a.w + t_min, visible_end - 1) - begin, int64_t{-1}));
@@ -122,20 +129,18 @@ __device__ __forceinline__ void stage_window_rows(const PassParams& p, int hk, i
 }
 
 // The row constants of a thread's rows rl_lo and rl_lo + 8 (block-local): LSE (log2 units) and
-// ||a||^2 from the block's shared-memory copies, and the last key each row sees relative to
-// key_begin (the causal limit, capped at key_end - 1; -1 for padding rows).
+// ||a||^2 from the block's shared-memory copies, and the last key each row sees
+// (PassChunk::row_limit).
 __device__ __forceinline__ RowConsts load_row_consts(const float* lse_s, const float* a2_s,
                                                      int rl_lo, const WindowArgs& a, int row0,
-                                                     int rows_here, int64_t key_begin,
-                                                     int64_t key_end) {
+                                                     int rows_here, const PassChunk& ch) {
   RowConsts rc;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int rl = rl_lo + 8 * r;
     rc.lse2[r] = lse_s[rl];
     rc.a2[r] = a2_s[rl];
-    const int64_t lim = min(a.n - a.w + (row0 + rl) % a.w, key_end - 1) - key_begin;
-    rc.lim[r] = rl >= rows_here ? -1 : static_cast<int>(max(lim, int64_t{-1}));
+    rc.lim[r] = ch.row_limit(a, row0, rl, rows_here);
   }
   return rc;
 }

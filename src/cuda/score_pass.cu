@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
 
   // Keys past the last visible one still get their (zero) score written below.
   const PassChunk ch(p, chunk, row0, rows_here);
-  const int64_t key_begin = ch.begin, chunk_end = ch.end, key_end = ch.visible_end;
+  const int64_t key_begin = ch.begin, chunk_end = ch.end;
   const int chunk_keys = ch.keys, num_tiles = ch.tiles(TK);
 
   // Query row `row` of the block in global memory (null for padding rows).
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   __syncthreads();
 
   const int rl_lo = slab * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
-  const RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, key_begin, key_end);
+  const RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);
   const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
   const int rows_here = min(R, p.rows - row0);
 
   const PassChunk ch(p, chunk, row0, rows_here);
-  const int64_t key_begin = ch.begin, chunk_end = ch.end, key_end = ch.visible_end;
+  const int64_t key_begin = ch.begin, chunk_end = ch.end;
   const int chunk_keys = ch.keys, num_tiles = ch.tiles(TK);
   const int wg_tiles = (num_tiles - wg + 1) / 2;  // this warpgroup's tiles: t = wg, wg + 2, ...
 
@@ -166,10 +166,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
     if (c == 1) x = a2 - ElemTraits<T>::to_float(hi);
     x_s[sw128<X>(c, r)] = ElemTraits<T>::from_float(x);
   }
-  for (int r = tid; r < R; r += Tr::kThreads) {
-    const int64_t lim = min(a.n - a.w + (row0 + r) % a.w, key_end - 1) - key_begin;
-    lim_s[r] = r >= rows_here ? -1 : static_cast<int>(max(lim, int64_t{-1}));
-  }
+  for (int r = tid; r < R; r += Tr::kThreads) lim_s[r] = ch.row_limit(a, row0, r, rows_here);
   // LSE of the thread's accumulator columns 8 j + 2 t4 + e (window rows), at lse2[2 j + e].
   float lse2[R / 4];
 #pragma unroll
