@@ -418,39 +418,35 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   const int group = a.num_q_heads / a.num_kv_heads;
   WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
                                      kPassBlocksPerSm, kPassSlabCap);
-  // The wgmma pass (sm_90a builds) takes 64 or 128 rows a block: one block of two warpgroups per
-  // SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one 128-row block
-  // 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320 against the
-  // mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
-  // bf16 inputs take the key-major pass (score_pass_keymajor.cu) from 33 rows for every term but
-  // obcache_vk (and vatp's ||v||_1): one block of 64 or 128 rows per SM.
-  if (window_wgmma_enabled() && plan.rows > 32) {
-    const WindowPlan kp =
-        make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
-    if (keymajor_pass_supported(sa, 16 * kp.slabs)) {
-      PassParams p = pass_params(sa, group, kp, scores);
-      const cudaError_t err = zero_if_accumulating(p, stream);
-      if (err != cudaSuccess) return err;
-      return launch_pass_keymajor(p, 16 * kp.slabs, kp.splits, stream);
-    }
-  }
-  bool use_wgmma = false;
+  // Blocks of 33-128 rows run a wgmma pass (sm_90a builds). bf16 inputs take the key-major pass
+  // (score_pass_keymajor.cu) for every term but obcache_vk (and vatp's ||v||_1): one block of 64 or
+  // 128 rows per SM. The rest take the row-major wgmma pass, 64 or 128 rows a block: one block of
+  // two warpgroups per SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one
+  // 128-row block 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320
+  // against the mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
+  enum class Pass { kMmaSync, kRowMajor, kKeyMajor } pass = Pass::kMmaSync;
   if (window_wgmma_enabled() && plan.rows > 32) {
     WindowPlan wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
-    if (16 * wp.slabs <= 64) {
-      wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2, 8);
-      wp.slabs = 4;
-      wp.row_blocks = 1;
-    }
-    if (wgmma_pass_supported(sa, 16 * wp.slabs)) {
+    if (keymajor_pass_supported(sa, 16 * wp.slabs)) {
       plan = wp;
-      use_wgmma = true;
+      pass = Pass::kKeyMajor;
+    } else {
+      if (16 * wp.slabs <= 64) {
+        wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2, 8);
+        wp.slabs = 4;
+        wp.row_blocks = 1;
+      }
+      if (wgmma_pass_supported(sa, 16 * wp.slabs)) {
+        plan = wp;
+        pass = Pass::kRowMajor;
+      }
     }
   }
   const PassParams p = pass_params(sa, group, plan, scores);
   const cudaError_t err = zero_if_accumulating(p, stream);
   if (err != cudaSuccess) return err;
-  if (use_wgmma) return launch_pass_wgmma(p, 16 * plan.slabs, plan.splits, stream);
+  if (pass == Pass::kKeyMajor) return launch_pass_keymajor(p, 16 * plan.slabs, plan.splits, stream);
+  if (pass == Pass::kRowMajor) return launch_pass_wgmma(p, 16 * plan.slabs, plan.splits, stream);
   return a.elem == Elem::kBF16 ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, plan.splits, stream)
                                : dispatch_dim<__half>(p, plan.slabs, plan.splits, stream);
 }
