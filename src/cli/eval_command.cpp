@@ -80,7 +80,9 @@ int run_eval_command(const EvalArgs& a) {
   ropt.base_seed = a.seed;
   ropt.max_new_tokens_cap = a.max_new;
   ropt.prompt_style = eval::prompt_style_name(style);
-  eval::SessionModel runner(model, std::move(tok), ropt.methods);
+  const auto rt = a.model.runtime(model);
+  eval::SessionModel runner(rt, std::move(tok), ropt.methods,
+                            std::filesystem::path(model->path()).stem().string());
 
   const int64_t total = static_cast<int64_t>(samples.size() * ropt.modes.size() * ropt.methods.size());
   ProgressBar bar("eval", total, !a.json);
@@ -88,7 +90,7 @@ int run_eval_command(const EvalArgs& a) {
     bar.update(p.done);
   });
   bar.finish();
-  results.meta.notes.push_back("device cpu, kv dtype " + a.model.kv_dtype);
+  results.meta.notes.push_back("runtime: " + rt->describe());
   if (a.max_new > 0)
     results.meta.notes.push_back("answers capped at " + std::to_string(a.max_new) +
                                  " new tokens (--max-new; RULER's task limits otherwise)");

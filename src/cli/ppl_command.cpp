@@ -41,7 +41,10 @@ int run_ppl_command(const PplArgs& a) {
   for (const auto& b : budgets)
     KVEVICT_CHECK(!b.is_fraction(), "ppl budgets are tokens per head (> 1); got ", b.str());
   const auto methods = eval::expand_methods(split_list(a.methods), budgets);
-  for (const auto& m : methods) eval::decode_eviction_for(m, {a.slack, a.recent, 0});  // checks names
+  eval::DecodeEvictionOptions dopt;
+  dopt.slack = a.slack;
+  dopt.recent = a.recent;
+  for (const auto& m : methods) eval::decode_eviction_for(m, dopt);  // checks names
 
   const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
   auto tok = load_tokenizer(*model);
@@ -52,8 +55,8 @@ int run_ppl_command(const PplArgs& a) {
   std::vector<int32_t> tokens = tok->encode(prose, true);
   const auto spans = eval::ppl_chunks(static_cast<int64_t>(tokens.size()), a.chunk, a.chunks);
 
-  eval::SessionModel runner(model, std::move(tok), methods);
-  eval::DecodeEvictionOptions dopt{a.slack, a.recent, 0};
+  eval::SessionModel runner(a.model.runtime(model), std::move(tok), methods,
+                            model->config().name);
   ProgressBar bar("ppl", static_cast<int64_t>(spans.size() * methods.size()), !a.json);
   eval::PplRun run = eval::run_ppl(runner, tokens, spans, methods, dopt, a.bucket,
                                    [&](const eval::Progress& p) { bar.update(p.done); });

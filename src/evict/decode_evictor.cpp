@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cache/parallel_if_large.h"
+#include "kvevict/backend.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
@@ -75,9 +76,17 @@ std::string DecodeEvictOptions::describe() const {
   return os.str();
 }
 
-DecodeEvictor::DecodeEvictor(DecodeEvictOptions opt) : opt_(opt) {
+DecodeEvictor::DecodeEvictor(DecodeEvictOptions opt, Backend* backend) : opt_(opt) {
   opt_.validate();
+  if (backend == nullptr) {
+    owned_ = make_cpu_backend();
+    backend = owned_.get();
+  }
+  backend_ = backend;
 }
+DecodeEvictor::~DecodeEvictor() = default;
+DecodeEvictor::DecodeEvictor(DecodeEvictor&&) noexcept = default;
+DecodeEvictor& DecodeEvictor::operator=(DecodeEvictor&&) noexcept = default;
 
 void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int kvh,
                                 float* out) const {
@@ -164,26 +173,28 @@ void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const
                                 });
 }
 
+SegmentCut DecodeEvictor::plan(const KVLayerView& c) const {
+  KVEVICT_CHECK(c.has_host_table(), "decode cache has no host segment table; expected one");
+  SegmentCut cut;
+  cut.keep = opt_.budget;
+  cut.sink = opt_.sink;
+  cut.recent = opt_.recent;
+  for (int h = 0; h < c.num_kv_heads; ++h)
+    if (c.lens[h] > opt_.budget + opt_.slack) cut.heads.push_back(h);
+  return cut;
+}
+
 int64_t DecodeEvictor::evict(const KVLayerView& c) const {
   c.validate("decode cache");
   KVEVICT_CHECK(c.score_acc != nullptr, "decode cache has no score accumulator");
-  std::vector<int64_t> evicted(c.num_kv_heads, 0);
-  detail::parallel_for_if_large(c.num_kv_heads, c.total_len() * 8, [&](int64_t h) {
-    const int64_t len = c.lens[h];
-    if (len <= opt_.budget + opt_.slack) return;
-    std::vector<int32_t> keep;
-    keep.reserve(opt_.budget);
-    // Rows stay in position order (compaction keeps order, appends grow positions), so the
-    // first `sink` rows are the sinks and the last `recent` rows the most recent tokens.
-    select_head(c.score_acc + c.offsets[h], nullptr, len, opt_.budget, opt_.sink, opt_.recent,
-                keep);
-    cache_compact_head_inplace(c, static_cast<int>(h), keep.data(),
-                               static_cast<int64_t>(keep.size()));
-    evicted[h] = len - static_cast<int64_t>(keep.size());
-  });
-  int64_t total = 0;
-  for (int64_t e : evicted) total += e;
-  return total;
+  KVEVICT_CHECK(c.device == backend_->device(), "decode cache lives on another device than the ",
+                backend_->name(), " backend");
+  const SegmentCut cut = plan(c);
+  if (cut.heads.empty()) return 0;
+  int64_t evicted = 0;
+  for (int32_t h : cut.heads) evicted += c.lens[h] - cut.keep;
+  backend_->cut_segments(c, cut);
+  return evicted;
 }
 
 int64_t DecodeEvictor::step(const KVLayerView& c, const DecodeStep& st) const {

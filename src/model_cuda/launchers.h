@@ -157,15 +157,4 @@ struct DecodeScoreArgs {
 };
 cudaError_t launch_decode_scores(const DecodeScoreArgs& a, int64_t max_len, cudaStream_t stream);
 
-// --- kv_gather.cu --------------------------------------------------------------------------------
-// Compaction into a new varlen cache: for segment s < S, row i < count[s] of the output
-// (out_off[s] + i) = input row in_off[s] + kept[kept_off[s] + i] (K, V and pos). d * 2 bytes
-// must be a multiple of 16.
-// acc / out_acc ([rows] f32 accumulators) travel the same way when both are non-null.
-cudaError_t launch_kv_gather(const bf16* k, const bf16* v, const int32_t* pos,
-                             const int64_t* in_off, const int32_t* kept, const int64_t* kept_off,
-                             int S, int64_t max_count, int d, const int64_t* out_off, bf16* out_k,
-                             bf16* out_v, int32_t* out_pos, const float* acc, float* out_acc,
-                             cudaStream_t stream);
-
 }  // namespace kvevict::gpu::detail
