@@ -144,7 +144,6 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
       const int max_new = opt.max_new_tokens_cap > 0
                               ? std::min(s.max_new_tokens, opt.max_new_tokens_cap)
                               : s.max_new_tokens;
-      pr.current = s.task + " #" + std::to_string(index) + " " + query_mode_name(mode);
       const auto t0 = std::chrono::steady_clock::now();
       const std::vector<Generation> answers =
           model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
@@ -185,12 +184,15 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
         r.prefill_seconds = prefill_seconds;
         res.records.push_back(std::move(r));
 
+        // One report per answer (the settings of a batch finish together).
         ++pr.done;
+        pr.current = s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " +
+                     m.label();
+        pr.elapsed_s = std::chrono::duration<double>(t1 - start).count();
+        pr.eta_s =
+            pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
+        if (progress) progress(pr);
       }
-      pr.elapsed_s = std::chrono::duration<double>(t1 - start).count();
-      pr.eta_s =
-          pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
-      if (progress) progress(pr);
     }
   }
   return res;
