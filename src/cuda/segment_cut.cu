@@ -68,10 +68,18 @@ __device__ uint32_t block_kth_highest(int64_t L, int64_t k, KeyFn key, PredFn pr
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) sh.hist[b] = 0;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < L; i += blockDim.x) {
-      if (!pred(i)) continue;
-      const uint32_t x = key(i);
-      if ((x & mask) == prefix) atomicAdd(&sh.hist[(x >> shift) & 255u], 1);
+    // Keys cluster in few bins (positions share their high bits, scores their exponent): the
+    // lanes of a warp with the same bin add once (the whole loop runs warp-uniformly).
+    for (int64_t base = 0; base < L; base += blockDim.x) {
+      const int64_t i = base + threadIdx.x;
+      int bin = -1;
+      if (i < L && pred(i)) {
+        const uint32_t x = key(i);
+        if ((x & mask) == prefix) bin = static_cast<int>((x >> shift) & 255u);
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1)
+        atomicAdd(&sh.hist[bin], __popc(peers));
     }
     __syncthreads();
     if (threadIdx.x == 0) {

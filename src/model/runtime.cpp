@@ -74,11 +74,12 @@ std::vector<BatchAnswer> ModelRuntime::answer_batch(
   for (const EvictConfig& cfg : configs) {
     auto s = from_snapshot(snapshot, cfg, static_cast<int64_t>(append.size()) + max_new + 1);
     if (!append.empty()) s->append(append);
-    Sampler greedy;
     BatchAnswer a;
-    a.result = s->generate(max_new, greedy, is_stop);
+    // What the row keeps after eviction (and the question), before its answer is decoded.
     a.kept_rows_per_head = kept_rows_per_head(*s, config());
     a.kv_bytes = s->kv_bytes_total();
+    Sampler greedy;
+    a.result = s->generate(max_new, greedy, is_stop);
     out.push_back(std::move(a));
   }
   return out;

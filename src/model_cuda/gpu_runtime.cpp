@@ -62,6 +62,18 @@ class GpuRuntime final : public ModelRuntime {
     GpuSession s(ctx_, options(B, snap.num_tokens(), room));
     s.load_rows(snap, configs);
     if (!append.empty()) s.append(append);
+    // What each row keeps after eviction (and the question), before its answer is decoded.
+    const ModelConfig& c = config();
+    for (int r = 0; r < B; ++r) {
+      int64_t rows = 0, layers = 0;
+      for (int l = 0; l < c.n_layers; ++l) {
+        if (c.is_sliding(l)) continue;
+        rows += s.kv_rows(l, r);
+        ++layers;
+      }
+      out[r].kept_rows_per_head = layers == 0 ? 0 : rows / (layers * c.n_kv_heads);
+      out[r].kv_bytes = s.kv_bytes_total() / B;
+    }
     std::vector<bool> done(B, false);
     int live = B;
     for (int step = 0; step < max_new && live > 0; ++step) {
@@ -77,17 +89,6 @@ class GpuRuntime final : public ModelRuntime {
       }
       // The last token is not fed (as generate): nothing would read its logits.
       if (step + 1 < max_new && live > 0) s.decode(ids);
-    }
-    const ModelConfig& c = config();
-    for (int r = 0; r < B; ++r) {
-      int64_t rows = 0, layers = 0;
-      for (int l = 0; l < c.n_layers; ++l) {
-        if (c.is_sliding(l)) continue;
-        rows += s.kv_rows(l, r);
-        ++layers;
-      }
-      out[r].kept_rows_per_head = layers == 0 ? 0 : rows / (layers * c.n_kv_heads);
-      out[r].kv_bytes = s.kv_bytes_total() / B;
     }
     return out;
   }

@@ -189,8 +189,9 @@ struct GpuSession::Impl {
   RowLayers prefill_row(const std::vector<int32_t>& tokens, int64_t need, int64_t room,
                         std::vector<DeviceBuffer>* qcap);
   void trim_sliding(RowLayers& row, int64_t n, int64_t room);
-  RowLayers evict_row(RowLayers& full, const std::vector<DeviceBuffer>& qcap, int64_t m,
-                      const PrefillEviction& ev, int64_t room, bool keep_full);
+  // `n`: the prompt's tokens (sliding layers hold fewer rows).
+  RowLayers evict_row(RowLayers& full, int64_t n, const std::vector<DeviceBuffer>& qcap,
+                      int64_t m, const PrefillEviction& ev, int64_t room, bool keep_full);
   RowLayers copy_row(const RowLayers& full, int64_t room);
   void set_rows(std::vector<RowLayers> rows, int64_t n, const EvictConfig& evict);
   void setup_decode(const EvictConfig& evict);
@@ -335,13 +336,12 @@ void GpuSession::Impl::trim_sliding(RowLayers& row, int64_t n, int64_t room) {
 // selection left on the device, compaction into a layer of kept rows + room per head. keep_full:
 // the full layers stay (a snapshot), else each is dropped once compacted. Sliding layers are
 // copied (keep_full) or moved.
-RowLayers GpuSession::Impl::evict_row(RowLayers& full, const std::vector<DeviceBuffer>& qcap,
-                                      int64_t m_queries, const PrefillEviction& ev, int64_t room,
-                                      bool keep_full) {
+RowLayers GpuSession::Impl::evict_row(RowLayers& full, int64_t n,
+                                      const std::vector<DeviceBuffer>& qcap, int64_t m_queries,
+                                      const PrefillEviction& ev, int64_t room, bool keep_full) {
   const ModelConfig& m = c();
   const int Hq = m.n_heads, Hkv = m.n_kv_heads, d = m.head_dim;
   ev.score.validate();
-  const int64_t n = full[0].len_h.empty() ? 0 : full[0].len_h[0];
   for (int l = 0; l < m.n_layers; ++l)
     if (!m.is_sliding(l)) {
       KVEVICT_CHECK(full[l].host_valid, "layer ", l, " has no synchronized table");
@@ -493,7 +493,7 @@ void GpuSession::prefill(const std::vector<int32_t>& tokens, const EvictConfig& 
   RowLayers row;
   if (evict.prefill.enabled) {
     EventTimer timer(s.stream());
-    row = s.evict_row(full, qcap, need, evict.prefill, s.opt.decode_room, /*keep_full=*/false);
+    row = s.evict_row(full, n, qcap, need, evict.prefill, s.opt.decode_room, /*keep_full=*/false);
     s.stats.evict_seconds += timer.seconds();
   } else {
     row = std::move(full);
@@ -556,7 +556,7 @@ void GpuSession::load_rows(const GpuSnapshot& snap, const std::vector<EvictConfi
   EventTimer timer(s.stream());
   for (const EvictConfig& cfg : configs) {
     if (cfg.prefill.enabled)
-      rows.push_back(s.evict_row(full, snap.queries, snap.num_queries, cfg.prefill,
+      rows.push_back(s.evict_row(full, n, snap.queries, snap.num_queries, cfg.prefill,
                                  s.opt.decode_room, /*keep_full=*/true));
     else
       rows.push_back(s.copy_row(full, s.opt.decode_room));
@@ -597,8 +597,8 @@ void GpuSession::prefill_rows(const std::vector<std::vector<int32_t>>& prompts,
     RowLayers full = s.prefill_row(tokens, need, s.opt.decode_room, &qcap);
     if (evict.prefill.enabled) {
       EventTimer timer(s.stream());
-      distinct.push_back(
-          s.evict_row(full, qcap, need, evict.prefill, s.opt.decode_room, /*keep_full=*/false));
+      distinct.push_back(s.evict_row(full, n, qcap, need, evict.prefill, s.opt.decode_room,
+                                     /*keep_full=*/false));
       s.stats.evict_seconds += timer.seconds();
     } else {
       distinct.push_back(std::move(full));

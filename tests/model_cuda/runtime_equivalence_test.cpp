@@ -151,10 +151,10 @@ void check_batch_equals_single(Device device, const char* file) {
   for (size_t i = 0; i < configs.size(); ++i) {
     auto s = rt->from_snapshot(*snap, configs[i], static_cast<int64_t>(question.size()) + 17);
     s->append(question);
+    EXPECT_EQ(batch[i].kept_rows_per_head, kept_rows_per_head(*s, model->config()));
     Sampler greedy;
     const GenerateResult one = s->generate(16, greedy, stop);
     EXPECT_EQ(batch[i].result.tokens, one.tokens) << "config " << configs[i].describe();
-    EXPECT_EQ(batch[i].kept_rows_per_head, kept_rows_per_head(*s, model->config()));
   }
 }
 

@@ -126,6 +126,7 @@ class InferenceSession {
 // One setting's answer from answer_batch().
 struct BatchAnswer {
   GenerateResult result;
+  // After eviction and the appended tokens, before the answer is decoded:
   int64_t kept_rows_per_head = 0;  // mean over the evicted (full-attention) layers
   int64_t kv_bytes = 0;            // K/V bytes of this row's cache
 };
