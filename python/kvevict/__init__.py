@@ -1,0 +1,1 @@
+from kvevict._ext import Error, ext  # noqa: F401
