@@ -34,5 +34,6 @@ except ImportError as first_error:  # pragma: no cover - depends on the machine'
     from kvevict import _kvevict as ext
 
 Error = ext.Error
+Error.__module__ = "kvevict"
 
 __all__ = ["ext", "Error"]

@@ -48,14 +48,18 @@ float* f32_data_mut(const MutArray& a, const char* what, int64_t n = -1);
 
 // A KVLayerView over Python-owned arrays: k, v [rows, d]; pos [rows] i32; score_acc [rows] f32 or
 // None; offsets [Hkv + 1] and lens [Hkv] host i64 (lens is written by compaction and eviction).
-KVLayerView layer_view(const MutArray& k, const MutArray& v, const MutArray& pos,
+// RowArray: Array where the op only reads the rows (compaction input, attention), MutArray
+// where it moves them in place (decode eviction).
+template <class RowArray>
+KVLayerView layer_view(const RowArray& k, const RowArray& v, const RowArray& pos,
                        const nb::handle& score_acc, const Array& offsets, const MutArray& lens,
                        const char* what);
 
 // An AttentionProblem over Python-owned arrays: q [Hq, m, d] and the cache on `device`, q_pos [m]
 // host int32, offsets/lens host. Throws naming the argument on a wrong shape, dtype or device.
-AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, MutArray& k, MutArray& v,
-                                      MutArray& pos, const Array& offsets, MutArray& lens,
+AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, const Array& k,
+                                      const Array& v, const Array& pos, const Array& offsets,
+                                      const MutArray& lens,
                                       float scale, int sliding_window, float softcap,
                                       Device device);
 

@@ -133,7 +133,7 @@ void bind_cuda_ops(nb::module_& m) {
 
   m.def(
       "cuda_attention_workspace_bytes",
-      [](const Array& q, const Array& q_pos, MutArray k, MutArray v, MutArray pos,
+      [](const Array& q, const Array& q_pos, const Array& k, const Array& v, const Array& pos,
          const Array& offsets, MutArray lens) {
         return cuda::attention_workspace_bytes(
             attention_problem_of(q, q_pos, k, v, pos, offsets, lens, 0.f, 0, 0.f, Device::kCuda));
@@ -142,7 +142,7 @@ void bind_cuda_ops(nb::module_& m) {
       nb::arg("offsets"), nb::arg("lens"));
   m.def(
       "cuda_attention",
-      [](const Array& q, const Array& q_pos, MutArray k, MutArray v, MutArray pos,
+      [](const Array& q, const Array& q_pos, const Array& k, const Array& v, const Array& pos,
          const Array& offsets, MutArray lens, float scale, int sliding_window, float softcap,
          MutArray out, const nb::handle& lse, const nb::handle& workspace, uintptr_t stream) {
         const AttentionProblem p = attention_problem_of(q, q_pos, k, v, pos, offsets, lens, scale,

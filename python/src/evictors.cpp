@@ -89,8 +89,8 @@ void bind_evictors(nb::module_& m) {
            nb::arg("wo").none(), nb::arg("scale"))
       .def(
           "apply",
-          [](PyLayerEvictor& self, MutArray k, MutArray v, MutArray pos, const Array& offsets,
-             MutArray lens, const Selection& sel, MutArray out_k, MutArray out_v,
+          [](PyLayerEvictor& self, const Array& k, const Array& v, const Array& pos,
+             const Array& offsets, MutArray lens, const Selection& sel, MutArray out_k, MutArray out_v,
              MutArray out_pos, const Array& out_offsets, MutArray out_lens) {
             const KVLayerView in = layer_view(k, v, pos, nb::none(), offsets, lens, "full cache");
             const KVLayerView out = layer_view(out_k, out_v, out_pos, nb::none(), out_offsets,

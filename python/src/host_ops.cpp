@@ -159,8 +159,8 @@ void bind_host_ops(nb::module_& m) {
 
   m.def(
       "compact",
-      [](MutArray k, MutArray v, MutArray pos, const nb::handle& acc, const Array& offsets,
-         MutArray lens, const Selection& sel, MutArray out_k, MutArray out_v, MutArray out_pos,
+      [](const Array& k, const Array& v, const Array& pos, const nb::handle& acc,
+         const Array& offsets, MutArray lens, const Selection& sel, MutArray out_k, MutArray out_v, MutArray out_pos,
          const nb::handle& out_acc, const Array& out_offsets, MutArray out_lens) {
         const KVLayerView in = layer_view(k, v, pos, acc, offsets, lens, "compaction input");
         const KVLayerView out =
@@ -177,8 +177,9 @@ void bind_host_ops(nb::module_& m) {
 
   m.def(
       "attention",
-      [](const std::string& backend, const Array& q, const Array& q_pos, MutArray k, MutArray v,
-         MutArray pos, const Array& offsets, MutArray lens, float scale, int sliding_window,
+      [](const std::string& backend, const Array& q, const Array& q_pos, const Array& k,
+         const Array& v, const Array& pos, const Array& offsets, MutArray lens, float scale,
+         int sliding_window,
          float softcap, MutArray out, const nb::handle& lse) {
         const HostPath path = host_path(backend);
         AttentionProblem p = attention_problem_of(q, q_pos, k, v, pos, offsets, lens, scale,

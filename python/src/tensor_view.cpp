@@ -87,7 +87,8 @@ float* f32_data_mut(const MutArray& a, const char* what, int64_t n) {
   return typed_1d<float>(a, DType::kF32, what, n);
 }
 
-KVLayerView layer_view(const MutArray& k, const MutArray& v, const MutArray& pos,
+template <class RowArray>
+KVLayerView layer_view(const RowArray& k, const RowArray& v, const RowArray& pos,
                        const nb::handle& score_acc, const Array& offsets, const MutArray& lens,
                        const char* what) {
   const TensorView kt = to_view(k, "cache k"), vt = to_view(v, "cache v");
@@ -133,8 +134,16 @@ KVLayerView layer_view(const MutArray& k, const MutArray& v, const MutArray& pos
   return c;
 }
 
-AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, MutArray& k, MutArray& v,
-                                      MutArray& pos, const Array& offsets, MutArray& lens,
+template KVLayerView layer_view<Array>(const Array&, const Array&, const Array&,
+                                      const nb::handle&, const Array&, const MutArray&,
+                                      const char*);
+template KVLayerView layer_view<MutArray>(const MutArray&, const MutArray&, const MutArray&,
+                                         const nb::handle&, const Array&, const MutArray&,
+                                         const char*);
+
+AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, const Array& k,
+                                      const Array& v, const Array& pos, const Array& offsets,
+                                      const MutArray& lens,
                                       float scale, int sliding_window, float softcap,
                                       Device device) {
   const char* where = device == Device::kCuda ? "a CUDA device" : "host memory";
