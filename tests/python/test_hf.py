@@ -52,7 +52,7 @@ def tiny_model(family: str):
 KEEP = {}  # layer_idx -> bool [B, Hkv, n_prompt] of the kept prompt rows
 
 
-def masked_eager(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+def masked_eager(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                  **kwargs):
     b, hq, m, d = query.shape
     hkv, n_all = key.shape[1], key.shape[2]

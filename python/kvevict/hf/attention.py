@@ -38,7 +38,7 @@ def _eager_of(module: torch.nn.Module) -> Callable:
 
 
 def _make(dense: Optional[Callable]) -> Callable:
-    def kvevict_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+    def kvevict_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                           **kwargs):
         layer = getattr(key, LAYER_TAG, None)
         if layer is not None and layer.compacted is not None and key is layer.compacted.k:

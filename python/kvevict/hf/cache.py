@@ -128,13 +128,18 @@ class KVEvictLayer(CacheLayerMixin):
         setattr(keys, LAYER_TAG, self)
         return keys, (self.values if self.compacted is None else self.compacted.v)
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.seen + query_length, 0
+    def get_mask_sizes(self, query) -> tuple[int, int]:
+        # transformers >= 5.3 passes the query length, 5.0 - 5.2 the cache_position tensor.
+        m = int(query.shape[0]) if isinstance(query, torch.Tensor) else int(query)
+        return self.seen + m, 0
 
     def get_seq_length(self) -> int:
         return self.seen
 
     def get_max_length(self) -> int:
+        return -1
+
+    def get_max_cache_shape(self) -> int:  # the transformers 5.0 - 5.2 name of get_max_length
         return -1
 
     def reset(self) -> None:
