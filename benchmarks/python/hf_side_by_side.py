@@ -68,6 +68,15 @@ except ImportError:  # kvpress rows are skipped
 GiB = 1024 ** 3
 
 
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def llama_31_8b(tiny: bool) -> LlamaConfig:
     if tiny:
         return LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512,
@@ -189,14 +198,14 @@ def scorer_times(model, n, device, repeats):
     cfg = model.config
     attn = model.model.layers[0].self_attn
     g = torch.Generator(device=device).manual_seed(1)
-    hs = torch.randn((1, n, cfg.hidden_size), generator=g, device=device, dtype=torch.bfloat16)
+    hs = torch.randn((1, n, cfg.hidden_size), generator=g, device=device, dtype=model.dtype)
     keys = torch.randn((1, cfg.num_key_value_heads, n, cfg.head_dim), generator=g,
-                       device=device, dtype=torch.bfloat16)
+                       device=device, dtype=model.dtype)
     values = torch.randn_like(keys)
     pos = torch.arange(n, device=device)[None]
     kwargs = {"position_embeddings": model.model.rotary_emb(hs, pos), "hidden_states": hs}
     q64 = torch.randn((cfg.num_attention_heads, 64, cfg.head_dim), generator=g, device=device,
-                      dtype=torch.bfloat16)
+                      dtype=model.dtype)
     rows = {}
     with torch.no_grad():
         rows["kvevict.score snapkv w=64 avg:5 (kernel)"] = time_cuda(
@@ -232,7 +241,7 @@ def main(argv=None):
     print(f"# HF side by side: Llama-3.1-8B shape{' (tiny)' if args.tiny else ''}, random "
           f"{str(dtype).replace('torch.', '')} weights, prompt {n}, {name}; torch "
           f"{torch.__version__}, transformers {transformers.__version__}, kvpress "
-          f"{getattr(kvpress, '__version__', 'absent')}, kvevict {kvevict.__version__}",
+          f"{_version('kvpress') if kvpress else 'absent'}, kvevict {kvevict.__version__}",
           flush=True)
     ids = torch.randint(1, model.config.vocab_size, (1, n), device=device,
                         generator=torch.Generator(device=device).manual_seed(0))
