@@ -56,8 +56,9 @@ def test_scores_and_kept_sets_match_reference(fw, case):
     if fw.is_cuda and method not in CUDA_METHODS:
         pytest.skip(f"{method} has no CUDA kernel (scored on the host)")
     rng = np.random.default_rng(sum(map(ord, case_id(case))))
-    q, k, v, wo = inputs(rng, method, kw)
-    dtype = "bfloat16" if fw.is_cuda else None  # the CUDA kernels take 16-bit inputs
+    # The CUDA kernels take 16-bit inputs and head dims 64, 128 or 256.
+    q, k, v, wo = inputs(rng, method, kw, d=64 if fw.is_cuda else 16)
+    dtype = "bfloat16" if fw.is_cuda else None
     qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
     wod = None if wo is None else fw.put(wo, dtype)
     scores, aux = kvevict.score(qd, kd, vd, method, wo=wod, return_aux=True, **kw)
@@ -104,7 +105,7 @@ def test_16bit_inputs_match_reference(dtype):
 
 def test_batched_scores_equal_per_row(fw):
     rng = np.random.default_rng(4)
-    rows = [qkv(rng, 4, 2, 50, 8, 16) for _ in range(3)]
+    rows = [qkv(rng, 4, 2, 50, 8, 64 if fw.is_cuda else 16) for _ in range(3)]
     dtype = "bfloat16" if fw.is_cuda else None
     qs, ks, vs = (fw.put(np.stack([r[i] for r in rows]), dtype) for i in range(3))
     batched = Framework.host(kvevict.score(qs, ks, vs, "dropkv"))
