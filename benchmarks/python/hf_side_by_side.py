@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side by side on the Llama-3.1-8B shape (random bf16 weights, 32K prompt), one command:
+r"""Side by side on the Llama-3.1-8B shape (random bf16 weights, 32K prompt), one command:
 
   1. HF without eviction (DynamicCache, sdpa);
   2. HF + kvpress SnapKVPress(compression_ratio=0.9) (kvpress's defaults: window 64, avg pool 5);
@@ -22,19 +22,22 @@ transformers 5.17, no kvpress, no network):
   # the kvevict wheel, cp312 (abi3), CUDA backend for sm_90a, no -march=native:
   /root/.pyenv/versions/3.12.1/bin/python -m venv /tmp/kvwheel312
   /tmp/kvwheel312/bin/pip install nanobind scikit-build-core
-  CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache \\
-    /tmp/kvwheel312/bin/pip wheel --no-build-isolation --no-deps -w .whl . \\
-      -C cmake.define.KVEVICT_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a \\
+  CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache \
+    /tmp/kvwheel312/bin/pip wheel --no-build-isolation --no-deps -w .whl . \
+      -C cmake.define.KVEVICT_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a \
       -C cmake.define.KVEVICT_NATIVE=OFF -C build-dir=build/python/cp312-cuda
-  # kvpress 0.5.5 and the transformers it supports (< 5.3), for cp312 (the device's notes):
-  echo /.whl/ >> .git/info/exclude
-  P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \\
-     --platform manylinux2014_x86_64 -d .whl"
-  python3 -m pip download $P kvpress==0.5.5 transformers==5.2.0 tokenizers==0.22.2 \\
-      cachetools==5.5.2 fire==0.6.0 termcolor==3.1.0
-  # kvpress imports `datasets` at import time for presses not used here; the check script
-  # gives it an empty stand-in instead of carrying pyarrow and pandas (the 64 MiB limit).
+  # kvpress 0.5.5 and the transformers it supports (< 5.3), for cp312 (the device's notes;
+  # .whl/ is git-ignored). fire 0.6 has no wheel: 0.7.1 imports the same way. tokenizers 0.22.2
+  # because transformers 5.2 checks <= 0.23.0 at import (the device's 5.17 brought 0.23.x).
+  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+      --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      --platform manylinux1_x86_64 -d .whl kvpress==0.5.5 transformers==5.2.0 \
+      tokenizers==0.22.2 cachetools==5.5.2 fire==0.7.1 termcolor requests urllib3 idna \
+      charset_normalizer certifi
+  # (21 MiB with the kvevict wheel.) kvpress imports `datasets` at import time for presses not
+  # used here; the check script gives it an empty stand-in instead of carrying pyarrow + pandas.
+  # huggingface-hub, safetensors, regex, tqdm, pyyaml come from the device's transformers 5.17.
 
 Smoke test without a GPU (tiny shapes, CPU, no timing goals):
   python benchmarks/python/hf_side_by_side.py --tiny --device cpu
