@@ -21,6 +21,7 @@
 #include "kvevict/attention.h"
 #include "kvevict/cache.h"
 #include "kvevict/method.h"
+#include "kvevict/score.h"
 #include "kvevict/select.h"
 #include "kvevict/tensor.h"
 
@@ -62,6 +63,13 @@ AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, const 
                                       const MutArray& lens,
                                       float scale, int sliding_window, float softcap,
                                       Device device);
+
+// Throws unless t is empty or on `device`, naming `what`.
+void check_on(const TensorView& t, Device device, const char* what);
+// A ScoreProblem over Python-owned arrays (q and wo may be None); with `device`, every tensor must
+// be there.
+ScoreProblem score_problem_of(const nb::handle& q, const Array& k, const Array& v,
+                              const nb::handle& wo, float scale, const Device* device = nullptr);
 
 // A host Selection, as select() and LayerEvictor::plan() return it. Python copies it into arrays
 // of its framework (copy_into), so the framework owns the kept indices.

@@ -25,24 +25,12 @@ namespace {
 
 cuda::Stream stream_of(uintptr_t handle) { return reinterpret_cast<cuda::Stream>(handle); }
 
-void check_device(const TensorView& t, const char* what) {
-  KVEVICT_CHECK(t.empty() || t.device == Device::kCuda, what,
-                " is in host memory; the CUDA path needs device tensors");
-}
+void check_device(const TensorView& t, const char* what) { check_on(t, Device::kCuda, what); }
 
 ScoreProblem device_problem(const nb::handle& q, const Array& k, const Array& v,
                             const nb::handle& wo, float scale) {
-  ScoreProblem p;
-  p.q = to_view_opt(q, "q");
-  p.k = to_view(k, "k");
-  p.v = to_view(v, "v");
-  p.wo = to_view_opt(wo, "wo");
-  p.scale = scale;
-  check_device(p.q, "q");
-  check_device(p.k, "k");
-  check_device(p.v, "v");
-  check_device(p.wo, "wo");
-  return p;
+  const Device cuda = Device::kCuda;
+  return score_problem_of(q, k, v, wo, scale, &cuda);
 }
 
 Workspace workspace_of(const nb::handle& ws, size_t need, const char* what) {

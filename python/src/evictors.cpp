@@ -47,12 +47,8 @@ class PyLayerEvictor {
 
   Selection plan(const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo,
                  float scale) {
-    ScoreProblem p;
-    p.q = to_view_opt(q, "q");
-    p.k = to_view(k, "k");
-    p.v = to_view(v, "v");
-    p.wo = to_view_opt(wo, "wo");
-    p.scale = scale;
+    // LayerEvictor::plan checks that every tensor is on the backend's device.
+    const ScoreProblem p = score_problem_of(q, k, v, wo, scale);
     nb::gil_scoped_release release;
     return evictor_.plan(p);
   }

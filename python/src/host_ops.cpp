@@ -25,10 +25,7 @@ HostPath host_path(const std::string& backend) {
   KVEVICT_FAIL("backend '", backend, "' is not a host backend; expected cpu or reference");
 }
 
-void check_host(const TensorView& t, const char* what) {
-  KVEVICT_CHECK(t.empty() || t.device == Device::kCpu, what,
-                " lives on a CUDA device; this host path needs CPU memory");
-}
+void check_host(const TensorView& t, const char* what) { check_on(t, Device::kCpu, what); }
 
 void check_host_f32_out(const TensorView& t, const char* what, int64_t rows, int64_t cols) {
   check_shape(t, what, {rows, cols});
@@ -38,17 +35,8 @@ void check_host_f32_out(const TensorView& t, const char* what, int64_t rows, int
 
 ScoreProblem host_problem(const nb::handle& q, const Array& k, const Array& v,
                           const nb::handle& wo, float scale) {
-  ScoreProblem p;
-  p.q = to_view_opt(q, "q");
-  p.k = to_view(k, "k");
-  p.v = to_view(v, "v");
-  p.wo = to_view_opt(wo, "wo");
-  p.scale = scale;
-  check_host(p.q, "q");
-  check_host(p.k, "k");
-  check_host(p.v, "v");
-  check_host(p.wo, "wo");
-  return p;
+  const Device cpu = Device::kCpu;
+  return score_problem_of(q, k, v, wo, scale, &cpu);
 }
 
 void write_f32(const std::vector<double>& src, const TensorView& dst) {

@@ -6,6 +6,7 @@
 #include "bindings.h"
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
+#include "kvevict/score.h"
 
 namespace kvevict::python {
 namespace {
@@ -132,6 +133,29 @@ KVLayerView layer_view(const RowArray& k, const RowArray& v, const RowArray& pos
                 c.offsets[c.num_kv_heads], "; k holds only ", kt.shape[0], " rows");
   c.validate(what);
   return c;
+}
+
+void check_on(const TensorView& t, Device device, const char* what) {
+  KVEVICT_CHECK(t.empty() || t.device == device, what,
+                device == Device::kCuda ? " is in host memory; the CUDA path needs device tensors"
+                                        : " lives on a CUDA device; this host path needs CPU memory");
+}
+
+ScoreProblem score_problem_of(const nb::handle& q, const Array& k, const Array& v,
+                              const nb::handle& wo, float scale, const Device* device) {
+  ScoreProblem p;
+  p.q = to_view_opt(q, "q");
+  p.k = to_view(k, "k");
+  p.v = to_view(v, "v");
+  p.wo = to_view_opt(wo, "wo");
+  p.scale = scale;
+  if (device) {
+    check_on(p.q, *device, "q");
+    check_on(p.k, *device, "k");
+    check_on(p.v, *device, "v");
+    check_on(p.wo, *device, "wo");
+  }
+  return p;
 }
 
 template KVLayerView layer_view<Array>(const Array&, const Array&, const Array&,
