@@ -159,6 +159,16 @@ class KVEvictLayer(CacheLayerMixin):
         raise NotImplementedError(
             "beam search reorders batch rows; kvevict's compacted layers do not support it yet")
 
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("num_return_sequences / beams > 1 repeat batch rows; kvevict's "
+                                  "compacted layers do not support it yet")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError("selecting batch rows of a compacted cache is not supported")
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("a compacted cache cannot be cropped (assisted decoding)")
+
     # -- eviction ----------------------------------------------------------------------------
 
     def after_prefill(self, query: torch.Tensor, scaling: Optional[float],
