@@ -136,6 +136,9 @@ def press(model, method: str = "dropkv", budget: Optional[_options.BudgetLike] =
                          sink=sink, alpha=alpha, prefill=prefill, decode_budget=decode_budget,
                          decode_score=decode_score, decode_slack=decode_slack,
                          decode_recent=decode_recent, slack=slack)
+    if decode_budget is not None and any(t.is_cuda for t in model.parameters()):
+        raise ValueError("decode_budget: decode-time eviction runs on host caches (the "
+                         "DecodeEvictor); this model is on a CUDA device")
     p = Press(model, config, query_aware)
     _attention.register()
     base = _base_attention(model)
