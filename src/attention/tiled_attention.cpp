@@ -103,17 +103,12 @@ Scratch carve_chunk(WorkspaceCarver& c, const Plan& p) {
   return s;
 }
 
-// Converts `count` contiguous f16 / bf16 / f32 elements to f32 (a flat loop that vectorizes).
+// Converts `count` contiguous f16 / bf16 / f32 elements to f32.
 void to_f32(const void* src, DType t, int64_t count, float* dst) {
   if (t == DType::kBF16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < count; ++i) {
-      const uint32_t u = static_cast<uint32_t>(s[i]) << 16;
-      std::memcpy(dst + i, &u, 4);
-    }
+    bf16_to_float_n(static_cast<const uint16_t*>(src), dst, count);
   } else if (t == DType::kF16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < count; ++i) dst[i] = half_to_float(s[i]);
+    half_to_float_n(static_cast<const uint16_t*>(src), dst, count);  // F16C, 8 a step
   } else {
     std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
   }

@@ -1,0 +1,219 @@
+// Panel packing (portable; it runs once per 8 rows and chunk, next to T tokens of products) and
+// the scalar panel kernel.
+#include "quant/gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kvevict/error.h"
+#include "quant/blocks.h"
+
+namespace kvevict::quant {
+namespace {
+
+using namespace blocks;
+
+constexpr size_t kAlign = 64;
+size_t round_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Writes the codes and the (scale, min) of its groups of one weight row into a panel slot.
+struct RowSink {
+  uint8_t* codes;  // panel codes
+  float* scale;    // panel scale
+  float* min;
+  int row;         // 0..7
+  void code(int64_t col, int v) const {
+    codes[(col / 4) * 32 + row * 4 + (col % 4)] = static_cast<uint8_t>(v);
+  }
+  void group(int64_t g, float s, float m) const {
+    scale[g * kPanelRows + row] = s;
+    min[g * kPanelRows + row] = m;
+  }
+};
+
+void pack_row(GgmlType type, const uint8_t* w, int64_t K, const RowSink& o) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: {
+      const bool q40 = type == GgmlType::kQ4_0;
+      const int bytes = q40 ? Q4_0::kBytes : Q4_1::kBytes;
+      for (int64_t b = 0; b < K / kQK; ++b) {
+        const uint8_t* blk = w + b * bytes;
+        const uint8_t* qs = blk + (q40 ? Q4_0::kQs : Q4_1::kQs);
+        for (int j = 0; j < 16; ++j) {
+          o.code(b * kQK + j, qs[j] & 15);
+          o.code(b * kQK + j + 16, qs[j] >> 4);
+        }
+        const float d = fp16_at(blk);
+        o.group(b, d, q40 ? -8.0f * d : fp16_at(blk + Q4_1::kM));
+      }
+      return;
+    }
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: {
+      const bool q50 = type == GgmlType::kQ5_0;
+      const int bytes = q50 ? Q5_0::kBytes : Q5_1::kBytes;
+      for (int64_t b = 0; b < K / kQK; ++b) {
+        const uint8_t* blk = w + b * bytes;
+        const uint32_t qh = u32_at(blk + (q50 ? Q5_0::kQh : Q5_1::kQh));
+        const uint8_t* qs = blk + (q50 ? Q5_0::kQs : Q5_1::kQs);
+        for (int j = 0; j < 16; ++j) {
+          o.code(b * kQK + j, (qs[j] & 15) | (((qh >> j) & 1) << 4));
+          o.code(b * kQK + j + 16, (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+        }
+        const float d = fp16_at(blk);
+        o.group(b, d, q50 ? -16.0f * d : fp16_at(blk + Q5_1::kM));
+      }
+      return;
+    }
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      const bool five = type == GgmlType::kQ5_K;
+      const int bytes = five ? Q5_K::kBytes : Q4_K::kBytes;
+      for (int64_t sb = 0; sb < K / kQKK; ++sb) {
+        const uint8_t* blk = w + sb * bytes;
+        const float d = fp16_at(blk + Q4_K::kD), dmin = fp16_at(blk + Q4_K::kDmin);
+        uint8_t sc[8], mn[8];
+        unpack_scales_k4(blk + Q4_K::kScales, sc, mn);
+        const uint8_t* qh = blk + Q5_K::kQh;
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t* q = blk + (five ? Q5_K::kQs : Q4_K::kQs) + 32 * (j / 2);
+          for (int l = 0; l < 32; ++l) {
+            int v = (q[l] >> (4 * (j & 1))) & 15;
+            if (five) v |= ((qh[l] >> j) & 1) << 4;
+            o.code(sb * kQKK + 32 * j + l, v);
+          }
+          o.group(sb * 8 + j, d * sc[j], -dmin * mn[j]);
+        }
+      }
+      return;
+    }
+    case GgmlType::kQ6_K: {
+      for (int64_t sb = 0; sb < K / kQKK; ++sb) {
+        const uint8_t* blk = w + sb * Q6_K::kBytes;
+        const float d = fp16_at(blk + Q6_K::kD);
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + Q6_K::kScales);
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* ql = blk + Q6_K::kQl + 64 * half;
+          const uint8_t* qh = blk + Q6_K::kQh + 32 * half;
+          for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 32; ++l) {
+              const int lo = (ql[l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15;
+              o.code(sb * kQKK + 128 * half + 32 * k + l, lo | (((qh[l] >> (2 * k)) & 3) << 4));
+            }
+        }
+        // Groups of 16 columns: group g of the super-block has scale sc[g].
+        for (int g = 0; g < 16; ++g) {
+          const float s = d * sc[g];
+          o.group(sb * 16 + g, s, -32.0f * s);
+        }
+      }
+      return;
+    }
+    default:
+      KVEVICT_FAIL("gemm: ggml type ", gguf::ggml_type_name(static_cast<uint32_t>(type)),
+                   " has no panel packing");
+  }
+}
+
+}  // namespace
+
+bool gemm_supports(GgmlType t, const Kernels& k) {
+  if (k.gemm_panel == nullptr) return false;
+  switch (t) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+PanelLayout panel_layout(GgmlType t) {
+  // chain * 4 columns * 2 * max code * 127 must stay below 2^15 (int16 sums of vpmaddubsw pairs).
+  switch (t) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ4_K:
+      return {32, 8};  // 8 * 2 * 15 * 127 = 30480
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ5_K:
+      return {32, 4};  // 4 * 2 * 31 * 127 = 31496
+    case GgmlType::kQ6_K:
+      return {16, 2};  // 2 * 2 * 63 * 127 = 32004
+    default:
+      KVEVICT_FAIL("gemm: ggml type ", gguf::ggml_type_name(static_cast<uint32_t>(t)),
+                   " has no panel layout");
+  }
+}
+
+size_t panel_bytes(int64_t K) {
+  const size_t groups = static_cast<size_t>(K / 16);  // the finest grouping
+  return round_up(static_cast<size_t>(K) * kPanelRows) + 2 * round_up(groups * kPanelRows * 4);
+}
+
+PanelView pack_panel(const MatrixView& w, int64_t r0, int rows, uint8_t* buf) {
+  PanelView p;
+  p.K = w.cols;
+  p.layout = panel_layout(w.type);
+  const int64_t groups = w.cols / p.layout.group;
+  uint8_t* codes = buf;
+  float* scale = reinterpret_cast<float*>(buf + round_up(static_cast<size_t>(w.cols) * kPanelRows));
+  float* min = scale + round_up(static_cast<size_t>(w.cols / 16) * kPanelRows * 4) / 4;
+  if (rows < kPanelRows) {
+    std::memset(codes, 0, static_cast<size_t>(w.cols) * kPanelRows);
+    std::memset(scale, 0, static_cast<size_t>(groups) * kPanelRows * 4);
+    std::memset(min, 0, static_cast<size_t>(groups) * kPanelRows * 4);
+  }
+  for (int r = 0; r < rows; ++r) pack_row(w.type, w.row(r0 + r), w.cols, RowSink{codes, scale, min, r});
+  p.codes = codes;
+  p.scale = scale;
+  p.min = min;
+  return p;
+}
+
+void plan_gemm(const MatrixView& w, int target, std::vector<GemmJob>* jobs) {
+  for (int64_t r0 = 0; r0 < w.rows; r0 += kGemmRowsPerJob)
+    jobs->push_back({target, r0, std::min(w.rows, r0 + kGemmRowsPerJob)});
+}
+
+void run_gemm(const MatrixView& w, const GemmInput& in, const GemmJob& job, float* y, int64_t ldy,
+              const Kernels& k) {
+  thread_local std::vector<uint8_t> buf;
+  const size_t need = panel_bytes(w.cols);
+  if (buf.size() < need) buf.resize(need);
+  for (int64_t r0 = job.r0; r0 < job.r1; r0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, job.r1 - r0));
+    const PanelView p = pack_panel(w, r0, rows, buf.data());
+    k.gemm_panel(p, in, y + r0, ldy, rows);
+  }
+}
+
+void gemm_panel_scalar(const PanelView& p, const GemmInput& in, float* y, int64_t ldy, int rows) {
+  const int G = p.layout.group;
+  const int64_t groups = p.K / G;
+  for (int64_t t = 0; t < in.T; ++t) {
+    const A8Row a = a8_row(in.act + t * in.row_bytes, in.K);
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int s = 0;
+        for (int64_t c = g * G; c < (g + 1) * G; ++c)
+          s += p.codes[(c / 4) * 32 + r * 4 + (c % 4)] * a.qs[c];
+        const float dx = a.d[g * G / kA8Block];
+        const int sa = G == 16 ? a.s16[g] : a.s16[2 * g] + a.s16[2 * g + 1];
+        acc += p.scale[g * kPanelRows + r] * dx * static_cast<float>(s) +
+               p.min[g * kPanelRows + r] * dx * static_cast<float>(sa);
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
+}  // namespace kvevict::quant
