@@ -16,21 +16,23 @@ using namespace blocks;
 constexpr size_t kAlign = 64;
 size_t round_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-// Writes the codes and the (scale, min) of its groups of one weight row into a panel slot.
+// Collects one weight row's codes contiguously (then interleaved into the panel 4 bytes at a
+// time) and writes the (scale, min) of its groups into the panel slot of the row.
 struct RowSink {
-  uint8_t* codes;  // panel codes
-  float* scale;    // panel scale
+  uint8_t* row_codes;  // [K] this row's codes
+  float* scale;        // panel scale
   float* min;
-  int row;         // 0..7
-  void code(int64_t col, int v) const {
-    codes[(col / 4) * 32 + row * 4 + (col % 4)] = static_cast<uint8_t>(v);
-  }
+  int row;             // 0..7
+  void code(int64_t col, int v) const { row_codes[col] = static_cast<uint8_t>(v); }
   void group(int64_t g, float s, float m) const {
     scale[g * kPanelRows + row] = s;
     min[g * kPanelRows + row] = m;
   }
 };
 
+// kCodes: write the codes (the scalar path; SIMD tables decode them with Kernels::pack_codes);
+// the group scales and mins are always written here.
+template <bool kCodes>
 void pack_row(GgmlType type, const uint8_t* w, int64_t K, const RowSink& o) {
   switch (type) {
     case GgmlType::kQ4_0:
@@ -41,8 +43,8 @@ void pack_row(GgmlType type, const uint8_t* w, int64_t K, const RowSink& o) {
         const uint8_t* blk = w + b * bytes;
         const uint8_t* qs = blk + (q40 ? Q4_0::kQs : Q4_1::kQs);
         for (int j = 0; j < 16; ++j) {
-          o.code(b * kQK + j, qs[j] & 15);
-          o.code(b * kQK + j + 16, qs[j] >> 4);
+          if constexpr (kCodes) o.code(b * kQK + j, qs[j] & 15);
+          if constexpr (kCodes) o.code(b * kQK + j + 16, qs[j] >> 4);
         }
         const float d = fp16_at(blk);
         o.group(b, d, q40 ? -8.0f * d : fp16_at(blk + Q4_1::kM));
@@ -58,8 +60,8 @@ void pack_row(GgmlType type, const uint8_t* w, int64_t K, const RowSink& o) {
         const uint32_t qh = u32_at(blk + (q50 ? Q5_0::kQh : Q5_1::kQh));
         const uint8_t* qs = blk + (q50 ? Q5_0::kQs : Q5_1::kQs);
         for (int j = 0; j < 16; ++j) {
-          o.code(b * kQK + j, (qs[j] & 15) | (((qh >> j) & 1) << 4));
-          o.code(b * kQK + j + 16, (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+          if constexpr (kCodes) o.code(b * kQK + j, (qs[j] & 15) | (((qh >> j) & 1) << 4));
+          if constexpr (kCodes) o.code(b * kQK + j + 16, (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
         }
         const float d = fp16_at(blk);
         o.group(b, d, q50 ? -16.0f * d : fp16_at(blk + Q5_1::kM));
@@ -81,7 +83,7 @@ void pack_row(GgmlType type, const uint8_t* w, int64_t K, const RowSink& o) {
           for (int l = 0; l < 32; ++l) {
             int v = (q[l] >> (4 * (j & 1))) & 15;
             if (five) v |= ((qh[l] >> j) & 1) << 4;
-            o.code(sb * kQKK + 32 * j + l, v);
+            if constexpr (kCodes) o.code(sb * kQKK + 32 * j + l, v);
           }
           o.group(sb * 8 + j, d * sc[j], -dmin * mn[j]);
         }
@@ -99,7 +101,7 @@ void pack_row(GgmlType type, const uint8_t* w, int64_t K, const RowSink& o) {
           for (int k = 0; k < 4; ++k)
             for (int l = 0; l < 32; ++l) {
               const int lo = (ql[l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15;
-              o.code(sb * kQKK + 128 * half + 32 * k + l, lo | (((qh[l] >> (2 * k)) & 3) << 4));
+              if constexpr (kCodes) o.code(sb * kQKK + 128 * half + 32 * k + l, lo | (((qh[l] >> (2 * k)) & 3) << 4));
             }
         }
         // Groups of 16 columns: group g of the super-block has scale sc[g].
@@ -158,7 +160,7 @@ size_t panel_bytes(int64_t K) {
   return round_up(static_cast<size_t>(K) * kPanelRows) + 2 * round_up(groups * kPanelRows * 4);
 }
 
-PanelView pack_panel(const MatrixView& w, int64_t r0, int rows, uint8_t* buf) {
+PanelView pack_panel(const MatrixView& w, int64_t r0, int rows, uint8_t* buf, const Kernels& k) {
   PanelView p;
   p.K = w.cols;
   p.layout = panel_layout(w.type);
@@ -167,11 +169,32 @@ PanelView pack_panel(const MatrixView& w, int64_t r0, int rows, uint8_t* buf) {
   float* scale = reinterpret_cast<float*>(buf + round_up(static_cast<size_t>(w.cols) * kPanelRows));
   float* min = scale + round_up(static_cast<size_t>(w.cols / 16) * kPanelRows * 4) / 4;
   if (rows < kPanelRows) {
-    std::memset(codes, 0, static_cast<size_t>(w.cols) * kPanelRows);
     std::memset(scale, 0, static_cast<size_t>(groups) * kPanelRows * 4);
     std::memset(min, 0, static_cast<size_t>(groups) * kPanelRows * 4);
   }
-  for (int r = 0; r < rows; ++r) pack_row(w.type, w.row(r0 + r), w.cols, RowSink{codes, scale, min, r});
+  // Each row's codes contiguous first, then interleaved 4 columns x 8 rows at a time.
+  thread_local std::vector<uint8_t> row_codes;
+  row_codes.assign(static_cast<size_t>(w.cols) * kPanelRows, 0);
+  const uint8_t* row_ptrs[kPanelRows];
+  const PackCodesFn simd = k.pack_codes[type_index(w.type)];
+  for (int r = 0; r < kPanelRows; ++r) row_ptrs[r] = row_codes.data() + r * w.cols;
+  for (int r = 0; r < rows; ++r) {
+    uint8_t* rc = row_codes.data() + r * w.cols;
+    const RowSink sink{rc, scale, min, r};
+    if (simd != nullptr) {
+      simd(w.row(r0 + r), w.cols, rc);
+      pack_row<false>(w.type, w.row(r0 + r), w.cols, sink);
+    } else {
+      pack_row<true>(w.type, w.row(r0 + r), w.cols, sink);
+    }
+  }
+  if (k.interleave8 != nullptr) {
+    k.interleave8(row_ptrs, w.cols, codes);
+  } else {
+    for (int r = 0; r < kPanelRows; ++r)
+      for (int64_t c4 = 0; c4 < w.cols / 4; ++c4)
+        std::memcpy(codes + c4 * 32 + r * 4, row_ptrs[r] + c4 * 4, 4);
+  }
   p.codes = codes;
   p.scale = scale;
   p.min = min;
@@ -190,7 +213,7 @@ void run_gemm(const MatrixView& w, const GemmInput& in, const GemmJob& job, floa
   if (buf.size() < need) buf.resize(need);
   for (int64_t r0 = job.r0; r0 < job.r1; r0 += kPanelRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, job.r1 - r0));
-    const PanelView p = pack_panel(w, r0, rows, buf.data());
+    const PanelView p = pack_panel(w, r0, rows, buf.data(), k);
     k.gemm_panel(p, in, y + r0, ldy, rows);
   }
 }

@@ -56,7 +56,8 @@ bool gemm_supports(GgmlType t, const Kernels& k);
 PanelLayout panel_layout(GgmlType t);
 // Packs rows [r0, r0 + rows) (rows <= 8; missing rows are zero) of w into buf (panel_bytes(K)).
 size_t panel_bytes(int64_t K);
-PanelView pack_panel(const MatrixView& w, int64_t r0, int rows, uint8_t* buf);
+PanelView pack_panel(const MatrixView& w, int64_t r0, int rows, uint8_t* buf,
+                     const Kernels& k = kernels());
 
 void plan_gemm(const MatrixView& w, int target, std::vector<GemmJob>* jobs);
 void run_gemm(const MatrixView& w, const GemmInput& in, const GemmJob& job, float* y, int64_t ldy,

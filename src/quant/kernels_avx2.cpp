@@ -408,6 +408,91 @@ void gemm_panel(const PanelView& p, const GemmInput& in, float* y, int64_t ldy, 
   gemm_panel_scalar(p, in, y, ldy, rows);  // a layout without an instantiation
 }
 
+// Panel packing: the same code decoders as the dot kernels, stored instead of multiplied.
+template <int kBytes, int kQs, int kQh>
+void pack_legacy(const uint8_t* w, int64_t K, uint8_t* codes) {
+  for (int64_t b = 0; b < K / kQK; ++b) {
+    const uint8_t* blk = w + b * kBytes;
+    __m256i q = nibbles32(blk + kQs);
+    if constexpr (kQh >= 0) q = _mm256_or_si256(q, fifth_bits32(blk + kQh));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + b * kQK), q);
+  }
+}
+
+template <bool kFive>
+void pack_qk45(const uint8_t* w, int64_t K, uint8_t* codes) {
+  constexpr int kBytes = kFive ? Q5_K::kBytes : Q4_K::kBytes;
+  constexpr int kQs = kFive ? Q5_K::kQs : Q4_K::kQs;
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  for (int64_t sb = 0; sb < K / kQKK; ++sb) {
+    const uint8_t* blk = w + sb * kBytes;
+    __m256i hb = _mm256_setzero_si256();
+    if (kFive) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q5_K::kQh));
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * c));
+      __m256i lo = _mm256_and_si256(q, lo4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+      if (kFive) {
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + sb * kQKK + 64 * c), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + sb * kQKK + 64 * c + 32), hi);
+    }
+  }
+}
+
+void pack_q6_k(const uint8_t* w, int64_t K, uint8_t* codes) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), hi2 = _mm256_set1_epi8(0x30);
+  for (int64_t sb = 0; sb < K / kQKK; ++sb) {
+    const uint8_t* blk = w + sb * Q6_K::kBytes;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = blk + Q6_K::kQl + 64 * half;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i h =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q6_K::kQh + 32 * half));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 4), hi2)),
+          _mm256_or_si256(_mm256_and_si256(l1, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 2), hi2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), _mm256_and_si256(h, hi2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
+                          _mm256_and_si256(_mm256_srli_epi16(h, 2), hi2)),
+      };
+      for (int k = 0; k < 4; ++k)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + sb * kQKK + 128 * half + 32 * k),
+                            q[k]);
+    }
+  }
+}
+
+// 8 rows x 32 columns -> 8 vectors of (4 columns x 8 rows): an 8 x 8 transpose of 32-bit words.
+void interleave8(const uint8_t* const rows[8], int64_t K, uint8_t* codes) {
+  for (int64_t c = 0; c + 32 <= K; c += 32) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(rows[i] + c));
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    const __m256 o[8] = {
+        _mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+        _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+        _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+        _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+    for (int k = 0; k < 8; ++k)
+      _mm256_storeu_ps(reinterpret_cast<float*>(codes + (c / 4 + k) * 32), o[k]);
+  }
+  for (int64_t c4 = (K / 32) * 8; c4 < K / 4; ++c4)
+    for (int i = 0; i < 8; ++i) std::memcpy(codes + c4 * 32 + i * 4, rows[i] + c4 * 4, 4);
+}
+
 Kernels make_table() {
   Kernels k;
   k.isa = Isa::kAvx2;
@@ -424,6 +509,14 @@ Kernels make_table() {
   k.dot_a8[type_index(GgmlType::kQ5_K)] = dot_qk45<true>;
   k.dot_a8[type_index(GgmlType::kQ6_K)] = dot_q6_k;
   k.gemm_panel = gemm_panel;
+  k.pack_codes[type_index(GgmlType::kQ4_0)] = pack_legacy<Q4_0::kBytes, Q4_0::kQs, -1>;
+  k.pack_codes[type_index(GgmlType::kQ4_1)] = pack_legacy<Q4_1::kBytes, Q4_1::kQs, -1>;
+  k.pack_codes[type_index(GgmlType::kQ5_0)] = pack_legacy<Q5_0::kBytes, Q5_0::kQs, Q5_0::kQh>;
+  k.pack_codes[type_index(GgmlType::kQ5_1)] = pack_legacy<Q5_1::kBytes, Q5_1::kQs, Q5_1::kQh>;
+  k.pack_codes[type_index(GgmlType::kQ4_K)] = pack_qk45<false>;
+  k.pack_codes[type_index(GgmlType::kQ5_K)] = pack_qk45<true>;
+  k.pack_codes[type_index(GgmlType::kQ6_K)] = pack_q6_k;
+  k.interleave8 = interleave8;
   return k;
 }
 

@@ -74,12 +74,19 @@ using GemmPanelFn = void (*)(const PanelView& p, const GemmInput& in, float* y, 
 constexpr int kNumTypes = 11;  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
 int type_index(GgmlType t);    // 0 .. kNumTypes - 1; throws for an unsupported type
 
+// Decodes one weight row's codes (the unsigned q of the GEMM panels) into codes[K].
+using PackCodesFn = void (*)(const uint8_t* w, int64_t K, uint8_t* codes);
+// Interleaves 8 code rows [K] into the panel layout [K / 4][8][4].
+using Interleave8Fn = void (*)(const uint8_t* const rows[8], int64_t K, uint8_t* codes);
+
 struct Kernels {
   Isa isa = Isa::kScalar;
   QuantizeA8Fn quantize_a8 = nullptr;
   DotA8Fn dot_a8[kNumTypes] = {};    // null for F32 / F16 / BF16
   DotF32Fn dot_f32[kNumTypes] = {};  // null for the block types
   GemmPanelFn gemm_panel = nullptr;
+  PackCodesFn pack_codes[kNumTypes] = {};  // null: the scalar decoder of quant/gemm.cpp
+  Interleave8Fn interleave8 = nullptr;     // null: 4-byte copies
 };
 
 // The fastest table this CPU runs, chosen on first use. KVEVICT_QUANT_ISA=scalar forces the

@@ -225,7 +225,7 @@ TEST(QuantGemm, PanelsMatchTheDoubleReference) {
           std::vector<uint8_t> act(rb * T);
           for (int64_t i = 0; i < T; ++i) k->quantize_a8(x.data() + i * K, K, act.data() + i * rb);
           std::vector<uint8_t> panel(panel_bytes(K));
-          const PanelView p = pack_panel(mv, 0, rows, panel.data());
+          const PanelView p = pack_panel(mv, 0, rows, panel.data(), *k);
           const int64_t ldy = rows + 3;
           std::vector<float> y(T * ldy, -7.0f);  // sentinel columns past `rows`
           k->gemm_panel(p, GemmInput{act.data(), rb, T, K}, y.data(), ldy, rows);
@@ -241,6 +241,29 @@ TEST(QuantGemm, PanelsMatchTheDoubleReference) {
           for (int64_t i = 0; i < T; ++i)
             for (int64_t c = rows; c < ldy; ++c) EXPECT_EQ(y[i * ldy + c], -7.0f) << "overwrote";
         }
+      }
+    }
+  }
+}
+
+// SIMD packing (code decoders + 8 x 8 transpose) writes the same panel bytes as the scalar one.
+TEST(QuantGemm, SimdPackingEqualsScalarPacking) {
+  const Kernels* simd = kernels_for(Isa::kAvx2);
+  if (simd == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
+  for (GgmlType t : kAllTypes) {
+    if (!gemm_supports(t, *simd)) continue;
+    const int64_t K = 3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64) + 32 * (t == GgmlType::kQ4_0);
+    for (int rows : {3, 8}) {
+      const std::vector<uint8_t> w = random_rows(t, rows, K, 3 + rows);
+      const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
+      std::vector<uint8_t> a(panel_bytes(K), 0xAB), b(panel_bytes(K), 0xAB);
+      const PanelView pa = pack_panel(mv, 0, rows, a.data(), *simd);
+      const PanelView pb = pack_panel(mv, 0, rows, b.data(), scalar_kernels());
+      EXPECT_EQ(0, std::memcmp(pa.codes, pb.codes, static_cast<size_t>(K) * kPanelRows)) << type_name(t);
+      const int64_t groups = K / pa.layout.group * kPanelRows;
+      for (int64_t i = 0; i < groups; ++i) {
+        EXPECT_EQ(pa.scale[i], pb.scale[i]) << type_name(t) << " " << i;
+        EXPECT_EQ(pa.min[i], pb.min[i]) << type_name(t) << " " << i;
       }
     }
   }
