@@ -208,13 +208,28 @@ void plan_gemm(const MatrixView& w, int target, std::vector<GemmJob>* jobs) {
 
 void run_gemm(const MatrixView& w, const GemmInput& in, const GemmJob& job, float* y, int64_t ldy,
               const Kernels& k) {
+  // The job's panels are packed once, then run over tiles of kTokenTile tokens: a tile's
+  // activations (64 x K bytes) stay in L1 / L2 across the panels, and its outputs in L1.
+  constexpr int64_t kTokenTile = 64;
+  constexpr int kMaxPanels = static_cast<int>(kGemmRowsPerJob / kPanelRows);
   thread_local std::vector<uint8_t> buf;
-  const size_t need = panel_bytes(w.cols);
-  if (buf.size() < need) buf.resize(need);
-  for (int64_t r0 = job.r0; r0 < job.r1; r0 += kPanelRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, job.r1 - r0));
-    const PanelView p = pack_panel(w, r0, rows, buf.data(), k);
-    k.gemm_panel(p, in, y + r0, ldy, rows);
+  const size_t one = panel_bytes(w.cols);
+  if (buf.size() < one * kMaxPanels) buf.resize(one * kMaxPanels);
+  PanelView panels[kMaxPanels];
+  int rows[kMaxPanels];
+  int n = 0;
+  for (int64_t r0 = job.r0; r0 < job.r1; r0 += kPanelRows, ++n) {
+    KVEVICT_CHECK(n < kMaxPanels, "gemm: job of ", job.r1 - job.r0, " rows exceeds ",
+                  kGemmRowsPerJob);
+    rows[n] = static_cast<int>(std::min<int64_t>(kPanelRows, job.r1 - r0));
+    panels[n] = pack_panel(w, r0, rows[n], buf.data() + n * one, k);
+  }
+  for (int64_t t0 = 0; t0 < in.T; t0 += kTokenTile) {
+    GemmInput tile = in;
+    tile.act = in.act + t0 * in.row_bytes;
+    tile.T = std::min(kTokenTile, in.T - t0);
+    for (int i = 0; i < n; ++i)
+      k.gemm_panel(panels[i], tile, y + t0 * ldy + job.r0 + i * kPanelRows, ldy, rows[i]);
   }
 }
 
