@@ -12,9 +12,12 @@
 # $LLAMACPP_CACHE (default ~/.cache/kvevict/llama.cpp-<version>): nothing of it lands in the repo.
 #
 # Each row runs kvevict and llama.cpp in turn, A B A B ..., on a prompt of at most N tokens
-# (Austen prose cut at a word by the GGUF's tokenizer) and decodes 64 tokens with EOS
-# ignored. Prefill tok/s = N / prompt time, decode tok/s = 63 / time of the tokens after the
-# first (both sides report it this way: llama.cpp's "eval time" and kvevict's decode stats).
+# (Austen prose cut at a word by the GGUF's tokenizer) and decodes up to 64 tokens (llama.cpp
+# with EOS ignored; kvevict generate stops at an end-of-generation token, which prose prompts
+# do not reach in 64 tokens). Prefill tok/s = N / prompt time, decode tok/s = tokens after the
+# first / their time (both sides report it so: llama.cpp's "eval time", kvevict's decode stats).
+# Both run under the same OMP_WAIT_POLICY (PASSIVE unless set: on a shared machine spinning
+# threads steal the cores the other side's threads need).
 # Peak RSS is the maximum resident set size from GNU time. The ratio is llama.cpp / kvevict
 # (<= 1 means kvevict is at least as fast; for RSS kvevict / llama.cpp). The load average
 # before each row is printed beside it: the numbers of a busy machine are noisy.
@@ -68,7 +71,7 @@ mkdir -p "$OUT"
 # One run of kvevict: prints "prefill_tok_s decode_tok_s peak_kib".
 run_kvevict() {  # model prompt threads tag
   local log="$OUT/$4.kv"
-  "$TIME" -f 'PEAK_KIB %M' "$KV" generate -m "$1" -f "$2" -n "$NEW" --ignore-eos --json \
+  "$TIME" -f 'PEAK_KIB %M' "$KV" generate -m "$1" -f "$2" -n "$NEW" --json \
     --threads "$3" --kv-dtype "$KV_DTYPE" >"$log.json" 2>"$log.err"
   python3 - "$log.json" "$log.err" <<'EOF'
 import json, re, sys
