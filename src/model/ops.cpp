@@ -10,6 +10,7 @@
 #include "kvevict/model/model.h"
 #include "kvevict/parallel.h"
 #include "quant/matmul.h"
+#include "score/cpu_vector_math.h"
 
 #ifdef KVEVICT_WITH_BLAS
 #include <cblas.h>
@@ -183,36 +184,14 @@ void rope(float* x, int64_t T, int heads, int d, const int32_t* pos, float base,
   rope(x, T, heads, d, RopeTable(pos, T, d, base, linear_scale, freq_div), style);
 }
 
-namespace {
-
-// e^x for x in [-87, 88], relative error ~2e-7: Cephes' expf range reduction and polynomial,
-// branch-free so that the activation loops vectorize (std::exp and std::tanh do not without
-// -ffast-math, and cost ~20 ns an element: Gemma's GELU ran 37K of them a token).
-inline float exp_approx(float x) {
-  x = std::min(88.0f, std::max(-87.0f, x));
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return y * scale;
-}
-
-}  // namespace
-
+// exp_poly is plain float arithmetic, so these loops vectorize (std::exp and std::tanh keep them
+// scalar without -ffast-math at ~20 ns an element: Gemma's GELU ran 37K of them a token).
 void gated_activation(float* gate, const float* up, int64_t n, FfnActivation act) {
   if (act == FfnActivation::kSilu) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       const float g = gate[i];
-      gate[i] = g / (1.0f + exp_approx(-g)) * up[i];
+      gate[i] = g / (1.0f + score_detail::exp_poly(-g)) * up[i];
     }
   } else {
     // GELU, tanh approximation (Gemma's gelu_pytorch_tanh): 0.5 g (1 + tanh(u)) = g / (1 + e^-2u).
@@ -221,7 +200,7 @@ void gated_activation(float* gate, const float* up, int64_t n, FfnActivation act
     for (int64_t i = 0; i < n; ++i) {
       const float g = gate[i];
       const float u = kC * (g + 0.044715f * g * g * g);
-      gate[i] = g / (1.0f + exp_approx(-2.0f * u)) * up[i];
+      gate[i] = g / (1.0f + score_detail::exp_poly(-2.0f * u)) * up[i];
     }
   }
 }

@@ -16,99 +16,48 @@ using namespace blocks;
 constexpr size_t kAlign = 64;
 size_t round_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-// Collects one weight row's codes contiguously (then interleaved into the panel 4 bytes at a
-// time) and writes the (scale, min) of its groups into the panel slot of the row.
-struct RowSink {
-  uint8_t* row_codes;  // [K] this row's codes
-  float* scale;        // panel scale
-  float* min;
-  int row;             // 0..7
-  void code(int64_t col, int v) const { row_codes[col] = static_cast<uint8_t>(v); }
-  void group(int64_t g, float s, float m) const {
+// The (scale, min) of every group of one weight row, into the panel slot of the row:
+// x = scale q + min over the group's columns.
+void pack_groups(GgmlType type, const uint8_t* w, int64_t K, float* scale, float* min, int row) {
+  auto group = [&](int64_t g, float s, float m) {
     scale[g * kPanelRows + row] = s;
     min[g * kPanelRows + row] = m;
-  }
-};
-
-// kCodes: write the codes (the scalar path; SIMD tables decode them with Kernels::pack_codes);
-// the group scales and mins are always written here.
-template <bool kCodes>
-void pack_row(GgmlType type, const uint8_t* w, int64_t K, const RowSink& o) {
+  };
   switch (type) {
     case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1: {
-      const bool q40 = type == GgmlType::kQ4_0;
-      const int bytes = q40 ? Q4_0::kBytes : Q4_1::kBytes;
-      for (int64_t b = 0; b < K / kQK; ++b) {
-        const uint8_t* blk = w + b * bytes;
-        const uint8_t* qs = blk + (q40 ? Q4_0::kQs : Q4_1::kQs);
-        for (int j = 0; j < 16; ++j) {
-          if constexpr (kCodes) o.code(b * kQK + j, qs[j] & 15);
-          if constexpr (kCodes) o.code(b * kQK + j + 16, qs[j] >> 4);
-        }
-        const float d = fp16_at(blk);
-        o.group(b, d, q40 ? -8.0f * d : fp16_at(blk + Q4_1::kM));
-      }
-      return;
-    }
+    case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1: {
-      const bool q50 = type == GgmlType::kQ5_0;
-      const int bytes = q50 ? Q5_0::kBytes : Q5_1::kBytes;
+      const int bytes = static_cast<int>(gguf::ggml_block_bytes(type));
       for (int64_t b = 0; b < K / kQK; ++b) {
         const uint8_t* blk = w + b * bytes;
-        const uint32_t qh = u32_at(blk + (q50 ? Q5_0::kQh : Q5_1::kQh));
-        const uint8_t* qs = blk + (q50 ? Q5_0::kQs : Q5_1::kQs);
-        for (int j = 0; j < 16; ++j) {
-          if constexpr (kCodes) o.code(b * kQK + j, (qs[j] & 15) | (((qh >> j) & 1) << 4));
-          if constexpr (kCodes) o.code(b * kQK + j + 16, (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
-        }
         const float d = fp16_at(blk);
-        o.group(b, d, q50 ? -16.0f * d : fp16_at(blk + Q5_1::kM));
+        const float m = type == GgmlType::kQ4_0   ? -8.0f * d
+                        : type == GgmlType::kQ5_0 ? -16.0f * d
+                                                  : fp16_at(blk + 2);
+        group(b, d, m);
       }
       return;
     }
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: {
-      const bool five = type == GgmlType::kQ5_K;
-      const int bytes = five ? Q5_K::kBytes : Q4_K::kBytes;
+      const int bytes = static_cast<int>(gguf::ggml_block_bytes(type));
       for (int64_t sb = 0; sb < K / kQKK; ++sb) {
         const uint8_t* blk = w + sb * bytes;
         const float d = fp16_at(blk + Q4_K::kD), dmin = fp16_at(blk + Q4_K::kDmin);
         uint8_t sc[8], mn[8];
         unpack_scales_k4(blk + Q4_K::kScales, sc, mn);
-        const uint8_t* qh = blk + Q5_K::kQh;
-        for (int j = 0; j < 8; ++j) {
-          const uint8_t* q = blk + (five ? Q5_K::kQs : Q4_K::kQs) + 32 * (j / 2);
-          for (int l = 0; l < 32; ++l) {
-            int v = (q[l] >> (4 * (j & 1))) & 15;
-            if (five) v |= ((qh[l] >> j) & 1) << 4;
-            if constexpr (kCodes) o.code(sb * kQKK + 32 * j + l, v);
-          }
-          o.group(sb * 8 + j, d * sc[j], -dmin * mn[j]);
-        }
+        for (int j = 0; j < 8; ++j) group(sb * 8 + j, d * sc[j], -dmin * mn[j]);
       }
       return;
     }
     case GgmlType::kQ6_K: {
+      // Groups of 16 columns: group g of the super-block has scale sc[g].
       for (int64_t sb = 0; sb < K / kQKK; ++sb) {
         const uint8_t* blk = w + sb * Q6_K::kBytes;
         const float d = fp16_at(blk + Q6_K::kD);
         const auto* sc = reinterpret_cast<const int8_t*>(blk + Q6_K::kScales);
-        for (int half = 0; half < 2; ++half) {
-          const uint8_t* ql = blk + Q6_K::kQl + 64 * half;
-          const uint8_t* qh = blk + Q6_K::kQh + 32 * half;
-          for (int k = 0; k < 4; ++k)
-            for (int l = 0; l < 32; ++l) {
-              const int lo = (ql[l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15;
-              if constexpr (kCodes) o.code(sb * kQKK + 128 * half + 32 * k + l, lo | (((qh[l] >> (2 * k)) & 3) << 4));
-            }
-        }
-        // Groups of 16 columns: group g of the super-block has scale sc[g].
-        for (int g = 0; g < 16; ++g) {
-          const float s = d * sc[g];
-          o.group(sb * 16 + g, s, -32.0f * s);
-        }
+        for (int g = 0; g < 16; ++g) group(sb * 16 + g, d * sc[g], -32.0f * d * sc[g]);
       }
       return;
     }
@@ -180,13 +129,12 @@ PanelView pack_panel(const MatrixView& w, int64_t r0, int rows, uint8_t* buf, co
   for (int r = 0; r < kPanelRows; ++r) row_ptrs[r] = row_codes.data() + r * w.cols;
   for (int r = 0; r < rows; ++r) {
     uint8_t* rc = row_codes.data() + r * w.cols;
-    const RowSink sink{rc, scale, min, r};
     if (simd != nullptr) {
       simd(w.row(r0 + r), w.cols, rc);
-      pack_row<false>(w.type, w.row(r0 + r), w.cols, sink);
     } else {
-      pack_row<true>(w.type, w.row(r0 + r), w.cols, sink);
+      for (int64_t s = 0; s < w.cols / kQK; ++s) codes32(w.type, w.row(r0 + r), s, rc + s * kQK);
     }
+    pack_groups(w.type, w.row(r0 + r), w.cols, scale, min, r);
   }
   if (k.interleave8 != nullptr) {
     k.interleave8(row_ptrs, w.cols, codes);

@@ -193,12 +193,41 @@ float dot_q8_0(const uint8_t* w, const A8Row& a, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// Codes of the 64-element chunk c of a Q4_K / Q5_K super-block: `lo` is sub-block 2c (low
+// nibbles), `hi` sub-block 2c + 1 (high nibbles); Q5_K adds bit 2c / 2c + 1 of qh[l] as bit 4.
+template <bool kFive>
+inline void qk45_chunk(const uint8_t* blk, int c, __m256i hb, __m256i* lo, __m256i* hi) {
+  constexpr int kQs = kFive ? Q5_K::kQs : Q4_K::kQs;
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * c));
+  *lo = _mm256_and_si256(q, lo4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+  if (kFive) {
+    *lo = _mm256_or_si256(
+        *lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+    *hi = _mm256_or_si256(
+        *hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+  }
+}
+
+// The 4 x 32 codes (0..63) of one 128-element half of a Q6_K super-block: element l + 32 k of
+// the half is q[k] byte l.
+inline void q6k_half(const uint8_t* blk, int half, __m256i q[4]) {
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), hi2 = _mm256_set1_epi8(0x30);
+  const uint8_t* ql = blk + Q6_K::kQl + 64 * half;
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q6_K::kQh + 32 * half));
+  q[0] = _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 4), hi2));
+  q[1] = _mm256_or_si256(_mm256_and_si256(l1, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 2), hi2));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), _mm256_and_si256(h, hi2));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
+                         _mm256_and_si256(_mm256_srli_epi16(h, 2), hi2));
+}
+
 template <bool kFive>
 float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
   constexpr int kBytes = kFive ? Q5_K::kBytes : Q4_K::kBytes;
-  constexpr int kQs = kFive ? Q5_K::kQs : Q4_K::kQs;
-  const __m256i lo4 = _mm256_set1_epi8(0x0F);
-  const __m256i one = _mm256_set1_epi8(1);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   float accm = 0.0f;
   for (int64_t sb = 0; sb < n / kQKK; ++sb) {
@@ -210,16 +239,8 @@ float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
     if (kFive) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q5_K::kQh));
     const int64_t ab0 = sb * 8;
     for (int c = 0; c < 4; ++c) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * c));
-      __m256i lo = _mm256_and_si256(q, lo4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-      if (kFive) {
-        // Bit 2c of qh[l] for the even sub-block, 2c + 1 for the odd one, moved to bit 4.
-        lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-        hi = _mm256_or_si256(
-            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
-      }
+      __m256i lo, hi;
+      qk45_chunk<kFive>(blk, c, hb, &lo, &hi);
       const int j = 2 * c;
       acc0 = _mm256_fmadd_ps(dot_u8s8(lo, load_act(a, ab0 + j)),
                              _mm256_set1_ps(d * sc[j] * a.d[ab0 + j]), acc0);
@@ -233,8 +254,6 @@ float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
 }
 
 float dot_q6_k(const uint8_t* w, const A8Row& a, int64_t n) {
-  const __m256i lo4 = _mm256_set1_epi8(0x0F);
-  const __m256i hi2 = _mm256_set1_epi8(0x30);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   float accm = 0.0f;
   for (int64_t sb = 0; sb < n / kQKK; ++sb) {
@@ -242,21 +261,8 @@ float dot_q6_k(const uint8_t* w, const A8Row& a, int64_t n) {
     const float d = fp16(blk + Q6_K::kD);
     const auto* sc = reinterpret_cast<const int8_t*>(blk + Q6_K::kScales);
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = blk + Q6_K::kQl + 64 * half;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i h =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q6_K::kQh + 32 * half));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, lo4),
-                          _mm256_and_si256(_mm256_slli_epi16(h, 4), hi2)),
-          _mm256_or_si256(_mm256_and_si256(l1, lo4),
-                          _mm256_and_si256(_mm256_slli_epi16(h, 2), hi2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4),
-                          _mm256_and_si256(h, hi2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
-                          _mm256_and_si256(_mm256_srli_epi16(h, 2), hi2)),
-      };
+      __m256i q[4];
+      q6k_half(blk, half, q);
       const int8_t* s = sc + 8 * half;
       for (int k = 0; k < 4; ++k) {
         const int64_t ab = sb * 8 + half * 4 + k;
@@ -422,22 +428,13 @@ void pack_legacy(const uint8_t* w, int64_t K, uint8_t* codes) {
 template <bool kFive>
 void pack_qk45(const uint8_t* w, int64_t K, uint8_t* codes) {
   constexpr int kBytes = kFive ? Q5_K::kBytes : Q4_K::kBytes;
-  constexpr int kQs = kFive ? Q5_K::kQs : Q4_K::kQs;
-  const __m256i lo4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   for (int64_t sb = 0; sb < K / kQKK; ++sb) {
     const uint8_t* blk = w + sb * kBytes;
     __m256i hb = _mm256_setzero_si256();
     if (kFive) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q5_K::kQh));
     for (int c = 0; c < 4; ++c) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * c));
-      __m256i lo = _mm256_and_si256(q, lo4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
-      if (kFive) {
-        lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-        hi = _mm256_or_si256(
-            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
-      }
+      __m256i lo, hi;
+      qk45_chunk<kFive>(blk, c, hb, &lo, &hi);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + sb * kQKK + 64 * c), lo);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + sb * kQKK + 64 * c + 32), hi);
     }
@@ -445,22 +442,10 @@ void pack_qk45(const uint8_t* w, int64_t K, uint8_t* codes) {
 }
 
 void pack_q6_k(const uint8_t* w, int64_t K, uint8_t* codes) {
-  const __m256i lo4 = _mm256_set1_epi8(0x0F), hi2 = _mm256_set1_epi8(0x30);
   for (int64_t sb = 0; sb < K / kQKK; ++sb) {
-    const uint8_t* blk = w + sb * Q6_K::kBytes;
     for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = blk + Q6_K::kQl + 64 * half;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i h =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q6_K::kQh + 32 * half));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 4), hi2)),
-          _mm256_or_si256(_mm256_and_si256(l1, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 2), hi2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), _mm256_and_si256(h, hi2)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
-                          _mm256_and_si256(_mm256_srli_epi16(h, 2), hi2)),
-      };
+      __m256i q[4];
+      q6k_half(w + sb * Q6_K::kBytes, half, q);
       for (int k = 0; k < 4; ++k)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + sb * kQKK + 128 * half + 32 * k),
                             q[k]);
