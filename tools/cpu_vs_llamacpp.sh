@@ -82,11 +82,12 @@ EOF
 }
 
 # One run of llama.cpp on the same prompt text: the same GGUF tokenizer gives the same N tokens.
-run_llama() {  # model_path prompt threads tag
+run_llama() {  # model_path prompt threads tag prompt_tokens
   local log="$OUT/$4.ll"
+  # The context holds the prompt and the new tokens (a larger -c would allocate more KV cache).
   "$TIME" -f 'PEAK_KIB %M' "$LLAMA" -m "$1" -f "$2" -n "$NEW" --ignore-eos -no-cnv -t "$3" \
-    -tb "$3" -c 8192 --temp 0 --no-warmup --no-display-prompt -s 0 >"$log.out" 2>"$log.err" \
-    </dev/null
+    -tb "$3" -c "$(($5 + NEW + 8))" --temp 0 --no-warmup --no-display-prompt -s 0 \
+    >"$log.out" 2>"$log.err" </dev/null
   python3 - "$log.err" <<'EOF'
 import re, sys
 t = open(sys.argv[1]).read()
@@ -137,7 +138,7 @@ for model in "${models[@]}"; do
       : >"$OUT/rows.kv"; : >"$OUT/rows.ll"
       for r in $(seq 1 "$REPEATS"); do
         run_kvevict "$path" "$prompt" "$t" "${n}_${t}_$r" >>"$OUT/rows.kv"
-        run_llama "$path" "$prompt" "$t" "${n}_${t}_$r" >>"$OUT/rows.ll"
+        run_llama "$path" "$prompt" "$t" "${n}_${t}_$r" "$n" >>"$OUT/rows.ll"
       done
       python3 - "$OUT/rows.kv" "$OUT/rows.ll" "$model" "$t" "$n" "$load" <<'EOF'
 import statistics as st, sys

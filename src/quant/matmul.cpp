@@ -13,6 +13,7 @@ namespace {
 // Rows per work item: enough items for two threads to balance on a 576-row matrix, few enough that
 // an item's rows (32 x 576 Q4 bytes = 11 KiB) stay in L1 while every token of the chunk uses them.
 constexpr int64_t kRowsPerItem = 32;
+constexpr int64_t kPrefetchAhead = 4096;
 
 struct Item {
   int target;
@@ -82,7 +83,16 @@ void matmul(const float* x, int64_t T, int64_t K, const MatmulTarget* targets, i
       if (takes_a8(w.type)) {
         const A8Row a = a8_row(act.data() + t * a8_bytes, K);
         const DotA8Fn dot = k.dot_a8[ti];
-        for (int64_t r = it.r0; r < it.r1; ++r) y[r] = dot(w.row(r), a, K);
+        for (int64_t r = it.r0; r < it.r1; ++r) {
+          // Decode streams the weights once from DRAM: software prefetch kPrefetchAhead bytes
+          // ahead carries the stream across the 4 KiB page boundaries of the file mapping,
+          // where the hardware prefetchers stop.
+          if (t == 0) {
+            const uint8_t* ahead = w.row(r) + kPrefetchAhead;
+            for (int64_t o = 0; o < w.row_bytes; o += 64) __builtin_prefetch(ahead + o, 0, 0);
+          }
+          y[r] = dot(w.row(r), a, K);
+        }
       } else {
         const DotF32Fn dot = k.dot_f32[ti];
         const float* xt = x + t * K;
