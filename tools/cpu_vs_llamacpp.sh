@@ -16,8 +16,9 @@
 # with EOS ignored; kvevict generate stops at an end-of-generation token, which prose prompts
 # do not reach in 64 tokens). Prefill tok/s = N / prompt time, decode tok/s = tokens after the
 # first / their time (both sides report it so: llama.cpp's "eval time", kvevict's decode stats).
-# Both run under the same OMP_WAIT_POLICY (PASSIVE unless set: on a shared machine spinning
-# threads steal the cores the other side's threads need).
+# Both run under the caller's OpenMP settings (none by default: libgomp spins briefly between
+# parallel regions; OMP_WAIT_POLICY=PASSIVE would put kvevict's threads to sleep between its
+# per-projection regions while llama.cpp keeps one region a token and its own spin barriers).
 # Peak RSS is the maximum resident set size from GNU time. The ratio is llama.cpp / kvevict
 # (<= 1 means kvevict is at least as fast; for RSS kvevict / llama.cpp). The load average
 # before each row is printed beside it: the numbers of a busy machine are noisy.
@@ -35,7 +36,6 @@ CACHE="${LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvevict/llama.cpp-$VERS
 KV="${KVEVICT_BIN:-$ROOT/build/release/kvevict}"
 KV_DTYPE="${KV_DTYPE:-f16}"  # llama.cpp's default cache type
 OUT="${OUT:-$ROOT/out/cpu_vs_llamacpp}"
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
 build_llamacpp() {
   local bin="$CACHE/build/bin"
