@@ -317,7 +317,8 @@ void Session::evict_prefill(const PrefillEviction& ev, const std::vector<HostTen
     }
     p.k = TensorView(view.k, view.dtype, {view.num_kv_heads, n, view.head_dim});
     p.v = TensorView(view.v, view.dtype, {view.num_kv_heads, n, view.head_dim});
-    p.wo = model_->weights().layers[l].wo.view();
+    // Only criticalkv reads W_o; view() dequantizes a block-typed matrix on first use.
+    if (ev.score.method == Method::kCriticalKV) p.wo = model_->weights().layers[l].wo.view();
     p.scale = c.logit_scale();
     const Selection sel = evictor.plan(p);
     if (!sel.warning.empty() && stats_.warning.empty()) stats_.warning = sel.warning;

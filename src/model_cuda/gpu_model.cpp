@@ -105,6 +105,9 @@ void upload_bf16(bf16* dst, const HostTensor& t) {
   KVEVICT_CUDA_CHECK(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice));
 }
 
+// Weight matrices may be GGUF blocks in the host mapping: dequantized, then rounded to bf16.
+void upload_bf16(bf16* dst, const WeightMatrix& w) { upload_bf16(dst, w.to_f32()); }
+
 void upload_f32(float* dst, const HostTensor& t) {
   KVEVICT_CUDA_CHECK(cudaMemcpy(dst, t.ptr<float>(), t.numel() * 4, cudaMemcpyHostToDevice));
 }

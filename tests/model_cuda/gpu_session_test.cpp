@@ -56,14 +56,15 @@ ModelConfig tiny_config(Arch arch) {
 std::shared_ptr<const Model> bf16_model(const ModelConfig& c, uint64_t seed) {
   auto m = Model::random(c, seed);
   auto& w = const_cast<ModelWeights&>(m->weights());
-  auto round = [](HostTensor& t) {
+  auto round = [](WeightMatrix& m) {  // random weights own f32 storage
+    HostTensor& t = *m.f32();
     float* p = t.ptr<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_bf16(p[i]);
   };
   round(w.token_embd);
-  if (w.output.nbytes()) round(w.output);
+  if (!w.output.empty()) round(w.output);
   for (auto& L : w.layers)
-    for (HostTensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) round(*t);
+    for (WeightMatrix* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) round(*t);
   return m;
 }
 
