@@ -120,6 +120,12 @@ KVEVICT_HD inline T obcache_vk_term(T p, T z, T a2, T v2, T av) {
   return obcache_vk_term_dist(p, z, v2, dist2(a2, v2, av), v2 - av);
 }
 
+// snapkv, h2o, tova (and the snapkv part of vatp, criticalkv): the attention probability itself.
+template <class T>
+KVEVICT_HD inline T attention_term(T p) {
+  return p;
+}
+
 // The leave-one-out quantities of a row's top key j (see the header comment).
 template <class T>
 struct TopKey {
@@ -130,6 +136,33 @@ struct TopKey {
   T vdiff = 0;  // <v_j, v_j - a_{-j}>
   T v2 = 0;     // ||v_j||^2
 };
+
+// The probability of a key other than the row's top from e = exp(z - z_top) <= 1: p = e p_top. Taken
+// relative to the top's logit rather than as exp(z - lse), it stays right where lse = z_top +
+// log1p(rho) rounds to z_top (|z| ~ 1e30 with a tie: exp(z - lse) would give 1 instead of 1/2).
+// Its 1 - p >= 1/2 is then exact as 1 - p.
+template <class T>
+KVEVICT_HD inline T other_prob(T e, T p_top) {
+  return e * p_top;
+}
+
+// The per-pair term of method m for a key other than the row's top (p <= 1/2), from ||a - v||^2
+// and <v, v - a> (the *_dist forms).
+template <class T>
+KVEVICT_HD inline T other_term_dist(Method m, T p, T z, T v2, T dist2, T vdiff) {
+  switch (m) {
+    case Method::kDropKV: return dropkv_term_dist(p, T(1) - p, dist2);
+    case Method::kObcacheV: return obcache_v_term(p, v2);
+    case Method::kObcacheK: return obcache_k_term_dist(p, z, dist2);
+    case Method::kObcacheVK: return obcache_vk_term_dist(p, z, v2, dist2, vdiff);
+    case Method::kSnapKV:
+    case Method::kH2O:
+    case Method::kTOVA:
+    case Method::kVATP:
+    case Method::kCriticalKV: return attention_term(p);
+    default: return T(0);
+  }
+}
 
 // p and 1 - p of the top key from rho = sum_{i != j} exp(z_i - z_j) >= 0.
 template <class T>
@@ -162,12 +195,6 @@ KVEVICT_HD inline T top_term(Method m, const TopKey<T>& t) {
     case Method::kCriticalKV: return t.p;
     default: return T(0);
   }
-}
-
-// snapkv, h2o, tova (and the snapkv part of vatp, criticalkv): the attention probability itself.
-template <class T>
-KVEVICT_HD inline T attention_term(T p) {
-  return p;
 }
 
 // True for the methods whose per-pair term needs a (a2, av); the others need only z and lse

@@ -218,17 +218,24 @@ inline int visible_in_tile(int64_t pos, int64_t j0, int64_t t1) {
 
 // The per-(row, token) term for one row of a block, accumulated into acc[0 .. kTile), except at
 // column `skip` (the row's top key, whose term the caller adds in the leave-one-out form; -1:
-// none). For dropkv `av` holds ||a - v||^2 (block_dist2), for the obcache terms <a, v>.
+// none). For dropkv `av` holds ||a - v||^2 (block_dist2), for the obcache terms <a, v>. The
+// terms that have the row's top key (top non-null) take p relative to it (terms::other_prob), so
+// p <= 1/2 and 1 - p needs no expm1; the others take p = exp(z - lse).
 template <Method M>
 inline void add_terms(const float* z, const float* av, const float* v2, float lse, float a2,
-                      int visible, int skip, float floor, float* acc) {
+                      const terms::TopKey<float>* top, int visible, int skip, float floor,
+                      float* acc) {
+  constexpr bool kTop = M == Method::kDropKV || M == Method::kObcacheK || M == Method::kObcacheVK;
+  const float ztop = kTop ? top->z : 0.0f, ptop = kTop ? top->p : 0.0f;
   for (int jj = 0; jj < kTile; ++jj) {
-    const float x = z[jj] - lse;
-    const float p = exp_poly(x);
+    float p;
+    if constexpr (kTop)
+      p = terms::other_prob(exp_poly(z[jj] - ztop), ptop);
+    else
+      p = exp_poly(z[jj] - lse);
     float t;
     if constexpr (M == Method::kDropKV) {
-      const float omp = std::max(-expm1_poly(x), floor);
-      t = terms::dropkv_term_dist(p, omp, av[jj]);
+      t = terms::dropkv_term_dist(p, std::max(1.0f - p, floor), av[jj]);
     } else if constexpr (M == Method::kObcacheV) {
       t = terms::obcache_v_term(p, v2[jj]);
     } else if constexpr (M == Method::kObcacheK) {
@@ -283,7 +290,8 @@ bool score_range_typed(const RowBlock& rows, const RowStats& stats, const Tensor
           if (top >= 0 && top < visible) skip = static_cast<int>(top);
         }
         add_terms<M>(ws.z + r * kTile, ws.av + r * kTile, ws.v2, stats.lse[rb + r],
-                     kNeedsOutput ? stats.a2[rb + r] : 0.0f, visible, skip, floor, acc);
+                     kNeedsOutput ? stats.a2[rb + r] : 0.0f,
+                     kNeedsOutput ? &stats.top_key[rb + r] : nullptr, visible, skip, floor, acc);
         if (skip >= 0) acc[skip] += terms::top_term(M, stats.top_key[rb + r]);
       }
     }

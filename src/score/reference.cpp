@@ -42,6 +42,10 @@ struct QueryAttention {
   terms::TopKey<double> top_key;
 };
 
+// Everything is taken relative to the top key (its logit zmax, rho = sum_{j != top}
+// exp(z_j - zmax)): p_top = 1 / (1 + rho), p_j = exp(z_j - zmax) p_top, lse = zmax + log1p(rho),
+// a = (v_top + rho a_{-top}) p_top, which stays exact where lse itself would round to zmax
+// (|z| ~ 1e30).
 void attend(const double* q, const double* keys, const double* values, int64_t visible, int64_t d,
             double scale, QueryAttention& out) {
   out.z.assign(static_cast<size_t>(visible), 0.0);
@@ -57,13 +61,6 @@ void attend(const double* q, const double* keys, const double* values, int64_t v
       zmax = out.z[j];
       out.top = j;
     }
-  }
-  double sum = 0;
-  for (int64_t j = 0; j < visible; ++j) sum += std::exp(out.z[j] - zmax);
-  out.lse = zmax + std::log(sum);
-  for (int64_t j = 0; j < visible; ++j) {
-    out.p[j] = std::exp(out.z[j] - out.lse);
-    for (int64_t c = 0; c < d; ++c) out.a[c] += out.p[j] * values[j * d + c];
   }
   // a_{-top}: the softmax over the other keys, shifted by their own max.
   const int64_t top = out.top;
@@ -90,7 +87,11 @@ void attend(const double* q, const double* keys, const double* values, int64_t v
     tk.d2 += diff * diff;
     tk.vdiff += vt * diff;
     tk.v2 += vt * vt;
+    out.a[c] = (vt + rho * a_oth[c]) * tk.p;
   }
+  out.lse = zmax + std::log1p(rho);
+  for (int64_t j = 0; j < visible; ++j)
+    out.p[j] = j == top ? tk.p : terms::other_prob(std::exp(out.z[j] - zmax), tk.p);
 }
 
 std::vector<double> load_query(const TensorView& q, int64_t head, int64_t row) {
@@ -200,7 +201,6 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
   const int64_t group = hq / hkv;
   const int64_t used = opt.queries_needed(n);  // the last `used` rows of q
   const double scale = problem.logit_scale(opt);
-  const double floor = opt.one_minus_p_floor;
   const Method term_method = opt.method;
 
   // acc[h][j]: sum over this head's used queries of the term of token j.
@@ -222,7 +222,7 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
             acc[h * n + j] += terms::top_term(term_method, att.top_key);
             continue;
           }
-          // ||a - v||^2 and <v, v - a> from explicit differences (p_j <= 1/2 here).
+          // ||a - v||^2 and <v, v - a> from explicit differences, p_j <= 1/2 relative to the top.
           double dist2 = 0, vdiff = 0;
           for (int64_t c = 0; c < d; ++c) {
             const double diff = values[j * d + c] - att.a[c];
@@ -230,7 +230,7 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
             vdiff += values[j * d + c] * diff;
           }
           acc[h * n + j] +=
-              terms::pair_term_dist(term_method, att.z[j], att.lse, v2[j], dist2, vdiff, floor);
+              terms::other_term_dist(term_method, att.p[j], att.z[j], v2[j], dist2, vdiff);
         }
       }
     }
