@@ -87,17 +87,19 @@ constexpr bool kHasTopTerm =
     kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
 constexpr int kTopMaskWords = 32;  // tile bitmask: bit (tile % 1024); aliasing only adds work
 
-// Stages the block's rows' top keys that lie in [key_begin, chunk_end): top_s[row] = key -
-// key_begin, else -1 (padding rows too), and sets mask_s's bit of each such key's tile. Ends with
-// a barrier (the mask is zeroed first).
-__device__ __forceinline__ void stage_top_rows(const PassParams& p, int hk, int row0,
-                                               int rows_here, int rows, int64_t key_begin,
-                                               int64_t chunk_end, int tile_keys, int* top_s,
-                                               uint32_t* mask_s) {
+// The block's rows' top keys, in three steps so that no barrier is added: init_top_mask at the
+// kernel's start zeroes the tile bitmask; load_top_rows (with the row staging, after the grid
+// dependency wait) sets top_s[row] = key - key_begin for a flagged top key in [key_begin,
+// chunk_end), else -1 (padding rows too); set_top_mask, after the barrier that ends the staging,
+// sets the bit of each such key's tile. The mask may be read after the next barrier.
+__device__ __forceinline__ void init_top_mask(uint32_t* mask_s) {
+  for (int i = threadIdx.x; i < kTopMaskWords; i += blockDim.x) mask_s[i] = 0u;
+}
+__device__ __forceinline__ void load_top_rows(const PassParams& p, int hk, int row0, int rows_here,
+                                              int rows, int64_t key_begin, int64_t chunk_end,
+                                              int* top_s) {
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
-  for (int i = threadIdx.x; i < kTopMaskWords; i += blockDim.x) mask_s[i] = 0u;
-  __syncthreads();
   for (int row = threadIdx.x; row < rows; row += blockDim.x) {
     int rel = -1;
     if (row < rows_here && sa.top != nullptr) {
@@ -107,12 +109,17 @@ __device__ __forceinline__ void stage_top_rows(const PassParams& p, int hk, int 
       if (idx >= key_begin && idx < chunk_end) rel = static_cast<int>(idx - key_begin);
     }
     top_s[row] = rel;
+  }
+}
+__device__ __forceinline__ void set_top_mask(const int* top_s, int rows, int tile_keys,
+                                             uint32_t* mask_s) {
+  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+    const int rel = top_s[row];
     if (rel >= 0) {
       const int bit = (rel / tile_keys) & (32 * kTopMaskWords - 1);
       atomicOr(&mask_s[bit >> 5], 1u << (bit & 31));
     }
   }
-  __syncthreads();
 }
 
 // Whether tile `tile` of the chunk may hold a row's flagged top key.

@@ -165,14 +165,15 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
     }
   }
 
+  if constexpr (kTop) init_top_mask(mask_s);
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
   stage_window_rows<T, D, kNeedsOut>(
       p, hk, row0, rows_here, Tr::kRows, Tr::kWarps, ahi_s,
       [](int row, int col) { return swz<D>(row, col); }, lse_s, a2_s);
-  if constexpr (kTop)
-    stage_top_rows(p, hk, row0, rows_here, Tr::kRows, key_begin, chunk_end, TK, top_s, mask_s);
+  if constexpr (kTop) load_top_rows(p, hk, row0, rows_here, Tr::kRows, key_begin, chunk_end, top_s);
   __syncthreads();
+  if constexpr (kTop) set_top_mask(top_s, Tr::kRows, TK, mask_s);  // read after a tile barrier
 
   const int rl_lo = slab * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
   RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);

@@ -147,11 +147,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
   load_k(2);
   cp_async_commit();
 
+  // The rows' flagged top keys (pass_terms.cuh): X's spare rows hold them (its columns 3-7 feed
+  // outputs the kernel never reads, see below): the tile mask in row 3 of its first block, top_s
+  // after lim_s (R = 64) or in its second block (R = 128).
+  constexpr bool kTop = kHasTopTerm<kTerm>;
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(x_s + 3 * 64);  // [kTopMaskWords]
+  int* top_s = reinterpret_cast<int*>(x_s + (R == 64 ? 6 * 64 : 8 * 64 + 3 * 64));  // [R]
+  static_assert(kTopMaskWords * sizeof(uint32_t) <= 64 * sizeof(T), "mask fits a row of X");
+  static_assert(R == 64 || 2 * R <= 5 * 64, "top_s fits rows 3-7 of X's second block");
+  if constexpr (kTop) init_top_mask(mask_s);
+
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
   stage_window_rows<T, D, kDistance>(
       p, hk, row0, rows_here, R, Tr::kThreads / 32, a_s,
       [](int row, int col) { return sw128<R>(row, col); }, lse_s, a2_s);
+  if constexpr (kTop) load_top_rows(p, hk, row0, rows_here, R, key_begin, chunk_end, top_s);
   __syncthreads();
   // X's columns a2_hi, a2_lo and 1; its columns 3-7 feed outputs the kernel never reads, so the
   // bytes of their first 64-row block hold the rows' last visible keys (masked tiles).
@@ -167,15 +178,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
     x_s[sw128<X>(c, r)] = ElemTraits<T>::from_float(x);
   }
   for (int r = tid; r < R; r += Tr::kThreads) lim_s[r] = ch.row_limit(a, row0, r, rows_here);
-  // The rows' flagged top keys (pass_terms.cuh): X's spare rows hold them too, the tile mask in
-  // row 3 of its first block and top_s after lim_s (R = 64) or in its second block (R = 128).
-  constexpr bool kTop = kHasTopTerm<kTerm>;
-  uint32_t* mask_s = reinterpret_cast<uint32_t*>(x_s + 3 * 64);  // [kTopMaskWords]
-  int* top_s = reinterpret_cast<int*>(x_s + (R == 64 ? 6 * 64 : 8 * 64 + 3 * 64));  // [R]
-  static_assert(kTopMaskWords * sizeof(uint32_t) <= 64 * sizeof(T), "mask fits a row of X");
-  static_assert(R == 64 || 2 * R <= 5 * 64, "top_s fits rows 3-7 of X's second block");
-  if constexpr (kTop)
-    stage_top_rows(p, hk, row0, rows_here, R, key_begin, chunk_end, TK, top_s, mask_s);
+  if constexpr (kTop) set_top_mask(top_s, R, TK, mask_s);  // read after the barrier below
   // LSE of the thread's accumulator columns 8 j + 2 t4 + e (window rows), at lse2[2 j + e].
   float lse2[R / 4];
 #pragma unroll

@@ -97,15 +97,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     cp_async_commit();
   }
 
+  if constexpr (kTop) init_top_mask(mask_s);
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
   stage_window_rows<T, D, kNeedsOut>(
       p, hk, row0, rows_here, R, W, a_s, [](int row, int col) { return sw128<R>(row, col); }, lse_s,
       a2_s);
-  if constexpr (kTop)
-    stage_top_rows(p, hk, row0, rows_here, R, key_begin, chunk_end, TK, top_s, mask_s);
+  if constexpr (kTop) load_top_rows(p, hk, row0, rows_here, R, key_begin, chunk_end, top_s);
   fence_async_shared();  // a_s is read by wgmma
   __syncthreads();
+  if constexpr (kTop) set_top_mask(top_s, R, TK, mask_s);  // read after a tile barrier
 
   const int rl_lo = wg * 64 + (warp & 3) * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
   RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);

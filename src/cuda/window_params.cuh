@@ -226,28 +226,35 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
                                                  float (&m_use)[2], float (&corr)[2],
                                                  bool* grew_any, bool* rescaled) {
   float t1[2], m_new[2], wb[2] = {0.f, 0.f};
-  bool rec[2], slow[2] = {false, false}, strong[2] = {false, false};
+  bool rec[2], strong[2] = {false, false};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     t1[r] = quad_max(mx[r]);
     rec[r] = t1[r] > fmaxf(m_run[r], top.m_top[r]);
     m_new[r] = fmaxf(m_run[r], t1[r]);
   }
-  bool any_slow = false;
+  // A record either joins the accumulators (weak; a former top held apart joins with it: an add
+  // back, the usual event after a row's first tile) or is held apart (strong: needs the record's
+  // key and the tile's second max, rare after the first tile).
+  bool any_strong = false, any_join = false;
   if (__any_sync(0xffffffffu, rec[0] || rec[1])) {
+    bool join[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       // Mass of everything the row has seen, relative to the record key's weight 1.
       const float l = quad_sum(l_run[r]);
+      const bool held = top.m_top[r] > -INFINITY;
       const float mass = l * fast_exp2((m_run[r] - t1[r]) * sc) +
-                         (top.m_top[r] > -INFINITY ? fast_exp2((top.m_top[r] - t1[r]) * sc) : 0.f);
+                         (held ? fast_exp2((top.m_top[r] - t1[r]) * sc) : 0.f);
       strong[r] = rec[r] && mass < 1.f;
-      slow[r] = rec[r] && (strong[r] || top.m_top[r] > -INFINITY);
+      join[r] = rec[r] && held;  // the former top joins the accumulators
     }
-    any_slow = __any_sync(0xffffffffu, slow[0] || slow[1]);
+    any_strong = __any_sync(0xffffffffu, strong[0] || strong[1]);
+    any_join = __any_sync(0xffffffffu, join[0] || join[1]);
   }
   int jstar[2] = {0, 0};
-  if (any_slow) {
+  float t2[2] = {-INFINITY, -INFINITY};
+  if (any_strong) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       // The record key: the first of the row's keys equal to the tile max; t2: the max of the
@@ -261,20 +268,24 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
 #pragma unroll
       for (int i = 0; i < NS; ++i)
         if (((i >> 1) & 1) == r && 8 * (i >> 2) + 2 * t4 + (i & 1) != jstar[r]) m2 = fmaxf(m2, s(i));
-      const float t2 = quad_max(m2);
-      if (slow[r]) {
-        const float old = top.m_top[r];  // the former top joins the accumulators
-        const float m_inc = fmaxf(fmaxf(m_run[r], old), strong[r] ? t2 : t1[r]);
-        m_new[r] = m_inc;
-        wb[r] = old > -INFINITY ? fast_exp2((old - m_inc) * sc) : 0.f;
-        top.m_top[r] = strong[r] ? t1[r] : -INFINITY;
-        top.idx[r] = strong[r] ? key0 + jstar[r] : -1;
-      }
+      t2[r] = quad_max(m2);
     }
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
       const int r = (i >> 1) & 1;
-      if (slow[r] && strong[r] && 8 * (i >> 2) + 2 * t4 + (i & 1) == jstar[r]) s(i) = -INFINITY;
+      if (strong[r] && 8 * (i >> 2) + 2 * t4 + (i & 1) == jstar[r]) s(i) = -INFINITY;
+    }
+  }
+  if (any_strong || any_join) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!rec[r]) continue;
+      const float old = top.m_top[r];  // the former top (if held apart) joins the accumulators
+      const float m_inc = strong[r] ? fmaxf(fmaxf(m_run[r], old), t2[r]) : t1[r];
+      m_new[r] = m_inc;
+      wb[r] = old > -INFINITY ? fast_exp2((old - m_inc) * sc) : 0.f;
+      top.m_top[r] = strong[r] ? t1[r] : -INFINITY;
+      top.idx[r] = strong[r] ? key0 + jstar[r] : -1;
     }
   }
   bool grew[2];
@@ -291,8 +302,8 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
   *grew_any = __any_sync(0xffffffffu, grew[0] || grew[1]);
   if (*grew_any)
     top.extreme = __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
-  *rescaled = any_slow;
-  if (any_slow) {
+  *rescaled = any_join;
+  if (any_join) {  // o = o corr + w_b v_former (the rescale the record needs anyway, plus the add)
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) {
       const int r = k & 1;
@@ -300,10 +311,12 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
       o(2 * k) = fmaf(wb[r], f.x, o(2 * k) * corr[r]);
       o(2 * k + 1) = fmaf(wb[r], f.y, o(2 * k + 1) * corr[r]);
     }
+  }
+  if (any_strong) {
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) {
       const int r = k & 1;
-      if (slow[r] && strong[r]) top.v[k] = v_at(jstar[r], 8 * (k >> 1) + 2 * t4);
+      if (strong[r]) top.v[k] = v_at(jstar[r], 8 * (k >> 1) + 2 * t4);
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <random>
 #include <string>
@@ -429,7 +430,10 @@ TEST(GpuDecodeStepScoresTopRow, LeaveOneOutMatchesDoubleReference) {
     cases.push_back({1, 2, 4, 128, {777, 33}, ++seed, 0, 1 - std::pow(10.0, -k), 1, 700});
   cases.push_back({2, 1, 8, 128, {1500, 1}, ++seed, 30, 0, 1e30, 0});
   cases.push_back({1, 1, 4, 64, {2049}, ++seed, 30, 0, 1e30, 2048});
+  // Under compute-sanitizer (KVEVICT_SANITIZER): a gap, the closest p_top and q = 1e30 only.
+  const bool sanitizer = std::getenv("KVEVICT_SANITIZER") != nullptr;
   for (const Case& c : cases) {
+    if (sanitizer && !(c.gap == 1000 || c.p_top > 1 - 1e-11 || c.q_scale > 1)) continue;
     SCOPED_TRACE(::testing::Message() << "gap " << c.gap << " p_top " << c.p_top << " q_scale "
                                       << c.q_scale);
     for (int sm_count : {1, 132}) run_case(c, sm_count);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "cuda/cuda_testing.h"
@@ -239,8 +240,12 @@ TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
     s.seed = ++seed;
     specs.push_back(s);
   };
-  for (double gap : {0.0, 10.0, 30.0, 100.0, 1000.0}) add(gap, 0, 1);
-  for (int k = 1; k <= 12; ++k) add(0, 1 - std::pow(10.0, -k), 1);
+  // Under compute-sanitizer (KVEVICT_SANITIZER) the three extremes only.
+  const bool sanitizer = std::getenv("KVEVICT_SANITIZER") != nullptr;
+  for (double gap : {0.0, 10.0, 30.0, 100.0, 1000.0})
+    if (!sanitizer || gap == 1000.0) add(gap, 0, 1);
+  for (int k = 1; k <= 12; ++k)
+    if (!sanitizer || k == 12) add(0, 1 - std::pow(10.0, -k), 1);
   add(30, 0, 1e30);
   enum class Kernels { kKeyMajor, kRowMajor, kMmaSync };
   for (int w : {8, 32}) {  // 32 rows (wgmma forward, mma.sync pass) and 128 (wgmma both)

@@ -6,6 +6,7 @@
 #include "cuda/cuda_testing.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/score.h"
+#include "score/peaked_problem.h"
 #include "support/testing.h"
 
 namespace kvevict::cuda {
@@ -107,6 +108,53 @@ TEST(CudaWindowForward, WgmmaAndMmaSyncKernelsMatchDoubleReference) {
       run_case(c, true);
       run_case(c, false);
     }
+  }
+  set_window_wgmma(true);
+}
+
+// Issue 13: rows whose top key dominates by 100 / 1000 nats or whose queries are scaled by 1e30
+// (tests/score/peaked_problem.h): the forward keeps the top apart and forms a = (v_top + rho
+// a_{-top}) / (1 + rho), lse = z_top + log1p(rho); both kernels must still match the reference.
+TEST(CudaWindowForward, DominantTopKeys) {
+  KVEVICT_REQUIRE_GPU();
+  uint64_t seed = 60;
+  for (bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma enabled" : "mma.sync only");
+    set_window_wgmma(wgmma);
+    for (int w : {8, 32})
+      for (double gap : {100.0, 1000.0, 30.0}) {
+        kvevict::testing::PeakedSpec s;
+        s.hkv = 2;
+        s.group = 4;
+        s.w = w;
+        s.d = 128;
+        s.n = 1501;
+        s.gap = gap;
+        s.q_scale = gap == 30.0 ? 1e30 : 1;
+        s.dtype = DType::kBF16;
+        s.seed = ++seed;
+        SCOPED_TRACE(s.str());
+        kvevict::testing::PeakedProblem pp(s);
+        std::vector<double> ref_a, ref_lse;
+        ref::window_forward(pp.host_view(), pp.scale, ref_a, ref_lse);
+        const int hq = s.hkv * s.group;
+        DeviceBuffer<uint16_t> dq(pp.q.size()), dk(pp.k.size()), dv(pp.v.size());
+        DeviceBuffer<float> dout(pp.q.size()), dlse(static_cast<size_t>(hq) * w);
+        const size_t ws_bytes = window_forward_workspace_bytes(hq, s.hkv, s.n, w, s.d);
+        DeviceBuffer<char> ws(ws_bytes);
+        dq.upload(testing::encode16(pp.q, DType::kBF16));
+        dk.upload(testing::encode16(pp.k, DType::kBF16));
+        dv.upload(testing::encode16(pp.v, DType::kBF16));
+        window_forward(TensorView(dq.data(), DType::kBF16, {hq, w, s.d}, Device::kCuda),
+                       TensorView(dk.data(), DType::kBF16, {s.hkv, s.n, s.d}, Device::kCuda),
+                       TensorView(dv.data(), DType::kBF16, {s.hkv, s.n, s.d}, Device::kCuda), w,
+                       pp.scale, TensorView(dout.data(), DType::kF32, {hq, w, s.d}, Device::kCuda),
+                       TensorView(dlse.data(), DType::kF32, {hq, w}, Device::kCuda),
+                       {ws.data(), ws_bytes});
+        KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+        EXPECT_TRUE(kvevict::testing::all_close(dlse.download(), ref_lse, 1e-4, 1e-5, "lse"));
+        EXPECT_TRUE(kvevict::testing::all_close(dout.download(), ref_a, 7.5e-3, 1.5e-2, "a"));
+      }
   }
   set_window_wgmma(true);
 }
