@@ -63,9 +63,12 @@ constexpr size_t forward_smem_bytes() {
   return forward_smem_for<Tr, kWithV>(forward_stages<Tr, kWithV>());
 }
 
-template <class Tr, bool kWithV>
+// kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
+// that need a_{-top}; without it the plain online softmax (attention outputs for the model).
+template <class Tr, bool kWithV, bool kTop>
 __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     window_forward_kernel(ForwardParams p) {
+  static_assert(kWithV || !kTop, "the top keys need V");
   using T = typename Tr::T;
   constexpr int kForwardStages = forward_stages<Tr, kWithV>();
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
@@ -132,7 +135,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   // Running max of the raw logits q.k (scale > 0, so it is also the max of the scaled ones) and
   // running sum of exp2((s - m) sc), of the keys in o (with V: all but the top held apart).
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  ForwardTop<kWithV ? D / 2 : 2> top;
+  ForwardTop<kTop ? D / 2 : 2> top;
 
   auto q_frag = [&](int ks, uint32_t (&f)[4]) {
     const T* r_lo = q_s + rl_lo * S + ks * 16 + 2 * t4;
@@ -204,7 +207,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     }
     float corr[2];
     bool grew_any = false, rescaled = false;
-    if constexpr (!kWithV) {
+    if constexpr (!kTop) {
       float m_c[2];
       grew_any = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
@@ -276,7 +279,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   float* mt = ml + KG * RB;                             // [KG][kRows] top held apart (raw)
   float* blk_mt = mt + KG * RB;                         // [kRows] the block's top (raw)
   int* blk_id = reinterpret_cast<int*>(blk_mt + RB);    // [kRows] its key index
-  if constexpr (kWithV) {
+  if constexpr (kTop) {
     // The block's top key of a row: the first key group's top among the largest, if it beats
     // every group's other keys and no other group ties it (else p <= 1/2: no top held apart).
     // Every other group adds its top to its own accumulators.
@@ -611,11 +614,11 @@ cudaError_t launch_merge(const ForwardParams& p, int block_rows, float* out, flo
                     block_rows, out, lse);
 }
 
-template <class Tr, bool kWithV>
+template <class Tr, bool kWithV, bool kTop>
 cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse,
                                   cudaStream_t stream) {
   constexpr size_t smem = forward_smem_bytes<Tr, kWithV>();
-  auto kernel = window_forward_kernel<Tr, kWithV>;
+  auto kernel = window_forward_kernel<Tr, kWithV, kTop>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -628,14 +631,16 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
 template <class T, int D>
 cudaError_t dispatch_slabs(const ForwardParams& p, int slabs, float* out, float* lse,
                            cudaStream_t stream) {
-  const bool with_v = out != nullptr;
+  const bool with_v = out != nullptr, top = with_v && p.top != nullptr;
   switch (slabs) {
-#define KVEVICT_FWD_CASE(S)                                                                   \
-  case S:                                                                                     \
-    if constexpr (S <= max_slabs(D)) {                                                        \
-      return with_v ? launch_forward_config<WindowTraits<T, D, S>, true>(p, out, lse, stream) \
-                    : launch_forward_config<WindowTraits<T, D, S>, false>(p, out, lse, stream); \
-    }                                                                                         \
+#define KVEVICT_FWD_CASE(S)                                                                  \
+  case S:                                                                                    \
+    if constexpr (S <= max_slabs(D)) {                                                       \
+      using Tr = WindowTraits<T, D, S>;                                                      \
+      return top      ? launch_forward_config<Tr, true, true>(p, out, lse, stream)           \
+             : with_v ? launch_forward_config<Tr, true, false>(p, out, lse, stream)          \
+                      : launch_forward_config<Tr, false, false>(p, out, lse, stream);        \
+    }                                                                                        \
     break;
     KVEVICT_FWD_CASE(1)
     KVEVICT_FWD_CASE(2)

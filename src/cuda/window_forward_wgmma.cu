@@ -38,9 +38,12 @@ constexpr int wg_forward_stages() {
   return stages_that_fit(Tr::kBlocksPerSm, [](int s) { return wg_forward_smem<Tr, kWithV>(s); });
 }
 
-template <class Tr, bool kWithV>
+// kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
+// that need a_{-top}; without it the plain online softmax (attention outputs for the model).
+template <class Tr, bool kWithV, bool kTop>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p) {
+  static_assert(kWithV || !kTop, "the top keys need V");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
 #pragma unroll
   for (int i = 0; i < (kWithV ? D / 2 : 1); ++i) o[i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  ForwardTop<kWithV ? D / 2 : 2> top;
+  ForwardTop<kTop ? D / 2 : 2> top;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kStages;
@@ -147,7 +150,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     }
     float corr[2];
     bool grew_any = false, rescaled = false;
-    if constexpr (!kWithV) {
+    if constexpr (!kTop) {
       float m_c[2];
       grew_any = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
@@ -238,10 +241,10 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV>
+template <class Tr, bool kWithV, bool kTop>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -251,12 +254,14 @@ cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
 
 template <class T, int D>
 cudaError_t dispatch_rows(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
-  const bool with_v = p.part_o != nullptr;
+  const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
   if (rows_per_block == 64)
-    return with_v ? launch_config<WgWindowTraits<T, D, 1>, true>(p, stream)
-                  : launch_config<WgWindowTraits<T, D, 1>, false>(p, stream);
-  return with_v ? launch_config<WgWindowTraits<T, D, 2>, true>(p, stream)
-                : launch_config<WgWindowTraits<T, D, 2>, false>(p, stream);
+    return top      ? launch_config<WgWindowTraits<T, D, 1>, true, true>(p, stream)
+           : with_v ? launch_config<WgWindowTraits<T, D, 1>, true, false>(p, stream)
+                    : launch_config<WgWindowTraits<T, D, 1>, false, false>(p, stream);
+  return top      ? launch_config<WgWindowTraits<T, D, 2>, true, true>(p, stream)
+         : with_v ? launch_config<WgWindowTraits<T, D, 2>, true, false>(p, stream)
+                  : launch_config<WgWindowTraits<T, D, 2>, false, false>(p, stream);
 }
 
 std::atomic<bool> g_wgmma_enabled{true};
