@@ -92,6 +92,12 @@ constexpr int kTopMaskWords = 32;  // tile bitmask: bit (tile % 1024); aliasing 
 // dependency wait) sets top_s[row] = key - key_begin for a flagged top key in [key_begin,
 // chunk_end), else -1 (padding rows too); set_top_mask, after the barrier that ends the staging,
 // sets the bit of each such key's tile. The mask may be read after the next barrier.
+// The [Hq, w] output row of block row `row` of KV head hk (row r of a KV head is window query
+// r % w of query head hk G + r / w).
+__device__ __forceinline__ int64_t window_out_row(const PassParams& p, int hk, int row0, int row) {
+  const int r = row0 + row, w = p.s.win.w;
+  return static_cast<int64_t>(hk * p.group + r / w) * w + r % w;
+}
 __device__ __forceinline__ void init_top_mask(uint32_t* mask_s) {
   for (int i = threadIdx.x; i < kTopMaskWords; i += blockDim.x) mask_s[i] = 0u;
 }
@@ -99,13 +105,10 @@ __device__ __forceinline__ void load_top_rows(const PassParams& p, int hk, int r
                                               int rows, int64_t key_begin, int64_t chunk_end,
                                               int* top_s) {
   const ScorePassArgs& sa = p.s;
-  const WindowArgs& a = sa.win;
   for (int row = threadIdx.x; row < rows; row += blockDim.x) {
     int rel = -1;
     if (row < rows_here && sa.top != nullptr) {
-      const int r = row0 + row;
-      const int64_t o = static_cast<int64_t>(hk * p.group + r / a.w) * a.w + r % a.w;
-      const int64_t idx = sa.top[o].idx;
+      const int64_t idx = sa.top[window_out_row(p, hk, row0, row)].idx;
       if (idx >= key_begin && idx < chunk_end) rel = static_cast<int>(idx - key_begin);
     }
     top_s[row] = rel;
@@ -378,9 +381,7 @@ __device__ __forceinline__ void add_top_terms(const PassParams& p, int hk, int r
   const WindowArgs& a = sa.win;
   for (int row = threadIdx.x; row < rows; row += blockDim.x) {
     if (row >= rows_here || top_s[row] < 0) continue;
-    const int r = row0 + row;
-    const int64_t o = static_cast<int64_t>(hk * p.group + r / a.w) * a.w + r % a.w;
-    const TopRow tr = sa.top[o];
+    const TopRow tr = sa.top[window_out_row(p, hk, row0, row)];
     terms::TopKey<float> tk;
     tk.p = tr.p;
     tk.omp = tr.omp;
