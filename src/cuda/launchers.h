@@ -30,11 +30,23 @@ struct WindowArgs {
   int64_t sliding_window = 0;
 };
 
+// The leave-one-out record of a window row's top key (issue 13, score_terms.h TopKey): idx is the
+// key (>= 0) when the row's top key holds p >= 1/2, else -1; the scoring passes then give that
+// key terms::top_term from these instead of the first form. 32 bytes.
+struct TopRow {
+  int32_t idx = -1;
+  float p = 0, omp = 0, z = 0;   // p, 1 - p (exact, from rho), the logit z (natural units)
+  float d2 = 0, vdiff = 0, v2 = 0;  // ||v - a_{-top}||^2, <v, v - a_{-top}>, ||v||^2
+  float pad = 0;
+};
+
 // Bytes of the split-K partials for the forward (out may be skipped: with_out = false).
 size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count);
-// out [Hq, w, d] f32 (null: lse only), lse [Hq, w] f32.
+// out [Hq, w, d] f32 (null: lse only), lse [Hq, w] f32, top [Hq, w] (null: not written; needs
+// out).
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
-                                  size_t scratch_bytes, int sm_count, cudaStream_t stream);
+                                  size_t scratch_bytes, int sm_count, cudaStream_t stream,
+                                  TopRow* top = nullptr);
 
 // Which per-(query, token) term the scoring pass sums (kvevict::Method subset).
 enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb };
@@ -44,6 +56,9 @@ struct ScorePassArgs {
   PairTerm term = PairTerm::kDropKV;
   const float* out = nullptr;  // [Hq, w, d] window outputs a (null unless the term needs them)
   const float* lse = nullptr;  // [Hq, w]
+  // [Hq, w] the rows' top keys (launch_window_forward): dropkv, obcache_k and obcache_vk give a
+  // flagged top key the leave-one-out term (null: the first form for every key)
+  const TopRow* top = nullptr;
   float one_minus_p_floor = 1e-12f;
   float row_weight = 1.0f;     // multiplies every row's term (1 / G: the group average)
   bool h2o_normalize = false;  // divide key j's sum by the number of window queries that see it

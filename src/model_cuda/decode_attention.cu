@@ -464,6 +464,8 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     __threadfence();
     float* a_s = reinterpret_cast<float*>(smem);  // [G][D]: q_s and k_s are dead
     float* lse_s = a_s + kScoreG * D;             // [G]
+    TopPairs* tops = reinterpret_cast<TopPairs*>(lse_s + kScoreG);
+    float* red_s = reinterpret_cast<float*>(tops + 1);  // [warps][D + 4] (leave_one_out_term)
     for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head(p, seg, hq, lane, a_s, lse_s);
     __syncthreads();
     SegmentRows rows;
@@ -478,6 +480,8 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     rows.kind = p.score.kind;
     rows.replace = p.score.replace;
     rows.floor = p.score.one_minus_p_floor;
+    rows.tops = tops;
+    rows.red_s = red_s;
     score_segment<D, kScoreG>(rows, tid, Tr::kThreads);
   }
 }
@@ -523,7 +527,10 @@ bool use_simt() {
 template <class Tr, bool kZ, int kScoreG>
 cudaError_t launch_mma(const Params& p, cudaStream_t stream) {
   constexpr size_t smem = mma_smem_bytes<Tr>();
-  static_assert(kScoreG * (Tr::kD + 1) * sizeof(float) <= smem, "fused scores' a and lse fit");
+  static_assert(kScoreG * (Tr::kD + 1) * sizeof(float) + sizeof(TopPairs) +
+                        Tr::kThreads / 32 * (Tr::kD + 4) * sizeof(float) <=
+                    smem,
+                "fused scores' a, lse and top-row scratch fit");
   auto kernel = decode_attention_mma_kernel<Tr, kZ, kScoreG>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));

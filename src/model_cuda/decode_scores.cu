@@ -9,7 +9,10 @@
 //   - every other case: a block per (segment, tile of kRowsPerBlock rows) stages the segment's G
 //     outputs a (and, without z, the G queries) in shared memory once, with ||a||^2 per head;
 //     a warp per row reads the row's V (and, without z, K) once, lanes split the head dim and
-//     shuffles reduce ||v||^2, <a_h, v> (and q_h.k) for every head.
+//     shuffles reduce ||v||^2, <a_h, v> (and q_h.k) for every head. A (row, head) pair that may
+//     hold p >= 1/2 (dropkv, obcache_k, obcache_vk) takes the leave-one-out term after the block's
+//     rows (decode_step_scores.cuh, issue 13): the norm identity's first form would divide its
+//     rounding by (1 - p)^2.
 // v1 (one warp per row, a and q re-read from global memory for every row and head, ||a||^2
 // recomputed per row) spent most of its time on those re-reads: Llama-3.1-8B at batch 536, 1638
 // rows per head, decoded 137.7 ms a step with h2o scores from z against 46.5 ms without scores
@@ -20,6 +23,7 @@
 #include <cstdint>
 
 #include "kvevict/score_terms.h"
+#include "model_cuda/decode_step_scores.cuh"
 #include "model_cuda/launchers.h"
 
 namespace kvevict::gpu::detail {
@@ -53,7 +57,9 @@ __global__ void __launch_bounds__(kProbThreads) prob_scores_kernel(DecodeScoreAr
   store(a, row, acc / static_cast<float>(G));
 }
 
-// The general kernel. Shared memory: a_s [G][d] f32, q_s [G][d] f32 (without z), a2_s [G].
+// The general kernel. Shared memory: a_s [G][d] f32, q_s [G][d] f32 (without z), a2_s [G], and
+// for the top rows TopPairs and kWarps * (d + 4) floats.
+template <int D>
 __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs a) {
   extern __shared__ float smem[];
   const int seg = blockIdx.y;
@@ -68,6 +74,10 @@ __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs
   float* a_s = smem;
   float* q_s = a_s + (need_av ? G * d : 0);
   float* a2_s = q_s + (need_qk ? G * d : 0);
+  TopPairs* tops = reinterpret_cast<TopPairs*>(a2_s + G);
+  float* red_s = reinterpret_cast<float*>(tops + 1);
+  const bool top_rows = a.kind == 1 || a.kind == 3 || a.kind == 4;  // block-uniform
+  if (top_rows && threadIdx.x == 0) tops->count = 0;
   const int64_t h0 = static_cast<int64_t>(b) * a.Hq + g * G;  // first query head of the segment
   for (int i = threadIdx.x; i < G * d; i += blockDim.x) {
     if (need_av) a_s[i] = a.out[h0 * d + i];
@@ -108,6 +118,11 @@ __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs
       av = need_av ? warp_sum(av) : 0.f;
       const float a2 = need_av ? a2_s[hq] : 0.f;
       const float lse = a.lse[h0 + hq];
+      if (top_rows && top_candidate(z, lse)) {  // warp-uniform: z and lse are
+        int recorded = 0;
+        if (lane == 0) recorded = record_top_pair(tops, static_cast<int>(j), hq);
+        if (__shfl_sync(0xffffffffu, recorded, 0)) continue;
+      }
       const float p = terms::prob(z, lse);
       float s = 0.f;
       switch (a.kind) {
@@ -131,6 +146,19 @@ __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs
     }
     if (lane == 0) store(a, row, acc / static_cast<float>(G));
   }
+  if (top_rows) {
+    __syncthreads();  // the block's rows are stored, every pair recorded
+    LooSource src;
+    src.z = a.z;
+    src.q_s = q_s;
+    src.k = a.k;
+    src.v = a.v;
+    src.base = a.seg_off[seg];
+    src.len = len;
+    src.G = G;
+    src.scale = a.scale;
+    add_top_pairs<D>(src, tops, step_score_method(a.kind), a.acc, red_s);
+  }
 }
 
 }  // namespace
@@ -146,10 +174,16 @@ cudaError_t launch_decode_scores(const DecodeScoreArgs& a, int64_t max_len, cuda
     return cudaGetLastError();
   }
   const size_t smem = sizeof(float) * (static_cast<size_t>(a.kind != 0 ? G * a.d : 0) +
-                                       (a.z == nullptr ? G * a.d : 0) + G);
-  if (smem > 48 * 1024) return cudaErrorInvalidValue;  // G * d <= 6K floats: G 16 at d 256 fits
+                                       (a.z == nullptr ? G * a.d : 0) + G) +
+                      sizeof(TopPairs) + sizeof(float) * kWarps * (a.d + 4);
+  if (smem > 48 * 1024) return cudaErrorInvalidValue;  // G * d <= 5K floats: G 16 at d 256 fits
   const dim3 grid(static_cast<unsigned>((max_len + kRowsPerBlock - 1) / kRowsPerBlock), segments);
-  row_scores_kernel<<<grid, kWarps * 32, smem, stream>>>(a);
+  switch (a.d) {
+    case 64: row_scores_kernel<64><<<grid, kWarps * 32, smem, stream>>>(a); break;
+    case 128: row_scores_kernel<128><<<grid, kWarps * 32, smem, stream>>>(a); break;
+    case 256: row_scores_kernel<256><<<grid, kWarps * 32, smem, stream>>>(a); break;
+    default: return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 
