@@ -9,7 +9,7 @@
 #include "cuda/check.h"
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu {
 
@@ -304,27 +304,7 @@ void GpuForward::decode_step(const int32_t* tokens_dev, const std::vector<int64_
       KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
       scratch_.ensure(need, "decode attention scratch");
     }
-    int kind = 0;
-    if (score_layer) {
-      switch (scoring->score) {
-        case DecodeScore::kAttentionSum:
-        case DecodeScore::kTOVA:
-          kind = 0;
-          break;
-        case DecodeScore::kDropKV:
-          kind = 1;
-          break;
-        case DecodeScore::kObcacheV:
-          kind = 2;
-          break;
-        case DecodeScore::kObcacheK:
-          kind = 3;
-          break;
-        case DecodeScore::kObcacheVK:
-          kind = 4;
-          break;
-      }
-    }
+    const DecodeScore kind = score_layer ? scoring->score : DecodeScore::kAttentionSum;
     const bool replace = score_layer && scoring->replace;
     // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included),
     // inside the attention launch when that kernel covers the shape and the batch has segments

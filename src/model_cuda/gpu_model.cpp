@@ -11,7 +11,7 @@
 #include "kvevict/dtype.h"
 #include "kvevict/parallel.h"
 #include "model_cuda/gpu_model_impl.h"
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu {
 

@@ -3,7 +3,7 @@
 
 #include "cuda/check.h"
 #include "model_cuda/gpu_runtime.h"
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu {
 

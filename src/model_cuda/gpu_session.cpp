@@ -24,7 +24,7 @@
 #include "model_cuda/gpu_model_impl.h"
 #include "model_cuda/gpu_runtime.h"
 #include "model_cuda/gpu_sampling.h"
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu {
 

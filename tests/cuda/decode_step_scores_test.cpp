@@ -18,7 +18,7 @@
 
 #include "cuda/cuda_testing.h"
 #include "kvevict/score_terms.h"
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 #include "support/testing.h"
 
 namespace kvevict::gpu {
@@ -36,6 +36,11 @@ struct Case {
   double gap = 0, p_top = 0, q_scale = 1;
   int top_row = 0;
 };
+
+// The test's kind index -> the library's decode score (tova is kAttentionSum with replace).
+constexpr DecodeScore kKindScores[] = {DecodeScore::kAttentionSum, DecodeScore::kDropKV,
+                                       DecodeScore::kObcacheV, DecodeScore::kObcacheK,
+                                       DecodeScore::kObcacheVK};
 
 const char* kind_name(int kind, bool replace) {
   static const char* names[] = {"h2o", "dropkv", "obcache_v", "obcache_k", "obcache_vk"};
@@ -337,7 +342,7 @@ void run_case(const Case& c, int sm_count) {
       detail::DecodeStepScoreArgs sc;
       sc.acc = acc_d.data();
       sc.counters = counters_d.data();
-      sc.kind = kind;
+      sc.kind = kKindScores[kind];
       sc.replace = replace;
       std::vector<std::vector<float>> got(2);
       // Two launches from the same accumulators: the second finds its counters reset by the first
@@ -383,7 +388,7 @@ void run_case(const Case& c, int sm_count) {
         sa.Hkv = c.Hkv;
         sa.d = d;
         sa.scale = scale;
-        sa.kind = kind;
+        sa.kind = kKindScores[kind];
         sa.replace = replace;
         acc_d.upload(acc0);
         KVEVICT_ASSERT_CUDA(detail::launch_decode_scores(sa, max_len, nullptr));

@@ -18,8 +18,8 @@
 #include "cuda/common.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/window_traits.cuh"
-#include "model_cuda/decode_step_scores.cuh"
-#include "model_cuda/launchers.h"
+#include "cuda/decode_step_scores.cuh"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu::detail {
 namespace {
@@ -589,7 +589,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
   if (a.B <= 0 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.max_len <= 0) return cudaErrorInvalidValue;
   if (scores != nullptr && (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
                             scores->acc == nullptr || scores->counters == nullptr ||
-                            scores->kind < 0 || scores->kind > 4))
+                            static_cast<int>(scores->kind) > static_cast<int>(DecodeScore::kObcacheVK)))
     return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;

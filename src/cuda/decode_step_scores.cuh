@@ -30,12 +30,13 @@
 
 namespace kvevict::gpu::detail {
 
-// DecodeScoreArgs::kind -> the method whose per-pair term it is.
-__host__ __device__ constexpr Method step_score_method(int kind) {
-  return kind == 1   ? Method::kDropKV
-         : kind == 2 ? Method::kObcacheV
-         : kind == 3 ? Method::kObcacheK
-         : kind == 4 ? Method::kObcacheVK
+// The library's decode score (kvevict::DecodeScore, decode_evict.h) -> the method whose per-pair
+// term it is (h2o's attention sum and tova add / write p).
+__host__ __device__ constexpr Method step_score_method(DecodeScore kind) {
+  return kind == DecodeScore::kDropKV      ? Method::kDropKV
+         : kind == DecodeScore::kObcacheV  ? Method::kObcacheV
+         : kind == DecodeScore::kObcacheK  ? Method::kObcacheK
+         : kind == DecodeScore::kObcacheVK ? Method::kObcacheVK
                      : Method::kH2O;
 }
 
@@ -47,10 +48,10 @@ enum class RowNeeds : int {
   kDistVdiff = 3,  // obcache_vk: also <v, v - a_h>
 };
 
-__host__ __device__ constexpr RowNeeds row_needs(int kind) {
-  return kind == 2                ? RowNeeds::kNorm
-         : kind == 1 || kind == 3 ? RowNeeds::kDist
-         : kind == 4              ? RowNeeds::kDistVdiff
+__host__ __device__ constexpr RowNeeds row_needs(DecodeScore kind) {
+  return kind == DecodeScore::kObcacheV ? RowNeeds::kNorm
+         : kind == DecodeScore::kDropKV || kind == DecodeScore::kObcacheK ? RowNeeds::kDist
+         : kind == DecodeScore::kObcacheVK ? RowNeeds::kDistVdiff
                                   : RowNeeds::kLogits;
 }
 
@@ -206,7 +207,7 @@ struct SegmentRows {
   float* acc = nullptr;              // [rows] running accumulators
   int64_t base = 0, len = 0;         // rows base .. base + len - 1
   int G = 1;
-  int kind = 0;
+  DecodeScore kind = DecodeScore::kAttentionSum;
   bool replace = false;
   float floor = 1e-12f;
   TopPairs* tops = nullptr;  // shared: the block's top-row candidates

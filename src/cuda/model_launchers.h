@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kvevict/decode_evict.h"
+
 namespace kvevict::gpu::detail {
 
 using bf16 = __nv_bfloat16;
@@ -116,7 +118,7 @@ struct DecodeStepScoreArgs {
   // [B Hkv] arrival counters: zero before the first launch; every complete launch leaves them
   // zero again (the last block of a segment resets its counter).
   uint32_t* counters = nullptr;
-  int kind = 0;  // as DecodeScoreArgs::kind
+  DecodeScore kind = DecodeScore::kAttentionSum;  // the step score; tova: with replace
   bool replace = false;
   float one_minus_p_floor = 1e-12f;
 };
@@ -151,7 +153,7 @@ struct DecodeScoreArgs {
   const float* z = nullptr;
   int B = 0, Hq = 0, Hkv = 0, d = 0;
   float scale = 1.0f;
-  int kind = 0;  // 0 attention sum / tova, 1 dropkv, 2 obcache_v, 3 obcache_k, 4 obcache_vk
+  DecodeScore kind = DecodeScore::kAttentionSum;  // the step score; tova: with replace
   bool replace = false;
   float one_minus_p_floor = 1e-12f;
 };

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu::detail {
 namespace {

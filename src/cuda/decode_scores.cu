@@ -23,11 +23,16 @@
 #include <cstdint>
 
 #include "kvevict/score_terms.h"
-#include "model_cuda/decode_step_scores.cuh"
-#include "model_cuda/launchers.h"
+#include "cuda/decode_step_scores.cuh"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu::detail {
 namespace {
+
+// Every term but the attention sum (h2o, tova) reads the output a and the values.
+__host__ __device__ constexpr bool needs_av(DecodeScore k) {
+  return k != DecodeScore::kAttentionSum && k != DecodeScore::kTOVA;
+}
 
 constexpr int kWarps = 8;
 constexpr int kRowsPerBlock = 32;  // rows of one segment per block of the general kernel
@@ -70,13 +75,14 @@ __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs
   const int b = seg / a.Hkv, g = seg % a.Hkv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool need_qk = a.z == nullptr;  // warp-uniform
-  const bool need_av = a.kind != 0;     // every term but the attention sum reads a and v
+  const bool need_av = needs_av(a.kind);     // every term but the attention sum reads a and v
   float* a_s = smem;
   float* q_s = a_s + (need_av ? G * d : 0);
   float* a2_s = q_s + (need_qk ? G * d : 0);
   TopPairs* tops = reinterpret_cast<TopPairs*>(a2_s + G);
   float* red_s = reinterpret_cast<float*>(tops + 1);
-  const bool top_rows = a.kind == 1 || a.kind == 3 || a.kind == 4;  // block-uniform
+  const bool top_rows = a.kind == DecodeScore::kDropKV || a.kind == DecodeScore::kObcacheK ||
+                        a.kind == DecodeScore::kObcacheVK;  // block-uniform
   if (top_rows && threadIdx.x == 0) tops->count = 0;
   const int64_t h0 = static_cast<int64_t>(b) * a.Hq + g * G;  // first query head of the segment
   for (int i = threadIdx.x; i < G * d; i += blockDim.x) {
@@ -126,19 +132,20 @@ __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs
       const float p = terms::prob(z, lse);
       float s = 0.f;
       switch (a.kind) {
-        case 0:  // attention sum (h2o), tova
+        case DecodeScore::kAttentionSum:  // h2o
+        case DecodeScore::kTOVA:
           s = terms::attention_term(p);
           break;
-        case 1:  // dropkv
+        case DecodeScore::kDropKV:
           s = terms::dropkv_term(p, terms::one_minus_prob(z, lse, a.one_minus_p_floor), a2, v2, av);
           break;
-        case 2:
+        case DecodeScore::kObcacheV:
           s = terms::obcache_v_term(p, v2);
           break;
-        case 3:
+        case DecodeScore::kObcacheK:
           s = terms::obcache_k_term(p, z, a2, v2, av);
           break;
-        default:
+        case DecodeScore::kObcacheVK:
           s = terms::obcache_vk_term(p, z, a2, v2, av);
           break;
       }
@@ -168,12 +175,12 @@ cudaError_t launch_decode_scores(const DecodeScoreArgs& a, int64_t max_len, cuda
   if (max_len <= 0) return cudaSuccess;
   const unsigned segments = static_cast<unsigned>(a.B * a.Hkv);
   const int G = a.Hq / a.Hkv;
-  if (a.kind == 0 && a.z != nullptr) {
+  if ((a.kind == DecodeScore::kAttentionSum || a.kind == DecodeScore::kTOVA) && a.z != nullptr) {
     const dim3 grid(static_cast<unsigned>((max_len + kProbThreads - 1) / kProbThreads), segments);
     prob_scores_kernel<<<grid, kProbThreads, 0, stream>>>(a);
     return cudaGetLastError();
   }
-  const size_t smem = sizeof(float) * (static_cast<size_t>(a.kind != 0 ? G * a.d : 0) +
+  const size_t smem = sizeof(float) * (static_cast<size_t>(needs_av(a.kind) ? G * a.d : 0) +
                                        (a.z == nullptr ? G * a.d : 0) + G) +
                       sizeof(TopPairs) + sizeof(float) * kWarps * (a.d + 4);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;  // G * d <= 5K floats: G 16 at d 256 fits

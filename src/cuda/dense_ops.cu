@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu::detail {
 namespace {
