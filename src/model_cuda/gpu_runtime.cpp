@@ -90,6 +90,16 @@ class GpuRuntime final : public ModelRuntime {
       // The last token is not fed (as generate): nothing would read its logits.
       if (step + 1 < max_new && live > 0) s.decode(ids);
     }
+    // The session's event-timed costs: load_rows evicts every row in one pass (each row gets an
+    // equal share); the append and the decode steps are the whole batch's.
+    const SessionStats& st = s.stats();
+    for (BatchAnswer& a : out) {
+      a.evict_seconds = st.evict_seconds / B;
+      a.append_seconds = st.append_seconds;
+      a.decode_seconds = st.decode_seconds;
+      a.decode_steps = st.decode_tokens / B;
+      a.rows_in_batch = B;
+    }
     return out;
   }
 
