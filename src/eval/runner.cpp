@@ -142,8 +142,18 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
                               ? std::min(s.max_new_tokens, opt.max_new_tokens_cap)
                               : s.max_new_tokens;
       const auto t0 = std::chrono::steady_clock::now();
-      const std::vector<Generation> answers =
-          model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
+      std::vector<Generation> answers;
+      if (opt.one_at_a_time) {
+        for (const MethodConfig& m : opt.methods) {
+          std::vector<Generation> one =
+              model.answer_all(*state, {m}, question_ids, mode, max_new, question_window);
+          KVEVICT_CHECK(one.size() == 1, "the model returned ", one.size(),
+                        " answers for one method");
+          answers.push_back(std::move(one[0]));
+        }
+      } else {
+        answers = model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
+      }
       const auto t1 = std::chrono::steady_clock::now();
       KVEVICT_CHECK(answers.size() == opt.methods.size(), "the model returned ", answers.size(),
                     " answers for ", opt.methods.size(), " methods");

@@ -160,6 +160,9 @@ struct RunOptions {
   std::string prompt_style;  // "raw" | "chat", for the report
   std::string split;         // "dev" | "test" (split.h) for generated samples; "" for a data file
   BootstrapOptions bootstrap;  // the intervals of the aggregate rows and comparisons
+  // Answer each setting alone (answer_all with one method: a decode batch of one) instead of
+  // every setting of a prefill together: slower; the check that batching changes no answer.
+  bool one_at_a_time = false;
 };
 
 struct Progress {
