@@ -5,6 +5,7 @@
 // ablation (DEV) and reports the chosen settings on TEST; docs/EVAL.md is the protocol.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -53,6 +54,8 @@ struct EvalArgs {
   std::string ablate_pools = "none,max:7,max:11,avg:7";
   std::string out, markdown, plots;
   bool skip_unfit = false;
+  bool one_at_a_time = false;
+  double progress_every = 0;
   bool json = false;
 };
 
@@ -72,6 +75,8 @@ std::string options_json(const EvalArgs& a) {
                       {"ablate_pools", a.ablate_pools}, {"out", a.out},
                       {"markdown", a.markdown},       {"plots", a.plots},
                       {"skip_unfit", a.skip_unfit},
+                      {"one_at_a_time", a.one_at_a_time},
+                      {"progress_every", a.progress_every},
                       {"json", a.json}};
   return j.dump();
 }
@@ -165,6 +170,7 @@ int run_eval_command(const EvalArgs& a) {
 
   ropt.base_seed = a.seed;
   ropt.max_new_tokens_cap = a.max_new;
+  ropt.one_at_a_time = a.one_at_a_time;
   ropt.prompt_style = eval::prompt_style_name(style);
   ropt.split = a.data.empty() ? eval::split_name(split) : "";
   const auto rt = a.model.runtime(model);
@@ -177,7 +183,20 @@ int run_eval_command(const EvalArgs& a) {
     total += static_cast<int64_t>(dev_samples.size() * ropt.modes.size() *
                                   eval::ablation_dev_methods(abl, budgets, false).size());
   ProgressBar bar("eval", total, !a.json);
-  auto progress = [&](const eval::Progress& p) { bar.update(p.done); };
+  // Logs (stderr not a terminal): a line every --progress-every seconds and at the end.
+  KVEVICT_CHECK(a.progress_every >= 0, "--progress-every ", a.progress_every,
+                " is negative; expected seconds (0 = off)");
+  auto last_line = std::chrono::steady_clock::now();
+  auto progress = [&](const eval::Progress& p) {
+    bar.update(p.done);
+    if (a.progress_every <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (p.done < p.total && std::chrono::duration<double>(now - last_line).count() < a.progress_every)
+      return;
+    last_line = now;
+    std::fprintf(stderr, "eval %s\n", eval::format_progress(p).c_str());
+    std::fflush(stderr);
+  };
   eval::EvalResults results =
       ablate ? eval::run_ablation(runner, dev_samples, samples, ropt, abl, budgets, progress)
              : eval::run_eval(runner, samples, ropt, progress);
@@ -259,6 +278,12 @@ Runner add_eval_command(CLI::App& app) {
   cmd->add_flag("--skip-unfit", a->skip_unfit,
                 "Skip a task at a length below its smallest prompt (noted in the results) "
                 "instead of failing");
+  cmd->add_flag("--one-at-a-time", a->one_at_a_time,
+                "Decode each setting alone (a batch of one) instead of all settings of a prefill "
+                "as one batch: slower; checks that batching changes no answer");
+  cmd->add_option("--progress-every", a->progress_every,
+                  "Also print a progress line to stderr every S seconds (for logs; 0 = off)")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the results JSON instead of the tables");
   cmd->footer("Setting modifiers (--methods dropkv:w=16, obcache_k:h2o, snapkv:kvpress):\n" +
               eval::method_setting_help() + "Method groups (--methods all):\n" +
