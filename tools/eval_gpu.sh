@@ -87,13 +87,23 @@ for m in $MODELS; do
   fi
 done
 
+# Plots per model (accuracy vs budget / length with intervals, per-task heatmaps), where
+# matplotlib is installed (on the CPU machine afterwards: tools/plot_results.py OUT/<model>_*.json).
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  for m in $MODELS; do
+    ls "$OUTD/${m}"_[0-9]*.json > /dev/null 2>&1 &&
+      python3 "$(dirname "$0")/plot_results.py" "$OUTD/${m}"_[0-9]*.json --out "$OUTD/plots_$m" \
+        > /dev/null || true
+  done
+fi
+
 python3 - "$OUTD" <<'EOF' || status=1
 import glob, json, os, sys
 out = sys.argv[1]
 lines = []
 def p(s=""):
     lines.append(s)
-for path in sorted(glob.glob(os.path.join(out, "*_*.json"))):
+for path in sorted(glob.glob(os.path.join(out, "*_[0-9]*.json"))):
     if os.path.basename(path).startswith("batch_check_"):
         continue
     doc = json.load(open(path))
