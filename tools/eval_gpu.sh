@@ -12,7 +12,8 @@
 #   Environment (defaults in brackets): DEVICE [cuda], SAMPLES [12] per task and length, LENGTHS
 #   [2048,4096], TASKS [all], BUDGETS [0.1], METHODS [the list below], MAX_NEW [32] new tokens per
 #   answer, MODELS [smollm2 gemma3] (names below), CHECK_SAMPLES [2] per task of the batch check
-#   (0 = no check), CHECK_TASKS [niah_single_1,vt], RUN_TIMEOUT [240] seconds per kvevict run.
+#   (0 = no check), CHECK_TASKS [niah_single_1,vt], RUN_TIMEOUT [200] seconds per kvevict run,
+#   TOTAL_S [540] seconds for all runs (a run gets what is left of it; the summary always runs).
 #
 # Writes OUT_DIR/<model>_<length>.json + .md (one run per model and length, so a run cut by the
 # time limit loses one file, not the sweep), batch_check_<model>.json, summary.md, and prints the
@@ -46,7 +47,8 @@ METHODS="${METHODS:-full,dropkv,adadropkv,obcache_vk,obcache_v,obcache_k,snapkv,
 MODELS="${MODELS:-smollm2 gemma3}"
 CHECK_SAMPLES="${CHECK_SAMPLES:-2}"
 CHECK_TASKS="${CHECK_TASKS:-niah_single_1,vt}"
-RUN_TIMEOUT="${RUN_TIMEOUT:-240}"
+RUN_TIMEOUT="${RUN_TIMEOUT:-200}"
+TOTAL_S="${TOTAL_S:-540}"
 
 model_file() {
   case "$1" in
@@ -57,9 +59,11 @@ model_file() {
 }
 
 run() {
-  echo "+ $*" >&2
-  local t0=$SECONDS rc=0
-  timeout "$RUN_TIMEOUT" "$@" || rc=$?
+  local left=$((TOTAL_S - SECONDS)) t0=$SECONDS rc=0
+  [ "$left" -gt 5 ] || { echo "eval_gpu.sh: TOTAL_S=$TOTAL_S spent; skipping: $*" >&2; return 1; }
+  [ "$left" -lt "$RUN_TIMEOUT" ] || left=$RUN_TIMEOUT
+  echo "+ (limit ${left}s) $*" >&2
+  timeout "$left" "$@" || rc=$?
   echo "  ($((SECONDS - t0)) s, exit $rc)" >&2
   return $rc
 }
