@@ -19,6 +19,7 @@
 #include "kvevict/eval/summary.h"
 #include "kvevict/model/runtime.h"
 #include "kvevict/model/sampler.h"
+#include "eval/eval_fixtures.h"
 #include "kvevict/tokenizer.h"
 #include "model/tiny_model.h"
 
@@ -27,44 +28,26 @@ namespace {
 
 constexpr int64_t kVocab = 301;
 
-// Whitespace pieces hashed into the tiny vocabulary; decode names every id ("w17"), so two
-// different answers have different text (a tokenizer whose decode were empty would make every
+// The fixtures' whitespace tokenizer over the tiny vocabulary, whose decode names every id
+// ("w17"), so two different answers have different text (an empty decode would make every
 // comparison below pass).
-class IdTokenizer : public Tokenizer {
+class IdTokenizer : public testing::WhitespaceTokenizer {
  public:
-  std::vector<int32_t> encode(const std::string& text, bool add_bos) const override {
-    std::vector<int32_t> ids;
-    if (add_bos) ids.push_back(1);
-    size_t i = 0;
-    while (i < text.size()) {
-      while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-      if (i == text.size()) break;
-      uint32_t h = 2166136261u;
-      while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i])))
-        h = (h ^ static_cast<unsigned char>(text[i++])) * 16777619u;
-      ids.push_back(static_cast<int32_t>(3 + h % (kVocab - 3)));
-    }
-    return ids;
-  }
+  IdTokenizer() : WhitespaceTokenizer(static_cast<int32_t>(kVocab)) {}
   std::string decode(const std::vector<int32_t>& ids) const override {
     std::string out;
     for (int32_t id : ids) out += " w" + std::to_string(id);
     return out;
   }
   std::string token_text(int32_t id) const override { return "w" + std::to_string(id); }
-  int32_t vocab_size() const override { return static_cast<int32_t>(kVocab); }
-  int32_t bos_id() const override { return 1; }
-  int32_t eos_id() const override { return 2; }
-  bool is_end_of_generation(int32_t id) const override { return id == 2; }
-  std::string apply_chat_template(const std::vector<ChatMessage>& m) const override {
-    return m.empty() ? "" : m.back().content;
-  }
 };
 
 // tests/model/tiny_model.h's GGUF (weights of stddev 0.3, so attention moves the answers; the
 // shrunk presets' 0.02 leave the residual stream, hence every answer, to the token embedding).
+// nullptr where the device cannot run models here (the test then skips).
 std::shared_ptr<const ModelRuntime> tiny_runtime(const std::string& arch, Device device) {
-  testing::TinySpec spec;
+  if (!runtime_available(device)) return nullptr;
+  kvevict::testing::TinySpec spec;
   spec.arch = arch;
   spec.D = 32;
   spec.layers = 4;
@@ -74,7 +57,7 @@ std::shared_ptr<const ModelRuntime> tiny_runtime(const std::string& arch, Device
   spec.F = 48;
   spec.V = static_cast<int>(kVocab);
   spec.ctx = 512;
-  const auto tiny = testing::make_tiny_model(spec, "tiny_sweep_" + arch);
+  const auto tiny = kvevict::testing::make_tiny_model(spec, "tiny_sweep_" + arch);
   RuntimeOptions ropt;
   ropt.device = device;
   return ModelRuntime::create(Model::load(tiny.file->path()), ropt);
@@ -112,9 +95,8 @@ class Sweep : public ::testing::TestWithParam<std::tuple<std::string, Device>> {
 
 TEST_P(Sweep, OneBatchPerPrefillEqualsEachSettingAlone) {
   const auto& [preset, device] = GetParam();
-  std::string why;
-  if (!runtime_available(device, &why)) GTEST_SKIP() << why;
   const auto rt = tiny_runtime(preset, device);
+  if (!rt) GTEST_SKIP() << "no runtime for this device in this build or on this machine";
   const IdTokenizer tok;
 
   std::vector<Sample> samples;
@@ -203,9 +185,8 @@ TEST_P(Sweep, OneBatchPerPrefillEqualsEachSettingAlone) {
 
 TEST_P(Sweep, KvpressVariantsChangeTheKeptSet) {
   const auto& [preset, device] = GetParam();
-  std::string why;
-  if (!runtime_available(device, &why)) GTEST_SKIP() << why;
   const auto rt = tiny_runtime(preset, device);
+  if (!rt) GTEST_SKIP() << "no runtime for this device in this build or on this machine";
   const IdTokenizer tok;
   const Sample s = tiny_sample("niah_single_1", 7, 120);
   const auto prompt = tok.encode(s.input_context(), true);
