@@ -4,8 +4,8 @@
 // activations, here with a bf16 cache).
 //   - every method and policy keeps the same number of rows per layer, and the same positions up
 //     to near-ties: at most 10% of a layer's kept rows differ. The bound is set by what it must
-//     tell apart, not by the measured noise: bf16 activations moved at most 5.4% of a layer's rows
-//     on the H200 (h2o on SmolLM2, 2026-12-01), while a plumbing error (wrong layer, head or
+//     tell apart, not by the measured noise: bf16 activations moved at most 6.1% of a layer's rows
+//     on the H200 (keydiff on Gemma 3, 2026-12-01), while a plumbing error (wrong layer, head or
 //     position) changes most of a set. The test checks its own resolving power: the GPU's sets
 //     compared with the CPU's of the NEXT layer must differ at least 3x as much as with their own.
 //   - greedy decoding: the CPU's 32 greedy tokens, teacher-forced through both runtimes, give next
