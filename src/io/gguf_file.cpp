@@ -7,12 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
+#include "kvevict/io/input_file.h"
 
 namespace kvevict::gguf {
 namespace {
@@ -247,6 +249,7 @@ int64_t TensorInfo::numel() const {
 std::unique_ptr<File> File::open(const std::string& path) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
+  io::check_input_file(path, "gguf");  // a directory or FIFO is refused before open() blocks on it
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   KVEVICT_CHECK(fd >= 0, "gguf ", path, ": cannot open (", std::strerror(errno),
                 "); expected a readable GGUF file");
@@ -355,6 +358,21 @@ std::unique_ptr<File> File::open(const std::string& path) {
                   "-byte data section; expected the file to hold "
                   "them (truncated file?)");
     t.data = base + data_start + t.offset;
+  }
+  // No byte may belong to two tensors: a tensor whose range overlaps another's would read the
+  // other's data as its own (garbage that loads, issue 13). Sorted by offset, it is enough to
+  // compare each tensor with the one after it.
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& t : f->tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->offset < b->offset || (a->offset == b->offset && a->nbytes < b->nbytes);
+  });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& a = *by_offset[i - 1];
+    const TensorInfo& b = *by_offset[i];
+    KVEVICT_CHECK(a.offset + a.nbytes <= b.offset, "gguf ", path, ": tensors '", a.name, "' [",
+                  a.offset, ", ", a.offset + a.nbytes, ") and '", b.name, "' [", b.offset, ", ",
+                  b.offset + b.nbytes, ") overlap in the data section; expected disjoint ranges");
   }
   return f;
 }

@@ -107,6 +107,9 @@ struct RunOptions {
   // > 0: every answer stops after at most this many new tokens (RULER's per-task limits, up to
   // 128, otherwise). A speed knob for small models that ramble after a wrong answer; reported.
   int max_new_tokens_cap = 0;
+  // > 0: every sample's prompt plus its answer must fit this many tokens (the model's context);
+  // checked, with every token budget against every sample's prompt, before the first prefill.
+  int64_t context_length = 0;
   uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
   std::string prompt_style;  // "raw" | "chat", for the report
 };
