@@ -147,14 +147,15 @@ int run_eval_command(const EvalArgs& a) {
   ropt.max_new_tokens_cap = a.max_new;
   ropt.prompt_style = eval::prompt_style_name(style);
   ropt.context_length = ctx;
+  const std::vector<eval::TokenizedSample> prompts =
+      eval::tokenize_samples(*info.tokenizer, samples, ropt);  // checked before the weights load
   const auto model = a.model.load();
   eval::SessionModel runner(model, std::move(info.tokenizer), ropt.methods);
 
   const int64_t total = static_cast<int64_t>(samples.size() * ropt.modes.size() * ropt.methods.size());
   ProgressBar bar("eval", total, !a.json);
-  eval::EvalResults results = eval::run_eval(runner, samples, ropt, [&](const eval::Progress& p) {
-    bar.update(p.done);
-  });
+  eval::EvalResults results = eval::run_eval(runner, samples, prompts, ropt,
+                                             [&](const eval::Progress& p) { bar.update(p.done); });
   bar.finish();
   results.meta.notes.push_back("device cpu, kv dtype " + a.model.kv_dtype);
   if (a.max_new > 0)

@@ -1,5 +1,8 @@
 #include "cli/numeric_options.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "kvevict/number_parse.h"
 #include "kvevict/parallel.h"
 
@@ -15,6 +18,14 @@ CLI::Validator decimal_integer_text(bool allow_negative) {
         const size_t first = s.find_first_not_of('0', sign);
         s.erase(sign, (first == std::string::npos ? s.size() - 1 : first) - sign);
         if (s == "-0") s = "0";
+        errno = 0;
+        if (allow_negative)
+          (void)std::strtoll(s.c_str(), nullptr, 10);
+        else
+          (void)std::strtoull(s.c_str(), nullptr, 10);
+        if (errno == ERANGE)
+          return "'" + s + "' is out of range; expected a " +
+                 (allow_negative ? "64-bit signed" : "64-bit unsigned") + " integer";
         return {};
       },
       allow_negative ? "INTEGER" : "UNSIGNED");

@@ -82,18 +82,15 @@ std::string format_progress(const Progress& p) {
 
 namespace {
 
-struct TokenizedSample {
-  int64_t index = 0;  // among the samples of its (task, length)
-  std::vector<int32_t> context, question;
-};
-
 std::string sample_name(const Sample& s, int64_t index) {
   return s.origin.empty() ? "sample " + s.task + " #" + std::to_string(index) : s.origin;
 }
 
-std::vector<TokenizedSample> tokenize_and_check(const Tokenizer& tok,
-                                                const std::vector<Sample>& samples,
-                                                const RunOptions& opt) {
+}  // namespace
+
+std::vector<TokenizedSample> tokenize_samples(const Tokenizer& tok,
+                                              const std::vector<Sample>& samples,
+                                              const RunOptions& opt) {
   std::vector<TokenizedSample> out(samples.size());
   std::map<std::pair<std::string, int64_t>, int64_t> group_count;  // (task, length) -> samples seen
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -129,10 +126,18 @@ std::vector<TokenizedSample> tokenize_and_check(const Tokenizer& tok,
   return out;
 }
 
-}  // namespace
-
 EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const RunOptions& opt,
                      const ProgressFn& progress) {
+  // Every sample is tokenized and checked before the first prefill, so a sample that cannot run
+  // (longer than the context, shorter than a token budget) fails in seconds, not after hours.
+  return run_eval(model, samples, tokenize_samples(model.tokenizer(), samples, opt), opt, progress);
+}
+
+EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
+                     const std::vector<TokenizedSample>& prompts, const RunOptions& opt,
+                     const ProgressFn& progress) {
+  KVEVICT_CHECK(prompts.size() == samples.size(), "got ", prompts.size(), " tokenized prompts for ",
+                samples.size(), " samples; expected tokenize_samples() of the same samples");
   KVEVICT_CHECK(!opt.methods.empty(), "no methods to evaluate; expected at least one");
   KVEVICT_CHECK(!opt.modes.empty(), "no query modes; expected query-aware and/or query-agnostic");
   EvalResults res;
@@ -140,9 +145,6 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
   res.meta.prompt_style = opt.prompt_style;
   res.meta.base_seed = opt.base_seed;
 
-  // Every sample is tokenized and checked before the first prefill, so a sample that cannot run
-  // (longer than the context, shorter than a token budget) fails in seconds, not after hours.
-  const std::vector<TokenizedSample> prompts = tokenize_and_check(model.tokenizer(), samples, opt);
   Progress pr;
   pr.total = static_cast<int64_t>(samples.size() * opt.modes.size() * opt.methods.size());
   const auto start = std::chrono::steady_clock::now();

@@ -74,7 +74,7 @@ std::string check_output_path(const std::string& path, const std::string& label)
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) != 0) {
     const int e = errno;
-    KVEVICT_CHECK(e == ENOENT, label, ": cannot use ", path, " (", std::strerror(e),
+    KVEVICT_CHECK(e == ENOENT || e == ENOTDIR, label, ": cannot use ", path, " (", std::strerror(e),
                   "); expected a writable file path");
     check_directory(label, path, parent_dir(path));
     return path;

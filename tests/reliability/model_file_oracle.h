@@ -33,9 +33,9 @@ struct OracleResult {
 
 inline bool weights_sane(const ModelWeights& w) {
   auto sane = [](const HostTensor& t) {
-    if (t.numel() == 0 || t.dtype() != DType::kF32) return true;
+    if (t.nbytes() == 0 || t.dtype() != DType::kF32) return true;  // absent (empty) tensors
     const float* p = t.ptr<float>();
-    for (int64_t i = 0; i < t.numel(); ++i)
+    for (size_t i = 0; i < t.nbytes() / sizeof(float); ++i)
       if (!std::isfinite(p[i]) || std::fabs(p[i]) > 1e4f) return false;
     return true;
   };

@@ -179,4 +179,21 @@ struct EvalResults {
 EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const RunOptions& opt,
                      const ProgressFn& progress = nullptr);
 
+// A sample's prompt as token ids, split where the context ends.
+struct TokenizedSample {
+  int64_t index = 0;  // among the samples of its (task, target length)
+  std::vector<int32_t> context, question;
+};
+// Tokenizes every sample and checks each one before any prefill: its prompt plus its answer
+// must fit RunOptions::context_length (when set), and every token-count budget must fit the
+// tokens the sample prefills in each mode. Throws naming the sample ("data.jsonl line 3", or
+// "sample vt #2"). run_eval above does this first; a caller that wants the checks before it
+// loads the model's weights calls it itself and passes the result to the overload below.
+std::vector<TokenizedSample> tokenize_samples(const Tokenizer& tokenizer,
+                                              const std::vector<Sample>& samples,
+                                              const RunOptions& opt);
+EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
+                     const std::vector<TokenizedSample>& prompts, const RunOptions& opt,
+                     const ProgressFn& progress = nullptr);
+
 }  // namespace kvevict::eval
