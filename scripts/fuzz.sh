@@ -26,8 +26,11 @@ for t in "${TARGETS[@]}"; do
   corpus="$BUILD/corpus/$t"
   mkdir -p "$corpus"
   [ -d "$seeds" ] || seeds=""
+  opts=""
+  [ -f "$ROOT/fuzz/$t.options" ] && opts="$(cat "$ROOT/fuzz/$t.options")"
   echo "== $t for ${SECONDS_PER}s"
-  if ! "$BUILD/fuzz/$t" -max_total_time="$SECONDS_PER" -rss_limit_mb=4096 -print_final_stats=1 \
+  # shellcheck disable=SC2086
+  if ! "$BUILD/fuzz/$t" -max_total_time="$SECONDS_PER" -rss_limit_mb=4096 -print_final_stats=1 $opts \
        -artifact_prefix="$BUILD/crashes/${t}-" "$corpus" $seeds 2>&1 | tail -n 12; then
     status=1
   fi

@@ -29,7 +29,6 @@ struct AnalyzeArgs {
   ModelArgs model;
   bool use_model = false;
   PromptArgs prompt;
-  int64_t length = 1024;
   std::string out;
   std::string q, k, v;
   int pool_size = 16;
@@ -57,7 +56,7 @@ double quantile(std::vector<double> xs, double q) {
 int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base) {
   check_output_args({{a.out, "--out"}});
   const ModelInfo info = a.model.inspect();
-  const std::vector<int32_t> tokens = prompt_or_prose_tokens(info, a.prompt, a.length);
+  const std::vector<int32_t> tokens = prompt_or_prose_tokens(info, a.prompt);
   KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) > base.pool_size, "the prompt has ", tokens.size(),
                 " tokens; expected more than --pool-size ", base.pool_size);
   const auto model = a.model.load();
@@ -166,12 +165,8 @@ Runner add_analyze_command(CLI::App& app) {
   auto* m = cmd->add_option("-m,--model", a->model.model,
                             "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)");
   add_threads(*cmd, a->model.threads);
-  a->prompt.add_to(*cmd, "With -m: the prompt (default: Austen prose)");
-  a->prompt.p->needs(m);
-  a->prompt.f->needs(m);
-  add_integer(*cmd, "--length", a->length, int64_t{2}, kMaxTokens,
-              "With -m: prompt tokens of Austen prose (at most the model's context)")
-      ->capture_default_str();
+  a->prompt.add_to(*cmd, "With -m: the prompt", /*with_prose=*/true);
+  for (CLI::Option* o : {a->prompt.p, a->prompt.f, a->prompt.length_opt}) o->needs(m);
   cmd->add_option("--out", a->out, "With -m: write the results JSON here (for tools/plot_results.py)")
       ->needs(m);
   add_integer(*cmd, "--pool-size", a->pool_size, 1, 24, "Candidate pool size L (exact enumeration)")

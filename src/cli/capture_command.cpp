@@ -30,7 +30,6 @@ namespace {
 struct CaptureArgs {
   ModelArgs model;
   PromptArgs prompt;
-  int64_t length = 1024;
   int layer = 0;
   int64_t queries = 32;
   std::string dir;
@@ -57,7 +56,7 @@ int run_capture(const CaptureArgs& a) {
   KVEVICT_CHECK(!mc.is_sliding(a.layer), "--layer ", a.layer, " of ", mc.name,
                 " is a sliding-window layer (its cache holds only the last ", mc.sliding_window,
                 " tokens and is never evicted); expected a global layer: ", global_layers(mc));
-  const std::vector<int32_t> tokens = prompt_or_prose_tokens(info, a.prompt, a.length);
+  const std::vector<int32_t> tokens = prompt_or_prose_tokens(info, a.prompt);
   const auto n = static_cast<int64_t>(tokens.size());
   KVEVICT_CHECK(a.queries <= n, "--queries ", a.queries, " exceeds the prompt's ", n,
                 " tokens; expected at most ", n, " (0 = all of them)");
@@ -77,13 +76,20 @@ int run_capture(const CaptureArgs& a) {
   const KVLayerView cache = snap.caches[a.layer].view();
   const TensorView q = snap.queries[a.layer].view(), k = cache.uniform_k(), v = cache.uniform_v();
   const TensorView wo = model->weights().layers[a.layer].wo.view();
-  std::filesystem::create_directories(dir);
-  io::StagedFiles files;
-  npy::stage(files, q_path, "--dir " + q_path, q);
-  npy::stage(files, k_path, "--dir " + k_path, k);
-  npy::stage(files, v_path, "--dir " + v_path, v);
-  npy::stage(files, wo_path, "--dir " + wo_path, wo);
-  files.commit();
+  std::error_code ec;
+  const bool created = std::filesystem::create_directories(dir, ec);
+  KVEVICT_CHECK(!ec, "--dir: cannot create ", dir, " (", ec.message(), ")");
+  try {
+    io::StagedFiles files;
+    npy::stage(files, q_path, "--dir " + q_path, q);
+    npy::stage(files, k_path, "--dir " + k_path, k);
+    npy::stage(files, v_path, "--dir " + v_path, v);
+    npy::stage(files, wo_path, "--dir " + wo_path, wo);
+    files.commit();
+  } catch (...) {
+    if (created) std::filesystem::remove(dir, ec);  // leave nothing behind, not even the directory
+    throw;
+  }
 
   nlohmann::json j;
   j["model"] = model->path();
@@ -115,10 +121,7 @@ Runner add_capture_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "capture", "Write one layer's q, k, v and W_o from a model's prefill (.npy, for score/analyze)");
   a->model.add_to(*cmd);
-  a->prompt.add_to(*cmd, "the prompt (default: Austen prose of --length tokens)");
-  add_integer(*cmd, "--length", a->length, int64_t{2}, kMaxTokens,
-              "Prompt tokens of Austen prose (at most the model's context)")
-      ->capture_default_str();
+  a->prompt.add_to(*cmd, "the prompt", /*with_prose=*/true);
   add_integer(*cmd, "--layer", a->layer, 0, 1 << 24, "Layer to capture (a global layer)")
       ->required();
   add_integer(*cmd, "--queries", a->queries, int64_t{0}, kMaxTokens,

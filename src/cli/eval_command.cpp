@@ -83,9 +83,15 @@ class StagedPlots {
                   "was written");
   }
   void commit() {
-    std::filesystem::create_directories(dir_);
-    for (const auto& e : std::filesystem::directory_iterator(tmp_))
-      std::filesystem::rename(e.path(), std::filesystem::path(dir_) / e.path().filename());
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    KVEVICT_CHECK(!ec, "--plots: cannot create ", dir_, " (", ec.message(), ")");
+    for (const auto& e : std::filesystem::directory_iterator(tmp_)) {
+      const std::string target = (std::filesystem::path(dir_) / e.path().filename()).string();
+      io::check_output_path(target, "--plots");  // the same policy as every other output
+      std::filesystem::rename(e.path(), target, ec);
+      KVEVICT_CHECK(!ec, "--plots: cannot move a plot to ", target, " (", ec.message(), ")");
+    }
   }
 
  private:
@@ -116,9 +122,8 @@ int run_eval_command(const EvalArgs& a) {
   ModelInfo info = a.model.inspect();
   const int64_t ctx = info.config.context_length;
   const std::string of = info.context_text();
-  for (int64_t len : lengths)
-    if (a.data.empty())
-      KVEVICT_CHECK(len <= ctx, "--lengths ", len, " exceeds ", of);
+  if (a.data.empty())
+    for (int64_t len : lengths) KVEVICT_CHECK(len <= ctx, "--lengths ", len, " exceeds ", of);
   // A token budget above the context can never fit any sample: say so now (each sample's own
   // prompt length is checked by run_eval before the first prefill).
   parse_budgets(a.budgets, "--budgets", ctx, of);

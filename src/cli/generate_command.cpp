@@ -64,7 +64,12 @@ SamplerOptions sampler_options(const GenerateArgs& a) {
 // taken from (`of` names them).
 eval::MethodConfig method_config(const GenerateArgs& a, int64_t n, const std::string& of) {
   if (a.method == "full") {
-    for (const CLI::Option* o : {a.budget_opt, a.window_opt, a.pool_opt, a.policy_opt})
+    // Options that would be ignored are errors; --budget 1 (keep everything) agrees with full.
+    const bool keeps_all = a.budget_opt == nullptr || a.budget_opt->count() == 0 ||
+                           parse_budget(a.budget, "--budget", n, of).value == 1.0;
+    KVEVICT_CHECK(keeps_all, "--budget ", a.budget,
+                  " has no effect with --method full (no eviction); expected a --method");
+    for (const CLI::Option* o : {a.window_opt, a.pool_opt, a.policy_opt})
       KVEVICT_CHECK(o == nullptr || o->count() == 0, o->get_name(),
                     " has no effect with --method full (no eviction); expected a --method");
     return eval::MethodConfig::make("full", Budget{});

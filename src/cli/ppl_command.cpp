@@ -48,12 +48,14 @@ int run_ppl_command(const PplArgs& a) {
   KVEVICT_CHECK(a.chunk <= info.config.context_length, "--chunk ", a.chunk, " exceeds ",
                 info.context_text());
   parse_budgets(a.budgets, "--budgets", info.config.context_length, info.context_text());
+  // A chunk caches at most chunk - 1 tokens; a head is evicted only past budget + slack.
   for (const auto& b : budgets)
-    if (b.value >= static_cast<double>(a.chunk - 1))
+    if (b.value + a.slack >= static_cast<double>(a.chunk - 1))
       std::fprintf(stderr,
-                   "kvevict: warning: --budgets %s is not below the %lld tokens a chunk caches, "
+                   "kvevict: warning: --budgets %s%s is not below the %lld tokens a chunk caches, "
                    "so nothing is evicted: its rows equal the full cache's\n",
-                   b.str().c_str(), static_cast<long long>(a.chunk - 1));
+                   b.str().c_str(), a.slack > 0 ? " + --slack" : "",
+                   static_cast<long long>(a.chunk - 1));
 
   const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
   // Enough prose for the chunks (about 4 characters a token; take generously, then trim).

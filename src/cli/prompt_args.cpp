@@ -6,6 +6,7 @@
 
 #include "cli/corpus_arg.h"
 #include "cli/model_args.h"
+#include "cli/numeric_options.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/corpus.h"
 #include "kvevict/eval/sample.h"
@@ -25,9 +26,14 @@ void check_utf8(const std::string& text, const std::string& what) {
   }
 }
 
-void PromptArgs::add_to(CLI::App& cmd, const std::string& what) {
+void PromptArgs::add_to(CLI::App& cmd, const std::string& what, bool with_prose) {
   p = cmd.add_option("-p,--prompt", text, what + " text");
   f = cmd.add_option("-f,--file", file, "Read " + what + " from a file")->excludes(p);
+  if (with_prose)
+    length_opt = add_integer(cmd, "--length", length, int64_t{2}, kMaxTokens,
+                             "Without -p/-f: the prompt is this many tokens of Austen's prose (at "
+                             "most the model's context)")
+                     ->capture_default_str();
 }
 
 bool PromptArgs::given() const { return p->count() > 0 || f->count() > 0; }
@@ -48,8 +54,8 @@ std::string PromptArgs::read(uint64_t max_bytes) const {
   return prompt;
 }
 
-std::vector<int32_t> prompt_or_prose_tokens(const ModelInfo& model, const PromptArgs& prompt,
-                                            int64_t length) {
+std::vector<int32_t> prompt_or_prose_tokens(const ModelInfo& model, const PromptArgs& prompt) {
+  const int64_t length = prompt.length;
   const int64_t ctx = model.config.context_length;
   std::vector<int32_t> tokens;
   if (prompt.given()) {

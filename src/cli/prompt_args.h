@@ -21,12 +21,15 @@ struct ModelInfo;
 // (strict: no overlong forms, surrogates or code points past U+10FFFF).
 void check_utf8(const std::string& text, const std::string& what);
 
-// -p TEXT / -f FILE, at most one of them.
+// -p TEXT / -f FILE, at most one of them; with_prose adds --length N, the prompt when neither is
+// given (N tokens of Austen's prose).
 struct PromptArgs {
   std::string text, file;
+  int64_t length = 1024;
   CLI::Option* p = nullptr;
   CLI::Option* f = nullptr;
-  void add_to(CLI::App& cmd, const std::string& what);
+  CLI::Option* length_opt = nullptr;
+  void add_to(CLI::App& cmd, const std::string& what, bool with_prose = false);
   bool given() const;
   // The prompt text: -p told apart from an absent option (`-p ''` is "the prompt is empty"), a
   // file read with io::read_text_input (a directory, /dev/zero or a file over max_bytes is
@@ -34,9 +37,8 @@ struct PromptArgs {
   std::string read(uint64_t max_bytes) const;
 };
 
-// The prompt of analyze -m and capture: -p/-f when given, else the first `length` tokens of
+// The prompt of analyze -m and capture: -p/-f when given, else the first --length tokens of
 // the corpus's Austen prose; checked against the model's context before any prefill.
-std::vector<int32_t> prompt_or_prose_tokens(const ModelInfo& model, const PromptArgs& prompt,
-                                            int64_t length);
+std::vector<int32_t> prompt_or_prose_tokens(const ModelInfo& model, const PromptArgs& prompt);
 
 }  // namespace kvevict::cli

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,8 @@ struct Case {
 // Runs each case with `--out <dir>/out.json` appended where the command writes a results file,
 // and checks exit code 2, the message, and that no file (complete or partial) was left behind.
 void expect_all_rejected(const std::vector<Case>& cases, const TempDir& dir) {
+  std::printf("%s: %zu bad inputs\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+              cases.size());
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;
     const std::string& cmd = args.front();
@@ -239,6 +242,8 @@ std::string shown(const std::vector<std::string>& args) {
 }
 
 void expect_rejected(const std::vector<Rejected>& cases, const TempDir& dir) {
+  std::printf("%s: %zu bad inputs\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+              cases.size());
   for (const Rejected& c : cases) {
     const auto before = dir_state(dir);
     const auto r = run_cli(KVEVICT_CLI_PATH, c.args);
@@ -294,12 +299,20 @@ std::vector<std::vector<std::string>> every_command(const TempDir& dir, const st
           score_args(dir)};
 }
 
+// Each test of issue 13's catalogue: a temporary directory with q/k/v tensors, a model path
+// that does not exist, and a model whose metadata loads but whose weights do not.
+class HostileInput : public ::testing::Test {
+ protected:
+  void SetUp() override { write_qkv(dir); }
+  TempDir dir;
+  const std::string missing = dir.file("missing.gguf");
+  const testing::TinyCliModel model = broken_weights_model();
+  const std::string m = model.path();
+};
+
 }  // namespace
 
-TEST(BadInputCatalogue, NumericOptionsHaveOneValidationLayer) {
-  TempDir dir;
-  write_qkv(dir);
-  const std::string missing = dir.file("missing.gguf");
+TEST_F(HostileInput, NumericOptionsHaveOneValidationLayer) {
   std::vector<Rejected> cases;
   // --threads: 100000 segfaulted in libgomp, 40000 exited 1, 30000 started 30000 threads, -1
   // was accepted.
@@ -354,11 +367,7 @@ TEST(BadInputCatalogue, NumericOptionsHaveOneValidationLayer) {
   expect_rejected(cases, dir);
 }
 
-TEST(BadInputCatalogue, BudgetsParseStrictlyAndFitTheirTokensBeforeWork) {
-  TempDir dir;
-  write_qkv(dir);
-  const auto model = broken_weights_model();  // metadata sound, weights broken
-  const std::string m = model.path();
+TEST_F(HostileInput, BudgetsParseStrictlyAndFitTheirTokensBeforeWork) {
   std::vector<Rejected> cases;
   // 0x10 was read as 16 tokens; 1e308 and 1e19 ran 7-22 s of prefill, then "internal error:
   // vector::reserve". Each is refused by its text, naming the limit.
@@ -385,14 +394,12 @@ TEST(BadInputCatalogue, BudgetsParseStrictlyAndFitTheirTokensBeforeWork) {
   cases.push_back({cat(score_args(dir), {"--budget", "0.5", "--compression-ratio", "0.5"}),
                    {"--budget excludes --compression-ratio"}});
   // A budget with no method would be ignored.
-  cases.push_back({{"generate", "-m", m, "-p", "hi", "--budget", "0.5"}, {"--budget has no effect"}});
+  cases.push_back({{"generate", "-m", m, "-p", "hi", "--budget", "0.5"}, {"--budget 0.5 has no effect"}});
+  cases.push_back({{"generate", "-m", m, "-p", "hi", "--window", "4"}, {"--window has no effect"}});
   expect_rejected(cases, dir);
 }
 
-TEST(BadInputCatalogue, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
-  TempDir dir;
-  write_qkv(dir);
-  const std::string missing = dir.file("missing.gguf");
+TEST_F(HostileInput, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
   std::vector<std::pair<SpecialKind, std::string>> kinds = {
       {SpecialKind::kFifo, "is a FIFO"},
       {SpecialKind::kSocket, "is a socket"},
@@ -444,11 +451,7 @@ TEST(BadInputCatalogue, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
   if (!skipped.empty()) GTEST_SKIP() << "device-node cases skipped:\n" << skipped;
 }
 
-TEST(BadInputCatalogue, LimitsAreCheckedBeforeTheModelIsLoaded) {
-  TempDir dir;
-  const auto model = broken_weights_model();
-  const std::string m = model.path();
-  const std::string missing = dir.file("missing.gguf");
+TEST_F(HostileInput, LimitsAreCheckedBeforeTheModelIsLoaded) {
   // A 32 MB context line: refused by its size, before it is parsed or tokenized (a 100 MB one
   // used to be tokenized whole: 5.6 GB and minutes).
   const std::string huge_row =
@@ -504,11 +507,7 @@ TEST(BadInputCatalogue, LimitsAreCheckedBeforeTheModelIsLoaded) {
   expect_rejected(cases, dir);
 }
 
-TEST(BadInputCatalogue, SilentWrongAnswersAreErrors) {
-  TempDir dir;
-  write_qkv(dir);
-  const auto model = broken_weights_model();
-  const std::string m = model.path();
+TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
   const std::string row_end =
       R"(", "question": "q", "answer_prefix": "", "max_new_tokens": 4, "task": "t", "answers": )";
   std::ofstream(dir.file("empty_answer.jsonl")) << R"({"context": "c)" << row_end << R"([""]})" << "\n";
@@ -556,11 +555,7 @@ TEST(BadInputCatalogue, SilentWrongAnswersAreErrors) {
   expect_rejected(cases, dir);
 }
 
-TEST(BadInputCatalogue, LenientParsingBecomesClearMessages) {
-  TempDir dir;
-  write_qkv(dir);
-  const auto model = broken_weights_model();
-  const std::string m = model.path();
+TEST_F(HostileInput, LenientParsingBecomesClearMessages) {
   std::ofstream(dir.file("latin1.txt")) << "caf\xe9 au lait";
   std::ofstream(dir.file("empty.txt")) << "";
   std::filesystem::create_directory(dir.file("adir.npy"));
@@ -617,7 +612,7 @@ TEST(BadInputCatalogue, LenientParsingBecomesClearMessages) {
   EXPECT_NE(bf16.err.find("missing tensor"), std::string::npos) << "bf16 refused: " << bf16.err;
 }
 
-TEST(BadInputCatalogue, QuietGenerationStillWarns) {
+TEST(HostileInputRuns, QuietGenerationStillWarns) {
   const auto model = testing::write_tiny_cli_model(testing::tiny_cli_doc(), "tiny_cli_ok");
   // A window of 8 with a budget of 2 tokens protects more than the budget: eviction is off, and
   // -q must not hide that.

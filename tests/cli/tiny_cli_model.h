@@ -4,7 +4,6 @@
 // vocabulary is added through the GGUF mutator's typed editing (tests/io/gguf_mutator.h).
 #pragma once
 
-#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -22,24 +21,11 @@ struct TinyCliModel {
 
 // The GGUF of a tiny model with a vocabulary, before it is written (tests edit it further).
 inline GgufDoc tiny_cli_doc(const std::string& arch = "llama", int ctx = 256) {
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
-  std::vector<float> scores = {0, 0, 0};
-  std::vector<int32_t> types = {2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    tokens.push_back(name);
-    scores.push_back(0);
-    types.push_back(6);
-  }
-  for (const char* piece : {"\xE2\x96\x81the", "\xE2\x96\x81" "a", "e"}) {
-    tokens.push_back(piece);
-    scores.push_back(-1.0f);
-    types.push_back(1);
-  }
+  const SpmVocabulary v =
+      spm_byte_vocabulary({{"\xE2\x96\x81the", -1.0f}, {"\xE2\x96\x81" "a", -1.0f}, {"e", -1.0f}});
   TinySpec spec;
   spec.arch = arch;
-  spec.V = static_cast<int>(tokens.size());
+  spec.V = static_cast<int>(v.tokens.size());
   spec.ctx = ctx;
   spec.sliding_window = 8;
   const TinyModel m = make_tiny_model(spec, "tiny_cli_base_" + arch);
@@ -48,9 +34,9 @@ inline GgufDoc tiny_cli_doc(const std::string& arch = "llama", int ctx = 256) {
                                    std::istreambuf_iterator<char>()};
   GgufDoc d = *GgufDoc::parse(bytes.data(), bytes.size());
   d.set_string("tokenizer.ggml.model", "llama");
-  d.set_string_array("tokenizer.ggml.tokens", tokens);
-  d.set_array<float>("tokenizer.ggml.scores", kGgufF32, scores);
-  d.set_array<int32_t>("tokenizer.ggml.token_type", kGgufI32, types);
+  d.set_string_array("tokenizer.ggml.tokens", v.tokens);
+  d.set_array<float>("tokenizer.ggml.scores", kGgufF32, v.scores);
+  d.set_array<int32_t>("tokenizer.ggml.token_type", kGgufI32, v.types);
   d.set<uint32_t>("tokenizer.ggml.bos_token_id", kGgufU32, 1);
   d.set<uint32_t>("tokenizer.ggml.eos_token_id", kGgufU32, 2);
   d.set<uint32_t>("tokenizer.ggml.unknown_token_id", kGgufU32, 0);

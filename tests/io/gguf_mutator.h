@@ -19,24 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "io/gguf_types.h"
+
 namespace kvevict::testing {
 
-// GGUF value type codes.
-enum GgufType : uint32_t {
-  kGgufU8 = 0,
-  kGgufI8 = 1,
-  kGgufU16 = 2,
-  kGgufI16 = 3,
-  kGgufU32 = 4,
-  kGgufI32 = 5,
-  kGgufF32 = 6,
-  kGgufBool = 7,
-  kGgufString = 8,
-  kGgufArray = 9,
-  kGgufU64 = 10,
-  kGgufI64 = 11,
-  kGgufF64 = 12,
-};
+// Value type codes, as short names for this header and its users.
+constexpr uint32_t kGgufU8 = GgufTypes::kU8, kGgufI8 = GgufTypes::kI8, kGgufU16 = GgufTypes::kU16,
+                   kGgufI16 = GgufTypes::kI16, kGgufU32 = GgufTypes::kU32, kGgufI32 = GgufTypes::kI32,
+                   kGgufF32 = GgufTypes::kF32, kGgufBool = GgufTypes::kBool,
+                   kGgufString = GgufTypes::kString, kGgufArray = GgufTypes::kArray,
+                   kGgufU64 = GgufTypes::kU64, kGgufI64 = GgufTypes::kI64, kGgufF64 = GgufTypes::kF64;
 
 struct GgufKv {
   std::string key;
