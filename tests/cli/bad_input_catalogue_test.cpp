@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -521,14 +522,27 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
   npy::save(dir.file("v_inf.npy"), DType::kF32, {2, 40, 16}, v.data());
   // GGUF files that loaded and printed garbage.
   testing::GgufDoc nan_rope = testing::tiny_cli_doc();
-  nan_rope.set<float>("llama.rope.freq_base", testing::kGgufF32, std::nanf(""));
+  nan_rope.set<float>("llama.rope.freq_base", testing::GgufType::kF32, std::nanf(""));
   const auto nan_rope_model = testing::write_tiny_cli_model(nan_rope, "tiny_cli_nan_rope");
   testing::GgufDoc neg_eps = testing::tiny_cli_doc();
-  neg_eps.set<float>("llama.attention.layer_norm_rms_epsilon", testing::kGgufF32, -1e-5f);
+  neg_eps.set<float>("llama.attention.layer_norm_rms_epsilon", testing::GgufType::kF32, -1e-5f);
   const auto neg_eps_model = testing::write_tiny_cli_model(neg_eps, "tiny_cli_neg_eps");
   testing::GgufDoc overlap = testing::tiny_cli_doc();
   overlap.find_tensor("blk.1.attn_q.weight")->offset = overlap.find_tensor("blk.0.attn_q.weight")->offset;
   const auto overlap_model = testing::write_tiny_cli_model(overlap, "tiny_cli_overlap");
+  testing::GgufDoc nan_weight = testing::tiny_cli_doc();
+  const float nan = std::nanf("");
+  std::memcpy(nan_weight.data.data() + nan_weight.find_tensor("blk.0.attn_k.weight")->offset, &nan, 4);
+  const auto nan_weight_model = testing::write_tiny_cli_model(nan_weight, "tiny_cli_nan_weight");
+  // Finite weights whose attention overflows (q.k = inf, softmax argument inf - inf = NaN).
+  testing::GgufDoc huge = testing::tiny_cli_doc();
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_k.weight"}) {
+    const testing::GgufTensorInfo* t = huge.find_tensor(name);
+    const float big = 1e30f;
+    for (uint64_t i = 0; i < t->dims[0] * t->dims[1]; ++i)
+      std::memcpy(huge.data.data() + t->offset + 4 * i, &big, 4);
+  }
+  const auto huge_model = testing::write_tiny_cli_model(huge, "tiny_cli_huge_weight");
 
   const std::vector<std::string> an = {"analyze", "--q", dir.file("q.npy"), "--v", dir.file("v.npy")};
   std::vector<Rejected> cases = {
@@ -551,6 +565,13 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
       {{"generate", "-m", nan_rope_model.path(), "-p", "hi"}, {"llama.rope.freq_base", "nan"}},
       {{"generate", "-m", neg_eps_model.path(), "-p", "hi"}, {"layer_norm_rms_epsilon", "-1e-05"}},
       {{"analyze", "-m", overlap_model.path()}, {"'blk.0.attn_q.weight'", "'blk.1.attn_q.weight'", "overlap"}},
+      // A NaN weight is refused at load, naming the tensor and where.
+      {{"generate", "-m", nan_weight_model.path(), "-p", "hi", "-n", "1"},
+       {"'blk.0.attn_k.weight' holds a non-finite value (nan) at row 0 column 0"}},
+      // Overflowing finite weights: the first sampled token refuses NaN logits.
+      {{"generate", "-m", huge_model.path(), "-p", "hi", "-n", "1"}, {"is NaN; expected finite logits"}},
+      {{"generate", "-m", huge_model.path(), "-p", "hi", "-n", "1", "--temperature", "1"},
+       {"is NaN; expected finite logits"}},
   };
   expect_rejected(cases, dir);
 }

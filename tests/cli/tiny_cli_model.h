@@ -35,11 +35,11 @@ inline GgufDoc tiny_cli_doc(const std::string& arch = "llama", int ctx = 256) {
   GgufDoc d = *GgufDoc::parse(bytes.data(), bytes.size());
   d.set_string("tokenizer.ggml.model", "llama");
   d.set_string_array("tokenizer.ggml.tokens", v.tokens);
-  d.set_array<float>("tokenizer.ggml.scores", kGgufF32, v.scores);
-  d.set_array<int32_t>("tokenizer.ggml.token_type", kGgufI32, v.types);
-  d.set<uint32_t>("tokenizer.ggml.bos_token_id", kGgufU32, 1);
-  d.set<uint32_t>("tokenizer.ggml.eos_token_id", kGgufU32, 2);
-  d.set<uint32_t>("tokenizer.ggml.unknown_token_id", kGgufU32, 0);
+  d.set_array<float>("tokenizer.ggml.scores", GgufType::kF32, v.scores);
+  d.set_array<int32_t>("tokenizer.ggml.token_type", GgufType::kI32, v.types);
+  d.set<uint32_t>("tokenizer.ggml.bos_token_id", GgufType::kU32, 1);
+  d.set<uint32_t>("tokenizer.ggml.eos_token_id", GgufType::kU32, 2);
+  d.set<uint32_t>("tokenizer.ggml.unknown_token_id", GgufType::kU32, 0);
   return d;
 }
 

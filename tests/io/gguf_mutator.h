@@ -19,16 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "io/gguf_types.h"
+#include "kvevict/io/gguf.h"
 
 namespace kvevict::testing {
 
-// Value type codes, as short names for this header and its users.
-constexpr uint32_t kGgufU8 = GgufTypes::kU8, kGgufI8 = GgufTypes::kI8, kGgufU16 = GgufTypes::kU16,
-                   kGgufI16 = GgufTypes::kI16, kGgufU32 = GgufTypes::kU32, kGgufI32 = GgufTypes::kI32,
-                   kGgufF32 = GgufTypes::kF32, kGgufBool = GgufTypes::kBool,
-                   kGgufString = GgufTypes::kString, kGgufArray = GgufTypes::kArray,
-                   kGgufU64 = GgufTypes::kU64, kGgufI64 = GgufTypes::kI64, kGgufF64 = GgufTypes::kF64;
+// The value type codes (kvevict/io/gguf.h), by a short name for this header and its users.
+using GgufType = gguf::ValueType;
 
 struct GgufKv {
   std::string key;
@@ -66,7 +62,7 @@ class GgufDoc {
       const size_t start = r.pos;
       if (!r.skip_value(kv.type, 0)) return std::nullopt;
       kv.value.assign(bytes + start, bytes + r.pos);
-      if (kv.key == "general.alignment" && kv.type == kGgufU32) {
+      if (kv.key == "general.alignment" && kv.type == GgufType::kU32) {
         uint32_t a = 0;
         std::memcpy(&a, kv.value.data(), 4);
         if (a == 0 || (a & (a - 1)) != 0 || a > (1u << 20)) return std::nullopt;
@@ -133,14 +129,14 @@ class GgufDoc {
   void set_string(const std::string& key, const std::string& s) {
     std::vector<uint8_t> bytes;
     put_string(bytes, s);
-    set_raw(key, kGgufString, bytes);
+    set_raw(key, GgufType::kString, bytes);
   }
   void set_string_array(const std::string& key, const std::vector<std::string>& v) {
     std::vector<uint8_t> bytes;
-    put<uint32_t>(bytes, kGgufString);
+    put<uint32_t>(bytes, GgufType::kString);
     put<uint64_t>(bytes, v.size());
     for (const auto& s : v) put_string(bytes, s);
-    set_raw(key, kGgufArray, bytes);
+    set_raw(key, GgufType::kArray, bytes);
   }
   template <class T>
   void set_array(const std::string& key, uint32_t elem_type, const std::vector<T>& v) {
@@ -148,7 +144,7 @@ class GgufDoc {
     put<uint32_t>(bytes, elem_type);
     put<uint64_t>(bytes, v.size());
     for (const T& x : v) put<T>(bytes, x);
-    set_raw(key, kGgufArray, bytes);
+    set_raw(key, GgufType::kArray, bytes);
   }
   void set_raw(const std::string& key, uint32_t type, std::vector<uint8_t> value) {
     GgufKv* kv = find(key);
@@ -196,12 +192,12 @@ class GgufDoc {
     }
     bool skip_value(uint32_t type, int depth) {
       static const size_t kSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-      if (type > kGgufF64 || depth > 4) return false;
-      if (type == kGgufString) {
+      if (type > GgufType::kF64 || depth > 4) return false;
+      if (type == GgufType::kString) {
         std::string s;
         return string(s);
       }
-      if (type == kGgufArray) {
+      if (type == GgufType::kArray) {
         uint32_t elem = 0;
         uint64_t count = 0;
         if (!get(elem) || !get(count) || count > n - pos) return false;
@@ -220,7 +216,7 @@ class GgufDoc {
 inline std::vector<uint8_t> mutated_scalar(std::mt19937_64& rng, uint32_t* type, std::string* what) {
   std::vector<uint8_t> v;
   const auto f32 = [&](float x, const char* name) {
-    *type = kGgufF32;
+    *type = GgufType::kF32;
     GgufDoc::put<float>(v, x);
     *what = name;
   };
@@ -231,20 +227,20 @@ inline std::vector<uint8_t> mutated_scalar(std::mt19937_64& rng, uint32_t* type,
     case 3: f32(0.0f, "f32 0"); break;
     case 4: f32(1e38f, "f32 1e38"); break;
     case 5: f32(1e-45f, "f32 denormal"); break;
-    case 6: *type = kGgufU32; GgufDoc::put<uint32_t>(v, 0); *what = "u32 0"; break;
-    case 7: *type = kGgufU32; GgufDoc::put<uint32_t>(v, 0xFFFFFFFFu); *what = "u32 max"; break;
-    case 8: *type = kGgufI32; GgufDoc::put<int32_t>(v, -1); *what = "i32 -1"; break;
-    case 9: *type = kGgufU64; GgufDoc::put<uint64_t>(v, uint64_t{1} << 62); *what = "u64 2^62"; break;
-    case 10: *type = kGgufI64; GgufDoc::put<int64_t>(v, std::numeric_limits<int64_t>::min()); *what = "i64 min"; break;
-    case 11: *type = kGgufF64; GgufDoc::put<double>(v, std::numeric_limits<double>::quiet_NaN()); *what = "f64 NaN"; break;
-    case 12: *type = kGgufString; GgufDoc::put_string(v, "12"); *what = "string \"12\""; break;
-    default: *type = kGgufBool; v.push_back(1); *what = "bool true"; break;
+    case 6: *type = GgufType::kU32; GgufDoc::put<uint32_t>(v, 0); *what = "u32 0"; break;
+    case 7: *type = GgufType::kU32; GgufDoc::put<uint32_t>(v, 0xFFFFFFFFu); *what = "u32 max"; break;
+    case 8: *type = GgufType::kI32; GgufDoc::put<int32_t>(v, -1); *what = "i32 -1"; break;
+    case 9: *type = GgufType::kU64; GgufDoc::put<uint64_t>(v, uint64_t{1} << 62); *what = "u64 2^62"; break;
+    case 10: *type = GgufType::kI64; GgufDoc::put<int64_t>(v, std::numeric_limits<int64_t>::min()); *what = "i64 min"; break;
+    case 11: *type = GgufType::kF64; GgufDoc::put<double>(v, std::numeric_limits<double>::quiet_NaN()); *what = "f64 NaN"; break;
+    case 12: *type = GgufType::kString; GgufDoc::put_string(v, "12"); *what = "string \"12\""; break;
+    default: *type = GgufType::kBool; v.push_back(1); *what = "bool true"; break;
   }
   // Small ordinary values too: 1, 2, 3, 7 reach the paths where sizes disagree with tensors.
   if (rng() % 4 == 0) {
     v.clear();
     const uint32_t small = static_cast<uint32_t>(1 + rng() % 8);
-    *type = kGgufU32;
+    *type = GgufType::kU32;
     GgufDoc::put<uint32_t>(v, small);
     *what = "u32 " + std::to_string(small);
   }
@@ -273,7 +269,7 @@ inline std::string mutate(GgufDoc& d, std::mt19937_64& rng) {
         return "duplicated " + key;
       default: {
         GgufKv& kv = d.kvs[i];
-        if (kv.type != kGgufArray || kv.value.size() < 12) return "no-op on " + key;
+        if (kv.type != GgufType::kArray || kv.value.size() < 12) return "no-op on " + key;
         uint64_t count = 0;
         std::memcpy(&count, kv.value.data() + 4, 8);
         if (count == 0) return "no-op on " + key;
@@ -281,13 +277,13 @@ inline std::string mutate(GgufDoc& d, std::mt19937_64& rng) {
         std::memcpy(&elem, kv.value.data(), 4);
         // Keep the first element only (strings: up to its end; fixed types: its size).
         size_t keep = 12;
-        if (elem == kGgufString) {
+        if (elem == GgufType::kString) {
           uint64_t len = 0;
           std::memcpy(&len, kv.value.data() + 12, 8);
           keep += 8 + static_cast<size_t>(len);
         } else {
           static const size_t kSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-          keep += elem <= kGgufF64 ? kSize[elem] : 0;
+          keep += elem <= GgufType::kF64 ? kSize[elem] : 0;
         }
         if (keep > kv.value.size()) return "no-op on " + key;
         kv.value.resize(keep);

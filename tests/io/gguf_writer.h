@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "io/gguf_types.h"
+#include "kvevict/io/gguf.h"
 
 namespace kvevict::testing {
 
-class GgufWriter : public GgufTypes {
+class GgufWriter : public gguf::ValueType {
  public:
   void add_u32(const std::string& key, uint32_t v) { kv_scalar(key, kU32, &v, 4); }
   void add_i32(const std::string& key, int32_t v) { kv_scalar(key, kI32, &v, 4); }

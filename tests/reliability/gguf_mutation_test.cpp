@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -20,6 +21,7 @@
 
 #include "io/gguf_mutator.h"
 #include "model/tiny_model.h"
+#include "kvevict/model/sampler.h"
 #include "reliability/model_file_oracle.h"
 
 namespace kvevict {
@@ -51,23 +53,20 @@ struct Directed {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-using testing::kGgufF32;
-using testing::kGgufI32;
-using testing::kGgufU32;
-using testing::kGgufU64;
+using testing::GgufType;
 
 std::vector<Directed> directed_cases() {
   auto f32 = [](std::string key, float v) {
-    return [key, v](GgufDoc& d) { d.set<float>(key, kGgufF32, v); };
+    return [key, v](GgufDoc& d) { d.set<float>(key, GgufType::kF32, v); };
   };
   auto u32 = [](std::string key, uint32_t v) {
-    return [key, v](GgufDoc& d) { d.set<uint32_t>(key, kGgufU32, v); };
+    return [key, v](GgufDoc& d) { d.set<uint32_t>(key, GgufType::kU32, v); };
   };
   auto i32 = [](std::string key, int32_t v) {
-    return [key, v](GgufDoc& d) { d.set<int32_t>(key, kGgufI32, v); };
+    return [key, v](GgufDoc& d) { d.set<int32_t>(key, GgufType::kI32, v); };
   };
   auto u64 = [](std::string key, uint64_t v) {
-    return [key, v](GgufDoc& d) { d.set<uint64_t>(key, kGgufU64, v); };
+    return [key, v](GgufDoc& d) { d.set<uint64_t>(key, GgufType::kU64, v); };
   };
   std::vector<Directed> c = {
       {"llama", "rope base NaN", f32("llama.rope.freq_base", kNaN), {"llama.rope.freq_base", "nan"}},
@@ -92,8 +91,8 @@ std::vector<Directed> directed_cases() {
       {"llama", "kv heads above heads", u32("llama.attention.head_count_kv", 8), {"Hq = 4", "Hkv = 8"}},
       {"llama", "head dim vs tensors",
        [](GgufDoc& d) {
-         d.set<uint32_t>("llama.attention.key_length", kGgufU32, 12);
-         d.set<uint32_t>("llama.attention.value_length", kGgufU32, 12);
+         d.set<uint32_t>("llama.attention.key_length", GgufType::kU32, 12);
+         d.set<uint32_t>("llama.attention.value_length", GgufType::kU32, 12);
        },
        {".attn_q.weight has shape", "expected [48, 24] from the metadata"}},
       {"llama", "odd head dim", u32("llama.attention.key_length", 7), {"head dim 7 is odd"}},
@@ -116,13 +115,13 @@ std::vector<Directed> directed_cases() {
       {"llama", "rope scale 0",
        [](GgufDoc& d) {
          d.set_string("llama.rope.scaling.type", "linear");
-         d.set<float>("llama.rope.scaling.factor", kGgufF32, 0.0f);
+         d.set<float>("llama.rope.scaling.factor", GgufType::kF32, 0.0f);
        },
        {"llama.rope.scaling.factor", "= 0"}},
       {"llama", "rope scale NaN",
        [](GgufDoc& d) {
          d.set_string("llama.rope.scaling.type", "linear");
-         d.set<float>("llama.rope.scaling.factor", kGgufF32, kNaN);
+         d.set<float>("llama.rope.scaling.factor", GgufType::kF32, kNaN);
        },
        {"rope.scaling.factor", "nan"}},
       {"gemma3", "sliding window -1", i32("gemma3.attention.sliding_window", -1),
@@ -174,6 +173,62 @@ TEST(GgufSemantics, EveryBadHyperParameterIsRefusedNamingIt) {
     const testing::OracleResult r = testing::check_model_file(f.path());
     EXPECT_TRUE(r.loaded) << arch << ": " << r.error;
     EXPECT_TRUE(r.violation.empty()) << arch << ": " << r.violation;
+  }
+}
+
+// A NaN or infinite weight is refused at load (gguf::File::check_finite_values, run by
+// Model::load), naming the tensor, row and column.
+TEST(GgufSemantics, ANonFiniteWeightIsRefusedAtLoad) {
+  for (const float bad : {kNaN, kInf, -kInf}) {
+    GgufDoc d = tiny_doc("llama");
+    const testing::GgufTensorInfo* t = d.find_tensor("blk.0.attn_k.weight");
+    ASSERT_EQ(t->type, 0u);  // f32; dims[0] is the row length
+    const uint64_t row = 1, col = 5;
+    std::memcpy(d.data.data() + t->offset + 4 * (row * t->dims[0] + col), &bad, 4);
+    TempFile f("gguf_nonfinite_weight");
+    f.write(d.serialize());
+    try {
+      Model::load(f.path());
+      ADD_FAILURE() << bad << " weight loaded";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("'blk.0.attn_k.weight' holds a non-finite value"), std::string::npos) << m;
+      EXPECT_NE(m.find("row 1 column 5"), std::string::npos) << m;
+    }
+  }
+}
+
+// Finite weights can still overflow: with attn_q and attn_k at 1e30 every q.k is inf and the
+// softmax argument inf - inf is NaN. It must come out NaN -- never as undefined behaviour
+// (fuzz/gguf_model_fuzzer found a NaN -> int cast in the attention's exp) and never as a finite
+// guess -- and the sampler refuses it, greedy or not (tests/cli: generate exits 2).
+TEST(GgufSemantics, OverflowingWeightsComeOutNanAndTheSamplerRefusesThem) {
+  GgufDoc d = tiny_doc("llama");
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_k.weight"}) {
+    const testing::GgufTensorInfo* t = d.find_tensor(name);
+    ASSERT_EQ(t->type, 0u);
+    const uint64_t n = t->dims[0] * t->dims[1];
+    const float big = 1e30f;
+    for (uint64_t i = 0; i < n; ++i) std::memcpy(d.data.data() + t->offset + 4 * i, &big, 4);
+  }
+  TempFile f("gguf_overflow_weight");
+  f.write(d.serialize());
+  const auto model = Model::load(f.path());
+  Session s(model);
+  s.prefill({1, 2, 3, 4});
+  bool any_nan = false;
+  for (float x : s.logits()) any_nan = any_nan || std::isnan(x);
+  EXPECT_TRUE(any_nan) << "overflowing attention produced finite logits";
+  SamplerOptions hot;
+  hot.temperature = 1.0f;
+  for (const SamplerOptions& o : {SamplerOptions{}, hot}) {
+    Sampler sampler(o);
+    try {
+      sampler.sample(s.logits());
+      ADD_FAILURE() << "sampled from NaN logits at temperature " << o.temperature;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is NaN; expected finite logits"), std::string::npos);
+    }
   }
 }
 
