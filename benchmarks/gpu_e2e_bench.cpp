@@ -6,7 +6,10 @@
 //      for each --budgets value of --method (the same pool for all: SPEC's "same memory").
 //      With --decode-score S, the evicted caches also run decode-time eviction (SPEC section 5):
 //      every step scores with S, heads over budget + --decode-slack rows are cut back to the
-//      prefill budget's row count.
+//      prefill budget's row count. The batch rows hold --distinct different prompts (each its own
+//      prefill and eviction), repeated over the batch.
+//   2b. With --decode-score: the cost of a step that cuts every head (slack 0) against a step that
+//      scores but cuts nothing, at the same batch (target: <= 1.3x).
 // Prints a table; --json FILE writes every number. Device times come from CUDA events; TTFT is
 // host wall time around the whole call.
 #include <algorithm>
@@ -22,7 +25,7 @@
 #include "kvevict/cuda/score.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
-#include "kvevict/model/gpu_runtime.h"
+#include "model_cuda/gpu_runtime.h"
 
 namespace {
 
@@ -47,6 +50,7 @@ struct Args {
   bool fused_scores = true;  // --unfused-scores: the step scores re-read K and V
   bool scores_in_attention = true;  // --separate-scores: a second kernel after the attention
   int fuse_min_segments = 0;        // --fuse-min-segments N (0: the SM count; 1: always fuse)
+  int distinct = 8;                 // distinct prompts in a decode batch
   std::string json;
 };
 
@@ -91,6 +95,7 @@ Args parse(int argc, char** argv) {
           "  --no-b1                skip the batch-1 decode run\n"
           "  --decode-score S       also run decode-time eviction with score S\n"
           "  --decode-slack N       rows over budget before a decode-time cut (default 16)\n"
+          "  --distinct N           distinct prompts in a decode batch (default 8)\n"
           "  --unfused-scores       decode scores recompute q.k instead of reading exported logits\n"
           "  --separate-scores      decode scores in a kernel after the attention, not inside it\n"
           "  --fuse-min-segments N  fuse the scores into the attention from N KV-head segments\n"
@@ -136,6 +141,8 @@ Args parse(int argc, char** argv) {
       a.scores_in_attention = false;
     else if (k == "--fuse-min-segments")
       a.fuse_min_segments = std::stoi(v());
+    else if (k == "--distinct")
+      a.distinct = std::stoi(v());
     else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -236,9 +243,12 @@ int main(int argc, char** argv) {
         const std::string name =
             evict ? a.method + "@" + std::to_string(a.prefill_budget).substr(0, 4)
                   : std::string("full");
+        int64_t kv_before = 0, kv_after = 0;
+        for (auto b : st.kv_bytes_before) kv_before += b;
+        for (auto b : st.kv_bytes_after) kv_after += b;
         std::printf("%-8lld %-10s %12.3f %12.3f %12.3f %9.2f%% %12.3f %11.2f GiB\n",
                     static_cast<long long>(L), name.c_str(), st.prefill_seconds, st.evict_seconds,
-                    total_s, 100.0 * overhead, ttft, gib(st.kv_bytes_after));
+                    total_s, 100.0 * overhead, ttft, gib(static_cast<double>(kv_after)));
         std::fflush(stdout);
         nlohmann::json j;
         j["tokens"] = L;
@@ -251,9 +261,8 @@ int main(int argc, char** argv) {
             base_prefill > 0 ? "separate no-eviction prefill" : "same run's prefill part";
         j["ttft_s"] = ttft;
         j["first_token"] = first;
-        j["kv_bytes_before"] = st.kv_bytes_before;
-        j["kv_bytes_after"] = st.kv_bytes_after;
-        j["evict_path"] = st.evict_path;
+        j["kv_bytes_before"] = kv_before;
+        j["kv_bytes_after"] = kv_after;
         out["prefill"].push_back(j);
       };
       if (L <= a.pair_max) run(false);
@@ -263,6 +272,9 @@ int main(int argc, char** argv) {
     // --- 2. decode throughput at the largest batch of one memory pool ---------------------------
     const int64_t Ld = std::min<int64_t>(a.decode_context, cfg.context_length - a.decode_steps - 8);
     const auto prompt = random_prompt(Ld, cfg.vocab_size, 7);
+    std::vector<std::vector<int32_t>> prompts;  // distinct prompts of the batch rows
+    for (int i = 0; i < std::max(a.distinct, 1); ++i)
+      prompts.push_back(random_prompt(Ld, cfg.vocab_size, 7 + 1000 * i));
     const int64_t room = a.decode_steps + 8;
     int64_t free_now = 0;
     gpu::device_memory(&free_now, &total);
@@ -308,12 +320,14 @@ int main(int argc, char** argv) {
     for (double b : budgets) {
       const bool full = b >= 1.0;
       const int64_t kept = full ? Ld : Budget{b}.keep_count(Ld);
-      // The batch is filled by copies of sequence 0, whose full prefill cache also lives until
-      // replicate_sequence() returns: the pool holds B + 1 sequences (plus the full one).
+      // The batch rows repeat --distinct prompts, each prefilled (its full cache lives until its
+      // eviction) and evicted into its own row cache; the batch then concatenates the rows: the
+      // pool holds the distinct rows, one full cache and the B rows.
       const int64_t slack = a.decode_score.empty() || full ? 0 : a.decode_slack + 1;
       const double per_seq = seq_bytes(kept + room + slack);
       const double full_seq = seq_bytes(Ld + room);
-      int64_t B = static_cast<int64_t>((pool - (full ? 0.0 : full_seq)) / per_seq) - 1;
+      const int K = static_cast<int>(prompts.size());
+      int64_t B = static_cast<int64_t>((pool - full_seq) / per_seq) - K;
       B = std::min<int64_t>(B, a.max_batch);
       KVEVICT_CHECK(B >= 1, "no room for one sequence of ", gib(per_seq), " GiB");
       gpu::GpuSessionOptions go;
@@ -324,14 +338,21 @@ int main(int argc, char** argv) {
       go.fused_decode_scores = a.fused_scores;
       go.scores_in_attention = a.scores_in_attention;
       go.scores_in_attention_min_segments = a.fuse_min_segments;
-      gpu::GpuSession s(model, go);
       const EvictConfig ev = evict_for(b, Ld);
-      s.prefill(prompt, ev);
-      s.replicate_sequence();
-      s.decode_greedy(2);  // warm-up (cuBLAS heuristics, first-touch)
-      const double before = s.stats().decode_seconds;
-      s.decode_greedy(a.decode_steps);
-      const double secs = s.stats().decode_seconds - before;
+      const std::vector<std::vector<int32_t>> rows_prompts(
+          prompts.begin(), prompts.begin() + std::min<int64_t>(K, B));
+      double secs = 0;
+      int64_t kv_total = 0, evictions = 0;
+      {  // the batch's caches are freed before the cut-cost runs below build theirs
+        gpu::GpuSession s(model, go);
+        s.prefill_rows(rows_prompts, ev);
+        s.decode_greedy(2);  // warm-up (cuBLAS heuristics, first-touch)
+        const double before = s.stats().decode_seconds;
+        s.decode_greedy(a.decode_steps);
+        secs = s.stats().decode_seconds - before;
+        kv_total = s.kv_bytes_total();
+        evictions = s.stats().decode_evictions;
+      }
       const double tps = static_cast<double>(B) * a.decode_steps / secs;
       if (full) full_tps = tps;
       const std::string name = cache_name(b);
@@ -348,10 +369,31 @@ int main(int argc, char** argv) {
       j["step_ms"] = 1e3 * secs / a.decode_steps;
       j["tokens_per_s"] = tps;
       j["speedup_vs_full"] = full_tps > 0 ? tps / full_tps : 0.0;
-      j["kv_bytes_total"] = s.kv_bytes_total();
+      j["kv_bytes_total"] = kv_total;
       j["batch_capped"] = B == a.max_batch;
-      j["decode_evictions"] = s.stats().decode_evictions;
+      j["decode_evictions"] = evictions;
+      j["distinct_prompts"] = std::min<int64_t>(K, B);
       out["decode"].push_back(j);
+      if (!a.decode_score.empty() && !full) {
+        // 2b. A step that cuts every head (slack 0: every step evicts one row per head) against a
+        // step that scores but never cuts (slack beyond the steps), same batch and prompts.
+        auto step_ms = [&](int64_t slack) {
+          EvictConfig e = ev;
+          e.decode.options.slack = slack;
+          gpu::GpuSession c(model, go);
+          c.prefill_rows(rows_prompts, e);
+          c.decode_greedy(2);
+          const double t0 = c.stats().decode_seconds;
+          c.decode_greedy(a.decode_steps);
+          return 1e3 * (c.stats().decode_seconds - t0) / a.decode_steps;
+        };
+        const double cut = step_ms(0), nocut = step_ms(a.decode_steps + 1000);
+        std::printf("%-12s cut every step %.3f ms, no cut %.3f ms: %.2fx (target <= 1.3x)\n",
+                    name.c_str(), cut, nocut, cut / nocut);
+        std::fflush(stdout);
+        out["cut_cost"].push_back({{"cache", name}, {"batch", B}, {"cut_step_ms", cut},
+                                   {"no_cut_step_ms", nocut}, {"ratio", cut / nocut}});
+      }
     }
     // --- 3. one sequence (B = 1): per-token latency of each cache ------------------------------
     if (a.b1) {

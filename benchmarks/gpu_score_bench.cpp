@@ -218,13 +218,6 @@ void bench_select_compact(Layer& L, const char* model, double budget, int reps) 
   r.target_ms = budget == 0.05 && L.n == 131072 ? 0.05 : 0;
   r.scratch = sel_bytes;
   report(r);
-  std::snprintf(name, sizeof(name), "%s select+compact fused %.0f%% n=%lldK", model,
-                budget * 100, static_cast<long long>(L.n / 1024));
-  r.name = name;
-  r.ms = median_ms(reps, [&] {
-    cuda::select_compact_uniform(s, keep, 0, 8, tk, tv, TensorView(), tkept, tok, tov, tpos, ws);
-  });
-  report(r);
   std::snprintf(name, sizeof(name), "%s   select only %.0f%% n=%lldK", model, budget * 100,
                 static_cast<long long>(L.n / 1024));
   r.name = name;

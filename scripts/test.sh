@@ -10,6 +10,19 @@ scripts/setup.sh
 # ctest runs tests side by side; idle OpenMP workers must sleep, not spin, or they starve each other.
 export OMP_WAIT_POLICY=PASSIVE
 ctest --preset release -j "$(nproc)"
+# The Python package (pyproject.toml): built CPU-only here (no GPU in CI, and the CUDA kernels
+# would double the build on 2 cores; tools/python_gpu_check.sh builds and tests the CUDA path),
+# then its pytest suite (tests/python: numpy, torch CPU, Hugging Face, kvpress). Measured from a
+# fresh clone on the 2-core machine, empty caches: build 292 s, tests 43 s (+ 424 s for .venv in
+# install_deps.sh), docs/RESULTS.md.
+py_start=$(date +%s)
+# ccache with paths relative to the clone, so CI runs from fresh clones in new folders hit it.
+command -v ccache >/dev/null && export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$ROOT"
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation . \
+  -C cmake.define.KVEVICT_CUDA=OFF
+py_built=$(date +%s)
+.venv/bin/python -m pytest -q tests/python
+echo "python: build $((py_built - py_start)) s, tests $(($(date +%s) - py_built)) s"
 # The CPU test suite again under AddressSanitizer + UBSan (labels gpu and slow excluded): every
 # bad-input test must fail cleanly and never touch memory it should not; LeakSanitizer checks leaks.
 scripts/test_asan.sh

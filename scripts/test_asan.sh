@@ -17,7 +17,7 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 start=$(date +%s)
 cmake --preset asan >/dev/null
 if [ "${1:-}" = "--library" ]; then
-  folders='core\|io\|tokenizer\|score\|select\|cache\|attention\|evict\|diagnostics'
+  folders='core\|io\|quant\|tokenizer\|score\|select\|cache\|attention\|evict\|diagnostics'
   targets=$(cmake --build --preset asan --target help |
             sed -n 's/^\.\.\. \(test_\('"$folders"'\)_[a-z0-9_]*\).*/\1/p')
   # shellcheck disable=SC2086

@@ -4,8 +4,9 @@
 #
 #   tools/gpu_check.sh                 configure + build with CMake in build/gpu, then check
 #   GPU_PREBUILT=DIR tools/gpu_check.sh  use test/bench binaries already built for sm_90a in DIR
-#                                      (DIR/tests/test_cuda_*, DIR/benchmarks/gpu_score_bench,
-#                                      optional DIR/lib on LD_LIBRARY_PATH)
+#                                      (DIR/tests/test_cuda_*, DIR/tests/test_model_cuda_*,
+#                                      DIR/benchmarks/gpu_score_bench, the shared libraries in DIR/lib
+#                                      on LD_LIBRARY_PATH)
 #   GPU_QUICK=1                        fewer benchmark sizes; GPU_SKIP_SANITIZER=1 skips sanitizers
 #   GPU_TESTS='*select*'               only the test binaries matching the glob (default: all)
 #   GPU_SKIP_BENCH=1                   no benchmark, no peers
@@ -37,6 +38,7 @@ else
        -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/build.log" 2>&1 &&
      cmake --build "$bin" -j"$(nproc)" --target gpu_score_bench \
        $(cd "$root/tests/cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_cuda_/') \
+       $(cd "$root/tests/model_cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_model_cuda_/') \
        >>"$out/build.log" 2>&1; then
     note "build: ok ($(( $(date +%s) - t0 )) s, sm_90a)"
   else
@@ -44,7 +46,7 @@ else
   fi
 fi
 
-tests=$(ls "$bin"/tests/test_cuda_* 2>/dev/null | grep -v '\.cmake$' || true)
+tests=$(ls "$bin"/tests/test_cuda_* "$bin"/tests/test_model_cuda_* 2>/dev/null | grep -v '\.cmake$' || true)
 if [[ -n "${GPU_TESTS:-}" ]]; then
   sel=""; for t in $tests; do case "$(basename "$t")" in $GPU_TESTS) sel="$sel $t" ;; esac; done
   tests=$sel

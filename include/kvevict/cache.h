@@ -30,8 +30,18 @@ struct KVLayerView {
   float* score_acc = nullptr;        // [rows] decode-time running score per row; may be null
   const int64_t* offsets = nullptr;  // host [Hkv + 1] segment starts; offsets[Hkv] = rows
   int64_t* lens = nullptr;           // host [Hkv] rows in use per head
+  // Device caches may keep their segment table in device memory too (the cuda backend reads it
+  // from there and writes it there, so no table crosses to the host between layers). While only
+  // the device table is current, the host arrays may be null and `rows` gives the allocation.
+  int64_t* device_offsets = nullptr;  // device [Hkv + 1]
+  int32_t* device_lens = nullptr;     // device [Hkv]
+  int64_t rows = -1;                  // allocated rows when `offsets` is null
 
-  int64_t capacity_rows() const { return offsets ? offsets[num_kv_heads] : 0; }
+  int64_t capacity_rows() const {
+    return offsets ? offsets[num_kv_heads] : (rows < 0 ? 0 : rows);
+  }
+  bool has_host_table() const { return offsets != nullptr && lens != nullptr; }
+  bool has_device_table() const { return device_offsets != nullptr && device_lens != nullptr; }
   int64_t len(int h) const { return lens[h]; }
   int64_t total_len() const;
   // Bytes held by the allocation (capacity, not just the rows in use) for K and V.

@@ -9,24 +9,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "kvevict/backend.h"
 #include "kvevict/cache.h"
+#include "kvevict/decode_score.h"
 #include "kvevict/tensor.h"
 
 namespace kvevict {
-
-enum class DecodeScore : uint8_t {
-  kAttentionSum,  // h2o: add p
-  kTOVA,          // tova: replace by p (averaged over the G heads of the group, not the whole
-                  // layer as in prefill: decode heads evict independently)
-  kDropKV,        // add (p/(1-p))^2 ||a - v||^2
-  kObcacheV,      // add p^2 ||v||^2
-  kObcacheK,      // add (p z)^2 ||v - a||^2
-  kObcacheVK,     // add obcache_v + obcache_k + 2 p^2 z (||v||^2 - <v, a>)
-};
-DecodeScore decode_score_parse(const std::string& s);  // "h2o", "tova", "dropkv", "obcache_vk"...
-const char* decode_score_name(DecodeScore s);
 
 struct DecodeEvictOptions {
   DecodeScore score = DecodeScore::kAttentionSum;
@@ -48,14 +39,31 @@ struct DecodeStep {
   TensorView lse;  // [Hq] f32 its log-sum-exp over the current cache
 };
 
+// The rules live here once, for every device: which heads are over budget and how many rows they
+// keep (evict), and what a step adds to the accumulators (accumulate on host caches; the GPU
+// runtime computes the same step score inside its decode attention, from options().score). The
+// cut itself runs on a Backend (Backend::cut_segments): in place on the host, on the GPU with
+// the rows selected by a radix select of the accumulators. A cache view's "heads" may be the
+// segments of a whole batch (sequence-major), so one call cuts every sequence.
 class DecodeEvictor {
  public:
-  explicit DecodeEvictor(DecodeEvictOptions opt);
+  // `backend` runs the cuts (nullptr: a host backend owned by the evictor); it must outlive the
+  // evictor and live where the caches handed to evict() live.
+  explicit DecodeEvictor(DecodeEvictOptions opt, Backend* backend = nullptr);
+  ~DecodeEvictor();
+  DecodeEvictor(DecodeEvictor&&) noexcept;
+  DecodeEvictor& operator=(DecodeEvictor&&) noexcept;
   const DecodeEvictOptions& options() const { return opt_; }
+  // tova replaces the accumulator with the step's score; every other score adds to it.
+  bool replaces() const { return opt_.score == DecodeScore::kTOVA; }
 
   // Adds (tova: writes) the step's per-row score to cache.score_acc over every head's rows.
+  // Host caches.
   void accumulate(const KVLayerView& cache, const DecodeStep& step) const;
-  // Evicts over-long heads down to the budget in place; returns the number of rows evicted.
+  // The heads longer than budget + slack (read from the cache's host table) and the cut that
+  // brings them back to the budget; empty heads when nothing is over.
+  SegmentCut plan(const KVLayerView& cache) const;
+  // Cuts over-long heads down to the budget in place on the backend; returns the rows evicted.
   int64_t evict(const KVLayerView& cache) const;
   // accumulate() then evict().
   int64_t step(const KVLayerView& cache, const DecodeStep& step) const;
@@ -65,6 +73,8 @@ class DecodeEvictor {
 
  private:
   DecodeEvictOptions opt_;
+  std::unique_ptr<Backend> owned_;
+  Backend* backend_ = nullptr;
 };
 
 }  // namespace kvevict

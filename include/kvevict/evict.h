@@ -30,8 +30,10 @@ class LayerEvictor {
   // what selection protects), and select.sink = MethodSpec::sink (streamingllm's 4 sinks).
   LayerEvictor(Backend& backend, ScoreOptions score, SelectOptions select);
 
-  // Scores problem (on the backend's device) and selects. streamingllm needs no scores.
-  Selection plan(const ScoreProblem& problem);
+  // Scores problem (on the backend's device) and selects. Residency::kDevice lets a device
+  // backend keep the selection in device memory, so plan() and apply() queue their work on the
+  // backend's stream without waiting for it (see Backend::select).
+  Selection plan(const ScoreProblem& problem, Residency where = Residency::kHost);
   // Compacts `in` into `out` (sized by the caller from cache_plan_offsets).
   void apply(const KVLayerView& in, const Selection& selection, const KVLayerView& out);
   // One call for host data: the full cache from problem.k / problem.v (converted to
@@ -40,6 +42,7 @@ class LayerEvictor {
 
   const ScoreOptions& score_options() const { return score_; }
   const SelectOptions& select_options() const { return select_; }
+  Backend& backend() const { return backend_; }
   // The [Hkv, n] f32 scores of the last plan() on the backend's device (empty before).
   TensorView last_scores() const { return scores_view_; }
   std::string describe() const;  // score and select settings in one line

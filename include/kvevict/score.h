@@ -56,7 +56,8 @@ struct ScoreOutput {
 
 namespace ref {
 // The double-precision ground truth, written for clarity, not speed (materializes p per query;
-// ||a - v||^2 and <v, v - a> from explicit differences). Host inputs only.
+// ||a - v||^2 and <v, v - a> from explicit differences; the top key in the leave-one-out form).
+// Host inputs only.
 struct Scores {
   int num_kv_heads = 0;
   int64_t n = 0;
@@ -85,8 +86,11 @@ namespace cpu {
 // the output of every later query).
 //
 // Numerics: float accumulation; dropkv's ||a - v||^2 is summed from explicit differences on the
-// fly (score_terms.h *_dist) rather than the norm identity, which cancels when p -> 1. NaN/Inf in
-// k, v, the used rows of q, or wo throws the reference's message (detected while streaming).
+// fly (score_terms.h *_dist). Each query's top key (largest logit) is kept apart from the
+// forward's accumulator and takes the leave-one-out term (score_terms.h top_term: a_{-top} with
+// its own max, 1 - p = rho / (1 + rho)), and the other keys' p is taken relative to it, so no
+// score cancels or underflows as p -> 1 (issue 13). NaN/Inf in k, v, the used rows of q, or wo
+// throws the reference's message (detected while streaming).
 size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& opt);
 void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutput& out,
            Workspace ws);

@@ -10,6 +10,19 @@
 //   av  <a_t, v_j>
 // ||a - v||^2 is expanded as a2 + v2 - 2 av (clamped at 0, rounding can make it slightly negative),
 // so no [w, n, d] difference tensor ever exists (SPEC section 2, dropkv row).
+//
+// The row's top key (issue 13, SPEC section 2). For every key but the one with the largest logit,
+// p <= 1/2, so 1 - p >= 1/2 and the forms above lose at most a factor 2 to the rounding of a. The
+// top key can hold p -> 1; there a = p v_j + (1 - p) a_{-j} with a_{-j} the attention output
+// WITHOUT key j, so a - v_j = (1 - p)(a_{-j} - v_j) and
+//   dropkv     (p / (1 - p))^2 ||a - v_j||^2 = p^2 ||a_{-j} - v_j||^2      (-> ||a_{-j} - v_j||^2)
+//   obcache_k  (p z)^2 ||v_j - a||^2          = (p z (1 - p))^2 ||v_j - a_{-j}||^2
+//   obcache_vk cross term 2 p^2 z <v_j, v_j - a> = 2 p^2 z (1 - p) <v_j, v_j - a_{-j}>
+// Computed from a_{-j} accumulated APART from key j and 1 - p = rho / (1 + rho) with
+// rho = sum_{i != j} exp(z_i - z_j) (no 1 - exp(.) anywhere), these forms have no cancellation and
+// no 1 / (1 - p) amplification, for any p (TopKey, top_term). A row that sees a single key has no
+// a_{-j}: the output without it is taken as 0 (what an empty softmax row of flash attention gives),
+// so its dropkv term is ||v_j||^2, the change removing it makes.
 #pragma once
 
 #include <cmath>
@@ -65,10 +78,9 @@ KVEVICT_HD inline T dist2(T a2, T v2, T av) {
 
 // The terms come in two spellings. The *_dist forms take ||a - v||^2 (`dist2`) and
 // <v, v - a> (`vdiff`) directly: a backend computes them on the fly from the d-long difference
-// (still no [w, n, d] tensor), which is exact where the norm identity cancels. That matters for
-// dropkv, whose 1 / (1 - p)^2 amplifies the identity's rounding when one token takes almost all
-// the attention (p -> 1, e.g. a query that sees a single key). The identity forms take
-// (a2, v2, av) and are fine for the obcache terms, which have no such amplification.
+// (still no [w, n, d] tensor), which is exact where the norm identity cancels. The identity forms
+// take (a2, v2, av). Both are the forms for keys other than the row's top key (p <= 1/2, where
+// 1 / (1 - p)^2 <= 4); the top key takes top_term.
 
 // dropkv: (p / (1 - p))^2 ||a - v||^2.
 template <class T>
@@ -112,6 +124,77 @@ KVEVICT_HD inline T obcache_vk_term(T p, T z, T a2, T v2, T av) {
 template <class T>
 KVEVICT_HD inline T attention_term(T p) {
   return p;
+}
+
+// The leave-one-out quantities of a row's top key j (see the header comment).
+template <class T>
+struct TopKey {
+  T p = 0;      // p_j = 1 / (1 + rho)
+  T omp = 0;    // 1 - p_j = rho / (1 + rho)
+  T z = 0;      // z_j
+  T d2 = 0;     // ||v_j - a_{-j}||^2
+  T vdiff = 0;  // <v_j, v_j - a_{-j}>
+  T v2 = 0;     // ||v_j||^2
+};
+
+// The probability of a key other than the row's top from e = exp(z - z_top) <= 1: p = e p_top. Taken
+// relative to the top's logit rather than as exp(z - lse), it stays right where lse = z_top +
+// log1p(rho) rounds to z_top (|z| ~ 1e30 with a tie: exp(z - lse) would give 1 instead of 1/2).
+// Its 1 - p >= 1/2 is then exact as 1 - p.
+template <class T>
+KVEVICT_HD inline T other_prob(T e, T p_top) {
+  return e * p_top;
+}
+
+// The per-pair term of method m for a key other than the row's top (p <= 1/2), from ||a - v||^2
+// and <v, v - a> (the *_dist forms).
+template <class T>
+KVEVICT_HD inline T other_term_dist(Method m, T p, T z, T v2, T dist2, T vdiff) {
+  switch (m) {
+    case Method::kDropKV: return dropkv_term_dist(p, T(1) - p, dist2);
+    case Method::kObcacheV: return obcache_v_term(p, v2);
+    case Method::kObcacheK: return obcache_k_term_dist(p, z, dist2);
+    case Method::kObcacheVK: return obcache_vk_term_dist(p, z, v2, dist2, vdiff);
+    case Method::kSnapKV:
+    case Method::kH2O:
+    case Method::kTOVA:
+    case Method::kVATP:
+    case Method::kCriticalKV: return attention_term(p);
+    default: return T(0);
+  }
+}
+
+// p and 1 - p of the top key from rho = sum_{i != j} exp(z_i - z_j) >= 0.
+template <class T>
+KVEVICT_HD inline void top_probs(T rho, T& p, T& omp) {
+  p = T(1) / (T(1) + rho);
+  omp = rho * p;
+}
+
+// The per-pair term of method m for the row's top key, in the leave-one-out form. The products are
+// ordered so that a huge logit (z ~ 1e30 with 1 - p = 0) gives 0, never inf * 0.
+template <class T>
+KVEVICT_HD inline T top_term(Method m, const TopKey<T>& t) {
+  const T p2 = t.p * t.p;
+  const T zo = t.z * t.omp;  // z (1 - p)
+  switch (m) {
+    case Method::kDropKV: return p2 * t.d2;
+    case Method::kObcacheV: return p2 * t.v2;
+    case Method::kObcacheK: {
+      const T k = t.p * zo;
+      return k * k * t.d2;
+    }
+    case Method::kObcacheVK: {
+      const T k = t.p * zo;
+      return p2 * t.v2 + k * k * t.d2 + T(2) * p2 * zo * t.vdiff;
+    }
+    case Method::kSnapKV:
+    case Method::kH2O:
+    case Method::kTOVA:
+    case Method::kVATP:
+    case Method::kCriticalKV: return t.p;
+    default: return T(0);
+  }
 }
 
 // True for the methods whose per-pair term needs a (a2, av); the others need only z and lse

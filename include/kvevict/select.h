@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,14 +17,32 @@ namespace kvevict {
 
 // The kept rows of every KV head. Head h keeps index[offsets[h] .. offsets[h+1]), row indices
 // within its own segment (0 .. len_h - 1), strictly ascending (= sorted by position).
+//
+// A device backend can leave the selection where it computed it (Residency::kDevice): then
+// `device` holds the same two arrays in device memory and the host arrays may be empty (they are
+// filled when the counts are known without a round trip, e.g. uniform budgets). `rows`, the
+// layer's kept total, is always known on the host (Hkv * n_keep for every policy).
+enum class Residency : uint8_t { kHost, kDevice };
+
 struct Selection {
   int num_kv_heads = 0;
-  std::vector<int64_t> offsets;  // [Hkv + 1] prefix sums of the kept counts
+  std::vector<int64_t> offsets;  // [Hkv + 1] prefix sums of the kept counts (host)
   std::vector<int32_t> index;    // [offsets[Hkv]] kept row indices within each head's segment
   std::string warning;           // non-empty when the budget fell below the protected tokens
+  struct DeviceArrays {
+    std::shared_ptr<void> storage;     // owns both arrays (freed in stream order)
+    const int64_t* offsets = nullptr;  // [Hkv + 1] device
+    const int32_t* index = nullptr;    // [rows] device
+  } device;
+  int64_t rows = -1;  // kept rows of all heads when only the device arrays are filled
 
+  bool on_device() const { return device.offsets != nullptr; }
+  bool has_host_offsets() const { return static_cast<int>(offsets.size()) == num_kv_heads + 1; }
+  bool has_host_index() const {
+    return has_host_offsets() && static_cast<int64_t>(index.size()) == offsets.back();
+  }
   int64_t count(int h) const { return offsets[h + 1] - offsets[h]; }
-  int64_t total() const { return offsets.empty() ? 0 : offsets.back(); }
+  int64_t total() const { return has_host_offsets() ? offsets.back() : (rows < 0 ? 0 : rows); }
   const int32_t* head(int h) const { return index.data() + offsets[h]; }
   // Keeps every row of every head (budget 1.0, or a decode head still under budget).
   static Selection keep_all(int num_kv_heads, const int64_t* lens);

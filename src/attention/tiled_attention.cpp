@@ -103,17 +103,12 @@ Scratch carve_chunk(WorkspaceCarver& c, const Plan& p) {
   return s;
 }
 
-// Converts `count` contiguous f16 / bf16 / f32 elements to f32 (a flat loop that vectorizes).
+// Converts `count` contiguous f16 / bf16 / f32 elements to f32.
 void to_f32(const void* src, DType t, int64_t count, float* dst) {
   if (t == DType::kBF16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < count; ++i) {
-      const uint32_t u = static_cast<uint32_t>(s[i]) << 16;
-      std::memcpy(dst + i, &u, 4);
-    }
+    bf16_to_float_n(static_cast<const uint16_t*>(src), dst, count);
   } else if (t == DType::kF16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < count; ++i) dst[i] = half_to_float(s[i]);
+    half_to_float_n(static_cast<const uint16_t*>(src), dst, count);  // F16C, 8 a step
   } else {
     std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
   }
@@ -143,85 +138,109 @@ inline float exp_nonpositive(float x) {
   return y * scale;
 }
 
-inline float dot(const float* a, const float* b, int d) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < d; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Logits of one query row against the keys of a tile ([tk, d] f32): four keys share every load of
-// the query, so the loop is bound by FMAs rather than loads.
-void row_logits(const float* q, const float* kt, int tk, int d, float* out) {
-  int j = 0;
-  for (; j + 4 <= tk; j += 4) {
-    const float* k0 = kt + static_cast<size_t>(j) * d;
-    const float* k1 = k0 + d;
-    const float* k2 = k1 + d;
-    const float* k3 = k2 + d;
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-    for (int i = 0; i < d; ++i) {
-      const float qi = q[i];
-      s0 += qi * k0[i];
-      s1 += qi * k1[i];
-      s2 += qi * k2[i];
-      s3 += qi * k3[i];
-    }
-    out[j] = s0;
-    out[j + 1] = s1;
-    out[j + 2] = s2;
-    out[j + 3] = s3;
-  }
-  for (; j < tk; ++j) out[j] = dot(q, kt + static_cast<size_t>(j) * d, d);
-}
-
-// acc[0, d) += sum_j p[j] v_j over a tile. Each element adds the keys in order j = 0, 1, ...;
-// with GCC/Clang vector types, blocks of 64 elements stay in registers across the whole key loop
-// (an array accumulator went through the stack on every key and ran ~3x slower).
-#if defined(__GNUC__)
-typedef float Vec16 __attribute__((vector_size(64)));
-inline Vec16 load16(const float* x) {
-  Vec16 v;
+// 8-float vectors (GCC / Clang vector extensions): one ymm register under AVX2, two xmm under
+// SSE2. The former 16-float type ran through the stack on AVX2 CPUs (the compiler splits a
+// 64-byte vector into xmm pieces), which made attention 43% of Gemma 3's prefill (issue 17).
+typedef float Vec8 __attribute__((vector_size(32)));
+inline Vec8 load8(const float* x) {
+  Vec8 v;
   std::memcpy(&v, x, sizeof v);
   return v;
 }
-inline void store16(float* x, Vec16 v) {
-  std::memcpy(x, &v, sizeof v);
-}
-#endif
+inline void store8(float* x, Vec8 v) { std::memcpy(x, &v, sizeof v); }
+inline float hsum8(Vec8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
 
-void row_pv(const float* p, const float* vt, int tk, int d, float* acc) {
+// Logits of up to two query rows against the keys of a tile ([tk, d] f32; d a multiple of 8):
+// 2 rows x 4 keys of accumulators share every load of q and k.
+void rows_logits(const float* q0, const float* q1, const float* kt, int tk, int d, float* out0,
+                 float* out1) {
+  const bool two = q1 != nullptr;
+  int j = 0;
+  for (; j + 4 <= tk; j += 4) {
+    const float* k0 = kt + static_cast<size_t>(j) * d;
+    Vec8 a[2][4] = {};
+    for (int i = 0; i < d; i += 8) {
+      const Vec8 x0 = load8(q0 + i);
+      const Vec8 x1 = two ? load8(q1 + i) : x0;
+      for (int u = 0; u < 4; ++u) {
+        const Vec8 kv = load8(k0 + static_cast<size_t>(u) * d + i);
+        a[0][u] += x0 * kv;
+        a[1][u] += x1 * kv;
+      }
+    }
+    for (int u = 0; u < 4; ++u) {
+      out0[j + u] = hsum8(a[0][u]);
+      if (two) out1[j + u] = hsum8(a[1][u]);
+    }
+  }
+  for (; j < tk; ++j) {
+    const float* kj = kt + static_cast<size_t>(j) * d;
+    Vec8 a0 = {}, a1 = {};
+    for (int i = 0; i < d; i += 8) {
+      const Vec8 kv = load8(kj + i);
+      a0 += load8(q0 + i) * kv;
+      if (two) a1 += load8(q1 + i) * kv;
+    }
+    out0[j] = hsum8(a0);
+    if (two) out1[j] = hsum8(a1);
+  }
+}
+
+// acc_r[0, d) += sum_j p_r[j] v_j over a tile for up to two rows (d a multiple of 8): blocks of
+// 32 elements of both rows (8 registers) stay in registers across the key loop, and each loaded
+// value vector feeds both rows. Each element adds the keys in order j = 0, 1, ...
+void rows_pv(const float* p0, const float* p1, const float* vt, int tk, int d, float* acc0,
+             float* acc1) {
+  const bool two = p1 != nullptr;
   int i0 = 0;
-#if defined(__GNUC__)
-  for (; i0 + 64 <= d; i0 += 64) {
-    Vec16 a0 = load16(acc + i0), a1 = load16(acc + i0 + 16);
-    Vec16 a2 = load16(acc + i0 + 32), a3 = load16(acc + i0 + 48);
+  for (; i0 + 32 <= d; i0 += 32) {
+    Vec8 a[2][4];
+    for (int u = 0; u < 4; ++u) {
+      a[0][u] = load8(acc0 + i0 + 8 * u);
+      a[1][u] = two ? load8(acc1 + i0 + 8 * u) : a[0][u];
+    }
     for (int j = 0; j < tk; ++j) {
-      const float pj = p[j];
+      const float w0 = p0[j], w1 = two ? p1[j] : 0.0f;
       const float* vj = vt + static_cast<size_t>(j) * d + i0;
-      a0 += pj * load16(vj);
-      a1 += pj * load16(vj + 16);
-      a2 += pj * load16(vj + 32);
-      a3 += pj * load16(vj + 48);
+      for (int u = 0; u < 4; ++u) {
+        const Vec8 vv = load8(vj + 8 * u);
+        a[0][u] += w0 * vv;
+        a[1][u] += w1 * vv;
+      }
     }
-    store16(acc + i0, a0);
-    store16(acc + i0 + 16, a1);
-    store16(acc + i0 + 32, a2);
-    store16(acc + i0 + 48, a3);
+    for (int u = 0; u < 4; ++u) {
+      store8(acc0 + i0 + 8 * u, a[0][u]);
+      if (two) store8(acc1 + i0 + 8 * u, a[1][u]);
+    }
   }
-  for (; i0 + 16 <= d; i0 += 16) {
-    Vec16 a0 = load16(acc + i0);
-    for (int j = 0; j < tk; ++j) a0 += p[j] * load16(vt + static_cast<size_t>(j) * d + i0);
-    store16(acc + i0, a0);
-  }
-#endif
-  if (i0 < d)
+  for (; i0 < d; i0 += 8) {
+    Vec8 a0 = load8(acc0 + i0), a1 = two ? load8(acc1 + i0) : a0;
     for (int j = 0; j < tk; ++j) {
-      const float pj = p[j];
-      const float* vj = vt + static_cast<size_t>(j) * d;
-      for (int i = i0; i < d; ++i) acc[i] += pj * vj[i];
+      const Vec8 vv = load8(vt + static_cast<size_t>(j) * d + i0);
+      a0 += p0[j] * vv;
+      a1 += (two ? p1[j] : 0.0f) * vv;
     }
+    store8(acc0 + i0, a0);
+    if (two) store8(acc1 + i0, a1);
+  }
+}
+
+// Any d: the plain loops (d not a multiple of 8 is rare: every model here has 64 .. 256).
+void row_logits_any(const float* q, const float* kt, int tk, int d, float* out) {
+  for (int j = 0; j < tk; ++j) {
+    float s = 0.0f;
+    const float* kj = kt + static_cast<size_t>(j) * d;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < d; ++i) s += q[i] * kj[i];
+    out[j] = s;
+  }
+}
+void row_pv_any(const float* p, const float* vt, int tk, int d, float* acc) {
+  for (int j = 0; j < tk; ++j) {
+    const float pj = p[j];
+    const float* vj = vt + static_cast<size_t>(j) * d;
+    for (int i = 0; i < d; ++i) acc[i] += pj * vj[i];
+  }
 }
 
 // Normalizes one row's softmax state into out (and lse); a row that saw nothing gets zeros / -inf.
@@ -302,12 +321,25 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
       to_f32(static_cast<const char*>(vb) + j0 * d * esz, c.dtype, tk * d, s.vt);
     }
 
+    const bool vec = d % 8 == 0;
+    auto srow = [&](int r) { return s.s + static_cast<size_t>(r) * kKeyTile; };
+    auto qrow = [&](int r) { return s.q + static_cast<size_t>(r) * d; };
+    auto arow = [&](int r) { return s.acc + static_cast<size_t>(r) * d; };
+    // Logits, two rows at a time.
+    for (int r = 0; r < rows; r += 2) {
+      const bool two = r + 1 < rows;
+      if (vec)
+        rows_logits(qrow(r), two ? qrow(r + 1) : nullptr, kt, tk, d, srow(r),
+                    two ? srow(r + 1) : nullptr);
+      else
+        for (int rr = r; rr < r + (two ? 2 : 1); ++rr) row_logits_any(qrow(rr), kt, tk, d, srow(rr));
+    }
+    // Masking and the online softmax, row by row; a row that sees nothing in this tile gets
+    // weights 0 and keeps its state.
     for (int r = 0; r < rows; ++r) {
       const int t = r % tq;
       const int64_t qp = pb.q_pos[q0 + t];
-      float* sr = s.s + static_cast<size_t>(r) * kKeyTile;
-      const float* qr = s.q + static_cast<size_t>(r) * d;
-      row_logits(qr, kt, tk, d, sr);
+      float* sr = srow(r);
       if (cap > 0)
         for (int j = 0; j < tk; ++j) sr[j] = cap * std::tanh(sr[j] / cap);
       // The reductions below are `omp simd` so they vectorize without -ffast-math; the lane
@@ -322,7 +354,10 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
         sr[j] = vis ? sr[j] : neg_inf;
         tile_max = tile_max > sr[j] ? tile_max : sr[j];
       }
-      if (tile_max == neg_inf) continue;  // this row sees nothing in this tile
+      if (tile_max == neg_inf) {  // this row sees nothing in this tile
+        std::fill(sr, sr + tk, 0.0f);
+        continue;
+      }
       const float new_max = std::max(s.mx[r], tile_max);
       const float correction = std::exp(s.mx[r] - new_max);  // exp(-inf) = 0 on the first tile
       s.mx[r] = new_max;
@@ -334,10 +369,17 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
         tile_sum += sr[j];
       }
       s.sum[r] = s.sum[r] * correction + tile_sum;
-      float* ar = s.acc + static_cast<size_t>(r) * d;
+      float* ar = arow(r);
       if (correction != 1.0f)
         for (int i = 0; i < d; ++i) ar[i] *= correction;
-      row_pv(sr, vt, tk, d, ar);
+    }
+    // P V, two rows at a time.
+    for (int r = 0; r < rows; r += 2) {
+      const bool two = r + 1 < rows;
+      if (vec)
+        rows_pv(srow(r), two ? srow(r + 1) : nullptr, vt, tk, d, arow(r), two ? arow(r + 1) : nullptr);
+      else
+        for (int rr = r; rr < r + (two ? 2 : 1); ++rr) row_pv_any(srow(rr), vt, tk, d, arow(rr));
     }
   }
 

@@ -89,7 +89,16 @@ void KVLayerView::validate(const char* what) const {
   KVEVICT_CHECK(head_dim > 0, what, ": head_dim ", head_dim, " is invalid; expected > 0");
   KVEVICT_CHECK(is_kv_dtype(dtype), what, ": dtype ", dtype_name(dtype),
                 " is not supported; expected f32, f16 or bf16");
-  KVEVICT_CHECK(offsets != nullptr && lens != nullptr, what, ": offsets or lens is null");
+  if (!has_host_table()) {
+    // A device cache whose segment table lives only on the device (see device_offsets).
+    KVEVICT_CHECK(device == Device::kCuda && has_device_table() && rows >= 0, what,
+                  ": offsets or lens is null; expected a host table, or a device cache with a "
+                  "device table and its row count");
+    if (rows > 0)
+      KVEVICT_CHECK(k != nullptr && v != nullptr && pos != nullptr, what,
+                    ": k, v or pos is null for a cache of ", rows, " rows");
+    return;
+  }
   KVEVICT_CHECK(offsets[0] == 0, what, ": offsets[0] is ", offsets[0], "; expected 0");
   for (int h = 0; h < num_kv_heads; ++h) {
     const int64_t cap = offsets[h + 1] - offsets[h];

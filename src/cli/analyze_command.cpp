@@ -20,7 +20,7 @@
 #include "kvevict/diagnostics.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/report.h"
-#include "kvevict/model/session.h"
+#include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {
 namespace {
@@ -60,12 +60,13 @@ int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base
   KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) > base.pool_size, "the prompt has ", tokens.size(),
                 " tokens; expected more than --pool-size ", base.pool_size);
   const auto model = a.model.load();
-  SessionOptions sopt;
   ProgressBar bar("prefill", static_cast<int64_t>(tokens.size()), !a.json);
-  sopt.progress = [&bar](int64_t done, int64_t) { bar.update(done); };
+  const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
   PrefillOptions popt;
   popt.keep_queries = base.num_queries;
-  const PrefillSnapshot snap = Session::prefill_snapshot(model, tokens, popt, sopt);
+  // The prefill runs on --device; the diagnostics (exact optimum, cone constant) read the real
+  // attention in host memory.
+  const PrefillSnapshot snap = rt->prefill_snapshot(tokens, popt)->to_host();
   bar.finish();
 
   const auto& mc = model->config();
@@ -165,6 +166,9 @@ Runner add_analyze_command(CLI::App& app) {
   auto* m = cmd->add_option("-m,--model", a->model.model,
                             "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)");
   add_threads(*cmd, a->model.threads);
+  cmd->add_option("--device", a->model.device, "With -m: run the prefill on cpu or cuda")
+      ->capture_default_str()
+      ->needs(m);
   a->prompt.add_to(*cmd, "With -m: the prompt", /*with_prose=*/true);
   for (CLI::Option* o : {a->prompt.p, a->prompt.f, a->prompt.length_opt}) o->needs(m);
   cmd->add_option("--out", a->out, "With -m: write the results JSON here (for tools/plot_results.py)")

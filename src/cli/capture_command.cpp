@@ -22,7 +22,7 @@
 #include "kvevict/error.h"
 #include "kvevict/io/atomic_file.h"
 #include "kvevict/io/npy.h"
-#include "kvevict/model/session.h"
+#include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {
 namespace {
@@ -64,13 +64,12 @@ int run_capture(const CaptureArgs& a) {
     check_output_args({{q_path, "--dir"}, {k_path, "--dir"}, {v_path, "--dir"}, {wo_path, "--dir"}});
 
   const auto model = a.model.load();
-  SessionOptions sopt;
-  sopt.kv_dtype = dtype_parse(a.model.kv_dtype);
   ProgressBar bar("prefill", n, !a.json);
-  sopt.progress = [&bar](int64_t done, int64_t) { bar.update(done); };
+  const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
   PrefillOptions popt;
   popt.keep_queries = a.queries == 0 ? -1 : a.queries;
-  const PrefillSnapshot snap = Session::prefill_snapshot(model, tokens, popt, sopt);
+  // The prefill runs on --device; the files are written from host memory.
+  const PrefillSnapshot snap = rt->prefill_snapshot(tokens, popt)->to_host();
   bar.finish();
 
   const KVLayerView cache = snap.caches[a.layer].view();

@@ -20,7 +20,7 @@
 #include "kvevict/eval/metrics.h"
 #include "kvevict/eval/ruler.h"
 #include "kvevict/eval/session_model.h"
-#include "kvevict/model/session.h"
+#include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {
 namespace {
@@ -58,8 +58,6 @@ int run_demo(const DemoArgs& a) {
                 " is out of range; expected a percentage in [0, 100]");
   eval::ruler_task_config(a.task);
   eval::MethodConfig::make(a.method, parse_budget(a.budget, "--budget"));
-  SessionOptions sopt;
-  sopt.kv_dtype = dtype_parse(a.model.kv_dtype);
   ModelInfo info = a.model.inspect();
   KVEVICT_CHECK(a.length <= info.config.context_length, "--length ", a.length, " exceeds ",
                 info.context_text());
@@ -96,25 +94,33 @@ int run_demo(const DemoArgs& a) {
   // One prefill with the full cache; every method starts from a copy of it (SPEC section 5: the
   // prefill does not depend on the method).
   ProgressBar bar("prefill", static_cast<int64_t>(context.size() + question.size()), !a.json);
-  sopt.progress = [&bar](int64_t done, int64_t) { bar.update(done); };
-  eval::SessionModel runner(model, std::move(info.tokenizer), methods, sopt);
+  const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
+  eval::SessionModel runner(rt, std::move(info.tokenizer), methods, model->config().name);
   const auto t_prefill = std::chrono::steady_clock::now();
   auto state = runner.prefill(context, question, mode);
   const double prefill_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_prefill).count();
   bar.finish();
 
+  // Both answers from the one snapshot (on the GPU: decoded together, a batch row each).
+  const auto t0 = std::chrono::steady_clock::now();
+  const int question_window =
+      mode == eval::QueryMode::kAware ? static_cast<int>(question.size()) : 0;
+  const std::vector<eval::Generation> gens =
+      runner.answer_all(*state, methods, question, mode, sample.max_new_tokens, question_window);
+  const double answer_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<Answer> answers;
-  for (const auto& m : methods) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const eval::Generation g = runner.answer(*state, m, question, mode, sample.max_new_tokens);
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const auto& m = methods[i];
+    const eval::Generation& g = gens[i];
     Answer ans;
     ans.label = m.is_full() ? "full cache" : m.label();
     ans.text = eval::postprocess_prediction(g.text);
     ans.score = eval::string_match_all(ans.text, sample.answers);
     ans.kv_bytes = g.kv_bytes;
     ans.kept_per_head = g.kept_tokens;
-    ans.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ans.seconds = answer_s / static_cast<double>(methods.size());
     answers.push_back(ans);
   }
 
@@ -122,6 +128,8 @@ int run_demo(const DemoArgs& a) {
   if (a.json) {
     nlohmann::json j;
     j["model"] = model->path();
+    j["device"] = a.model.device;
+    j["runtime"] = rt->describe();
     j["task"] = a.task;
     j["prompt_tokens"] = static_cast<int64_t>(context.size() + question.size());
     j["mode"] = eval::query_mode_name(mode);
@@ -135,8 +143,9 @@ int run_demo(const DemoArgs& a) {
     print_json(j);
     return 0;
   }
-  std::printf("prefill  %.1f s (%.0f tokens/s), one snapshot shared by both answers\n\n", prefill_s,
-              static_cast<double>(context.size() + question.size()) / prefill_s);
+  std::printf("prefill  %.1f s (%.0f tokens/s) on %s, one snapshot shared by both answers\n\n",
+              prefill_s, static_cast<double>(context.size() + question.size()) / prefill_s,
+              rt->describe().c_str());
   for (const auto& ans : answers)
     std::printf("%-16s %-7s KV %10s  (%lld tokens/head)  \"%s\"\n", ans.label.c_str(),
                 ans.score >= 100.0 ? "RIGHT" : "wrong", human_bytes(static_cast<double>(ans.kv_bytes)).c_str(),

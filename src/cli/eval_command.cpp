@@ -155,14 +155,16 @@ int run_eval_command(const EvalArgs& a) {
   const std::vector<eval::TokenizedSample> prompts =
       eval::tokenize_samples(*info.tokenizer, samples, ropt);  // checked before the weights load
   const auto model = a.model.load();
-  eval::SessionModel runner(model, std::move(info.tokenizer), ropt.methods);
+  const auto rt = a.model.runtime(model);
+  eval::SessionModel runner(rt, std::move(info.tokenizer), ropt.methods,
+                            std::filesystem::path(model->path()).stem().string());
 
   const int64_t total = static_cast<int64_t>(samples.size() * ropt.modes.size() * ropt.methods.size());
   ProgressBar bar("eval", total, !a.json);
   eval::EvalResults results = eval::run_eval(runner, samples, prompts, ropt,
                                              [&](const eval::Progress& p) { bar.update(p.done); });
   bar.finish();
-  results.meta.notes.push_back("device cpu, kv dtype " + a.model.kv_dtype);
+  results.meta.notes.push_back("runtime: " + rt->describe());
   if (a.max_new > 0)
     results.meta.notes.push_back("answers capped at " + std::to_string(a.max_new) +
                                  " new tokens (--max-new; RULER's task limits otherwise)");

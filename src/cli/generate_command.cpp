@@ -17,8 +17,7 @@
 #include "cli/prompt_args.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/session_model.h"
-#include "kvevict/model/gpu_runtime.h"
-#include "kvevict/model/session.h"
+#include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {
 namespace {
@@ -60,6 +59,17 @@ SamplerOptions sampler_options(const GenerateArgs& a) {
   return so;
 }
 
+// Streams one generated token to stdout: its text, or its id when there is no tokenizer (--dummy).
+void print_token(const Tokenizer* tok, int32_t id) {
+  if (tok != nullptr) {
+    std::fputs(tok->token_text(id).c_str(), stdout);
+  } else {
+    std::printf("%d ", id);
+  }
+  std::fflush(stdout);
+}
+
+
 // The prefill eviction the flags ask for; a token budget is checked against the n tokens it is
 // taken from (`of` names them).
 eval::MethodConfig method_config(const GenerateArgs& a, int64_t n, const std::string& of) {
@@ -85,80 +95,82 @@ DecodeEviction decode_config(const GenerateArgs& a, const eval::MethodConfig& me
   if (a.decode_budget == 0) return {};
   KVEVICT_CHECK(!method.is_full(), "--decode-budget needs a --method to score with");
   KVEVICT_CHECK(a.decode_budget > 1, "--decode-budget ", a.decode_budget, " must be > 1 tokens");
-  eval::MethodConfig dm = method;
-  dm.budget = Budget{static_cast<double>(a.decode_budget)};
-  return eval::decode_eviction_for(dm, {a.decode_slack, a.decode_recent, 0});
+  DecodeEvictionOptions d;
+  d.slack = a.decode_slack;
+  d.recent = a.decode_recent;
+  return DecodeEviction::make(method.spec, a.decode_budget, d);
+}
+
+// The eviction the flags ask for (the library's one mapping, PrefillEviction::make) on a prompt
+// whose prefill holds `prefilled` tokens (`of` names them, for a token budget's message):
+// query-aware mode makes the question the observation window; --decode-budget adds decode-time
+// eviction.
+EvictConfig evict_config(const GenerateArgs& a, eval::QueryMode mode, int64_t question_tokens,
+                         int64_t prefilled, const std::string& of) {
+  const eval::MethodConfig method = method_config(a, prefilled, of);
+  const bool aware = mode == eval::QueryMode::kAware;
+  EvictConfig cfg = method.evict_config(aware ? static_cast<int>(question_tokens) : 0);
+  cfg.decode = decode_config(a, method);
+  return cfg;
 }
 
 void print_warning(const std::string& warning) {
   if (!warning.empty()) std::fprintf(stderr, "kvevict: warning: %s\n", warning.c_str());
 }
 
-// Streams one generated token to stdout: its text, or its id when there is no tokenizer (--dummy).
-void print_token(const Tokenizer* tok, int32_t id) {
-  if (tok != nullptr) {
-    std::fputs(tok->token_text(id).c_str(), stdout);
-  } else {
-    std::printf("%d ", id);
-  }
-  std::fflush(stdout);
-}
-
-
-// --device cuda: the model runs on the GPU (kvevict::gpu); same outputs and stats block.
-int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer* tok,
-                      std::shared_ptr<const gpu::GpuModel> gm, const std::vector<int32_t>& context,
-                      const std::vector<int32_t>& question, const EvictConfig& cfg,
-                      eval::QueryMode mode) {
-  if (gm == nullptr) {
-    gpu::check_supported(model->config());
-    gm = gpu::GpuModel::upload(*model);
-  }
+// One generation on either device: prefill (+ eviction), the question after eviction in
+// query-agnostic mode, sampling, then one stats block / JSON object. `tok` is null with --dummy
+// (token ids are printed).
+int run_session(const GenerateArgs& a, const ModelRuntime& rt, const std::string& model_name,
+                const Tokenizer* tok, const std::vector<int32_t>& context,
+                const std::vector<int32_t>& question, eval::QueryMode mode, const EvictConfig& cfg,
+                ProgressBar* bar) {
   const bool aware = mode == eval::QueryMode::kAware;
   std::vector<int32_t> prompt = context;
   if (aware) prompt.insert(prompt.end(), question.begin(), question.end());
-  gpu::GpuSessionOptions go;
-  go.max_prompt = static_cast<int64_t>(prompt.size());
-  go.decode_room = a.max_new + static_cast<int64_t>(aware ? 0 : question.size()) + 1;
-  gpu::GpuSession session(gm, go);
-  session.prefill(prompt, cfg);
-  if (!aware && !question.empty()) session.append(question);
+  const int64_t max_tokens =
+      static_cast<int64_t>(context.size() + question.size()) + a.max_new + 1;
+  auto session = rt.session(max_tokens);
+  session->prefill(prompt, cfg);
+  if (bar) bar->finish();
+  if (!aware && !question.empty()) session->append(question);
+
   Sampler sampler(sampler_options(a));
   const bool stream = !a.json;
   if (stream && !a.quiet) std::fprintf(stderr, "---\n");
   auto is_stop = [&](int32_t id) { return tok != nullptr && tok->is_end_of_generation(id); };
-  GenerateResult out = session.generate(a.max_new, sampler, is_stop, [&](int32_t id) {
+  GenerateResult out = session->generate(a.max_new, sampler, is_stop, [&](int32_t id) {
     if (stream && !is_stop(id)) print_token(tok, id);
   });
   std::vector<int32_t> text_ids = out.tokens;
   if (out.stopped && !text_ids.empty()) text_ids.pop_back();
-  const auto& st = session.stats();
-  const auto& mc = gm->config();
+
+  const SessionStats& st = session->stats();
+  int64_t before = 0, after = 0;
+  for (auto b : st.kv_bytes_before) before += b;
+  for (auto b : st.kv_bytes_after) after += b;
+  const ModelConfig& mc = rt.config();
   std::vector<int64_t> kept;
-  for (int l = 0; l < mc.n_layers; ++l) kept.push_back(session.kv_rows(l) / mc.n_kv_heads);
-  const double decode_tps =
-      st.decode_seconds > 0 ? static_cast<double>(st.decode_steps) / st.decode_seconds : 0.0;
-  const double prefill_tps =
-      st.prefill_seconds > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_seconds : 0.0;
+  for (int l = 0; l < mc.n_layers; ++l) kept.push_back(session->kv_rows(l) / mc.n_kv_heads);
   nlohmann::json j;
-  j["model"] = model != nullptr ? model->path() : "random:" + a.dummy;
-  j["device"] = "cuda";
+  j["model"] = model_name;
+  j["device"] = rt.device() == Device::kCuda ? "cuda" : "cpu";
+  j["runtime"] = rt.describe();
   j["prompt_tokens"] = static_cast<int64_t>(context.size() + question.size());
   j["question_tokens"] = static_cast<int64_t>(question.size());
   j["mode"] = eval::query_mode_name(mode);
   j["eviction"] = cfg.describe();
-  if (!st.evict_path.empty()) j["evict_path"] = st.evict_path;
   if (tok != nullptr) j["text"] = tok->decode(text_ids);
   j["tokens"] = text_ids;
   j["generated_tokens"] = static_cast<int64_t>(out.tokens.size());
   j["kept_tokens_per_head_per_layer"] = kept;
-  j["kv_bytes_before"] = st.kv_bytes_before;
-  j["kv_bytes_after"] = st.kv_bytes_after;
-  j["kv_bytes_now"] = session.kv_bytes_total();
+  j["kv_bytes_before"] = before;
+  j["kv_bytes_after"] = after;
+  j["kv_bytes_now"] = session->kv_bytes_total();
   j["prefill_seconds"] = st.prefill_seconds;
   j["evict_seconds"] = st.evict_seconds;
-  j["prefill_tokens_per_s"] = prefill_tps;
-  j["decode_tokens_per_s"] = decode_tps;
+  j["prefill_tokens_per_s"] = st.prefill_tokens_per_s();
+  j["decode_tokens_per_s"] = st.decode_tokens_per_s();
   j["decode_evictions"] = st.decode_evictions;
   if (!st.warning.empty()) j["warning"] = st.warning;
   if (a.json) {
@@ -167,28 +179,32 @@ int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer
     return 0;
   }
   std::printf("\n");
-  print_warning(st.warning);
-  if (a.quiet) return 0;
-  std::fprintf(stderr, "---\nmodel          %s (cuda, bf16)\n", j["model"].get<std::string>().c_str());
+  std::fflush(stdout);  // the text ends before the stats block on stderr
+  // A warning is never quiet noise: a budget below the protected tokens changes what runs.
+  if (a.quiet) {
+    print_warning(st.warning);
+    return 0;
+  }
+  std::fprintf(stderr, "---\nmodel          %s\nruntime        %s\n", model_name.c_str(),
+               rt.describe().c_str());
   std::fprintf(stderr, "prompt         %lld tokens (%s%s)\n",
                static_cast<long long>(j["prompt_tokens"]), eval::query_mode_name(mode),
                question.empty() ? ", no question" : "");
-  std::fprintf(stderr, "eviction       %s%s%s\n", cfg.describe().c_str(),
-               st.evict_path.empty() ? "" : " on ", st.evict_path.c_str());
+  std::fprintf(stderr, "eviction       %s\n", cfg.describe().c_str());
   std::string kept_s;
   for (size_t l = 0; l < kept.size(); ++l) kept_s += (l ? " " : "") + std::to_string(kept[l]);
   std::fprintf(stderr, "kept/head      %s (per layer)\n", kept_s.c_str());
-  const double before = static_cast<double>(st.kv_bytes_before);
-  const double after = static_cast<double>(st.kv_bytes_after);
   std::fprintf(stderr, "KV bytes       %s -> %s after prefill eviction (%.1f%% saved); now %s\n",
-               human_bytes(before).c_str(), human_bytes(after).c_str(),
-               before > 0 ? 100.0 * (1.0 - after / before) : 0.0,
-               human_bytes(static_cast<double>(session.kv_bytes_total())).c_str());
+               human_bytes(static_cast<double>(before)).c_str(),
+               human_bytes(static_cast<double>(after)).c_str(),
+               before > 0 ? 100.0 * (1.0 - static_cast<double>(after) / before) : 0.0,
+               human_bytes(static_cast<double>(session->kv_bytes_total())).c_str());
   std::fprintf(stderr,
                "prefill        %.1f tokens/s (%.3f s, eviction %.3f s)\ndecode         %.1f "
                "tokens/s (%lld tokens)\n",
-               prefill_tps, st.prefill_seconds, st.evict_seconds, decode_tps,
-               static_cast<long long>(out.tokens.size()));
+               st.prefill_tokens_per_s(), st.prefill_seconds, st.evict_seconds,
+               st.decode_tokens_per_s(), static_cast<long long>(out.tokens.size()));
+  if (!st.warning.empty()) std::fprintf(stderr, "warning        %s\n", st.warning.c_str());
   return 0;
 }
 
@@ -197,23 +213,23 @@ int run_generate_cuda(const GenerateArgs& a, const Model* model, const Tokenizer
 int run_generate_dummy(const GenerateArgs& a) {
   KVEVICT_CHECK(!a.prompt.given() && a.question.empty(),
                 "--dummy takes no -p/-f/--question: the prompt is --prompt-tokens random ids");
+  sampler_options(a).validate();
   const ModelConfig mc = ModelConfig::preset(a.dummy);
   KVEVICT_CHECK(a.prompt_tokens + a.max_new <= mc.context_length, "--prompt-tokens ",
                 a.prompt_tokens, " + -n ", a.max_new, " exceeds the context length ",
                 mc.context_length, " of ", a.dummy);
+  a.model.check_device();
+  // Flags checked before the weights are made.
+  const EvictConfig cfg =
+      evict_config(a, eval::QueryMode::kAgnostic, 0, a.prompt_tokens,
+                   "the " + std::to_string(a.prompt_tokens) + " tokens of --prompt-tokens");
   std::vector<int32_t> prompt(a.prompt_tokens);
   std::mt19937_64 rng(a.seed);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(mc.vocab_size));
-  const eval::MethodConfig method = method_config(
-      a, a.prompt_tokens, "the " + std::to_string(a.prompt_tokens) + " tokens of --prompt-tokens");
-  EvictConfig cfg = eval::SessionModel::prefill_eviction_for(method, eval::QueryMode::kAgnostic, 0);
-  if (a.model.cuda()) {
-    a.model.check_device(/*allow_cuda=*/true);  // the random weights are made on the GPU
-    gpu::check_supported(mc);
-    auto gm = gpu::GpuModel::random(mc, a.seed);
-    return run_generate_cuda(a, nullptr, nullptr, gm, prompt, {}, cfg, eval::QueryMode::kAgnostic);
-  }
-  KVEVICT_FAIL("--dummy runs on --device cuda (random weights of a real size need the GPU)");
+  // The random weights are made where they run (on the GPU an 8B shape needs no host copy).
+  const auto rt = ModelRuntime::random(mc, a.seed, a.model.runtime_options());
+  return run_session(a, *rt, "random:" + a.dummy, nullptr, prompt, {}, eval::QueryMode::kAgnostic,
+                     cfg, nullptr);
 }
 
 // Every check that needs no model, before it is read (issue 13: the sampler, the budget and the
@@ -222,15 +238,14 @@ void check_generate_args(const GenerateArgs& a) {
   sampler_options(a).validate();
   KVEVICT_CHECK(!a.query_aware || !a.question.empty(),
                 "--query-aware needs --question (the question is the observation window)");
-  const eval::MethodConfig method = method_config(a, kMaxTokens, kMaxTokensText);
-  decode_config(a, method);
+  decode_config(a, method_config(a, kMaxTokens, kMaxTokensText));
   check_utf8(a.question, "--question");
 }
 
 int run_generate(const GenerateArgs& a) {
   if (!a.dummy.empty()) return run_generate_dummy(a);
   check_generate_args(a);
-  ModelInfo info = a.model.inspect(/*allow_cuda=*/true);
+  ModelInfo info = a.model.inspect();
   const Tokenizer& tokr = *info.tokenizer;
   const int64_t ctx_len = info.config.context_length;
   const std::string user_text = a.prompt.read(eval::max_text_bytes(tokr, ctx_len));
@@ -246,9 +261,9 @@ int run_generate(const GenerateArgs& a) {
     context_text = templ.substr(0, at);
     question_text = templ.substr(at + marker.size());
   }
-  std::vector<int32_t> context = tokr.encode(context_text, true);
-  std::vector<int32_t> question = question_text.empty() ? std::vector<int32_t>{}
-                                                        : tokr.encode(question_text, false);
+  const std::vector<int32_t> context = tokr.encode(context_text, true);
+  const std::vector<int32_t> question =
+      question_text.empty() ? std::vector<int32_t>{} : tokr.encode(question_text, false);
   // Sizes against the model before its weights are read: the prompt and the answer must fit the
   // context, and a token budget the prompt it evicts.
   const auto prompt_n = static_cast<int64_t>(context.size() + question.size());
@@ -256,90 +271,18 @@ int run_generate(const GenerateArgs& a) {
                 a.max_new, " exceed ", info.context_text(), "; expected a shorter prompt or -n");
   const int64_t prefilled = a.query_aware ? prompt_n : static_cast<int64_t>(context.size());
   method_config(a, ctx_len, info.context_text());
-  const eval::MethodConfig method = method_config(
-      a, prefilled,
+  const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
+  const EvictConfig cfg = evict_config(
+      a, mode, static_cast<int64_t>(question.size()), prefilled,
       "the " + std::to_string(prefilled) +
           (a.query_aware || question.empty() ? "-token prompt"
                                              : "-token context (the question comes after eviction)"));
-  const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
-  EvictConfig cfg = eval::SessionModel::prefill_eviction_for(method, mode,
-                                                              static_cast<int64_t>(question.size()));
-  cfg.decode = decode_config(a, method);
 
-  const auto model = a.model.load(/*allow_cuda=*/true);
-  const auto& tok = info.tokenizer;
-  if (a.model.cuda())
-    return run_generate_cuda(a, model.get(), tok.get(), nullptr, context, question, cfg, mode);
-
-  SessionOptions sopt;
-  sopt.kv_dtype = dtype_parse(a.model.kv_dtype);
-  ProgressBar bar("prefill", static_cast<int64_t>(context.size()), !a.json && !a.quiet);
-  sopt.progress = [&bar](int64_t done, int64_t) { bar.update(done); };
-  Session session(model, sopt);
-  std::vector<int32_t> prompt = context;
-  if (a.query_aware) prompt.insert(prompt.end(), question.begin(), question.end());
-  session.prefill(prompt, cfg);
-  bar.finish();
-  if (!a.query_aware && !question.empty()) session.append(question);
-
-  Sampler sampler(sampler_options(a));
-  const bool stream = !a.json;
-  if (stream && !a.quiet) std::fprintf(stderr, "---\n");
-  GenerateResult out = session.generate(
-      a.max_new, sampler, [&](int32_t id) { return tok->is_end_of_generation(id); },
-      [&](int32_t id) {
-        if (stream && !tok->is_end_of_generation(id)) print_token(tok.get(), id);
-      });
-  std::vector<int32_t> text_ids = out.tokens;
-  if (out.stopped && !text_ids.empty()) text_ids.pop_back();
-  const std::string text = tok->decode(text_ids);
-
-  const auto& st = session.stats();
-  int64_t before = 0, after = 0;
-  for (auto b : st.kv_bytes_before) before += b;
-  for (auto b : st.kv_bytes_after) after += b;
-  const auto& mc = model->config();
-  std::vector<int64_t> kept;
-  for (int l = 0; l < mc.n_layers; ++l) kept.push_back(session.kv_rows(l) / mc.n_kv_heads);
-  nlohmann::json j;
-  j["model"] = model->path();
-  j["prompt_tokens"] = static_cast<int64_t>(prompt.size() + (a.query_aware ? 0 : question.size()));
-  j["question_tokens"] = static_cast<int64_t>(question.size());
-  j["mode"] = eval::query_mode_name(mode);
-  j["eviction"] = cfg.describe();
-  j["text"] = text;
-  j["generated_tokens"] = static_cast<int64_t>(out.tokens.size());
-  j["kept_tokens_per_head_per_layer"] = kept;
-  j["kv_bytes_before"] = before;
-  j["kv_bytes_after"] = after;
-  j["kv_bytes_now"] = session.kv_bytes_total();
-  j["prefill_tokens_per_s"] = st.prefill_tokens_per_s();
-  j["decode_tokens_per_s"] = st.decode_tokens_per_s();
-  j["decode_evictions"] = st.decode_evictions;
-  if (!st.warning.empty()) j["warning"] = st.warning;
-  if (a.json) {
-    print_json(j);
-    print_warning(st.warning);
-    return 0;
-  }
-  std::printf("\n");
-  print_warning(st.warning);  // also with -q: a warning says the run is not what was asked
-  if (a.quiet) return 0;
-  std::fprintf(stderr, "---\nmodel          %s\n", model->path().c_str());
-  std::fprintf(stderr, "prompt         %lld tokens (%s%s)\n", static_cast<long long>(j["prompt_tokens"]),
-               eval::query_mode_name(mode), question.empty() ? ", no question" : "");
-  std::fprintf(stderr, "eviction       %s\n", cfg.describe().c_str());
-  std::string kept_s;
-  for (size_t l = 0; l < kept.size(); ++l) kept_s += (l ? " " : "") + std::to_string(kept[l]);
-  std::fprintf(stderr, "kept/head      %s (per layer)\n", kept_s.c_str());
-  std::fprintf(stderr, "KV bytes       %s -> %s after prefill eviction (%.1f%% saved); now %s\n",
-               human_bytes(static_cast<double>(before)).c_str(), human_bytes(static_cast<double>(after)).c_str(),
-               before ? 100.0 * (1.0 - static_cast<double>(after) / before) : 0.0,
-               human_bytes(static_cast<double>(session.kv_bytes_total())).c_str());
-  std::fprintf(stderr, "prefill        %.1f tokens/s\ndecode         %.1f tokens/s (%lld tokens)\n",
-               st.prefill_tokens_per_s(), st.decode_tokens_per_s(),
-               static_cast<long long>(out.tokens.size()));
-  return 0;
+  const auto model = a.model.load();
+  ProgressBar bar("prefill", prefilled, !a.json && !a.quiet);
+  const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
+  return run_session(a, *rt, model->path(), info.tokenizer.get(), context, question, mode, cfg,
+                     &bar);
 }
 
 }  // namespace
@@ -383,7 +326,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the generated text (and warnings)");
   cmd->add_option("--dummy", a->dummy,
                   "Random weights of a real model's shape (llama-3.1-8b, qwen2.5-7b, "
-                  "smollm2-135m, gemma3-270m) and a random prompt; needs --device cuda");
+                  "smollm2-135m, gemma3-270m) and a random prompt (large shapes need the GPU)");
   add_integer(*cmd, "--prompt-tokens", a->prompt_tokens, int64_t{1}, kMaxTokens,
               "Prompt length with --dummy")
       ->capture_default_str();

@@ -7,7 +7,6 @@
 
 #include "cli/numeric_options.h"
 #include "kvevict/error.h"
-#include "kvevict/model/gpu_runtime.h"
 #include "kvevict/parallel.h"
 
 #ifndef KVEVICT_SOURCE_DIR
@@ -22,7 +21,8 @@ void ModelArgs::add_to(CLI::App& cmd) {
   cmd.add_option("-m,--model", model,
                  "smollm2 (SmolLM2-135M-Instruct), gemma3-270m, or a path to a .gguf file")
       ->capture_default_str();
-  cmd.add_option("--device", device, "cpu, or cuda (generate only: llama / qwen2 / gemma3 in bf16)")
+  cmd.add_option("--device", device,
+                 "cpu, or cuda (llama / qwen2 / gemma3 in bf16 on the GPU; needs a CUDA build)")
       ->capture_default_str();
   // The CPU session stores f32, f16 or bf16 caches (SessionOptions::validate); help and check
   // list exactly those.
@@ -36,8 +36,8 @@ std::string ModelInfo::context_text() const {
   return "the " + std::to_string(config.context_length) + "-token context of " + config.name;
 }
 
-ModelInfo ModelArgs::inspect(bool allow_cuda) const {
-  check_device(allow_cuda);
+ModelInfo ModelArgs::inspect() const {
+  check_device();
   ModelInfo info;
   info.file = gguf::File::open(resolve_model_path(model, source_dir()));
   info.config = ModelConfig::from_gguf(*info.file);
@@ -45,20 +45,29 @@ ModelInfo ModelArgs::inspect(bool allow_cuda) const {
   return info;
 }
 
-void ModelArgs::check_device(bool allow_cuda) const {
+void ModelArgs::check_device() const {
   KVEVICT_CHECK(device == "cpu" || device == "cuda", "unknown --device '", device,
                 "'; expected cpu or cuda");
-  KVEVICT_CHECK(device == "cpu" || allow_cuda,
-                "--device cuda: this command runs models on the CPU only; the GPU model runtime "
-                "serves `kvevict generate`");
-  if (device == "cuda") {
-    KVEVICT_CHECK(gpu::gpu_available(), "--device cuda: no CUDA device is available (or this ",
-                  "build has no CUDA runtime); expected a GPU, or --device cpu");
-  }
+  std::string why;
+  KVEVICT_CHECK(runtime_available(cuda() ? Device::kCuda : Device::kCpu, &why), "--device ", device,
+                ": ", why, "; expected a GPU runtime, or --device cpu");
 }
 
-std::shared_ptr<const Model> ModelArgs::load(bool allow_cuda) const {
-  check_device(allow_cuda);
+RuntimeOptions ModelArgs::runtime_options(ProgressFn progress) const {
+  RuntimeOptions o;
+  o.device = cuda() ? Device::kCuda : Device::kCpu;
+  o.kv_dtype = dtype_parse(kv_dtype);
+  o.progress = std::move(progress);
+  return o;
+}
+
+std::shared_ptr<const ModelRuntime> ModelArgs::runtime(std::shared_ptr<const Model> model,
+                                                       ProgressFn progress) const {
+  return ModelRuntime::create(std::move(model), runtime_options(std::move(progress)));
+}
+
+std::shared_ptr<const Model> ModelArgs::load() const {
+  check_device();
   set_num_threads(threads);
   // OpenBLAS falls back to its generic SSE3 ("Prescott") kernels on CPUs it does not recognize,
   // about 4x slower for the projections; say how to pick the right ones.

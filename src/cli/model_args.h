@@ -8,6 +8,7 @@
 #include "kvevict/io/gguf.h"
 #include "kvevict/model/config.h"
 #include "kvevict/model/model.h"
+#include "kvevict/model/runtime.h"
 #include "kvevict/tokenizer.h"
 
 namespace CLI {
@@ -35,13 +36,19 @@ struct ModelArgs {
   int threads = 0;
   void add_to(CLI::App& cmd);
   // Checks --device, then reads the model's metadata and tokenizer (no weights).
-  ModelInfo inspect(bool allow_cuda = false) const;
-  // Checks --device, sets the thread count, loads the model (on the host; generate uploads it
-  // to the GPU). Commands without a GPU path pass allow_cuda = false and refuse --device cuda;
-  // with allow_cuda, --device cuda is refused when this build or machine has no GPU runtime.
-  std::shared_ptr<const Model> load(bool allow_cuda = false) const;
-  // The --device checks of load() alone (for --dummy models, which load nothing).
-  void check_device(bool allow_cuda) const;
+  ModelInfo inspect() const;
+  // Checks --device, sets the thread count, loads the model on the host (its tokenizer and, on
+  // the CPU, its weights).
+  std::shared_ptr<const Model> load() const;
+  // The --device checks of inspect() and load() alone (for --dummy models, which load nothing):
+  // a known name, and for cuda a GPU runtime this build and machine can run, so that a missing
+  // GPU is said before any work.
+  void check_device() const;
+  // The runtime every model command runs on: the model on --device (uploaded to the GPU for
+  // cuda), with --kv-dtype for the CPU cache; `progress` follows the CPU prefill.
+  std::shared_ptr<const ModelRuntime> runtime(std::shared_ptr<const Model> model,
+                                              ProgressFn progress = nullptr) const;
+  RuntimeOptions runtime_options(ProgressFn progress = nullptr) const;
   bool cuda() const { return device == "cuda"; }
 };
 

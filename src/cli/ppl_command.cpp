@@ -42,7 +42,10 @@ int run_ppl_command(const PplArgs& a) {
     KVEVICT_CHECK(!b.is_fraction(), "--budgets: ppl budgets are tokens per head (> 1); got ",
                   b.str());
   const auto methods = eval::expand_methods(names, budgets);
-  for (const auto& m : methods) eval::decode_eviction_for(m, {a.slack, a.recent, 0});  // checks names
+  eval::DecodeEvictionOptions dopt;
+  dopt.slack = a.slack;
+  dopt.recent = a.recent;
+  for (const auto& m : methods) eval::decode_eviction_for(m, dopt);  // checks names
   check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
   ModelInfo info = a.model.inspect();
   KVEVICT_CHECK(a.chunk <= info.config.context_length, "--chunk ", a.chunk, " exceeds ",
@@ -75,8 +78,8 @@ int run_ppl_command(const PplArgs& a) {
                    static_cast<long long>(a.chunk - 1));
 
   const auto model = a.model.load();
-  eval::SessionModel runner(model, std::move(info.tokenizer), methods);
-  eval::DecodeEvictionOptions dopt{a.slack, a.recent, 0};
+  eval::SessionModel runner(a.model.runtime(model), std::move(info.tokenizer), methods,
+                            model->config().name);
   ProgressBar bar("ppl", static_cast<int64_t>(spans.size() * methods.size()), !a.json);
   eval::PplRun run = eval::run_ppl(runner, tokens, spans, methods, dopt, a.bucket,
                                    [&](const eval::Progress& p) { bar.update(p.done); });

@@ -1,6 +1,9 @@
 #include "kvevict/dtype.h"
 
 #include <cmath>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "kvevict/error.h"
 
@@ -43,52 +46,91 @@ DType dtype_parse(const std::string& s) {
   KVEVICT_FAIL("unknown dtype '", s, "'; expected one of f32, f64, f16, bf16, i32, i64, u8");
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {  // subnormal: renormalize
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      u = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
-    }
-  } else if (exp == 0x1f) {
-    u = sign | 0x7f800000u | mant << 13;
-  } else {
-    u = sign | (exp + 127 - 15) << 23 | mant << 13;
+namespace {
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KVEVICT_X86_TARGETS 1
+// These four are compiled for F16C / AVX2 by attribute and run only when the CPU has them.
+__attribute__((target("avx2,f16c"))) void half_to_float_f16c(const uint16_t* s, float* d,
+                                                             int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = half_to_float(s[i]);
+}
+__attribute__((target("avx2,f16c"))) void float_to_half_f16c(const float* s, uint16_t* d,
+                                                             int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) d[i] = float_to_half(s[i]);
+}
+__attribute__((target("avx2"))) void bf16_to_float_avx2(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_slli_epi32(u, 16));
   }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  for (; i < n; ++i) d[i] = bf16_to_float(s[i]);
+}
+__attribute__((target("avx2"))) void float_to_bf16_avx2(const float* s, uint16_t* d, int64_t n) {
+  // Round to nearest even on the bits; NaN keeps its top bits and gets the quiet bit.
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  const __m256i quiet = _mm256_set1_epi32(0x400000);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(bias, lsb));
+    const __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), nan), 16);
+    // 8 x u32 (values < 2^16) -> 8 x u16, in order.
+    const __m256i packed = _mm256_packus_epi32(r, r);
+    const __m256i ordered = _mm256_permute4x64_epi64(packed, 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(ordered));
+  }
+  for (; i < n; ++i) d[i] = float_to_bf16(s[i]);
 }
 
-uint16_t float_to_half(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow (incl. rounding up) -> inf
-  if (abs < 0x38800000u) {                        // result is subnormal or zero
-    if (abs < 0x33000000u) return sign;           // below half of the smallest subnormal
-    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - static_cast<int>(abs >> 23);  // 14..24
-    uint32_t r = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1u);
-    const uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (r & 1u))) ++r;
-    return sign | static_cast<uint16_t>(r);
-  }
-  uint32_t r = abs - 0x38000000u;  // rebias exponent 127 -> 15
-  r += 0xfffu + ((r >> 13) & 1u);
-  return sign | static_cast<uint16_t>(r >> 13);
+bool has_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
+#endif
+
+}  // namespace
+
+void half_to_float_n(const uint16_t* src, float* dst, int64_t n) {
+#ifdef KVEVICT_X86_TARGETS
+  if (has_f16c()) return half_to_float_f16c(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+
+void float_to_half_n(const float* src, uint16_t* dst, int64_t n) {
+#ifdef KVEVICT_X86_TARGETS
+  if (has_f16c()) return float_to_half_f16c(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
+}
+
+void bf16_to_float_n(const uint16_t* src, float* dst, int64_t n) {
+#ifdef KVEVICT_X86_TARGETS
+  if (has_f16c()) return bf16_to_float_avx2(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+void float_to_bf16_n(const float* src, uint16_t* dst, int64_t n) {
+#ifdef KVEVICT_X86_TARGETS
+  if (has_f16c()) return float_to_bf16_avx2(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
 }  // namespace kvevict

@@ -16,18 +16,11 @@
 #include <cstdint>
 #include <utility>
 
+#include "cuda/check.h"
 #include "kvevict/error.h"
 
 namespace kvevict::cuda::detail {
 
-// Throws kvevict::Error naming the failed call (API layer only; launchers return cudaError_t).
-#define KVEVICT_CUDA_CHECK(call)                                       \
-  do {                                                                 \
-    const cudaError_t kvevict_err_ = (call);                           \
-    KVEVICT_CHECK(kvevict_err_ == cudaSuccess, "CUDA call ", #call,    \
-                  " failed: ", cudaGetErrorString(kvevict_err_), " (", \
-                  static_cast<int>(kvevict_err_), ")");                \
-  } while (0)
 
 // Element types the kernels read. kMmaName selects the mma.sync variant.
 template <class T>

@@ -30,11 +30,23 @@ struct WindowArgs {
   int64_t sliding_window = 0;
 };
 
+// The leave-one-out record of a window row's top key (issue 13, score_terms.h TopKey): idx is the
+// key (>= 0) when the row's top key holds p >= 1/2, else -1; the scoring passes then give that
+// key terms::top_term from these instead of the first form. 32 bytes.
+struct TopRow {
+  int32_t idx = -1;
+  float p = 0, omp = 0, z = 0;   // p, 1 - p (exact, from rho), the logit z (natural units)
+  float d2 = 0, vdiff = 0, v2 = 0;  // ||v - a_{-top}||^2, <v, v - a_{-top}>, ||v||^2
+  float pad = 0;
+};
+
 // Bytes of the split-K partials for the forward (out may be skipped: with_out = false).
 size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count);
-// out [Hq, w, d] f32 (null: lse only), lse [Hq, w] f32.
+// out [Hq, w, d] f32 (null: lse only), lse [Hq, w] f32, top [Hq, w] (null: not written; needs
+// out).
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
-                                  size_t scratch_bytes, int sm_count, cudaStream_t stream);
+                                  size_t scratch_bytes, int sm_count, cudaStream_t stream,
+                                  TopRow* top = nullptr);
 
 // Which per-(query, token) term the scoring pass sums (kvevict::Method subset).
 enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb };
@@ -44,6 +56,9 @@ struct ScorePassArgs {
   PairTerm term = PairTerm::kDropKV;
   const float* out = nullptr;  // [Hq, w, d] window outputs a (null unless the term needs them)
   const float* lse = nullptr;  // [Hq, w]
+  // [Hq, w] the rows' top keys (launch_window_forward): dropkv, obcache_k and obcache_vk give a
+  // flagged top key the leave-one-out term (null: the first form for every key)
+  const TopRow* top = nullptr;
   float one_minus_p_floor = 1e-12f;
   float row_weight = 1.0f;     // multiplies every row's term (1 / G: the group average)
   bool h2o_normalize = false;  // divide key j's sum by the number of window queries that see it
@@ -82,26 +97,11 @@ cudaError_t launch_keydiff(Elem elem, const void* k, int64_t head_stride, int64_
 
 namespace kvevict::cuda::detail {
 
-// Compaction fused into the selection's ordered write (uniform layout; strides in elements).
-struct FusedCompaction {
-  const void* k = nullptr;  // [H, n, d]
-  const void* v = nullptr;  // [H, n, d]
-  int64_t head_stride = 0, row_stride = 0;
-  int elem_bytes = 2, d = 0;
-  const int32_t* pos = nullptr;  // [H, n] or null (identity)
-  int64_t pos_head_stride = 0;
-  void* out_k = nullptr;         // [H, n_keep, d] contiguous
-  void* out_v = nullptr;         // [H, n_keep, d] contiguous
-  int32_t* out_pos = nullptr;    // [H, n_keep]
-};
-
-// Per-head threshold select: kept [Hkv, n_keep] i32 sorted ascending (see cuda/select.h); with
-// `fused`, the kept rows are also gathered (select_compact_uniform).
+// Per-head threshold select: kept [Hkv, n_keep] i32 sorted ascending (see cuda/select.h).
 size_t select_uniform_scratch_bytes(int num_heads, int64_t n);
 cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n, int64_t n_keep,
                                   int sink, int window, int32_t* kept, void* scratch,
-                                  size_t scratch_bytes, cudaStream_t stream,
-                                  const FusedCompaction* fused = nullptr);
+                                  size_t scratch_bytes, cudaStream_t stream);
 
 // false: always the multi-launch radix select (A/B timing; cuda::set_select_single_launch).
 void set_select_single_launch(bool enabled);
@@ -115,23 +115,16 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
                           int32_t* kept, int64_t* offsets, void* scratch, size_t scratch_bytes,
                           cudaStream_t stream);
 
-// Gathers rows: out row r of head h (offsets[h] <= r < offsets[h+1]) = in[h, kept[r]]. With
-// offsets null the layout is uniform: head h owns rows [h * uniform_len, (h + 1) * uniform_len).
-// elem_bytes 2 or 4; d * elem_bytes must be a multiple of 16. pos may be null (identity).
-cudaError_t launch_compact(const void* k, const void* v, int64_t head_stride, int64_t row_stride,
-                           int elem_bytes, int d, const int32_t* pos, int64_t pos_head_stride,
-                           const int32_t* kept, const int64_t* offsets, int64_t uniform_len,
-                           int num_heads, int64_t rows, int64_t n, void* out_k, void* out_v, int32_t* out_pos,
-                           cudaStream_t stream);
-
-// Row gather with explicit source and destination maps (compaction into any layout: the
-// backend's segment cache with slack, or pages). Kept row r of head h (kept_offsets[h] <= r <
-// kept_offsets[h+1], slot s = r - kept_offsets[h]) reads source row i = src_base[h] + kept[r]
-// (src_base null: 0) of head h (k + h * head_stride_b + i * row_stride_b; pos[h *
-// pos_head_stride + i]) and writes destination row
-//   page_table == null: dst_base[h] + s
-//   else:               page_table[h * max_pages + s / page_size] * page_size + s % page_size.
-// Rows are row_bytes long (a multiple of 16); pos / score_acc travel when both sides are given.
+// The one compaction kernel (SPEC section 4): every layout the library, the model runtime and the
+// paged cache use is a row gather with a source and a destination map. Kept row r of head h
+// (slot s = r - kept_offsets[h]; kept_offsets null: uniform, r = h * uniform_keep + s) reads
+// source row i = src_base[h] + kept[r] (src_base null: 0) of head h (k + h * head_stride_b + i *
+// row_stride_b; pos[h * pos_head_stride + i]) and writes destination row
+//   page_table != null:  page_table[h * max_pages + s / page_size] * page_size + s % page_size
+//   dst_base != null:    dst_base[h] + s
+//   else (packed):       kept_offsets[h] + h * dst_slack + s   (the layout plan_segments writes)
+// Rows are row_bytes long (a multiple of 16); pos / score_acc travel when both sides are given
+// (pos null: the kept index itself).
 struct GatherArgs {
   const char* k = nullptr;           // source rows, row_stride_b apart
   const char* v = nullptr;
@@ -142,8 +135,12 @@ struct GatherArgs {
   const float* acc = nullptr;        // source score_acc (indexed like pos) or null
   const int64_t* src_base = nullptr; // [H] first source row of head h, or null
   const int32_t* kept = nullptr;     // [rows] kept row index within the head's source rows
-  const int64_t* kept_offsets = nullptr;  // [H + 1]
-  const int64_t* dst_base = nullptr;      // [H] (no page table)
+  int64_t src_limit = 0;             // > 0: a kept index outside [0, src_limit) reads row 0 (a
+                                     // caller bug must not fault)
+  const int64_t* kept_offsets = nullptr;  // [H + 1], or null with uniform_keep
+  int64_t uniform_keep = 0;               // rows per head when kept_offsets is null
+  const int64_t* dst_base = nullptr;      // [H] destination segment starts, or null
+  int64_t dst_slack = 0;                  // packed destination: spare rows after each head
   const int32_t* page_table = nullptr;    // [H, max_pages]
   int max_pages = 0, page_size = 0;
   int64_t dst_rows = 0;              // destination rows; a mapped row outside is skipped
@@ -152,9 +149,38 @@ struct GatherArgs {
   int32_t* out_pos = nullptr;
   float* out_acc = nullptr;
   int num_heads = 0;
-  int64_t rows = 0;                  // >= kept_offsets[H] (sizes the grid; the rest idle)
+  int64_t rows = 0;                  // >= kept rows of all heads (sizes the grid; the rest idle)
 };
 cudaError_t launch_gather_rows(const GatherArgs& a, cudaStream_t stream);
+
+// The packed segment table of a selection (Backend::plan_segments on the device): out_off[h] =
+// kept_offsets[h] + h * slack (h <= H), out_len[h] = kept_offsets[h + 1] - kept_offsets[h].
+cudaError_t launch_packed_segments(const int64_t* kept_offsets, int num_heads, int64_t slack,
+                                   int64_t* out_off, int32_t* out_len, cudaStream_t stream);
+
+// Decode-time cut (Backend::cut_segments, SPEC section 5), in place, one block per cut segment:
+// segment s = heads[i] of the cache (rows off[s] .. off[s] + len[s]) keeps `keep` rows: its
+// `sink` lowest and `recent` highest positions and the highest acc of the rest, ties toward the
+// lower position (radix selects on the order keys of acc and on pos). Kept rows past the new
+// end move into the slots of evicted rows before it (each row moves at most once; order is not
+// kept); len[s] = keep. row_bytes: K and V row length, a multiple of 16.
+struct SegmentCutArgs {
+  char* k = nullptr;            // [rows, row_bytes]
+  char* v = nullptr;
+  int32_t* pos = nullptr;       // [rows]
+  float* acc = nullptr;         // [rows]
+  const int64_t* off = nullptr; // [S + 1]
+  int32_t* len = nullptr;       // [S]
+  const int32_t* heads = nullptr;  // [m]
+  int m = 0;
+  int64_t keep = 0;
+  int sink = 0, recent = 0;
+  int row_bytes = 0;
+  int64_t max_len = 0;          // longest cut segment (sizes shared memory)
+};
+size_t segment_cut_scratch_bytes(int m, int64_t max_len);
+cudaError_t launch_segment_cut(const SegmentCutArgs& a, void* scratch, size_t scratch_bytes,
+                               cudaStream_t stream);
 
 // Attention over a compacted cache (cuda/attention.h). Rows of KV head g: slot s < lens[g] maps
 // to row seg_start[g] + s, or through the page table when one is given.
@@ -184,6 +210,9 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream);
 // UINT64_MAX first. For the Backend's "score is NaN" check (kvevict::select rejects NaN scores).
 cudaError_t launch_find_nan(const float* x, int64_t count, unsigned long long* first,
                             cudaStream_t stream);
+// status = min(status, x[0 .. count)) (nan_status.cu): the cuda backend's NaN status word.
+cudaError_t launch_min_u64(const unsigned long long* x, int count, unsigned long long* status,
+                           cudaStream_t stream);
 
 // Query-free scores: streamingllm (the position j) and random (terms::random_uniform).
 cudaError_t launch_position_scores(float* scores, int num_kv_heads, int64_t n,

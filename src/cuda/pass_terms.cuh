@@ -1,6 +1,15 @@
 // The scoring pass's per-(query, key) terms, shared by the mma.sync and wgmma passes: the u / w
 // split of every term, the dropkv fast and exact forms, the row sums of accumulator fragments and
-// the per-key total.
+// the per-key total; and the rows' top keys (issue 13).
+//
+// Top keys. A row whose top key holds p >= 1/2 (TopRow from the forward's merge) must not give
+// that key the first form: (p / (1 - p))^2 ||a - v||^2 with a rounded to 16 bits in the pass divides
+// the rounding of a - v (2^-9 |v|) by (1 - p)^2. Each pass block stages its rows' flagged top keys
+// that fall in its chunk (top_s, and a bitmask of the tiles that hold one), zeroes p (or the
+// weight) of exactly those pairs in the tiles the mask names, and after its last store adds
+// terms::top_term of each such row to its key (add_top_terms): ||v - a_{-top}||^2 from the
+// forward's exact a_{-top}, no cancellation for any p. Other keys of the row have p <= 1/2, where
+// the first form loses at most a factor 2 (1 / (1 - p)^2 <= 4 on the squared ratio).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +19,7 @@
 
 #include "cuda/launchers.h"
 #include "cuda/window_params.cuh"
+#include "kvevict/score_terms.h"
 
 namespace kvevict::cuda::detail {
 
@@ -68,7 +78,66 @@ struct RowConsts {
   float lse2[2];  // LSE in log2 units; +inf for padding rows (p = 0)
   float a2[2];    // ||a||^2 of the rounded a
   int lim[2];     // last visible key relative to the chunk start (-1: none)
+  int top[2];     // the row's flagged top key relative to the chunk start (-1: none here)
 };
+
+// The terms that give a flagged top key its leave-one-out form.
+template <PairTerm kTerm>
+constexpr bool kHasTopTerm =
+    kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
+constexpr int kTopMaskWords = 32;  // tile bitmask: bit (tile % 1024); aliasing only adds work
+
+// The block's rows' top keys, in three steps so that no barrier is added: init_top_mask at the
+// kernel's start zeroes the tile bitmask; load_top_rows (with the row staging, after the grid
+// dependency wait) sets top_s[row] = key - key_begin for a flagged top key in [key_begin,
+// chunk_end), else -1 (padding rows too); set_top_mask, after the barrier that ends the staging,
+// sets the bit of each such key's tile. The mask may be read after the next barrier.
+// The [Hq, w] output row of block row `row` of KV head hk (row r of a KV head is window query
+// r % w of query head hk G + r / w).
+__device__ __forceinline__ int64_t window_out_row(const PassParams& p, int hk, int row0, int row) {
+  const int r = row0 + row, w = p.s.win.w;
+  return static_cast<int64_t>(hk * p.group + r / w) * w + r % w;
+}
+__device__ __forceinline__ void init_top_mask(uint32_t* mask_s) {
+  for (int i = threadIdx.x; i < kTopMaskWords; i += blockDim.x) mask_s[i] = 0u;
+}
+__device__ __forceinline__ void load_top_rows(const PassParams& p, int hk, int row0, int rows_here,
+                                              int rows, int64_t key_begin, int64_t chunk_end,
+                                              int* top_s) {
+  const ScorePassArgs& sa = p.s;
+  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+    int rel = -1;
+    if (row < rows_here && sa.top != nullptr) {
+      const int64_t idx = sa.top[window_out_row(p, hk, row0, row)].idx;
+      if (idx >= key_begin && idx < chunk_end) rel = static_cast<int>(idx - key_begin);
+    }
+    top_s[row] = rel;
+  }
+}
+__device__ __forceinline__ void set_top_mask(const int* top_s, int rows, int tile_keys,
+                                             uint32_t* mask_s) {
+  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+    const int rel = top_s[row];
+    if (rel >= 0) {
+      const int bit = (rel / tile_keys) & (32 * kTopMaskWords - 1);
+      atomicOr(&mask_s[bit >> 5], 1u << (bit & 31));
+    }
+  }
+}
+
+// Whether tile `tile` of the chunk may hold a row's flagged top key.
+__device__ __forceinline__ bool tile_has_top(const uint32_t* mask_s, int tile) {
+  const int bit = tile & (32 * kTopMaskWords - 1);
+  return (mask_s[bit >> 5] >> (bit & 31)) & 1u;
+}
+
+constexpr Method method_of(PairTerm t) {
+  return t == PairTerm::kDropKV      ? Method::kDropKV
+         : t == PairTerm::kObcacheV  ? Method::kObcacheV
+         : t == PairTerm::kObcacheK  ? Method::kObcacheK
+         : t == PairTerm::kObcacheVK ? Method::kObcacheVK
+                                     : Method::kSnapKV;
+}
 
 // Stages the block's `rows` window rows for the pass, a warp per row with the loads of kBatch rows
 // in flight at once (one row at a time left each block waiting a global latency per row: 4% of the
@@ -141,6 +210,7 @@ __device__ __forceinline__ RowConsts load_row_consts(const float* lse_s, const f
     rc.lse2[r] = lse_s[rl];
     rc.a2[r] = a2_s[rl];
     rc.lim[r] = ch.row_limit(a, row0, rl, rows_here);
+    rc.top[r] = -1;
   }
   return rc;
 }
@@ -299,6 +369,30 @@ __device__ __forceinline__ void store_key_score(const PassParams& p, int hk, int
     atomicAdd(dst, total);
   else
     *dst = total;
+}
+
+// After a barrier that follows the block's last score store: adds the leave-one-out term of each
+// staged top key (top_s) to its key's score (atomics: several rows may share a top, and the key's
+// total was stored by another thread of the block).
+template <PairTerm kTerm>
+__device__ __forceinline__ void add_top_terms(const PassParams& p, int hk, int row0, int rows_here,
+                                              int rows, int64_t key_begin, const int* top_s) {
+  const ScorePassArgs& sa = p.s;
+  const WindowArgs& a = sa.win;
+  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+    if (row >= rows_here || top_s[row] < 0) continue;
+    const TopRow tr = sa.top[window_out_row(p, hk, row0, row)];
+    terms::TopKey<float> tk;
+    tk.p = tr.p;
+    tk.omp = tr.omp;
+    tk.z = tr.z;
+    tk.d2 = tr.d2;
+    tk.vdiff = tr.vdiff;
+    tk.v2 = tr.v2;
+    const int64_t j = key_begin + top_s[row];
+    const float t = terms::top_term(method_of(kTerm), tk);
+    atomicAdd(p.scores + static_cast<int64_t>(hk) * a.n + j, finish_key_score<kTerm>(sa, j, t));
+  }
 }
 
 }  // namespace kvevict::cuda::detail

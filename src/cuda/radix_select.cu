@@ -55,16 +55,6 @@ struct SelectParams {
   // Per-head budgets (adakv, criticalkv stage 1); null: every head keeps n_keep. Device memory.
   const int64_t* head_keep = nullptr;    // [H] tokens kept by head h (protected included)
   const int64_t* out_offsets = nullptr;  // [H + 1] head h writes kept[out_offsets[h] ..)
-  // Optional fused compaction (k == nullptr: none): rows of `chunks` 16-byte pieces.
-  const char* k = nullptr;  // [H, n, d] keys, head / row strides in bytes
-  const char* v = nullptr;  // [H, n, d] values
-  int64_t head_stride_b = 0, row_stride_b = 0;
-  int chunks = 0;
-  const int32_t* pos = nullptr;  // [H, n] original positions or null (identity)
-  int64_t pos_head_stride = 0;
-  char* out_k = nullptr;     // [H, n_keep, d]
-  char* out_v = nullptr;     // [H, n_keep, d]
-  int32_t* out_pos = nullptr;  // [H, n_keep]
   // adakv's layer-wide allocation (SPEC section 3): one histogram over the free tokens of all
   // heads finds the score of the (Hkv * B)-th best; counts per head follow.
   int* layer_hist = nullptr;           // [kPasses][kBins]
@@ -280,37 +270,11 @@ __global__ void __launch_bounds__(kThreads) write_kernel(SelectParams p) {
   int64_t slot = s_out + slot_in_block;
   const int64_t out_start = out_base(p, h);
   int32_t* out = p.kept + out_start;
-  int64_t slots[kItems];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    slots[i] = slot;
     if (cls[i] == 1) {
       if (slot < head_keep) out[slot] = static_cast<int32_t>(base + i);
       ++slot;
-    }
-  }
-  if (p.k == nullptr) return;
-  // Fused compaction: the warp copies its kept rows one at a time, a 16-byte chunk per lane
-  // (d = 128 bf16: 16 chunks of K + 16 of V = one chunk per lane), so rows stay coalesced
-  // however unevenly the kept tokens fall on the threads.
-  const int lane = tid & 31;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    unsigned mask = __ballot_sync(0xffffffffu, cls[i] == 1 && slots[i] < head_keep);
-    while (mask) {
-      const int src = __ffs(mask) - 1;
-      mask &= mask - 1;
-      const int64_t j = __shfl_sync(0xffffffffu, base + i, src);
-      const int64_t r = out_start + __shfl_sync(0xffffffffu, slots[i], src);
-      for (int c = lane; c < 2 * p.chunks; c += 32) {
-        const bool is_v = c >= p.chunks;
-        const int cc = is_v ? c - p.chunks : c;
-        const char* from = (is_v ? p.v : p.k) + h * p.head_stride_b + j * p.row_stride_b + cc * 16;
-        char* to = (is_v ? p.out_v : p.out_k) + (r * p.chunks + cc) * 16;
-        *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
-      }
-      if (lane == 0 && p.out_pos != nullptr)
-        p.out_pos[r] = p.pos ? p.pos[h * p.pos_head_stride + j] : static_cast<int32_t>(j);
     }
   }
 }
@@ -761,11 +725,11 @@ int64_t layer_single_capacity() {
 int segments_of(int64_t n) { return static_cast<int>((n + kSegment - 1) / kSegment); }
 
 // Threshold passes (when `hist`: some head has a threshold to find), counts, ordered write. One
-// cooperative launch when the grid fits at once and no compaction is fused.
+// cooperative launch when the grid fits at once.
 cudaError_t run_passes(const SelectParams& p, int num_heads, bool hist, cudaStream_t stream) {
   const dim3 grid(p.segments, num_heads);
   cudaError_t err;
-  if (hist && p.k == nullptr && g_single_launch.load(std::memory_order_relaxed) &&
+  if (hist && g_single_launch.load(std::memory_order_relaxed) &&
       static_cast<int64_t>(p.segments) * num_heads <= single_launch_capacity()) {
     SelectParams args = p;
     void* kargs[] = {&args};
@@ -796,8 +760,7 @@ size_t select_uniform_scratch_bytes(int num_heads, int64_t n) {
 
 cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n, int64_t n_keep,
                                   int sink, int window, int32_t* kept, void* scratch,
-                                  size_t scratch_bytes, cudaStream_t stream,
-                                  const FusedCompaction* fused) {
+                                  size_t scratch_bytes, cudaStream_t stream) {
   if (num_heads <= 0 || num_heads > 65535 || n_keep > n || n_keep < 0 || sink < 0 || window < 0)
     return cudaErrorInvalidValue;
   const int64_t s = sink < n ? sink : n;
@@ -820,19 +783,6 @@ cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n,
   const uintptr_t st = reinterpret_cast<uintptr_t>(p.seg_eq + static_cast<size_t>(num_heads) * p.segments);
   p.state = reinterpret_cast<SelectState*>((st + 15) / 16 * 16);
   p.kept = kept;
-  if (fused != nullptr) {
-    if ((static_cast<int64_t>(fused->d) * fused->elem_bytes) % 16 != 0) return cudaErrorInvalidValue;
-    p.k = static_cast<const char*>(fused->k);
-    p.v = static_cast<const char*>(fused->v);
-    p.head_stride_b = fused->head_stride * fused->elem_bytes;
-    p.row_stride_b = fused->row_stride * fused->elem_bytes;
-    p.chunks = fused->d * fused->elem_bytes / 16;
-    p.pos = fused->pos;
-    p.pos_head_stride = fused->pos_head_stride;
-    p.out_k = static_cast<char*>(fused->out_k);
-    p.out_v = static_cast<char*>(fused->out_v);
-    p.out_pos = fused->out_pos;
-  }
   const int64_t k_free = n_keep - n_protected, n_free = n - n_protected;
   return run_passes(p, num_heads, /*hist=*/k_free > 0 && k_free < n_free, stream);
 }

@@ -112,7 +112,7 @@ float logit_scale(const ScoreProblem& p, const ScoreOptions& opt) {
 
 // Everything a pair-term score carves from the workspace, in order.
 struct PairLayout {
-  size_t out = 0, lse = 0, fwd = 0, raw = 0, v_l1 = 0;  // element / byte counts
+  size_t out = 0, lse = 0, top = 0, fwd = 0, raw = 0, v_l1 = 0;  // element / byte counts
 };
 // vatp = pool(snapkv) * ||v||_1 (the reference pools before multiplying), so it needs the raw
 // attention sums and the per-token L1 norms the scoring pass writes on the side.
@@ -125,6 +125,7 @@ PairLayout pair_layout(const detail::WindowArgs& a, bool needs_out, bool needs_r
   l.v_l1 = vatp ? static_cast<size_t>(a.num_kv_heads) * a.n : 0;
   l.out = needs_out ? static_cast<size_t>(a.num_q_heads) * a.w * a.head_dim : 0;
   l.lse = static_cast<size_t>(a.num_q_heads) * a.w;
+  l.top = needs_out ? l.lse : 0;  // the rows' top keys (issue 13)
   l.fwd = detail::window_forward_scratch_bytes(a, needs_out, detail::current_sm_count());
   l.raw = needs_raw ? static_cast<size_t>(a.num_kv_heads) * a.n : 0;
   return l;
@@ -220,7 +221,12 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
   const PairLayout l = pair_layout(a, term_needs_out(term), needs_raw_scores(opt),
                                    opt.method == Method::kVATP);
   WorkspaceSizer sizer;
-  sizer.add<float>(l.out).add<float>(l.lse).add<char>(l.fwd).add<float>(l.raw).add<float>(l.v_l1);
+  sizer.add<float>(l.out)
+      .add<float>(l.lse)
+      .add<detail::TopRow>(l.top)
+      .add<char>(l.fwd)
+      .add<float>(l.raw)
+      .add<float>(l.v_l1);
   return sizer.bytes();
 }
 
@@ -284,17 +290,19 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   WorkspaceCarver carver(ws);
   float* a_out = l.out ? carver.take<float>(l.out) : nullptr;
   float* lse = carver.take<float>(l.lse);
+  detail::TopRow* top = l.top ? carver.take<detail::TopRow>(l.top) : nullptr;
   char* fwd = carver.take<char>(l.fwd);
   float* raw = l.raw ? carver.take<float>(l.raw) : nullptr;
   float* v_l1 = l.v_l1 ? carver.take<float>(l.v_l1) : nullptr;
   const int sms = detail::current_sm_count();
 
-  KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream));
+  KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream, top));
   detail::ScorePassArgs sa;
   sa.win = a;
   sa.term = term;
   sa.out = a_out;
   sa.lse = lse;
+  sa.top = top;
   sa.one_minus_p_floor = static_cast<float>(opt.one_minus_p_floor);
   sa.row_weight = 1.0f / static_cast<float>(a.num_q_heads / a.num_kv_heads);
   sa.h2o_normalize = opt.aggregate == Aggregate::kAllQueries && opt.h2o_normalize;

@@ -45,7 +45,8 @@ constexpr size_t pass_smem_for(int stages) {
   return sizeof(T) * Tr::kRows * (Tr::kD <= 128 ? 0 : Tr::kStride) +  // q (d = 256)
          sizeof(T) * Tr::kRows * (kNeedsOut ? Tr::kD : 0) +           // a rounded
          sizeof(T) * stages * Tr::kTileKeys * Tr::kStride * 2 +       // K, V tiles
-         sizeof(float) * 2 * (Tr::kTileKeys + 2 * Tr::kSlabs * Tr::kTileKeys);
+         sizeof(float) * 2 * (Tr::kTileKeys + 2 * Tr::kSlabs * Tr::kTileKeys) +
+         (kHasTopTerm<kTerm> ? sizeof(int) * (Tr::kRows + kTopMaskWords) : 0);  // top keys
 }
 template <class Tr>
 constexpr int pass_min_blocks() {
@@ -104,6 +105,9 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   float* lse_s = red_u;             // [kRows]
   float* a2_s = red_u + Tr::kRows;  // [kRows] ||a||^2
   static_assert(2 * Tr::kRows <= 2 * Tr::kSlabs * TK, "row constants fit the u sums");
+  constexpr bool kTop = kHasTopTerm<kTerm>;
+  int* top_s = reinterpret_cast<int*>(red_w + 2 * Tr::kSlabs * TK);  // [kRows] (kTop)
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + Tr::kRows);   // [kTopMaskWords]
 
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
@@ -161,15 +165,22 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
     }
   }
 
+  if constexpr (kTop) init_top_mask(mask_s);
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
   stage_window_rows<T, D, kNeedsOut>(
       p, hk, row0, rows_here, Tr::kRows, Tr::kWarps, ahi_s,
       [](int row, int col) { return swz<D>(row, col); }, lse_s, a2_s);
+  if constexpr (kTop) load_top_rows(p, hk, row0, rows_here, Tr::kRows, key_begin, chunk_end, top_s);
   __syncthreads();
+  if constexpr (kTop) set_top_mask(top_s, Tr::kRows, TK, mask_s);  // read after a tile barrier
 
   const int rl_lo = slab * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
-  const RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);
+  RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);
+  if constexpr (kTop) {
+    rc.top[0] = top_s[rl_lo];
+    rc.top[1] = top_s[rl_lo + 8];
+  }
   const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
@@ -302,6 +313,17 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
         pr[nt][e] = fast_exp2(x);
         x2max = fmaxf(x2max, x);
       }
+    if constexpr (kTop) {
+      // A row's flagged top key takes its leave-one-out term at the end (add_top_terms): p = 0
+      // here makes every term of the pair 0, in both dropkv forms.
+      if (tile_has_top(mask_s, tile)) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (key0 + nt * 8 + 2 * t4 + (e & 1) == rc.top[e >> 1]) pr[nt][e] = 0.f;
+      }
+    }
 
     float u[C], w[C];  // per key column: sums over the thread's two rows
     auto terms = [&](auto fast) {
@@ -338,6 +360,10 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   cp_async_wait<0>();
   __syncthreads();
   if (num_tiles > 0) write_keys(0, (num_tiles - 1) & 1);
+  if constexpr (kTop) {
+    __syncthreads();  // every key total of the block is stored
+    add_top_terms<kTerm>(p, hk, row0, rows_here, Tr::kRows, key_begin, top_s);
+  }
 }
 
 template <class Tr>

@@ -147,11 +147,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
   load_k(2);
   cp_async_commit();
 
+  // The rows' flagged top keys (pass_terms.cuh): X's spare rows hold them (its columns 3-7 feed
+  // outputs the kernel never reads, see below): the tile mask in row 3 of its first block, top_s
+  // after lim_s (R = 64) or in its second block (R = 128).
+  constexpr bool kTop = kHasTopTerm<kTerm>;
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(x_s + 3 * 64);  // [kTopMaskWords]
+  int* top_s = reinterpret_cast<int*>(x_s + (R == 64 ? 6 * 64 : 8 * 64 + 3 * 64));  // [R]
+  static_assert(kTopMaskWords * sizeof(uint32_t) <= 64 * sizeof(T), "mask fits a row of X");
+  static_assert(R == 64 || 2 * R <= 5 * 64, "top_s fits rows 3-7 of X's second block");
+  if constexpr (kTop) init_top_mask(mask_s);
+
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
   stage_window_rows<T, D, kDistance>(
       p, hk, row0, rows_here, R, Tr::kThreads / 32, a_s,
       [](int row, int col) { return sw128<R>(row, col); }, lse_s, a2_s);
+  if constexpr (kTop) load_top_rows(p, hk, row0, rows_here, R, key_begin, chunk_end, top_s);
   __syncthreads();
   // X's columns a2_hi, a2_lo and 1; its columns 3-7 feed outputs the kernel never reads, so the
   // bytes of their first 64-row block hold the rows' last visible keys (masked tiles).
@@ -167,6 +178,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
     x_s[sw128<X>(c, r)] = ElemTraits<T>::from_float(x);
   }
   for (int r = tid; r < R; r += Tr::kThreads) lim_s[r] = ch.row_limit(a, row0, r, rows_here);
+  if constexpr (kTop) set_top_mask(top_s, R, TK, mask_s);  // read after the barrier below
   // LSE of the thread's accumulator columns 8 j + 2 t4 + e (window rows), at lse2[2 j + e].
   float lse2[R / 4];
 #pragma unroll
@@ -226,6 +238,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
     }
     const int key0 = tile * TK;  // relative to key_begin
     const bool masked = key0 + TK - 1 > lim_all;
+    // A row's flagged top key takes its leave-one-out term at the end (add_top_terms): its
+    // weight is 0 here.
+    const bool has_top = kTop && tile_has_top(mask_s, tile);
     float y[D / 2], yx[X / 2];
     uint32_t wa[R / 16][4];
 #pragma unroll
@@ -235,7 +250,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
         auto weights = [&](auto is_fast) {
 #pragma unroll
           for (int i = half * kH; i < (half + 1) * kH; ++i) {
-            const float r = dropkv_ratio<decltype(is_fast)::value>(s[i], fast_exp2(s[i]), floor);
+            // The exact form clamps p at 1: where |z| > ~2^24 the logit's rounding against LSE
+            // can exceed 0 (the fast form only runs with every p <= 2^-8).
+            const float x = decltype(is_fast)::value ? s[i] : fminf(s[i], 0.f);
+            const float r = dropkv_ratio<decltype(is_fast)::value>(x, fast_exp2(x), floor);
             s[i] = r * r;
           }
         };
@@ -257,11 +275,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
           }
         }
       }
-      if (masked) {
+      if (masked || has_top) {
 #pragma unroll
-        for (int i = half * kH; i < (half + 1) * kH; ++i)
-          if (key0 + key_lo + 8 * ((i >> 1) & 1) > lim_s[8 * (i >> 2) + 2 * t4 + (i & 1)])
-            s[i] = 0.f;
+        for (int i = half * kH; i < (half + 1) * kH; ++i) {
+          const int key = key0 + key_lo + 8 * ((i >> 1) & 1), row = 8 * (i >> 2) + 2 * t4 + (i & 1);
+          if (key > lim_s[row] || (kTop && key == top_s[row])) s[i] = 0.f;
+        }
       }
       // Y = W^T [a | a2_hi a2_lo 1]: the S^T accumulators of n8 tiles 2 kk, 2 kk + 1 are the A
       // fragment of k16 step kk (rows 16 kk ..).
@@ -344,6 +363,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
   }
   wgmma_wait<0>();
   cp_async_wait<0>();
+  if constexpr (kTop) {
+    __syncthreads();  // every key total of the block is stored
+    add_top_terms<kTerm>(p, hk, row0, rows_here, R, key_begin, top_s);
+  }
 #else
   wgmma_unavailable();
 #endif

@@ -32,7 +32,8 @@ constexpr size_t wg_pass_smem(int stages) {
   using T = typename Tr::T;
   constexpr int TK = Tr::kTileKeys;
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD * (TermTraits<kTerm>::kNeedsOut ? 2 : 1) +
-         sizeof(T) * stages * TK * Tr::kD * 2 + sizeof(float) * 2 * TK * (1 + 2 * Tr::kWarps);
+         sizeof(T) * stages * TK * Tr::kD * 2 + sizeof(float) * 2 * TK * (1 + 2 * Tr::kWarps) +
+         (kHasTopTerm<kTerm> ? sizeof(int) * (Tr::kRows + kTopMaskWords) : 0);  // top keys
 }
 template <class Tr, PairTerm kTerm>
 constexpr int wg_pass_stages() {
@@ -65,6 +66,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   float* lse_s = red_u;     // [R] (read before the first tile's sums)
   float* a2_s = red_u + R;  // [R]
   static_assert(2 * R <= 2 * W * TK, "row constants fit the u sums");
+  constexpr bool kTop = kHasTopTerm<kTerm>;
+  int* top_s = reinterpret_cast<int*>(red_w + 2 * W * TK);           // [R] (kTop)
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + R);          // [kTopMaskWords]
 
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
@@ -93,16 +97,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     cp_async_commit();
   }
 
+  if constexpr (kTop) init_top_mask(mask_s);
   // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
   stage_window_rows<T, D, kNeedsOut>(
       p, hk, row0, rows_here, R, W, a_s, [](int row, int col) { return sw128<R>(row, col); }, lse_s,
       a2_s);
+  if constexpr (kTop) load_top_rows(p, hk, row0, rows_here, R, key_begin, chunk_end, top_s);
   fence_async_shared();  // a_s is read by wgmma
   __syncthreads();
+  if constexpr (kTop) set_top_mask(top_s, R, TK, mask_s);  // read after a tile barrier
 
   const int rl_lo = wg * 64 + (warp & 3) * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
-  const RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);
+  RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);
+  if constexpr (kTop) {
+    rc.top[0] = top_s[rl_lo];
+    rc.top[1] = top_s[rl_lo + 8];
+  }
   const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
@@ -199,6 +210,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       pr[i] = fast_exp2(x);
       x2max = fmaxf(x2max, x);
     }
+    if constexpr (kTop) {
+      // A row's flagged top key takes its leave-one-out term at the end (add_top_terms): p = 0
+      // here makes every term of the pair 0, in both dropkv forms.
+      if (tile_has_top(mask_s, tile)) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+          if (key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) == rc.top[(i >> 1) & 1]) pr[i] = 0.f;
+      }
+    }
     float u[16], w[16];  // per key column: sums over the thread's two rows
     auto terms = [&](auto fast) {
 #pragma unroll
@@ -235,6 +255,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   cp_async_wait<0>();
   __syncthreads();
   if (num_tiles > 0) write_keys(0, (num_tiles - 1) & 1);
+  if constexpr (kTop) {
+    __syncthreads();  // every key total of the block is stored
+    add_top_terms<kTerm>(p, hk, row0, rows_here, R, key_begin, top_s);
+  }
 #else
   wgmma_unavailable();
 #endif

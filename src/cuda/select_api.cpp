@@ -1,4 +1,5 @@
-// API layer of the CUDA selection and compaction: view checks, then the launchers.
+// API layer of the CUDA selection and compaction: view checks, then the launchers. Every
+// compaction is the one row gather of gather_rows.cu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,8 +60,7 @@ size_t select_uniform_workspace_bytes(int num_kv_heads, int64_t n) {
 
 namespace {
 void run_select(const TensorView& scores, int64_t n_keep, int sink, int window,
-                const TensorView& kept, Workspace ws, Stream stream,
-                const detail::FusedCompaction* fused) {
+                const TensorView& kept, Workspace ws, Stream stream) {
   check_device(scores, "scores", DType::kF32, 2);
   KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ",
                 scores.stride[0], "/", scores.stride[1]);
@@ -81,7 +81,7 @@ void run_select(const TensorView& scores, int64_t n_keep, int sink, int window,
   KVEVICT_CUDA_CHECK(detail::launch_select_uniform(scores.ptr<float>(), static_cast<int>(hkv), n,
                                                    n_keep, sink, window, kept.ptr<int32_t>(),
                                                    ws.data, ws.bytes,
-                                                   static_cast<cudaStream_t>(stream), fused));
+                                                   static_cast<cudaStream_t>(stream)));
 }
 
 void check_compact_args(const TensorView& k, const TensorView& v, const TensorView& pos,
@@ -104,49 +104,39 @@ void check_compact_args(const TensorView& k, const TensorView& v, const TensorVi
                 "out_pos has shape ", out_pos.shape_str(), "; expected ", rows, " i32");
 }
 
+// compact_uniform / compact_varlen: the one gather (launchers.h GatherArgs) into packed rows.
 void compact_impl(const TensorView& k, const TensorView& v, const TensorView& pos,
                   const TensorView& kept, const int64_t* offsets, int64_t uniform_len,
                   int64_t rows, const TensorView& out_k, const TensorView& out_v,
                   const TensorView& out_pos, Stream stream) {
   check_compact_args(k, v, pos, kept, rows, out_k, out_v, out_pos);
   const int64_t hkv = k.shape[0], n = k.shape[1];
-  KVEVICT_CUDA_CHECK(detail::launch_compact(
-      k.data, v.data, k.stride[0], k.stride[1], static_cast<int>(dtype_size(k.dtype)),
-      static_cast<int>(k.shape[2]), pos.empty() ? nullptr : pos.ptr<int32_t>(),
-      pos.empty() ? 0 : pos.stride[0], kept.ptr<int32_t>(), offsets, uniform_len,
-      static_cast<int>(hkv), rows, n, out_k.data, out_v.data, out_pos.ptr<int32_t>(),
-      static_cast<cudaStream_t>(stream)));
+  const int eb = static_cast<int>(dtype_size(k.dtype));
+  detail::GatherArgs a;
+  a.k = static_cast<const char*>(k.data);
+  a.v = static_cast<const char*>(v.data);
+  a.head_stride_b = k.stride[0] * eb;
+  a.row_stride_b = k.stride[1] * eb;
+  a.row_bytes = static_cast<int>(k.shape[2] * eb);
+  a.src_limit = n;
+  a.pos = pos.empty() ? nullptr : pos.ptr<int32_t>();
+  a.pos_head_stride = pos.empty() ? 0 : pos.stride[0];
+  a.kept = kept.ptr<int32_t>();
+  a.kept_offsets = offsets;
+  a.uniform_keep = uniform_len;
+  a.dst_rows = rows;
+  a.out_k = static_cast<char*>(out_k.data);
+  a.out_v = static_cast<char*>(out_v.data);
+  a.out_pos = out_pos.ptr<int32_t>();
+  a.num_heads = static_cast<int>(hkv);
+  a.rows = rows;
+  KVEVICT_CUDA_CHECK(detail::launch_gather_rows(a, static_cast<cudaStream_t>(stream)));
 }
 }  // namespace
 
 void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
                     const TensorView& kept, Workspace ws, Stream stream) {
-  run_select(scores, n_keep, sink, window, kept, ws, stream, nullptr);
-}
-
-void select_compact_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
-                            const TensorView& k, const TensorView& v, const TensorView& pos,
-                            const TensorView& kept, const TensorView& out_k,
-                            const TensorView& out_v, const TensorView& out_pos, Workspace ws,
-                            Stream stream) {
-  KVEVICT_CHECK(scores.ndim == 2 && k.ndim == 3 && k.shape[0] == scores.shape[0] &&
-                    k.shape[1] == scores.shape[1],
-                "k has shape ", k.shape_str(), " for scores ", scores.shape_str(),
-                "; expected [Hkv, n, d] matching [Hkv, n]");
-  check_compact_args(k, v, pos, kept, k.shape[0] * n_keep, out_k, out_v, out_pos);
-  detail::FusedCompaction f;
-  f.k = k.data;
-  f.v = v.data;
-  f.head_stride = k.stride[0];
-  f.row_stride = k.stride[1];
-  f.elem_bytes = static_cast<int>(dtype_size(k.dtype));
-  f.d = static_cast<int>(k.shape[2]);
-  f.pos = pos.empty() ? nullptr : pos.ptr<int32_t>();
-  f.pos_head_stride = pos.empty() ? 0 : pos.stride[0];
-  f.out_k = out_k.data;
-  f.out_v = out_v.data;
-  f.out_pos = out_pos.ptr<int32_t>();
-  run_select(scores, n_keep, sink, window, kept, ws, stream, &f);
+  run_select(scores, n_keep, sink, window, kept, ws, stream);
 }
 
 void compact_uniform(const TensorView& k, const TensorView& v, const TensorView& pos,

@@ -10,8 +10,20 @@
 // (window_forward_wgmma.cu) where the build has it; its partials use the same layout and merge.
 // Logits run in log2 units (z * scale * log2 e) so exp2 is one instruction; the running max is
 // kept on the raw q.k (scale > 0), so one fma per logit scales and shifts it.
+//
+// Issue 13: with V, each row's top key is kept apart from (o, l, m) once it outweighs what the
+// row has seen (window_params.cuh ForwardTop): o then accumulates the other keys only, shifted by
+// their own max, and the split's partial carries the top's logit and index. The merge resolves
+// the row's top over the splits (the first of the largest), ADDS every other split's top to the
+// others (value rows re-read from V, nothing subtracted), and writes a = (v_top + rho a_{-top}) /
+// (1 + rho) with rho = sum_{others} exp(z - z_top), lse = z_top + log1p(rho), and, where the top
+// holds p >= 1/2, its leave-one-out record (TopRow: ||v_top - a_{-top}||^2, <v_top, v_top -
+// a_{-top}>, p and 1 - p from rho). Accuracy: a_{-top} is a convex combination of the other keys'
+// values with the forward's usual error (16-bit P, 16-bit partials: ~2^-9 relative), whatever p;
+// 1 - p = rho / (1 + rho) carries the relative error of rho, never 1 - p's cancellation.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -37,7 +49,8 @@ template <class Tr, bool kWithV>
 constexpr size_t forward_smem_for(int stages) {
   const size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
   const size_t kv = sizeof(typename Tr::T) * stages * Tr::kTileKeys * Tr::kStride * (kWithV ? 2 : 1);
-  const size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 2);
+  const size_t merge = sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) +
+                                        2 * Tr::kRows);
   return q + (kv > merge ? kv : merge);
 }
 // 228 KB of shared memory per SM, 1 KB of it reserved per block.
@@ -50,9 +63,12 @@ constexpr size_t forward_smem_bytes() {
   return forward_smem_for<Tr, kWithV>(forward_stages<Tr, kWithV>());
 }
 
-template <class Tr, bool kWithV>
+// kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
+// that need a_{-top}; without it the plain online softmax (attention outputs for the model).
+template <class Tr, bool kWithV, bool kTop>
 __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     window_forward_kernel(ForwardParams p) {
+  static_assert(kWithV || !kTop, "the top keys need V");
   using T = typename Tr::T;
   constexpr int kForwardStages = forward_stages<Tr, kWithV>();
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
@@ -117,8 +133,9 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
 #pragma unroll
   for (int i = 0; i < (kWithV ? D / 8 : 1); ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   // Running max of the raw logits q.k (scale > 0, so it is also the max of the scaled ones) and
-  // running sum of exp2((s - m) sc).
+  // running sum of exp2((s - m) sc), of the keys in o (with V: all but the top held apart).
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  ForwardTop<kTop ? D / 2 : 2> top;
 
   auto q_frag = [&](int ks, uint32_t (&f)[4]) {
     const T* r_lo = q_s + rl_lo * S + ks * 16 + 2 * t4;
@@ -188,21 +205,36 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
       mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
     }
-    float m_c[2], corr[2];
-    const bool grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
+    float corr[2];
+    bool grew_any = false, rescaled = false;
+    if constexpr (!kTop) {
+      float m_c[2];
+      grew_any = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
-    for (int nt = 0; nt < GK / 8; ++nt) {
+      for (int nt = 0; nt < GK / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = fast_exp2(fmaf(s[nt][e], sc, -m_c[e >> 1]));
-        l_run[e >> 1] += s[nt][e];
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = fast_exp2(fmaf(s[nt][e], sc, -m_c[e >> 1]));
+          l_run[e >> 1] += s[nt][e];
+        }
       }
+    } else {
+      const T* vgroup = v_s + (stage * TK + kg * GK) * S;  // this warp's keys of the tile
+      auto s_at = [&](int i) -> float& { return s[i >> 2][i & 3]; };
+      float m_use[2];
+      forward_top_step<T, GK / 2, D / 2>(
+          s_at, [&](int i) -> float& { return o[i >> 2][i & 3]; },
+          [&](int key, int col) {
+            return *reinterpret_cast<const uint32_t*>(vgroup + key * S + col);
+          },
+          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew_any, &rescaled);
+      forward_exp_tile<GK / 2>(s_at, m_use, sc, top.extreme, l_run);
     }
 
     if constexpr (kWithV) {
       // The running max of a row stops growing after the first few tiles: the rescale of the
       // accumulators (D / 2 multiplies a thread) runs only when some row of the warp grew.
-      if (__any_sync(0xffffffffu, grew)) {
+      if (grew_any && !rescaled) {
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) {
           o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
@@ -240,15 +272,86 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
 
   // Merge the key groups of the block through shared memory (the K/V tiles are dead now).
   __syncthreads();
-  float* mo = reinterpret_cast<float*>(k_s);               // [KG][kRows][D]
-  float* mm = mo + (kWithV ? Tr::kKeyGroups * Tr::kRows * D : 0);  // [KG][kRows]
-  float* ml = mm + Tr::kKeyGroups * Tr::kRows;              // [KG][kRows]
+  constexpr int KG = Tr::kKeyGroups, RB = Tr::kRows;
+  float* mo = reinterpret_cast<float*>(k_s);            // [KG][kRows][D]
+  float* mm = mo + (kWithV ? KG * RB * D : 0);          // [KG][kRows] raw max
+  float* ml = mm + KG * RB;                             // [KG][kRows]
+  float* mt = ml + KG * RB;                             // [KG][kRows] top held apart (raw)
+  float* blk_mt = mt + KG * RB;                         // [kRows] the block's top (raw)
+  int* blk_id = reinterpret_cast<int*>(blk_mt + RB);    // [kRows] its key index
+  if constexpr (kTop) {
+    // The block's top key of a row: the first key group's top among the largest, if it beats
+    // every group's other keys and no other group ties it (else p <= 1/2: no top held apart).
+    // Every other group adds its top to its own accumulators.
+    if (t4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mm[kg * RB + (r ? rl_hi : rl_lo)] = m_run[r];
+        mt[kg * RB + (r ? rl_hi : rl_lo)] = top.m_top[r];
+      }
+    }
+    __syncthreads();
+    bool keep[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = r ? rl_hi : rl_lo;
+      float best = -INFINITY, inc = -INFINITY;
+      int who = 0, ties = 0;
+#pragma unroll
+      for (int x = 0; x < KG; ++x) {
+        const float t = mt[x * RB + row];
+        if (t > best) {
+          best = t;
+          who = x;
+        }
+        inc = fmaxf(inc, mm[x * RB + row]);
+      }
+#pragma unroll
+      for (int x = 0; x < KG; ++x) ties += mt[x * RB + row] == best;
+      const bool unique = best > -INFINITY && best > inc && ties == 1;
+      keep[r] = unique && who == kg;
+      if (t4 == 0 && kg == (unique ? who : 0)) {
+        blk_mt[row] = unique ? best : -INFINITY;
+        blk_id[row] = unique ? static_cast<int>(key_begin) + top.idx[r] : -1;
+      }
+    }
+    float corr[2], wb[2];
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float old = keep[r] ? -INFINITY : top.m_top[r];
+      const float m_new = fmaxf(m_run[r], old);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      corr[r] = fast_exp2((m_run[r] - m_use) * sc);
+      wb[r] = old > -INFINITY ? fast_exp2((old - m_use) * sc) : 0.f;
+      l_run[r] = l_run[r] * corr[r] + wb[r];  // l_run is the row's full sum here
+      m_run[r] = m_new;
+      any |= old > -INFINITY;
+    }
+    if (__any_sync(0xffffffffu, any)) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+        for (int c = 0; c < 4; c += 2) {
+          const int r = c >> 1;
+          const float2 f = unpack2<T>(top.v[2 * dt + r]);
+          o[dt][c] = fmaf(wb[r], f.x, o[dt][c] * corr[r]);
+          o[dt][c + 1] = fmaf(wb[r], f.y, o[dt][c + 1] * corr[r]);
+        }
+    }
+    __syncthreads();  // every group has read mm / mt
+  } else {
+    if (t4 == 0 && kg == 0) {
+      blk_mt[rl_lo] = blk_mt[rl_hi] = -INFINITY;
+      blk_id[rl_lo] = blk_id[rl_hi] = -1;
+    }
+  }
   if (t4 == 0) {
-    // The partials keep the max in log2 units (m sc), as the merge kernel expects.
-    mm[kg * Tr::kRows + rl_lo] = m_run[0] == -INFINITY ? -INFINITY : m_run[0] * sc;
-    ml[kg * Tr::kRows + rl_lo] = l_run[0];
-    mm[kg * Tr::kRows + rl_hi] = m_run[1] == -INFINITY ? -INFINITY : m_run[1] * sc;
-    ml[kg * Tr::kRows + rl_hi] = l_run[1];
+    // The partials keep the raw max (the merge scales differences of maxima by sc).
+    mm[kg * RB + rl_lo] = m_run[0];
+    ml[kg * RB + rl_lo] = l_run[0];
+    mm[kg * RB + rl_hi] = m_run[1];
+    ml[kg * RB + rl_hi] = l_run[1];
   }
   if constexpr (kWithV) {
 #pragma unroll
@@ -272,7 +375,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     if (m_all != -INFINITY) {
 #pragma unroll
       for (int x = 0; x < Tr::kKeyGroups; ++x) {
-        const float f = exp2f(mm[x * Tr::kRows + row] - m_all);
+        const float f = exp2f((mm[x * Tr::kRows + row] - m_all) * sc);
         if constexpr (kWithV) acc += f * mo[(x * Tr::kRows + row) * D + col];
         l_all += f * ml[x * Tr::kRows + row];
       }
@@ -280,16 +383,19 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     if constexpr (kWithV)
       static_cast<T*>(p.part_o)[(part + row) * D + col] =
           ElemTraits<T>::from_float(l_all > 0.f ? acc / l_all : 0.f);
-    if (col == 0) {
-      p.part_ml[(part + row) * 2] = m_all;
-      p.part_ml[(part + row) * 2 + 1] = l_all;
-    }
+    if (col == 0)
+      *reinterpret_cast<float4*>(p.part_ml + (part + row) * 4) =
+          make_float4(m_all, l_all, blk_mt[row], __int_as_float(blk_id[row]));
   }
 }
 
-// One warp per window row: combines the splits' (m, l, o / l) into a = o / l and lse. Lanes split
-// the splits and the 16-byte column chunks (d = 128: 16 chunks x 2 split lanes), so a row's loads
-// are many and independent (v6 walked the splits one after another per column: ~20 us at w = 8).
+// One warp per window row: combines the splits' partials into a, lse and the top-key record.
+// Lanes split the splits and the 16-byte column chunks (d = 128: 16 chunks x 2 split lanes), so a
+// row's loads are many and independent (v6 walked the splits one after another per column: ~20 us
+// at w = 8). The row's top: the largest of the splits' tops held apart (the first split on ties);
+// it is the row's top key if it beats every split's other keys and no other split's top ties it
+// (else its p <= 1/2 and every top joins the others). The others: the splits' (o, l) and every
+// other split's top, whose value row is read from V (the only loads that depend on the partials).
 template <class T>
 __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out, float* lse) {
   grid_dependency_wait();  // the forward's partials
@@ -301,85 +407,198 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   const int hk = warp / p.rows, r = warp % p.rows;
   const int rb = r / block_rows, rl = r % block_rows;
   const int64_t base = (static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits;
-  // (m, l) of splits lane, lane + 32, ... stay in registers (up to kMaxSplitRegs * 32 splits);
-  // each split's weight exp2(m - m_all) l is then fetched by shuffle instead of a reload.
+  const float sc = p.scale_log2;
+  // (m, l, m_top, idx) of splits lane, lane + 32, ... stay in registers (up to kMaxSplitRegs * 32
+  // splits); each split's weights are then fetched by shuffle instead of a reload.
   constexpr int kMaxSplitRegs = 4;
   const float* ml = p.part_ml;
-  float ms[kMaxSplitRegs], ls[kMaxSplitRegs];
-  float m_all = -INFINITY;
+  auto part4 = [&](int s) {
+    return *reinterpret_cast<const float4*>(ml + ((base + s) * block_rows + rl) * 4);
+  };
+  float ms[kMaxSplitRegs], ls[kMaxSplitRegs], mts[kMaxSplitRegs];
+  int ids[kMaxSplitRegs];
+  float m_inc = -INFINITY, m_best = -INFINITY;
+  int s_best = INT_MAX;
 #pragma unroll
   for (int i = 0; i < kMaxSplitRegs; ++i) {
     const int s = lane + 32 * i;
-    ms[i] = -INFINITY;
+    ms[i] = mts[i] = -INFINITY;
     ls[i] = 0.f;
+    ids[i] = -1;
     if (s < p.splits) {
-      const float2 x = *reinterpret_cast<const float2*>(ml + ((base + s) * block_rows + rl) * 2);
+      const float4 x = part4(s);
       ms[i] = x.x;
       ls[i] = x.y;
+      mts[i] = x.z;
+      ids[i] = __float_as_int(x.w);
     }
-    m_all = fmaxf(m_all, ms[i]);
+    m_inc = fmaxf(m_inc, ms[i]);
+    if (mts[i] > m_best) {
+      m_best = mts[i];
+      s_best = s;
+    }
   }
-  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)  // more splits: not held
-    m_all = fmaxf(m_all, ml[((base + s) * block_rows + rl) * 2]);
-  for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
-  float l_all = 0.f;
-  if (m_all != -INFINITY) {
+  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32) {  // more splits: not held
+    const float4 x = part4(s);
+    m_inc = fmaxf(m_inc, x.x);
+    if (x.z > m_best) {
+      m_best = x.z;
+      s_best = s;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    m_inc = fmaxf(m_inc, __shfl_xor_sync(0xffffffffu, m_inc, o));
+    const float mb = __shfl_xor_sync(0xffffffffu, m_best, o);
+    const int sb = __shfl_xor_sync(0xffffffffu, s_best, o);
+    if (mb > m_best || (mb == m_best && sb < s_best)) {
+      m_best = mb;
+      s_best = sb;
+    }
+  }
+  int ties = 0;
 #pragma unroll
-    for (int i = 0; i < kMaxSplitRegs; ++i) {
-      ls[i] = ms[i] == -INFINITY ? 0.f : exp2f(ms[i] - m_all) * ls[i];  // the split's weight
-      l_all += ls[i];
-    }
-    for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32) {
-      const float* x = ml + ((base + s) * block_rows + rl) * 2;
-      l_all += exp2f(x[0] - m_all) * x[1];
-    }
+  for (int i = 0; i < kMaxSplitRegs; ++i) ties += mts[i] == m_best && m_best > -INFINITY;
+  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)
+    ties += part4(s).z == m_best && m_best > -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) ties += __shfl_xor_sync(0xffffffffu, ties, o);
+  const bool have_top = m_best > -INFINITY && m_best > m_inc && ties == 1;
+  // The others' max R and their weights: (o, l) of split s by f = exp2((m - R) sc) l, the top of
+  // a split other than the row's top by g = exp2((m_top - R) sc).
+  float R = m_inc;
+#pragma unroll
+  for (int i = 0; i < kMaxSplitRegs; ++i)
+    if (!(have_top && lane + 32 * i == s_best)) R = fmaxf(R, mts[i]);
+  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)
+    if (!(have_top && s == s_best)) R = fmaxf(R, part4(s).z);
+  for (int o = 16; o > 0; o >>= 1) R = fmaxf(R, __shfl_xor_sync(0xffffffffu, R, o));
+  auto weights = [&](float m, float l, float mt, int s, float* f, float* g) {
+    *f = (R == -INFINITY || m == -INFINITY) ? 0.f : exp2f((m - R) * sc) * l;
+    *g = (R == -INFINITY || mt == -INFINITY || (have_top && s == s_best)) ? 0.f
+                                                                          : exp2f((mt - R) * sc);
+  };
+  float fs[kMaxSplitRegs], gs[kMaxSplitRegs];
+  float l_all = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxSplitRegs; ++i) {
+    weights(ms[i], ls[i], mts[i], lane + 32 * i, &fs[i], &gs[i]);
+    l_all += fs[i] + gs[i];
+  }
+  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32) {
+    const float4 x = part4(s);
+    float f, g;
+    weights(x.x, x.y, x.z, s, &f, &g);
+    l_all += f + g;
   }
   l_all = warp_sum(l_all);
+  int top_idx = -1;
+  if (have_top) top_idx = __shfl_sync(0xffffffffu, ids[0], s_best & 31);
+  if (have_top && s_best >= 32) top_idx = __float_as_int(part4(s_best).w);  // uniform branch
   const int qh = hk * p.group + r / a.w, t = r % a.w;
   const int64_t out_row = static_cast<int64_t>(qh) * a.w + t;
-  if (lane == 0) lse[out_row] = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
+  // rho = sum_{others} exp(z - z_top): the others' mass relative to the top (0 without a top).
+  const float rho = have_top && l_all > 0.f ? l_all * exp2f((R - m_best) * sc) : 0.f;
+  if (lane == 0) {
+    float x;
+    if (have_top)
+      x = m_best * sc + log1pf(rho) * kLog2e;
+    else
+      x = R == -INFINITY ? -INFINITY : R * sc + log2f(l_all);
+    lse[out_row] = R == -INFINITY && !have_top ? -INFINITY : x * kLn2;
+  }
   if (out == nullptr) return;
-  const int chunks = a.head_dim / 8;          // 8, 16 or 32: a power of two dividing 32
+  const T* vhead = static_cast<const T*>(a.v) + hk * a.kv_head_stride;
+  const int chunks = a.head_dim / 8;  // 8, 16 or 32: a power of two dividing 32
   const int split_lanes = 32 / chunks;
   const int ch = lane % chunks, s0 = lane / chunks;
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  if (m_all != -INFINITY) {
+  auto add8 = [&](const T* src, float w) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = fmaf(w, ElemTraits<T>::to_float(e[i]), acc[i]);
+  };
+  if (l_all > 0.f) {
     // Every lane runs the same number of steps (the shuffles need the whole warp); split
     // s = s0 + k * split_lanes lies in register (k * split_lanes) / 32 of lane s % 32 for all
     // lanes of a step alike, since split_lanes divides 32.
     const int steps = (p.splits + split_lanes - 1) / split_lanes;
-#pragma unroll 8
+#pragma unroll 4
     for (int k = 0; k < steps; ++k) {
       const int s = s0 + k * split_lanes;
       const bool valid = s < p.splits;
       const int64_t prow = (base + (valid ? s : 0)) * block_rows + rl;
-      float f = 0.f;
+      float f = 0.f, g = 0.f;
+      int idx = -1;
       if (p.splits <= 32 * kMaxSplitRegs) {  // warp-uniform
         const int reg = (k * split_lanes) >> 5;
-        float held = ls[0];
+        float hf = fs[0], hg = gs[0];
+        int hi = ids[0];
 #pragma unroll
         for (int i = 1; i < kMaxSplitRegs; ++i)
-          if (reg == i) held = ls[i];
-        f = __shfl_sync(0xffffffffu, held, s & 31);
+          if (reg == i) {
+            hf = fs[i];
+            hg = gs[i];
+            hi = ids[i];
+          }
+        f = __shfl_sync(0xffffffffu, hf, s & 31);
+        g = __shfl_sync(0xffffffffu, hg, s & 31);
+        idx = __shfl_sync(0xffffffffu, hi, s & 31);
       } else if (valid) {
-        f = exp2f(ml[prow * 2] - m_all) * ml[prow * 2 + 1];
+        const float4 x = part4(s);
+        weights(x.x, x.y, x.z, s, &f, &g);
+        idx = __float_as_int(x.w);
       }
       if (!valid) continue;
-      const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.part_o) +
-                                                        prow * a.head_dim + ch * 8);
-      const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = fmaf(f, ElemTraits<T>::to_float(e[i]), acc[i]);
+      if (f != 0.f) add8(static_cast<const T*>(p.part_o) + prow * a.head_dim + ch * 8, f);
+      if (g != 0.f) add8(vhead + static_cast<int64_t>(idx) * a.kv_row_stride + ch * 8, g);
     }
   }
   for (int o = chunks; o < 32; o <<= 1)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+  // a = (v_top + rho a_{-top}) / (1 + rho); without a top a = acc / l.
+  const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
+  const float p_top = 1.f / (1.f + rho);
+  float vt[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float d2 = 0.f, vdiff = 0.f, v2 = 0.f;
+  if (have_top) {
+    const uint4 raw =
+        *reinterpret_cast<const uint4*>(vhead + static_cast<int64_t>(top_idx) * a.kv_row_stride + ch * 8);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      vt[i] = ElemTraits<T>::to_float(e[i]);
+      const float aoth = acc[i] * inv_l, diff = vt[i] - aoth;
+      d2 = fmaf(diff, diff, d2);
+      vdiff = fmaf(vt[i], diff, vdiff);
+      v2 = fmaf(vt[i], vt[i], v2);
+      acc[i] = (vt[i] + rho * aoth) * p_top;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] *= inv_l;
+  }
   if (s0 == 0) {
-    const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
     float4* dst = reinterpret_cast<float4*>(out + out_row * a.head_dim + ch * 8);
-    dst[0] = make_float4(acc[0] * inv_l, acc[1] * inv_l, acc[2] * inv_l, acc[3] * inv_l);
-    dst[1] = make_float4(acc[4] * inv_l, acc[5] * inv_l, acc[6] * inv_l, acc[7] * inv_l);
+    dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  }
+  if (p.top == nullptr) return;
+  // The chunks' sums live in lanes 0 .. chunks - 1 (and their copies): sum over those.
+  const bool first = s0 == 0;
+  d2 = warp_sum(first ? d2 : 0.f);
+  vdiff = warp_sum(first ? vdiff : 0.f);
+  v2 = warp_sum(first ? v2 : 0.f);
+  if (lane == 0) {
+    TopRow tr;
+    tr.idx = have_top && rho <= 1.f ? top_idx : -1;  // p_top >= 1/2
+    tr.p = p_top;
+    tr.omp = rho * p_top;
+    tr.z = m_best * a.scale;
+    tr.d2 = d2;
+    tr.vdiff = vdiff;
+    tr.v2 = v2;
+    p.top[out_row] = tr;
   }
 }
 
@@ -395,11 +614,11 @@ cudaError_t launch_merge(const ForwardParams& p, int block_rows, float* out, flo
                     block_rows, out, lse);
 }
 
-template <class Tr, bool kWithV>
+template <class Tr, bool kWithV, bool kTop>
 cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse,
                                   cudaStream_t stream) {
   constexpr size_t smem = forward_smem_bytes<Tr, kWithV>();
-  auto kernel = window_forward_kernel<Tr, kWithV>;
+  auto kernel = window_forward_kernel<Tr, kWithV, kTop>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -412,14 +631,16 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
 template <class T, int D>
 cudaError_t dispatch_slabs(const ForwardParams& p, int slabs, float* out, float* lse,
                            cudaStream_t stream) {
-  const bool with_v = out != nullptr;
+  const bool with_v = out != nullptr, top = with_v && p.top != nullptr;
   switch (slabs) {
-#define KVEVICT_FWD_CASE(S)                                                                   \
-  case S:                                                                                     \
-    if constexpr (S <= max_slabs(D)) {                                                        \
-      return with_v ? launch_forward_config<WindowTraits<T, D, S>, true>(p, out, lse, stream) \
-                    : launch_forward_config<WindowTraits<T, D, S>, false>(p, out, lse, stream); \
-    }                                                                                         \
+#define KVEVICT_FWD_CASE(S)                                                                  \
+  case S:                                                                                    \
+    if constexpr (S <= max_slabs(D)) {                                                       \
+      using Tr = WindowTraits<T, D, S>;                                                      \
+      return top      ? launch_forward_config<Tr, true, true>(p, out, lse, stream)           \
+             : with_v ? launch_forward_config<Tr, true, false>(p, out, lse, stream)          \
+                      : launch_forward_config<Tr, false, false>(p, out, lse, stream);        \
+    }                                                                                        \
     break;
     KVEVICT_FWD_CASE(1)
     KVEVICT_FWD_CASE(2)
@@ -474,16 +695,18 @@ size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_c
   const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
                       plan.slabs;
   const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;  // 16-bit partials
-  return (o_bytes + 255) / 256 * 256 + rows * 2 * sizeof(float);
+  return (o_bytes + 255) / 256 * 256 + rows * 4 * sizeof(float);
 }
 
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
-                                  size_t scratch_bytes, int sm_count, cudaStream_t stream) {
+                                  size_t scratch_bytes, int sm_count, cudaStream_t stream,
+                                  TopRow* top) {
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
       a.q_rows < a.w)
     return cudaErrorInvalidValue;
   const bool with_out = out != nullptr;
   if (with_out && a.v == nullptr) return cudaErrorInvalidValue;
+  if (top != nullptr && !with_out) return cudaErrorInvalidValue;
   if (scratch_bytes < window_forward_scratch_bytes(a, with_out, sm_count))
     return cudaErrorInvalidValue;
   const WindowPlan plan = forward_plan(a, with_out, sm_count);
@@ -501,6 +724,7 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   char* base = static_cast<char*>(scratch);
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;
   p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
+  p.top = top;
   // Blocks of 64+ rows run the wgmma kernel where this binary has it (sm_90a).
   const int block_rows = 16 * plan.slabs;
   if (window_wgmma_enabled() && block_rows >= 64 && wgmma_forward_supported(a, block_rows)) {

@@ -8,6 +8,8 @@
 // mma.sync kernel's warps re-read it for every 16 (the bound of w = 32 in v7: 8 x 32 KB of
 // fragment reads per 64-key tile). No key groups, so no in-block merge: each warpgroup writes its
 // rows' (o / l, m, l) partial directly in window_forward.cu's layout, whose merge kernel follows.
+// With V, each row's top key is kept apart from (o, m, l) (window_params.cuh ForwardTop): the
+// partial then also holds that key's logit and index.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -36,9 +38,12 @@ constexpr int wg_forward_stages() {
   return stages_that_fit(Tr::kBlocksPerSm, [](int s) { return wg_forward_smem<Tr, kWithV>(s); });
 }
 
-template <class Tr, bool kWithV>
+// kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
+// that need a_{-top}; without it the plain online softmax (attention outputs for the model).
+template <class Tr, bool kWithV, bool kTop>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p) {
+  static_assert(kWithV || !kTop, "the top keys need V");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
@@ -105,6 +110,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
 #pragma unroll
   for (int i = 0; i < (kWithV ? D / 2 : 1); ++i) o[i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  ForwardTop<kTop ? D / 2 : 2> top;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kStages;
@@ -142,16 +148,30 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       mx[0] = fmaxf(mx[0], fmaxf(s[i], s[i + 1]));
       mx[1] = fmaxf(mx[1], fmaxf(s[i + 2], s[i + 3]));
     }
-    float m_c[2], corr[2];
-    const bool grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
+    float corr[2];
+    bool grew_any = false, rescaled = false;
+    if constexpr (!kTop) {
+      float m_c[2];
+      grew_any = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      s[i] = fast_exp2(fmaf(s[i], sc, -m_c[(i >> 1) & 1]));
-      l_run[(i >> 1) & 1] += s[i];
+      for (int i = 0; i < 32; ++i) {
+        s[i] = fast_exp2(fmaf(s[i], sc, -m_c[(i >> 1) & 1]));
+        l_run[(i >> 1) & 1] += s[i];
+      }
+    } else {
+      const T* vtile = v_s + stage * TK * D;
+      float m_use[2];
+      forward_top_step<T, 32, D / 2>(
+          [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
+          [&](int key, int col) {
+            return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
+          },
+          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew_any, &rescaled);
+      forward_exp_tile<32>([&](int i) -> float& { return s[i]; }, m_use, sc, top.extreme, l_run);
     }
 
     if constexpr (kWithV) {
-      if (__any_sync(0xffffffffu, grew)) {
+      if (grew_any && !rescaled) {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
       }
@@ -186,10 +206,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   // This split's partial of the thread's two rows (window_forward.cu's layout, kRows = R).
   const int64_t part = ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * R;
   if (t4 == 0) {
-    p.part_ml[(part + rl_lo) * 2] = m_run[0] == -INFINITY ? -INFINITY : m_run[0] * sc;
-    p.part_ml[(part + rl_lo) * 2 + 1] = l_run[0];
-    p.part_ml[(part + rl_hi) * 2] = m_run[1] == -INFINITY ? -INFINITY : m_run[1] * sc;
-    p.part_ml[(part + rl_hi) * 2 + 1] = l_run[1];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = r ? rl_hi : rl_lo;
+      const int idx = top.idx[r] >= 0 ? static_cast<int>(key_begin) + top.idx[r] : -1;
+      *reinterpret_cast<float4*>(p.part_ml + (part + row) * 4) =
+          make_float4(m_run[r], l_run[r], top.m_top[r], __int_as_float(idx));
+    }
   }
   if constexpr (kWithV) {
     const float inv[2] = {l_run[0] > 0.f ? 1.f / l_run[0] : 0.f,
@@ -218,10 +241,10 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV>
+template <class Tr, bool kWithV, bool kTop>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -231,12 +254,14 @@ cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
 
 template <class T, int D>
 cudaError_t dispatch_rows(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
-  const bool with_v = p.part_o != nullptr;
+  const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
   if (rows_per_block == 64)
-    return with_v ? launch_config<WgWindowTraits<T, D, 1>, true>(p, stream)
-                  : launch_config<WgWindowTraits<T, D, 1>, false>(p, stream);
-  return with_v ? launch_config<WgWindowTraits<T, D, 2>, true>(p, stream)
-                : launch_config<WgWindowTraits<T, D, 2>, false>(p, stream);
+    return top      ? launch_config<WgWindowTraits<T, D, 1>, true, true>(p, stream)
+           : with_v ? launch_config<WgWindowTraits<T, D, 1>, true, false>(p, stream)
+                    : launch_config<WgWindowTraits<T, D, 1>, false, false>(p, stream);
+  return top      ? launch_config<WgWindowTraits<T, D, 2>, true, true>(p, stream)
+         : with_v ? launch_config<WgWindowTraits<T, D, 2>, true, false>(p, stream)
+                  : launch_config<WgWindowTraits<T, D, 2>, false, false>(p, stream);
 }
 
 std::atomic<bool> g_wgmma_enabled{true};

@@ -27,8 +27,14 @@ struct ForwardParams {
   // stored in the input dtype T: o / l is a convex combination of rows of V, so it fits T's
   // range, and rounding it adds 2^-9 (bf16) / 2^-11 (f16) relative error, the order of the 16-bit
   // P of P V itself. Halves the partials against f32 (v6: w = 32 scratch 17.3 -> ~4.6 MiB).
+  // With V, each split's top key is kept apart from (o, m, l) (see ForwardTop): part_o holds the
+  // other keys' output only.
   void* part_o = nullptr;
-  float* part_ml = nullptr;  // [Hkv, row_blocks, splits, kRows, 2] (max in log2 units, sum)
+  // [Hkv, row_blocks, splits, kRows, 4]: the raw max logit q.k of the keys in (o, l), their sum
+  // l of exp2((s - max) scale log2 e), the raw logit of the split's top key held apart (-inf:
+  // none) and its key index (int bits, -1: none)
+  float* part_ml = nullptr;
+  TopRow* top = nullptr;  // [Hq, w] written by the merge (null: not wanted)
 };
 
 struct PassParams {
@@ -148,6 +154,192 @@ __device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_
     l_run[r] *= corr[r];
   }
   return grew;
+}
+
+// --- The forward's top key (issue 13) ------------------------------------------------------------
+// dropkv / obcache need a_{-top}, the output WITHOUT a row's top key, where that key holds p -> 1:
+// a - p v_top cancels, so a_{-top} must be accumulated apart. The forward keeps each row's running
+// top key out of its accumulators (o, l, running max m) once it outweighs everything the row has
+// seen (l exp2((m - t1) c) + the former top's weight < 1, a "strong" record): its P is zeroed
+// before P V, its value row is stashed in registers (16-bit pairs, the layout of o), and the
+// accumulators are then shifted by the OTHER keys' own max, so they do not underflow however far
+// the top dominates (1000 nats, q = 1e30). When a later key beats it, the former top is ADDED to
+// the accumulators from the stash (nothing is ever subtracted). A record that does not outweigh
+// what was seen stays in the accumulators: its row's top then has p < 1/2 and needs no leave-one-
+// out (score_terms.h). Records are rare after a row's first tiles, so the extra work (finding the
+// record's key and the tile's second max, the stash) runs in a warp-uniform branch; the per-tile
+// cost is a compare and a vote. With |max logit scale log2 e| > 2^12 the exponents are formed as
+// (s - m) c instead of fma(s, c, -m c), whose rounding of m c would move p by more than 2^-12
+// (at q = 1e30 by 2^(1e22)).
+
+// Reductions over the 4 lanes of an accumulator row group (lanes 4 g .. 4 g + 3).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ int quad_min(int x) {
+  x = min(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return min(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// Two 16-bit values (lo = the lower address) as floats.
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t bits);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t bits) {
+  return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xFFFF0000u));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t bits) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+}
+
+// A thread's two rows' top keys held apart (NO: the floats of o a thread holds).
+template <int NO>
+struct ForwardTop {
+  float m_top[2] = {-INFINITY, -INFINITY};  // raw logit q.k; -inf: none held apart
+  int idx[2] = {-1, -1};                    // key index relative to the split's first key
+  uint32_t v[NO / 2];                       // value pairs at o[2 k], o[2 k + 1]
+  bool extreme = false;                     // warp-uniform: some row's |m c| > 2^12
+  __device__ __forceinline__ ForwardTop() {
+#pragma unroll
+    for (int k = 0; k < NO / 2; ++k) v[k] = 0u;
+  }
+};
+
+// One tile of the online softmax with the top key kept apart, before P = exp2(...). Accumulator
+// layout of mma.sync / wgmma: element i of s (NS of them) is row (i >> 1) & 1, tile key
+// 8 (i >> 2) + 2 t4 + (i & 1); element i of o likewise over the head dim. s(i) / o(i) return
+// references; v_at(key, col) the tile's 16-bit value pair (col, col + 1) of a key, as uint32.
+// mx: the thread's row maxima of s (masked keys -inf). Updates m_run / l_run (thread-partial sums)
+// and the top; zeroes a new strong top's logit (-inf) in s; rescales o itself when a former top
+// joins (then *rescaled = true), else leaves o to the caller: o *= corr when grew_any. m_use: the
+// rows' shifts (raw units), m_c = m_use * sc.
+template <class T, int NS, int NO, class SAt, class OAt, class VAt>
+__device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
+                                                 float (&m_run)[2], float (&l_run)[2],
+                                                 const float (&mx)[2], float sc, int t4, int key0,
+                                                 float (&m_use)[2], float (&corr)[2],
+                                                 bool* grew_any, bool* rescaled) {
+  float t1[2], m_new[2], wb[2] = {0.f, 0.f};
+  bool rec[2], strong[2] = {false, false};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    t1[r] = quad_max(mx[r]);
+    rec[r] = t1[r] > fmaxf(m_run[r], top.m_top[r]);
+    m_new[r] = fmaxf(m_run[r], t1[r]);
+  }
+  // A record either joins the accumulators (weak; a former top held apart joins with it: an add
+  // back, the usual event after a row's first tile) or is held apart (strong: needs the record's
+  // key and the tile's second max, rare after the first tile).
+  bool any_strong = false, any_join = false;
+  if (__any_sync(0xffffffffu, rec[0] || rec[1])) {
+    bool join[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // Mass of everything the row has seen, relative to the record key's weight 1.
+      const float l = quad_sum(l_run[r]);
+      const bool held = top.m_top[r] > -INFINITY;
+      const float mass = l * fast_exp2((m_run[r] - t1[r]) * sc) +
+                         (held ? fast_exp2((top.m_top[r] - t1[r]) * sc) : 0.f);
+      strong[r] = rec[r] && mass < 1.f;
+      join[r] = rec[r] && held;  // the former top joins the accumulators
+    }
+    any_strong = __any_sync(0xffffffffu, strong[0] || strong[1]);
+    any_join = __any_sync(0xffffffffu, join[0] || join[1]);
+  }
+  int jstar[2] = {0, 0};
+  float t2[2] = {-INFINITY, -INFINITY};
+  if (any_strong) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // The record key: the first of the row's keys equal to the tile max; t2: the max of the
+      // tile's other keys.
+      int cand = 1 << 20;
+#pragma unroll
+      for (int i = 0; i < NS; ++i)
+        if (((i >> 1) & 1) == r && s(i) == t1[r]) cand = min(cand, 8 * (i >> 2) + 2 * t4 + (i & 1));
+      jstar[r] = quad_min(cand);
+      float m2 = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < NS; ++i)
+        if (((i >> 1) & 1) == r && 8 * (i >> 2) + 2 * t4 + (i & 1) != jstar[r]) m2 = fmaxf(m2, s(i));
+      t2[r] = quad_max(m2);
+    }
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      const int r = (i >> 1) & 1;
+      if (strong[r] && 8 * (i >> 2) + 2 * t4 + (i & 1) == jstar[r]) s(i) = -INFINITY;
+    }
+  }
+  if (any_strong || any_join) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!rec[r]) continue;
+      const float old = top.m_top[r];  // the former top (if held apart) joins the accumulators
+      const float m_inc = strong[r] ? fmaxf(fmaxf(m_run[r], old), t2[r]) : t1[r];
+      m_new[r] = m_inc;
+      wb[r] = old > -INFINITY ? fast_exp2((old - m_inc) * sc) : 0.f;
+      top.m_top[r] = strong[r] ? t1[r] : -INFINITY;
+      top.idx[r] = strong[r] ? key0 + jstar[r] : -1;
+    }
+  }
+  bool grew[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // -inf (nothing in the accumulators yet) shifts by 0, keeping exp2(-inf - m) = 0; corr is
+    // exactly 1 when the max did not move.
+    m_use[r] = m_new[r] == -INFINITY ? 0.f : m_new[r];
+    corr[r] = fast_exp2((m_run[r] - m_use[r]) * sc);
+    grew[r] = m_new[r] > m_run[r];
+    m_run[r] = m_new[r];
+    l_run[r] = l_run[r] * corr[r] + (t4 == 0 ? wb[r] : 0.f);
+  }
+  *grew_any = __any_sync(0xffffffffu, grew[0] || grew[1]);
+  if (*grew_any)
+    top.extreme = __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
+  *rescaled = any_join;
+  if (any_join) {  // o = o corr + w_b v_former (the rescale the record needs anyway, plus the add)
+#pragma unroll
+    for (int k = 0; k < NO / 2; ++k) {
+      const int r = k & 1;
+      const float2 f = unpack2<T>(top.v[k]);
+      o(2 * k) = fmaf(wb[r], f.x, o(2 * k) * corr[r]);
+      o(2 * k + 1) = fmaf(wb[r], f.y, o(2 * k + 1) * corr[r]);
+    }
+  }
+  if (any_strong) {
+#pragma unroll
+    for (int k = 0; k < NO / 2; ++k) {
+      const int r = k & 1;
+      if (strong[r]) top.v[k] = v_at(jstar[r], 8 * (k >> 1) + 2 * t4);
+    }
+  }
+}
+
+// P = exp2((s - m) c) of the tile in place (see the top-key comment above for the two forms),
+// summed into the thread's l_run.
+template <int NS, class SAt>
+__device__ __forceinline__ void forward_exp_tile(SAt&& s, const float (&m_use)[2], float sc,
+                                                 bool extreme, float (&l_run)[2]) {
+  if (!extreme) {
+    const float m_c[2] = {m_use[0] * sc, m_use[1] * sc};
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      s(i) = fast_exp2(fmaf(s(i), sc, -m_c[(i >> 1) & 1]));
+      l_run[(i >> 1) & 1] += s(i);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      s(i) = fast_exp2((s(i) - m_use[(i >> 1) & 1]) * sc);
+      l_run[(i >> 1) & 1] += s(i);
+    }
+  }
 }
 
 // The wgmma (sm_90a) kernels: 64 query rows a warpgroup, one or two warpgroups a block

@@ -39,6 +39,31 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
   return m;
 }
 
+EvictConfig MethodConfig::evict_config(int question) const {
+  EvictConfig cfg;
+  if (!is_full()) cfg.prefill = PrefillEviction::make(spec, budget, question);
+  return cfg;
+}
+
+int MethodConfig::window_for(int question) const {
+  return is_full() ? 0 : observation_window(evict_config(question).prefill.score);
+}
+
+std::vector<Generation> EvalModel::answer_all(PrefillState& state,
+                                              const std::vector<MethodConfig>& methods,
+                                              const std::vector<int32_t>& question_tokens,
+                                              QueryMode mode, int max_new_tokens,
+                                              int question_window) {
+  std::vector<Generation> out;
+  out.reserve(methods.size());
+  for (MethodConfig m : methods) {
+    if (!m.is_full() && question_window > 0)
+      m.spec.score = m.evict_config(question_window).prefill.score;
+    out.push_back(answer(state, m, question_tokens, mode, max_new_tokens));
+  }
+  return out;
+}
+
 std::string MethodConfig::label() const {
   return is_full() ? name : name + "@" + budget.str();
 }
@@ -162,21 +187,30 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count();
       KVEVICT_CHECK(state != nullptr, "the model returned no prefill state for task '", s.task,
                     "'; expected EvalModel::prefill to return one");
-      for (MethodConfig m : opt.methods) {
-        // Only windowed scores have an observation window to replace; h2o (all queries) and tova
-        // (last query) keep theirs.
-        const bool question_window = mode == QueryMode::kAware && opt.question_window &&
-                                     !m.is_full() && m.spec.score.aggregate == Aggregate::kWindow;
-        if (question_window) m.spec.score.window = static_cast<int>(question_ids.size());
-        pr.current =
-            s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " + m.label();
-        const auto t0 = std::chrono::steady_clock::now();
-        const int max_new = opt.max_new_tokens_cap > 0
-                                ? std::min(s.max_new_tokens, opt.max_new_tokens_cap)
-                                : s.max_new_tokens;
-        Generation g = model.answer(*state, m, question_ids, mode, max_new);
-        const auto t1 = std::chrono::steady_clock::now();
-
+      // SPEC section 5: in query-aware mode the question is the observation window of
+      // windowed scores (RunOptions::question_window); PrefillEviction::make decides which.
+      const int question_window = mode == QueryMode::kAware && opt.question_window
+                                      ? static_cast<int>(question_ids.size())
+                                      : 0;
+      const int max_new = opt.max_new_tokens_cap > 0
+                              ? std::min(s.max_new_tokens, opt.max_new_tokens_cap)
+                              : s.max_new_tokens;
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<Generation> answers =
+          model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
+      const auto t1 = std::chrono::steady_clock::now();
+      KVEVICT_CHECK(answers.size() == opt.methods.size(), "the model returned ", answers.size(),
+                    " answers for ", opt.methods.size(), " methods");
+      // Settings answered together share the time: each record carries its share.
+      const double answer_seconds = std::chrono::duration<double>(t1 - t0).count() /
+                                    static_cast<double>(opt.methods.size());
+      for (size_t mi = 0; mi < opt.methods.size(); ++mi) {
+        const MethodConfig& m = opt.methods[mi];
+        const Generation& g = answers[mi];
+        const int window = m.window_for(question_window);
+        const bool window_is_question =
+            question_window > 0 && !m.is_full() && window == question_window &&
+            m.spec.score.aggregate == Aggregate::kWindow && m.spec.score.needs_queries();
         SampleRecord r;
         r.task = s.task;
         r.target_length = s.target_length;
@@ -187,8 +221,8 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
         r.mode = mode;
         r.method = m.name;
         r.budget = m.budget.str();
-        r.window = m.window();
-        r.window_is_question = question_window;
+        r.window = window;
+        r.window_is_question = window_is_question;
         r.pooling = m.pooling();
         r.policy = m.policy();
         r.prediction = postprocess_prediction(g.text);
@@ -197,11 +231,14 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
         r.score = score_prediction(metric, r.prediction, s.answers);
         r.kept_tokens = g.kept_tokens;
         r.generated_tokens = g.generated_tokens;
-        r.answer_seconds = std::chrono::duration<double>(t1 - t0).count();
+        r.answer_seconds = answer_seconds;
         r.prefill_seconds = prefill_seconds;
         res.records.push_back(std::move(r));
 
+        // One report per answer (the settings of a batch finish together).
         ++pr.done;
+        pr.current = s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " +
+                     m.label();
         pr.elapsed_s = std::chrono::duration<double>(t1 - start).count();
         pr.eta_s =
             pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);

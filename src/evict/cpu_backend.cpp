@@ -1,16 +1,14 @@
 // The CPU backend: the multithreaded float paths behind the Backend interface.
-#include "evict/host_memory.h"
+#include "evict/host_backend.h"
 #include "kvevict/backend.h"
 #include "kvevict/error.h"
 
 namespace kvevict {
 namespace {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public detail::HostBackend {
  public:
   const char* name() const override { return "cpu"; }
-  Device device() const override { return Device::kCpu; }
-  std::shared_ptr<void> allocate(size_t bytes) override { return detail::host_allocate(bytes); }
 
   size_t score_workspace_bytes(const ScoreProblem& problem,
                                const ScoreOptions& opt) const override {
@@ -21,14 +19,10 @@ class CpuBackend final : public Backend {
     cpu::score(problem, opt, out, ws);
   }
 
-  Selection select(const TensorView& scores, const TensorView& aux,
-                   const SelectOptions& opt) override {
+  Selection select(const TensorView& scores, const TensorView& aux, const SelectOptions& opt,
+                   Residency) override {
     std::vector<int64_t> starts, lens;
     return kvevict::select(SelectProblem::dense(scores, aux, starts, lens), opt);
-  }
-
-  void compact(const KVLayerView& in, const Selection& selection, const KVLayerView& out) override {
-    cache_compact(in, selection, out);
   }
 
   size_t attention_workspace_bytes(const AttentionProblem& problem) const override {

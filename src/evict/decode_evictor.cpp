@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cache/parallel_if_large.h"
+#include "kvevict/backend.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
@@ -75,10 +76,25 @@ std::string DecodeEvictOptions::describe() const {
   return os.str();
 }
 
-DecodeEvictor::DecodeEvictor(DecodeEvictOptions opt) : opt_(opt) {
+DecodeEvictor::DecodeEvictor(DecodeEvictOptions opt, Backend* backend) : opt_(opt) {
   opt_.validate();
+  if (backend == nullptr) {
+    owned_ = make_cpu_backend();
+    backend = owned_.get();
+  }
+  backend_ = backend;
 }
+DecodeEvictor::~DecodeEvictor() = default;
+DecodeEvictor::DecodeEvictor(DecodeEvictor&&) noexcept = default;
+DecodeEvictor& DecodeEvictor::operator=(DecodeEvictor&&) noexcept = default;
 
+// Per head: the logits of every row, the top row (largest logit, the first of equal ones) and
+// rho = sum_{j != top} exp(z_j - z_top), all in double; p_j = exp(z_j - z_top) / (1 + rho)
+// relative to the top (score_terms.h other_prob). Rows other than the top (p <= 1/2) take the
+// step's a in the norm-identity terms; the top row takes the leave-one-out form
+// (score_terms.h top_term, issue 13) when it holds p >= 1/2, with a_{-top} accumulated here over
+// the other rows (their own max, so no underflow however far the top dominates): the identity
+// would divide the rounding of a - v_top by (1 - p)^2.
 void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int kvh,
                                 float* out) const {
   const int d = c.head_dim;
@@ -87,30 +103,69 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
   const int64_t len = c.lens[kvh];
   const int64_t base = c.offsets[kvh];
   const float scale = opt_.scale != 0.0f ? opt_.scale : 1.0f / std::sqrt(static_cast<float>(d));
-  const double floor = opt_.one_minus_p_floor;
-  std::vector<double> acc(len, 0.0);
-  std::vector<float> k(d), v(d);
+  const bool uses_a = opt_.score == DecodeScore::kDropKV || opt_.score == DecodeScore::kObcacheK ||
+                      opt_.score == DecodeScore::kObcacheVK;
+  const Method method = opt_.score == DecodeScore::kDropKV      ? Method::kDropKV
+                        : opt_.score == DecodeScore::kObcacheV  ? Method::kObcacheV
+                        : opt_.score == DecodeScore::kObcacheK  ? Method::kObcacheK
+                        : opt_.score == DecodeScore::kObcacheVK ? Method::kObcacheVK
+                                                                : Method::kH2O;
+  std::vector<double> acc(len, 0.0), z(len);
+  std::vector<double> a_oth(d);
   for (int g = 0; g < group; ++g) {
     const int h = kvh * group + g;
     const float* q = st.q.ptr<float>() + st.q.offset(h);
     const float* a = st.a.ptr<float>() + st.a.offset(h);
-    const double lse = st.lse.ptr<float>()[st.lse.offset(h)];
-    double a2 = 0;
-    for (int i = 0; i < d; ++i) a2 += static_cast<double>(a[i]) * a[i];
+    int64_t top = 0;
     for (int64_t j = 0; j < len; ++j) {
       const int64_t row = (base + j) * d;
       float dot = 0.0f;
-      double v2 = 0, av = 0;
-      for (int i = 0; i < d; ++i) {
-        const float ki = load_f(c.k, c.dtype, row + i);
-        const float vi = load_f(c.v, c.dtype, row + i);
-        dot += q[i] * ki;
-        v2 += static_cast<double>(vi) * vi;
-        av += static_cast<double>(a[i]) * vi;
+      for (int i = 0; i < d; ++i) dot += q[i] * load_f(c.k, c.dtype, row + i);
+      z[j] = static_cast<double>(dot) * scale;
+      if (opt_.softcap > 0) z[j] = opt_.softcap * std::tanh(z[j] / opt_.softcap);
+      if (z[j] > z[top]) top = j;
+    }
+    double m2 = -INFINITY, l_oth = 0;
+    for (int64_t j = 0; j < len; ++j)
+      if (j != top) m2 = std::max(m2, z[j]);
+    for (int64_t j = 0; j < len && m2 > -INFINITY; ++j)
+      if (j != top) l_oth += std::exp(z[j] - m2);
+    const double rho = l_oth > 0 ? l_oth * std::exp(m2 - z[top]) : 0.0;
+    terms::TopKey<double> tk;
+    terms::top_probs(rho, tk.p, tk.omp);
+    tk.z = z[top];
+    const bool leave_one_out = uses_a && rho <= 1.0;  // p_top >= 1/2
+    if (leave_one_out) {
+      std::fill(a_oth.begin(), a_oth.end(), 0.0);
+      for (int64_t j = 0; j < len && l_oth > 0; ++j) {
+        if (j == top) continue;
+        const double w = std::exp(z[j] - m2) / l_oth;
+        for (int i = 0; i < d; ++i) a_oth[i] += w * load_f(c.v, c.dtype, (base + j) * d + i);
       }
-      double z = static_cast<double>(dot) * scale;
-      if (opt_.softcap > 0) z = opt_.softcap * std::tanh(z / opt_.softcap);
-      const double p = terms::prob(z, lse);
+      for (int i = 0; i < d; ++i) {
+        const double vt = load_f(c.v, c.dtype, (base + top) * d + i), diff = vt - a_oth[i];
+        tk.d2 += diff * diff;
+        tk.vdiff += vt * diff;
+        tk.v2 += vt * vt;
+      }
+    }
+    double a2 = 0;
+    for (int i = 0; i < d; ++i) a2 += static_cast<double>(a[i]) * a[i];
+    for (int64_t j = 0; j < len; ++j) {
+      if (j == top && leave_one_out) {
+        acc[j] += terms::top_term(method, tk);
+        continue;
+      }
+      const int64_t row = (base + j) * d;
+      double v2 = 0, av = 0;
+      if (opt_.score != DecodeScore::kAttentionSum && opt_.score != DecodeScore::kTOVA) {
+        for (int i = 0; i < d; ++i) {
+          const double vi = load_f(c.v, c.dtype, row + i);
+          v2 += vi * vi;
+          av += a[i] * vi;
+        }
+      }
+      const double p = j == top ? tk.p : terms::other_prob(std::exp(z[j] - z[top]), tk.p);
       double s = 0;
       switch (opt_.score) {
         case DecodeScore::kAttentionSum:
@@ -118,16 +173,16 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
           s = terms::attention_term(p);
           break;
         case DecodeScore::kDropKV:
-          s = terms::dropkv_term(p, terms::one_minus_prob(z, lse, floor), a2, v2, av);
+          s = terms::dropkv_term(p, j == top ? tk.omp : 1.0 - p, a2, v2, av);
           break;
         case DecodeScore::kObcacheV:
           s = terms::obcache_v_term(p, v2);
           break;
         case DecodeScore::kObcacheK:
-          s = terms::obcache_k_term(p, z, a2, v2, av);
+          s = terms::obcache_k_term(p, z[j], a2, v2, av);
           break;
         case DecodeScore::kObcacheVK:
-          s = terms::obcache_vk_term(p, z, a2, v2, av);
+          s = terms::obcache_vk_term(p, z[j], a2, v2, av);
           break;
       }
       acc[j] += s;
@@ -164,26 +219,28 @@ void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const
                                 });
 }
 
+SegmentCut DecodeEvictor::plan(const KVLayerView& c) const {
+  KVEVICT_CHECK(c.has_host_table(), "decode cache has no host segment table; expected one");
+  SegmentCut cut;
+  cut.keep = opt_.budget;
+  cut.sink = opt_.sink;
+  cut.recent = opt_.recent;
+  for (int h = 0; h < c.num_kv_heads; ++h)
+    if (c.lens[h] > opt_.budget + opt_.slack) cut.heads.push_back(h);
+  return cut;
+}
+
 int64_t DecodeEvictor::evict(const KVLayerView& c) const {
   c.validate("decode cache");
   KVEVICT_CHECK(c.score_acc != nullptr, "decode cache has no score accumulator");
-  std::vector<int64_t> evicted(c.num_kv_heads, 0);
-  detail::parallel_for_if_large(c.num_kv_heads, c.total_len() * 8, [&](int64_t h) {
-    const int64_t len = c.lens[h];
-    if (len <= opt_.budget + opt_.slack) return;
-    std::vector<int32_t> keep;
-    keep.reserve(opt_.budget);
-    // Rows stay in position order (compaction keeps order, appends grow positions), so the
-    // first `sink` rows are the sinks and the last `recent` rows the most recent tokens.
-    select_head(c.score_acc + c.offsets[h], nullptr, len, opt_.budget, opt_.sink, opt_.recent,
-                keep);
-    cache_compact_head_inplace(c, static_cast<int>(h), keep.data(),
-                               static_cast<int64_t>(keep.size()));
-    evicted[h] = len - static_cast<int64_t>(keep.size());
-  });
-  int64_t total = 0;
-  for (int64_t e : evicted) total += e;
-  return total;
+  KVEVICT_CHECK(c.device == backend_->device(), "decode cache lives on another device than the ",
+                backend_->name(), " backend");
+  const SegmentCut cut = plan(c);
+  if (cut.heads.empty()) return 0;
+  int64_t evicted = 0;
+  for (int32_t h : cut.heads) evicted += c.lens[h] - cut.keep;
+  backend_->cut_segments(c, cut);
+  return evicted;
 }
 
 int64_t DecodeEvictor::step(const KVLayerView& c, const DecodeStep& st) const {

@@ -12,7 +12,7 @@ LayerEvictor::LayerEvictor(Backend& backend, ScoreOptions score, SelectOptions s
   select_.validate();
 }
 
-Selection LayerEvictor::plan(const ScoreProblem& problem) {
+Selection LayerEvictor::plan(const ScoreProblem& problem, Residency where) {
   problem.validate(score_);
   KVEVICT_CHECK(problem.k.device == backend_.device(),
                 "problem tensors live on another device "
@@ -38,7 +38,7 @@ Selection LayerEvictor::plan(const ScoreProblem& problem) {
   }
   backend_.score(problem, score_, ScoreOutput{scores_view_, aux_view_},
                  Workspace{workspace_.get(), workspace_bytes_});
-  return backend_.select(scores_view_, aux_view_, select_);
+  return backend_.select(scores_view_, aux_view_, select_, where);
 }
 
 void LayerEvictor::apply(const KVLayerView& in, const Selection& selection,

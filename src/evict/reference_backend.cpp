@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "evict/host_memory.h"
+#include "evict/host_backend.h"
 #include "kvevict/backend.h"
 #include "kvevict/error.h"
 
@@ -15,11 +15,9 @@ void check_host_f32(const TensorView& t, const char* what) {
                 " must be contiguous host f32; got ", dtype_name(t.dtype), " ", t.shape_str());
 }
 
-class ReferenceBackend final : public Backend {
+class ReferenceBackend final : public detail::HostBackend {
  public:
   const char* name() const override { return "reference"; }
-  Device device() const override { return Device::kCpu; }
-  std::shared_ptr<void> allocate(size_t bytes) override { return detail::host_allocate(bytes); }
 
   size_t score_workspace_bytes(const ScoreProblem&, const ScoreOptions&) const override {
     return 0;
@@ -41,14 +39,10 @@ class ReferenceBackend final : public Backend {
     }
   }
 
-  Selection select(const TensorView& scores, const TensorView& aux,
-                   const SelectOptions& opt) override {
+  Selection select(const TensorView& scores, const TensorView& aux, const SelectOptions& opt,
+                   Residency) override {
     std::vector<int64_t> starts, lens;
     return ref::select(SelectProblem::dense(scores, aux, starts, lens), opt);
-  }
-
-  void compact(const KVLayerView& in, const Selection& selection, const KVLayerView& out) override {
-    cache_compact(in, selection, out);
   }
 
   size_t attention_workspace_bytes(const AttentionProblem&) const override { return 0; }

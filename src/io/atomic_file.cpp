@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -93,6 +94,14 @@ std::string check_output_path(const std::string& path, const std::string& label)
   } else if (!S_ISREG(st.st_mode)) {
     refuse_kind(label, path, file_type_name(st.st_mode));
   }
+  // A read-only file is not replaced either: renaming over it needs only the directory's write
+  // permission, so without this check the atomic writer would replace a file its owner (or
+  // anyone, for mode 0444 even as root) marked unwritable.
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  KVEVICT_CHECK((st.st_mode & 0222) != 0 && ::access(target.c_str(), W_OK) == 0, label, ": ", path,
+                " is a read-only file (mode ", mode, "); expected a writable file or a new file's "
+                "path (kvevict does not replace a file marked unwritable)");
   check_directory(label, path, parent_dir(target));
   return target;
 }

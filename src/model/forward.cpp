@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
@@ -25,21 +26,13 @@ void cache_append_rows(KVLayerView view, const float* k, const float* v, const i
         std::memcpy(static_cast<float*>(view.k) + row * d, ks, d * sizeof(float));
         std::memcpy(static_cast<float*>(view.v) + row * d, vs, d * sizeof(float));
       } else if (view.dtype == DType::kF16) {
-        uint16_t* kd = static_cast<uint16_t*>(view.k) + row * d;
-        uint16_t* vd = static_cast<uint16_t*>(view.v) + row * d;
-        for (int i = 0; i < d; ++i) {
-          kd[i] = float_to_half(ks[i]);
-          vd[i] = float_to_half(vs[i]);
-        }
+        float_to_half_n(ks, static_cast<uint16_t*>(view.k) + row * d, d);
+        float_to_half_n(vs, static_cast<uint16_t*>(view.v) + row * d, d);
       } else {
         KVEVICT_CHECK(view.dtype == DType::kBF16, "cache append: dtype ", dtype_name(view.dtype),
                       " is not supported; expected f32, f16 or bf16");
-        uint16_t* kd = static_cast<uint16_t*>(view.k) + row * d;
-        uint16_t* vd = static_cast<uint16_t*>(view.v) + row * d;
-        for (int i = 0; i < d; ++i) {
-          kd[i] = float_to_bf16(ks[i]);
-          vd[i] = float_to_bf16(vs[i]);
-        }
+        float_to_bf16_n(ks, static_cast<uint16_t*>(view.k) + row * d, d);
+        float_to_bf16_n(vs, static_cast<uint16_t*>(view.v) + row * d, d);
       }
       view.pos[row] = pos[t];
       if (view.score_acc != nullptr) view.score_acc[row] = 0.0f;
@@ -64,31 +57,38 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(pos0 + t);
 
-  const float* E = w.token_embd.ptr<float>();
   const float embed_mul = c.embed_scale ? std::sqrt(static_cast<float>(D)) : 1.0f;
   for (int64_t t = 0; t < T; ++t) {
     KVEVICT_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, "token id ", tokens[t], " at index ",
                   t, " is out of range; expected 0 .. ", c.vocab_size - 1);
-    const float* e = E + static_cast<int64_t>(tokens[t]) * D;
-    for (int64_t i = 0; i < D; ++i) x[t * D + i] = e[i] * embed_mul;
+    float* xt = x.data() + t * D;
+    w.token_embd.row_f32(tokens[t], xt);
+    for (int64_t i = 0; i < D; ++i) xt[i] *= embed_mul;
   }
   const float* freq_div = w.rope_freqs.nbytes() ? w.rope_freqs.ptr<float>() : nullptr;
+  // One cos / sin table per distinct rope (sliding and global layers differ on gemma3).
+  const RopeTable rope_global(pos.data(), T, d, c.rope_base, c.rope_linear_scale, freq_div);
+  std::unique_ptr<RopeTable> rope_sliding;
+  for (int il = 0; il < c.n_layers && !rope_sliding; ++il)
+    if (c.is_sliding(il))
+      rope_sliding = std::make_unique<RopeTable>(pos.data(), T, d, c.layer_rope_base(il), 1.0f,
+                                                 freq_div);
 
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = w.layers[il];
     rms_norm(x.data(), T, D, L.attn_norm.ptr<float>(), c.rms_eps, xn.data());
-    linear(xn.data(), T, L.wq, &L.bq, q.data());
-    linear(xn.data(), T, L.wk, &L.bk, k.data());
-    linear(xn.data(), T, L.wv, &L.bv, v.data());
+    const Projection qkv[3] = {{&L.wq, &L.bq, q.data(), Hq * d},
+                               {&L.wk, &L.bk, k.data(), Hkv * d},
+                               {&L.wv, &L.bv, v.data(), Hkv * d}};
+    project(xn.data(), T, qkv, 3);
     if (c.qk_norm) {
       rms_norm(q.data(), T * Hq, d, L.q_norm.ptr<float>(), c.rms_eps, q.data());
       rms_norm(k.data(), T * Hkv, d, L.k_norm.ptr<float>(), c.rms_eps, k.data());
     }
     const bool sliding = c.is_sliding(il);
-    const float base = c.layer_rope_base(il);
-    const float lin = sliding ? 1.0f : c.rope_linear_scale;
-    rope(q.data(), T, Hq, d, pos.data(), base, lin, freq_div, c.rope_style);
-    rope(k.data(), T, Hkv, d, pos.data(), base, lin, freq_div, c.rope_style);
+    const RopeTable& rt = sliding ? *rope_sliding : rope_global;
+    rope(q.data(), T, Hq, d, rt, c.rope_style);
+    rope(k.data(), T, Hkv, d, rt, c.rope_style);
 
     // [T, Hq, d] -> [Hq, T, d]: the per-head layout of attention and of the score problem.
     for (int64_t t = 0; t < T; ++t)
@@ -124,22 +124,26 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
         std::memcpy(&attn[(t * Hq + h) * d], &attn_heads[(h * T + t) * d], d * sizeof(float));
     if (hook != nullptr) (*hook)(il, view, qh.data(), attn.data(), lse.data());
 
-    linear(attn.data(), T, L.wo, nullptr, o.data());
+    const Projection out_proj{&L.wo, nullptr, o.data(), D};
+    project(attn.data(), T, &out_proj, 1);
     if (c.post_norms) rms_norm(o.data(), T, D, L.post_attn_norm.ptr<float>(), c.rms_eps, o.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += o[i];
 
     rms_norm(x.data(), T, D, L.ffn_norm.ptr<float>(), c.rms_eps, xn.data());
-    linear(xn.data(), T, L.w_gate, nullptr, gate.data());
-    linear(xn.data(), T, L.w_up, nullptr, up.data());
+    const Projection gate_up[2] = {{&L.w_gate, nullptr, gate.data(), F},
+                                   {&L.w_up, nullptr, up.data(), F}};
+    project(xn.data(), T, gate_up, 2);
     gated_activation(gate.data(), up.data(), T * F, c.activation);
-    linear(gate.data(), T, L.w_down, nullptr, o.data());
+    const Projection down{&L.w_down, nullptr, o.data(), D};
+    project(gate.data(), T, &down, 1);
     if (c.post_norms) rms_norm(o.data(), T, D, L.post_ffn_norm.ptr<float>(), c.rms_eps, o.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += o[i];
   }
 
   if (logits != nullptr) {
     rms_norm(x.data() + (T - 1) * D, 1, D, w.output_norm.ptr<float>(), c.rms_eps, xn.data());
-    linear(xn.data(), 1, w.output_matrix(), nullptr, logits);
+    const Projection head{&w.output_matrix(), nullptr, logits, c.vocab_size};
+    project(xn.data(), 1, &head, 1);
     if (c.final_logit_softcap > 0) {
       const float cap = c.final_logit_softcap;
       for (int64_t i = 0; i < c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -1,6 +1,7 @@
 #include "kvevict/model/model.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
@@ -20,13 +21,21 @@ Model::~Model() = default;
 
 std::shared_ptr<const Model> Model::load(const std::string& name_or_path,
                                          const std::string& source_dir) {
+  const char* env = std::getenv("KVEVICT_WEIGHTS");
+  const WeightFormat f =
+      env != nullptr && *env != '\0' ? weight_format_parse(env) : WeightFormat::kNative;
+  return load(name_or_path, source_dir, f);
+}
+
+std::shared_ptr<const Model> Model::load(const std::string& name_or_path,
+                                         const std::string& source_dir, WeightFormat format) {
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Model> m(new Model());
   m->path_ = resolve_model_path(name_or_path, source_dir);
   m->file_ = gguf::File::open(m->path_);
   m->config_ = ModelConfig::from_gguf(*m->file_);
   m->file_->check_finite_values();  // a NaN or infinite weight is refused, not run (issue 13)
-  m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);
+  m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_, format);
   m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }

@@ -27,6 +27,16 @@ std::string SamplerOptions::describe() const {
   return os.str();
 }
 
+double logits_nll(const std::vector<float>& logits, int32_t target) {
+  KVEVICT_CHECK(target >= 0 && static_cast<size_t>(target) < logits.size(), "target token ",
+                target, " is out of range; expected 0 .. ", logits.size() - 1);
+  double mx = -INFINITY;
+  for (float x : logits) mx = std::max(mx, static_cast<double>(x));
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+  return mx + std::log(sum) - logits[static_cast<size_t>(target)];
+}
+
 int32_t argmax(const std::vector<float>& logits) {
   KVEVICT_CHECK(!logits.empty(), "argmax of empty logits");
   int32_t best = 0;

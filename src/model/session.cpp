@@ -66,37 +66,6 @@ void SessionOptions::validate() const {
   KVEVICT_CHECK(chunk >= 1, "prefill chunk ", chunk, " is invalid; expected >= 1");
 }
 
-PrefillEviction PrefillEviction::from_method(const std::string& method, const Budget& budget) {
-  const MethodSpec spec = method_parse(method);
-  PrefillEviction e;
-  e.enabled = true;
-  e.score = spec.score;
-  e.select.policy = spec.policy;
-  e.select.sink = spec.sink;
-  e.select.budget = budget;
-  e.select.window = spec.score.window;
-  return e;
-}
-
-void PrefillEviction::set_window(int window) {
-  KVEVICT_CHECK(window >= 1, "observation window ", window, " is invalid; expected >= 1");
-  score.window = window;
-  select.window = window;
-}
-
-std::string PrefillEviction::describe() const {
-  if (!enabled) return "prefill eviction off";
-  return score.describe() + " " + select.describe();
-}
-
-std::string DecodeEviction::describe() const {
-  return enabled ? options.describe() : std::string("decode eviction off");
-}
-
-std::string EvictConfig::describe() const {
-  return "prefill: " + prefill.describe() + "; decode: " + decode.describe();
-}
-
 int64_t PrefillSnapshot::num_queries() const {
   for (const auto& q : queries)
     if (q.nbytes() > 0) return q.shape()[1];
@@ -173,6 +142,17 @@ int64_t Session::kv_rows(int layer) const {
   int64_t r = 0;
   for (int h = 0; h < v.num_kv_heads; ++h) r += v.lens[h];
   return r;
+}
+
+std::vector<int32_t> Session::kept_positions(int layer, int kv_head) const {
+  KVEVICT_CHECK(layer >= 0 && layer < static_cast<int>(caches_.size()), "layer ", layer,
+                " is out of range; expected 0 .. ", caches_.size() - 1);
+  const KVLayerView v = caches_[layer].view();
+  KVEVICT_CHECK(kv_head >= 0 && kv_head < v.num_kv_heads, "KV head ", kv_head,
+                " is out of range; expected 0 .. ", v.num_kv_heads - 1);
+  std::vector<int32_t> out(v.pos + v.offsets[kv_head], v.pos + v.offsets[kv_head] + v.lens[kv_head]);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 // Makes room for `extra` rows per head in every layer, adding `spare` rows beyond that when it
@@ -264,7 +244,13 @@ void Session::prefill(const std::vector<int32_t>& tokens, const EvictConfig& evi
   stats_.prefill_tokens += n;
   stats_.prefill_seconds += seconds_since(t0);
   evict_ = evict;
-  if (evict.prefill.enabled) evict_prefill(evict.prefill, queries);
+  if (evict.prefill.enabled) {
+    evict_prefill(evict.prefill, queries);
+  } else {
+    stats_.kv_bytes_before.assign(caches_.size(), 0);
+    for (size_t l = 0; l < caches_.size(); ++l) stats_.kv_bytes_before[l] = caches_[l].kv_bytes();
+    stats_.kv_bytes_after = stats_.kv_bytes_before;
+  }
   setup_decode();
 }
 
@@ -331,7 +317,8 @@ void Session::evict_prefill(const PrefillEviction& ev, const std::vector<HostTen
     }
     p.k = TensorView(view.k, view.dtype, {view.num_kv_heads, n, view.head_dim});
     p.v = TensorView(view.v, view.dtype, {view.num_kv_heads, n, view.head_dim});
-    p.wo = model_->weights().layers[l].wo.view();
+    // Only criticalkv reads W_o; view() dequantizes a block-typed matrix on first use.
+    if (ev.score.method == Method::kCriticalKV) p.wo = model_->weights().layers[l].wo.view();
     p.scale = c.logit_scale();
     const Selection sel = evictor.plan(p);
     if (!sel.warning.empty() && stats_.warning.empty()) stats_.warning = sel.warning;
@@ -363,16 +350,15 @@ void Session::setup_decode() {
   }
 }
 
-const std::vector<float>& Session::append(const std::vector<int32_t>& tokens) {
+void Session::append(const std::vector<int32_t>& tokens) {
   KVEVICT_CHECK(position_ > 0, "append on an empty session; expected prefill first");
   const auto t0 = std::chrono::steady_clock::now();
   forward_tokens(tokens, 0, nullptr, false);
   stats_.append_tokens += static_cast<int64_t>(tokens.size());
   stats_.append_seconds += seconds_since(t0);
-  return logits_;
 }
 
-const std::vector<float>& Session::decode(int32_t token) {
+void Session::decode(int32_t token) {
   const ModelConfig& c = model_->config();
   KVEVICT_CHECK(position_ + 1 <= c.context_length, "decoding position ", position_,
                 " exceeds the context length ", c.context_length, " of ", c.name);
@@ -412,7 +398,10 @@ const std::vector<float>& Session::decode(int32_t token) {
   trim_sliding(caches_, c);
   stats_.decode_tokens += 1;
   stats_.decode_seconds += seconds_since(t0);
-  return logits_;
+}
+
+double Session::nll(int32_t target) {
+  return logits_nll(logits_, target);
 }
 
 GenerateResult Session::generate(int max_new, Sampler& sampler,

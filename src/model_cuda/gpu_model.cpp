@@ -11,41 +11,10 @@
 #include "kvevict/dtype.h"
 #include "kvevict/parallel.h"
 #include "model_cuda/gpu_model_impl.h"
-#include "model_cuda/launchers.h"
+#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu {
 
-namespace detail {
-
-DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) {
-  ensure(bytes, what);
-}
-
-void DeviceBuffer::reset() {
-  if (ptr_ != nullptr) cudaFree(ptr_);
-  ptr_ = nullptr;
-  bytes_ = 0;
-}
-
-void DeviceBuffer::ensure(size_t bytes, const char* what) {
-  if (bytes <= bytes_ && ptr_ != nullptr) return;
-  reset();
-  if (bytes == 0) return;
-  const cudaError_t err = cudaMalloc(&ptr_, bytes);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free allocation error
-    ptr_ = nullptr;
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    KVEVICT_FAIL("out of device memory: ", what, " needs ", bytes, " bytes (",
-                 static_cast<double>(bytes) / (1 << 30), " GiB); ",
-                 static_cast<double>(free_b) / (1 << 30), " GiB free of ",
-                 static_cast<double>(total_b) / (1 << 30), " GiB");
-  }
-  bytes_ = bytes;
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -118,7 +87,7 @@ void upload_rope(GpuModel::Impl& m, const float* freq_div) {
       inv[i] = std::pow(static_cast<double>(base), -2.0 * i / c.head_dim) / linear_scale;
       if (freq_div != nullptr) inv[i] /= freq_div[i];
     }
-    KVEVICT_GPU_CHECK(cudaMemcpy(dst, inv.data(), half * sizeof(double), cudaMemcpyHostToDevice));
+    KVEVICT_CUDA_CHECK(cudaMemcpy(dst, inv.data(), half * sizeof(double), cudaMemcpyHostToDevice));
   };
   table(m.inv_freq, c.rope_base, c.rope_linear_scale);
   table(m.inv_freq_sliding, c.rope_base_sliding, 1.0f);
@@ -133,11 +102,14 @@ void upload_bf16(bf16* dst, const HostTensor& t) {
     const int64_t end = std::min(n, (c + 1) * kChunk);
     for (int64_t i = c * kChunk; i < end; ++i) h[i] = float_to_bf16(src[i]);
   });
-  KVEVICT_GPU_CHECK(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice));
+  KVEVICT_CUDA_CHECK(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice));
 }
 
+// Weight matrices may be GGUF blocks in the host mapping: dequantized, then rounded to bf16.
+void upload_bf16(bf16* dst, const WeightMatrix& w) { upload_bf16(dst, w.to_f32()); }
+
 void upload_f32(float* dst, const HostTensor& t) {
-  KVEVICT_GPU_CHECK(cudaMemcpy(dst, t.ptr<float>(), t.numel() * 4, cudaMemcpyHostToDevice));
+  KVEVICT_CUDA_CHECK(cudaMemcpy(dst, t.ptr<float>(), t.numel() * 4, cudaMemcpyHostToDevice));
 }
 
 }  // namespace
@@ -168,7 +140,7 @@ void check_supported(const ModelConfig& c) {
 
 void device_memory(int64_t* free_bytes, int64_t* total_bytes) {
   size_t f = 0, t = 0;
-  KVEVICT_GPU_CHECK(cudaMemGetInfo(&f, &t));
+  KVEVICT_CUDA_CHECK(cudaMemGetInfo(&f, &t));
   *free_bytes = static_cast<int64_t>(f);
   *total_bytes = static_cast<int64_t>(t);
 }
@@ -221,7 +193,7 @@ std::shared_ptr<const GpuModel> GpuModel::upload(const Model& model) {
       upload_f32(G.post_ffn_norm, L.post_ffn_norm);
     }
   }
-  KVEVICT_GPU_CHECK(cudaDeviceSynchronize());
+  KVEVICT_CUDA_CHECK(cudaDeviceSynchronize());
   return g;
 }
 
@@ -251,13 +223,13 @@ std::shared_ptr<const GpuModel> GpuModel::random(const ModelConfig& config, uint
   uint64_t st = mix(seed);
   auto next = [&st]() { return st = mix(st); };
   auto rnd = [](bf16* dst, int64_t n, uint64_t sd, float stddev) {
-    KVEVICT_GPU_CHECK(detail::launch_random_uniform(sd, stddev, n, dst, nullptr, nullptr));
+    KVEVICT_CUDA_CHECK(detail::launch_random_uniform(sd, stddev, n, dst, nullptr, nullptr));
   };
   auto rnd_f32 = [](float* dst, int64_t n, uint64_t sd, float stddev) {
-    KVEVICT_GPU_CHECK(detail::launch_random_uniform(sd, stddev, n, nullptr, dst, nullptr));
+    KVEVICT_CUDA_CHECK(detail::launch_random_uniform(sd, stddev, n, nullptr, dst, nullptr));
   };
   auto ones = [](float* dst, int64_t n) {
-    KVEVICT_GPU_CHECK(detail::launch_fill(dst, n, 1.0f, nullptr));
+    KVEVICT_CUDA_CHECK(detail::launch_fill(dst, n, 1.0f, nullptr));
   };
   // The same draw order as ModelWeights::random (src/model/weights.cpp).
   rnd(m.token_embd, s.V * s.D, next(), 1.0f);
@@ -288,7 +260,7 @@ std::shared_ptr<const GpuModel> GpuModel::random(const ModelConfig& config, uint
     rnd(L.w_gu + s.F * s.D, s.F * s.D, next(), kStd);
     rnd(L.w_down, s.D * s.F, next(), kStd);
   }
-  KVEVICT_GPU_CHECK(cudaDeviceSynchronize());
+  KVEVICT_CUDA_CHECK(cudaDeviceSynchronize());
   return g;
 }
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "kvevict/model/gpu_runtime.h"
+#include "model_cuda/gpu_runtime.h"
 #include "model_cuda/device_memory.h"
 
 namespace kvevict::gpu {

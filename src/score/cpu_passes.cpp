@@ -216,18 +216,26 @@ inline int visible_in_tile(int64_t pos, int64_t j0, int64_t t1) {
   return static_cast<int>(std::clamp<int64_t>(last - j0 + 1, 0, kTile));
 }
 
-// The per-(row, token) term for one row of a block, accumulated into acc[0 .. kTile). For dropkv
-// `av` holds ||a - v||^2 (block_dist2), for the obcache terms <a, v>.
+// The per-(row, token) term for one row of a block, accumulated into acc[0 .. kTile), except at
+// column `skip` (the row's top key, whose term the caller adds in the leave-one-out form; -1:
+// none). For dropkv `av` holds ||a - v||^2 (block_dist2), for the obcache terms <a, v>. The
+// terms that have the row's top key (top non-null) take p relative to it (terms::other_prob), so
+// p <= 1/2 and 1 - p needs no expm1; the others take p = exp(z - lse).
 template <Method M>
 inline void add_terms(const float* z, const float* av, const float* v2, float lse, float a2,
-                      int visible, float floor, float* acc) {
+                      const terms::TopKey<float>* top, int visible, int skip, float floor,
+                      float* acc) {
+  constexpr bool kTop = M == Method::kDropKV || M == Method::kObcacheK || M == Method::kObcacheVK;
+  const float ztop = kTop ? top->z : 0.0f, ptop = kTop ? top->p : 0.0f;
   for (int jj = 0; jj < kTile; ++jj) {
-    const float x = z[jj] - lse;
-    const float p = exp_poly(x);
+    float p;
+    if constexpr (kTop)
+      p = terms::other_prob(exp_poly(z[jj] - ztop), ptop);
+    else
+      p = exp_poly(z[jj] - lse);
     float t;
     if constexpr (M == Method::kDropKV) {
-      const float omp = std::max(-expm1_poly(x), floor);
-      t = terms::dropkv_term_dist(p, omp, av[jj]);
+      t = terms::dropkv_term_dist(p, std::max(1.0f - p, floor), av[jj]);
     } else if constexpr (M == Method::kObcacheV) {
       t = terms::obcache_v_term(p, v2[jj]);
     } else if constexpr (M == Method::kObcacheK) {
@@ -237,7 +245,7 @@ inline void add_terms(const float* z, const float* av, const float* v2, float ls
     } else {
       t = terms::attention_term(p);
     }
-    acc[jj] += jj < visible ? t : 0.0f;
+    acc[jj] += jj < visible && jj != skip ? t : 0.0f;
   }
 }
 
@@ -274,8 +282,17 @@ bool score_range_typed(const RowBlock& rows, const RowStats& stats, const Tensor
       for (int64_t r = 0; r < nr; ++r) {
         const int visible = visible_in_tile(rows.pos[rb + r], j0, t1);
         if (visible == 0) continue;
+        // The row's top key takes the leave-one-out term (score_terms.h): its first form would
+        // divide the rounding of a - v by (1 - p)^2.
+        int skip = -1;
+        if constexpr (kNeedsOutput) {
+          const int64_t top = stats.top[rb + r] - j0;
+          if (top >= 0 && top < visible) skip = static_cast<int>(top);
+        }
         add_terms<M>(ws.z + r * kTile, ws.av + r * kTile, ws.v2, stats.lse[rb + r],
-                     kNeedsOutput ? stats.a2[rb + r] : 0.0f, visible, floor, acc);
+                     kNeedsOutput ? stats.a2[rb + r] : 0.0f,
+                     kNeedsOutput ? &stats.top_key[rb + r] : nullptr, visible, skip, floor, acc);
+        if (skip >= 0) acc[skip] += terms::top_term(M, stats.top_key[rb + r]);
       }
     }
     for (int64_t jj = 0; jj < count; ++jj) out[j0 - t0 + jj] += acc[jj];
@@ -307,10 +324,47 @@ bool load_rows(const TensorView& t, int64_t head, int64_t row0, int64_t count, f
   }
 }
 
+void add_key(float z, const float* vrow, int64_t d, float& m, float& s, float* o) {
+  const float m_new = std::max(m, z);
+  const float corr = m == kNegInf ? 0.0f : std::exp(m - m_new);
+  const float w = std::exp(z - m_new);
+  s = s * corr + w;
+  m = m_new;
+  if (o != nullptr)
+    for (int64_t c = 0; c < d; ++c) o[c] = o[c] * corr + w * vrow[c];
+}
+
+float finish_row(float m2, float l, float* o_oth, float mt, const float* v_top, int64_t d,
+                 float* a_out, float* a2, terms::TopKey<float>* top) {
+  // rho = sum_{i != top} exp(z_i - z_top) = l exp(m2 - mt) <= l: exact to float rounding, and 0
+  // (p = 1) where the others sit more than ~87 nats below the top.
+  const float rho = l > 0.0f ? l * std::exp(m2 - mt) : 0.0f;
+  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+  terms::TopKey<float> tk;
+  terms::top_probs(rho, tk.p, tk.omp);
+  tk.z = mt;
+  float sq = 0.0f;
+  for (int64_t c = 0; c < d; ++c) {
+    const float a_oth = o_oth[c] * inv_l, vt = v_top[c];
+    const float diff = vt - a_oth;
+    tk.d2 += diff * diff;
+    tk.vdiff += vt * diff;
+    tk.v2 += vt * vt;
+    const float a = (vt + rho * a_oth) * tk.p;  // p = 1 / (1 + rho)
+    a_out[c] = a;
+    sq += a * a;
+  }
+  *a2 = sq;
+  if (top != nullptr) *top = tk;
+  return mt + std::log1p(rho);
+}
+
 bool forward_range(const RowBlock& rows, const TensorView& k, const TensorView& v, int64_t head,
-                   int64_t t0, int64_t t1, float* m, float* s, float* o, TileScratch& ws) {
+                   int64_t t0, int64_t t1, float* m, float* s, float* o, float* mt, int64_t* it,
+                   TileScratch& ws) {
   const int64_t d = k.shape[2];
   const bool with_output = o != nullptr;
+  const bool track_top = mt != nullptr;
   bool finite = true;
   int64_t max_pos = 0;
   for (int64_t r = 0; r < rows.count; ++r) max_pos = std::max(max_pos, rows.pos[r]);
@@ -332,19 +386,52 @@ bool forward_range(const RowBlock& rows, const TensorView& k, const TensorView& 
           correction[r] = 1.0f;
           continue;
         }
-        float tile_max = kNegInf;
-        for (int jj = 0; jj < kTile; ++jj) {
-          z[jj] = jj < visible ? z[jj] : kNegInf;
-          tile_max = std::max(tile_max, z[jj]);
+        for (int jj = 0; jj < kTile; ++jj) z[jj] = jj < visible ? z[jj] : kNegInf;
+        // The tile's first maximum takes the row's top when it beats the current one; the former
+        // top then joins the others (weight exp(z_old - m_new), its value row re-read below).
+        bool add_old = false;
+        float old_z = kNegInf;
+        int64_t old_idx = -1;
+        if (track_top) {
+          int arg = 0;
+          for (int jj = 1; jj < visible; ++jj)
+            if (z[jj] > z[arg]) arg = jj;
+          if (z[arg] > mt[row]) {
+            add_old = it[row] >= 0;
+            old_z = mt[row];
+            old_idx = it[row];
+            mt[row] = z[arg];
+            it[row] = j0 + arg;
+            z[arg] = kNegInf;
+          }
         }
+        float tile_max = add_old ? old_z : kNegInf;
+        for (int jj = 0; jj < kTile; ++jj) tile_max = std::max(tile_max, z[jj]);
         const float m_new = std::max(m[row], tile_max);
-        correction[r] = exp_poly(m[row] - m_new);  // 0 when m was -inf
+        if (m_new == kNegInf) {
+          // Nothing but the top seen yet: the others' state stays empty.
+          std::fill(z, z + kTile, 0.0f);
+          correction[r] = 1.0f;
+          continue;
+        }
+        const float corr = exp_poly(m[row] - m_new);  // 0 when m was -inf
         float sum = 0.0f;
         for (int jj = 0; jj < kTile; ++jj) {
           z[jj] = exp_poly(z[jj] - m_new);
           sum += z[jj];
         }
-        s[row] = s[row] * correction[r] + sum;
+        correction[r] = corr;
+        if (add_old) {
+          const float w_old = std::exp(old_z - m_new);
+          sum += w_old;
+          if (with_output) {
+            finite &= load_rows(v, head, old_idx, 1, 1.0f, ws.vrow);
+            float* orow = o + row * d;
+            for (int64_t c = 0; c < d; ++c) orow[c] = orow[c] * corr + w_old * ws.vrow[c];
+            correction[r] = 1.0f;  // applied here
+          }
+        }
+        s[row] = s[row] * corr + sum;
         m[row] = m_new;
       }
       if (with_output) block_accumulate_output(ws.z, correction, nr, d, ws.vn, o + rb * d);

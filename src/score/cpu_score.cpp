@@ -4,6 +4,9 @@
 //      a split-K merge of the (max, sum, output) partials in chunk order;
 //   2. score: a streaming pass over tokens recomputing z, p = exp(z - LSE) and the terms of
 //      score_terms.h from the norm identity, summing over rows per token;
+//   (for dropkv / obcache_k / obcache_vk the forward keeps each row's top key apart from the
+//   others' accumulator, and the pass gives the top key the leave-one-out term: score_terms.h
+//   top_term, accuracy argument in cpu_passes.h / score_terms.h)
 //   3. pooling / derived scores as small follow-ups.
 // h2o-style aggregation runs the same two passes over query blocks (LSE of every query, then
 // column sums); nothing n x n or w x n x d is ever stored.
@@ -13,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
@@ -76,8 +80,10 @@ struct Plan {
     if (opt.method == Method::kCriticalKV) wo_rows = p.wo.shape[0];
   }
   size_t slot_floats() const {
-    // qs [rows, d], m and s [rows], pos [rows] int64, tile scratch, one wo row [d].
-    return static_cast<size_t>(rows * d + 4 * rows + d) + TileScratch::floats(d) + 12 * 16;  // 11 pieces, each padded to 16 floats
+    // qs [rows, d], m, s and mt [rows], pos and it [rows] int64, tile scratch, one wo row [d],
+    // two value rows [d] (the leave-one-out finish).
+    return static_cast<size_t>(rows * d + 7 * rows + 3 * d) + TileScratch::floats(d) +
+           17 * 16;  // 16 pieces, each padded to 16 floats
   }
 };
 
@@ -88,28 +94,45 @@ struct Layout {
   float* part_o = nullptr;  // [Hkv, chunks, rows, d] sum exp(z - max) v (only if needs_output)
   float* part_m = nullptr;  // [Hkv, chunks, rows] running max logit
   float* part_s = nullptr;  // [Hkv, chunks, rows] sum exp(z - max)
+  // The rows' top keys, kept apart from part_o / part_m / part_s (cpu_passes.h forward_range).
+  float* part_mt = nullptr;       // [Hkv, chunks, rows] logit of the chunk's top (-inf: none)
+  int64_t* part_it = nullptr;     // [Hkv, chunks, rows] its token (-1: none)
+  int64_t* top = nullptr;         // [Hkv, rows] the row's top token (only if needs_output)
+  terms::TopKey<float>* top_key = nullptr;  // [Hkv, rows] its leave-one-out quantities
   // all-queries aggregation
   float* lse_all = nullptr;  // [Hq, n] LSE of every query
   float* a_all = nullptr;    // [Hq, n, d] output of every query (only if needs_output)
   float* a2_all = nullptr;   // [Hq, n] ||a||^2 (only if needs_output)
+  int64_t* top_all = nullptr;                   // [Hq, n] top token of every query (needs_output)
+  terms::TopKey<float>* top_key_all = nullptr;  // [Hq, n] its leave-one-out quantities
   float* ring = nullptr;     // [Hkv, kernel] in-place pooling history
   double* key_mean = nullptr;  // [Hkv, d] keydiff: mean normalized key
   float* slots = nullptr;    // [slot_count, slot_floats]
   int slot_count = 0;
 };
 
+constexpr int kTopKeyFloats = sizeof(terms::TopKey<float>) / sizeof(float);
+constexpr int kFixedArrays = 14;
+
 template <class Sizer>
 void describe_fixed(const Plan& plan, const ScoreOptions& opt, Sizer&& add) {
+  const int64_t top_rows = plan.needs_output ? 1 : 0;  // top keys only where a is used
   if (!plan.query_free && !plan.all_queries) {
     const int64_t partial_rows = plan.hkv * plan.chunks * plan.rows;
     add(0, plan.needs_output ? partial_rows * plan.d : 0);
     add(1, partial_rows);
     add(2, partial_rows);
+    add(8, top_rows * partial_rows);
+    add(9, top_rows * 2 * partial_rows);  // int64 as 2 floats
+    add(10, top_rows * 2 * plan.hkv * plan.rows);
+    add(11, top_rows * kTopKeyFloats * plan.hkv * plan.rows);
   }
   if (!plan.query_free && plan.all_queries) {
     add(3, plan.hq * plan.n);
     add(4, plan.needs_output ? plan.hq * plan.n * plan.d : 0);
     add(5, plan.needs_output ? plan.hq * plan.n : 0);
+    add(12, top_rows * 2 * plan.hq * plan.n);
+    add(13, top_rows * kTopKeyFloats * plan.hq * plan.n);
   }
   add(6, opt.pooling.kind != PoolKind::kNone ? plan.hkv * opt.pooling.kernel : 0);
   add(7, opt.method == Method::kKeyDiff ? 2 * plan.hkv * plan.d : 0);  // doubles as 2 floats
@@ -138,7 +161,7 @@ Layout carve(const Plan& plan, const ScoreOptions& opt, Workspace ws) {
                 " bytes has a null data pointer; expected caller-owned host memory");
   Layout lay;
   WorkspaceCarver carver(ws);
-  float* arrays[8] = {};
+  float* arrays[kFixedArrays] = {};
   describe_fixed(plan, opt, [&](int which, int64_t count) {
     arrays[which] = carver.take<float>(static_cast<size_t>(count), kAlign);
   });
@@ -150,6 +173,12 @@ Layout carve(const Plan& plan, const ScoreOptions& opt, Workspace ws) {
   lay.a2_all = arrays[5];
   lay.ring = arrays[6];
   lay.key_mean = reinterpret_cast<double*>(arrays[7]);
+  lay.part_mt = arrays[8];
+  lay.part_it = reinterpret_cast<int64_t*>(arrays[9]);
+  lay.top = reinterpret_cast<int64_t*>(arrays[10]);
+  lay.top_key = reinterpret_cast<terms::TopKey<float>*>(arrays[11]);
+  lay.top_all = reinterpret_cast<int64_t*>(arrays[12]);
+  lay.top_key_all = reinterpret_cast<terms::TopKey<float>*>(arrays[13]);
   float* slots_begin = carver.take<float>(0, kAlign);
   const size_t left = ws.bytes - carver.used();
   lay.slot_count = static_cast<int>(std::min<size_t>(wanted_slots(), left / per_slot));
@@ -162,8 +191,11 @@ struct Slot {
   float* qs;         // [rows, d] scaled queries
   float* m;          // [rows] running max (h2o forward)
   float* s;          // [rows] running sum (h2o forward)
+  float* mt;         // [rows] top logit (h2o forward)
   int64_t* pos;      // [rows] positions
+  int64_t* it;       // [rows] top token (h2o forward)
   float* wo_row;     // [d] one row of W_o^h (criticalkv)
+  float* vrow;       // [d] a top key's value row (leave-one-out finish)
   TileScratch tile;
 };
 
@@ -178,8 +210,11 @@ Slot slot_at(const Plan& plan, const Layout& lay, int index) {
   s.qs = take(static_cast<size_t>(plan.rows * plan.d));
   s.m = take(static_cast<size_t>(plan.rows));
   s.s = take(static_cast<size_t>(plan.rows));
+  s.mt = take(static_cast<size_t>(plan.rows));
   s.pos = reinterpret_cast<int64_t*>(take(static_cast<size_t>(2 * plan.rows)));
+  s.it = reinterpret_cast<int64_t*>(take(static_cast<size_t>(2 * plan.rows)));
   s.wo_row = take(static_cast<size_t>(plan.d));
+  s.vrow = take(static_cast<size_t>(plan.d));
   const int64_t d = plan.d;
   s.tile.kt = take(static_cast<size_t>(d * kTile));
   s.tile.vt = take(static_cast<size_t>(d * kTile));
@@ -187,6 +222,7 @@ Slot slot_at(const Plan& plan, const Layout& lay, int index) {
   s.tile.z = take(static_cast<size_t>(score_detail::kRowBlock * kTile));
   s.tile.av = take(static_cast<size_t>(score_detail::kRowBlock * kTile));
   s.tile.v2 = take(kTile);
+  s.tile.vrow = take(static_cast<size_t>(d));
   return s;
 }
 
@@ -241,46 +277,81 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
     const int64_t g = item / C, c = item % C;
     Slot s = slot_at(plan, lay, si);
     bool ok = load_window_rows(p, plan, scale, g, s);
+    const bool top = plan.needs_output;  // the top key apart (needs_output terms only)
     float* m = lay.part_m + (g * C + c) * R;
     float* sum = lay.part_s + (g * C + c) * R;
-    float* o = plan.needs_output ? lay.part_o + (g * C + c) * R * d : nullptr;
+    float* o = top ? lay.part_o + (g * C + c) * R * d : nullptr;
+    float* mt = top ? lay.part_mt + (g * C + c) * R : nullptr;
+    int64_t* it = top ? lay.part_it + (g * C + c) * R : nullptr;
     std::fill(m, m + R, -std::numeric_limits<float>::infinity());
     std::fill(sum, sum + R, 0.0f);
     if (o) std::fill(o, o + R * d, 0.0f);
+    if (top) {
+      std::fill(mt, mt + R, -std::numeric_limits<float>::infinity());
+      std::fill(it, it + R, int64_t{-1});
+    }
     const RowBlock rows{s.qs, s.pos, R};
     ok &= score_detail::forward_range(rows, p.k, p.v, g, c * kForwardChunk,
-                                      std::min(plan.n, (c + 1) * kForwardChunk), m, sum, o,
-                                      s.tile);
+                                      std::min(plan.n, (c + 1) * kForwardChunk), m, sum, o, mt,
+                                      it, s.tile);
     if (!ok) finite = false;
   });
   if (!finite) return;
-  // Split-K merge in chunk order; the result lands in chunk 0.
+  // Split-K merge in chunk order; the result lands in chunk 0 (part_o = a, part_m = LSE,
+  // part_s = ||a||^2) and, with the top keys, in top / top_key.
   parallel_for(plan.hkv, [&](int64_t g) {
+    std::vector<float> vrow(plan.needs_output ? d : 0), vtop(plan.needs_output ? d : 0);
     for (int64_t r = 0; r < R; ++r) {
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < C; ++c) mx = std::max(mx, lay.part_m[(g * C + c) * R + r]);
+      const float kNegInf = -std::numeric_limits<float>::infinity();
+      auto at = [&](int64_t c) { return (g * C + c) * R + r; };
       float* o0 = plan.needs_output ? lay.part_o + (g * C) * R * d + r * d : nullptr;
-      const float w0 = std::exp(lay.part_m[(g * C) * R + r] - mx);
-      float total = w0 * lay.part_s[(g * C) * R + r];
-      if (o0)
+      if (!plan.needs_output) {
+        float mx = kNegInf;
+        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, lay.part_m[at(c)]);
+        float total = 0.0f;
+        for (int64_t c = 0; c < C; ++c)  // exp(-inf) = 0 for an empty chunk
+          total += std::exp(lay.part_m[at(c)] - mx) * lay.part_s[at(c)];
+        lay.part_m[at(0)] = mx + std::log(total);
+        lay.part_s[at(0)] = 0.0f;
+        continue;
+      }
+      // The row's top: the first chunk's top among the largest (the first key of equal ones).
+      // Every other chunk's top joins the others, whose max is m2.
+      int64_t best = 0;
+      for (int64_t c = 1; c < C; ++c)
+        if (lay.part_mt[at(c)] > lay.part_mt[at(best)]) best = c;
+      float m2 = kNegInf;
+      for (int64_t c = 0; c < C; ++c) {
+        m2 = std::max(m2, lay.part_m[at(c)]);
+        if (c != best) m2 = std::max(m2, lay.part_mt[at(c)]);
+      }
+      float l = 0.0f;
+      if (m2 > kNegInf) {
+        const float w0 = std::exp(lay.part_m[at(0)] - m2);  // 0 for an empty chunk
+        l = w0 * lay.part_s[at(0)];
         for (int64_t e = 0; e < d; ++e) o0[e] *= w0;
-      for (int64_t c = 1; c < C; ++c) {
-        const float w = std::exp(lay.part_m[(g * C + c) * R + r] - mx);  // 0 for an empty chunk
-        total += w * lay.part_s[(g * C + c) * R + r];
-        if (o0) {
+        for (int64_t c = 1; c < C; ++c) {
+          const float w = std::exp(lay.part_m[at(c)] - m2);
+          l += w * lay.part_s[at(c)];
           const float* oc = lay.part_o + (g * C + c) * R * d + r * d;
           for (int64_t e = 0; e < d; ++e) o0[e] += w * oc[e];
         }
-      }
-      float a2 = 0.0f;
-      if (o0) {
-        for (int64_t e = 0; e < d; ++e) {
-          o0[e] /= total;
-          a2 += o0[e] * o0[e];
+        for (int64_t c = 0; c < C; ++c) {
+          if (c == best || lay.part_it[at(c)] < 0) continue;
+          const float w = std::exp(lay.part_mt[at(c)] - m2);
+          if (!score_detail::load_rows(p.v, g, lay.part_it[at(c)], 1, 1.0f, vrow.data()))
+            finite = false;
+          l += w;
+          for (int64_t e = 0; e < d; ++e) o0[e] += w * vrow[e];
         }
       }
-      lay.part_m[(g * C) * R + r] = mx + std::log(total);
-      lay.part_s[(g * C) * R + r] = a2;
+      const int64_t top_token = lay.part_it[at(best)];
+      if (!score_detail::load_rows(p.v, g, top_token, 1, 1.0f, vtop.data())) finite = false;
+      float a2 = 0.0f;
+      lay.part_m[at(0)] = score_detail::finish_row(m2, l, o0, lay.part_mt[at(best)], vtop.data(),
+                                                   d, o0, &a2, lay.top_key + g * R + r);
+      lay.part_s[at(0)] = a2;
+      lay.top[g * R + r] = top_token;
     }
   });
   // 2. Score pass per (KV head, token chunk).
@@ -295,6 +366,8 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
     stats.lse = lay.part_m + (g * C) * R;
     stats.a2 = lay.part_s + (g * C) * R;
     stats.a = plan.needs_output ? lay.part_o + (g * C) * R * d : nullptr;
+    stats.top = plan.needs_output ? lay.top + g * R : nullptr;
+    stats.top_key = plan.needs_output ? lay.top_key + g * R : nullptr;
     const int64_t t0 = c * kScoreChunk, t1 = std::min(plan.n, t0 + kScoreChunk);
     float* acc = acc_rows[g] + t0;
     std::fill(acc, acc + (t1 - t0), 0.0f);
@@ -341,19 +414,23 @@ void all_query_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan
     std::fill(s.m, s.m + rows.count, -std::numeric_limits<float>::infinity());
     std::fill(s.s, s.s + rows.count, 0.0f);
     float* o = plan.needs_output ? lay.a_all + (h * n + i0) * d : nullptr;
-    if (o) std::fill(o, o + rows.count * d, 0.0f);
+    if (o) {
+      std::fill(o, o + rows.count * d, 0.0f);
+      std::fill(s.mt, s.mt + rows.count, -std::numeric_limits<float>::infinity());
+      std::fill(s.it, s.it + rows.count, int64_t{-1});
+    }
     ok &= score_detail::forward_range(rows, p.k, p.v, h / plan.group, 0, i0 + rows.count, s.m,
-                                      s.s, o, s.tile);
+                                      s.s, o, o ? s.mt : nullptr, o ? s.it : nullptr, s.tile);
     for (int64_t i = 0; i < rows.count; ++i) {
-      lay.lse_all[h * n + i0 + i] = s.m[i] + std::log(s.s[i]);
-      if (o) {
-        float a2 = 0.0f;
-        for (int64_t e = 0; e < d; ++e) {
-          o[i * d + e] /= s.s[i];
-          a2 += o[i * d + e] * o[i * d + e];
-        }
-        lay.a2_all[h * n + i0 + i] = a2;
+      if (!o) {
+        lay.lse_all[h * n + i0 + i] = s.m[i] + std::log(s.s[i]);
+        continue;
       }
+      ok &= score_detail::load_rows(p.v, h / plan.group, s.it[i], 1, 1.0f, s.vrow);
+      lay.lse_all[h * n + i0 + i] = score_detail::finish_row(
+          s.m[i], s.s[i], o + i * d, s.mt[i], s.vrow, d, o + i * d, &lay.a2_all[h * n + i0 + i],
+          &lay.top_key_all[h * n + i0 + i]);
+      lay.top_all[h * n + i0 + i] = s.it[i];
     }
     if (!ok) finite = false;
   });
@@ -376,6 +453,8 @@ void all_query_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan
         if (plan.needs_output) {
           stats.a = lay.a_all + (h * n + b * QB) * d;
           stats.a2 = lay.a2_all + h * n + b * QB;
+          stats.top = lay.top_all + h * n + b * QB;
+          stats.top_key = lay.top_key_all + h * n + b * QB;
         }
         score_detail::score_range(opt.method, rows, stats, p.k, p.v, g, t0, t1, floor, acc,
                                   s.tile);

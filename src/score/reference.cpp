@@ -1,6 +1,14 @@
 // The double-precision ground truth of SPEC section 2. Written for clarity: per query it
 // materializes the logits and probabilities over the visible keys, then applies the shared terms of
 // score_terms.h. Every fast path is tested against this file.
+//
+// Accuracy argument (issue 13). For every key but the query's top key (largest logit, lowest index
+// on ties) p <= 1/2, and the terms take ||a - v||^2 and <v, v - a> from explicit differences in
+// double: relative error ~1e-16 of ||a|| + ||v|| at most doubled by 1 / (1 - p). The top key takes
+// the leave-one-out form (score_terms.h top_term): a_{-top} is a softmax over the OTHER keys with
+// their own max (so it does not underflow however far the top dominates: a 1000-nat gap or
+// q = 1e30), and 1 - p = rho / (1 + rho) with rho = sum_{i != top} exp(z_i - z_top), so no
+// quantity cancels as p -> 1.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -23,33 +31,67 @@ std::vector<double> load_head(const TensorView& t, int64_t head) {
   return out;
 }
 
-// Softmax attention of one query over keys 0..visible-1.
+// Softmax attention of one query over keys 0..visible-1, with the leave-one-out quantities of its
+// top key.
 struct QueryAttention {
   std::vector<double> z;  // [visible] scaled logits
   std::vector<double> p;  // [visible] probabilities
   std::vector<double> a;  // [d] output sum_j p_j v_j
   double lse = 0;
+  int64_t top = 0;        // the key with the largest logit (the first of equal ones)
+  terms::TopKey<double> top_key;
 };
 
+// Everything is taken relative to the top key (its logit zmax, rho = sum_{j != top}
+// exp(z_j - zmax)): p_top = 1 / (1 + rho), p_j = exp(z_j - zmax) p_top, lse = zmax + log1p(rho),
+// a = (v_top + rho a_{-top}) p_top, which stays exact where lse itself would round to zmax
+// (|z| ~ 1e30).
 void attend(const double* q, const double* keys, const double* values, int64_t visible, int64_t d,
             double scale, QueryAttention& out) {
   out.z.assign(static_cast<size_t>(visible), 0.0);
   out.p.assign(static_cast<size_t>(visible), 0.0);
   out.a.assign(static_cast<size_t>(d), 0.0);
   double zmax = -std::numeric_limits<double>::infinity();
+  out.top = 0;
   for (int64_t j = 0; j < visible; ++j) {
     double dot = 0;
     for (int64_t c = 0; c < d; ++c) dot += q[c] * keys[j * d + c];
     out.z[j] = dot * scale;
-    zmax = std::max(zmax, out.z[j]);
+    if (out.z[j] > zmax) {
+      zmax = out.z[j];
+      out.top = j;
+    }
   }
-  double sum = 0;
-  for (int64_t j = 0; j < visible; ++j) sum += std::exp(out.z[j] - zmax);
-  out.lse = zmax + std::log(sum);
-  for (int64_t j = 0; j < visible; ++j) {
-    out.p[j] = std::exp(out.z[j] - out.lse);
-    for (int64_t c = 0; c < d; ++c) out.a[c] += out.p[j] * values[j * d + c];
+  // a_{-top}: the softmax over the other keys, shifted by their own max.
+  const int64_t top = out.top;
+  double m2 = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < visible; ++j)
+    if (j != top) m2 = std::max(m2, out.z[j]);
+  std::vector<double> a_oth(static_cast<size_t>(d), 0.0);
+  double l_oth = 0;
+  for (int64_t j = 0; j < visible && m2 > -std::numeric_limits<double>::infinity(); ++j) {
+    if (j == top) continue;
+    const double w = std::exp(out.z[j] - m2);
+    l_oth += w;
+    for (int64_t c = 0; c < d; ++c) a_oth[c] += w * values[j * d + c];
   }
+  if (l_oth > 0)
+    for (int64_t c = 0; c < d; ++c) a_oth[c] /= l_oth;
+  const double rho = l_oth > 0 ? l_oth * std::exp(m2 - zmax) : 0.0;
+  terms::TopKey<double>& tk = out.top_key;
+  terms::top_probs(rho, tk.p, tk.omp);
+  tk.z = zmax;
+  tk.d2 = tk.vdiff = tk.v2 = 0;
+  for (int64_t c = 0; c < d; ++c) {
+    const double vt = values[top * d + c], diff = vt - a_oth[c];
+    tk.d2 += diff * diff;
+    tk.vdiff += vt * diff;
+    tk.v2 += vt * vt;
+    out.a[c] = (vt + rho * a_oth[c]) * tk.p;
+  }
+  out.lse = zmax + std::log1p(rho);
+  for (int64_t j = 0; j < visible; ++j)
+    out.p[j] = j == top ? tk.p : terms::other_prob(std::exp(out.z[j] - zmax), tk.p);
 }
 
 std::vector<double> load_query(const TensorView& q, int64_t head, int64_t row) {
@@ -159,7 +201,6 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
   const int64_t group = hq / hkv;
   const int64_t used = opt.queries_needed(n);  // the last `used` rows of q
   const double scale = problem.logit_scale(opt);
-  const double floor = opt.one_minus_p_floor;
   const Method term_method = opt.method;
 
   // acc[h][j]: sum over this head's used queries of the term of token j.
@@ -177,8 +218,11 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
         const std::vector<double> qrow = load_query(q, h, r);
         attend(qrow.data(), keys.data(), values.data(), visible, d, scale, att);
         for (int64_t j = 0; j < visible; ++j) {
-          // ||a - v||^2 and <v, v - a> from explicit differences: exact even when p_j -> 1,
-          // where the norm identity would cancel (see score_terms.h).
+          if (j == att.top) {
+            acc[h * n + j] += terms::top_term(term_method, att.top_key);
+            continue;
+          }
+          // ||a - v||^2 and <v, v - a> from explicit differences, p_j <= 1/2 relative to the top.
           double dist2 = 0, vdiff = 0;
           for (int64_t c = 0; c < d; ++c) {
             const double diff = values[j * d + c] - att.a[c];
@@ -186,7 +230,7 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
             vdiff += values[j * d + c] * diff;
           }
           acc[h * n + j] +=
-              terms::pair_term_dist(term_method, att.z[j], att.lse, v2[j], dist2, vdiff, floor);
+              terms::other_term_dist(term_method, att.p[j], att.z[j], v2[j], dist2, vdiff);
         }
       }
     }

@@ -4,6 +4,8 @@
 // The model-file cases need no real checkpoint; the parameter cases run on SmolLM2 when
 // scripts/fetch_models.sh has fetched it.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "io/gguf_writer.h"
 #include "kvevict/io/model_paths.h"
 #include "kvevict/io/npy.h"
+#include "kvevict/model/runtime.h"
 #include "support/cli_runner.h"
 #include "support/special_files.h"
 #include "support/testing.h"
@@ -368,6 +371,41 @@ TEST_F(HostileInput, NumericOptionsHaveOneValidationLayer) {
   expect_rejected(cases, dir);
 }
 
+// --device: an unknown name, and cuda where no GPU runtime can run (no libkvevict_cuda in this
+// build, a library that does not load, no device), are refused by every model command before the
+// model is opened (the model path does not exist: an error about the device proves the order).
+TEST_F(HostileInput, DeviceIsCheckedBeforeTheModelIsOpened) {
+  std::vector<Rejected> cases;
+  std::vector<std::vector<std::string>> model_commands = every_command(dir, missing);
+  model_commands.pop_back();  // score: tensors, no --device (its --backend is checked elsewhere)
+  for (const auto& base : model_commands)
+    for (const char* d : {"gpu", "", "CUDA", "cuda:0", "cpu "})
+      cases.push_back({cat(base, {"--device", d}), {"unknown --device '" + std::string(d) + "'",
+                                                     "expected cpu or cuda"}});
+  cases.push_back({cat(score_args(dir), {"--device", "cuda"}), {"--device"}});
+  cases.push_back({{"analyze", "--q", dir.file("q.npy"), "--v", dir.file("v.npy"), "--k",
+                    dir.file("k.npy"), "--device", "cuda"},
+                   {"--device requires --model"}});
+  // cuda without a GPU runtime. A CPU-only build has no libkvevict_cuda at all; on a CUDA
+  // build the library is pointed at a path that does not exist, so the case runs everywhere.
+  std::string why;
+  if (!runtime_available(Device::kCuda, &why))
+    for (const auto& base : model_commands)
+      cases.push_back({cat(base, {"--device", "cuda"}), {"--device cuda: ", why, "--device cpu"}});
+  expect_rejected(cases, dir);
+  const std::string lib = dir.file("no_such_libkvevict_cuda.so");
+  ASSERT_EQ(::setenv("KVEVICT_CUDA_LIBRARY", lib.c_str(), 1), 0);
+  cases.clear();
+  for (const auto& base : model_commands)
+    cases.push_back({cat(base, {"--device", "cuda"}),
+                     {"--device cuda: KVEVICT_CUDA_LIBRARY=" + lib + " could not be loaded",
+                      "--device cpu"}});
+  cases.push_back({{"generate", "--dummy", "smollm2-135m", "--device", "cuda"},
+                   {"--device cuda: KVEVICT_CUDA_LIBRARY="}});
+  expect_rejected(cases, dir);
+  ::unsetenv("KVEVICT_CUDA_LIBRARY");
+}
+
 TEST_F(HostileInput, BudgetsParseStrictlyAndFitTheirTokensBeforeWork) {
   std::vector<Rejected> cases;
   // 0x10 was read as 16 tokens; 1e308 and 1e19 ran 7-22 s of prefill, then "internal error:
@@ -430,6 +468,32 @@ TEST_F(HostileInput, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
       cases.push_back({{"capture", "-m", missing, "--layer", "0", "--dir", node},
                        {"--dir", kind == SpecialKind::kDanglingLink ? "missing file" : "expected a directory"}});
     }
+  }
+  // A read-only regular file: renaming over it needs only the directory's permission, so it was
+  // replaced; now refused like a device (mode 0444 is refused even as root).
+  const std::string ro = dir.file("read_only.json");
+  std::ofstream(ro) << "keep me\n";
+  ASSERT_EQ(::chmod(ro.c_str(), 0444), 0);
+  for (const char* flag : {"--out", "--keep"})
+    cases.push_back({cat(score_args(dir), {flag, ro}), {flag, "is a read-only file (mode 0444)"}});
+  for (const char* flag : {"--out", "--markdown"}) {
+    cases.push_back({{"eval", "-m", missing, flag, ro}, {flag, "read-only file"}});
+    cases.push_back({{"ppl", "-m", missing, flag, ro}, {flag, "read-only file"}});
+  }
+  cases.push_back({{"analyze", "-m", missing, "--out", ro}, {"--out", "read-only file"}});
+  // A directory the process cannot write: a 0555 one (not for root, who may write there), and
+  // /proc/self, where the kernel refuses new files even to root. Nothing is created in either.
+  std::vector<std::string> unwritable = {"/proc/self/kvevict_out.json"};
+  const std::string ro_dir = dir.file("ro_dir");
+  std::filesystem::create_directory(ro_dir);
+  ASSERT_EQ(::chmod(ro_dir.c_str(), 0555), 0);
+  if (::geteuid() != 0) unwritable.push_back(ro_dir + "/out.json");
+  for (const std::string& path : unwritable) {
+    for (const char* flag : {"--out", "--keep"})
+      cases.push_back({cat(score_args(dir), {flag, path}), {flag, "is not writable"}});
+    cases.push_back({{"eval", "-m", missing, "--out", path}, {"--out", "is not writable"}});
+    cases.push_back({{"ppl", "-m", missing, "--out", path}, {"--out", "is not writable"}});
+    cases.push_back({{"analyze", "-m", missing, "--out", path}, {"--out", "is not writable"}});
   }
   // A missing directory: refused before any work (a results JSON was written after minutes of
   // eval into nowhere, and a failed --markdown left the JSON behind).

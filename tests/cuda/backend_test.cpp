@@ -17,6 +17,7 @@
 #include "kvevict/cache.h"
 #include "kvevict/cuda/backend.h"
 #include "kvevict/evict.h"
+#include "support/backend_cases.h"
 #include "support/testing.h"
 
 namespace kvevict::cuda {
@@ -190,6 +191,66 @@ void run(const Case& c) {
   EXPECT_EQ(bad, 0) << "compacted rows differ from the CPU compaction";
   EXPECT_TRUE(ok_.sentinels_intact() && ov_.sentinels_intact() && opos.sentinels_intact());
 
+  // The same pipeline with the selection left on the device and the caches' segment tables on
+  // the device (what the GPU runtime runs): plan -> plan_segments -> compact queue on the stream
+  // with no host round trip, and write what the host-resident GPU selection's compaction writes.
+  {
+    const Selection dsel = gpu_ev.plan(dp, Residency::kDevice);
+    ASSERT_TRUE(dsel.on_device());
+    EXPECT_EQ(dsel.total(), gs.total());
+    DeviceBuffer<int64_t> in_doff(sh.hkv + 1), out_doff(sh.hkv + 1);
+    DeviceBuffer<int32_t> in_dlen(sh.hkv), out_dlen(sh.hkv);
+    in_doff.upload(in_off);
+    in_dlen.upload(std::vector<int32_t>(sh.hkv, static_cast<int32_t>(sh.n)));
+    const int64_t drows = dsel.total() + sh.hkv * slack;
+    DeviceBuffer<uint16_t> dk2(drows * sh.d), dv2(drows * sh.d);
+    DeviceBuffer<int32_t> dpos2(drows);
+    dk2.poison();
+    dv2.poison();
+    dpos2.poison();
+    KVLayerView din2 = din;
+    din2.device_offsets = in_doff.data();
+    din2.device_lens = in_dlen.data();
+    KVLayerView dout2;
+    dout2.dtype = bf;
+    dout2.device = Device::kCuda;
+    dout2.num_kv_heads = sh.hkv;
+    dout2.head_dim = sh.d;
+    dout2.k = dk2.data();
+    dout2.v = dv2.data();
+    dout2.pos = dpos2.data();
+    dout2.device_offsets = out_doff.data();
+    dout2.device_lens = out_dlen.data();
+    dout2.rows = drows;  // host table unknown until synchronized (adakv counts)
+    gpu->plan_segments(dsel, slack, dout2);
+    gpu->compact(din2, dsel, dout2);
+    gpu->synchronize();
+    // Expected: the host-resident GPU selection gs compacted on the host.
+    HostKVCache want = cache_allocate_for(host_full.view(), gs, slack);
+    cpu->compact(host_full.view(), gs, want.view());
+    const KVLayerView wv = want.view();
+    const auto got_off = out_doff.download();
+    const auto got_len = out_dlen.download();
+    const auto k2 = dk2.download(), v2 = dv2.download();
+    const auto p2 = dpos2.download();
+    int64_t bad2 = 0;
+    for (int h = 0; h < sh.hkv; ++h) {
+      EXPECT_EQ(got_off[h], wv.offsets[h]) << "head " << h;
+      EXPECT_EQ(got_len[h], wv.lens[h]) << "head " << h;
+      for (int64_t i = 0; i < wv.lens[h]; ++i) {
+        const int64_t r = wv.offsets[h] + i;
+        bad2 += p2[r] != wv.pos[r];
+        bad2 += std::memcmp(k2.data() + r * sh.d, static_cast<const uint16_t*>(wv.k) + r * sh.d,
+                            2 * sh.d) != 0;
+        bad2 += std::memcmp(v2.data() + r * sh.d, static_cast<const uint16_t*>(wv.v) + r * sh.d,
+                            2 * sh.d) != 0;
+      }
+    }
+    EXPECT_EQ(got_off[sh.hkv], wv.offsets[sh.hkv]);
+    EXPECT_EQ(bad2, 0) << "the device-resident pipeline wrote other rows";
+    EXPECT_TRUE(dk2.sentinels_intact() && dv2.sentinels_intact() && dpos2.sentinels_intact());
+  }
+
   // Attention after eviction: 3 new queries after the prompt, over the compacted caches.
   const int64_t mq = 3;
   auto q2 =
@@ -236,15 +297,9 @@ void run(const Case& c) {
 
 TEST(CudaBackend, PipelineMatchesCpuBackend) {
   KVEVICT_REQUIRE_GPU();
-  const Shape big{8, 2, 128, 1003}, small{4, 4, 64, 17}, mqa{4, 1, 128, 301};
-  uint64_t seed = 500;
-  for (const char* m :
-       {"dropkv", "adadropkv", "obcache_vk", "snapkv", "adakv", "vatp", "criticalkv", "h2o", "tova",
-        "knorm", "keydiff", "streamingllm", "random"}) {
-    run({m, big, 0.3, seed++});
-    run({m, small, 0.3, seed++});  // 5 tokens: below dropkv's 8 protected (warning path)
-    run({m, mqa, 40.0, seed++});   // a token-count budget
-  }
+  // The table every backend runs (tests/support/backend_cases.h), with its larger shapes.
+  for (const auto& c : kvevict::testing::evictor_cases(/*big=*/true))
+    run({c.method.c_str(), {c.shape.hq, c.shape.hkv, c.shape.d, c.shape.n}, c.budget, c.seed});
 }
 
 TEST(CudaBackend, CriticalKVTwoStageSelectionMatchesCpu) {

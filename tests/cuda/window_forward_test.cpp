@@ -4,8 +4,11 @@
 #include <cmath>
 
 #include "cuda/cuda_testing.h"
+#include "cuda/launchers.h"
+#include "cuda/window_plan.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/score.h"
+#include "score/peaked_problem.h"
 #include "support/testing.h"
 
 namespace kvevict::cuda {
@@ -107,6 +110,90 @@ TEST(CudaWindowForward, WgmmaAndMmaSyncKernelsMatchDoubleReference) {
       run_case(c, true);
       run_case(c, false);
     }
+  }
+  set_window_wgmma(true);
+}
+
+// Issue 13: rows whose top key dominates by 100 / 1000 nats or whose queries are scaled by 1e30
+// (tests/score/peaked_problem.h), through the forward the scores run: the top keys requested
+// (detail::launch_window_forward with a TopRow buffer), so the top is kept apart and
+// a = (v_top + rho a_{-top}) / (1 + rho), lse = z_top + log1p(rho); and, for 100 / 1000 nats, the
+// plain forward cuda::window_forward (the attention outputs without top keys, v9's arithmetic:
+// its exponent fma rounds z scale log2 e, so |z| ~ 1e30 is outside it). Both kernels must match
+// the reference.
+TEST(CudaWindowForward, DominantTopKeys) {
+  KVEVICT_REQUIRE_GPU();
+  uint64_t seed = 60;
+  for (bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma enabled" : "mma.sync only");
+    set_window_wgmma(wgmma);
+    for (int w : {8, 32})
+      for (double gap : {100.0, 1000.0, 30.0}) {
+        kvevict::testing::PeakedSpec s;
+        s.hkv = 2;
+        s.group = 4;
+        s.w = w;
+        s.d = 128;
+        s.n = 1501;
+        s.gap = gap;
+        s.q_scale = gap == 30.0 ? 1e30 : 1;
+        s.dtype = DType::kBF16;
+        s.seed = ++seed;
+        SCOPED_TRACE(s.str());
+        kvevict::testing::PeakedProblem pp(s);
+        std::vector<double> ref_a, ref_lse;
+        ref::window_forward(pp.host_view(), pp.scale, ref_a, ref_lse);
+        const int hq = s.hkv * s.group;
+        DeviceBuffer<uint16_t> dq(pp.q.size()), dk(pp.k.size()), dv(pp.v.size());
+        DeviceBuffer<float> dout(pp.q.size()), dlse(static_cast<size_t>(hq) * w);
+        const size_t ws_bytes = window_forward_workspace_bytes(hq, s.hkv, s.n, w, s.d);
+        DeviceBuffer<char> ws(ws_bytes);
+        dq.upload(testing::encode16(pp.q, DType::kBF16));
+        dk.upload(testing::encode16(pp.k, DType::kBF16));
+        dv.upload(testing::encode16(pp.v, DType::kBF16));
+        for (bool tops : {true, false}) {
+          if (!tops && s.q_scale > 1) continue;
+          SCOPED_TRACE(tops ? "top keys requested" : "plain forward");
+          dout.poison();
+          dlse.poison();
+          if (tops) {
+            detail::WindowArgs wa;
+            wa.elem = detail::Elem::kBF16;
+            wa.q = dq.data();
+            wa.q_head_stride = static_cast<int64_t>(w) * s.d;
+            wa.q_row_stride = s.d;
+            wa.q_rows = w;
+            wa.k = dk.data();
+            wa.v = dv.data();
+            wa.kv_head_stride = s.n * s.d;
+            wa.kv_row_stride = s.d;
+            wa.num_q_heads = hq;
+            wa.num_kv_heads = s.hkv;
+            wa.w = w;
+            wa.head_dim = s.d;
+            wa.n = s.n;
+            wa.scale = pp.scale;
+            const int sms = detail::current_sm_count();
+            const size_t scratch_bytes = detail::window_forward_scratch_bytes(wa, true, sms);
+            DeviceBuffer<char> scratch(scratch_bytes);
+            DeviceBuffer<detail::TopRow> top(static_cast<size_t>(hq) * w);
+            KVEVICT_ASSERT_CUDA(detail::launch_window_forward(wa, dout.data(), dlse.data(),
+                                                              scratch.data(), scratch_bytes, sms,
+                                                              nullptr, top.data()));
+          } else {
+            window_forward(TensorView(dq.data(), DType::kBF16, {hq, w, s.d}, Device::kCuda),
+                           TensorView(dk.data(), DType::kBF16, {s.hkv, s.n, s.d}, Device::kCuda),
+                           TensorView(dv.data(), DType::kBF16, {s.hkv, s.n, s.d}, Device::kCuda),
+                           w, pp.scale,
+                           TensorView(dout.data(), DType::kF32, {hq, w, s.d}, Device::kCuda),
+                           TensorView(dlse.data(), DType::kF32, {hq, w}, Device::kCuda),
+                           {ws.data(), ws_bytes});
+          }
+          KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+          EXPECT_TRUE(kvevict::testing::all_close(dlse.download(), ref_lse, 1e-4, 1e-5, "lse"));
+          EXPECT_TRUE(kvevict::testing::all_close(dout.download(), ref_a, 7.5e-3, 1.5e-2, "a"));
+        }
+      }
   }
   set_window_wgmma(true);
 }

@@ -2,6 +2,12 @@
 // llama.cpp (through llama-cpp-python, tools/golden/model_golden.py) recorded the prompt ids,
 // the last-position logits (top 50 + statistics) and 32 greedy tokens of 3 fixed prompts.
 //
+// The runtime has two weight formats (kvevict/model/weights.h): WeightFormat::kF32 (every weight
+// dequantized, f32 activations: the arithmetic these references were recorded for) must meet the
+// first reference exactly as before. The default WeightFormat::kNative multiplies the GGUF blocks
+// with 8-bit quantized activations (src/quant), so its logits move by about as much as
+// llama.cpp's own quantized run does; it is held to the criteria of NativeWeights below.
+//
 // Two references (see the tool):
 //  - "cases": llama.cpp on an F32 copy of the checkpoint (same dequantized weights, f32
 //    matmuls). Required: same top-1, the reference's top-10 inside our top-20, every top-50
@@ -30,11 +36,13 @@ struct GoldenModel {
   std::shared_ptr<const Model> model;
 };
 
-// Loads each model once for all its cases; skips when the model or golden file is absent.
+// Loads each model once per format for all its cases; skips when the model or golden file is
+// absent.
 const GoldenModel* golden_model(const std::string& name, const std::string& file,
-                                std::string* why) {
+                                std::string* why, WeightFormat format = WeightFormat::kF32) {
   static std::map<std::string, GoldenModel> cache;
-  auto it = cache.find(name);
+  const std::string key = name + "/" + weight_format_name(format);
+  auto it = cache.find(key);
   if (it != cache.end()) return &it->second;
   const std::string path = io::model_path(KVEVICT_SOURCE_DIR, file);
   if (!io::file_exists(path)) {
@@ -50,8 +58,8 @@ const GoldenModel* golden_model(const std::string& name, const std::string& file
   }
   GoldenModel g;
   in >> g.golden;
-  g.model = Model::load(path);
-  return &(cache[name] = std::move(g));
+  g.model = Model::load(path, ".", format);
+  return &(cache[key] = std::move(g));
 }
 
 class Golden : public ::testing::TestWithParam<std::tuple<std::string, std::string, int>> {};
@@ -117,6 +125,57 @@ TEST_P(Golden, LastLogitsAndGreedyContinuationMatchLlamaCpp) {
   Sampler greedy_sampler;
   const GenerateResult out = s.generate(static_cast<int>(greedy.size()), greedy_sampler);
   EXPECT_EQ(out.tokens, greedy) << what << ": greedy continuation differs from llama.cpp f32";
+}
+
+// The quantized runtime (GGUF blocks x A8 activations) against the same f32 reference, with
+// llama.cpp's own quantized run as the yardstick of how far 8-bit activations may move logits:
+//  - same top-1 as the f32 reference;
+//  - every top-50 logit within 2x (+ 0.05) of the largest error llama.cpp's quantized run has on
+//    that prompt (the STYLE rule for low-precision paths; both errors are measured against the f32
+//    reference on the ids the two top-50 lists share);
+//  - teacher-forced on the reference's 32 greedy tokens, our argmax is the reference token on at
+//    least 28 of the 32 steps and the reference token is in our top 5 on every step (free-running
+//    greedy text cannot be compared: llama.cpp's quantized run itself leaves the f32 continuation
+//    after 2 to 32 tokens on these prompts, at near-ties).
+// Measured (SmolLM2 / Gemma 3, prompts 0-2): top-50 max abs error 0.45 0.34 0.19 / 0.24 0.45 0.14
+// against llama.cpp quantized's 0.28 0.26 0.35 / 0.41 0.52 0.44.
+TEST_P(Golden, NativeWeightsStayWithinTheQuantizedYardstick) {
+  const auto& [name, file, index] = GetParam();
+  std::string why;
+  const GoldenModel* g = golden_model(name, file, &why, WeightFormat::kNative);
+  if (g == nullptr) GTEST_SKIP() << why;
+  const auto& c = g->golden.at("cases").at(index);
+  const auto& cq = g->golden.at("quantized_cases").at(index);
+  const std::vector<int32_t> tokens = c.at("tokens").get<std::vector<int32_t>>();
+  const std::vector<int32_t> ref_ids = c.at("top_ids").get<std::vector<int32_t>>();
+  const std::vector<double> ref_logits = c.at("top_logits").get<std::vector<double>>();
+  const std::vector<int32_t> q_ids = cq.at("top_ids").get<std::vector<int32_t>>();
+  const std::vector<double> q_logits = cq.at("top_logits").get<std::vector<double>>();
+  double yardstick = 0;
+  for (size_t i = 0; i < ref_ids.size(); ++i)
+    for (size_t j = 0; j < q_ids.size(); ++j)
+      if (q_ids[j] == ref_ids[i]) yardstick = std::max(yardstick, std::abs(q_logits[j] - ref_logits[i]));
+  ASSERT_GT(yardstick, 0.0);
+  const std::string what = name + " prompt " + std::to_string(index) + " native weights";
+  Session s(g->model);
+  s.prefill(tokens);
+  check_logits(s.logits(), c, 2 * yardstick + 0.05, 0.0, what + " vs llama.cpp f32");
+
+  const std::vector<int32_t> greedy = c.at("greedy").get<std::vector<int32_t>>();
+  int agree = 0;
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    const std::vector<float>& lg = s.logits();
+    int above = 0;  // logits above the reference token's
+    for (float v : lg) above += v > lg[greedy[i]];
+    agree += above == 0;
+    EXPECT_LT(above, 5) << what << ": step " << i << " reference token " << greedy[i]
+                        << " is not in our top 5";
+    if (i + 1 < greedy.size()) s.decode(greedy[i]);
+  }
+  std::cout << "[golden] " << what << ": teacher-forced argmax agrees on " << agree << " of "
+            << greedy.size() << " steps (llama.cpp quantized error " << yardstick << ")\n";
+  EXPECT_GE(agree, 28) << what << ": teacher-forced greedy agrees on only " << agree << " of "
+                       << greedy.size();
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Golden,

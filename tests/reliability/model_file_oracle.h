@@ -90,7 +90,10 @@ inline OracleResult check_model_file(const std::string& path) {
     Session s(model);
     s.prefill(prompt);
     std::vector<float> logits = s.logits();
-    if (c.context_length > n) logits = s.decode(prompt.back());
+    if (c.context_length > n) {
+      s.decode(prompt.back());
+      logits = s.logits();
+    }
     if (static_cast<int64_t>(logits.size()) != c.vocab_size)
       return r.violation = "logits of size " + std::to_string(logits.size()), r;
     if (weights_sane(f))

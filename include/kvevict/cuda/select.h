@@ -23,17 +23,6 @@ size_t select_uniform_workspace_bytes(int num_kv_heads, int64_t n);
 void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
                     const TensorView& kept, Workspace ws, Stream stream = nullptr);
 
-// select_uniform, then compact_uniform (cuda/compact.h) of the kept rows, in the same passes: the
-// ordered write of the selection gathers K, V and positions as it writes each kept index (one
-// launch less, kept indices never re-read). Same arguments and checks as the two calls.
-// Measured slower on an H200 at a 5% budget of n = 128K (0.065 vs 0.058 ms for the two calls,
-// docs/GPU_NOTES.md v5): each warp copies its kept rows one after another. Prefer the two calls.
-void select_compact_uniform(const TensorView& scores, int64_t n_keep, int sink, int window,
-                            const TensorView& k, const TensorView& v, const TensorView& pos,
-                            const TensorView& kept, const TensorView& out_k,
-                            const TensorView& out_v, const TensorView& out_pos, Workspace ws,
-                            Stream stream = nullptr);
-
 // Every policy of SPEC section 3 on the GPU, with the semantics of kvevict::select():
 //   uniform  every head keeps n_keep (protected included);
 //   adakv    the layer's free scores flattened, the top Hkv * B (B = n_keep - protected; ties

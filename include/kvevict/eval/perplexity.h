@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvevict/eval/runner.h"
+#include "kvevict/model/evict_config.h"
 #include "kvevict/tokenizer.h"
 
 namespace kvevict::eval {
@@ -57,12 +58,8 @@ class PplAccumulator {
   std::vector<std::pair<double, int64_t>> bucket_sums_;  // [buckets] (nll sum, count)
 };
 
-// Decode-time eviction settings shared by every method of a perplexity run.
-struct DecodeEvictionOptions {
-  int slack = 0;    // evict when length > budget + slack (0: every step)
-  int recent = 32;  // last tokens never evicted
-  int sink = 0;     // first tokens never evicted (streamingllm uses its own 4)
-};
+// Decode-time eviction settings shared by every method of a perplexity run (the library's).
+using DecodeEvictionOptions = kvevict::DecodeEvictionOptions;
 
 // The model side of `kvevict ppl`, implemented by the runtime.
 class PplModel {

@@ -27,6 +27,7 @@
 #include "kvevict/eval/metrics.h"
 #include "kvevict/eval/sample.h"
 #include "kvevict/method.h"
+#include "kvevict/model/evict_config.h"
 
 namespace kvevict {
 class Tokenizer;
@@ -51,6 +52,11 @@ struct MethodConfig {
   static MethodConfig make(const std::string& name, const Budget& budget, int window = 0,
                            const std::string& pooling = "");
   int window() const { return is_full() ? 0 : spec.score.window; }
+  // The eviction of this method (none for "full"); question > 0: query-aware with the question as
+  // the observation window of windowed scores (PrefillEviction::make).
+  EvictConfig evict_config(int question = 0) const;
+  // The observation window this method scores and protects with that question.
+  int window_for(int question) const;
   std::string pooling() const { return is_full() ? "none" : spec.score.pooling.str(); }
   std::string policy() const { return is_full() ? "none" : policy_name(spec.policy); }
   std::string label() const;  // "dropkv@0.25", "full"
@@ -93,6 +99,15 @@ class EvalModel {
   virtual Generation answer(PrefillState& state, const MethodConfig& method,
                             const std::vector<int32_t>& question_tokens, QueryMode mode,
                             int max_new_tokens) = 0;
+  // Every method's answer from one prefill, in order. `question_window` > 0: the question's
+  // tokens are the observation window of windowed scores (query-aware with
+  // RunOptions::question_window). Runtimes that decode many caches together (the GPU) override
+  // it; the default answers one method after another, each with its window set.
+  virtual std::vector<Generation> answer_all(PrefillState& state,
+                                             const std::vector<MethodConfig>& methods,
+                                             const std::vector<int32_t>& question_tokens,
+                                             QueryMode mode, int max_new_tokens,
+                                             int question_window);
 };
 
 struct RunOptions {

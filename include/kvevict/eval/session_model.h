@@ -1,5 +1,7 @@
-// The evaluation harness's model side (EvalModel, PplModel) on top of the kvevict runtime: one
-// prefill snapshot per sample and mode, then a copy evicted per method.
+// The evaluation harness's model side (EvalModel, PplModel) on top of a ModelRuntime, so `eval`,
+// `ppl` and `demo` run the same code on either device: one prefill snapshot per sample and mode,
+// then every method evicts a copy of it; the answers are decoded by answer_batch (on the GPU as
+// one batch, each row its own compacted cache).
 #pragma once
 
 #include <memory>
@@ -8,43 +10,42 @@
 
 #include "kvevict/eval/perplexity.h"
 #include "kvevict/eval/runner.h"
-#include "kvevict/model/model.h"
-#include "kvevict/model/session.h"
+#include "kvevict/model/runtime.h"
 #include "kvevict/tokenizer.h"
 
 namespace kvevict::eval {
 
-// The decode-time eviction of SPEC section 5 for an evaluation method: dropkv/obcache_* add their
-// w = 1 step score, h2o/snapkv/adakv add attention, tova replaces it, streamingllm keeps its 4
-// sinks and the most recent. Other methods have no decode-time form: throws naming them.
+// The decode-time eviction of SPEC section 5 for an evaluation method (DecodeEviction::make with
+// the method's budget as a token count per head); "full" evicts nothing.
 DecodeEviction decode_eviction_for(const MethodConfig& method, const DecodeEvictionOptions& decode);
 
 class SessionModel : public EvalModel, public PplModel {
  public:
   // `methods` are the configs the run will evaluate: the prefill keeps as many window queries as
   // the largest of them needs (all prompt queries when an h2o-aggregated method is present).
-  SessionModel(std::shared_ptr<const Model> model, std::unique_ptr<Tokenizer> tokenizer,
-               const std::vector<MethodConfig>& methods, SessionOptions options = {});
+  // `name` names the model in reports.
+  SessionModel(std::shared_ptr<const ModelRuntime> runtime, std::unique_ptr<Tokenizer> tokenizer,
+               const std::vector<MethodConfig>& methods, std::string name);
 
-  std::string name() const override;
+  std::string name() const override { return name_; }
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  const ModelRuntime& runtime() const { return *runtime_; }
   std::unique_ptr<PrefillState> prefill(const std::vector<int32_t>& context_tokens,
                                         const std::vector<int32_t>& question_tokens,
                                         QueryMode mode) override;
   Generation answer(PrefillState& state, const MethodConfig& method,
                     const std::vector<int32_t>& question_tokens, QueryMode mode,
                     int max_new_tokens) override;
+  std::vector<Generation> answer_all(PrefillState& state, const std::vector<MethodConfig>& methods,
+                                     const std::vector<int32_t>& question_tokens, QueryMode mode,
+                                     int max_new_tokens, int question_window) override;
   std::vector<double> token_nlls(const std::vector<int32_t>& tokens, const MethodConfig& method,
                                  const DecodeEvictionOptions& decode) override;
 
-  // The prefill eviction of a method; in query-aware mode the window is the question's tokens.
-  static EvictConfig prefill_eviction_for(const MethodConfig& method, QueryMode mode,
-                                          int64_t question_tokens);
-
  private:
-  std::shared_ptr<const Model> model_;
+  std::shared_ptr<const ModelRuntime> runtime_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  SessionOptions options_;
+  std::string name_;
   int64_t max_window_ = 0;
   bool need_all_queries_ = false;
 };

@@ -1,4 +1,5 @@
-// A loaded model: config + f32 weights (+ the GGUF file it came from, for the tokenizer).
+// A loaded model: config + weights (in their GGUF types, viewed in the file's mapping, or f32)
+// + the GGUF file it came from (kept open: it holds the mapped weights and the tokenizer).
 #pragma once
 
 #include <memory>
@@ -28,9 +29,13 @@ std::string blas_description();
 
 class Model {
  public:
-  // Opens a GGUF file (a name resolve_model_path knows, or a path) and dequantizes its weights.
+  // Opens a GGUF file (a name resolve_model_path knows, or a path). kNative keeps its weights in
+  // their block types (quantized kernels); kF32 dequantizes them (OpenBLAS sgemm, the former
+  // runtime). $KVEVICT_WEIGHTS=f32 overrides the default kNative for every load without `format`.
   static std::shared_ptr<const Model> load(const std::string& name_or_path,
                                            const std::string& source_dir = ".");
+  static std::shared_ptr<const Model> load(const std::string& name_or_path,
+                                           const std::string& source_dir, WeightFormat format);
   // Random weights of a config (seeded); has no GGUF file and no tokenizer.
   static std::shared_ptr<const Model> random(const ModelConfig& config, uint64_t seed);
 

@@ -31,5 +31,7 @@ class Sampler {
 };
 
 int32_t argmax(const std::vector<float>& logits);
+// -log softmax(logits)[target] in double (logsumexp - logit): a token's negative log-likelihood.
+double logits_nll(const std::vector<float>& logits, int32_t target);
 
 }  // namespace kvevict

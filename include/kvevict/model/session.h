@@ -25,17 +25,14 @@
 #include <vector>
 
 #include "kvevict/cache.h"
-#include "kvevict/decode_evict.h"
 #include "kvevict/dtype.h"
-#include "kvevict/method.h"
+#include "kvevict/model/evict_config.h"
 #include "kvevict/model/model.h"
+#include "kvevict/model/runtime.h"
 #include "kvevict/model/sampler.h"
 #include "kvevict/tensor.h"
 
 namespace kvevict {
-
-// Called after every prefill chunk with the tokens done so far and the total.
-using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 
 struct SessionOptions {
   DType kv_dtype = DType::kF32;  // f32 or f16 cache on the CPU
@@ -44,76 +41,7 @@ struct SessionOptions {
   void validate() const;
 };
 
-// One-shot prefill eviction (SPEC sections 2-5).
-struct PrefillEviction {
-  bool enabled = false;
-  ScoreOptions score;    // method, aggregate, window, pooling
-  SelectOptions select;  // policy, budget, sink; select.window is taken from score.window
-  // A method name as method_parse() reads it ("dropkv", "adakv", "snapkv", ...) with its SPEC
-  // defaults, and a budget.
-  static PrefillEviction from_method(const std::string& method, const Budget& budget);
-  // Query-aware mode: the question ends the prompt and the observation window is its tokens.
-  void set_window(int window);
-  std::string describe() const;
-};
-
-// Decode-time dynamic eviction (SPEC section 5): budget N tokens per head, evict down to N when
-// a head exceeds N + slack, never the last `recent` rows or the sinks. Runs on every decode()
-// step (one token at a time); tokens fed with append() are not scored. The per-row accumulators
-// start at 0 when decoding starts. options.scale / softcap are filled from the model.
-struct DecodeEviction {
-  bool enabled = false;
-  DecodeEvictOptions options;
-  std::string describe() const;
-};
-
-struct EvictConfig {
-  PrefillEviction prefill;
-  DecodeEviction decode;
-  static EvictConfig none() { return {}; }
-  std::string describe() const;
-};
-
-// Everything a prefill leaves behind that eviction needs; independent of the eviction method.
-struct PrefillSnapshot {
-  std::vector<int32_t> tokens;      // [n] the prompt
-  std::vector<HostKVCache> caches;  // [n_layers] full caches (sliding layers: their window)
-  std::vector<HostTensor> queries;  // [n_layers] each [Hq, m, d] f32: the last m prompt queries
-                                    // after RoPE (m = min(keep_queries, n)); empty if m = 0
-  std::vector<float> logits;        // [V] at the last prompt token
-  double seconds = 0;               // prefill wall time
-  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
-  int64_t num_queries() const;
-  int64_t kv_bytes() const;
-};
-
-struct PrefillOptions {
-  int64_t keep_queries = 0;  // window queries to keep per layer; -1 = all prompt queries (h2o)
-};
-
-struct SessionStats {
-  int64_t prefill_tokens = 0;
-  double prefill_seconds = 0;
-  int64_t decode_tokens = 0;  // tokens processed one at a time (decode + append of 1)
-  double decode_seconds = 0;
-  int64_t append_tokens = 0;  // tokens appended after the prefill in chunks (questions)
-  double append_seconds = 0;
-  double evict_seconds = 0;
-  std::vector<int64_t> kv_bytes_before;  // [n_layers] K/V bytes allocated before prefill eviction
-  std::vector<int64_t> kv_bytes_after;   // [n_layers] ... after it
-  int64_t decode_evictions = 0;          // decode steps of a layer that evicted rows
-  std::string warning;                   // the first selection warning (budget below protected)
-  double prefill_tokens_per_s() const;
-  double decode_tokens_per_s() const;
-  std::string describe() const;
-};
-
-struct GenerateResult {
-  std::vector<int32_t> tokens;  // generated ids, the stop token included if one was hit
-  bool stopped = false;         // a stop token ended generation (else max_new ran out)
-};
-
-class Session {
+class Session final : public InferenceSession {
  public:
   explicit Session(std::shared_ptr<const Model> model, SessionOptions opt = {});
 
@@ -130,33 +58,37 @@ class Session {
 
   // Prefill + one-shot eviction on a fresh session. Throws if the session already holds tokens
   // or the prompt exceeds the context length.
-  void prefill(const std::vector<int32_t>& tokens, const EvictConfig& evict = EvictConfig::none());
+  void prefill(const std::vector<int32_t>& tokens,
+               const EvictConfig& evict = EvictConfig::none()) override;
   // Feeds more tokens after the current ones (a question after a compressed context), in chunks,
-  // without eviction; positions continue at the original length. Returns the last logits.
-  const std::vector<float>& append(const std::vector<int32_t>& tokens);
-  // One token (positions continue); runs decode-time eviction if configured. Returns logits.
-  const std::vector<float>& decode(int32_t token);
+  // without eviction; positions continue at the original length. logits() then holds the last.
+  void append(const std::vector<int32_t>& tokens) override;
+  // One token (positions continue); runs decode-time eviction if configured.
+  void decode(int32_t token) override;
+  double nll(int32_t target) override;
   // Samples up to max_new tokens starting from the current logits. `is_stop` ends generation
   // (the stop token is returned but not fed); on_token sees every token as it is produced.
   GenerateResult generate(int max_new, Sampler& sampler,
                           const std::function<bool(int32_t)>& is_stop = nullptr,
-                          const std::function<void(int32_t)>& on_token = nullptr);
+                          const std::function<void(int32_t)>& on_token = nullptr) override;
 
+  const std::vector<float>& logits() override { return logits_; }
   const std::vector<float>& logits() const { return logits_; }
-  int64_t position() const { return position_; }  // the next token's position
+  int64_t position() const override { return position_; }  // the next token's position
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const Model& model() const { return *model_; }
   const EvictConfig& evict_config() const { return evict_; }
   // Bytes allocated for K and V (capacity, not just rows in use), per layer and in total.
   int64_t kv_bytes(int layer) const;
-  int64_t kv_bytes_total() const;
-  int64_t kv_rows(int layer) const;  // rows in use summed over heads
+  int64_t kv_bytes_total() const override;
+  int64_t kv_rows(int layer) const override;  // rows in use summed over heads
+  std::vector<int32_t> kept_positions(int layer, int kv_head) const override;
   const HostKVCache& cache(int layer) const { return caches_[layer]; }
-  const SessionStats& stats() const { return stats_; }
+  const SessionStats& stats() const override { return stats_; }
 
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
-  ~Session();
+  ~Session() override;
 
  private:
   struct DecodeState;

@@ -1,0 +1,52 @@
+"""Method names and keyword arguments -> the C++ ScoreOptions / SelectOptions.
+
+The defaults are the CLI's (``kvevict score``): a method's SPEC window, pooling, aggregation,
+policy and sinks come from the library's method_parse, and only what the caller passes overrides
+them. Selection protects the observation window (select window = score window) unless told
+otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from kvevict._ext import ext
+
+BudgetLike = Union[float, int, str]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything one eviction run needs, resolved; `describe()` reports it."""
+
+    score: "ext.ScoreOptions"
+    select: "ext.SelectOptions"
+
+    def describe(self) -> str:
+        return f"{self.score.describe()} {self.select.describe()}"
+
+
+def score_options(method: str, *, window: Optional[int] = None, pool: Optional[str] = None,
+                  aggregate: Optional[str] = None, h2o_normalize: bool = False, seed: int = 0,
+                  scale: Optional[float] = None) -> "ext.ScoreOptions":
+    if not isinstance(method, str):
+        raise ValueError(f"method is a {type(method).__name__}; expected a name such as 'dropkv'")
+    return ext.score_options(method, aggregate, window, pool, bool(h2o_normalize), int(seed),
+                             float(scale or 0.0))
+
+
+def settings(method: str, budget: Optional[BudgetLike] = None, *,
+             compression_ratio: Optional[float] = None, policy: Optional[str] = None,
+             window: Optional[int] = None, pool: Optional[str] = None,
+             aggregate: Optional[str] = None, sink: Optional[int] = None, alpha: float = 0.2,
+             h2o_normalize: bool = False, seed: int = 0,
+             select_window: Optional[int] = None) -> Settings:
+    """ScoreOptions + SelectOptions as `kvevict score` builds them (see the module docstring)."""
+    so = score_options(method, window=window, pool=pool, aggregate=aggregate,
+                       h2o_normalize=h2o_normalize, seed=seed)
+    _, default_policy, default_sink = ext.method_defaults(method)
+    sel = ext.select_options(policy or default_policy, budget, compression_ratio, float(alpha),
+                             default_sink if sink is None else int(sink),
+                             so.window if select_window is None else int(select_window))
+    return Settings(so, sel)

@@ -1,0 +1,107 @@
+"""Presses for NVIDIA's kvpress whose scores come from kvevict's fused kernels.
+
+    from kvpress import AdaKVPress
+    from kvevict.kvpress import DropKVPress, OBCachePress
+    press = DropKVPress(compression_ratio=0.9)               # or OBCachePress(score="vk")
+    with AdaKVPress(press)(model):                           # per-head budgets (AdaDropKV)
+        model(input_ids, past_key_values=cache)
+
+Both are kvpress ``ScorerPress``es: kvpress's pipeline, ``AdaKVPress`` and its other wrappers use
+them unchanged. ``score()`` rebuilds the window queries from the layer's hidden states (after
+RoPE, as kvpress's SnapKVPress does) and calls ``kvevict.score`` on the cache's keys and values in
+place: on CUDA tensors that is the flash-style window forward plus one streaming pass, never the
+``[B, H, w, n]`` attention matrix. The observation window is protected (its scores are set above
+every other, as SnapKVPress does), which is SPEC section 3's protected window.
+
+kvpress is optional (``pip install kvevict[kvpress]``); tested with kvpress 0.5.5 on transformers
+5.2 (kvpress 0.5.5 requires transformers < 5.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+try:
+    from kvpress import ScorerPress
+    from kvpress.utils import get_prerope_query_states
+except ImportError as e:  # pragma: no cover - exercised only without kvpress
+    raise ImportError("kvevict.kvpress needs kvpress (pip install kvpress); kvevict.hf.press "
+                      "works without it") from e
+
+import kvevict
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def window_queries(module, hidden_states: torch.Tensor, window: int, kwargs) -> torch.Tensor:
+    """The last ``window`` queries of the layer after RoPE: ``[B, Hq, window, d]``."""
+    q = get_prerope_query_states(module, hidden_states[:, -window:])
+    cos, sin = kwargs["position_embeddings"]
+    cos, sin = cos[:, -window:].unsqueeze(1), sin[:, -window:].unsqueeze(1)
+    return q * cos + _rotate_half(q) * sin
+
+
+@dataclass
+class KVEvictScorerPress(ScorerPress):
+    """A ScorerPress computing ``method``'s SPEC scores with kvevict (the base of the two below).
+
+    Fields: compression_ratio (kvpress's evicted fraction), window_size (queries scored and
+    protected), pool ("max:7", "avg:5" or None), aggregate ("snapkv" window sums, "tova" last
+    query), protect_window (give the window the top scores, as SnapKVPress does).
+    """
+
+    compression_ratio: float = 0.0
+    window_size: int = 8
+    pool: Optional[str] = None
+    aggregate: Optional[str] = None
+    protect_window: bool = True
+    method: str = "dropkv"
+
+    def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
+        """keys, values ``[B, Hkv, n, d]`` -> scores ``[B, Hkv, n]`` (higher = keep)."""
+        b, _, n, _ = keys.shape
+        w = min(self.window_size, n)
+        q = window_queries(module, hidden_states, w, kwargs).to(keys.dtype)
+        scores = kvevict.score(q.contiguous(), keys, values, self.method, window=w,
+                               pool=self.pool or "none", aggregate=self.aggregate,
+                               scale=getattr(module, "scaling", None))
+        if self.protect_window and w > 0:
+            top = scores.amax() + 1
+            scores[..., n - w:] = top
+        return scores
+
+
+@dataclass
+class DropKVPress(KVEvictScorerPress):
+    """DropKV: ``sum_t (p/(1-p))^2 ||a_t - v||^2`` over the window (SPEC section 2)."""
+
+    method: str = "dropkv"
+
+
+@dataclass  # keeps the __init__ below (it takes `score=`, the name of ScorerPress's method)
+class OBCachePress(KVEvictScorerPress):
+    """OBCache's Optimal-Brain-Damage scores: ``score="v"`` (value), ``"k"`` (key) or ``"vk"``
+    (joint); SPEC defaults window 16, max pooling over 7 tokens."""
+
+    score_kind: str = "vk"
+    window_size: int = 16
+    pool: Optional[str] = "max:7"
+
+    def __init__(self, compression_ratio: float = 0.0, score: str = "vk", window_size: int = 16,
+                 pool: Optional[str] = "max:7", aggregate: Optional[str] = None,
+                 protect_window: bool = True):
+        if score not in ("v", "k", "vk"):
+            raise ValueError(f"score is {score!r}; expected 'v', 'k' or 'vk'")
+        super().__init__(compression_ratio=compression_ratio, window_size=window_size, pool=pool,
+                         aggregate=aggregate, protect_window=protect_window,
+                         method=f"obcache_{score}")
+        self.score_kind = score
+
+
+__all__ = ["DropKVPress", "KVEvictScorerPress", "OBCachePress", "window_queries"]

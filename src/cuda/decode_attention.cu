@@ -1,0 +1,622 @@
+// Decode attention over the per-head variable-length (compacted) cache, split over keys with a
+// log-sum-exp merge (flash-decoding).
+//
+// Grid: (segment = sequence x KV head, key split). A block holds the G query heads of its KV head,
+// so every K/V row is read once per KV head. Key tiles of 64 rows go through shared memory (rows
+// padded to an odd number of 32-bit words so the per-key dot products of a warp hit 32 banks);
+// the G x 64 logits are one dot product per thread, the online softmax runs one warp per head,
+// and each thread accumulates a pair of output dims for G/2 heads. Decode reads each K/V byte
+// once and does ~4 G flops per byte: bandwidth-bound at any G, so CUDA cores suffice.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#include "cuda/common.cuh"
+#include "cuda/kv_tile_copy.cuh"
+#include "cuda/window_traits.cuh"
+#include "cuda/decode_step_scores.cuh"
+#include "cuda/model_launchers.h"
+
+namespace kvevict::gpu::detail {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int D_, int MaxG_>
+struct DecodeTraits {
+  static constexpr int kD = D_;
+  static constexpr int kMaxG = MaxG_;
+  static constexpr int kThreads = 128;
+  static constexpr int kTileKeys = 64;
+  static constexpr int kStrideWords = kD / 2 + 1;       // odd: conflict-free row-per-thread reads
+  static constexpr int kPairs = kD / 2;                 // output dim pairs
+  static constexpr int kHeadSlots = kThreads / kPairs;  // threads sharing one dim pair
+  static constexpr int kHeadsPerThread = (kMaxG + kHeadSlots - 1) / kHeadSlots;
+  // d = 256 would need 74 KB of static shared memory (over the 48 KB limit): not built; d = 256
+  // (gemma3) runs the tensor-core kernel only.
+  static_assert(kD == 64 || kD == 128, "head dim 64 or 128");
+  static_assert(kThreads % kPairs == 0 || kPairs % kThreads == 0, "dim pairs over threads");
+  static_assert(kPairs <= kThreads, "one dim pair per thread at most");
+  static_assert(kMaxG * kTileKeys % kThreads == 0, "logits per thread");
+};
+
+struct Params {
+  DecodeAttentionArgs a;
+  int group = 1, splits = 1;
+  int64_t keys_per_split = 0;
+  float scale_log2 = 0;
+  float* part_o = nullptr;    // [S, splits, G, d] unnormalized
+  float* part_ml = nullptr;   // [S, splits, G, 2] (max in log2 units, sum)
+  bf16* out = nullptr;        // [B, Hq, d] merged outputs
+  float* lse = nullptr;       // [B, Hq] or null
+  float* out_f32 = nullptr;   // [B, Hq, d] or null
+  DecodeStepScoreArgs score;  // the fused step scores (score.acc null: none)
+};
+
+// Merges the splits of query head hq of segment seg into out / lse / out_f32 (and a_s, lse_s when
+// set: the fused scores' shared copies), one warp: lanes over splits for the max and sum, over
+// dims for the output. The partials may come from other blocks of the same launch: read through
+// L2 (__ldcg).
+__device__ void merge_head(const Params& p, int seg, int hq, int lane, float* a_s, float* lse_s) {
+  const DecodeAttentionArgs& a = p.a;
+  const int b = seg / a.Hkv, g = seg % a.Hkv;
+  const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
+  auto prow = [&](int s) { return (static_cast<int64_t>(seg) * p.splits + s) * p.group + hq; };
+  float m_all = -INFINITY;
+  for (int s = lane; s < p.splits; s += 32) m_all = fmaxf(m_all, __ldcg(p.part_ml + prow(s) * 2));
+  for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
+  float l_all = 0.f;
+  if (m_all != -INFINITY)
+    for (int s = lane; s < p.splits; s += 32)
+      l_all += exp2f(__ldcg(p.part_ml + prow(s) * 2) - m_all) * __ldcg(p.part_ml + prow(s) * 2 + 1);
+  for (int o = 16; o > 0; o >>= 1) l_all += __shfl_xor_sync(0xffffffffu, l_all, o);
+  const float lse_h = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
+  if (lane == 0) {
+    if (p.lse != nullptr) p.lse[h] = lse_h;
+    if (lse_s != nullptr) lse_s[hq] = lse_h;
+  }
+  const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
+  for (int c = lane; c < a.d; c += 32) {
+    float acc = 0.f;
+    if (m_all != -INFINITY)
+      for (int s = 0; s < p.splits; ++s) {
+        const float ms = __ldcg(p.part_ml + prow(s) * 2);
+        if (ms != -INFINITY) acc += exp2f(ms - m_all) * __ldcg(p.part_o + prow(s) * a.d + c);
+      }
+    const float o = acc * inv_l;
+    p.out[h * a.d + c] = __float2bfloat16_rn(o);
+    if (p.out_f32 != nullptr) p.out_f32[h * a.d + c] = o;
+    if (a_s != nullptr) a_s[hq * a.d + c] = o;
+  }
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p) {
+  constexpr int D = Tr::kD, TK = Tr::kTileKeys, SW = Tr::kStrideWords, MG = Tr::kMaxG;
+  __shared__ float q_s[MG][D];      // queries times scale * log2(e)
+  __shared__ uint32_t k_s[TK][SW];  // key tile (bf16 pairs)
+  __shared__ uint32_t v_s[TK][SW];  // value tile
+  __shared__ float p_s[MG][TK];     // logits, then probabilities
+  __shared__ float corr_s[MG];
+  __shared__ float m_s[MG], l_s[MG];
+
+  const DecodeAttentionArgs& a = p.a;
+  const int G = p.group;
+  const int seg = blockIdx.x, split = blockIdx.y;
+  const int b = seg / a.Hkv, g = seg % a.Hkv;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t len = a.seg_len[seg];
+  const int64_t base = a.seg_off[seg];
+  const int64_t k0 = split * p.keys_per_split;
+  const int64_t k1 = min(len, k0 + p.keys_per_split);
+
+  for (int i = tid; i < G * D; i += Tr::kThreads) {
+    const int hq = i / D, c = i % D;
+    q_s[hq][c] =
+        __bfloat162float(a.q[(static_cast<int64_t>(b) * a.Hq + g * G + hq) * D + c]) * p.scale_log2;
+  }
+  if (tid < MG) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.f;
+  }
+  const int pair = tid % Tr::kPairs, slot = tid / Tr::kPairs;
+  float o[Tr::kHeadsPerThread][2];
+#pragma unroll
+  for (int j = 0; j < Tr::kHeadsPerThread; ++j) o[j][0] = o[j][1] = 0.f;
+  __syncthreads();
+
+  for (int64_t t0 = k0; t0 < k1; t0 += TK) {
+    const int nk = k1 - t0 < TK ? static_cast<int>(k1 - t0) : TK;
+    // Tile load: 16-byte global reads, 4-byte shared stores (the padded rows are not 16-aligned).
+    constexpr int kChunks = D / 8;
+    for (int c = tid; c < TK * kChunks; c += Tr::kThreads) {
+      const int key = c / kChunks, ch = c % kChunks;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      if (key < nk) {
+        const int64_t row = base + t0 + key;
+        kv = *reinterpret_cast<const uint4*>(a.k + row * D + ch * 8);
+        vv = *reinterpret_cast<const uint4*>(a.v + row * D + ch * 8);
+      }
+      uint32_t* kd = &k_s[key][ch * 4];
+      uint32_t* vd = &v_s[key][ch * 4];
+      kd[0] = kv.x;
+      kd[1] = kv.y;
+      kd[2] = kv.z;
+      kd[3] = kv.w;
+      vd[0] = vv.x;
+      vd[1] = vv.y;
+      vd[2] = vv.z;
+      vd[3] = vv.w;
+    }
+    __syncthreads();
+    // Logits: thread -> (head, key), keys fastest so a warp reads 32 different rows.
+    for (int i = tid; i < G * TK; i += Tr::kThreads) {
+      const int hq = i / TK, key = i % TK;
+      float acc = 0.f;
+#pragma unroll 8
+      for (int w = 0; w < D / 2; ++w) {
+        const uint32_t kw = k_s[key][w];
+        const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kw));
+        acc = fmaf(q_s[hq][2 * w], kf.x, acc);
+        acc = fmaf(q_s[hq][2 * w + 1], kf.y, acc);
+      }
+      p_s[hq][key] = key < nk ? acc : -INFINITY;
+      // q_s holds q * scale * log2(e): acc * ln 2 is the logit z = q.k * scale.
+      if (a.z_out != nullptr && key < nk) a.z_out[(base + t0 + key) * G + hq] = acc * kLn2;
+    }
+    __syncthreads();
+    // Online softmax, one warp per head.
+    for (int hq = warp; hq < G; hq += Tr::kThreads / 32) {
+      const float x0 = p_s[hq][lane], x1 = p_s[hq][lane + 32];
+      float mx = fmaxf(x0, x1);
+      for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+      const float m_old = m_s[hq];
+      const float m_new = fmaxf(m_old, mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float e0 = exp2f(x0 - m_use), e1 = exp2f(x1 - m_use);
+      p_s[hq][lane] = e0;
+      p_s[hq][lane + 32] = e1;
+      float s = e0 + e1;
+      for (int o2 = 16; o2 > 0; o2 >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o2);
+      if (lane == 0) {
+        const float c = exp2f(m_old - m_use);
+        corr_s[hq] = c;
+        l_s[hq] = l_s[hq] * c + s;
+        m_s[hq] = m_new;
+      }
+    }
+    __syncthreads();
+    // O = O * corr + P V for this thread's dim pair and heads slot, slot + kHeadSlots, ...
+#pragma unroll
+    for (int j = 0; j < Tr::kHeadsPerThread; ++j) {
+      const int hq = slot + j * Tr::kHeadSlots;
+      if (hq < G) {
+        o[j][0] *= corr_s[hq];
+        o[j][1] *= corr_s[hq];
+      }
+    }
+    for (int key = 0; key < nk; ++key) {
+      const uint32_t vw = v_s[key][pair];
+      const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vw));
+#pragma unroll
+      for (int j = 0; j < Tr::kHeadsPerThread; ++j) {
+        const int hq = slot + j * Tr::kHeadSlots;
+        if (hq < G) {
+          const float pr = p_s[hq][key];
+          o[j][0] = fmaf(pr, vf.x, o[j][0]);
+          o[j][1] = fmaf(pr, vf.y, o[j][1]);
+        }
+      }
+    }
+    __syncthreads();  // the next tile overwrites k_s, v_s, p_s
+  }
+
+  const int64_t part = (static_cast<int64_t>(seg) * p.splits + split) * G;
+#pragma unroll
+  for (int j = 0; j < Tr::kHeadsPerThread; ++j) {
+    const int hq = slot + j * Tr::kHeadSlots;
+    if (hq < G) {
+      p.part_o[(part + hq) * D + 2 * pair] = o[j][0];
+      p.part_o[(part + hq) * D + 2 * pair + 1] = o[j][1];
+    }
+  }
+  if (tid < G) {
+    p.part_ml[(part + tid) * 2] = m_s[tid];
+    p.part_ml[(part + tid) * 2 + 1] = l_s[tid];
+  }
+}
+
+// Tensor-core variant (the default): the G query rows of a KV head padded to one 16-row mma slab,
+// 4 warps each owning 16 keys of every 64-key tile (d = 256: 2 warps, 32-key tiles, the
+// WindowTraits shared-memory budget), K/V through a 2-stage cp.async buffer, S = Q
+// K^T and O += P V with mma.sync m16n8k16 (the register reuse of src/cuda/window_forward.cu,
+// without its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
+// instructions per key on dot products from shared memory, which held it near half the copy
+// bandwidth; here a key costs ~2 mma per warp.
+template <class Tr>
+constexpr size_t mma_smem_bytes() {
+  constexpr size_t q = sizeof(bf16) * Tr::kRows * Tr::kStride;
+  constexpr size_t kv = sizeof(bf16) * 2 * Tr::kTileKeys * Tr::kStride * 2;
+  constexpr size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * (Tr::kD + 2);
+  return q + (kv > merge ? kv : merge);
+}
+
+// kScoreG > 0: the fused step scores (the logits are exported too); kScoreG bounds the group.
+template <class Tr, bool kZ, int kScoreG>
+__global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
+  using namespace kvevict::cuda::detail;
+  using T = bf16;
+  constexpr int kStages = 2;
+  constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
+  constexpr int kChunks = Tr::kChunksPerRow;
+  // d <= 128 keeps the query fragments in registers (32 at d = 128); d = 256 (gemma3) reads them
+  // from shared memory every tile, as the window kernel does: its 128 output accumulators leave
+  // no room for 64 more.
+  constexpr bool kQInRegs = D <= 128;
+  static_assert(Tr::kSlabs == 1, "one 16-row slab: G <= 16 query heads per KV head");
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);  // [16][S]
+  T* k_s = q_s + Tr::kRows * S;         // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;      // [kStages][TK][S]
+
+  const DecodeAttentionArgs& a = p.a;
+  const int G = p.group;
+  const int seg = blockIdx.x, split = blockIdx.y;
+  const int b = seg / a.Hkv, hk = seg % a.Hkv;
+  const int tid = threadIdx.x, lane = tid & 31, kg = tid >> 5;
+  const int gq = lane >> 2, t4 = lane & 3;
+  const int64_t len = a.seg_len[seg], base = a.seg_off[seg];
+  const int64_t key_begin = split * p.keys_per_split;
+  const int64_t key_end = min(len, key_begin + p.keys_per_split);
+  const int num_tiles =
+      key_end > key_begin ? static_cast<int>((key_end - key_begin + TK - 1) / TK) : 0;
+
+  const T* q = a.q;
+  for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const bool valid = row < G;
+    const T* src = valid ? q + (static_cast<int64_t>(b) * a.Hq + hk * G + row) * D + ch * 8 : q;
+    cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
+  }
+  // The window kernels' tile schedule (thread -> 16-byte chunk, rows past the split's end zeroed);
+  // an empty split copies nothing, so its first row may lie past the segment.
+  const int64_t first_row = num_tiles > 0 ? (base + key_begin) * D : 0;
+  const KvTileCopy<Tr> copy(a.k + first_row, a.v + first_row, D, tid);
+  const int split_keys = num_tiles > 0 ? static_cast<int>(key_end - key_begin) : 0;
+  auto load_tile = [&](int tile, int stage) {
+    copy.template load<true>(k_s + stage * TK * S, v_s + stage * TK * S, tile, split_keys);
+  };
+  if (num_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+    if (tile + 1 < num_tiles) load_tile(tile + 1, (tile + 1) % kStages);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    auto q_frag = [&](int ks, uint32_t(&f)[4]) {
+      const T* r_lo = q_s + gq * S + ks * 16 + 2 * t4;
+      const T* r_hi = q_s + (gq + 8) * S + ks * 16 + 2 * t4;
+      f[0] = *reinterpret_cast<const uint32_t*>(r_lo);
+      f[1] = *reinterpret_cast<const uint32_t*>(r_hi);
+      f[2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
+      f[3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
+    };
+    if constexpr (kQInRegs) {
+      if (tile == 0) {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) q_frag(ks, qf[ks]);
+      }
+    }
+    float sc[GK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+    const T* kt = k_s + (stage * TK + kg * GK) * S;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t af[4];
+      if constexpr (kQInRegs) {
+        af[0] = qf[ks][0], af[1] = qf[ks][1], af[2] = qf[ks][2], af[3] = qf[ks][3];
+      } else {
+        q_frag(ks, af);
+      }
+#pragma unroll
+      for (int nt = 0; nt < GK / 8; ++nt) {
+        const T* kr = kt + (nt * 8 + gq) * S + ks * 16 + 2 * t4;
+        mma_16816<T>(sc[nt], af, *reinterpret_cast<const uint32_t*>(kr),
+                     *reinterpret_cast<const uint32_t*>(kr + 8));
+      }
+    }
+    const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
+        if constexpr (kZ) {  // the step scores' logits, natural units
+          const int row = c < 2 ? gq : gq + 8;
+          if (j < key_end && row < G) a.z_out[(base + j) * G + row] = sc[nt][c] * a.scale;
+        }
+        sc[nt][c] = j < key_end ? sc[nt][c] * p.scale_log2 : -INFINITY;
+        mx[c >> 1] = fmaxf(mx[c >> 1], sc[nt][c]);
+      }
+    }
+    float m_use[2], corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float m_new = fmaxf(m_run[i], mx[i]);
+      m_use[i] = m_new == -INFINITY ? 0.f : m_new;
+      corr[i] = exp2f(m_run[i] - m_use[i]);
+      m_run[i] = m_new;
+      l_run[i] *= corr[i];
+    }
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        sc[nt][c] = exp2f(sc[nt][c] - m_use[c >> 1]);
+        l_run[c >> 1] += sc[nt][c];
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= corr[0];
+      o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1];
+      o[dt][3] *= corr[1];
+    }
+    const T* vt = v_s + (stage * TK + kg * GK) * S;
+    const int ld_key = (lane & 7) + ((lane >> 3) & 1) * 8, ld_col = (lane >> 4) * 8;
+#pragma unroll
+    for (int kk = 0; kk < GK / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = ElemTraits<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
+      pa[1] = ElemTraits<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
+      pa[2] = ElemTraits<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pa[3] = ElemTraits<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, vt + (kk * 16 + ld_key) * S + dt * 16 + ld_col);
+        mma_16816<T>(o[2 * dt], pa, bv[0], bv[1]);
+        mma_16816<T>(o[2 * dt + 1], pa, bv[2], bv[3]);
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
+    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
+  }
+  // Merge the 4 key groups through shared memory, then one partial per (segment, split).
+  __syncthreads();
+  float* mo = reinterpret_cast<float*>(k_s);        // [KG][16][D]
+  float* mm = mo + Tr::kKeyGroups * Tr::kRows * D;  // [KG][16]
+  float* ml = mm + Tr::kKeyGroups * Tr::kRows;      // [KG][16]
+  if (t4 == 0) {
+    mm[kg * Tr::kRows + gq] = m_run[0];
+    ml[kg * Tr::kRows + gq] = l_run[0];
+    mm[kg * Tr::kRows + gq + 8] = m_run[1];
+    ml[kg * Tr::kRows + gq + 8] = l_run[1];
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int row = c < 2 ? gq : gq + 8;
+      mo[(kg * Tr::kRows + row) * D + dt * 8 + 2 * t4 + (c & 1)] = o[dt][c];
+    }
+  }
+  __syncthreads();
+  const int64_t part = (static_cast<int64_t>(seg) * p.splits + split) * G;
+  for (int idx = tid; idx < G * D; idx += Tr::kThreads) {
+    const int row = idx / D, col = idx % D;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = fmaxf(m_all, mm[x * Tr::kRows + row]);
+    float acc = 0.f, l_all = 0.f;
+    if (m_all != -INFINITY) {
+#pragma unroll
+      for (int x = 0; x < Tr::kKeyGroups; ++x) {
+        const float f = exp2f(mm[x * Tr::kRows + row] - m_all);
+        acc += f * mo[(x * Tr::kRows + row) * D + col];
+        l_all += f * ml[x * Tr::kRows + row];
+      }
+    }
+    p.part_o[(part + row) * D + col] = acc;
+    if (col == 0) {
+      p.part_ml[(part + row) * 2] = m_all;
+      p.part_ml[(part + row) * 2 + 1] = l_all;
+    }
+  }
+  if constexpr (kScoreG > 0) {
+    // Arrival: every thread's partial and logit stores are made visible device-wide before the
+    // block counts itself; the block that brings the count to `splits` is the last one of its
+    // segment (every other split has published), resets the counter for the next launch, merges
+    // and scores. No block ever waits for another, so residency does not matter.
+    __shared__ bool last_s;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned prev = atomicAdd(p.score.counters + seg, 1u);
+      last_s = prev == static_cast<unsigned>(p.splits - 1);
+      if (last_s) atomicExch(p.score.counters + seg, 0u);
+    }
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    float* a_s = reinterpret_cast<float*>(smem);  // [G][D]: q_s and k_s are dead
+    float* lse_s = a_s + kScoreG * D;             // [G]
+    TopPairs* tops = reinterpret_cast<TopPairs*>(lse_s + kScoreG);
+    float* red_s = reinterpret_cast<float*>(tops + 1);  // [warps][D + 4] (leave_one_out_term)
+    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head(p, seg, hq, lane, a_s, lse_s);
+    __syncthreads();
+    SegmentRows rows;
+    rows.a_s = a_s;
+    rows.lse_s = lse_s;
+    rows.z = a.z_out;
+    rows.v = a.v;
+    rows.acc = p.score.acc;
+    rows.base = base;
+    rows.len = len;
+    rows.G = G;
+    rows.kind = p.score.kind;
+    rows.replace = p.score.replace;
+    rows.floor = p.score.one_minus_p_floor;
+    rows.tops = tops;
+    rows.red_s = red_s;
+    score_segment<D, kScoreG>(rows, tid, Tr::kThreads);
+  }
+}
+
+// One warp per (sequence, query head): combines the splits into out (bf16) and lse.
+__global__ void decode_merge_kernel(Params p) {
+  const DecodeAttentionArgs& a = p.a;
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  if (warp >= a.B * a.Hq) return;
+  const int b = warp / a.Hq, h = warp % a.Hq;
+  merge_head(p, b * a.Hkv + h / p.group, h % p.group, lane, nullptr, nullptr);
+}
+
+struct Plan {
+  int splits = 1;
+  int64_t keys_per_split = 64;
+};
+
+// Enough blocks for ~4 per SM (latency hiding for a bandwidth-bound kernel), at least 4 tiles a
+// split so the merge stays small next to the work it merges.
+Plan make_plan(int segments, int64_t max_len, int sm_count) {
+  Plan pl;
+  const int64_t target = static_cast<int64_t>(sm_count) * 4;
+  int64_t splits = (target + segments - 1) / segments;
+  const int64_t max_splits = (max_len + 255) / 256;
+  splits = std::max<int64_t>(1, std::min(splits, max_splits));
+  int64_t kps = (max_len + splits - 1) / splits;
+  kps = std::max<int64_t>(64, (kps + 63) / 64 * 64);
+  pl.keys_per_split = kps;
+  pl.splits = static_cast<int>(std::max<int64_t>(1, (max_len + kps - 1) / kps));
+  return pl;
+}
+
+// KVEVICT_DECODE_SIMT=1 selects the CUDA-core kernel (for comparisons); the default is mma.
+bool use_simt() {
+  static const bool simt = [] {
+    const char* e = std::getenv("KVEVICT_DECODE_SIMT");
+    return e != nullptr && e[0] == '1';
+  }();
+  return simt;
+}
+
+template <class Tr, bool kZ, int kScoreG>
+cudaError_t launch_mma(const Params& p, cudaStream_t stream) {
+  constexpr size_t smem = mma_smem_bytes<Tr>();
+  static_assert(kScoreG * (Tr::kD + 1) * sizeof(float) + sizeof(TopPairs) +
+                        Tr::kThreads / 32 * (Tr::kD + 4) * sizeof(float) <=
+                    smem,
+                "fused scores' a, lse and top-row scratch fit");
+  auto kernel = decode_attention_mma_kernel<Tr, kZ, kScoreG>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(p.a.B * p.a.Hkv, p.splits), Tr::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t launch_d(const Params& p, cudaStream_t stream) {
+  using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
+  if (p.score.acc != nullptr) {  // one launch: attention, merge, step scores
+    if (p.group <= 4) return launch_mma<Tr, true, 4>(p, stream);
+    if (p.group <= 8) return launch_mma<Tr, true, 8>(p, stream);
+    return launch_mma<Tr, true, 16>(p, stream);
+  }
+  const dim3 grid(p.a.B * p.a.Hkv, p.splits);
+  if (D == 256 && (use_simt() || p.group > 16)) return cudaErrorInvalidValue;  // mma kernel only
+  cudaError_t err = cudaSuccess;
+  if (!use_simt() && p.group <= 16) {
+    err = p.a.z_out != nullptr ? launch_mma<Tr, true, 0>(p, stream)
+                               : launch_mma<Tr, false, 0>(p, stream);
+  } else if constexpr (D <= 128) {
+    if (p.group <= 4) {
+      decode_attention_kernel<DecodeTraits<D, 4>><<<grid, 128, 0, stream>>>(p);
+    } else if (p.group <= 8) {
+      decode_attention_kernel<DecodeTraits<D, 8>><<<grid, 128, 0, stream>>>(p);
+    } else {
+      return cudaErrorInvalidValue;
+    }
+    err = cudaGetLastError();
+  }
+  if (err != cudaSuccess) return err;
+  const int warps = p.a.B * p.a.Hq;
+  decode_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len,
+                                      int sm_count) {
+  const Plan pl = make_plan(B * Hkv, max_len, sm_count);
+  const size_t rows = static_cast<size_t>(B) * Hq * pl.splits;
+  return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
+}
+
+bool decode_step_scores_fusable(int d, int group) {
+  return (d == 64 || d == 128 || d == 256) && group >= 1 && group <= 16;
+}
+
+cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
+                                    float* out_f32, void* scratch, size_t scratch_bytes,
+                                    int sm_count, cudaStream_t stream,
+                                    const DecodeStepScoreArgs* scores) {
+  if (a.B <= 0 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.max_len <= 0) return cudaErrorInvalidValue;
+  if (scores != nullptr && (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
+                            scores->acc == nullptr || scores->counters == nullptr ||
+                            static_cast<int>(scores->kind) > static_cast<int>(DecodeScore::kObcacheVK)))
+    return cudaErrorInvalidValue;
+  if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
+    return cudaErrorInvalidValue;
+  const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count);
+  Params p;
+  p.a = a;
+  p.group = a.Hq / a.Hkv;
+  p.splits = pl.splits;
+  p.keys_per_split = pl.keys_per_split;
+  p.scale_log2 = a.scale * kLog2e;
+  const size_t rows = static_cast<size_t>(a.B) * a.Hq * pl.splits;
+  char* base = static_cast<char*>(scratch);
+  p.part_o = reinterpret_cast<float*>(base);
+  p.part_ml = reinterpret_cast<float*>(base + (rows * a.d * sizeof(float) + 255) / 256 * 256);
+  p.out = out;
+  p.lse = lse;
+  p.out_f32 = out_f32;
+  if (scores != nullptr) p.score = *scores;
+  switch (a.d) {
+    case 64:
+      return launch_d<64>(p, stream);
+    case 128:
+      return launch_d<128>(p, stream);
+    case 256:
+      return launch_d<256>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace kvevict::gpu::detail

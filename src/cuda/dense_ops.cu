@@ -1,0 +1,336 @@
+// The element-wise and row-wise kernels of the decoder (everything but the GEMMs and attention):
+// embedding gather, RMSNorm (and gemma3's post-norm + residual add), RoPE + cache append (with
+// gemma3's per-head q/k norm and the ring rows of sliding-window layers), the gated FFN
+// activations (SwiGLU, GELU-tanh), logit soft-capping, layout changes, argmax, and the
+// counter-based random fill that reproduces Model::random on the device.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/model_launchers.h"
+
+namespace kvevict::gpu::detail {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+template <int kThreads>
+__device__ float block_sum(float x, float* red) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) red[warp] = x;
+  __syncthreads();
+  float s = 0.f;
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < kThreads / 32 ? red[threadIdx.x] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) red[0] = s;
+  }
+  __syncthreads();
+  s = red[0];
+  __syncthreads();
+  return s;
+}
+
+__global__ void embed_kernel(const bf16* embd, const int32_t* tokens, int D, float mul, float* x) {
+  const int t = blockIdx.x;
+  const bf16* e = embd + static_cast<int64_t>(tokens[t]) * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x)
+    x[static_cast<int64_t>(t) * D + i] = __bfloat162float(e[i]) * mul;
+}
+
+// 1 / sqrt(mean(row^2) + eps) of one row of D floats, for every thread of the block.
+__device__ __forceinline__ float row_inv_rms(const float* row, int D, float eps, float* red) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < D; i += kRowThreads) ss += row[i] * row[i];
+  ss = block_sum<kRowThreads>(ss, red);
+  return rsqrtf(ss / static_cast<float>(D) + eps);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_kernel(const float* x, int64_t x_stride, int D, const float* w, float eps, bf16* out) {
+  __shared__ float red[32];
+  const int t = blockIdx.x;
+  const float* xr = x + t * x_stride;
+  const float scale = row_inv_rms(xr, D, eps, red);
+  for (int i = threadIdx.x; i < D; i += kRowThreads)
+    out[static_cast<int64_t>(t) * D + i] = __float2bfloat16_rn(xr[i] * scale * w[i]);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    rms_norm_add_kernel(const float* o, int D, const float* w, float eps, float* x) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const float* orow = o + t * D;
+  const float scale = row_inv_rms(orow, D, eps, red);
+  for (int i = threadIdx.x; i < D; i += kRowThreads) x[t * D + i] += orow[i] * scale * w[i];
+}
+
+// One block per token. The angles are formed in double: at position 131071 a float angle would
+// be off by up to ~0.008 rad (the CPU path forms them in double too, ops.cpp rope()).
+__global__ void rope_append_kernel(RopeAppendArgs a) {
+  extern __shared__ float cs[];  // [d/2] cos, then [d/2] sin, then [Hq + Hkv] q/k norm scales
+  __shared__ int64_t row_base[64];
+  const int t = blockIdx.x, half = a.d / 2;
+  const int Hq = a.Hq, Hkv = a.Hkv, d = a.d;
+  const int32_t p = a.pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos(static_cast<double>(p) * a.inv_freq[i], &s, &c);
+    cs[i] = static_cast<float>(c);
+    cs[half + i] = static_cast<float>(s);
+  }
+  for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
+    const int seg = (a.decode ? t : a.seq) * Hkv + g;
+    const int64_t slot = !a.decode ? a.first + t : a.ring > 0 ? p % a.ring : a.seg_len[seg];
+    row_base[g] = a.seg_off[seg] + slot;
+  }
+  const int64_t width = static_cast<int64_t>(Hq + 2 * Hkv) * d;
+  const bf16* src = a.qkv + t * width;
+  auto load = [&](int col) {
+    float v = __bfloat162float(src[col]);
+    if (a.bias != nullptr) v += a.bias[col];
+    return v;
+  };
+  // gemma3's q/k norm: one warp per head forms 1 / rms of the head (as rms_norm over d).
+  float* head_scale = cs + a.d;
+  const bool qk_norm = a.q_norm != nullptr;
+  if (qk_norm) {
+    const int lane = threadIdx.x & 31;
+    for (int h = threadIdx.x >> 5; h < Hq + Hkv; h += blockDim.x >> 5) {
+      float ss = 0.f;
+      for (int i = lane; i < d; i += 32) {
+        const float v = load(h * d + i);
+        ss += v * v;
+      }
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) head_scale[h] = rsqrtf(ss / static_cast<float>(d) + a.norm_eps);
+    }
+  }
+  __syncthreads();
+  // q and k: one thread per rotated pair.
+  for (int idx = threadIdx.x; idx < (Hq + Hkv) * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
+    const int col = h * d;
+    float x0 = load(col + ia), x1 = load(col + ib);
+    if (qk_norm) {
+      const float* nw = h < Hq ? a.q_norm : a.k_norm;
+      x0 *= head_scale[h] * nw[ia];
+      x1 *= head_scale[h] * nw[ib];
+    }
+    const float c = cs[i], s = cs[half + i];
+    const bf16 r0 = __float2bfloat16_rn(x0 * c - x1 * s);
+    const bf16 r1 = __float2bfloat16_rn(x0 * s + x1 * c);
+    if (h < Hq) {
+      bf16* dst = a.head_major ? a.q_out + (static_cast<int64_t>(h) * a.T + t) * d
+                               : a.q_out + (static_cast<int64_t>(t) * Hq + h) * d;
+      dst[ia] = r0;
+      dst[ib] = r1;
+    } else {
+      bf16* dst = a.k_cache + row_base[h - Hq] * d;
+      dst[ia] = r0;
+      dst[ib] = r1;
+    }
+  }
+  for (int idx = threadIdx.x; idx < Hkv * d; idx += blockDim.x) {
+    const int g = idx / d, i = idx % d;
+    a.v_cache[row_base[g] * d + i] = __float2bfloat16_rn(load((Hq + Hkv) * d + idx));
+  }
+  for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
+    a.pos_cache[row_base[g]] = p;
+    if (a.acc_cache != nullptr) a.acc_cache[row_base[g]] = 0.0f;  // as cache_append_rows
+  }
+  if (a.decode) {
+    __syncthreads();  // every thread has used row_base before the lengths move
+    for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
+      int32_t& len = a.seg_len[t * Hkv + g];
+      len = a.ring > 0 && len + 1 > a.ring ? static_cast<int32_t>(a.ring) : len + 1;
+    }
+  }
+}
+
+template <bool kGeluTanh>
+__global__ void gated_act_kernel(const bf16* gu, int64_t T, int F, bf16* h) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi), as ops.cpp gated_activation
+  const int64_t n = T * F;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / F, f = i % F;
+    const float g = __bfloat162float(gu[t * 2 * F + f]);
+    const float u = __bfloat162float(gu[t * 2 * F + F + f]);
+    const float act = kGeluTanh ? 0.5f * g * (1.0f + tanhf(kC * (g + 0.044715f * g * g * g)))
+                                : g / (1.0f + __expf(-g));
+    h[i] = __float2bfloat16_rn(act * u);
+  }
+}
+
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = cap * tanhf(x[i] / cap);
+}
+
+__global__ void heads_to_rows_kernel(const float* in, int Hq, int T, int d, bf16* out) {
+  const int64_t n = static_cast<int64_t>(Hq) * T * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % d, ht = i / d;
+    const int64_t h = ht / T, t = ht % T;
+    out[(t * Hq + h) * d + c] = __float2bfloat16_rn(in[i]);
+  }
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* logits, int64_t V, int32_t* ids) {
+  __shared__ float best_v[32];
+  __shared__ int32_t best_i[32];
+  const float* row = logits + blockIdx.x * V;
+  float bv = -INFINITY;
+  int32_t bi = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < V; i += kArgmaxThreads) {
+    const float x = row[i];
+    if (x > bv) {  // strided scan: the first hit of a thread is its lowest id
+      bv = x;
+      bi = static_cast<int32_t>(i);
+    }
+  }
+  auto better = [](float v1, int32_t i1, float v0, int32_t i0) {
+    return v1 > v0 || (v1 == v0 && i1 < i0);
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
+  __syncthreads();
+  if (warp == 0) {
+    bv = best_v[lane];
+    bi = best_i[lane];
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+  }
+}
+
+// splitmix64, as in src/model/weights.cpp: element i of a tensor depends only on (seed, i).
+__device__ __forceinline__ uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void random_uniform_kernel(uint64_t seed, float a, int64_t n, bf16* out,
+                                      float* out_f32) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double u = static_cast<double>(mix(seed ^ mix(static_cast<uint64_t>(i))) >> 11) *
+                     (1.0 / 9007199254740992.0);
+    const float v = static_cast<float>((2.0 * u - 1.0) * a);
+    if (out_f32 != nullptr) {
+      out_f32[i] = v;
+    } else {
+      out[i] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
+__global__ void fill_kernel(float* out, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = value;
+}
+
+unsigned grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
+}
+
+}  // namespace
+
+cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, float mul, float* x,
+                         cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  embed_kernel<<<T, 256, 0, stream>>>(embd, tokens, D, mul, x);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(const float* x, int64_t x_stride, int T, int D, const float* w,
+                            float eps, bf16* out, cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  rms_norm_kernel<<<T, kRowThreads, 0, stream>>>(x, x_stride, D, w, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm_add(const float* o, int T, int D, const float* w, float eps, float* x,
+                                cudaStream_t stream) {
+  if (T <= 0) return cudaSuccess;
+  rms_norm_add_kernel<<<T, kRowThreads, 0, stream>>>(o, D, w, eps, x);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
+  if (a.T <= 0) return cudaSuccess;
+  if (a.Hkv > 64 || a.d % 2 != 0 || (a.q_norm == nullptr) != (a.k_norm == nullptr) ||
+      (a.ring > 0 && !a.decode))
+    return cudaErrorInvalidValue;
+  const size_t smem = sizeof(float) * (a.d + (a.q_norm != nullptr ? a.Hq + a.Hkv : 0));
+  rope_append_kernel<<<a.T, 256, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gated_act(const bf16* gu, int T, int F, bool gelu_tanh, bf16* h,
+                             cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(T) * F;
+  if (gelu_tanh) {
+    gated_act_kernel<true><<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+  } else {
+    gated_act_kernel<false><<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softcap(float* logits, int64_t n, float cap, cudaStream_t stream) {
+  if (!(cap > 0.f)) return cudaErrorInvalidValue;
+  softcap_kernel<<<grid_for(n, 256), 256, 0, stream>>>(logits, n, cap);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_heads_to_rows(const float* in, int Hq, int T, int d, bf16* out,
+                                 cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(Hq) * T * d;
+  heads_to_rows_kernel<<<grid_for(n, 256), 256, 0, stream>>>(in, Hq, T, d, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids,
+                          cudaStream_t stream) {
+  if (R <= 0) return cudaSuccess;
+  argmax_kernel<<<R, kArgmaxThreads, 0, stream>>>(logits, V, ids);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out, float* out_f32,
+                                  cudaStream_t stream) {
+  const float a = stddev * sqrtf(3.0f);  // uniform(-a, a) has this stddev (as weights.cpp)
+  random_uniform_kernel<<<grid_for(n, 256), 256, 0, stream>>>(seed, a, n, out, out_f32);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill(float* out, int64_t n, float value, cudaStream_t stream) {
+  fill_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, n, value);
+  return cudaGetLastError();
+}
+
+}  // namespace kvevict::gpu::detail

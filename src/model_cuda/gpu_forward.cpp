@@ -1,0 +1,367 @@
+// GpuForward (gpu_forward.h): prefill passes and batched decode steps (STYLE.md layer 3 for the
+// model kernels: checks, buffers, then the launchers of src/model_cuda and src/cuda).
+#include "model_cuda/gpu_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "cuda/check.h"
+#include "cuda/launchers.h"
+#include "cuda/window_plan.h"
+#include "cuda/model_launchers.h"
+
+namespace kvevict::gpu {
+
+using cuda::DeviceBuffer;
+
+GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
+    : w_(model), stream_(stream) {
+  KVEVICT_CUBLAS_CHECK(cublasCreate(&blas_));
+  KVEVICT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  blas_ws_ = DeviceBuffer(32 << 20, "cuBLAS workspace");
+  KVEVICT_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_ws_.get(), blas_ws_.bytes()));
+  sm_count_ = cuda::detail::current_sm_count();
+  KVEVICT_CUDA_CHECK(cudaEventCreateWithFlags(&pos_staged_, cudaEventDisableTiming));
+  KVEVICT_CUDA_CHECK(cudaEventRecord(pos_staged_, stream_));
+}
+
+GpuForward::~GpuForward() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (blas_) cublasDestroy(blas_);
+  if (pos_pinned_) cudaFreeHost(pos_pinned_);
+  if (pos_staged_) cudaEventDestroy(pos_staged_);
+}
+
+// Activation buffers for passes of up to T tokens (they only grow).
+void GpuForward::ensure_batch(int T) {
+  if (T <= t_max_) return;
+  KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const ModelConfig& m = c();
+  const int64_t D = m.n_embd, F = m.ffn_dim, d = m.head_dim, Hq = m.n_heads;
+  const int64_t W = int64_t{m.n_heads + 2 * m.n_kv_heads} * d;
+  x_ = DeviceBuffer(T * D * 4, "activations x");
+  xn_ = DeviceBuffer(T * D * 2, "activations xn");
+  qkv_ = DeviceBuffer(T * W * 2, "activations qkv");
+  qh_ = DeviceBuffer(T * Hq * d * 2, "queries");
+  attn_f_ = DeviceBuffer(T * Hq * d * 4, "attention output f32");
+  lse_ = DeviceBuffer(T * Hq * 4, "attention lse");
+  attn_ = DeviceBuffer(T * Hq * d * 2, "attention output");
+  if (m.post_norms) o_f_ = DeviceBuffer(T * D * 4, "projection output f32");
+  gu_ = DeviceBuffer(T * 2 * F * 2, "gate/up activations");
+  hbuf_ = DeviceBuffer(T * F * 2, "ffn activations");
+  tokens_ = DeviceBuffer(T * 4, "tokens");
+  pos_ = DeviceBuffer(T * 4, "positions");
+  if (pos_pinned_) KVEVICT_CUDA_CHECK(cudaFreeHost(pos_pinned_));
+  KVEVICT_CUDA_CHECK(cudaMallocHost(&pos_pinned_, static_cast<size_t>(T) * 4));
+  t_max_ = T;
+}
+
+float GpuForward::embed_mul() const {
+  // gemma3 scales the embeddings by sqrt(D) (forward.cpp).
+  return c().embed_scale ? std::sqrt(static_cast<float>(c().n_embd)) : 1.0f;
+}
+
+// Y[T, out] (+)= X[T, in] W[out, in]^T: bf16 inputs, f32 accumulation; Y bf16 or f32 (f32 with
+// beta = 1 adds into the residual stream).
+void GpuForward::gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int64_t in, void* y,
+                      bool y_f32, float beta) {
+  const float alpha = 1.0f;
+  KVEVICT_CUBLAS_CHECK(
+      cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(T),
+                   static_cast<int>(in), &alpha, w, CUDA_R_16BF, static_cast<int>(in), x,
+                   CUDA_R_16BF, static_cast<int>(in), &beta, y, y_f32 ? CUDA_R_32F : CUDA_R_16BF,
+                   static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
+  const ModelConfig& m = c();
+  const int64_t D = m.n_embd, F = m.ffn_dim;
+  KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
+                                             static_cast<int>(D), L.ffn_norm, m.rms_eps,
+                                             xn_.as<bf16>(), stream_));
+  gemm(xn_.as<bf16>(), T, L.w_gu, 2 * F, D, gu_.get(), false, 0.0f);
+  KVEVICT_CUDA_CHECK(
+      detail::launch_gated_act(gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F),
+                               m.activation == FfnActivation::kGeluTanh, hbuf_.as<bf16>(), stream_));
+  project_into_residual(hbuf_.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
+}
+
+// x[T, D] += in[T, in_dim] w^T, or (gemma3) x += rms_norm(in w^T) * post_norm.
+void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt, int64_t in_dim,
+                                       const float* post_norm) {
+  const ModelConfig& m = c();
+  const int64_t D = m.n_embd;
+  if (post_norm == nullptr) {
+    gemm(in, T, wt, D, in_dim, x_.get(), true, 1.0f);
+    return;
+  }
+  gemm(in, T, wt, D, in_dim, o_f_.get(), true, 0.0f);
+  KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
+                                                 static_cast<int>(D), post_norm, m.rms_eps,
+                                                 x_.as<float>(), stream_));
+}
+
+// Logits of `rows` rows of x taken every `stride` rows starting at row (stride - 1) (the last
+// token of a prefill chunk: rows = 1, stride = T; decode: rows = batch, stride = 1).
+void GpuForward::final_logits(int64_t rows, int64_t stride, float* logits) {
+  const ModelConfig& m = c();
+  const int64_t D = m.n_embd;
+  KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>() + (stride - 1) * D, stride * D,
+                                             static_cast<int>(rows), static_cast<int>(D),
+                                             w_.output_norm, m.rms_eps, xn_.as<bf16>(), stream_));
+  gemm(xn_.as<bf16>(), rows, w_.output, m.vocab_size, D, logits, true, 0.0f);
+  if (m.final_logit_softcap > 0)
+    KVEVICT_CUDA_CHECK(detail::launch_softcap(logits, rows * m.vocab_size,
+                                              m.final_logit_softcap, stream_));
+}
+
+namespace {
+
+// RoPE + append arguments shared by prefill and decode: this layer's angle table, bias, gemma3's
+// q/k norms, the qkv rows with positions in `pos`, queries out to `q_out`, and the layer's cache.
+// Callers set the layout (head_major, decode, seq/first, ring).
+detail::RopeAppendArgs rope_args(const GpuModel::Impl& w, const GpuModel::Impl::Layer& L,
+                                 LayerCache& C, int il, int rows, const void* qkv,
+                                 const int32_t* pos, void* q_out) {
+  const ModelConfig& m = w.config;
+  detail::RopeAppendArgs ra;
+  ra.qkv = static_cast<const __nv_bfloat16*>(qkv);
+  ra.pos = pos;
+  ra.T = rows;
+  ra.q_out = static_cast<__nv_bfloat16*>(q_out);
+  ra.k_cache = C.k.as<__nv_bfloat16>();
+  ra.v_cache = C.v.as<__nv_bfloat16>();
+  ra.pos_cache = C.pos.as<int32_t>();
+  ra.acc_cache = C.acc.as<float>();
+  ra.seg_off = C.off.as<int64_t>();
+  ra.seg_len = C.len.as<int32_t>();
+  ra.bias = L.bqkv;
+  ra.inv_freq = m.is_sliding(il) ? w.inv_freq_sliding : w.inv_freq;
+  ra.Hq = m.n_heads;
+  ra.Hkv = m.n_kv_heads;
+  ra.d = m.head_dim;
+  ra.neox = m.rope_style == RopeStyle::kNeox;
+  ra.q_norm = L.q_norm;
+  ra.k_norm = L.k_norm;
+  ra.norm_eps = m.rms_eps;
+  return ra;
+}
+
+}  // namespace
+
+void GpuForward::prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int seq,
+                               std::vector<LayerCache>& layers, int64_t need, int64_t n_total,
+                               std::vector<DeviceBuffer>* qcap, float* logits) {
+  const ModelConfig& m = c();
+  KVEVICT_CHECK(T >= 1 && T <= std::numeric_limits<int>::max(), "prefill chunk of ", T,
+                " tokens is invalid");
+  ensure_batch(static_cast<int>(T));
+  const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  const int64_t W = (Hq + 2 * Hkv) * d;
+  std::vector<int32_t> pos_h(T);
+  for (int64_t t = 0; t < T; ++t) pos_h[t] = static_cast<int32_t>(p0 + t);
+  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tok, T * 4, cudaMemcpyHostToDevice, stream_));
+  KVEVICT_CUDA_CHECK(
+      cudaMemcpyAsync(pos_.get(), pos_h.data(), T * 4, cudaMemcpyHostToDevice, stream_));
+  KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_.as<int32_t>(), static_cast<int>(T),
+                                          static_cast<int>(D), embed_mul(), x_.as<float>(),
+                                          stream_));
+  // Query rows of this chunk that eviction needs: positions [n_total - need, n_total).
+  const int64_t cap_lo = std::max(p0, n_total - need), cap_hi = p0 + T;
+  const int s0 = seq * static_cast<int>(Hkv);
+  for (int il = 0; il < m.n_layers; ++il) {
+    const GpuModel::Impl::Layer& L = w_.layers[il];
+    LayerCache& C = layers[il];
+    KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
+                                               static_cast<int>(D), L.attn_norm, m.rms_eps,
+                                               xn_.as<bf16>(), stream_));
+    gemm(xn_.as<bf16>(), T, L.wqkv, W, D, qkv_.get(), false, 0.0f);
+    detail::RopeAppendArgs ra =
+        rope_args(w_, L, C, il, static_cast<int>(T), qkv_.get(), pos_.as<int32_t>(), qh_.get());
+    ra.head_major = true;
+    ra.decode = false;
+    ra.seq = seq;
+    ra.first = p0;
+    KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
+    if (qcap != nullptr && cap_hi > cap_lo) {
+      // [Hq, T, d] rows cap_lo - p0 .. -> capture [Hq, need, d] rows cap_lo - (n_total - need) ..
+      const size_t row_bytes = d * 2;
+      KVEVICT_CUDA_CHECK(cudaMemcpy2DAsync(
+          (*qcap)[il].as<bf16>() + (cap_lo - (n_total - need)) * d, need * row_bytes,
+          qh_.as<bf16>() + (cap_lo - p0) * d, T * row_bytes, (cap_hi - cap_lo) * row_bytes, Hq,
+          cudaMemcpyDeviceToDevice, stream_));
+    }
+    // Causal attention of the chunk's T queries over keys 0 .. p0 + T - 1: the window kernel with
+    // the whole chunk as its window (query t at position n - w + t). Prefill segments have
+    // row = position and equal spacing, so the layer reads as [Hkv, n, d] with a head stride.
+    cuda::detail::WindowArgs wa;
+    wa.elem = cuda::detail::Elem::kBF16;
+    wa.q = qh_.get();
+    wa.q_head_stride = T * d;
+    wa.q_row_stride = d;
+    wa.q_rows = static_cast<int>(T);
+    wa.k = C.k.as<bf16>() + C.off_h[s0] * d;
+    wa.v = C.v.as<bf16>() + C.off_h[s0] * d;
+    wa.kv_head_stride = C.cap(s0) * d;
+    wa.kv_row_stride = d;
+    wa.num_q_heads = static_cast<int>(Hq);
+    wa.num_kv_heads = static_cast<int>(Hkv);
+    wa.w = static_cast<int>(T);
+    wa.head_dim = static_cast<int>(d);
+    wa.n = p0 + T;
+    wa.scale = m.logit_scale();
+    wa.sliding_window = m.is_sliding(il) ? m.sliding_window : 0;
+    const size_t need_scratch = cuda::detail::window_forward_scratch_bytes(wa, true, sm_count_);
+    if (scratch_.bytes() < need_scratch) {
+      KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      scratch_.ensure(need_scratch, "attention scratch");
+    }
+    KVEVICT_CUDA_CHECK(cuda::detail::launch_window_forward(wa, attn_f_.as<float>(),
+                                                           lse_.as<float>(), scratch_.get(),
+                                                           scratch_.bytes(), sm_count_, stream_));
+    KVEVICT_CUDA_CHECK(detail::launch_heads_to_rows(attn_f_.as<float>(), static_cast<int>(Hq),
+                                                    static_cast<int>(T), static_cast<int>(d),
+                                                    attn_.as<bf16>(), stream_));
+    project_into_residual(attn_.as<bf16>(), T, L.wo, Hq * d, L.post_attn_norm);
+    ffn_and_residual(L, T);
+  }
+  if (logits != nullptr) final_logits(1, T, logits);
+}
+
+void GpuForward::decode_step(const int32_t* tokens_dev, const std::vector<int64_t>& positions,
+                             std::vector<LayerCache>& layers, const StepScoring* scoring,
+                             float* logits) {
+  const ModelConfig& m = c();
+  const int B = static_cast<int>(positions.size());
+  ensure_batch(B);
+  const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  const int64_t W = (Hq + 2 * Hkv) * d;
+  // Positions go up through a pinned staging buffer: a copy from pageable memory would make the
+  // host wait for the stream, and the launches of a step would no longer overlap the last one.
+  KVEVICT_CUDA_CHECK(cudaEventSynchronize(pos_staged_));  // the previous step's copy has run
+  for (int b = 0; b < B; ++b) {
+    KVEVICT_CHECK(positions[b] + 1 <= m.context_length, "decoding position ", positions[b],
+                  " exceeds the context length ", m.context_length, " of ", m.name);
+    pos_pinned_[b] = static_cast<int32_t>(positions[b]);
+  }
+  KVEVICT_CUDA_CHECK(
+      cudaMemcpyAsync(pos_.get(), pos_pinned_, B * 4, cudaMemcpyHostToDevice, stream_));
+  KVEVICT_CUDA_CHECK(cudaEventRecord(pos_staged_, stream_));
+  KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_dev, B, static_cast<int>(D),
+                                          embed_mul(), x_.as<float>(), stream_));
+  for (int il = 0; il < m.n_layers; ++il) {
+    const GpuModel::Impl::Layer& L = w_.layers[il];
+    LayerCache& C = layers[il];
+    KVEVICT_CHECK(C.host_valid && C.segments == B * Hkv, "layer ", il, " holds ", C.segments,
+                  " segments; a decode step of ", B, " rows needs ", B * Hkv,
+                  " with a synchronized table");
+    int64_t max_len = 0;
+    for (int s = 0; s < C.segments; ++s) {
+      // A full ring (capacity = window) overwrites its oldest row; anything else must have room.
+      const bool wraps = C.ring > 0 && C.cap(s) == C.ring;
+      KVEVICT_CHECK(wraps || C.len_h[s] + 1 <= C.cap(s), "layer ", il, " segment ", s,
+                    " is full (", C.len_h[s], " rows); the session's room for decoded tokens is "
+                    "spent");
+      C.len_h[s] = std::min<int64_t>(C.len_h[s] + 1,
+                                     C.ring > 0 ? C.ring : std::numeric_limits<int32_t>::max());
+      max_len = std::max<int64_t>(max_len, C.len_h[s]);
+    }
+    const bool score_layer = scoring != nullptr && !m.is_sliding(il);  // sliding: their window
+    KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, B, static_cast<int>(D),
+                                               L.attn_norm, m.rms_eps, xn_.as<bf16>(), stream_));
+    gemm(xn_.as<bf16>(), B, L.wqkv, W, D, qkv_.get(), false, 0.0f);
+    detail::RopeAppendArgs ra =
+        rope_args(w_, L, C, il, B, qkv_.get(), pos_.as<int32_t>(), qh_.get());
+    ra.head_major = false;
+    ra.decode = true;
+    ra.ring = C.ring;
+    KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
+    detail::DecodeAttentionArgs da;
+    da.q = qh_.as<bf16>();
+    da.k = C.k.as<bf16>();
+    da.v = C.v.as<bf16>();
+    da.seg_off = C.off.as<int64_t>();
+    da.seg_len = C.len.as<int32_t>();
+    da.B = B;
+    da.Hq = static_cast<int>(Hq);
+    da.Hkv = static_cast<int>(Hkv);
+    da.d = static_cast<int>(d);
+    da.max_len = max_len;
+    da.scale = m.logit_scale();
+    const bool fused = score_layer && scoring->fused;
+    if (fused) {
+      const size_t zb = static_cast<size_t>(std::max<int64_t>(C.rows, 1)) * (Hq / Hkv) * 4;
+      if (zbuf_.bytes() < zb) {
+        KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        zbuf_.ensure(zb, "decode step logits");
+      }
+      da.z_out = zbuf_.as<float>();
+    }
+    const size_t need =
+        detail::decode_attention_scratch_bytes(B, da.Hq, da.Hkv, da.d, max_len, sm_count_);
+    if (scratch_.bytes() < need) {
+      KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      scratch_.ensure(need, "decode attention scratch");
+    }
+    const DecodeScore kind = score_layer ? scoring->score : DecodeScore::kAttentionSum;
+    const bool replace = score_layer && scoring->replace;
+    // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included),
+    // inside the attention launch when that kernel covers the shape and the batch has segments
+    // for every SM, else a second kernel.
+    const int min_segments = score_layer && scoring->in_attention_min_segments > 0
+                                 ? scoring->in_attention_min_segments
+                                 : sm_count_;
+    const bool in_attention = fused && scoring->in_attention &&
+                              detail::decode_step_scores_fusable(da.d, da.Hq / da.Hkv) &&
+                              B * da.Hkv >= min_segments;
+    detail::DecodeStepScoreArgs fs;
+    if (in_attention) {
+      const size_t cb = static_cast<size_t>(B) * Hkv * 4;
+      if (step_counters_.bytes() < cb) {
+        KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        step_counters_.ensure(cb, "decode step-score counters");
+        KVEVICT_CUDA_CHECK(
+            cudaMemsetAsync(step_counters_.get(), 0, step_counters_.bytes(), stream_));
+      }
+      fs.acc = C.acc.as<float>();
+      fs.counters = step_counters_.as<uint32_t>();
+      fs.kind = kind;
+      fs.replace = replace;
+      fs.one_minus_p_floor = static_cast<float>(scoring->one_minus_p_floor);
+    }
+    // The separate score kernel reads a (f32) and lse from global memory; the fused one keeps
+    // them in shared memory.
+    const bool export_a = score_layer && !in_attention;
+    KVEVICT_CUDA_CHECK(detail::launch_decode_attention(
+        da, attn_.as<bf16>(), export_a ? lse_.as<float>() : nullptr,
+        export_a ? attn_f_.as<float>() : nullptr, scratch_.get(), scratch_.bytes(), sm_count_,
+        stream_, in_attention ? &fs : nullptr));
+    if (score_layer && !in_attention) {
+      detail::DecodeScoreArgs sa;
+      sa.q = qh_.as<bf16>();
+      sa.out = attn_f_.as<float>();
+      sa.lse = lse_.as<float>();
+      sa.k = C.k.as<bf16>();
+      sa.v = C.v.as<bf16>();
+      sa.seg_off = C.off.as<int64_t>();
+      sa.seg_len = C.len.as<int32_t>();
+      sa.acc = C.acc.as<float>();
+      sa.z = fused ? zbuf_.as<float>() : nullptr;
+      sa.B = B;
+      sa.Hq = static_cast<int>(Hq);
+      sa.Hkv = static_cast<int>(Hkv);
+      sa.d = static_cast<int>(d);
+      sa.scale = m.logit_scale();
+      sa.one_minus_p_floor = static_cast<float>(scoring->one_minus_p_floor);
+      sa.kind = kind;
+      sa.replace = replace;
+      KVEVICT_CUDA_CHECK(detail::launch_decode_scores(sa, max_len, stream_));
+    }
+    project_into_residual(attn_.as<bf16>(), B, L.wo, Hq * d, L.post_attn_norm);
+    ffn_and_residual(L, B);
+  }
+  final_logits(B, 1, logits);
+}
+
+}  // namespace kvevict::gpu

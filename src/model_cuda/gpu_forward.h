@@ -1,0 +1,97 @@
+// The decoder's forward pass on the GPU (internal to the GPU runtime): llama / qwen2 / gemma3 in
+// bf16 with cuBLAS projections (bf16 in, f32 accumulation), fused q/k/v and gate/up weights,
+// RoPE + cache append in one kernel, a causal flash-style prefill attention (the window kernel
+// of src/cuda with the whole chunk as its window) and a tensor-core decode attention over the
+// per-head variable-length compacted cache. It owns the activations (scratch of one pass, grown as
+// passes need) and the cuBLAS handle, and runs on its context's stream; one GpuForward serves
+// every session of a runtime, one pass at a time. The caches and logits it writes belong to the
+// caller.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/device_buffer.h"
+#include "kvevict/decode_evict.h"
+#include "model_cuda/gpu_model_impl.h"
+#include "model_cuda/layer_cache.h"
+
+namespace kvevict::gpu {
+
+// The decode-time step score (SPEC section 5) the decode attention computes for every cached row
+// of the full-attention layers and adds to (tova: writes into) their accumulators.
+struct StepScoring {
+  DecodeScore score = DecodeScore::kAttentionSum;
+  bool replace = false;            // tova
+  double one_minus_p_floor = 1e-12;
+  bool fused = true;               // logits exported by the attention (no second read of K)
+  bool in_attention = true;        // scores inside the attention launch where it covers the shape
+  int in_attention_min_segments = 0;  // 0 = the SM count
+};
+
+class GpuForward {
+ public:
+  GpuForward(const GpuModel::Impl& model, cudaStream_t stream);
+  ~GpuForward();
+  GpuForward(const GpuForward&) = delete;
+  GpuForward& operator=(const GpuForward&) = delete;
+
+  // One prefill pass: tokens[T] (host) of the batch row `seq` at positions p0 .. p0 + T - 1,
+  // appended to segments seq * Hkv .. of every layer (full layout: row = position). Query rows of
+  // positions [n_total - need, n_total) are copied into qcap[l] ([Hq, need, d] bf16) when qcap is
+  // given. logits non-null: [V] f32 of the last token.
+  void prefill_chunk(const int32_t* tokens, int64_t T, int64_t p0, int seq,
+                     std::vector<LayerCache>& layers, int64_t need, int64_t n_total,
+                     std::vector<cuda::DeviceBuffer>* qcap, float* logits);
+  // One decode step of every batch row: tokens_dev[B] at positions[B]; each row's token is
+  // appended to its segments (host mirrors advance with the device lengths). scoring non-null:
+  // the step scores of the full-attention layers.
+  // logits: [B, V] f32, every row's next-token logits.
+  void decode_step(const int32_t* tokens_dev, const std::vector<int64_t>& positions,
+                   std::vector<LayerCache>& layers, const StepScoring* scoring, float* logits);
+  cublasHandle_t blas() const { return blas_; }
+  int sm_count() const { return sm_count_; }
+
+ private:
+  using bf16 = __nv_bfloat16;
+  const ModelConfig& c() const { return w_.config; }
+  float embed_mul() const;
+  void ensure_batch(int T);
+  void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
+  void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
+                             const float* post_norm);
+  void final_logits(int64_t rows, int64_t stride, float* logits);
+  void gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int64_t in, void* y, bool y_f32,
+            float beta);
+
+  const GpuModel::Impl& w_;
+  cudaStream_t stream_;
+  cublasHandle_t blas_ = nullptr;
+  int sm_count_ = 132;
+  int64_t t_max_ = 0;  // rows of every activation buffer
+  // Activations. T = tokens of one pass (a prefill chunk or one per sequence).
+  cuda::DeviceBuffer x_;        // [T, D] f32 residual stream
+  cuda::DeviceBuffer xn_;       // [T, D] bf16 normed
+  cuda::DeviceBuffer qkv_;      // [T, (Hq + 2 Hkv) d] bf16
+  cuda::DeviceBuffer qh_;       // [Hq, T, d] (prefill) or [T, Hq, d] (decode) bf16 queries
+  cuda::DeviceBuffer attn_f_;   // [Hq, T, d] f32 window-kernel output (prefill); decode: a
+  cuda::DeviceBuffer lse_;      // [Hq, T] f32
+  cuda::DeviceBuffer attn_;     // [T, Hq d] bf16
+  cuda::DeviceBuffer o_f_;      // [T, D] f32 projection output before gemma3's post-norms
+  cuda::DeviceBuffer gu_;       // [T, 2F] bf16
+  cuda::DeviceBuffer hbuf_;     // [T, F] bf16
+  cuda::DeviceBuffer tokens_;   // [T] i32
+  cuda::DeviceBuffer pos_;      // [T] i32
+  cuda::DeviceBuffer scratch_;  // attention split partials (grow-only)
+  cuda::DeviceBuffer zbuf_;     // [rows, G] f32 step logits of the layer being scored (grow-only)
+  cuda::DeviceBuffer step_counters_;  // [B Hkv] u32 arrival counters of the fused step scores
+  cuda::DeviceBuffer blas_ws_;        // cuBLAS workspace
+  int32_t* pos_pinned_ = nullptr;     // [t_max] pinned staging of decode positions
+  cudaEvent_t pos_staged_ = nullptr;  // recorded after the last staged upload
+};
+
+}  // namespace kvevict::gpu

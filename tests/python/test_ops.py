@@ -1,0 +1,320 @@
+"""kvevict.score / select / compact / attention on numpy and torch inputs against the C++
+double-precision reference (backend="reference") on the same inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvevict
+from conftest import Framework, assert_close, assert_same_kept, qkv, torch
+
+# (method, extra keyword arguments): every SPEC method, and the aggregations OBCache and
+# DropKV take (SPEC section 2).
+CASES = [
+    ("dropkv", {}),
+    ("dropkv", {"aggregate": "h2o"}),
+    ("dropkv", {"aggregate": "tova"}),
+    ("dropkv", {"pool": "max:7"}),
+    ("adadropkv", {}),
+    ("obcache_v", {}),
+    ("obcache_k", {}),
+    ("obcache_vk", {}),
+    ("obcache_vk", {"aggregate": "h2o"}),
+    ("obcache_k", {"pool": "avg:5", "window": 5}),
+    ("snapkv", {}),
+    ("adakv", {}),
+    ("h2o", {}),
+    ("h2o", {"h2o_normalize": True}),
+    ("tova", {}),
+    ("knorm", {}),
+    ("keydiff", {}),
+    ("vatp", {}),
+    ("criticalkv", {}),
+    ("streamingllm", {}),
+    ("random", {"seed": 7}),
+]
+
+
+def case_id(c):
+    return c[0] + "".join(f"-{k}={v}" for k, v in c[1].items())
+
+
+def inputs(rng, method, kw, hq=6, hkv=2, n=79, d=16):
+    # h2o needs every prompt query; the windowed scores read the last `window` of 32 given.
+    all_queries = method == "h2o" or kw.get("aggregate") == "h2o"
+    q, k, v = qkv(rng, hq, hkv, n, n if all_queries else 32, d)
+    wo = rng.standard_normal((24, hq * d)).astype(np.float32) if method == "criticalkv" else None
+    return q, k, v, wo
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_scores_and_kept_sets_match_reference(fw, case):
+    method, kw = case
+    rng = np.random.default_rng(sum(map(ord, case_id(case))))
+    # The CUDA kernels take 16-bit inputs and head dims 64, 128 or 256.
+    q, k, v, wo = inputs(rng, method, kw, d=64 if fw.is_cuda else 16)
+    dtype = "bfloat16" if fw.is_cuda else None
+    qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
+    wod = None if wo is None else fw.put(wo, dtype)
+    scores, aux = kvevict.score(qd, kd, vd, method, wo=wod, return_aux=True, **kw)
+    # Reference on host copies of exactly the inputs the fast path read (rounded to bf16).
+    hq_, hk, hv = (Framework.host(x) for x in (qd, kd, vd))
+    hwo = None if wo is None else Framework.host(wod)
+    ref, ref_aux = kvevict.score(hq_, hk, hv, method, wo=hwo, return_aux=True,
+                                 backend="reference", **kw)
+    assert type(scores) is type(kd) and tuple(scores.shape) == (2, 79)
+    if fw.name != "numpy":
+        assert scores.device == kd.device
+    tol = 2e-2 if fw.is_cuda else 1e-4
+    span = float(np.abs(ref).max())
+    assert_close(Framework.host(scores), ref, atol=tol * span, rtol=tol, what=f"{method} scores")
+    if method == "criticalkv":
+        assert_close(Framework.host(aux), ref_aux, atol=tol * float(np.abs(ref_aux).max()),
+                     rtol=tol, what="criticalkv aux")
+    _, policy, sink = kvevict.ext.method_defaults(method)
+    window = kvevict.ext.score_options(method, kw.get("aggregate"), kw.get("window"),
+                                       kw.get("pool")).window
+    sel_kw = dict(budget=0.3, policy=policy, window=window, sink=sink)
+    got = kvevict.select(scores, aux=aux, **sel_kw)
+    want = kvevict.select(ref.astype(np.float32), aux=None if ref_aux is None else
+                          ref_aux.astype(np.float32), backend="reference", **sel_kw)
+    assert got.total == want.total
+    assert type(got.index) is type(kd)
+    assert_same_kept(got, want, ref, tol=4 * tol, what=f"{method} kept set")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_inputs_match_reference(dtype):
+    if dtype == "bfloat16" and torch is None:
+        pytest.skip("bfloat16 host arrays need torch")
+    rng = np.random.default_rng(3)
+    q, k, v = qkv(rng, 8, 2, 300, 8, 32)
+    fw = Framework("torch" if dtype == "bfloat16" else "numpy")
+    qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
+    s = kvevict.score(qd, kd, vd, "dropkv")
+    ref = kvevict.score(*(Framework.host(x) for x in (qd, kd, vd)), "dropkv", backend="reference")
+    assert_close(Framework.host(s), ref, atol=1e-4 * np.abs(ref).max(), rtol=1e-3, what=dtype)
+
+
+def test_batched_scores_equal_per_row(fw):
+    rng = np.random.default_rng(4)
+    rows = [qkv(rng, 4, 2, 50, 8, 64 if fw.is_cuda else 16) for _ in range(3)]
+    dtype = "bfloat16" if fw.is_cuda else None
+    qs, ks, vs = (fw.put(np.stack([r[i] for r in rows]), dtype) for i in range(3))
+    batched = Framework.host(kvevict.score(qs, ks, vs, "dropkv"))
+    for b in range(3):
+        one = Framework.host(kvevict.score(qs[b], ks[b], vs[b], "dropkv"))
+        np.testing.assert_array_equal(batched[b], one)
+
+
+def test_non_contiguous_host_inputs_give_the_same_scores():
+    if torch is None:
+        pytest.skip("needs torch")
+    rng = np.random.default_rng(5)
+    q, k, v = qkv(rng, 4, 2, 64, 16, 16)
+    # [n, H, d] storage viewed as [H, n, d]: what transformers' .transpose(1, 2) produces.
+    qt = torch.from_numpy(np.ascontiguousarray(q.transpose(1, 0, 2))).transpose(0, 1)
+    kt = torch.from_numpy(np.ascontiguousarray(k.transpose(1, 0, 2))).transpose(0, 1)
+    vt = torch.from_numpy(np.ascontiguousarray(v.transpose(1, 0, 2))).transpose(0, 1)
+    assert not kt.is_contiguous()
+    a = kvevict.score(qt, kt, vt, "obcache_vk").numpy()
+    b = kvevict.score(q, k, v, "obcache_vk")
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
+
+
+def masked_attention_reference(q, k, v, keep, q_pos, scale):
+    """Double-precision attention of q [Hq, m, d] over the FULL k, v [Hkv, n, d] with the evicted
+    rows masked out (keep [Hkv, n] bool) and causal by position (rows 0..n-1)."""
+    hq, m, d = q.shape
+    hkv, n, _ = k.shape
+    g = hq // hkv
+    out = np.zeros((hq, m, d))
+    for h in range(hq):
+        kh, vh = k[h // g].astype(np.float64), v[h // g].astype(np.float64)
+        for t in range(m):
+            visible = keep[h // g] & (np.arange(n) <= q_pos[t])
+            z = kh[visible] @ q[h, t].astype(np.float64) * scale
+            p = np.exp(z - z.max())
+            out[h, t] = (p / p.sum()) @ vh[visible]
+    return out
+
+
+@pytest.mark.parametrize("policy", ["uniform", "adakv"])
+def test_attention_over_compacted_cache_equals_masked_full_attention(fw, policy):
+    """SPEC section 4: attention over exactly the kept rows == full attention, evicted masked."""
+    rng = np.random.default_rng(6)
+    hq, hkv, n, d = 8, 2, 97, 64 if fw.is_cuda else 16
+    q, k, v = qkv(rng, hq, hkv, n, 8, d)
+    dtype = "bfloat16" if fw.is_cuda else None
+    qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
+    scores = kvevict.score(qd, kd, vd, "dropkv")
+    sel = kvevict.select(scores, 0.25, policy=policy, window=8)
+    cache = kvevict.compact(kd, vd, sel, slack=3)
+    assert cache.total_len() == sel.total == hkv * int(0.25 * n)
+    assert cache.capacity == sel.total + 3 * hkv
+    keep = Framework.host(sel.mask(n))
+    q_pos = np.arange(n - 8, n)
+    out = kvevict.attention(qd, cache, q_pos)
+    assert type(out) is type(kd)
+    hk, hv, hqq = (Framework.host(x) for x in (kd, vd, qd))
+    want = masked_attention_reference(hqq, hk, hv, keep, q_pos, d ** -0.5)
+    tol = 2e-2 if fw.is_cuda else 1e-5
+    assert_close(Framework.host(out), want, atol=tol, rtol=tol, what="attention")
+    if not fw.is_cuda:
+        ref = kvevict.attention(hqq, _host_cache(cache), q_pos, backend="reference")
+        assert_close(ref, want, atol=1e-6, rtol=1e-6, what="reference attention")
+
+
+def _host_cache(c):
+    return kvevict.KVCache(*(Framework.host(x) for x in (c.k, c.v, c.pos)), c.offsets.copy(),
+                           c.lens.copy())
+
+
+def test_append_after_compaction_attends_by_original_position(fw):
+    rng = np.random.default_rng(7)
+    hq, hkv, n, d = 4, 2, 40, 64 if fw.is_cuda else 16
+    q, k, v = qkv(rng, hq, hkv, n, 8, d)
+    dtype = "bfloat16" if fw.is_cuda else None
+    kd, vd = fw.put(k, dtype), fw.put(v, dtype)
+    sel = kvevict.select(kvevict.score(fw.put(q, dtype), kd, vd, "snapkv", window=8), 0.5,
+                         window=8)
+    cache = kvevict.compact(kd, vd, sel, slack=1)
+    k_new, v_new = (rng.standard_normal((hkv, d)).astype(np.float32) for _ in range(2))
+    cache = cache.append(fw.put(k_new, dtype), fw.put(v_new, dtype), pos=n)
+    with pytest.raises(ValueError, match="segment is full"):
+        cache.append(fw.put(k_new, dtype), fw.put(v_new, dtype), pos=n + 1)
+    grown = cache.append(fw.put(k_new, dtype), fw.put(v_new, dtype), pos=n + 1, grow=4)
+    assert (grown.lens == sel.counts() + 2).all() and (grown.free_rows() == 3).all()
+    q1 = rng.standard_normal((hq, 1, d)).astype(np.float32)
+    out = Framework.host(kvevict.attention(fw.put(q1, dtype), grown, [n + 1]))
+    full_k = np.concatenate([Framework.host(kd), Framework.host(fw.put(k_new, dtype))[:, None],
+                             Framework.host(fw.put(k_new, dtype))[:, None]], 1)
+    full_v = np.concatenate([Framework.host(vd), Framework.host(fw.put(v_new, dtype))[:, None],
+                             Framework.host(fw.put(v_new, dtype))[:, None]], 1)
+    keep = np.concatenate([Framework.host(sel.mask(n)), np.ones((hkv, 2), bool)], 1)
+    want = masked_attention_reference(Framework.host(fw.put(q1, dtype)), full_k, full_v, keep,
+                                      [n + 1], d ** -0.5)
+    tol = 2e-2 if fw.is_cuda else 1e-5
+    assert_close(out, want, atol=tol, rtol=tol, what="attention after appends")
+
+
+def test_layer_evictor_equals_the_functional_pipeline(fw):
+    rng = np.random.default_rng(8)
+    q, k, v = qkv(rng, 8, 4, 200, 8, 64 if fw.is_cuda else 32)
+    dtype = "bfloat16" if fw.is_cuda else None
+    qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
+    ev = kvevict.LayerEvictor("adadropkv", budget=0.1, backend="cuda" if fw.is_cuda else "cpu")
+    assert "policy=adakv" in ev.describe()
+    cache = ev.evict(qd, kd, vd)
+    sel = kvevict.select(kvevict.score(qd, kd, vd, "dropkv"), 0.1, policy="adakv", window=8)
+    assert kvevict_sets(ev.plan(qd, kd, vd)) == kvevict_sets(sel)
+    assert cache.total_len() == sel.total == 4 * 20
+    for h in range(4):
+        kh, _, ph = cache.head(h)
+        rows = Framework.host(sel.head(h))
+        np.testing.assert_array_equal(Framework.host(ph), rows)
+        np.testing.assert_array_equal(Framework.host(kh), Framework.host(kd)[h][rows])
+
+
+def kvevict_sets(sel):
+    off, idx = sel.offsets_host(), Framework.host(sel.index)
+    return [tuple(idx[off[h]:off[h + 1]]) for h in range(len(off) - 1)]
+
+
+def test_decode_evictor_bounds_heads_and_keeps_recent_rows():
+    rng = np.random.default_rng(9)
+    hq, hkv, n, d = 4, 2, 30, 16
+    _, k, v = qkv(rng, hq, hkv, n, 1, d)
+    dec = kvevict.DecodeEvictor("h2o", budget=24, slack=4, recent=8)
+    cache = kvevict.KVCache.from_dense(k, v, slack=dec.capacity_per_head, score_acc=True)
+    evicted = 0
+    for step in range(20):
+        pos = n + step
+        cache = cache.append(rng.standard_normal((hkv, d)).astype(np.float32),
+                             rng.standard_normal((hkv, d)).astype(np.float32), pos, grow=8)
+        q = rng.standard_normal((hq, 1, d)).astype(np.float32)
+        out, lse = kvevict.attention(q, cache, [pos], return_lse=True)
+        if step == 0:
+            # h2o adds p averaged over the G query heads of each KV head (SPEC section 5).
+            acc_before = cache.score_acc.copy()
+            dec.accumulate(cache, q[:, 0], out[:, 0], lse[:, 0])
+            kh, _, _ = cache.head(0)
+            z = kh @ q[:2, 0].T * d ** -0.5  # [len, G]
+            p = np.exp(z - lse[:2, 0])
+            a0, b0 = int(cache.offsets[0]), int(cache.offsets[0] + cache.lens[0])
+            np.testing.assert_allclose(cache.score_acc[a0:b0] - acc_before[a0:b0],
+                                       p.mean(1), rtol=1e-5, atol=1e-7)
+            evicted += dec.evict(cache)
+        else:
+            evicted += dec.step(cache, q[:, 0], out[:, 0], lse[:, 0])
+        assert (cache.lens <= 24 + 4).all()
+        for h in range(hkv):
+            _, _, ph = cache.head(h)
+            assert set(range(max(0, pos - 7), pos + 1)) <= set(ph.tolist())  # recent kept
+            assert (np.diff(ph) > 0).all()  # still sorted by position
+    assert evicted > 0
+
+
+# ------------------------------------------------------------------------------------------
+# errors: a ValueError naming the argument, never a crash
+
+
+def test_shape_errors_name_the_argument():
+    rng = np.random.default_rng(10)
+    q, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    with pytest.raises(ValueError, match=r"v has shape \(2, 19, 16\); expected \[Hkv, n, d\]"):
+        kvevict.score(q, k, v[:, :19])
+    with pytest.raises(ValueError, match="q has 3 heads; expected a multiple of the 2 KV heads"):
+        kvevict.score(q[:3], k, v)
+    with pytest.raises(ValueError, match=r"k has shape \(2, 20\); expected \[Hkv, n, d\]"):
+        kvevict.score(q, k[:, :, 0], v)
+    with pytest.raises(ValueError, match="k has dtype int32"):
+        kvevict.score(q, k.astype(np.int32), v)
+    with pytest.raises(ValueError, match="q is a list"):
+        kvevict.score(q.tolist(), k, v)
+    with pytest.raises(ValueError, match=r"scores has shape \(20,\); expected \[Hkv, n\]"):
+        kvevict.select(np.zeros(20, np.float32), 0.5)
+    with pytest.raises(ValueError, match="q_pos has shape"):
+        kvevict.attention(q, kvevict.KVCache.from_dense(k, v), [1, 2])
+
+
+def test_library_errors_keep_the_cpp_message():
+    rng = np.random.default_rng(11)
+    q, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    s = kvevict.score(q, k, v)
+    with pytest.raises(kvevict.Error, match="budget of 40 tokens exceeds the 20 tokens"):
+        kvevict.select(s, 40)
+    with pytest.raises(ValueError, match="unknown method|expected one of"):
+        kvevict.score(q, k, v, "fastkv")
+    with pytest.raises(ValueError, match="snapkv aggregation needs 20"):
+        kvevict.score(q, k, v, "snapkv")
+    with pytest.raises(ValueError, match="compression ratio 1.5 is out of range"):
+        kvevict.select(s, compression_ratio=1.5)
+    sel = kvevict.select(s, 2, window=8)
+    assert "below the 8 protected tokens" in sel.warning and sel.total == 16
+    assert issubclass(kvevict.Error, ValueError)
+
+
+def test_nan_inputs_raise_instead_of_ranking_first():
+    rng = np.random.default_rng(12)
+    q, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    k[1, 5, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN|finite"):
+        kvevict.score(q, k, v)
+    s = np.ones((2, 20), np.float32)
+    s[0, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        kvevict.select(s, 0.5)
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_wrong_backend_for_the_device_is_an_error():
+    rng = np.random.default_rng(13)
+    q, k, v = (torch.from_numpy(x) for x in qkv(rng, 4, 2, 20, 8, 16))
+    with pytest.raises(ValueError, match="backend 'cuda' cannot read torch cpu"):
+        kvevict.score(q, k, v, backend="cuda")
+    with pytest.raises(ValueError, match="k is a torch cpu array but q is numpy"):
+        kvevict.score(q.numpy(), k, v)
+    qg = q.clone().requires_grad_(True)  # detached for the kernel, no copy
+    assert kvevict.score(qg, k, v).shape == (2, 20)

@@ -1,0 +1,337 @@
+// Every quantized kernel of every ISA this CPU runs, against double-precision references built on
+// the io/ dequantizers (src/io/gguf_dequantize.cpp, themselves held to the golden file
+// tests/io/data/gguf_dequant_golden.json): dot products at odd block counts, the activation
+// quantizer, the GEMM panels at odd row and token counts, and whole grouped matmuls.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kvevict/dtype.h"
+#include "kvevict/io/gguf.h"
+#include "kvevict/parallel.h"
+#include "quant/gemm.h"
+#include "quant/matmul.h"
+#include "quant/quant.h"
+
+namespace kvevict::quant {
+namespace {
+
+using gguf::GgmlType;
+
+const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
+                              GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+                              GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+std::string type_name(GgmlType t) { return gguf::ggml_type_name(static_cast<uint32_t>(t)); }
+
+std::vector<const Kernels*> all_isas() {
+  std::vector<const Kernels*> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2})
+    if (const Kernels* k = kernels_for(isa)) out.push_back(k);
+  return out;
+}
+
+void put_fp16(uint8_t* p, float v) {
+  const uint16_t h = float_to_half(v);
+  std::memcpy(p, &h, 2);
+}
+
+// `rows` rows of n elements of type t: random code bytes everywhere, then every scale field set to
+// a finite value of a realistic size (random bytes would make some of them inf / NaN).
+std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t n, uint64_t seed) {
+  const int64_t rb = gguf::ggml_row_bytes(t, n);
+  std::vector<uint8_t> w(static_cast<size_t>(rows * rb));
+  std::mt19937_64 rng(seed);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t be = gguf::ggml_block_elems(t), bb = gguf::ggml_block_bytes(t);
+  for (int64_t blk = 0; blk < rows * n / be; ++blk) {
+    uint8_t* p = w.data() + blk * bb;
+    switch (t) {
+      case GgmlType::kF32: {
+        const float v = u(rng);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case GgmlType::kF16:
+        put_fp16(p, u(rng));
+        break;
+      case GgmlType::kBF16: {
+        const uint16_t h = float_to_bf16(u(rng));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ5_0:
+      case GgmlType::kQ8_0:
+        put_fp16(p, 0.02f * u(rng));
+        break;
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
+        put_fp16(p, 0.02f * std::abs(u(rng)));
+        put_fp16(p + 2, 0.1f * u(rng));
+        break;
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K:
+        put_fp16(p, 0.002f * std::abs(u(rng)));
+        put_fp16(p + 2, 0.002f * std::abs(u(rng)));
+        break;
+      case GgmlType::kQ6_K:
+        put_fp16(p + 208, 0.001f * u(rng));
+        break;
+    }
+  }
+  return w;
+}
+
+struct Ref {
+  double dot = 0, mag = 0;  // sum w a, sum |w a|
+};
+
+Ref ref_dot(const float* w, const float* a, int64_t n) {
+  Ref r;
+  for (int64_t i = 0; i < n; ++i) {
+    r.dot += static_cast<double>(w[i]) * a[i];
+    r.mag += std::abs(static_cast<double>(w[i]) * a[i]);
+  }
+  return r;
+}
+
+// The A8 activations the kernels see, as floats (q * d).
+std::vector<float> dequant_a8(const uint8_t* buf, int64_t n) {
+  const A8Row a = a8_row(buf, n);
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = a.qs[i] * a.d[i / kA8Block];
+  return x;
+}
+
+std::vector<int64_t> odd_lengths(GgmlType t) {
+  const int64_t be = std::max<int64_t>(gguf::ggml_block_elems(t), kA8Block);
+  return {be, 3 * be, 7 * be, 17 * be};
+}
+
+// Float kernels on F32 / F16 / BF16 weights also take lengths that are not a multiple of 32.
+std::vector<int64_t> float_lengths() { return {1, 3, 7, 17, 79, 1003}; }
+
+TEST(QuantizeA8, ScalarAndSimdAgreeBitwiseAndRoundToNearest) {
+  for (const Kernels* k : all_isas()) {
+    for (int64_t n : {32, 96, 544, 2048}) {
+      std::vector<float> x(n);
+      std::mt19937 rng(static_cast<unsigned>(n));
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      for (auto& v : x) v = nd(rng);
+      x[5] = 0.0f;
+      if (n >= 64)
+        for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block: d = 0, q = 0
+      std::vector<uint8_t> got(a8_row_bytes(n)), want(a8_row_bytes(n));
+      k->quantize_a8(x.data(), n, got.data());
+      scalar_kernels().quantize_a8(x.data(), n, want.data());
+      const A8Row g = a8_row(got.data(), n), s = a8_row(want.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(g.qs[i], s.qs[i]) << isa_name(k->isa) << " n=" << n << " i=" << i;
+        const float d = g.d[i / kA8Block];
+        EXPECT_LE(std::abs(x[i] - g.qs[i] * d), 0.5f * d * (1 + 1e-5f) + 1e-30f) << i;
+      }
+      for (int64_t b = 0; b < n / kA8Block; ++b) EXPECT_EQ(g.d[b], s.d[b]);
+      for (int64_t h = 0; h < n / kA8Half; ++h) {
+        int sum = 0;
+        for (int i = 0; i < kA8Half; ++i) sum += g.qs[h * kA8Half + i];
+        EXPECT_EQ(g.s16[h], sum) << h;
+        EXPECT_EQ(g.s16[h], s.s16[h]);
+      }
+    }
+  }
+}
+
+// One row of weights against one activation row: |kernel - double(dequant(w) . dequant(a8))|
+// within 1e-5 of sum |w a| (f32 accumulation of exact integer block sums), and within the A8
+// rounding error of the product with the original activations.
+TEST(QuantDot, EveryTypeAndIsaMatchesTheDoubleReferenceAtOddSizes) {
+  for (const Kernels* k : all_isas()) {
+    for (GgmlType t : kAllTypes) {
+      const bool a8 = takes_a8(t);
+      for (int64_t n : a8 ? odd_lengths(t) : float_lengths()) {
+        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) + " n=" + std::to_string(n));
+        const std::vector<uint8_t> w = random_rows(t, 1, n, 1000 + n);
+        std::vector<float> wf(n);
+        gguf::dequantize(t, w.data(), wf.data(), n);
+        std::vector<float> x(n);
+        std::mt19937 rng(static_cast<unsigned>(7 * n));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (auto& v : x) v = nd(rng);
+        float got;
+        Ref exact, orig = ref_dot(wf.data(), x.data(), n);
+        double bound = 0;  // A8 error: each activation is off by at most its block's d / 2
+        if (a8) {
+          std::vector<uint8_t> act(a8_row_bytes(n));
+          k->quantize_a8(x.data(), n, act.data());
+          ASSERT_NE(k->dot_a8[type_index(t)], nullptr);
+          const A8Row a = a8_row(act.data(), n);
+          got = k->dot_a8[type_index(t)](w.data(), a, n);
+          const std::vector<float> xa = dequant_a8(act.data(), n);
+          exact = ref_dot(wf.data(), xa.data(), n);
+          for (int64_t i = 0; i < n; ++i) bound += std::abs(wf[i]) * 0.5 * a.d[i / kA8Block];
+        } else {
+          ASSERT_NE(k->dot_f32[type_index(t)], nullptr);
+          got = k->dot_f32[type_index(t)](w.data(), x.data(), n);
+          exact = orig;
+        }
+        EXPECT_NEAR(got, exact.dot, 1e-5 * exact.mag + 1e-30)
+            << "ref " << exact.dot << " sum|wa| " << exact.mag;
+        EXPECT_NEAR(got, orig.dot, bound + 1e-5 * orig.mag + 1e-30);
+      }
+    }
+  }
+}
+
+TEST(QuantDot, SimdMatchesScalarClosely) {
+  const Kernels* simd = kernels_for(Isa::kAvx2);
+  if (simd == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
+  const Kernels& sc = scalar_kernels();
+  for (GgmlType t : kAllTypes) {
+    if (!takes_a8(t)) continue;
+    const int64_t n = 5 * std::max<int64_t>(gguf::ggml_block_elems(t), 32);
+    const std::vector<uint8_t> w = random_rows(t, 1, n, 99);
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.37f * i) * 2.0f;
+    std::vector<uint8_t> act(a8_row_bytes(n));
+    sc.quantize_a8(x.data(), n, act.data());
+    const A8Row a = a8_row(act.data(), n);
+    const float s = sc.dot_a8[type_index(t)](w.data(), a, n);
+    const float v = simd->dot_a8[type_index(t)](w.data(), a, n);
+    EXPECT_NEAR(v, s, 2e-5 * (std::abs(s) + 1)) << type_name(t);
+  }
+}
+
+// The GEMM: packed panels of 1..8 rows against 1..9 tokens, against the double reference.
+TEST(QuantGemm, PanelsMatchTheDoubleReference) {
+  for (const Kernels* k : all_isas()) {
+    for (GgmlType t : kAllTypes) {
+      if (!gemm_supports(t, *k)) continue;
+      const int64_t K = 3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64);
+      for (int rows : {1, 7, 8}) {
+        for (int64_t T : {1, 3, 4, 5, 9}) {
+          SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) + " rows=" +
+                       std::to_string(rows) + " T=" + std::to_string(T));
+          const std::vector<uint8_t> w = random_rows(t, rows, K, 7 + rows);
+          const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
+          std::vector<float> x(T * K);
+          std::mt19937 rng(static_cast<unsigned>(T * 31 + rows));
+          std::normal_distribution<float> nd(0.0f, 1.0f);
+          for (auto& v : x) v = nd(rng);
+          const size_t rb = a8_row_bytes(K);
+          std::vector<uint8_t> act(rb * T);
+          for (int64_t i = 0; i < T; ++i) k->quantize_a8(x.data() + i * K, K, act.data() + i * rb);
+          std::vector<uint8_t> panel(panel_bytes(K));
+          const PanelView p = pack_panel(mv, 0, rows, panel.data(), *k);
+          const int64_t ldy = rows + 3;
+          std::vector<float> y(T * ldy, -7.0f);  // sentinel columns past `rows`
+          k->gemm_panel(p, GemmInput{act.data(), rb, T, K}, y.data(), ldy, rows);
+          std::vector<float> wf(K);
+          for (int r = 0; r < rows; ++r) {
+            gguf::dequantize(t, mv.row(r), wf.data(), K);
+            for (int64_t i = 0; i < T; ++i) {
+              const std::vector<float> xa = dequant_a8(act.data() + i * rb, K);
+              const Ref e = ref_dot(wf.data(), xa.data(), K);
+              EXPECT_NEAR(y[i * ldy + r], e.dot, 1e-5 * e.mag + 1e-30) << "row " << r << " t " << i;
+            }
+          }
+          for (int64_t i = 0; i < T; ++i)
+            for (int64_t c = rows; c < ldy; ++c) EXPECT_EQ(y[i * ldy + c], -7.0f) << "overwrote";
+        }
+      }
+    }
+  }
+}
+
+// SIMD packing (code decoders + 8 x 8 transpose) writes the same panel bytes as the scalar one.
+TEST(QuantGemm, SimdPackingEqualsScalarPacking) {
+  const Kernels* simd = kernels_for(Isa::kAvx2);
+  if (simd == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
+  for (GgmlType t : kAllTypes) {
+    if (!gemm_supports(t, *simd)) continue;
+    const int64_t K = 3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64) + 32 * (t == GgmlType::kQ4_0);
+    for (int rows : {3, 8}) {
+      const std::vector<uint8_t> w = random_rows(t, rows, K, 3 + rows);
+      const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
+      std::vector<uint8_t> a(panel_bytes(K), 0xAB), b(panel_bytes(K), 0xAB);
+      const PanelView pa = pack_panel(mv, 0, rows, a.data(), *simd);
+      const PanelView pb = pack_panel(mv, 0, rows, b.data(), scalar_kernels());
+      EXPECT_EQ(0, std::memcmp(pa.codes, pb.codes, static_cast<size_t>(K) * kPanelRows)) << type_name(t);
+      const int64_t groups = K / pa.layout.group * kPanelRows;
+      for (int64_t i = 0; i < groups; ++i) {
+        EXPECT_EQ(pa.scale[i], pb.scale[i]) << type_name(t) << " " << i;
+        EXPECT_EQ(pa.min[i], pb.min[i]) << type_name(t) << " " << i;
+      }
+    }
+  }
+}
+
+// A fused group (three matrices of different types and odd row counts) through matmul: the
+// row-by-row path (T = 1, 2) and the GEMM path (T = 5, 37) against the double reference, and
+// bitwise the same for one and two threads.
+TEST(QuantMatmul, GroupedTargetsMatchReferenceAndIgnoreThreadCount) {
+  const int64_t K = 512;
+  const GgmlType types[3] = {GgmlType::kQ4_1, GgmlType::kQ6_K, GgmlType::kF16};
+  const int64_t rows[3] = {37, 9, 21};
+  std::vector<std::vector<uint8_t>> w(3);
+  std::vector<MatrixView> mv(3);
+  for (int i = 0; i < 3; ++i) {
+    w[i] = random_rows(types[i], rows[i], K, 50 + i);
+    mv[i] = MatrixView{types[i], rows[i], K, gguf::ggml_row_bytes(types[i], K), w[i].data()};
+  }
+  for (const Kernels* k : all_isas()) {
+    for (int64_t T : {1, 2, 5, 37, 130}) {
+      SCOPED_TRACE(std::string(isa_name(k->isa)) + " T=" + std::to_string(T));
+      std::vector<float> x(T * K);
+      std::mt19937 rng(static_cast<unsigned>(T));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (auto& v : x) v = nd(rng);
+      std::vector<std::vector<float>> y1(3), y2(3);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        auto& y = threads == 1 ? y1 : y2;
+        std::vector<MatmulTarget> tg(3);
+        for (int i = 0; i < 3; ++i) {
+          y[i].assign(T * (rows[i] + 1), 0.0f);
+          tg[i] = MatmulTarget{mv[i], y[i].data(), rows[i] + 1};
+        }
+        matmul(x.data(), T, K, tg.data(), 3, *k);
+      }
+      set_num_threads(0);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(y1[i], y2[i]) << "target " << i << " differs between 1 and 2 threads";
+        // Reference: the dequantized weights times the A8-rounded activations (block types) or
+        // the activations themselves (F16), in double.
+        std::vector<float> wf(K);
+        std::vector<uint8_t> act(a8_row_bytes(K));
+        for (int64_t t = 0; t < T; ++t) {
+          std::vector<float> xa(x.begin() + t * K, x.begin() + (t + 1) * K);
+          if (takes_a8(types[i])) {
+            scalar_kernels().quantize_a8(x.data() + t * K, K, act.data());
+            xa = dequant_a8(act.data(), K);
+          }
+          for (int64_t r = 0; r < rows[i]; ++r) {
+            gguf::dequantize(types[i], mv[i].row(r), wf.data(), K);
+            const Ref e = ref_dot(wf.data(), xa.data(), K);
+            EXPECT_NEAR(y1[i][t * (rows[i] + 1) + r], e.dot, 1e-5 * e.mag + 1e-30)
+                << "target " << i << " row " << r << " token " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, RejectsAMismatchedRowLength) {
+  const std::vector<uint8_t> w = random_rows(GgmlType::kQ8_0, 2, 64, 1);
+  const MatrixView mv{GgmlType::kQ8_0, 2, 64, gguf::ggml_row_bytes(GgmlType::kQ8_0, 64), w.data()};
+  std::vector<float> x(96), y(2);
+  const MatmulTarget t{mv, y.data(), 2};
+  EXPECT_THROW(matmul(x.data(), 1, 96, &t, 1), Error);
+}
+
+}  // namespace
+}  // namespace kvevict::quant

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Packs what a GPU run on a lent machine needs, built here (the device image has no GoogleTest,
+# CLI11 or nlohmann): the GPU test binaries, the GPU benchmarks, the kvevict tool and the shared
+# libraries, stripped and xz-packed, plus the two checkpoints cut into parts that fit one call's
+# transfer each. On the device, tools/device_unpack.sh puts them back together under /tmp.
+#
+#   tools/device_bundle.sh BUILD_DIR OUT_DIR        -> OUT_DIR/bins.tar.xz, OUT_DIR/models.part-*,
+#                                                     OUT_DIR/models.sha256
+#   BUNDLE_MODELS=0 tools/device_bundle.sh ...      binaries only
+set -euo pipefail
+build="${1:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
+out="${2:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+mkdir -p "$out"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+for f in "$build"/tests/test_cuda_* "$build"/tests/test_model_cuda_* "$build"/benchmarks/gpu_* \
+         "$build"/kvevict; do
+  [[ -f "$f" && -x "$f" && "$f" != *.cmake ]] && cp "$f" "$stage/bin/"
+done
+for f in "$build"/src/libkvevict*.so; do [[ -f "$f" ]] && cp "$f" "$stage/lib/"; done
+strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
+tar -C "$stage" -cf - bin lib | xz -T2 -6 >"$out/bins.tar.xz"
+echo "device_bundle: $(du -h "$out/bins.tar.xz" | cut -f1) of binaries ($(ls "$stage/bin" | wc -l) programs)"
+if [[ "${BUNDLE_MODELS:-1}" == 1 ]]; then
+  models=("$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" "$root/models/gemma-3-270m-q4_k_m.gguf")
+  (cd "$root/models" && sha256sum "$(basename "${models[0]}")" "$(basename "${models[1]}")") \
+    >"$out/models.sha256"
+  rm -f "$out"/models.part-*
+  # One stream of both files (sizes in the manifest), cut at 60 MB: a part a call.
+  stat -c '%n %s' "${models[@]}" | sed "s|$root/models/||" >"$out/models.sizes"
+  cat "${models[@]}" | split -b 60000000 -d - "$out/models.part-"
+  echo "device_bundle: models in $(ls "$out"/models.part-* | wc -l) parts"
+fi

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The Python package on an H200 (the device machine: Python 3.12, torch 2.11 cu130, transformers
+# 5.17, no kvpress, no network). From the repository root, with the wheels of .whl/ carried:
+#   tools/python_gpu_check.sh             1. pytest tests/python on CUDA tensors (KVEVICT_TEST_CUDA=1,
+#                                            the device's transformers 5.17);
+#                                         2. the kvpress tests and the HF side by side
+#                                            (benchmarks/python/hf_side_by_side.py) with kvpress 0.5.5
+#                                            on transformers 5.2 (kvpress 0.5.5 requires < 5.3).
+#   tools/python_gpu_check.sh --tests     step 1 only;   --bench   step 2 only.
+# Logs and the JSON of the side by side go to $OUT (the device tool's folder) or out/python_gpu.
+#
+# .whl/ must hold (build and download them on the development machine; the exact commands are in
+# the header of benchmarks/python/hf_side_by_side.py):
+#   kvevict-0.1.0-cp312-abi3-*.whl (CUDA backend, sm_90a), kvpress-0.5.5, transformers-5.2.0,
+#   tokenizers-0.22.2, cachetools, fire, termcolor, requests, urllib3, idna, charset_normalizer,
+#   certifi.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE="${1:-all}"
+OUTDIR="${OUT:-out/python_gpu}"
+mkdir -p "$OUTDIR"
+PY="${PYTHON:-python3}"
+PIP=("$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade)
+export OMP_WAIT_POLICY=PASSIVE
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+shopt -s nullglob
+wheel=(.whl/kvevict-*.whl)
+[ "${#wheel[@]}" = 1 ] || { echo "python_gpu_check: expected one .whl/kvevict-*.whl, found ${#wheel[@]}" >&2; exit 2; }
+"${PIP[@]}" --target /tmp/kvsite "${wheel[0]}"
+PYTHONPATH=/tmp/kvsite "$PY" -c "import kvevict, torch; print('kvevict', kvevict.__version__, \
+'cuda backend', kvevict.cuda_available(), 'torch', torch.__version__)"
+
+if [ "$MODE" = all ] || [ "$MODE" = --tests ]; then
+  echo "== 1. pytest tests/python on CUDA tensors"
+  PYTHONPATH=/tmp/kvsite KVEVICT_TEST_CUDA=1 "$PY" -m pytest -q -p no:cacheprovider tests/python \
+    2>&1 | tee "$OUTDIR/pytest_cuda.log"
+fi
+
+if [ "$MODE" = all ] || [ "$MODE" = --bench ]; then
+  echo "== 2. kvpress 0.5.5 on transformers 5.2: its tests, then the side by side"
+  others=()
+  for w in .whl/*.whl; do
+    case "$w" in .whl/kvevict-*) ;; *) others+=("$w") ;; esac
+  done
+  [ "${#others[@]}" -gt 0 ] || { echo "python_gpu_check: no kvpress wheels in .whl/" >&2; exit 2; }
+  "${PIP[@]}" --target /tmp/kvpsite "${others[@]}"
+  # kvpress imports `datasets` at import time for presses this check does not use: an empty
+  # stand-in instead of carrying pyarrow and pandas (64 MiB carry limit).
+  mkdir -p /tmp/kvpstub/datasets
+  echo 'def load_dataset(*a, **k): raise RuntimeError("datasets is a stand-in here")' \
+    > /tmp/kvpstub/datasets/__init__.py
+  export PYTHONPATH=/tmp/kvpsite:/tmp/kvsite:/tmp/kvpstub
+  "$PY" -c "import kvpress, transformers; print('kvpress', kvpress.__name__, 'transformers', transformers.__version__)"
+  "$PY" -m pytest -q -p no:cacheprovider tests/python/test_kvpress.py tests/python/test_hf.py \
+    2>&1 | tee "$OUTDIR/pytest_kvpress.log"
+  "$PY" benchmarks/python/hf_side_by_side.py --json "$OUTDIR/hf_side_by_side.json" \
+    2>&1 | tee "$OUTDIR/hf_side_by_side.log"
+fi
