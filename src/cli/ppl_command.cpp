@@ -2,6 +2,7 @@
 // token budgets per head (OBCache's PG19 protocol), per method, with the full cache as reference.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -51,9 +52,12 @@ int run_ppl_command(const PplArgs& a) {
   KVEVICT_CHECK(a.chunk <= info.config.context_length, "--chunk ", a.chunk, " exceeds ",
                 info.context_text());
   parse_budgets(a.budgets, "--budgets", info.config.context_length, info.context_text());
-  // A chunk caches at most chunk - 1 tokens; a head is evicted only past budget + slack.
+  // A chunk caches at most chunk - 1 tokens; a head is evicted only past budget + slack. (With
+  // only `full` in --methods the budgets are unused: nothing to warn about.)
+  const bool evicts = std::any_of(methods.begin(), methods.end(),
+                                  [](const eval::MethodConfig& m) { return !m.is_full(); });
   for (const auto& b : budgets)
-    if (b.value + a.slack >= static_cast<double>(a.chunk - 1))
+    if (evicts && b.value + a.slack >= static_cast<double>(a.chunk - 1))
       std::fprintf(stderr,
                    "kvevict: warning: --budgets %s%s is not below the %lld tokens a chunk caches, "
                    "so nothing is evicted: its rows equal the full cache's\n",

@@ -629,14 +629,26 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
       {{"generate", "-m", nan_rope_model.path(), "-p", "hi"}, {"llama.rope.freq_base", "nan"}},
       {{"generate", "-m", neg_eps_model.path(), "-p", "hi"}, {"layer_norm_rms_epsilon", "-1e-05"}},
       {{"analyze", "-m", overlap_model.path()}, {"'blk.0.attn_q.weight'", "'blk.1.attn_q.weight'", "overlap"}},
-      // A NaN weight is refused at load, naming the tensor and where.
+      // A NaN weight is refused at load, naming the tensor and where, by every model command.
       {{"generate", "-m", nan_weight_model.path(), "-p", "hi", "-n", "1"},
        {"'blk.0.attn_k.weight' holds a non-finite value (nan) at row 0 column 0"}},
+      {{"analyze", "-m", nan_weight_model.path(), "-p", std::string(100, 'a')},
+       {"'blk.0.attn_k.weight' holds a non-finite value"}},
       // Overflowing finite weights: the first sampled token refuses NaN logits.
       {{"generate", "-m", huge_model.path(), "-p", "hi", "-n", "1"}, {"is NaN; expected finite logits"}},
       {{"generate", "-m", huge_model.path(), "-p", "hi", "-n", "1", "--temperature", "1"},
        {"is NaN; expected finite logits"}},
   };
+  // ppl reads its prose from data/corpus (scripts/prepare_corpus.sh).
+  if (std::filesystem::is_directory(std::string(KVEVICT_SOURCE_DIR) + "/data/corpus/austen")) {
+    cases.push_back({{"ppl", "-m", nan_weight_model.path(), "--chunk", "16", "--methods", "full",
+                      "--budgets", "8"},
+                     {"'blk.0.attn_k.weight' holds a non-finite value"}});
+  }
+  std::ofstream(dir.file("one_row.jsonl")) << R"({"context": "c)" << row_end << R"(["a"]})" << "\n";
+  cases.push_back({{"eval", "-m", nan_weight_model.path(), "--data", dir.file("one_row.jsonl"),
+                    "--style", "raw"},
+                   {"'blk.0.attn_k.weight' holds a non-finite value"}});
   expect_rejected(cases, dir);
 }
 

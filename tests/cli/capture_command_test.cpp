@@ -2,10 +2,12 @@
 // k.npy and wo.npy that nobody had): one layer's q, k, v and W_o from a model's prefill, in the
 // shapes score and analyze read, equal to what the runtime computed. On the tiny CLI model.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "cli/tiny_cli_model.h"
 #include "kvevict/io/npy.h"
@@ -105,6 +107,35 @@ TEST(PplCommand, SaysHowManyDecodeStepsItWillRun) {
       << r.err;
   EXPECT_NE(r.err.find("--budgets 15 is not below the 15 tokens a chunk caches"), std::string::npos)
       << r.err;
+  // With only `full` the budgets are unused: no warning about them.
+  const auto f = run_cli(KVEVICT_CLI_PATH, {"ppl", "-m", model.path(), "--chunk", "16", "--methods",
+                                            "full", "--budgets", "15", "--json"});
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(f.err.find("warning"), std::string::npos) << f.err;
+}
+
+// --chunk 256 (the case that "was still running after 120 s"): at the context's full length on
+// a tiny model, every one of the 2 x 255 decode steps completes, with and without eviction, and
+// the run ends in seconds; the time per step, not a hang, is what made SmolLM2's run long.
+TEST(PplCommand, AFullContextChunkFinishes) {
+  if (!std::filesystem::is_directory(std::string(KVEVICT_SOURCE_DIR) + "/data/corpus/austen"))
+    GTEST_SKIP() << "data/corpus not prepared (scripts/prepare_corpus.sh)";
+  const auto model = testing::write_tiny_cli_model(testing::tiny_cli_doc(), "ppl_tiny_256");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cli(KVEVICT_CLI_PATH, {"ppl", "-m", model.path(), "--chunk", "256", "--methods",
+                                            "full,dropkv", "--budgets", "64", "--json"});
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("2 settings x 1 chunks x 255 predicted tokens = 510 decode steps"),
+            std::string::npos)
+      << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["ppl"].size(), 2u);
+  for (const auto& row : j["ppl"]) {
+    EXPECT_EQ(row["evaluated_tokens"].get<int64_t>(), 255) << row.dump();
+    EXPECT_TRUE(std::isfinite(row["ppl"].get<double>())) << row.dump();
+  }
+  EXPECT_LT(s, 60.0) << "510 decode steps of a 3-layer model took " << s << " s";
 }
 
 }  // namespace
