@@ -128,7 +128,7 @@ struct BatchAnswer {
   GenerateResult result;
   // After eviction and the appended tokens, before the answer is decoded:
   int64_t kept_rows_per_head = 0;  // mean over the evicted (full-attention) layers
-  int64_t kv_bytes = 0;            // K/V bytes of this row's cache
+  int64_t kv_bytes = 0;            // K/V bytes of the rows this setting's cache holds
 };
 
 class ModelRuntime {
