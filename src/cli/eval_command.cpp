@@ -81,7 +81,7 @@ std::string options_json(const EvalArgs& a) {
                       {"samples", a.samples},         {"methods", a.methods},
                       {"budgets", a.budgets},         {"modes", a.modes},
                       {"data", a.data},               {"style", a.style},
-                      {"window", a.window},           {"pool", a.pool},
+                      {"window", a.window ? nlohmann::json(*a.window) : nlohmann::json(nullptr)},           {"pool", a.pool},
                       {"seed", a.seed},               {"max_new", a.max_new},
                       {"split", a.split},             {"bootstrap", a.bootstrap},
                       {"bootstrap_seed", a.bootstrap_seed}, {"compare", a.compare},
@@ -98,15 +98,16 @@ std::string options_json(const EvalArgs& a) {
 // "a/b,c/d" -> {(a, b), (c, d)}.
 std::vector<std::pair<std::string, std::string>> parse_pairs(const std::string& s) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& item : split_list(s)) {
+  if (s.empty()) return out;  // --compare '': no comparisons
+  for (const auto& item : split_list(s, "--compare")) {
     const size_t slash = item.find('/');
     KVEVICT_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < item.size() &&
                       item.find('/', slash + 1) == std::string::npos,
                   "--compare item '", item, "' is not A/B; expected e.g. dropkv/snapkv");
-    const std::string a = item.substr(0, slash), b = item.substr(slash + 1);
-    for (const auto& name : {a, b})
+    const std::string first = item.substr(0, slash), second = item.substr(slash + 1);
+    for (const std::string& name : {first, second})
       if (name != "full") eval::MethodConfig::make(name, Budget{0.5});  // names checked now
-    out.emplace_back(a, b);
+    out.emplace_back(first, second);
   }
   return out;
 }
