@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# kvevict as a package other projects build on (README "Use kvevict from your project"), checked
+# from a build that already exists (scripts/test.sh runs it after the release build):
+#   1. `cmake --install` into a temporary prefix; the headers there are exactly the public ones
+#      of docs/PUBLIC_API.md, each compiles on its own (kvevict.h also as C99), and the installed
+#      tool starts with a clean environment, links no CUDA library, and finds libkvevict_cuda
+#      next to its libraries when the build has it
+#   2. examples/ as a project of its own: find_package(kvevict) against that prefix, built with
+#      warnings as errors, and run (C++ library example, model runtime, C example, cuda if built)
+#   3. the C++ and the C example again with pkg-config and a plain compiler command
+#   4. kvevict under a parent project (add_subdirectory), configure only: no CLI11, GoogleTest or
+#      Google Benchmark needed, and the parent's CMAKE_BUILD_TYPE / CMAKE_CUDA_ARCHITECTURES are
+#      left alone
+#   scripts/check_package.sh [build dir]          (default build/release)
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+BUILD="${1:-build/release}"
+[ -f "$BUILD/CMakeCache.txt" ] || { echo "check_package: $BUILD is not a configured build" >&2; exit 2; }
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/kvevict-package.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+PREFIX="$WORK/prefix"
+JOBS="$(nproc)"
+start=$(date +%s)
+step() { echo "check_package: $*"; }
+die() { echo "check_package: FAILED: $*" >&2; exit 1; }
+
+# --- 1. install ------------------------------------------------------------------------------
+cmake --install "$BUILD" --prefix "$PREFIX" >"$WORK/install.log"
+LIBDIR="$(pkg-config --variable=libdir "$PREFIX"/lib*/pkgconfig/kvevict.pc)"
+VERSION="$(pkg-config --modversion "$PREFIX"/lib*/pkgconfig/kvevict.pc)"
+HAS_CUDA=0
+[ -f "$LIBDIR/libkvevict_cuda.so" ] && HAS_CUDA=1
+
+# The installed headers against docs/PUBLIC_API.md's list of public headers (its "Public"
+# section; the cuda ones only in a CUDA build).
+listed="$(sed -n '/^## Public headers/,/^## /p' docs/PUBLIC_API.md | grep -o '`kvevict/[a-z0-9_/]*\.h`' |
+          tr -d '`' | sort -u)"
+[ "$HAS_CUDA" = 1 ] || listed="$(grep -v '^kvevict/cuda/' <<<"$listed")"
+installed="$(cd "$PREFIX/include" && find kvevict -type f | sort)"
+[ "$listed" = "$installed" ] || die "installed headers differ from docs/PUBLIC_API.md:
+$(diff <(echo "$listed") <(echo "$installed") || true)"
+# Each compiles alone: nothing installed includes a header that is not.
+export PREFIX
+# shellcheck disable=SC2016
+xargs -P "$JOBS" -I{} sh -c 'printf "#include \"%s\"\n" "{}" |
+  c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -I"$PREFIX/include" -x c++ - ||
+  { echo "check_package: {} does not compile on its own" >&2; exit 255; }' <<<"$installed"
+printf '#include "kvevict/kvevict.h"\n' |
+  cc -std=c99 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -I"$PREFIX/include" -x c - ||
+  die "kvevict/kvevict.h does not compile as C99"
+step "installed $(wc -l <<<"$installed") public headers, $(ls "$LIBDIR"/libkvevict*.so | wc -l) libraries, version $VERSION"
+
+if [ -x "$PREFIX/bin/kvevict" ]; then
+  tool="$PREFIX/bin/kvevict"
+  # A clean environment: the run paths alone find the libraries.
+  out="$(env -i PATH=/usr/bin:/bin "$tool" --version)"
+  [ "$out" = "kvevict $VERSION" ] || die "installed tool says '$out'; expected 'kvevict $VERSION'"
+  if ldd "$tool" | grep -E 'libcudart|libcublas|libcuda\.|libkvevict_cuda'; then
+    die "the installed tool links a CUDA library"
+  fi
+  # --device cuda loads libkvevict_cuda from next to libkvevict (a machine without a GPU then
+  # says there is no device; one without the library says this build has none).
+  err="$(env -i PATH=/usr/bin:/bin "$tool" generate --dummy smollm2-135m --prompt-tokens 4 -n 1 \
+         --device cuda -q 2>&1 >/dev/null || true)"
+  if [ "$HAS_CUDA" = 1 ]; then
+    grep -q 'has no CUDA runtime\|could not be loaded' <<<"$err" &&
+      die "the installed tool did not load $LIBDIR/libkvevict_cuda.so: $err"
+  else
+    grep -q 'this build has no CUDA runtime' <<<"$err" || die "unexpected --device cuda error: $err"
+  fi
+  step "installed tool starts with a clean environment, no CUDA library linked (--device cuda: ${err:-ran})"
+fi
+
+# --- 2. find_package(kvevict): examples/ -----------------------------------------------------
+cmake -S examples -B "$WORK/examples" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release \
+  >"$WORK/examples.log" || { cat "$WORK/examples.log"; die "examples/ does not configure"; }
+cmake --build "$WORK/examples" -j "$JOBS" >>"$WORK/examples.log" 2>&1 ||
+  { cat "$WORK/examples.log"; die "examples/ does not build against the installed package"; }
+export OMP_WAIT_POLICY=PASSIVE
+"$WORK/examples/evict_layer" >/dev/null || die "examples/cpp/evict_layer failed"
+"$WORK/examples/generate" >/dev/null || die "examples/cpp/generate failed"
+c_out="$("$WORK/examples/evict_layer_c")" || die "examples/c/evict_layer failed"
+grep -q "^kvevict $VERSION (C API" <<<"$c_out" || die "the C API reports '$(head -1 <<<"$c_out")'"
+built="evict_layer, generate, evict_layer_c"
+if [ "$HAS_CUDA" = 1 ]; then
+  [ -x "$WORK/examples/cuda_backend" ] || die "find_package(kvevict COMPONENTS cuda) found no kvevict::cuda"
+  "$WORK/examples/cuda_backend" >/dev/null || die "examples/cpp/cuda_backend failed"
+  built+=", cuda_backend"
+fi
+step "find_package(kvevict): built and ran $built"
+
+# --- 3. pkg-config ---------------------------------------------------------------------------
+export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
+# shellcheck disable=SC2046
+c++ -std=c++17 -O1 -Wall -Wextra -Werror examples/cpp/evict_layer.cpp -o "$WORK/evict_layer_pc" \
+  $(pkg-config --cflags --libs kvevict) -Wl,-rpath,"$LIBDIR"
+# shellcheck disable=SC2046
+cc -std=c99 -O1 -Wall -Wextra -Wpedantic -Werror examples/c/evict_layer.c -o "$WORK/evict_layer_c_pc" \
+  $(pkg-config --cflags --libs kvevict) -Wl,-rpath,"$LIBDIR"
+"$WORK/evict_layer_pc" >/dev/null && "$WORK/evict_layer_c_pc" >/dev/null ||
+  die "the pkg-config builds of the examples failed"
+step "pkg-config kvevict $VERSION: built and ran the C++ and the C example"
+
+# --- 4. add_subdirectory ---------------------------------------------------------------------
+mkdir -p "$WORK/parent"
+cat >"$WORK/parent/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.25)
+project(parent LANGUAGES CXX)
+add_subdirectory("$ROOT" kvevict)
+add_executable(consumer consumer.cpp)
+target_link_libraries(consumer PRIVATE kvevict::kvevict)
+get_target_property(type kvevict TYPE)
+message(STATUS "parent: kvevict is a \${type}")
+foreach(t kvevict_cli test_capi_c99)
+  if(TARGET \${t})
+    message(FATAL_ERROR "a subproject build made the top-level-only target \${t}")
+  endif()
+endforeach()
+EOF
+echo 'int main() { return 0; }' >"$WORK/parent/consumer.cpp"
+cmake -S "$WORK/parent" -B "$WORK/parent/build" -DKVEVICT_CUDA=OFF \
+  -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON >"$WORK/parent.log" 2>&1 ||
+  { cat "$WORK/parent.log"; die "kvevict does not configure under a parent project"; }
+cache="$WORK/parent/build/CMakeCache.txt"
+grep -q '^CMAKE_BUILD_TYPE:STRING=$' "$cache" ||
+  die "the parent's CMAKE_BUILD_TYPE was set: $(grep '^CMAKE_BUILD_TYPE' "$cache")"
+if grep -q '^CMAKE_CUDA_ARCHITECTURES' "$cache"; then
+  die "the parent's cache got CMAKE_CUDA_ARCHITECTURES"
+fi
+step "add_subdirectory: configures without CLI11 / GoogleTest / benchmark; parent's build type and CUDA architectures untouched"
+
+echo "check_package: passed in $(($(date +%s) - start)) s"
