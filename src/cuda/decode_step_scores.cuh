@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "kvevict/decode_score.h"
 #include "kvevict/method.h"
 #include "kvevict/score_terms.h"
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kvevict/decode_evict.h"
+#include "kvevict/decode_score.h"
 
 namespace kvevict::gpu::detail {
 

@@ -20,7 +20,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 import kvevict
-from kvevict import _options
+from kvevict import _options, distributed
 from kvevict.ops import KVCache, Selection
 
 # The attribute that carries a layer on the key tensor update() returns, so the registered
@@ -86,10 +86,12 @@ class KVEvictLayer(CacheLayerMixin):
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, config: EvictConfig, layer_idx: int = 0, **kwargs):
+    def __init__(self, config: EvictConfig, layer_idx: int = 0,
+                 shard: Optional["distributed.HeadShard"] = None, **kwargs):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
+        self.shard = shard  # this rank's heads under tensor parallelism, else None
         self.compacted: Optional[KVCache] = None
         self.seen = 0  # tokens seen = next original position
         self.batch = 0
@@ -188,24 +190,17 @@ class KVEvictLayer(CacheLayerMixin):
     def evict_prefill(self, query: torch.Tensor, scaling: Optional[float],
                       module: Optional[torch.nn.Module] = None) -> None:
         """Scores with ``query [B, Hq, n, d]`` (this layer's prompt queries after RoPE),
-        selects per batch row, and compacts the dense layer into a KVCache."""
+        selects per batch row, and compacts the dense layer into a KVCache. Under tensor
+        parallelism (``self.shard``) the tensors are this rank's heads and the selection is the
+        single-process one restricted to them (``kvevict.distributed.plan_layer``)."""
         s = self.config.settings
-        b, hkv, n, d = self.keys.shape
         wo = None
         if s.score.method == "criticalkv":
             if module is None or not hasattr(module, "o_proj"):
                 raise ValueError("criticalkv needs the layer's o_proj weight")
-            wo = module.o_proj.weight
-        parts = []
-        for row in range(b):
-            scores, aux = kvevict.score(query[row], self.keys[row], self.values[row],
-                                        s.score.method, window=s.score.window,
-                                        pool=s.score.pool, aggregate=s.score.aggregate,
-                                        scale=scaling, wo=wo, return_aux=True)
-            parts.append(kvevict.select(
-                scores, s.select.budget, policy=s.select.policy, window=s.select.window,
-                sink=s.select.sink, alpha=s.select.alpha, aux=aux))
-        self.selection = Selection.concat(parts)
+            wo = module.o_proj.weight  # under TP: rowwise, the columns of this rank's heads
+        self.selection = distributed.plan_layer(query, self.keys, self.values, s, scale=scaling,
+                                                wo=wo, shard=self.shard)
         self._compact_dense(self.selection)
 
     def evict_mask(self, keep: torch.Tensor) -> None:
@@ -239,6 +234,16 @@ class KVEvictLayer(CacheLayerMixin):
         cache.score_acc = torch.zeros(cache.k.shape[0], dtype=torch.float32)
         return cache
 
+    def positions(self) -> List[np.ndarray]:
+        """The original positions each local head (batch-major) holds, ascending."""
+        if self.compacted is None:
+            n = 0 if self.keys is None else int(self.keys.shape[2])
+            return [np.arange(n, dtype=np.int32)] * (self.batch * self.num_kv_heads)
+        c = self.compacted
+        pos = c.pos.cpu().numpy() if isinstance(c.pos, torch.Tensor) else np.asarray(c.pos)
+        return [np.sort(pos[int(c.offsets[h]):int(c.offsets[h] + c.lens[h])])
+                for h in range(c.num_kv_heads)]
+
     def attend(self, query: torch.Tensor, scaling: Optional[float], sliding_window: Optional[int],
                softcap: Optional[float]) -> torch.Tensor:
         """Attention of ``query [B, Hq, m, d]`` (the m newest tokens) over the compacted layer;
@@ -267,13 +272,15 @@ class KVEvictCache(Cache):
         config: the EvictConfig (``kvevict.hf.press`` builds it from its arguments).
     """
 
-    def __init__(self, config: Optional[EvictConfig] = None, **kwargs):
+    def __init__(self, config: Optional[EvictConfig] = None,
+                 shard: Optional["distributed.HeadShard"] = None, **kwargs):
         self.evict_config = config or EvictConfig(**kwargs)
+        self.shard = shard
         super().__init__(layers=[])
 
     def _layer(self, layer_idx: int) -> KVEvictLayer:
         while len(self.layers) <= layer_idx:
-            self.layers.append(KVEvictLayer(self.evict_config, len(self.layers)))
+            self.layers.append(KVEvictLayer(self.evict_config, len(self.layers), self.shard))
         return self.layers[layer_idx]
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
@@ -291,3 +298,14 @@ class KVEvictCache(Cache):
 
     def stats(self) -> List[LayerStats]:
         return [layer.stats for layer in self.layers]
+
+    def kept_positions(self) -> List[List[np.ndarray]]:
+        """Per layer, the original positions every head holds now (prompt rows kept plus the
+        tokens appended since), one int32 array per head in batch-major order over ALL heads:
+        under tensor parallelism it is collective (every rank of the group must call it) and
+        returns the whole layer on every rank."""
+        out = []
+        for layer in self.layers:
+            rows = layer.positions()
+            out.append(distributed.gather_kept(rows, self.shard, layer.batch))
+        return out

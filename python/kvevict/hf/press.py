@@ -19,7 +19,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from kvevict import _options
+from kvevict import _options, distributed
 from kvevict.hf import attention as _attention
 from kvevict.hf.cache import EvictConfig, KVEvictCache
 
@@ -39,20 +39,23 @@ def given_cache(kwargs):
 class Press:
     """What ``press()`` yields: its settings, a cache factory and the last cache used."""
 
-    def __init__(self, model, config: EvictConfig, query_aware: bool):
+    def __init__(self, model, config: EvictConfig, query_aware: bool,
+                 shard: Optional[distributed.HeadShard] = None):
         self.model = model
         self.config = config
         self.query_aware = query_aware
+        self.shard = shard  # this rank's KV heads under tensor parallelism, else None
         self.cache: Optional[KVEvictCache] = None
         self.kwarg = cache_kwarg(model)
 
     def new_cache(self) -> KVEvictCache:
-        self.cache = KVEvictCache(self.config)
+        self.cache = KVEvictCache(self.config, self.shard)
         return self.cache
 
     def describe(self) -> str:
         mode = "query-aware" if self.query_aware else "query-agnostic"
-        return f"{self.config.settings.describe()} {mode}"
+        tp = f" tp={self.shard.size}" if self.shard is not None else ""
+        return f"{self.config.settings.describe()} {mode}{tp}"
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, **kwargs) -> KVEvictCache:
@@ -111,7 +114,8 @@ def press(model, method: str = "dropkv", budget: Optional[_options.BudgetLike] =
           query_aware: bool = True, window: Optional[int] = None, pool: Optional[str] = None,
           aggregate: Optional[str] = None, sink: Optional[int] = None, alpha: float = 0.2,
           prefill: bool = True, decode_budget: Optional[int] = None, decode_score: str = "h2o",
-          decode_slack: int = 0, decode_recent: int = 32, slack: int = 64) -> Iterator[Press]:
+          decode_slack: int = 0, decode_recent: int = 32, slack: int = 64,
+          shard: Optional[distributed.HeadShard] = None) -> Iterator[Press]:
     """Evicts a transformers model's KV cache with kvevict while the context is open.
 
     Args:
@@ -127,6 +131,10 @@ def press(model, method: str = "dropkv", budget: Optional[_options.BudgetLike] =
             as in ``kvevict.DecodeEvictor``). Host (CPU) models only for now.
         slack: spare rows per head after compaction, so decode appends do not copy the cache
             (it is re-spaced with this many more rows whenever a head fills up).
+        shard: this rank's KV heads under tensor parallelism; None reads it from a model loaded
+            with ``tp_plan`` (``kvevict.distributed.HeadShard.of_model``). Each rank evicts its
+            own heads; adakv and tova add one all-gather per layer (``kvevict.distributed``),
+            so the kept sets are those of the single-process run.
 
     Yields:
         a Press; ``press.cache`` is the KVEvictCache of the latest call.
@@ -139,7 +147,9 @@ def press(model, method: str = "dropkv", budget: Optional[_options.BudgetLike] =
     if decode_budget is not None and any(t.is_cuda for t in model.parameters()):
         raise ValueError("decode_budget: decode-time eviction runs on host caches (the "
                          "DecodeEvictor); this model is on a CUDA device")
-    p = Press(model, config, query_aware)
+    if shard is None:
+        shard = distributed.HeadShard.of_model(model)
+    p = Press(model, config, query_aware, shard)
     _attention.register()
     base = _base_attention(model)
     original_impl = model.config._attn_implementation
