@@ -8,9 +8,10 @@
 #   2. examples/ as a project of its own: find_package(kvevict) against that prefix, built with
 #      warnings as errors, and run (C++ library example, model runtime, C example, cuda if built)
 #   3. the C++ and the C example again with pkg-config and a plain compiler command
-#   4. kvevict under a parent project (add_subdirectory), configure only: no CLI11, GoogleTest or
-#      Google Benchmark needed, and the parent's CMAKE_BUILD_TYPE / CMAKE_CUDA_ARCHITECTURES are
-#      left alone
+#   4. kvevict under a parent project (add_subdirectory and FetchContent), configure only: no
+#      CLI11, GoogleTest or Google Benchmark needed, the parent's cache, flags and directory
+#      properties left alone (CMAKE_BUILD_TYPE, CMAKE_CUDA_ARCHITECTURES), kvevict:: targets that
+#      hand their users no compile options
 #   scripts/check_package.sh [build dir]          (default build/release)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -102,33 +103,105 @@ cc -std=c99 -O1 -Wall -Wextra -Wpedantic -Werror examples/c/evict_layer.c -o "$W
   die "the pkg-config builds of the examples failed"
 step "pkg-config kvevict $VERSION: built and ran the C++ and the C example"
 
-# --- 4. add_subdirectory ---------------------------------------------------------------------
+# --- 4. add_subdirectory / FetchContent ------------------------------------------------------
+# A parent project that sets its own CMAKE_BUILD_TYPE, CMAKE_CUDA_ARCHITECTURES and flags, then
+# takes kvevict as a subproject: configure only (the libraries build as in the tree). What kvevict
+# may not do to it: make top-level-only targets, need CLI11 / GoogleTest / Google Benchmark, change
+# the parent's cache, variables or directory properties, or put compile options (-march=native,
+# -fopenmp, warnings) or definitions into the interface of the targets the parent links.
 mkdir -p "$WORK/parent"
 cat >"$WORK/parent/CMakeLists.txt" <<EOF
 cmake_minimum_required(VERSION 3.25)
 project(parent LANGUAGES CXX)
-add_subdirectory("$ROOT" kvevict)
-add_executable(consumer consumer.cpp)
-target_link_libraries(consumer PRIVATE kvevict::kvevict)
-get_target_property(type kvevict TYPE)
-message(STATUS "parent: kvevict is a \${type}")
-foreach(t kvevict_cli test_capi_c99)
+set(watched CMAKE_CXX_FLAGS CMAKE_CXX_FLAGS_RELWITHDEBINFO CMAKE_EXE_LINKER_FLAGS
+    CMAKE_SHARED_LINKER_FLAGS CMAKE_BUILD_TYPE CMAKE_CUDA_ARCHITECTURES CMAKE_CUDA_FLAGS
+    CMAKE_POSITION_INDEPENDENT_CODE CMAKE_CXX_STANDARD BUILD_SHARED_LIBS)
+set(props COMPILE_OPTIONS COMPILE_DEFINITIONS INCLUDE_DIRECTORIES LINK_OPTIONS LINK_DIRECTORIES)
+foreach(v \${watched})
+  set(before_\${v} "\${\${v}}")
+endforeach()
+foreach(p \${props})
+  get_directory_property(before_\${p} \${p})
+endforeach()
+if(HOW STREQUAL "fetchcontent")
+  include(FetchContent)
+  FetchContent_Declare(kvevict SOURCE_DIR "$ROOT")
+  FetchContent_MakeAvailable(kvevict)
+else()
+  add_subdirectory("$ROOT" kvevict)
+endif()
+foreach(v \${watched})
+  if(NOT "\${before_\${v}}" STREQUAL "\${\${v}}")
+    message(FATAL_ERROR "kvevict changed the parent's \${v}: '\${before_\${v}}' -> '\${\${v}}'")
+  endif()
+endforeach()
+foreach(p \${props})
+  get_directory_property(after \${p})
+  if(NOT "\${before_\${p}}" STREQUAL "\${after}")
+    message(FATAL_ERROR "kvevict changed the parent's directory \${p}: '\${before_\${p}}' -> '\${after}'")
+  endif()
+endforeach()
+foreach(t kvevict_cli kvevict_eval test_capi_c99 gtest benchmark)
   if(TARGET \${t})
     message(FATAL_ERROR "a subproject build made the top-level-only target \${t}")
   endif()
 endforeach()
+foreach(t kvevict::kvevict kvevict::model kvevict::cuda)
+  if(NOT TARGET \${t})
+    if(t STREQUAL "kvevict::cuda" AND NOT EXPECT_CUDA)
+      continue()
+    endif()
+    message(FATAL_ERROR "no target \${t} under a parent project")
+  endif()
+  get_target_property(opts \${t} INTERFACE_COMPILE_OPTIONS)
+  get_target_property(defs \${t} INTERFACE_COMPILE_DEFINITIONS)
+  if(opts OR defs)
+    message(FATAL_ERROR "\${t} hands its users compile options '\${opts}' / definitions '\${defs}'")
+  endif()
+endforeach()
+if(EXPECT_CUDA)
+  get_target_property(arch kvevict_cuda CUDA_ARCHITECTURES)
+  if(NOT arch STREQUAL "90a")
+    message(FATAL_ERROR "kvevict_cuda builds for '\${arch}' under a parent; expected 90a")
+  endif()
+endif()
+add_executable(consumer consumer.cpp)
+target_link_libraries(consumer PRIVATE kvevict::kvevict)
 EOF
 echo 'int main() { return 0; }' >"$WORK/parent/consumer.cpp"
-cmake -S "$WORK/parent" -B "$WORK/parent/build" -DKVEVICT_CUDA=OFF \
-  -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON \
-  -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON >"$WORK/parent.log" 2>&1 ||
-  { cat "$WORK/parent.log"; die "kvevict does not configure under a parent project"; }
-cache="$WORK/parent/build/CMakeCache.txt"
-grep -q '^CMAKE_BUILD_TYPE:STRING=$' "$cache" ||
-  die "the parent's CMAKE_BUILD_TYPE was set: $(grep '^CMAKE_BUILD_TYPE' "$cache")"
-if grep -q '^CMAKE_CUDA_ARCHITECTURES' "$cache"; then
-  die "the parent's cache got CMAKE_CUDA_ARCHITECTURES"
+# The parent's own settings, which must survive: a build type, CUDA architectures (80, not
+# kvevict's 90a) and flags. With a CUDA toolkit the subproject builds its CUDA library too.
+parent_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS=-DPARENT_FLAG
+             -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON
+             -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON)
+cuda_args=(-DKVEVICT_CUDA=OFF -DEXPECT_CUDA=OFF)
+if [ "$HAS_CUDA" = 1 ]; then
+  nvcc="$(grep -E '^CMAKE_CUDA_COMPILER:[A-Z]+=' "$BUILD/CMakeCache.txt" | cut -d= -f2)"
+  cuda_args=(-DKVEVICT_CUDA=ON -DEXPECT_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc"
+             -DCMAKE_CUDA_ARCHITECTURES=80)
 fi
-step "add_subdirectory: configures without CLI11 / GoogleTest / benchmark; parent's build type and CUDA architectures untouched"
+for how in add_subdirectory fetchcontent; do
+  # CUDA once (add_subdirectory), the other way CPU only: detecting nvcc costs time.
+  args=("${parent_args[@]}" -DKVEVICT_CUDA=OFF -DEXPECT_CUDA=OFF)
+  [ "$how" = add_subdirectory ] && args=("${parent_args[@]}" "${cuda_args[@]}")
+  cmake -S "$WORK/parent" -B "$WORK/parent/$how" -DHOW="$how" "${args[@]}" \
+    >"$WORK/parent-$how.log" 2>&1 ||
+    { cat "$WORK/parent-$how.log"; die "kvevict does not configure under a parent project ($how)"; }
+  cache="$WORK/parent/$how/CMakeCache.txt"
+  grep -q '^CMAKE_BUILD_TYPE:STRING=RelWithDebInfo$' "$cache" ||
+    die "$how: the parent's CMAKE_BUILD_TYPE became $(grep '^CMAKE_BUILD_TYPE' "$cache")"
+  if [ "$how" = add_subdirectory ] && [ "$HAS_CUDA" = 1 ]; then
+    grep -q '^CMAKE_CUDA_ARCHITECTURES:STRING=80$' "$cache" ||
+      die "the parent's CMAKE_CUDA_ARCHITECTURES became $(grep '^CMAKE_CUDA_ARCHITECTURES' "$cache")"
+  elif grep -q '^CMAKE_CUDA_ARCHITECTURES' "$cache"; then
+    die "$how: a CPU-only subproject put CMAKE_CUDA_ARCHITECTURES into the parent's cache"
+  fi
+  if grep -E '^KVEVICT_BUILD_(CLI|TESTS|BENCHMARKS):BOOL=ON|^KVEVICT_INSTALL:BOOL=ON' "$cache"; then
+    die "$how: a top-level-only option defaults ON under a parent"
+  fi
+done
+cuda_note="CPU only"
+[ "$HAS_CUDA" = 1 ] && cuda_note="kvevict::cuda at sm_90a under a parent's sm_80"
+step "add_subdirectory and FetchContent ($cuda_note): no CLI11 / GoogleTest / benchmark; the parent's cache, flags and directory properties untouched; no compile options in kvevict's interface"
 
 echo "check_package: passed in $(($(date +%s) - start)) s"

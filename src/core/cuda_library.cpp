@@ -7,6 +7,10 @@
 #include <mutex>
 #include <string>
 
+#ifndef KVEVICT_CUDA_SONAME  // set by src/CMakeLists.txt
+#define KVEVICT_CUDA_SONAME "libkvevict_cuda.so"
+#endif
+
 namespace kvevict::detail {
 namespace {
 
@@ -44,12 +48,15 @@ Library load() {
       lib.error = "KVEVICT_CUDA_LIBRARY=" + std::string(env) + " could not be loaded (" + last + ")";
     return lib;
   }
+  // By its SONAME (cmake/Version.cmake: libkvevict_cuda.so.0.1), the file a runtime-only install
+  // has; the unversioned name is the development link.
+  const std::string name = KVEVICT_CUDA_SONAME;
   const std::string dir = own_directory();
-  if (!dir.empty() && attempt(dir + "libkvevict_cuda.so")) return lib;
-  if (attempt("libkvevict_cuda.so")) return lib;
+  if (!dir.empty() && attempt(dir + name)) return lib;
+  if (attempt(name)) return lib;
   // A missing libkvevict_cuda means a build without CUDA; a library that is there but fails to
   // load usually misses the CUDA runtime (libcudart / libcublas).
-  if (last.find("libkvevict_cuda.so: cannot open") != std::string::npos)
+  if (last.find(name + ": cannot open") != std::string::npos)
     lib.error = "this build has no CUDA runtime (configure with KVEVICT_CUDA=ON and a CUDA "
                 "toolkit)";
   else

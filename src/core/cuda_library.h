@@ -9,7 +9,8 @@
 namespace kvevict::detail {
 
 // The address of `symbol` in libkvevict_cuda, loaded once on first use: $KVEVICT_CUDA_LIBRARY if
-// set, else libkvevict_cuda.so next to the kvevict library, else the system's search path.
+// set, else libkvevict_cuda.so.<SOVERSION> next to the kvevict library, else the system's search
+// path.
 // nullptr with `why` saying what failed: a build without CUDA (no such library), a library that
 // does not load (usually a missing CUDA runtime), or one without the symbol.
 void* cuda_library_symbol(const char* symbol, std::string* why);

@@ -599,5 +599,182 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
   EXPECT_EQ(kvevict_decode_evictor_capacity_per_head(nullptr), -1);
 }
 
+
+// Bad caches and decode steps through the C API: each call fails with a status and a message that
+// names the bad value, leaves the cache and the out-parameters as they were, and never crashes.
+TEST(CApi, BadCachesAndStepsAreAStatusAndAMessage) {
+  const int hkv = 2, hq = 4, d = 8;
+  HostKVCache cache(DType::kF32, hkv, d, {3, 3}, true);
+  const kvevict_kv_layer good = c_layer(cache.view());
+  std::vector<float> rk(hkv * d, 0.5f), rv(hkv * d, 0.25f);
+  const TensorView k_row(rk.data(), DType::kF32, {hkv, d}), v_row(rv.data(), DType::kF32, {hkv, d});
+  const kvevict_tensor ck = c_tensor(k_row), cv = c_tensor(v_row);
+  auto fails = [](kvevict_status got, const std::string& needle, const char* function) {
+    EXPECT_EQ(got, KVEVICT_ERROR_INVALID_ARGUMENT) << needle;
+    EXPECT_NE(last_error().find(needle), std::string::npos) << last_error();
+    EXPECT_EQ(last_error().rfind(std::string(function) + ": ", 0), 0u) << last_error();
+  };
+  auto append_fails = [&](const kvevict_kv_layer* c, const kvevict_tensor* k,
+                          const kvevict_tensor* v, const std::string& needle) {
+    fails(kvevict_cache_append(c, k, v, 7), needle, "kvevict_cache_append");
+    EXPECT_EQ(cache.view().lens[0], 0);  // nothing written
+  };
+  append_fails(nullptr, &ck, &cv, "cache is NULL");
+  append_fails(&good, nullptr, &cv, "k_row is NULL");
+  kvevict_kv_layer bad = good;
+  bad.num_kv_heads = 0;
+  append_fails(&bad, &ck, &cv, "num_kv_heads 0");
+  bad = good;
+  bad.head_dim = -3;
+  append_fails(&bad, &ck, &cv, "head_dim -3");
+  bad = good;
+  bad.dtype = 42;
+  append_fails(&bad, &ck, &cv, "dtype 42 is not a kvevict_dtype");
+  bad = good;
+  bad.dtype = KVEVICT_DTYPE_I32;
+  append_fails(&bad, &ck, &cv, "dtype i32 is not supported");
+  bad = good;
+  bad.device = 9;
+  append_fails(&bad, &ck, &cv, "device 9 is not a kvevict_device");
+  bad = good;
+  bad.k = nullptr;
+  append_fails(&bad, &ck, &cv, "k, v or pos is null");
+  bad = good;
+  bad.offsets = nullptr;  // a host cache needs its host table
+  append_fails(&bad, &ck, &cv, "offsets or lens is null");
+  const std::vector<int64_t> decreasing = {0, 3, 2};
+  bad = good;
+  bad.offsets = decreasing.data();
+  append_fails(&bad, &ck, &cv, "offsets decrease at head 1 (3 -> 2)");
+  const std::vector<int64_t> shifted = {1, 4, 7};
+  bad = good;
+  bad.offsets = shifted.data();
+  append_fails(&bad, &ck, &cv, "offsets[0] is 1");
+  std::vector<int64_t> lens = {4, 0};
+  bad = good;
+  bad.lens = lens.data();
+  fails(kvevict_cache_append(&bad, &ck, &cv, 7), "head 0 length 4 exceeds its capacity 3",
+        "kvevict_cache_append");
+  EXPECT_EQ(lens, (std::vector<int64_t>{4, 0}));
+  kvevict_tensor wide = ck;
+  wide.shape[0] = hkv + 1;
+  append_fails(&good, &wide, &cv, "k_row");
+  kvevict_tensor ints = ck;
+  ints.dtype = KVEVICT_DTYPE_I64;  // a dtype kvevict has, the wrong one for a row
+  ints.shape[1] = d / 2;           // and a shape that would read past the buffer
+  append_fails(&good, &ints, &cv, "k_row");
+  for (int32_t t = 0; t < 3; ++t) ASSERT_EQ(kvevict_cache_append(&good, &ck, &cv, t), KVEVICT_OK);
+  fails(kvevict_cache_append(&good, &ck, &cv, 3), "cannot append to KV head 0: its segment is full",
+        "kvevict_cache_append");
+  EXPECT_EQ(cache.view().lens[0], 3);
+
+  // Decode: the cache and every step tensor.
+  kvevict_decode_options o;
+  kvevict_decode_options_init(&o);
+  o.budget = 2;
+  o.recent = 1;
+  kvevict_decode_evictor* raw = nullptr;
+  ASSERT_EQ(kvevict_decode_evictor_create(nullptr, &o, &raw), KVEVICT_OK) << last_error();
+  DecodePtr ev(raw);
+  std::vector<float> qd(hq * d, 0.1f), ad(hq * d, 0.2f), ld(hq, 1.0f);
+  const kvevict_tensor q = c_tensor(TensorView(qd.data(), DType::kF32, {hq, d}));
+  const kvevict_tensor a = c_tensor(TensorView(ad.data(), DType::kF32, {hq, d}));
+  const kvevict_tensor l = c_tensor(TensorView(ld.data(), DType::kF32, {hq}));
+  const std::vector<float> acc_before(cache.view().score_acc, cache.view().score_acc + 6);
+  auto step_fails = [&](const kvevict_decode_evictor* e, const kvevict_kv_layer* c,
+                        const kvevict_tensor* qq, const kvevict_tensor* aa,
+                        const kvevict_tensor* ll, const std::string& needle) {
+    int64_t evicted = -1;
+    fails(kvevict_decode_evictor_step(e, c, qq, aa, ll, &evicted), needle,
+          "kvevict_decode_evictor_step");
+    EXPECT_EQ(evicted, -1);
+    fails(kvevict_decode_evictor_accumulate(e, c, qq, aa, ll), needle,
+          "kvevict_decode_evictor_accumulate");
+    EXPECT_EQ(std::vector<float>(cache.view().score_acc, cache.view().score_acc + 6), acc_before);
+    EXPECT_EQ(cache.view().lens[0], 3);
+  };
+  step_fails(nullptr, &good, &q, &a, &l, "evictor is NULL");
+  step_fails(ev.get(), nullptr, &q, &a, &l, "cache is NULL");
+  step_fails(ev.get(), &good, &q, nullptr, &l, "a is NULL");
+  bad = good;
+  bad.score_acc = nullptr;
+  step_fails(ev.get(), &bad, &q, &a, &l, "no score accumulator");
+  kvevict_tensor bq = q;
+  bq.shape[0] = 3;  // not a multiple of Hkv = 2
+  step_fails(ev.get(), &good, &bq, &a, &l, "step q has 3 heads; expected a positive multiple of 2");
+  bq = q;
+  bq.shape[1] = d + 1;
+  step_fails(ev.get(), &good, &bq, &a, &l, "step q");
+  kvevict_tensor bl = l;
+  bl.shape[0] = hq - 1;
+  step_fails(ev.get(), &good, &q, &a, &bl, "step lse");
+  // No query heads at all: refused, not a score divided by zero heads.
+  kvevict_tensor q0 = q, a0 = a, l0 = l;
+  q0.shape[0] = a0.shape[0] = l0.shape[0] = 0;
+  step_fails(ev.get(), &good, &q0, &a0, &l0, "step q has 0 heads");
+  kvevict_tensor half = q;
+  half.dtype = KVEVICT_DTYPE_F16;
+  step_fails(ev.get(), &good, &half, &a, &l, "host f32");
+  int64_t evicted = -1;
+  fails(kvevict_decode_evictor_evict(ev.get(), nullptr, &evicted), "cache is NULL",
+        "kvevict_decode_evictor_evict");
+  EXPECT_EQ(evicted, -1);
+  // The same cache, well formed, goes through: 3 rows a head, budget 2 + slack 0 -> 1 evicted each.
+  ASSERT_EQ(kvevict_decode_evictor_step(ev.get(), &good, &q, &a, &l, &evicted), KVEVICT_OK)
+      << last_error();
+  EXPECT_EQ(evicted, 2);
+}
+
+// apply(): an output the selection does not fit, or one of another shape, is refused.
+TEST(CApi, ApplyRefusesAnOutputThatDoesNotFit) {
+  BackendPtr be = backend("cpu");
+  kvevict_evict_options o;
+  kvevict_evict_options_init(&o);
+  o.method = "knorm";
+  o.budget = 4;
+  kvevict_layer_evictor* raw = nullptr;
+  ASSERT_EQ(kvevict_layer_evictor_create(be.get(), &o, &raw), KVEVICT_OK) << last_error();
+  EvictorPtr ev(raw);
+  const int hkv = 2, d = 8;
+  const int64_t n = 12;
+  testing::ProblemBuilder b(testing::make_shape(hkv, hkv, 1, n, d), 11);
+  const kvevict_tensor k = c_tensor(b.problem().k), v = c_tensor(b.problem().v);
+  kvevict_selection* s = nullptr;
+  ASSERT_EQ(kvevict_layer_evictor_plan(ev.get(), nullptr, &k, &v, nullptr, 0.0f,
+                                       KVEVICT_RESIDENCY_HOST, &s),
+            KVEVICT_OK)
+      << last_error();
+  SelectionPtr hs(s);
+  HostKVCache full(DType::kF32, hkv, d, {n, n}, false);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<float> row(hkv * d, static_cast<float>(t));
+    const TensorView r(row.data(), DType::kF32, {hkv, d});
+    cache_append(full.view(), r, r, static_cast<int32_t>(t));
+  }
+  const kvevict_kv_layer in = c_layer(full.view());
+  HostKVCache small(DType::kF32, hkv, d, {4, 3}, false);  // head 1 holds 3 < 4 kept
+  const kvevict_kv_layer out_small = c_layer(small.view());
+  EXPECT_EQ(kvevict_layer_evictor_apply(ev.get(), &in, s, &out_small),
+            KVEVICT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("head 1 holds 3"), std::string::npos) << last_error();
+  EXPECT_EQ(small.view().lens[1], 0);
+  HostKVCache other_dim(DType::kF32, hkv, d / 2, {4, 4}, false);
+  const kvevict_kv_layer out_dim = c_layer(other_dim.view());
+  EXPECT_EQ(kvevict_layer_evictor_apply(ev.get(), &in, s, &out_dim),
+            KVEVICT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("head_dim mismatch: input 8, output 4"), std::string::npos)
+      << last_error();
+  HostKVCache in_three(DType::kF32, 3, d, {4, 4, 4}, false), out_three(DType::kF32, 3, d,
+                                                                       {4, 4, 4}, false);
+  const kvevict_kv_layer in3 = c_layer(in_three.view()), out3 = c_layer(out_three.view());
+  EXPECT_EQ(kvevict_layer_evictor_apply(ev.get(), &in3, s, &out3), KVEVICT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("selection covers 2"), std::string::npos) << last_error();
+  HostKVCache fits(DType::kF32, hkv, d, {4, 4}, false);
+  const kvevict_kv_layer out_fits = c_layer(fits.view());
+  ASSERT_EQ(kvevict_layer_evictor_apply(ev.get(), &in, s, &out_fits), KVEVICT_OK) << last_error();
+  EXPECT_EQ(fits.view().lens[0], 4);
+  EXPECT_EQ(fits.view().lens[1], 4);
+}
+
 }  // namespace
 }  // namespace kvevict
