@@ -1,7 +1,9 @@
 # Install and export rules: kvevict as a package other projects build on (README "Use kvevict
 # from your project"). `cmake --install build/<preset> --prefix P` lays out
 #   P/include/kvevict/...        the public headers of docs/PUBLIC_API.md, nothing else
-#   P/lib/libkvevict*.so         core (+ C API), model, cuda (when built), eval (for the tool)
+#   P/lib/libkvevict*.so.0.1     core (+ C API), model, cuda (when built), eval (for the tool);
+#                                versioned (cmake/Version.cmake), the .so links in the development
+#                                component: `--component kvevict_runtime` installs what runs only
 #   P/bin/kvevict                the command-line tool (KVEVICT_BUILD_CLI)
 #   P/lib/cmake/kvevict/         kvevictConfig.cmake + version file + one targets file a component
 #   P/lib/pkgconfig/             kvevict.pc, kvevict-model.pc (+ kvevict-cuda.pc)
@@ -54,6 +56,7 @@ foreach(component ${KVEVICT_COMPONENTS})
   set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN")
   install(TARGETS ${target} EXPORT kvevict-${component}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvevict_runtime
+                  NAMELINK_COMPONENT kvevict_development
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvevict_development
           RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT kvevict_runtime)
   install(EXPORT kvevict-${component} NAMESPACE kvevict:: FILE kvevict-${component}-targets.cmake
@@ -74,7 +77,7 @@ if(TARGET kvevict_cli)
   if(TARGET kvevict_eval AND KVEVICT_SHARED)
     set_target_properties(kvevict_eval PROPERTIES INSTALL_RPATH "$ORIGIN")
     install(TARGETS kvevict_eval LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-            COMPONENT kvevict_runtime)
+            COMPONENT kvevict_runtime NAMELINK_SKIP)
   endif()
 endif()
 

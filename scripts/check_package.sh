@@ -12,7 +12,7 @@
 #      CLI11, GoogleTest or Google Benchmark needed, the parent's cache, flags and directory
 #      properties left alone (CMAKE_BUILD_TYPE, CMAKE_CUDA_ARCHITECTURES), kvevict:: targets that
 #      hand their users no compile options
-#   scripts/check_package.sh [build dir]          (default build/release)
+#   scripts/check_package.sh [build dir]          (default build/release; scripts/test.sh runs it)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -72,6 +72,30 @@ if [ -x "$PREFIX/bin/kvevict" ]; then
   fi
   step "installed tool starts with a clean environment, no CUDA library linked (--device cuda: ${err:-ran})"
 fi
+
+# Versioned libraries: each SONAME is lib<name>.so.<SOVERSION>; the runtime component alone (no
+# headers, no development links, no CMake or pkg-config files) is enough to run the tool.
+SOVERSION="$(sed -n 's/^\([0-9]*\)\.\([0-9]*\)\..*/\1.\2/p' <<<"$VERSION")"
+[ "${SOVERSION%%.*}" = 0 ] || SOVERSION="${SOVERSION%%.*}"
+for lib in "$LIBDIR"/libkvevict*.so; do
+  name="$(basename "$lib")"
+  soname="$(objdump -p "$lib" | awk '$1 == "SONAME" { print $2 }')"
+  [ "$soname" = "$name.$SOVERSION" ] || die "$name has SONAME '$soname'; expected $name.$SOVERSION"
+done
+cmake --install "$BUILD" --prefix "$WORK/runtime" --component kvevict_runtime >/dev/null
+extra="$(cd "$WORK/runtime" && find . -name '*.h' -o -name '*.so' -o -name '*.pc' -o -name '*.cmake')"
+[ -z "$extra" ] || die "the runtime component installs development files: $extra"
+if [ -x "$WORK/runtime/bin/kvevict" ]; then
+  out="$(env -i PATH=/usr/bin:/bin "$WORK/runtime/bin/kvevict" --version)" ||
+    die "the tool of a runtime-only install does not start"
+  if [ "$HAS_CUDA" = 1 ]; then
+    err="$(env -i PATH=/usr/bin:/bin "$WORK/runtime/bin/kvevict" generate --dummy smollm2-135m \
+           --prompt-tokens 4 -n 1 --device cuda -q 2>&1 >/dev/null || true)"
+    grep -q 'has no CUDA runtime\|could not be loaded' <<<"$err" &&
+      die "a runtime-only install does not load libkvevict_cuda.so.$SOVERSION: $err"
+  fi
+fi
+step "libraries versioned (SONAME lib*.so.$SOVERSION); a runtime-only install runs the tool"
 
 # --- 2. find_package(kvevict): examples/ -----------------------------------------------------
 cmake -S examples -B "$WORK/examples" -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=Release \
@@ -176,7 +200,10 @@ parent_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS=-DPARENT_FLAG
              -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON)
 cuda_args=(-DKVEVICT_CUDA=OFF -DEXPECT_CUDA=OFF)
 if [ "$HAS_CUDA" = 1 ]; then
-  nvcc="$(grep -E '^CMAKE_CUDA_COMPILER:[A-Z]+=' "$BUILD/CMakeCache.txt" | cut -d= -f2)"
+  # The build's nvcc (cmake/Cuda.cmake sets it as a plain variable: it is not in the cache).
+  nvcc="$(sed -n 's/^set(CMAKE_CUDA_COMPILER "\(.*\)")$/\1/p' \
+          "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -1)"
+  [ -x "$nvcc" ] || die "found no nvcc in $BUILD/CMakeFiles/*/CMakeCUDACompiler.cmake"
   cuda_args=(-DKVEVICT_CUDA=ON -DEXPECT_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc"
              -DCMAKE_CUDA_ARCHITECTURES=80)
 fi
@@ -188,10 +215,10 @@ for how in add_subdirectory fetchcontent; do
     >"$WORK/parent-$how.log" 2>&1 ||
     { cat "$WORK/parent-$how.log"; die "kvevict does not configure under a parent project ($how)"; }
   cache="$WORK/parent/$how/CMakeCache.txt"
-  grep -q '^CMAKE_BUILD_TYPE:STRING=RelWithDebInfo$' "$cache" ||
+  grep -q '^CMAKE_BUILD_TYPE:[A-Z]*=RelWithDebInfo$' "$cache" ||
     die "$how: the parent's CMAKE_BUILD_TYPE became $(grep '^CMAKE_BUILD_TYPE' "$cache")"
   if [ "$how" = add_subdirectory ] && [ "$HAS_CUDA" = 1 ]; then
-    grep -q '^CMAKE_CUDA_ARCHITECTURES:STRING=80$' "$cache" ||
+    grep -q '^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=80$' "$cache" ||
       die "the parent's CMAKE_CUDA_ARCHITECTURES became $(grep '^CMAKE_CUDA_ARCHITECTURES' "$cache")"
   elif grep -q '^CMAKE_CUDA_ARCHITECTURES' "$cache"; then
     die "$how: a CPU-only subproject put CMAKE_CUDA_ARCHITECTURES into the parent's cache"
