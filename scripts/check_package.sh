@@ -6,7 +6,8 @@
 #      tool starts with a clean environment, links no CUDA library, and finds libkvevict_cuda
 #      next to its libraries when the build has it
 #   2. examples/ as a project of its own: find_package(kvevict) against that prefix, built with
-#      warnings as errors, and run (C++ library example, model runtime, C example, cuda if built)
+#      warnings as errors, and run (C++ library example, model runtime, C example, cuda if built);
+#      COMPONENTS core alone, and another MINOR version or an unknown component refused
 #   3. the C++ and the C example again with pkg-config and a plain compiler command
 #   4. kvevict under a parent project (add_subdirectory and FetchContent), configure only: no
 #      CLI11, GoogleTest or Google Benchmark needed, the parent's cache, flags and directory
@@ -114,6 +115,41 @@ if [ "$HAS_CUDA" = 1 ]; then
   built+=", cuda_backend"
 fi
 step "find_package(kvevict): built and ran $built"
+
+# Components and versions: the core alone defines kvevict::kvevict and no runtime target; another
+# MINOR version, an unknown component and (in a build without it) cuda are refused with a reason.
+mkdir -p "$WORK/find"
+cat >"$WORK/find/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.25)
+project(find_kvevict LANGUAGES CXX)
+find_package(kvevict ${WANT_VERSION} REQUIRED COMPONENTS ${WANT_COMPONENTS})
+if(TARGET kvevict::model AND NOT "model" IN_LIST WANT_COMPONENTS)
+  message(FATAL_ERROR "COMPONENTS ${WANT_COMPONENTS} also loaded kvevict::model")
+endif()
+message(STATUS "found kvevict ${kvevict_VERSION}")
+EOF
+finds=0
+find_kvevict() {  # version components...
+  local v="$1"; shift
+  finds=$((finds + 1))
+  cmake -S "$WORK/find" -B "$WORK/find/build-$finds" -DCMAKE_PREFIX_PATH="$PREFIX" \
+    -DWANT_VERSION="$v" -DWANT_COMPONENTS="$(IFS=';'; echo "$*")" >"$WORK/find.log" 2>&1
+}
+find_kvevict "$VERSION" core || { cat "$WORK/find.log"; die "find_package(kvevict COMPONENTS core) failed"; }
+minor="${VERSION#*.}"; minor="${minor%%.*}"
+next="${VERSION%%.*}.$((minor + 1))"
+find_kvevict "$next" core && die "find_package(kvevict $next) accepted kvevict $VERSION"
+grep -q "kvevictConfig.cmake, version: $VERSION" "$WORK/find.log" ||
+  { cat "$WORK/find.log"; die "find_package(kvevict $next) failed for another reason"; }
+find_kvevict "$VERSION" core bogus && die "find_package accepted the component 'bogus'"
+grep -q "kvevict has no component 'bogus'; expected core, model or cuda" "$WORK/find.log" ||
+  { cat "$WORK/find.log"; die "the unknown component's message is wrong"; }
+if [ "$HAS_CUDA" = 0 ]; then
+  find_kvevict "$VERSION" cuda && die "a package without CUDA found the cuda component"
+  grep -q "was built without the 'cuda' component" "$WORK/find.log" ||
+    { cat "$WORK/find.log"; die "the missing cuda component's message is wrong"; }
+fi
+step "find_package(kvevict): COMPONENTS core alone loads no runtime; $next, 'bogus'$([ "$HAS_CUDA" = 0 ] && echo " and cuda") refused with a reason"
 
 # --- 3. pkg-config ---------------------------------------------------------------------------
 export PKG_CONFIG_PATH="$LIBDIR/pkgconfig"
