@@ -68,6 +68,15 @@ T* require(T* p, const char* what) {
   return p;
 }
 
+// Option structs begin with struct_size (kvevict.h): one smaller than this version's is refused,
+// naming the function `init` that fills it.
+template <class Options>
+void check_struct_size(const Options& o, const char* init) {
+  KVEVICT_CHECK(o.struct_size >= sizeof(Options), "options.struct_size ", o.struct_size,
+                " is too small; expected ", sizeof(Options), " (initialize the options with ",
+                init, ")");
+}
+
 DType dtype_from_c(int32_t dtype, const char* what);
 int32_t dtype_to_c(DType dtype);
 Device device_from_c(int32_t device, const char* what);

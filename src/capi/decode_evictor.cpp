@@ -7,9 +7,7 @@ namespace kvevict::capi {
 namespace {
 
 DecodeEvictOptions decode_options_from_c(const kvevict_decode_options& o) {
-  KVEVICT_CHECK(o.struct_size >= sizeof(kvevict_decode_options), "options.struct_size ",
-                o.struct_size, " is too small; expected ", sizeof(kvevict_decode_options),
-                " (initialize the options with kvevict_decode_options_init)");
+  check_struct_size(o, "kvevict_decode_options_init");
   DecodeEvictOptions d;
   d.score = decode_score_parse(require(o.score, "options.score"));
   d.budget = o.budget;

@@ -13,9 +13,7 @@ namespace {
 // The C options over the method's SPEC defaults (method_parse), as the CLI's overrides are.
 void evict_options_from_c(const kvevict_evict_options& o, ScoreOptions& score,
                           SelectOptions& select) {
-  KVEVICT_CHECK(o.struct_size >= sizeof(kvevict_evict_options), "options.struct_size ",
-                o.struct_size, " is too small; expected ", sizeof(kvevict_evict_options),
-                " (initialize the options with kvevict_evict_options_init)");
+  check_struct_size(o, "kvevict_evict_options_init");
   KVEVICT_CHECK(std::isfinite(o.budget) && o.budget > 0 &&
                     (o.budget <= 1.0 || o.budget == std::floor(o.budget)),
                 "options.budget ", o.budget, " is invalid; expected a fraction in (0, 1] or a ",
@@ -38,7 +36,8 @@ void evict_options_from_c(const kvevict_evict_options& o, ScoreOptions& score,
   select.sink = o.sink >= 0 ? o.sink : spec.sink;
   if (o.alpha >= 0) select.alpha = o.alpha;
   // The tokens selection protects: the observation window of a windowed score, none for the
-  // all-queries and last-query aggregations (the rule of model/evict_config.h observation_window).
+  // all-queries and last-query aggregations (the rule of model/evict_config.h observation_window,
+  // which lives in the model library; tests/capi compares the two describe() lines).
   select.window = score.aggregate == Aggregate::kWindow ? score.window : 0;
 }
 

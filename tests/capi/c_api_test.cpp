@@ -674,6 +674,14 @@ TEST(CApi, BadCachesAndStepsAreAStatusAndAMessage) {
   o.budget = 2;
   o.recent = 1;
   kvevict_decode_evictor* raw = nullptr;
+  o.struct_size = 4;
+  fails(kvevict_decode_evictor_create(nullptr, &o, &raw),
+        "options.struct_size 4 is too small; expected " +
+            std::to_string(sizeof(kvevict_decode_options)) +
+            " (initialize the options with kvevict_decode_options_init)",
+        "kvevict_decode_evictor_create");
+  EXPECT_EQ(raw, nullptr);
+  o.struct_size = sizeof(o);
   ASSERT_EQ(kvevict_decode_evictor_create(nullptr, &o, &raw), KVEVICT_OK) << last_error();
   DecodePtr ev(raw);
   std::vector<float> qd(hq * d, 0.1f), ad(hq * d, 0.2f), ld(hq, 1.0f);
