@@ -84,6 +84,22 @@ kvevict_kv_layer c_layer(const KVLayerView& v) {
   return c;
 }
 
+// A C cache over caller arrays (host, no score_acc).
+kvevict_kv_layer raw_layer(void* k, void* v, int32_t* pos, const int64_t* offsets, int64_t* lens,
+                           int32_t dtype, int32_t hkv, int32_t d) {
+  kvevict_kv_layer c{};
+  c.k = k;
+  c.v = v;
+  c.pos = pos;
+  c.offsets = offsets;
+  c.lens = lens;
+  c.dtype = dtype;
+  c.device = KVEVICT_DEVICE_CPU;
+  c.num_kv_heads = hkv;
+  c.head_dim = d;
+  return c;
+}
+
 std::vector<int64_t> host_offsets(const kvevict_selection* s) {
   const int64_t* off = nullptr;
   const int32_t* idx = nullptr;
@@ -170,16 +186,8 @@ void check_same_as_cpp(const char* backend_name, const Case& c, bool token_major
   std::vector<uint16_t> ok(rows * 16), ov(rows * 16);
   std::vector<int32_t> opos(rows, -1);
   std::vector<int64_t> olens(2, 0);
-  kvevict_kv_layer out{};
-  out.k = ok.data();
-  out.v = ov.data();
-  out.pos = opos.data();
-  out.offsets = offsets.data();
-  out.lens = olens.data();
-  out.dtype = KVEVICT_DTYPE_BF16;
-  out.device = KVEVICT_DEVICE_CPU;
-  out.num_kv_heads = 2;
-  out.head_dim = 16;
+  const kvevict_kv_layer out = raw_layer(ok.data(), ov.data(), opos.data(), offsets.data(),
+                                         olens.data(), KVEVICT_DTYPE_BF16, 2, 16);
   const kvevict_kv_layer in = c_layer(full.view());
   ASSERT_EQ(kvevict_layer_evictor_apply(ev.get(), &in, sel.get(), &out), KVEVICT_OK)
       << last_error();
@@ -478,16 +486,8 @@ TEST(CApi, SelectionAccessorsAndSizing) {
   std::vector<int64_t> boff(4, -1), blens(3, -1);
   std::vector<float> kk(30 * 8), vv(30 * 8);
   std::vector<int32_t> pos(30);
-  kvevict_kv_layer out{};
-  out.k = kk.data();
-  out.v = vv.data();
-  out.pos = pos.data();
-  out.offsets = boff.data();
-  out.lens = blens.data();
-  out.dtype = KVEVICT_DTYPE_F32;
-  out.device = KVEVICT_DEVICE_CPU;
-  out.num_kv_heads = 3;
-  out.head_dim = 8;
+  const kvevict_kv_layer out = raw_layer(kk.data(), vv.data(), pos.data(), boff.data(),
+                                         blens.data(), KVEVICT_DTYPE_F32, 3, 8);
   ASSERT_EQ(kvevict_backend_plan_segments(be.get(), s, 2, &out), KVEVICT_OK) << last_error();
   EXPECT_EQ(boff, off);  // (the lens are the compaction's to set)
 
