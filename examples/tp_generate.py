@@ -109,7 +109,11 @@ def compare(tp_run, one_run) -> list:
     problems = []
     if tp_run[0] != one_run[0]:
         problems.append(f"generated tokens differ: TP {tp_run[0]} vs one process {one_run[0]}")
+    if len(tp_run[1]) != len(one_run[1]):
+        problems.append(f"{len(tp_run[1])} layers under TP vs {len(one_run[1])} in one process")
     for layer, (a, b) in enumerate(zip(tp_run[1], one_run[1])):
+        if len(a) != len(b):
+            problems.append(f"layer {layer}: {len(a)} heads under TP vs {len(b)} in one process")
         for head, (x, y) in enumerate(zip(a, b)):
             if x != y:
                 problems.append(f"layer {layer} head {head}: kept {len(x)} rows "

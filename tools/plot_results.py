@@ -10,7 +10,10 @@ note; nothing is required. Figures written:
   accuracy_vs_budget_<length>_<mode>.png   score (task average, or --task) per method vs budget
   accuracy_vs_length_<mode>_<budget>.png   score per method vs context length
   ppl_vs_budget.png                        perplexity per method vs decode budget
+  accuracy_heatmap_<length>_<mode>.png     score per setting (rows) and task (columns)
   cone_constant_hist.png                   histogram of the cone constant c* per layer
+Scores carry their 95% bootstrap interval as error bars where the file has one (version 2).
+Rows of the DEV split (tuning samples, issue 20) are left out unless --split dev.
 """
 import argparse
 import json
@@ -21,8 +24,9 @@ import sys
 from collections import defaultdict
 
 
-def load_inputs(paths):
-    """Merges every input into {"meta": [...], "aggregate": [...], "ppl": [...], "cone": [...]}."""
+def load_inputs(paths, split="test"):
+    """Merges every input into {"meta": [...], "aggregate": [...], "ppl": [...], "cone": [...]}.
+    Aggregate rows of another split are dropped (rows without a split, version 1, are kept)."""
     merged = {"meta": [], "aggregate": [], "ppl": [], "cone": []}
     for path in paths:
         try:
@@ -39,7 +43,8 @@ def load_inputs(paths):
             continue
         if isinstance(doc.get("meta"), dict):
             merged["meta"].append(doc["meta"])
-        merged["aggregate"].extend(r for r in doc.get("aggregate") or [] if isinstance(r, dict))
+        merged["aggregate"].extend(r for r in doc.get("aggregate") or []
+                                   if isinstance(r, dict) and r.get("split") in (None, "", split))
         merged["ppl"].extend(r for r in doc.get("ppl") or [] if isinstance(r, dict))
         diag = doc.get("diagnostics") if isinstance(doc.get("diagnostics"), dict) else doc
         merged["cone"].extend(r for r in diag.get("cone") or [] if isinstance(r, dict))
@@ -65,13 +70,31 @@ def setting_label(row):
     if row.get("method") == "full":
         return "full cache"
     parts = [str(row.get("method", "?"))]
-    if row.get("window"):
+    if row.get("window_is_question") or row.get("window") == "question":
+        parts.append("w=question")
+    elif row.get("window"):
         parts.append(f"w={row['window']}")
     if row.get("pooling") not in (None, "", "none"):
         parts.append(f"pool={row['pooling']}")
     if row.get("policy") not in (None, "", "uniform", "none"):
         parts.append(str(row["policy"]))
     return " ".join(parts)
+
+
+def point(x, row):
+    """(x, score, lower error, upper error) of a row; no interval: zero error bars."""
+    y = row.get("score", float("nan"))
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+        return (x, y, max(0.0, y - lo), max(0.0, hi - y))
+    return (x, y, 0.0, 0.0)
+
+
+def draw_line(ax, pts, label, **style):
+    pts.sort()
+    ax.errorbar([p[0] for p in pts], [p[1] for p in pts],
+                yerr=[[p[2] for p in pts], [p[3] for p in pts]], marker="o", capsize=3,
+                label=label, **style)
 
 
 def safe(s):
@@ -112,13 +135,12 @@ def plot_accuracy_vs_budget(plt, merged, task, out_dir, written):
                 continue
             b = budget_value(r.get("budget"))
             if b is not None:
-                lines[setting_label(r)].append((b, r.get("score", float("nan"))))
+                lines[setting_label(r)].append(point(b, r))
         if not lines and full is None:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for label, pts in sorted(lines.items()):
-            pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            draw_line(ax, pts, label)
         if full is not None:
             ax.axhline(full, color="black", linestyle="--", linewidth=1, label="full cache")
         budgets = [p[0] for pts in lines.values() for p in pts]
@@ -150,20 +172,50 @@ def plot_accuracy_vs_length(plt, merged, task, out_dir, written):
             continue  # a line needs two lengths
         lines = defaultdict(list)
         for r in grp:
-            lines[setting_label(r)].append((r["target_length"], r.get("score", float("nan"))))
+            lines[setting_label(r)].append(point(r["target_length"], r))
         for r in fulls.get(mode, []):
-            lines["full cache"].append((r["target_length"], r.get("score", float("nan"))))
+            lines["full cache"].append(point(r["target_length"], r))
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for label, pts in sorted(lines.items()):
-            pts.sort()
             style = dict(color="black", linestyle="--") if label == "full cache" else {}
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, **style)
+            draw_line(ax, pts, label, **style)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context length (tokens)")
         finish_axes(ax, f"score ({task}, 0-100)",
                     f"{model_name(merged)} | budget {budget} | {mode}", True)
         save_figure(plt, fig,
                     os.path.join(out_dir, f"accuracy_vs_length_{safe(mode)}_{safe(budget)}.png"),
+                    written)
+
+
+def plot_task_heatmap(plt, merged, out_dir, written):
+    rows = [r for r in merged["aggregate"] if r.get("task") and r.get("task") != "average"]
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r.get("target_length", 0), r.get("mode", "?"))].append(r)
+    for (length, mode), grp in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        tasks = sorted({r["task"] for r in grp})
+        settings = sorted({(setting_label(r), str(r.get("budget"))) for r in grp})
+        if len(tasks) < 2 or not settings:
+            continue
+        cell = {(setting_label(r), str(r.get("budget")), r["task"]): r.get("score") for r in grp}
+        grid = [[cell.get((s, b, t), float("nan")) for t in tasks] for s, b in settings]
+        fig, ax = plt.subplots(figsize=(max(5.0, 3.0 + 0.6 * len(tasks)), 1.5 + 0.3 * len(settings)))
+        im = ax.imshow(grid, vmin=0, vmax=100, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(tasks)))
+        ax.set_xticklabels(tasks, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(settings)))
+        ax.set_yticklabels([s if s == "full cache" else f"{s} @{b}" for s, b in settings],
+                           fontsize=7)
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if v == v:  # not NaN
+                    ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=6,
+                            color="white" if v < 50 else "black")
+        fig.colorbar(im, ax=ax, label="score (0-100)")
+        ax.set_title(f"{model_name(merged)} | length {length or 'external'} | {mode}", fontsize=9)
+        save_figure(plt, fig,
+                    os.path.join(out_dir, f"accuracy_heatmap_{safe(length)}_{safe(mode)}.png"),
                     written)
 
 
@@ -230,8 +282,10 @@ def main(argv=None):
     ap.add_argument("--out", default="plots", help="output directory (created)")
     ap.add_argument("--task", default="average",
                     help="task whose score is plotted (default: the average over tasks)")
+    ap.add_argument("--split", default="test", choices=["test", "dev"],
+                    help="which seed split's rows to plot (default test: the reported numbers)")
     args = ap.parse_args(argv)
-    merged = load_inputs(args.inputs)
+    merged = load_inputs(args.inputs, args.split)
     os.makedirs(args.out, exist_ok=True)
     written = []
     if not any(merged[k] for k in ("aggregate", "ppl", "cone")):
@@ -246,6 +300,7 @@ def main(argv=None):
         sys.exit("plot_results.py: matplotlib is missing; run scripts/install_deps.sh --eval")
     plot_accuracy_vs_budget(plt, merged, args.task, args.out, written)
     plot_accuracy_vs_length(plt, merged, args.task, args.out, written)
+    plot_task_heatmap(plt, merged, args.out, written)
     plot_ppl_vs_budget(plt, merged, args.out, written)
     plot_cone_hist(plt, merged, args.out, written)
     for p in written:

@@ -1,10 +1,16 @@
 // kvevict eval: RULER-style accuracy of many methods x budgets x query modes in one run. Each
-// sample is prefilled once per mode and every method is evaluated from that prefill.
+// sample is prefilled once per mode and every method is evaluated from that prefill (on the GPU
+// all settings of a prefill decode as one batch). Cells carry bootstrap intervals, paired
+// comparisons are reported, --split picks DEV or TEST seeds, --ablate runs the window x pooling
+// ablation (DEV) and reports the chosen settings on TEST; docs/EVAL.md is the protocol.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/corpus_arg.h"
@@ -13,10 +19,14 @@
 #include "cli/progress.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/corpus.h"
+#include "kvevict/eval/ablation.h"
 #include "kvevict/eval/jsonl.h"
+#include "kvevict/eval/provenance.h"
 #include "kvevict/eval/report.h"
+#include "kvevict/eval/rng.h"
 #include "kvevict/eval/ruler.h"
 #include "kvevict/eval/session_model.h"
+#include "kvevict/eval/split.h"
 
 namespace kvevict::cli {
 namespace {
@@ -35,9 +45,57 @@ struct EvalArgs {
   std::string pool;
   uint64_t seed = 0;
   int max_new = 0;
+  std::string split = "test";
+  int bootstrap = 2000;
+  uint64_t bootstrap_seed = 2026;
+  std::string compare = "dropkv/snapkv,adadropkv/adakv,obcache_vk/snapkv";
+  std::string ablate;
+  std::string ablate_windows = "8,16,32";
+  std::string ablate_pools = "none,max:7,max:11,avg:7";
   std::string out, markdown, plots;
+  bool skip_unfit = false;
+  bool one_at_a_time = false;
+  double progress_every = 0;
   bool json = false;
 };
+
+// Every option value, typed, for the results file (RunMeta::options_json).
+std::string options_json(const EvalArgs& a) {
+  nlohmann::json j = {{"model", a.model.model},       {"device", a.model.device},
+                      {"kv_dtype", a.model.kv_dtype}, {"threads", a.model.threads},
+                      {"tasks", a.tasks},             {"lengths", a.lengths},
+                      {"samples", a.samples},         {"methods", a.methods},
+                      {"budgets", a.budgets},         {"modes", a.modes},
+                      {"data", a.data},               {"style", a.style},
+                      {"window", a.window},           {"pool", a.pool},
+                      {"seed", a.seed},               {"max_new", a.max_new},
+                      {"split", a.split},             {"bootstrap", a.bootstrap},
+                      {"bootstrap_seed", a.bootstrap_seed}, {"compare", a.compare},
+                      {"ablate", a.ablate},           {"ablate_windows", a.ablate_windows},
+                      {"ablate_pools", a.ablate_pools}, {"out", a.out},
+                      {"markdown", a.markdown},       {"plots", a.plots},
+                      {"skip_unfit", a.skip_unfit},
+                      {"one_at_a_time", a.one_at_a_time},
+                      {"progress_every", a.progress_every},
+                      {"json", a.json}};
+  return j.dump();
+}
+
+// "a/b,c/d" -> {(a, b), (c, d)}.
+std::vector<std::pair<std::string, std::string>> parse_pairs(const std::string& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& item : split_list(s)) {
+    const size_t slash = item.find('/');
+    KVEVICT_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < item.size() &&
+                      item.find('/', slash + 1) == std::string::npos,
+                  "--compare item '", item, "' is not A/B; expected e.g. dropkv/snapkv");
+    const std::string a = item.substr(0, slash), b = item.substr(slash + 1);
+    for (const auto& name : {a, b})
+      if (name != "full") eval::MethodConfig::make(name, Budget{0.5});  // names checked now
+    out.emplace_back(a, b);
+  }
+  return out;
+}
 
 int run_eval_command(const EvalArgs& a) {
   KVEVICT_CHECK(a.samples >= 1, "--samples ", a.samples, " must be >= 1");
@@ -49,14 +107,33 @@ int run_eval_command(const EvalArgs& a) {
   if (tasks.size() == 1 && tasks[0] == "all") tasks = eval::ruler_task_names();
   for (const auto& t : tasks) eval::ruler_task_config(t);
   const std::vector<int64_t> lengths = parse_ints(a.lengths, "--lengths");
+  const std::vector<Budget> budgets = parse_budgets(a.budgets);
   eval::RunOptions ropt;
-  ropt.methods = eval::expand_methods(split_list(a.methods), parse_budgets(a.budgets), a.window, a.pool);
+  ropt.methods = eval::expand_methods(split_list(a.methods), budgets, a.window, a.pool);
   ropt.modes.clear();
   for (const auto& m : split_list(a.modes)) ropt.modes.push_back(eval::query_mode_parse(m));
+  const eval::SeedSplit split = eval::split_parse(a.split);
+  eval::check_split_size(a.samples);
+  ropt.bootstrap.resamples = a.bootstrap;
+  ropt.bootstrap.seed = a.bootstrap_seed;
+  ropt.bootstrap.validate();
+  const auto comparisons = parse_pairs(a.compare);
+  const bool ablate = !a.ablate.empty();
+  eval::AblationOptions abl;
+  if (ablate) {
+    KVEVICT_CHECK(a.data.empty(), "--ablate needs generated samples (DEV and TEST seeds); got --data");
+    abl.methods = split_list(a.ablate);
+    abl.windows.clear();
+    for (int64_t w : parse_ints(a.ablate_windows, "--ablate-windows"))
+      abl.windows.push_back(static_cast<int>(w));
+    abl.poolings = split_list(a.ablate_pools);
+    abl.validate();
+  }
 
   const auto model = a.model.load();
   auto tok = load_tokenizer(*model);
-  std::vector<eval::Sample> samples;
+  std::vector<eval::Sample> samples, dev_samples;
+  std::set<std::string> skipped;  // --skip-unfit: "vt at 512"
   if (!a.data.empty()) {
     samples = eval::read_jsonl_samples(a.data);
     for (auto& s : samples) eval::format_prompt(s, style, tok.get());
@@ -66,31 +143,71 @@ int run_eval_command(const EvalArgs& a) {
                     model->config().context_length, "-token context of ", model->config().name);
     const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
     eval::RulerGenerator gen(corpus, *tok);
-    for (int64_t len : lengths) {
-      eval::GenerateOptions gopt;
-      gopt.target_length = len;
-      gopt.style = style;
-      for (const auto& t : tasks) {
-        auto set = gen.generate_set(t, gopt, a.samples, a.seed);
-        samples.insert(samples.end(), set.begin(), set.end());
+    auto generate = [&](eval::SeedSplit which) {
+      std::vector<eval::Sample> out;
+      for (int64_t len : lengths) {
+        eval::GenerateOptions gopt;
+        gopt.target_length = len;
+        gopt.style = style;
+        for (const auto& t : tasks) {
+          const uint64_t first_seed =
+              eval::sample_seed(a.seed, t, eval::split_first_index(which));
+          if (a.skip_unfit && gen.smallest_length(t, gopt, first_seed) > len) {
+            skipped.insert(t + " at " + std::to_string(len));
+            continue;
+          }
+          auto set = gen.generate_set(t, gopt, a.samples, a.seed, eval::split_first_index(which));
+          out.insert(out.end(), set.begin(), set.end());
+        }
       }
-    }
+      return out;
+    };
+    samples = generate(ablate ? eval::SeedSplit::kTest : split);
+    if (ablate) dev_samples = generate(eval::SeedSplit::kDev);
+    KVEVICT_CHECK(!samples.empty(), "--skip-unfit skipped every task at every length (",
+                  skipped.size(), " task x length pairs); expected a length that fits a task");
   }
 
   ropt.base_seed = a.seed;
   ropt.max_new_tokens_cap = a.max_new;
+  ropt.one_at_a_time = a.one_at_a_time;
   ropt.prompt_style = eval::prompt_style_name(style);
+  ropt.split = a.data.empty() ? eval::split_name(split) : "";
   const auto rt = a.model.runtime(model);
-  eval::SessionModel runner(rt, std::move(tok), ropt.methods,
-                            std::filesystem::path(model->path()).stem().string());
+  eval::SessionModel runner(
+      rt, std::move(tok), ablate ? eval::ablation_all_methods(abl, budgets, ropt.methods) : ropt.methods,
+      std::filesystem::path(model->path()).stem().string());
 
-  const int64_t total = static_cast<int64_t>(samples.size() * ropt.modes.size() * ropt.methods.size());
+  int64_t total = static_cast<int64_t>(samples.size() * ropt.modes.size() * ropt.methods.size());
+  if (ablate)
+    total += static_cast<int64_t>(dev_samples.size() * ropt.modes.size() *
+                                  eval::ablation_dev_methods(abl, budgets, false).size());
   ProgressBar bar("eval", total, !a.json);
-  eval::EvalResults results = eval::run_eval(runner, samples, ropt, [&](const eval::Progress& p) {
+  // Logs (stderr not a terminal): a line every --progress-every seconds and at the end.
+  KVEVICT_CHECK(a.progress_every >= 0, "--progress-every ", a.progress_every,
+                " is negative; expected seconds (0 = off)");
+  auto last_line = std::chrono::steady_clock::now();
+  auto progress = [&](const eval::Progress& p) {
     bar.update(p.done);
-  });
+    if (a.progress_every <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (p.done < p.total && std::chrono::duration<double>(now - last_line).count() < a.progress_every)
+      return;
+    last_line = now;
+    std::fprintf(stderr, "eval %s\n", eval::format_progress(p).c_str());
+    std::fflush(stderr);
+  };
+  eval::EvalResults results =
+      ablate ? eval::run_ablation(runner, dev_samples, samples, ropt, abl, budgets, progress)
+             : eval::run_eval(runner, samples, ropt, progress);
   bar.finish();
-  results.meta.notes.push_back("runtime: " + rt->describe());
+  results.meta.comparisons.insert(results.meta.comparisons.begin(), comparisons.begin(),
+                                  comparisons.end());
+  eval::fill_provenance(results.meta, model->path(), rt->describe());
+  results.meta.options_json = options_json(a);
+  for (const auto& s : skipped)
+    results.meta.notes.push_back("skipped " + s + " tokens: the task's smallest prompt is longer "
+                                 "(--skip-unfit)");
   if (a.max_new > 0)
     results.meta.notes.push_back("answers capped at " + std::to_string(a.max_new) +
                                  " new tokens (--max-new; RULER's task limits otherwise)");
@@ -122,7 +239,10 @@ Runner add_eval_command(CLI::App& app) {
   cmd->add_option("--tasks", a->tasks, "Comma-separated RULER tasks, or all")->capture_default_str();
   cmd->add_option("--lengths", a->lengths, "Comma-separated target lengths in tokens")->capture_default_str();
   cmd->add_option("--samples", a->samples, "Samples per task and length")->capture_default_str();
-  cmd->add_option("--methods", a->methods, "Comma-separated methods (full = no eviction)")->capture_default_str();
+  cmd->add_option("--methods", a->methods,
+                  "Comma-separated settings METHOD[:MOD]... or groups (full = no eviction); "
+                  "see the modifiers and groups below")
+      ->capture_default_str();
   cmd->add_option("--budgets", a->budgets, "Comma-separated budgets (fractions or token counts)")
       ->capture_default_str();
   cmd->add_option("--modes", a->modes, "aware, agnostic, or both: aware,agnostic")->capture_default_str();
@@ -133,10 +253,45 @@ Runner add_eval_command(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Base seed of the generated samples")->capture_default_str();
   cmd->add_option("--max-new", a->max_new, "Cap every answer at N new tokens (0 = each task's limit)")
       ->capture_default_str();
+  cmd->add_option("--split", a->split,
+                  "Sample seeds: test (reported numbers) or dev (tuning); disjoint, docs/EVAL.md")
+      ->capture_default_str();
+  cmd->add_option("--bootstrap", a->bootstrap,
+                  "Bootstrap resamples of every 95% interval (0 = no intervals)")
+      ->capture_default_str();
+  cmd->add_option("--bootstrap-seed", a->bootstrap_seed, "Seed of the bootstrap resamples")
+      ->capture_default_str();
+  cmd->add_option("--compare", a->compare,
+                  "Paired comparisons A/B at equal budget on the same samples (pairs absent from "
+                  "the run are skipped; '' for none)")
+      ->capture_default_str();
+  cmd->add_option("--ablate", a->ablate,
+                  "Ablate these methods' window x pooling on DEV seeds, then report the chosen "
+                  "setting and the default on TEST seeds (e.g. dropkv,obcache_vk)");
+  cmd->add_option("--ablate-windows", a->ablate_windows, "Windows of the ablation (pinned)")
+      ->capture_default_str();
+  cmd->add_option("--ablate-pools", a->ablate_pools, "Poolings of the ablation")
+      ->capture_default_str();
   cmd->add_option("--out", a->out, "Write the results JSON here");
   cmd->add_option("--markdown", a->markdown, "Write the markdown tables here");
   cmd->add_option("--plots", a->plots, "Draw PNG plots into this directory (needs --out)");
+  cmd->add_flag("--skip-unfit", a->skip_unfit,
+                "Skip a task at a length below its smallest prompt (noted in the results) "
+                "instead of failing");
+  cmd->add_flag("--one-at-a-time", a->one_at_a_time,
+                "Decode each setting alone (a batch of one) instead of all settings of a prefill "
+                "as one batch: slower; checks that batching changes no answer");
+  cmd->add_option("--progress-every", a->progress_every,
+                  "Also print a progress line to stderr every S seconds (for logs; 0 = off)")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the results JSON instead of the tables");
+  cmd->footer("Setting modifiers (--methods dropkv:w=16, obcache_k:h2o, snapkv:kvpress):\n" +
+              eval::method_setting_help() + "Method groups (--methods all):\n" +
+              eval::method_groups_help() +
+              "--tasks all: the 11 offline RULER tasks. Budgets: fractions (0.05) or tokens per "
+              "head (2048).\nThe defaults' windows and poolings are SPEC section 2's; --ablate "
+              "measures alternatives\n(docs/EVAL.md). Results files name the kvevict commit, "
+              "device, model sha256 and every option.");
   return [a] { return run_eval_command(*a); };
 }
 

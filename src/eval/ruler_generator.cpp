@@ -75,6 +75,11 @@ Sample RulerGenerator::generate_with_amount(const std::string& task, int64_t amo
   return s;
 }
 
+int64_t RulerGenerator::smallest_length(const std::string& task, const GenerateOptions& opt,
+                                        uint64_t seed) const {
+  return generate_with_amount(task, min_amount(ruler_task_config(task)), opt, seed).length;
+}
+
 Sample RulerGenerator::generate(const std::string& task, const GenerateOptions& opt,
                                 uint64_t seed) const {
   const TaskConfig& c = ruler_task_config(task);
@@ -121,11 +126,14 @@ Sample RulerGenerator::generate(const std::string& task, const GenerateOptions& 
 
 std::vector<Sample> RulerGenerator::generate_set(const std::string& task,
                                                  const GenerateOptions& opt, int n,
-                                                 uint64_t base_seed) const {
+                                                 uint64_t base_seed,
+                                                 int64_t first_index) const {
   KVEVICT_CHECK(n >= 0, "sample count ", n, " is negative; expected >= 0");
+  KVEVICT_CHECK(first_index >= 0, "first sample index ", first_index, " is negative");
   std::vector<Sample> out;
   out.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) out.push_back(generate(task, opt, sample_seed(base_seed, task, i)));
+  for (int i = 0; i < n; ++i)
+    out.push_back(generate(task, opt, sample_seed(base_seed, task, first_index + i)));
   return out;
 }
 

@@ -22,32 +22,6 @@ QueryMode query_mode_parse(const std::string& s) {
   KVEVICT_FAIL("query mode '", s, "' is unknown; expected 'query-aware' or 'query-agnostic'");
 }
 
-MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, int window,
-                                const std::string& pooling) {
-  MethodConfig m;
-  m.name = name;
-  if (m.is_full()) {
-    m.budget = Budget{1.0};
-    return m;
-  }
-  m.spec = method_parse(name);
-  m.budget = budget;
-  if (window > 0) m.spec.score.window = window;
-  if (!pooling.empty()) m.spec.score.pooling = Pooling::parse(pooling);
-  m.spec.score.validate();
-  return m;
-}
-
-EvictConfig MethodConfig::evict_config(int question) const {
-  EvictConfig cfg;
-  if (!is_full()) cfg.prefill = PrefillEviction::make(spec, budget, question);
-  return cfg;
-}
-
-int MethodConfig::window_for(int question) const {
-  return is_full() ? 0 : observation_window(evict_config(question).prefill.score);
-}
-
 std::vector<Generation> EvalModel::answer_all(PrefillState& state,
                                               const std::vector<MethodConfig>& methods,
                                               const std::vector<int32_t>& question_tokens,
@@ -59,26 +33,6 @@ std::vector<Generation> EvalModel::answer_all(PrefillState& state,
     if (!m.is_full() && question_window > 0)
       m.spec.score = m.evict_config(question_window).prefill.score;
     out.push_back(answer(state, m, question_tokens, mode, max_new_tokens));
-  }
-  return out;
-}
-
-std::string MethodConfig::label() const {
-  return is_full() ? name : name + "@" + budget.str();
-}
-
-std::vector<MethodConfig> expand_methods(const std::vector<std::string>& methods,
-                                         const std::vector<Budget>& budgets, int window,
-                                         const std::string& pooling) {
-  KVEVICT_CHECK(!methods.empty(), "no methods to evaluate; expected at least one (or 'full')");
-  std::vector<MethodConfig> out;
-  for (const auto& name : methods) {
-    if (name == "full") {
-      out.push_back(MethodConfig::make(name, Budget{1.0}));
-      continue;
-    }
-    KVEVICT_CHECK(!budgets.empty(), "method '", name, "' needs a budget; expected at least one");
-    for (const auto& b : budgets) out.push_back(MethodConfig::make(name, b, window, pooling));
   }
   return out;
 }
@@ -104,6 +58,47 @@ std::string format_progress(const Progress& p) {
          p.current;
 }
 
+namespace {
+
+// The cost of one answer_all call from what the runtime reported for each setting: a batch's
+// append and decode are shared by its rows_in_batch settings, so each row adds its share.
+BatchRecord batch_record(const Sample& s, int64_t index, QueryMode mode, const RunOptions& opt,
+                         const std::vector<Generation>& answers, double prefill_seconds,
+                         double answer_seconds) {
+  BatchRecord b;
+  b.split = opt.split;
+  b.task = s.task;
+  b.target_length = s.target_length;
+  b.sample_index = index;
+  b.mode = mode;
+  b.settings = static_cast<int64_t>(answers.size());
+  b.prefill_seconds = prefill_seconds;
+  b.answer_seconds = answer_seconds;
+  bool reported = !answers.empty();
+  double evict = 0, append = 0, decode = 0, steps = 0, batches = 0;
+  for (const Generation& g : answers) {
+    reported = reported && g.evict_seconds >= 0 && g.batch_decode_seconds >= 0 &&
+               g.rows_in_batch >= 1;
+    if (!reported) break;
+    const double share = 1.0 / static_cast<double>(g.rows_in_batch);
+    evict += g.evict_seconds;
+    append += std::max(0.0, g.batch_append_seconds) * share;
+    decode += g.batch_decode_seconds * share;
+    steps += static_cast<double>(std::max<int64_t>(0, g.batch_decode_steps)) * share;
+    batches += share;
+  }
+  if (reported) {
+    b.evict_seconds = evict;
+    b.append_seconds = append;
+    b.decode_seconds = decode;
+    b.decode_steps = std::llround(steps);
+    b.batches = std::llround(batches);
+  }
+  return b;
+}
+
+}  // namespace
+
 EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const RunOptions& opt,
                      const ProgressFn& progress) {
   KVEVICT_CHECK(!opt.methods.empty(), "no methods to evaluate; expected at least one");
@@ -112,6 +107,8 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
   res.meta.model = model.name();
   res.meta.prompt_style = opt.prompt_style;
   res.meta.base_seed = opt.base_seed;
+  res.meta.split = opt.split;
+  res.meta.bootstrap = opt.bootstrap;
 
   const Tokenizer& tok = model.tokenizer();
   Progress pr;
@@ -145,22 +142,33 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
                               ? std::min(s.max_new_tokens, opt.max_new_tokens_cap)
                               : s.max_new_tokens;
       const auto t0 = std::chrono::steady_clock::now();
-      const std::vector<Generation> answers =
-          model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
+      std::vector<Generation> answers;
+      if (opt.one_at_a_time) {
+        for (const MethodConfig& m : opt.methods) {
+          std::vector<Generation> one =
+              model.answer_all(*state, {m}, question_ids, mode, max_new, question_window);
+          KVEVICT_CHECK(one.size() == 1, "the model returned ", one.size(),
+                        " answers for one method");
+          answers.push_back(std::move(one[0]));
+        }
+      } else {
+        answers = model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
+      }
       const auto t1 = std::chrono::steady_clock::now();
       KVEVICT_CHECK(answers.size() == opt.methods.size(), "the model returned ", answers.size(),
                     " answers for ", opt.methods.size(), " methods");
       // Settings answered together share the time: each record carries its share.
       const double answer_seconds = std::chrono::duration<double>(t1 - t0).count() /
                                     static_cast<double>(opt.methods.size());
+      res.batches.push_back(batch_record(s, index, mode, opt, answers, prefill_seconds,
+                                         std::chrono::duration<double>(t1 - t0).count()));
+      res.batches.back().prefill_tokens = static_cast<int64_t>(
+          context_ids.size() + (mode == QueryMode::kAware ? question_ids.size() : 0));
       for (size_t mi = 0; mi < opt.methods.size(); ++mi) {
         const MethodConfig& m = opt.methods[mi];
         const Generation& g = answers[mi];
-        const int window = m.window_for(question_window);
-        const bool window_is_question =
-            question_window > 0 && !m.is_full() && window == question_window &&
-            m.spec.score.aggregate == Aggregate::kWindow && m.spec.score.needs_queries();
         SampleRecord r;
+        r.split = opt.split;
         r.task = s.task;
         r.target_length = s.target_length;
         r.sample_index = index;
@@ -170,10 +178,13 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
         r.mode = mode;
         r.method = m.name;
         r.budget = m.budget.str();
-        r.window = window;
-        r.window_is_question = window_is_question;
+        r.window = m.window_for(question_window);
+        r.window_is_question = m.window_is_question(question_window);
         r.pooling = m.pooling();
         r.policy = m.policy();
+        r.aggregate = m.aggregate();
+        r.normalize = m.normalize();
+        r.keep_last = m.keep_last;
         r.prediction = postprocess_prediction(g.text);
         r.answers = s.answers;
         r.metric = metric;
@@ -182,6 +193,7 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
         r.generated_tokens = g.generated_tokens;
         r.answer_seconds = answer_seconds;
         r.prefill_seconds = prefill_seconds;
+        r.evict_seconds = g.evict_seconds;
         res.records.push_back(std::move(r));
 
         // One report per answer (the settings of a batch finish together).
@@ -196,49 +208,6 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
     }
   }
   return res;
-}
-
-std::vector<AggregateRow> EvalResults::aggregate() const {
-  // Key: setting (length, mode, method, budget, window, pooling, policy) then task.
-  using Setting =
-      std::tuple<int64_t, int, std::string, std::string, std::string, std::string, std::string>;
-  std::map<Setting, std::map<std::string, std::pair<double, int64_t>>> sums;
-  for (const auto& r : records) {
-    const std::string window =
-        r.window_is_question ? std::string("question") : std::to_string(r.window);
-    auto& cell = sums[Setting{r.target_length, static_cast<int>(r.mode), r.method, r.budget, window,
-                              r.pooling, r.policy}][r.task];
-    cell.first += r.score;
-    cell.second += 1;
-  }
-  std::vector<AggregateRow> rows;
-  for (const auto& [setting, tasks] : sums) {
-    AggregateRow base;
-    base.target_length = std::get<0>(setting);
-    base.mode = static_cast<QueryMode>(std::get<1>(setting));
-    base.method = std::get<2>(setting);
-    base.budget = std::get<3>(setting);
-    base.window = std::get<4>(setting);
-    base.pooling = std::get<5>(setting);
-    base.policy = std::get<6>(setting);
-    double task_mean_sum = 0.0;
-    int64_t total = 0;
-    for (const auto& [task, sum] : tasks) {
-      AggregateRow row = base;
-      row.task = task;
-      row.samples = sum.second;
-      row.score = sum.first / static_cast<double>(sum.second);
-      task_mean_sum += row.score;
-      total += sum.second;
-      rows.push_back(row);
-    }
-    AggregateRow avg = base;
-    avg.task = "average";
-    avg.samples = total;
-    avg.score = task_mean_sum / static_cast<double>(tasks.size());
-    rows.push_back(avg);
-  }
-  return rows;
 }
 
 }  // namespace kvevict::eval

@@ -19,6 +19,11 @@ Generation to_generation(const BatchAnswer& a, const Tokenizer& tok) {
   g.kept_tokens = a.kept_rows_per_head;
   g.generated_tokens = static_cast<int64_t>(a.result.tokens.size());
   g.kv_bytes = a.kv_bytes;
+  g.evict_seconds = a.evict_seconds;
+  g.batch_append_seconds = a.append_seconds;
+  g.batch_decode_seconds = a.decode_seconds;
+  g.batch_decode_steps = a.decode_steps;
+  g.rows_in_batch = a.rows_in_batch;
   return g;
 }
 

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+
 #include "kvevict/error.h"
 #include "model/cpu_runtime.h"
 #include "model/gpu_runtime_entry.h"
@@ -72,14 +74,20 @@ std::vector<BatchAnswer> ModelRuntime::answer_batch(
   std::vector<BatchAnswer> out;
   out.reserve(configs.size());
   for (const EvictConfig& cfg : configs) {
-    auto s = from_snapshot(snapshot, cfg, static_cast<int64_t>(append.size()) + max_new + 1);
-    if (!append.empty()) s->append(append);
     BatchAnswer a;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = from_snapshot(snapshot, cfg, static_cast<int64_t>(append.size()) + max_new + 1);
+    a.evict_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!append.empty()) s->append(append);
     // What the row keeps after eviction (and the question), before its answer is decoded.
     a.kept_rows_per_head = kept_rows_per_head(*s, config());
     a.kv_bytes = s->kv_bytes_total();
     Sampler greedy;
     a.result = s->generate(max_new, greedy, is_stop);
+    // A batch of one: this row's own append and decode steps.
+    a.append_seconds = s->stats().append_seconds;
+    a.decode_seconds = s->stats().decode_seconds;
+    a.decode_steps = s->stats().decode_tokens;
     out.push_back(std::move(a));
   }
   return out;

@@ -64,15 +64,18 @@ class GpuRuntime final : public ModelRuntime {
     if (!append.empty()) s.append(append);
     // What each row keeps after eviction (and the question), before its answer is decoded.
     const ModelConfig& c = config();
+    // kv_bytes: the bytes of the rows this row's caches hold (K and V, bf16), as a session of its
+    // own would allocate them; the batch's pool itself is sized for its longest row.
     for (int r = 0; r < B; ++r) {
-      int64_t rows = 0, layers = 0;
+      int64_t rows = 0, layers = 0, all_rows = 0;
       for (int l = 0; l < c.n_layers; ++l) {
+        all_rows += s.kv_rows(l, r);
         if (c.is_sliding(l)) continue;
         rows += s.kv_rows(l, r);
         ++layers;
       }
       out[r].kept_rows_per_head = layers == 0 ? 0 : rows / (layers * c.n_kv_heads);
-      out[r].kv_bytes = s.kv_bytes_total() / B;
+      out[r].kv_bytes = all_rows * c.head_dim * 2 * 2;
     }
     std::vector<bool> done(B, false);
     int live = B;
@@ -89,6 +92,16 @@ class GpuRuntime final : public ModelRuntime {
       }
       // The last token is not fed (as generate): nothing would read its logits.
       if (step + 1 < max_new && live > 0) s.decode(ids);
+    }
+    // The session's event-timed costs: load_rows evicts every row in one pass (each row gets an
+    // equal share); the append and the decode steps are the whole batch's.
+    const SessionStats& st = s.stats();
+    for (BatchAnswer& a : out) {
+      a.evict_seconds = st.evict_seconds / B;
+      a.append_seconds = st.append_seconds;
+      a.decode_seconds = st.decode_seconds;
+      a.decode_steps = st.decode_tokens / B;
+      a.rows_in_batch = B;
     }
     return out;
   }

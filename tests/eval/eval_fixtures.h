@@ -20,10 +20,11 @@
 
 namespace kvevict::eval::testing {
 
-// One token per whitespace-separated piece; BOS is id 1. Ids are a hash of the piece so decode is
-// not needed by the harness (it only counts and splits tokens).
+// One token per whitespace-separated piece; BOS is id 1. Ids are a hash of the piece into
+// [3, vocab) so decode is not needed by the harness (it only counts and splits tokens).
 class WhitespaceTokenizer : public Tokenizer {
  public:
+  explicit WhitespaceTokenizer(int32_t vocab = 50003) : vocab_(vocab) {}
   std::vector<int32_t> encode(const std::string& text, bool add_bos) const override {
     std::vector<int32_t> ids;
     if (add_bos) ids.push_back(1);
@@ -34,13 +35,13 @@ class WhitespaceTokenizer : public Tokenizer {
       uint32_t h = 2166136261u;
       while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i])))
         h = (h ^ static_cast<unsigned char>(text[i++])) * 16777619u;
-      ids.push_back(static_cast<int32_t>(3 + h % 50000));
+      ids.push_back(static_cast<int32_t>(3 + h % static_cast<uint32_t>(vocab_ - 3)));
     }
     return ids;
   }
   std::string decode(const std::vector<int32_t>&) const override { return {}; }
   std::string token_text(int32_t) const override { return {}; }
-  int32_t vocab_size() const override { return 50003; }
+  int32_t vocab_size() const override { return vocab_; }
   int32_t bos_id() const override { return 1; }
   int32_t eos_id() const override { return 2; }
   bool is_end_of_generation(int32_t id) const override { return id == 2; }
@@ -49,6 +50,9 @@ class WhitespaceTokenizer : public Tokenizer {
     for (const auto& m : messages) out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
     return out + "<|assistant|>\n";
   }
+
+ private:
+  int32_t vocab_;
 };
 
 inline std::string make_word(Rng& rng, int syllables) {

@@ -221,12 +221,12 @@ TEST(Runner, CapsAnswersAndReportsWhatTheRunCost) {
     EXPECT_GE(r.at("answer_seconds").get<double>(), 0.0);
     EXPECT_EQ(r.at("generated_tokens"), r.at("method") == "full" ? 3 : 5);
   }
-  // Two samples, three answers each, (3 + 5 + 5) / 3 tokens per answer.
+  // Two samples, three settings each; the fake model reports no runtime costs: "-".
   const std::string md = results_to_markdown(res);
   EXPECT_NE(md.find("## cost"), std::string::npos) << md;
   EXPECT_NE(md.find("| 4096 | query-aware | 2 | "), std::string::npos) << md;
   EXPECT_NE(md.find(" | 3 | "), std::string::npos) << md;
-  EXPECT_NE(md.find(" | 4.3 | "), std::string::npos) << md;
+  EXPECT_NE(md.find(" | 3 | - | - | - | - | - | "), std::string::npos) << md;
 }
 
 TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {
@@ -244,7 +244,8 @@ TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {
   EXPECT_TRUE(res.records[0].window_is_question);
   auto rows = res.aggregate();
   ASSERT_EQ(rows.size(), 2u);  // the task row and the average row
-  EXPECT_EQ(rows[0].window, "question");
+  EXPECT_EQ(rows[0].window, 0);  // the count varies by sample: one row, window 0
+  EXPECT_TRUE(rows[0].window_is_question);
   EXPECT_EQ(rows[0].samples, 2);
   EXPECT_NE(results_to_markdown(res).find("| dropkv | 0.5 | question |"), std::string::npos)
       << results_to_markdown(res);

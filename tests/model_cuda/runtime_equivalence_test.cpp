@@ -1,15 +1,24 @@
 // The CPU and GPU runtimes through the one interface (ModelRuntime / InferenceSession) on the real
 // checkpoints (skipped when the model files are absent): the same code drives both, so what
-// differs is only the device's arithmetic (GPU: bf16 weights and cache; CPU: f32).
-//   - every method and policy keeps the same positions, except near-ties: a kept set may differ
-//     from the CPU's in at most 5% of a layer's kept rows (bf16 activations reorder near-equal
-//     scores); the counts per layer are equal;
-//   - 32 greedy tokens are equal at budget 1.0 and at 20% (dropkv);
+// differs is only the device's arithmetic (GPU: bf16 weights, activations and cache; CPU: f32
+// activations, here with a bf16 cache).
+//   - every method and policy keeps the same number of rows per layer, and the same positions up
+//     to near-ties: at most 10% of a layer's kept rows differ. The bound is set by what it must
+//     tell apart, not by the measured noise: bf16 activations moved at most 6.1% of a layer's rows
+//     on the H200 (keydiff on Gemma 3, 2026-12-01), while a plumbing error (wrong layer, head or
+//     position) changes most of a set. The test checks its own resolving power: the GPU's sets
+//     compared with the CPU's of the NEXT layer must differ at least 3x as much as with their own.
+//   - greedy decoding: the CPU's 32 greedy tokens, teacher-forced through both runtimes, give next
+//     token distributions within a mean KL of 0.02 nats and the same top token at >= 28 of 32
+//     steps, at budget 1.0 and at 20% (dropkv). Free-running greedy text is printed: it follows
+//     the first near-tie either way, so it is reported, not asserted (SmolLM2's CPU and GPU text
+//     part after 18 tokens at the full cache; Gemma 3's 32 tokens are equal, 2026-12-01).
 //   - answer_batch (one batch of rows on the GPU) gives every config the answer that
 //     from_snapshot + generate gives it alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -52,6 +61,13 @@ Runtimes both(const std::shared_ptr<const Model>& model) {
   return {ModelRuntime::create(model, c), ModelRuntime::create(model, g)};
 }
 
+int64_t positions_missing(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const std::set<int32_t> sb(b.begin(), b.end());
+  int64_t missing = 0;
+  for (int32_t p : a) missing += sb.count(p) == 0;
+  return missing;
+}
+
 void check_kept_sets(const char* file) {
   auto model = load_or_skip(file);
   if (!model) GTEST_SKIP() << "no model file " << file;
@@ -62,32 +78,37 @@ void check_kept_sets(const char* file) {
                         "adakv", "h2o", "tova", "knorm", "keydiff", "vatp", "criticalkv",
                         "streamingllm", "random"}) {
     SCOPED_TRACE(m);
+    const std::string name = m;
     const EvictConfig cfg{PrefillEviction::make(method_parse(m), Budget{0.2}), {}};
     auto cs = rt.cpu->session(static_cast<int64_t>(prompt.size()) + 4);
     auto gs = rt.gpu->session(static_cast<int64_t>(prompt.size()) + 4);
     cs->prefill(prompt, cfg);
     gs->prefill(prompt, cfg);
+    int64_t differ_all = 0, shifted_all = 0;
     for (int l = 0; l < c.n_layers; ++l) {
       ASSERT_EQ(gs->kv_rows(l), cs->kv_rows(l)) << "layer " << l;
       int64_t differ = 0, kept = 0;
       for (int h = 0; h < c.n_kv_heads; ++h) {
         const auto a = cs->kept_positions(l, h), b = gs->kept_positions(l, h);
-        const std::set<int32_t> sa(a.begin(), a.end()), sb(b.begin(), b.end());
-        ASSERT_EQ(sa.size(), a.size()) << "duplicate positions, layer " << l;
-        for (int32_t p : sa) differ += sb.count(p) == 0;
+        ASSERT_EQ(std::set<int32_t>(b.begin(), b.end()).size(), b.size())
+            << "duplicate positions, layer " << l;
+        differ += positions_missing(a, b);
+        shifted_all += positions_missing(cs->kept_positions((l + 1) % c.n_layers, h), b);
         kept += static_cast<int64_t>(a.size());
       }
-      // Query-free scores (knorm, keydiff read K rounded to bf16 on both sides; random and
-      // streamingllm do not read data) must agree exactly.
-      const std::string name = m;
+      differ_all += differ;
       std::printf("%s layer %d: %lld of %lld kept positions differ\n", m, l,
                   static_cast<long long>(differ), static_cast<long long>(kept));
-      if (name == "random" || name == "streamingllm")
+      if (name == "random" || name == "streamingllm")  // read no data: exact
         EXPECT_EQ(differ, 0) << "layer " << l;
       else
-        EXPECT_LE(differ, std::max<int64_t>(1, kept / 20))
+        EXPECT_LE(differ, std::max<int64_t>(1, kept / 10))
             << "layer " << l << ": " << differ << " of " << kept << " kept positions differ";
     }
+    std::printf("%s: %lld positions differ from the CPU's own layer, %lld from its next layer\n", m,
+                static_cast<long long>(differ_all), static_cast<long long>(shifted_all));
+    if (name != "random" && name != "streamingllm")
+      EXPECT_GE(shifted_all, 3 * differ_all) << "the comparison cannot tell layers apart";
   }
 }
 
@@ -101,28 +122,72 @@ TEST(RuntimeEquivalence, Gemma3KeptSetsMatchCpu) {
   check_kept_sets(io::kGemma3File);
 }
 
+// KL(p || q) of the softmax distributions of two logit vectors, in nats.
+double softmax_kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
+  auto log_softmax = [](const std::vector<float>& z) {
+    const double mx = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (float v : z) sum += std::exp(v - mx);
+    std::vector<double> out(z.size());
+    for (size_t i = 0; i < z.size(); ++i) out[i] = z[i] - mx - std::log(sum);
+    return out;
+  };
+  const auto lp = log_softmax(p_logits), lq = log_softmax(q_logits);
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return kl;
+}
+
+int32_t argmax(const std::vector<float>& z) {
+  return static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+}
+
 void check_greedy(const char* file) {
   auto model = load_or_skip(file);
   if (!model) GTEST_SKIP() << "no model file " << file;
   const Runtimes rt = both(model);
   auto tok = Tokenizer::from_gguf(*model->file());
   const auto prompt = prompt_of(*model, 30);
+  constexpr int kSteps = 32;
   for (double budget : {1.0, 0.2}) {
     SCOPED_TRACE(budget);
     EvictConfig cfg;
     if (budget < 1.0) cfg.prefill = PrefillEviction::make(method_parse("dropkv"), Budget{budget});
+    // Free-running greedy text on each device (reported).
     std::vector<std::vector<int32_t>> out;
     for (const auto* r : {rt.cpu.get(), rt.gpu.get()}) {
-      auto s = r->session(static_cast<int64_t>(prompt.size()) + 40);
+      auto s = r->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
       s->prefill(prompt, cfg);
       Sampler greedy;
-      out.push_back(s->generate(32, greedy).tokens);
+      out.push_back(s->generate(kSteps, greedy).tokens);
     }
     size_t same = 0;
     while (same < out[0].size() && same < out[1].size() && out[0][same] == out[1][same]) ++same;
-    std::printf("budget %.1f: %zu of 32 leading tokens equal\n cpu: %s\n gpu: %s\n", budget, same,
-                tok->decode(out[0]).c_str(), tok->decode(out[1]).c_str());
-    EXPECT_EQ(out[1], out[0]) << "greedy tokens differ";
+    std::printf("budget %.1f: %zu of %d free-running greedy tokens equal\n cpu: %s\n gpu: %s\n",
+                budget, same, kSteps, tok->decode(out[0]).c_str(), tok->decode(out[1]).c_str());
+    // The CPU's tokens teacher-forced through both: the distributions at every step.
+    auto cs = rt.cpu->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
+    auto gs = rt.gpu->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
+    cs->prefill(prompt, cfg);
+    gs->prefill(prompt, cfg);
+    double kl_sum = 0, kl_max = 0;
+    int top_equal = 0;
+    const int steps = static_cast<int>(std::min<size_t>(kSteps, out[0].size()));
+    ASSERT_GT(steps, 0);
+    for (int t = 0; t < steps; ++t) {
+      const std::vector<float> lc = cs->logits(), lg = gs->logits();
+      ASSERT_EQ(argmax(lc), out[0][t]) << "the CPU's teacher-forced step " << t << " is not its greedy";
+      const double kl = softmax_kl(lc, lg);
+      kl_sum += kl;
+      kl_max = std::max(kl_max, kl);
+      top_equal += argmax(lg) == out[0][t];
+      cs->decode(out[0][t]);
+      gs->decode(out[0][t]);
+    }
+    std::printf("budget %.1f teacher-forced: mean KL %.2e nats, max %.2e, top token equal at %d of %d\n",
+                budget, kl_sum / steps, kl_max, top_equal, steps);
+    EXPECT_LE(kl_sum / steps, 0.02);
+    EXPECT_GE(top_equal, steps - steps / 8);
   }
 }
 
@@ -159,6 +224,8 @@ void check_batch_equals_single(Device device, const char* file) {
     auto s = rt->from_snapshot(*snap, configs[i], static_cast<int64_t>(question.size()) + 17);
     s->append(question);
     EXPECT_EQ(batch[i].kept_rows_per_head, kept_rows_per_head(*s, model->config()));
+    // An evicted setting's cache holds fewer bytes than the full cache's (row 0).
+    if (i > 0) EXPECT_LT(batch[i].kv_bytes, batch[0].kv_bytes) << configs[i].describe();
     Sampler greedy;
     const GenerateResult one = s->generate(16, greedy, stop);
     EXPECT_EQ(batch[i].result.tokens, one.tokens) << "config " << configs[i].describe();

@@ -1,18 +1,37 @@
 // Results files of `kvevict eval` and `kvevict ppl`: one JSON document that tools/plot_results.py
 // reads, and markdown tables for humans. Every table names the model, length, budget, method,
-// window, pooling, query mode and seeds (SPEC section 7).
+// window, pooling, query mode and seeds (SPEC section 7); docs/EVAL.md is the protocol.
 //
-// JSON layout (every section optional for the plot script):
-//   {"kind": "kvevict-results", "version": 1,
-//    "meta": {"model", "prompt_style", "base_seed", "notes": [..]},
-//    "records":   [{task, target_length, sample_index, seed, context_tokens, question_tokens,
-//                   mode, method, budget, window, pooling, policy, prediction, answers, metric,
-//                   score, kept_tokens, answer_seconds}],
-//    "aggregate": [{task, target_length, mode, method, budget, window, pooling, policy,
-//                   samples, score}],
+// JSON layout, version 2 (every section optional for the plot script; one type per field: a
+// number that is unknown is null, never a string):
+//   {"kind": "kvevict-results", "version": 2,
+//    "meta": {"model", "prompt_style", "base_seed", "split", "notes": [..], "kvevict_version",
+//             "git_commit", "git_modified", "command_line", "date_utc", "device", "model_path",
+//             "model_sha256", "options": {every option of the command}, "bootstrap": {"resamples",
+//             "seed", "level", "method"}, "comparisons": [[a, b], ..]},
+//    "records":   [{split, task, target_length, sample_index, seed, context_tokens,
+//                   question_tokens, mode, method, budget, window, window_is_question, pooling,
+//                   policy, aggregate, normalize, keep_last, prediction, answers, metric, score,
+//                   kept_tokens, generated_tokens, answer_seconds, prefill_seconds,
+//                   evict_seconds}],
+//    "aggregate": [{split, task, target_length, mode, method, budget, window, window_is_question,
+//                   pooling, policy, aggregate, normalize, keep_last, samples, score, ci_low,
+//                   ci_high}],
+//    "comparisons": [{split, task, target_length, mode, budget, a, b, samples, a_score,
+//                   a_ci_low, a_ci_high, b_score, b_ci_low, b_ci_high, diff, diff_ci_low,
+//                   diff_ci_high, a_better, equal, b_better}],
+//    "cost":      [{split, target_length, mode, samples, prefill_tokens, settings, prefill_s,
+//                   evict_s_per_setting, decode_s_per_batch, append_s_per_batch,
+//                   decode_steps_per_batch, batches_per_sample, answer_s_per_sample, total_s}],
+//    "batches":   [{split, task, target_length, sample_index, mode, prefill_tokens, settings,
+//                   prefill_seconds, answer_seconds, evict_seconds, append_seconds,
+//                   decode_seconds, decode_steps, batches}],
+//    "ablation":  [{method, chosen, dev_score, default_setting, default_dev_score, cells}],
 //    "ppl":       [{method, budget, window, pooling, policy, context_tokens, chunk_tokens,
 //                   evaluated_tokens, nll, ppl, seed, source, buckets: [{start, end, ppl}]}],
 //    "diagnostics": {"cone": [{"layer": int, "c_star": [float, ...]}], ...}}
+// Version 1 files (before issue 20) had "window" as a string ("question" or a count) in
+// "aggregate" and no intervals; the plot script reads both.
 #pragma once
 
 #include <string>

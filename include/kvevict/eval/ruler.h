@@ -107,13 +107,19 @@ class RulerGenerator {
   // (task, seed, options).
   Sample generate(const std::string& task, const GenerateOptions& opt, uint64_t seed) const;
 
+  // The length of the smallest sample of a task (its least haystack) with these options and seed:
+  // generate() throws for a target below it.
+  int64_t smallest_length(const std::string& task, const GenerateOptions& opt,
+                          uint64_t seed) const;
+
   // The sample with a given haystack amount (no sizing); length is still measured.
   Sample generate_with_amount(const std::string& task, int64_t amount, const GenerateOptions& opt,
                               uint64_t seed) const;
 
-  // n samples with seeds sample_seed(base_seed, task, i).
+  // n samples with seeds sample_seed(base_seed, task, i), i = first_index .. first_index + n - 1
+  // (split.h: the DEV split starts at kDevFirstIndex).
   std::vector<Sample> generate_set(const std::string& task, const GenerateOptions& opt, int n,
-                                   uint64_t base_seed) const;
+                                   uint64_t base_seed, int64_t first_index = 0) const;
 
   // Every task x length, n samples each, in (length, task, index) order; samples of task t at any
   // length use seeds sample_seed(base_seed, t, i). `done` is called after each sample.

@@ -20,12 +20,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvevict/eval/metrics.h"
 #include "kvevict/eval/sample.h"
+#include "kvevict/eval/stats.h"
 #include "kvevict/method.h"
 #include "kvevict/model/evict_config.h"
 
@@ -42,25 +44,49 @@ const char* query_mode_name(QueryMode m);          // "query-aware" | "query-agn
 QueryMode query_mode_parse(const std::string& s);  // also "aware" | "agnostic"
 
 // One eviction setting to evaluate: a method (or the full cache) at one budget.
+//
+// Settings are spelled METHOD[:MOD]... (method_setting_help() lists the modifiers): the method
+// (method_parse names), then modifiers that change its aggregation ("obcache_k:h2o"), policy
+// ("obcache_vk:adakv", "adakv:alpha=0.5"), window ("dropkv:w=16", pinned: used in both query
+// modes), pooling ("dropkv:pool=max:7"), h2o's normalisation ("h2o:norm"), TOVA keeping the last
+// token ("tova:keep_last"), or kvpress's defaults ("snapkv:kvpress" = w=64:pool=avg:5). The
+// spelling is the setting's name in every results table.
 struct MethodConfig {
-  std::string name;  // as the user typed it (method_parse spelling) or "full" for no eviction
+  std::string name;  // as the user spelled it (see above) or "full" for no eviction
   MethodSpec spec;   // scoring, policy and sinks; ignored for "full"
   Budget budget;     // 1.0 for "full"
+  double alpha = 0.2;       // adakv: B_h = f_h (1 - alpha) + alpha B (SelectOptions::alpha)
+  bool pin_window = false;  // w=N: the window is N in both modes (never the question)
+  bool keep_last = false;   // the last prompt token is always kept (kvpress's TOVA)
 
   bool is_full() const { return name == "full"; }
-  // name + SPEC defaults; window > 0 and a non-empty pooling ("none", "max:7") override them.
+  // Parses the spelling at `budget`; window > 0 and a non-empty pooling ("none", "max:7")
+  // override every windowed method's defaults (before the spelling's own modifiers).
   static MethodConfig make(const std::string& name, const Budget& budget, int window = 0,
                            const std::string& pooling = "");
   int window() const { return is_full() ? 0 : spec.score.window; }
   // The eviction of this method (none for "full"); question > 0: query-aware with the question as
-  // the observation window of windowed scores (PrefillEviction::make).
+  // the observation window of windowed scores (PrefillEviction::make), unless pin_window.
   EvictConfig evict_config(int question = 0) const;
   // The observation window this method scores and protects with that question.
   int window_for(int question) const;
+  // True when a query-aware question of that many tokens is this method's window.
+  bool window_is_question(int question) const;
   std::string pooling() const { return is_full() ? "none" : spec.score.pooling.str(); }
   std::string policy() const { return is_full() ? "none" : policy_name(spec.policy); }
+  // "snapkv" | "h2o" | "tova" for query scores; "none" for the full cache and query-free scores.
+  std::string aggregate() const;
+  bool normalize() const { return !is_full() && spec.score.h2o_normalize; }
   std::string label() const;  // "dropkv@0.25", "full"
 };
+
+// The modifiers of a setting's spelling, one per line, for --help.
+std::string method_setting_help();
+// Names of method groups ("all", "spec", "aggregations", "kvpress", "adakv-variants") replaced by
+// their members, in order, without duplicates; other names are kept as they are.
+std::vector<std::string> expand_method_groups(const std::vector<std::string>& names);
+// The group names expand_method_groups knows, each with what it holds, for --help.
+std::string method_groups_help();
 
 // methods x budgets, with "full" (when listed) once at budget 1.0 since no budget applies to it.
 std::vector<MethodConfig> expand_methods(const std::vector<std::string>& methods,
@@ -78,6 +104,14 @@ struct Generation {
   int64_t kept_tokens = -1;       // cache tokens per head after eviction, if the runtime reports it
   int64_t generated_tokens = -1;  // decode steps taken
   int64_t kv_bytes = -1;          // K/V bytes allocated after eviction, if the runtime reports it
+  // Seconds the runtime reports (-1: not reported; GPU: device time): this setting's eviction,
+  // and the question append and decode of the batch it was answered in, which `rows_in_batch`
+  // settings share (BatchAnswer).
+  double evict_seconds = -1;
+  double batch_append_seconds = -1;
+  double batch_decode_seconds = -1;
+  int64_t batch_decode_steps = -1;
+  int rows_in_batch = 1;
 };
 
 class EvalModel {
@@ -124,6 +158,11 @@ struct RunOptions {
   int max_new_tokens_cap = 0;
   uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
   std::string prompt_style;  // "raw" | "chat", for the report
+  std::string split;         // "dev" | "test" (split.h) for generated samples; "" for a data file
+  BootstrapOptions bootstrap;  // the intervals of the aggregate rows and comparisons
+  // Answer each setting alone (answer_all with one method: a decode batch of one) instead of
+  // every setting of a prefill together: slower; the check that batching changes no answer.
+  bool one_at_a_time = false;
 };
 
 struct Progress {
@@ -145,47 +184,119 @@ struct SampleRecord {
   int64_t context_tokens = 0;   // incl. BOS
   int64_t question_tokens = 0;  // question + chat suffix + answer prefix
   QueryMode mode = QueryMode::kAware;
+  std::string split;                // RunOptions::split
   std::string method;               // MethodConfig::name
   std::string budget;               // Budget::str(), "1" for full
   int window = 0;                   // observation window used for this sample (tokens)
   bool window_is_question = false;  // query-aware with RunOptions::question_window
   std::string pooling;
   std::string policy;
+  std::string aggregate;            // MethodConfig::aggregate()
+  bool normalize = false;           // h2o's normalisation (MethodConfig::normalize())
+  bool keep_last = false;           // MethodConfig::keep_last
   std::string prediction;  // postprocessed
   std::vector<std::string> answers;
   Metric metric = Metric::kStringMatchAll;
   double score = 0.0;  // 0..100
   int64_t kept_tokens = -1;
   int64_t generated_tokens = -1;  // decode steps of the answer
-  double answer_seconds = 0.0;    // eviction + answer of this method
+  double answer_seconds = 0.0;    // wall time of the sample's answers / settings answered
   double prefill_seconds = 0.0;   // the sample's prefill, shared by every method of its mode
+  double evict_seconds = -1.0;    // this setting's eviction, as the runtime reports it
+};
+
+// One prefill and every setting's answer from it (one answer_all call): what the cost table sums.
+struct BatchRecord {
+  std::string split, task;
+  int64_t target_length = 0;
+  int64_t sample_index = 0;
+  QueryMode mode = QueryMode::kAware;
+  int64_t prefill_tokens = 0;    // tokens prefilled (query-aware: context + question)
+  int64_t settings = 0;          // answers from this prefill
+  double prefill_seconds = 0.0;  // wall time of the prefill
+  double answer_seconds = 0.0;   // wall time of answer_all: every eviction, append and decode
+  // As the runtime reports them (-1: not reported): the settings' evictions summed; the question
+  // appends and decode loops of the batches answer_all ran (the GPU: one batch of every setting;
+  // the CPU: a batch of one per setting), summed.
+  double evict_seconds = -1.0;
+  double append_seconds = -1.0;
+  double decode_seconds = -1.0;
+  int64_t decode_steps = -1;     // decode steps of those batches, summed
+  int64_t batches = 0;           // decode batches answer_all ran
 };
 
 struct AggregateRow {
+  std::string split;
   std::string task;  // or "average" over the tasks of the same setting
   int64_t target_length = 0;
   QueryMode mode = QueryMode::kAware;
-  std::string method, budget, pooling, policy;
-  // The window setting: a token count, or "question" where each sample's window was its question
-  // (the count then varies by sample, so it must not split the rows).
-  std::string window;
+  std::string method, budget, pooling, policy, aggregate;
+  // The observation window in tokens; where each sample's window was its question
+  // (window_is_question), the count varies by sample and must not split the rows: window is 0.
+  int window = 0;
+  bool window_is_question = false;
+  bool normalize = false, keep_last = false;
   int64_t samples = 0;
-  double score = 0.0;  // mean over samples, 0..100
+  double score = 0.0;  // mean over samples, 0..100 ("average": the mean of the task means)
+  // The interval of the score (RunMeta::bootstrap; the average resamples within each task).
+  double ci_low = std::numeric_limits<double>::quiet_NaN();
+  double ci_high = std::numeric_limits<double>::quiet_NaN();
 };
 
+// A paired comparison: settings A and B at the same budget, on the same samples (matched by
+// task, length, mode, sample index and seed), per task and averaged over tasks.
+struct ComparisonRow {
+  std::string split;
+  std::string task;  // or "average"
+  int64_t target_length = 0;
+  QueryMode mode = QueryMode::kAware;
+  std::string budget;
+  std::string a, b;          // setting names (MethodConfig::name)
+  PairedDifference result;   // A, B and A - B with their intervals; sign counts
+};
+
+// The ablation of windows x pooling (ablation.h): the grid on the DEV split and the setting it
+// chose per method.
+struct AblationChoice {
+  std::string method;    // the method ablated ("dropkv")
+  std::string chosen;    // the winning setting's name ("dropkv:w=16:pool=max:7")
+  double dev_score = 0;  // its mean of the DEV average rows (the criterion)
+  std::string default_setting;  // the method's current default, as evaluated on DEV
+  double default_dev_score = 0;
+  int64_t cells = 0;     // (length, mode, budget) cells averaged into each score
+};
+
+// Everything a results file needs to describe itself (docs/EVAL.md, "Results files").
 struct RunMeta {
   std::string model;
   std::string prompt_style;
   uint64_t base_seed = 0;
   std::vector<std::string> notes;  // free-form lines for the report header
+  std::string split;               // RunOptions::split
+  BootstrapOptions bootstrap;
+  // Provenance (provenance.h), filled by the command that ran: empty when unknown.
+  std::string kvevict_version, git_commit, command_line, date_utc, device;
+  bool git_modified = false;  // tracked files differed from git_commit at build time
+  std::string model_path, model_sha256;
+  std::string options_json;  // a JSON object text: every option value of the command, typed
+  // Paired comparisons the reports compute (names of settings A, B); pairs whose settings are
+  // absent from the run are skipped.
+  std::vector<std::pair<std::string, std::string>> comparisons;
 };
 
 struct EvalResults {
   RunMeta meta;
   std::vector<SampleRecord> records;
-  // Mean score per (task, length, mode, method, budget), plus one "average" row per setting (the
-  // unweighted mean over tasks, as RULER averages its tasks). Sorted for stable output.
+  std::vector<BatchRecord> batches;
+  std::vector<AblationChoice> ablation;  // empty unless the run was an ablation
+  // Mean score per (split, task, length, mode, setting), plus one "average" row per setting (the
+  // unweighted mean over tasks, as RULER averages its tasks), each with its interval
+  // (meta.bootstrap). Sorted for stable output. (summary.cpp)
   std::vector<AggregateRow> aggregate() const;
+  // meta.comparisons at every (split, length, mode, budget) where both settings were answered.
+  std::vector<ComparisonRow> compare() const;
+  // Appends another run's records, batches and ablation (meta stays this one's).
+  void append(const EvalResults& other);
 };
 
 EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const RunOptions& opt,

@@ -128,7 +128,16 @@ struct BatchAnswer {
   GenerateResult result;
   // After eviction and the appended tokens, before the answer is decoded:
   int64_t kept_rows_per_head = 0;  // mean over the evicted (full-attention) layers
-  int64_t kv_bytes = 0;            // K/V bytes of this row's cache
+  int64_t kv_bytes = 0;            // K/V bytes of the rows this setting's cache holds
+  // Seconds (GPU: device time from CUDA events): this row's eviction, the snapshot copy included
+  // (the GPU evicts every row in one timed pass and reports each row an equal share); the question
+  // append and the decode loop of the batch this row was decoded in, which rows_in_batch rows
+  // share (the CPU runtime decodes one row at a time: 1). For the cost tables of sweeps.
+  double evict_seconds = 0;
+  double append_seconds = 0;
+  double decode_seconds = 0;
+  int64_t decode_steps = 0;  // the batch's decode steps
+  int rows_in_batch = 1;
 };
 
 class ModelRuntime {
