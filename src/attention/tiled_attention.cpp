@@ -117,10 +117,13 @@ void to_f32(const void* src, DType t, int64_t count, float* dst) {
 // e^x for finite x <= 0 (softmax arguments z - max), relative error ~2e-7: Cephes' expf range
 // reduction and polynomial, written branch-free so the loop over a key tile vectorizes (std::exp
 // does not without -ffast-math). Below -87 it returns ~1e-38 instead of 0, harmless next to the
-// row maximum's 1.
+// row maximum's 1. A NaN argument (from NaN weights, which the loader does not scan for) comes
+// out NaN, and never reaches a float -> int cast of NaN (undefined; found by
+// fuzz/gguf_model_fuzzer, issue 13).
 inline float exp_nonpositive(float x) {
   x = x < -87.0f ? -87.0f : x;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float n_raw = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float n = n_raw == n_raw ? n_raw : 0.0f;  // NaN: y below is NaN, any exponent will do
   const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
   float y = 1.9875691500e-4f;
   y = y * r + 1.3981999507e-3f;

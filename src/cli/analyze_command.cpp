@@ -10,14 +10,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/corpus_arg.h"
 #include "cli/json_out.h"
 #include "cli/model_args.h"
+#include "cli/numeric_options.h"
+#include "cli/output_args.h"
 #include "cli/progress.h"
+#include "cli/prompt_args.h"
 #include "cli/tensor_args.h"
 #include "kvevict/diagnostics.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/corpus.h"
 #include "kvevict/eval/report.h"
 #include "kvevict/model/runtime.h"
 
@@ -27,8 +28,7 @@ namespace {
 struct AnalyzeArgs {
   ModelArgs model;
   bool use_model = false;
-  std::string prompt;
-  int64_t length = 1024;
+  PromptArgs prompt;
   std::string out;
   std::string q, k, v;
   int pool_size = 16;
@@ -54,21 +54,12 @@ double quantile(std::vector<double> xs, double q) {
 // The diagnostics on a real model's attention: prefill a prompt (Austen prose of --length tokens,
 // or -p TEXT), keep each layer's last queries, and run SPEC section 6 per layer and head.
 int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base) {
-  const auto model = a.model.load();
-  const auto tok = load_tokenizer(*model);
-  std::vector<int32_t> tokens;
-  if (!a.prompt.empty()) {
-    tokens = tok->encode(a.prompt, true);
-  } else {
-    KVEVICT_CHECK(a.length >= 2 && a.length <= model->config().context_length, "--length ", a.length,
-                  " is out of range; expected 2..", model->config().context_length);
-    const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
-    std::string prose = corpus.prose_text().substr(0, static_cast<size_t>(a.length) * 8);
-    tokens = tok->encode(prose, true);
-    if (static_cast<int64_t>(tokens.size()) > a.length) tokens.resize(static_cast<size_t>(a.length));
-  }
+  check_output_args({{a.out, "--out"}});
+  const ModelInfo info = a.model.inspect();
+  const std::vector<int32_t> tokens = prompt_or_prose_tokens(info, a.prompt);
   KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) > base.pool_size, "the prompt has ", tokens.size(),
                 " tokens; expected more than --pool-size ", base.pool_size);
+  const auto model = a.model.load();
   ProgressBar bar("prefill", static_cast<int64_t>(tokens.size()), !a.json);
   const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
   PrefillOptions popt;
@@ -117,7 +108,7 @@ int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base
                                    {"factor_median", quantile(all_factor, 0.5)},
                                    {"rows", all_ratio.size()}}},
                       {"layers", layers}, {"cone", cone}};
-  if (!a.out.empty()) eval::write_text_file(a.out, j.dump(1));
+  if (!a.out.empty()) eval::write_text_file(a.out, j.dump(1), "--out");
   if (a.json) {
     print_json(j);
     return 0;
@@ -174,20 +165,24 @@ Runner add_analyze_command(CLI::App& app) {
   cmd->add_option("--v", a->v, "Values [Hkv, n, d]");
   auto* m = cmd->add_option("-m,--model", a->model.model,
                             "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)");
-  cmd->add_option("--threads", a->model.threads, "CPU threads (0 = all)");
+  add_threads(*cmd, a->model.threads);
   cmd->add_option("--device", a->model.device, "With -m: run the prefill on cpu or cuda")
+      ->capture_default_str()
+      ->needs(m);
+  a->prompt.add_to(*cmd, "With -m: the prompt", /*with_prose=*/true);
+  for (CLI::Option* o : {a->prompt.p, a->prompt.f, a->prompt.length_opt}) o->needs(m);
+  cmd->add_option("--out", a->out, "With -m: write the results JSON here (for tools/plot_results.py)")
+      ->needs(m);
+  add_integer(*cmd, "--pool-size", a->pool_size, 1, 24, "Candidate pool size L (exact enumeration)")
       ->capture_default_str();
-  cmd->add_option("-p,--prompt", a->prompt, "With -m: the prompt (default: Austen prose)")->needs(m);
-  cmd->add_option("--length", a->length, "With -m: prompt tokens of Austen prose")->capture_default_str();
-  cmd->add_option("--out", a->out, "With -m: write the results JSON here (for tools/plot_results.py)");
-  cmd->add_option("--pool-size", a->pool_size, "Candidate pool size L (<= 24, exact enumeration)")
+  add_integer(*cmd, "--evict", a->evict, 1, 24, "Evicted set size k (1 <= k <= L)")
       ->capture_default_str();
-  cmd->add_option("--evict", a->evict, "Evicted set size k (1 <= k <= L)")->capture_default_str();
-  cmd->add_option("--queries", a->queries, "Analyse each of the last m queries")->capture_default_str();
+  add_integer(*cmd, "--queries", a->queries, 1, 1 << 24, "Analyse each of the last m queries")
+      ->capture_default_str();
   cmd->add_option("--pool", a->pool, "Pool choice: lowest (smallest proxy) or random")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed for --pool random")->capture_default_str();
-  cmd->add_option("--scale", a->scale, "Logit scale (default 1/sqrt(d))");
-  cmd->add_flag("--bf16", a->bf16, "Read uint16 .npy arrays as bfloat16");
+  add_seed(*cmd, a->seed, "Seed for --pool random");
+  add_number(*cmd, "--scale", a->scale, "Logit scale, finite >= 0 (0 = 1/sqrt(d))");
+  cmd->add_flag("--bf16", a->bf16, "Read uint16 (<u2) .npy arrays as bfloat16 bits");
   cmd->add_flag("--json", a->json, "Print JSON instead of a table");
   return [a, m] {
     a->use_model = m->count() > 0;

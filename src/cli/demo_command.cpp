@@ -5,12 +5,15 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/corpus_arg.h"
 #include "cli/json_out.h"
+#include "cli/list_args.h"
 #include "cli/model_args.h"
+#include "cli/numeric_options.h"
 #include "cli/progress.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/corpus.h"
@@ -49,12 +52,19 @@ std::string one_line(std::string s) {
 }
 
 int run_demo(const DemoArgs& a) {
-  const auto model = a.model.load();
-  KVEVICT_CHECK(a.length <= model->config().context_length, "--length ", a.length, " exceeds the ",
-                model->config().context_length, "-token context of ", model->config().name);
-  const auto tok = load_tokenizer(*model);
+  // Everything that needs no model first, then what needs only its metadata and tokenizer: a
+  // bad value costs milliseconds, not a load and a prefill.
+  KVEVICT_CHECK(std::isfinite(a.depth) && a.depth >= 0 && a.depth <= 100, "--depth ", a.depth,
+                " is out of range; expected a percentage in [0, 100]");
+  eval::ruler_task_config(a.task);
+  eval::MethodConfig::make(a.method, parse_budget(a.budget, "--budget"));
+  ModelInfo info = a.model.inspect();
+  KVEVICT_CHECK(a.length <= info.config.context_length, "--length ", a.length, " exceeds ",
+                info.context_text());
+  parse_budget(a.budget, "--budget", info.config.context_length, info.context_text());
+  const Tokenizer& tok = *info.tokenizer;
   const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
-  eval::RulerGenerator gen(corpus, *tok);
+  eval::RulerGenerator gen(corpus, tok);
   eval::GenerateOptions gopt;
   gopt.target_length = a.length;
   gopt.style = eval::PromptStyle::kChat;
@@ -62,15 +72,20 @@ int run_demo(const DemoArgs& a) {
   const eval::Sample sample = gen.generate(a.task, gopt, a.seed);
 
   const auto mode = a.query_agnostic ? eval::QueryMode::kAgnostic : eval::QueryMode::kAware;
+  const std::vector<int32_t> context = tok.encode(sample.input_context(), true);
+  const std::vector<int32_t> question = tok.encode(sample.input_question(), false);
+  const auto prefilled =
+      static_cast<int64_t>(context.size() + (a.query_agnostic ? 0 : question.size()));
   std::vector<eval::MethodConfig> methods = {
       eval::MethodConfig::make("full", Budget{}),
-      eval::MethodConfig::make(a.method, Budget::parse(a.budget))};
-  const std::vector<int32_t> context = tok->encode(sample.input_context(), true);
-  const std::vector<int32_t> question = tok->encode(sample.input_question(), false);
+      eval::MethodConfig::make(a.method, parse_budget(a.budget, "--budget", prefilled,
+                                                      "the " + std::to_string(prefilled) +
+                                                          "-token demo prompt"))};
+  const auto model = a.model.load();
   if (!a.json)
     std::printf("kvevict demo: %s, %s, %lld-token prompt (%s)\nneedle   %s (depth %.0f%%)\n"
                 "question %s\nexpected %s\n\n",
-                model->config().name.c_str(), a.task.c_str(),
+                info.config.name.c_str(), a.task.c_str(),
                 static_cast<long long>(context.size() + question.size()),
                 eval::query_mode_name(mode),
                 one_line(sample.needles.empty() ? "" : sample.needles[0].text).c_str(), a.depth,
@@ -80,7 +95,7 @@ int run_demo(const DemoArgs& a) {
   // prefill does not depend on the method).
   ProgressBar bar("prefill", static_cast<int64_t>(context.size() + question.size()), !a.json);
   const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
-  eval::SessionModel runner(rt, load_tokenizer(*model), methods, model->config().name);
+  eval::SessionModel runner(rt, std::move(info.tokenizer), methods, model->config().name);
   const auto t_prefill = std::chrono::steady_clock::now();
   auto state = runner.prefill(context, question, mode);
   const double prefill_s =
@@ -151,9 +166,11 @@ Runner add_demo_command(CLI::App& app) {
   cmd->add_option("--method", a->method, "Eviction method to compare with the full cache")->capture_default_str();
   cmd->add_option("--budget", a->budget, "Kept fraction (<= 1) or tokens per head")->capture_default_str();
   cmd->add_option("--task", a->task, "RULER task")->capture_default_str();
-  cmd->add_option("--length", a->length, "Prompt length in tokens")->capture_default_str();
-  cmd->add_option("--depth", a->depth, "Needle depth in percent")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Sample seed")->capture_default_str();
+  add_integer(*cmd, "--length", a->length, int64_t{16}, kMaxTokens,
+              "Prompt length in tokens (at most the model's context)")
+      ->capture_default_str();
+  add_number(*cmd, "--depth", a->depth, "Needle depth in percent, 0..100")->capture_default_str();
+  add_seed(*cmd, a->seed, "Sample seed");
   cmd->add_flag("--query-agnostic", a->query_agnostic, "Compress the context before the question arrives");
   cmd->add_flag("--json", a->json, "Print JSON");
   return [a] { return run_demo(*a); };

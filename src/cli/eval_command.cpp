@@ -3,11 +3,20 @@
 // all settings of a prefill decode as one batch). Cells carry bootstrap intervals, paired
 // comparisons are reported, --split picks DEV or TEST seeds, --ablate runs the window x pooling
 // ablation (DEV) and reports the chosen settings on TEST; docs/EVAL.md is the protocol.
+//
+// Order of work: every option is checked first (names, numbers, lists, output paths, the plot
+// script); then the model's metadata and tokenizer are read (milliseconds) and every sample is
+// checked against them (a JSONL row by its size before it is parsed, every prompt and token
+// budget by its tokens); only then are the weights loaded. The outputs (--out, --markdown,
+// --plots) are written all or none at the end.
 #include <CLI/CLI.hpp>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -16,6 +25,8 @@
 #include "cli/corpus_arg.h"
 #include "cli/list_args.h"
 #include "cli/model_args.h"
+#include "cli/numeric_options.h"
+#include "cli/output_args.h"
 #include "cli/progress.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/corpus.h"
@@ -27,6 +38,9 @@
 #include "kvevict/eval/ruler.h"
 #include "kvevict/eval/session_model.h"
 #include "kvevict/eval/split.h"
+#include "kvevict/io/atomic_file.h"
+
+extern char** environ;
 
 namespace kvevict::cli {
 namespace {
@@ -41,7 +55,7 @@ struct EvalArgs {
   std::string modes = "aware";
   std::string data;
   std::string style = "chat";
-  int window = 0;
+  std::optional<int> window;
   std::string pool;
   uint64_t seed = 0;
   int max_new = 0;
@@ -97,21 +111,64 @@ std::vector<std::pair<std::string, std::string>> parse_pairs(const std::string& 
   return out;
 }
 
+// Runs a program (no shell: arguments cannot be split or quoted wrongly); true when it exits 0.
+bool run_program(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int status = 0;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return false;
+  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::string plot_script() { return source_dir() + "/tools/plot_results.py"; }
+
+// --plots: draws the staged results into a fresh directory beside DIR, then (after the results
+// files are committed) moves the PNGs into DIR. A failed plot leaves no output at all.
+class StagedPlots {
+ public:
+  explicit StagedPlots(const std::string& dir)
+      : dir_(dir), tmp_(dir + ".tmp." + std::to_string(::getpid())) {}
+  ~StagedPlots() {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp_, ec);
+  }
+  void draw(const std::string& json_path) {
+    KVEVICT_CHECK(run_program({"python3", plot_script(), json_path, "--out", tmp_}),
+                  "--plots: plotting failed: python3 ", plot_script(), " ", json_path, " --out ",
+                  tmp_, " (install matplotlib with scripts/install_deps.sh --eval); no output "
+                  "was written");
+  }
+  void commit() {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    KVEVICT_CHECK(!ec, "--plots: cannot create ", dir_, " (", ec.message(), ")");
+    for (const auto& e : std::filesystem::directory_iterator(tmp_)) {
+      const std::string target = (std::filesystem::path(dir_) / e.path().filename()).string();
+      io::check_output_path(target, "--plots");  // the same policy as every other output
+      std::filesystem::rename(e.path(), target, ec);
+      KVEVICT_CHECK(!ec, "--plots: cannot move a plot to ", target, " (", ec.message(), ")");
+    }
+  }
+
+ private:
+  std::string dir_, tmp_;
+};
+
 int run_eval_command(const EvalArgs& a) {
-  KVEVICT_CHECK(a.samples >= 1, "--samples ", a.samples, " must be >= 1");
-  KVEVICT_CHECK(a.max_new >= 0, "--max-new ", a.max_new,
-                " is negative; expected a token count, or 0 for each task's own limit");
-  // Every name and number is checked before the model and the corpus are loaded.
+  // Every name, number and path is checked before the model and the corpus are read.
   const eval::PromptStyle style = eval::prompt_style_parse(a.style);
-  std::vector<std::string> tasks = split_list(a.tasks);
+  std::vector<std::string> tasks = split_list(a.tasks, "--tasks");
   if (tasks.size() == 1 && tasks[0] == "all") tasks = eval::ruler_task_names();
   for (const auto& t : tasks) eval::ruler_task_config(t);
   const std::vector<int64_t> lengths = parse_ints(a.lengths, "--lengths");
-  const std::vector<Budget> budgets = parse_budgets(a.budgets);
+  const std::vector<std::string> method_names = split_list(a.methods, "--methods");
+  const std::vector<Budget> budgets = parse_budgets(a.budgets, "--budgets");
   eval::RunOptions ropt;
-  ropt.methods = eval::expand_methods(split_list(a.methods), budgets, a.window, a.pool);
+  ropt.methods = eval::expand_methods(method_names, budgets, a.window.value_or(0), a.pool);
   ropt.modes.clear();
-  for (const auto& m : split_list(a.modes)) ropt.modes.push_back(eval::query_mode_parse(m));
+  for (const auto& m : split_list(a.modes, "--modes")) ropt.modes.push_back(eval::query_mode_parse(m));
   const eval::SeedSplit split = eval::split_parse(a.split);
   eval::check_split_size(a.samples);
   ropt.bootstrap.resamples = a.bootstrap;
@@ -122,27 +179,40 @@ int run_eval_command(const EvalArgs& a) {
   eval::AblationOptions abl;
   if (ablate) {
     KVEVICT_CHECK(a.data.empty(), "--ablate needs generated samples (DEV and TEST seeds); got --data");
-    abl.methods = split_list(a.ablate);
+    abl.methods = split_list(a.ablate, "--ablate");
     abl.windows.clear();
     for (int64_t w : parse_ints(a.ablate_windows, "--ablate-windows"))
       abl.windows.push_back(static_cast<int>(w));
-    abl.poolings = split_list(a.ablate_pools);
+    abl.poolings = split_list(a.ablate_pools, "--ablate-pools");
     abl.validate();
   }
+  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
+  if (!a.plots.empty()) {
+    KVEVICT_CHECK(!a.out.empty(), "--plots needs --out results.json (the plot script reads it)");
+    check_output_dir(a.plots, "--plots");
+    KVEVICT_CHECK(run_program({"python3", "-c", "import matplotlib"}),
+                  "--plots needs python3 with matplotlib (scripts/install_deps.sh --eval)");
+  }
 
-  const auto model = a.model.load();
-  auto tok = load_tokenizer(*model);
+  ModelInfo info = a.model.inspect();
+  const int64_t ctx = info.config.context_length;
+  const std::string of = info.context_text();
+  if (a.data.empty())
+    for (int64_t len : lengths) KVEVICT_CHECK(len <= ctx, "--lengths ", len, " exceeds ", of);
+  // A token budget above the context can never fit any sample: say so now (each sample's own
+  // prompt length is checked by run_eval before the first prefill).
+  parse_budgets(a.budgets, "--budgets", ctx, of);
   std::vector<eval::Sample> samples, dev_samples;
   std::set<std::string> skipped;  // --skip-unfit: "vt at 512"
   if (!a.data.empty()) {
-    samples = eval::read_jsonl_samples(a.data);
-    for (auto& s : samples) eval::format_prompt(s, style, tok.get());
+    eval::JsonlLimits limits;
+    limits.max_text_bytes = eval::max_text_bytes(*info.tokenizer, ctx);
+    limits.why = of + " holds at most that much text";
+    samples = eval::read_jsonl_samples(a.data, limits);
+    for (auto& s : samples) eval::format_prompt(s, style, info.tokenizer.get());
   } else {
-    for (int64_t len : lengths)
-      KVEVICT_CHECK(len <= model->config().context_length, "--lengths ", len, " exceeds the ",
-                    model->config().context_length, "-token context of ", model->config().name);
     const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
-    eval::RulerGenerator gen(corpus, *tok);
+    eval::RulerGenerator gen(corpus, *info.tokenizer);
     auto generate = [&](eval::SeedSplit which) {
       std::vector<eval::Sample> out;
       for (int64_t len : lengths) {
@@ -173,9 +243,17 @@ int run_eval_command(const EvalArgs& a) {
   ropt.one_at_a_time = a.one_at_a_time;
   ropt.prompt_style = eval::prompt_style_name(style);
   ropt.split = a.data.empty() ? eval::split_name(split) : "";
+  ropt.context_length = ctx;
+  // Every sample is tokenized and checked before the weights load (and the DEV samples of an
+  // ablation too).
+  const std::vector<eval::TokenizedSample> prompts =
+      eval::tokenize_samples(*info.tokenizer, samples, ropt);
+  if (ablate) eval::tokenize_samples(*info.tokenizer, dev_samples, ropt);
+  const auto model = a.model.load();
   const auto rt = a.model.runtime(model);
   eval::SessionModel runner(
-      rt, std::move(tok), ablate ? eval::ablation_all_methods(abl, budgets, ropt.methods) : ropt.methods,
+      rt, std::move(info.tokenizer),
+      ablate ? eval::ablation_all_methods(abl, budgets, ropt.methods) : ropt.methods,
       std::filesystem::path(model->path()).stem().string());
 
   int64_t total = static_cast<int64_t>(samples.size() * ropt.modes.size() * ropt.methods.size());
@@ -199,7 +277,7 @@ int run_eval_command(const EvalArgs& a) {
   };
   eval::EvalResults results =
       ablate ? eval::run_ablation(runner, dev_samples, samples, ropt, abl, budgets, progress)
-             : eval::run_eval(runner, samples, ropt, progress);
+             : eval::run_eval(runner, samples, prompts, ropt, progress);
   bar.finish();
   results.meta.comparisons.insert(results.meta.comparisons.begin(), comparisons.begin(),
                                   comparisons.end());
@@ -214,19 +292,18 @@ int run_eval_command(const EvalArgs& a) {
 
   const std::string json = eval::results_to_json(results);
   const std::string md = eval::results_to_markdown(results);
-  if (!a.out.empty()) eval::write_text_file(a.out, json);
-  if (!a.markdown.empty()) eval::write_text_file(a.markdown, md);
-  if (a.json)
-    std::printf("%s\n", json.c_str());
-  else
-    std::printf("%s\n", md.c_str());
+  // All outputs or none: stage the files, draw the plots from the staged JSON, then commit.
+  io::StagedFiles files;
+  if (!a.out.empty()) files.add(a.out, "--out", {{json.data(), json.size()}});
+  if (!a.markdown.empty()) files.add(a.markdown, "--markdown", {{md.data(), md.size()}});
+  std::unique_ptr<StagedPlots> plots;
   if (!a.plots.empty()) {
-    KVEVICT_CHECK(!a.out.empty(), "--plots needs --out results.json (the plot script reads it)");
-    const std::string cmd = "python3 '" + source_dir() + "/tools/plot_results.py' '" + a.out +
-                            "' --out '" + a.plots + "'";
-    KVEVICT_CHECK(std::system(cmd.c_str()) == 0, "plotting failed: ", cmd,
-                  " (install matplotlib with scripts/install_deps.sh --eval)");
+    plots = std::make_unique<StagedPlots>(a.plots);
+    plots->draw(files.staged_path(a.out));
   }
+  files.commit();
+  if (plots) plots->commit();
+  std::printf("%s\n", a.json ? json.c_str() : md.c_str());
   return 0;
 }
 
@@ -238,20 +315,25 @@ Runner add_eval_command(CLI::App& app) {
   a->model.add_to(*cmd);
   cmd->add_option("--tasks", a->tasks, "Comma-separated RULER tasks, or all")->capture_default_str();
   cmd->add_option("--lengths", a->lengths, "Comma-separated target lengths in tokens")->capture_default_str();
-  cmd->add_option("--samples", a->samples, "Samples per task and length")->capture_default_str();
+  add_integer(*cmd, "--samples", a->samples, 1, 1 << 20, "Samples per task and length")
+      ->capture_default_str();
   cmd->add_option("--methods", a->methods,
                   "Comma-separated settings METHOD[:MOD]... or groups (full = no eviction); "
                   "see the modifiers and groups below")
       ->capture_default_str();
   cmd->add_option("--budgets", a->budgets, "Comma-separated budgets (fractions or token counts)")
       ->capture_default_str();
-  cmd->add_option("--modes", a->modes, "aware, agnostic, or both: aware,agnostic")->capture_default_str();
+  cmd->add_option("--modes", a->modes,
+                  "Comma-separated query modes: aware (or query-aware), agnostic (or "
+                  "query-agnostic); both: aware,agnostic")
+      ->capture_default_str();
   cmd->add_option("--data", a->data, "Evaluate a JSONL file instead of generated tasks");
   cmd->add_option("--style", a->style, "Prompt style: chat or raw")->capture_default_str();
-  cmd->add_option("--window", a->window, "Override every method's window (0 = defaults)")->capture_default_str();
+  add_window(*cmd, a->window, "Override every method's window");
   cmd->add_option("--pool", a->pool, "Override every method's pooling");
-  cmd->add_option("--seed", a->seed, "Base seed of the generated samples")->capture_default_str();
-  cmd->add_option("--max-new", a->max_new, "Cap every answer at N new tokens (0 = each task's limit)")
+  add_seed(*cmd, a->seed, "Base seed of the generated samples");
+  add_integer(*cmd, "--max-new", a->max_new, 0, 1 << 20,
+              "Cap every answer at N new tokens (0 = each task's limit)")
       ->capture_default_str();
   cmd->add_option("--split", a->split,
                   "Sample seeds: test (reported numbers) or dev (tuning); disjoint, docs/EVAL.md")

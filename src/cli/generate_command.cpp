@@ -4,15 +4,17 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <fstream>
+#include <limits>
 #include <optional>
 #include <random>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/json_out.h"
+#include "cli/list_args.h"
 #include "cli/model_args.h"
+#include "cli/numeric_options.h"
 #include "cli/progress.h"
+#include "cli/prompt_args.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/session_model.h"
 #include "kvevict/model/runtime.h"
@@ -22,7 +24,8 @@ namespace {
 
 struct GenerateArgs {
   ModelArgs model;
-  std::string prompt, file, question;
+  PromptArgs prompt;
+  std::string question;
   bool chat = false;
   int max_new = 64;
   std::string method = "full";
@@ -40,17 +43,11 @@ struct GenerateArgs {
   uint64_t seed = 0;
   bool json = false;
   bool quiet = false;
+  const CLI::Option *budget_opt = nullptr, *window_opt = nullptr, *pool_opt = nullptr,
+                    *policy_opt = nullptr;  // to tell a given option from its default
   std::string dummy;          // a ModelConfig preset: random weights, random prompt ids
   int64_t prompt_tokens = 512;  // prompt length with --dummy
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KVEVICT_CHECK(in.good(), "cannot read prompt file '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The sampler the flags ask for (greedy by default).
 SamplerOptions sampler_options(const GenerateArgs& a) {
@@ -73,28 +70,52 @@ void print_token(const Tokenizer* tok, int32_t id) {
 }
 
 
-// The eviction the flags ask for (the library's one mapping, PrefillEviction::make): query-aware
-// mode makes the question the observation window; --decode-budget adds decode-time eviction.
-EvictConfig evict_config(const GenerateArgs& a, eval::QueryMode mode, int64_t question_tokens) {
-  eval::MethodConfig method = eval::MethodConfig::make(
-      a.method, a.method == "full" ? Budget{} : Budget::parse(a.budget), a.window.value_or(0),
-      a.pool);
-  if (!a.policy.empty()) method.spec.policy = policy_parse(a.policy);
+// The prefill eviction the flags ask for; a token budget is checked against the n tokens it is
+// taken from (`of` names them).
+eval::MethodConfig method_config(const GenerateArgs& a, int64_t n, const std::string& of) {
+  if (a.method == "full") {
+    // Options that would be ignored are errors; --budget 1 (keep everything) agrees with full.
+    const bool keeps_all = a.budget_opt == nullptr || a.budget_opt->count() == 0 ||
+                           parse_budget(a.budget, "--budget", n, of).value == 1.0;
+    KVEVICT_CHECK(keeps_all, "--budget ", a.budget,
+                  " has no effect with --method full (no eviction); expected a --method");
+    for (const CLI::Option* o : {a.window_opt, a.pool_opt, a.policy_opt})
+      KVEVICT_CHECK(o == nullptr || o->count() == 0, o->get_name(),
+                    " has no effect with --method full (no eviction); expected a --method");
+    return eval::MethodConfig::make("full", Budget{});
+  }
+  eval::MethodConfig m = eval::MethodConfig::make(a.method, parse_budget(a.budget, "--budget", n, of),
+                                                  a.window.value_or(0), a.pool);
+  if (!a.policy.empty()) m.spec.policy = policy_parse(a.policy);
+  return m;
+}
+
+// Decode-time eviction (--decode-budget), scored like the prefill method.
+DecodeEviction decode_config(const GenerateArgs& a, const eval::MethodConfig& method) {
+  if (a.decode_budget == 0) return {};
+  KVEVICT_CHECK(!method.is_full(), "--decode-budget needs a --method to score with");
+  KVEVICT_CHECK(a.decode_budget > 1, "--decode-budget ", a.decode_budget, " must be > 1 tokens");
+  DecodeEvictionOptions d;
+  d.slack = a.decode_slack;
+  d.recent = a.decode_recent;
+  return DecodeEviction::make(method.spec, a.decode_budget, d);
+}
+
+// The eviction the flags ask for (the library's one mapping, PrefillEviction::make) on a prompt
+// whose prefill holds `prefilled` tokens (`of` names them, for a token budget's message):
+// query-aware mode makes the question the observation window; --decode-budget adds decode-time
+// eviction.
+EvictConfig evict_config(const GenerateArgs& a, eval::QueryMode mode, int64_t question_tokens,
+                         int64_t prefilled, const std::string& of) {
+  const eval::MethodConfig method = method_config(a, prefilled, of);
   const bool aware = mode == eval::QueryMode::kAware;
   EvictConfig cfg = method.evict_config(aware ? static_cast<int>(question_tokens) : 0);
-  KVEVICT_CHECK(a.decode_budget >= 0, "--decode-budget ", a.decode_budget,
-                " is negative; expected a token count > 1, or 0 for no decode-time eviction");
-  KVEVICT_CHECK(a.decode_slack >= 0 && a.decode_recent >= 0, "--decode-slack ", a.decode_slack,
-                " / --decode-recent ", a.decode_recent, ": expected counts >= 0");
-  if (a.decode_budget > 0) {
-    KVEVICT_CHECK(!method.is_full(), "--decode-budget needs a --method to score with");
-    KVEVICT_CHECK(a.decode_budget > 1, "--decode-budget ", a.decode_budget, " must be > 1 tokens");
-    DecodeEvictionOptions d;
-    d.slack = a.decode_slack;
-    d.recent = a.decode_recent;
-    cfg.decode = DecodeEviction::make(method.spec, a.decode_budget, d);
-  }
+  cfg.decode = decode_config(a, method);
   return cfg;
+}
+
+void print_warning(const std::string& warning) {
+  if (!warning.empty()) std::fprintf(stderr, "kvevict: warning: %s\n", warning.c_str());
 }
 
 // One generation on either device: prefill (+ eviction), the question after eviction in
@@ -102,9 +123,9 @@ EvictConfig evict_config(const GenerateArgs& a, eval::QueryMode mode, int64_t qu
 // (token ids are printed).
 int run_session(const GenerateArgs& a, const ModelRuntime& rt, const std::string& model_name,
                 const Tokenizer* tok, const std::vector<int32_t>& context,
-                const std::vector<int32_t>& question, eval::QueryMode mode, ProgressBar* bar) {
+                const std::vector<int32_t>& question, eval::QueryMode mode, const EvictConfig& cfg,
+                ProgressBar* bar) {
   const bool aware = mode == eval::QueryMode::kAware;
-  const EvictConfig cfg = evict_config(a, mode, static_cast<int64_t>(question.size()));
   std::vector<int32_t> prompt = context;
   if (aware) prompt.insert(prompt.end(), question.begin(), question.end());
   const int64_t max_tokens =
@@ -154,13 +175,14 @@ int run_session(const GenerateArgs& a, const ModelRuntime& rt, const std::string
   if (!st.warning.empty()) j["warning"] = st.warning;
   if (a.json) {
     print_json(j);
+    print_warning(st.warning);
     return 0;
   }
   std::printf("\n");
   std::fflush(stdout);  // the text ends before the stats block on stderr
   // A warning is never quiet noise: a budget below the protected tokens changes what runs.
   if (a.quiet) {
-    if (!st.warning.empty()) std::fprintf(stderr, "kvevict: warning: %s\n", st.warning.c_str());
+    print_warning(st.warning);
     return 0;
   }
   std::fprintf(stderr, "---\nmodel          %s\nruntime        %s\n", model_name.c_str(),
@@ -189,57 +211,78 @@ int run_session(const GenerateArgs& a, const ModelRuntime& rt, const std::string
 // --dummy PRESET: random weights of a real model's shape and a random prompt of
 // --prompt-tokens ids (no tokenizer); prints token ids. For speed runs.
 int run_generate_dummy(const GenerateArgs& a) {
-  KVEVICT_CHECK(a.prompt.empty() && a.file.empty() && a.question.empty(),
+  KVEVICT_CHECK(!a.prompt.given() && a.question.empty(),
                 "--dummy takes no -p/-f/--question: the prompt is --prompt-tokens random ids");
-  KVEVICT_CHECK(a.prompt_tokens >= 1, "--prompt-tokens ", a.prompt_tokens,
-                " is invalid; expected >= 1");
+  sampler_options(a).validate();
   const ModelConfig mc = ModelConfig::preset(a.dummy);
   KVEVICT_CHECK(a.prompt_tokens + a.max_new <= mc.context_length, "--prompt-tokens ",
                 a.prompt_tokens, " + -n ", a.max_new, " exceeds the context length ",
                 mc.context_length, " of ", a.dummy);
   a.model.check_device();
-  evict_config(a, eval::QueryMode::kAgnostic, 0);  // flags checked before the weights are made
+  // Flags checked before the weights are made.
+  const EvictConfig cfg =
+      evict_config(a, eval::QueryMode::kAgnostic, 0, a.prompt_tokens,
+                   "the " + std::to_string(a.prompt_tokens) + " tokens of --prompt-tokens");
   std::vector<int32_t> prompt(a.prompt_tokens);
   std::mt19937_64 rng(a.seed);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(mc.vocab_size));
   // The random weights are made where they run (on the GPU an 8B shape needs no host copy).
   const auto rt = ModelRuntime::random(mc, a.seed, a.model.runtime_options());
   return run_session(a, *rt, "random:" + a.dummy, nullptr, prompt, {}, eval::QueryMode::kAgnostic,
-                     nullptr);
+                     cfg, nullptr);
+}
+
+// Every check that needs no model, before it is read (issue 13: the sampler, the budget and the
+// decode options were checked only after the load and the prefill).
+void check_generate_args(const GenerateArgs& a) {
+  sampler_options(a).validate();
+  KVEVICT_CHECK(!a.query_aware || !a.question.empty(),
+                "--query-aware needs --question (the question is the observation window)");
+  decode_config(a, method_config(a, kMaxTokens, kMaxTokensText));
+  check_utf8(a.question, "--question");
 }
 
 int run_generate(const GenerateArgs& a) {
   if (!a.dummy.empty()) return run_generate_dummy(a);
-  KVEVICT_CHECK(a.prompt.empty() != a.file.empty(), "give exactly one of -p TEXT or -f FILE");
-  KVEVICT_CHECK(a.max_new >= 0, "-n ", a.max_new, " is negative; expected >= 0");
-  const std::string user_text = a.prompt.empty() ? read_file(a.file) : a.prompt;
-  KVEVICT_CHECK(!a.query_aware || !a.question.empty(),
-                "--query-aware needs --question (the question is the observation window)");
-  const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
-  evict_config(a, mode, 0);  // flags checked before the model loads
-
-  const auto model = a.model.load();
-  const auto tok = load_tokenizer(*model);
+  check_generate_args(a);
+  ModelInfo info = a.model.inspect();
+  const Tokenizer& tokr = *info.tokenizer;
+  const int64_t ctx_len = info.config.context_length;
+  const std::string user_text = a.prompt.read(eval::max_text_bytes(tokr, ctx_len));
   // With --chat the context and question form one user turn; the split point is found in the
   // formatted text so query-agnostic mode can append the question after eviction.
   std::string context_text = user_text, question_text;
   if (!a.question.empty()) question_text = "\n" + a.question;
   if (a.chat) {
     const std::string marker = "\x01KVEVICT_SPLIT\x01";
-    std::string templ = tok->apply_chat_template({{"user", user_text + marker + question_text}});
+    std::string templ = tokr.apply_chat_template({{"user", user_text + marker + question_text}});
     const auto at = templ.find(marker);
     KVEVICT_CHECK(at != std::string::npos, "the chat template dropped the user text");
     context_text = templ.substr(0, at);
     question_text = templ.substr(at + marker.size());
   }
-  const std::vector<int32_t> context = tok->encode(context_text, true);
+  const std::vector<int32_t> context = tokr.encode(context_text, true);
   const std::vector<int32_t> question =
-      question_text.empty() ? std::vector<int32_t>{} : tok->encode(question_text, false);
-  ProgressBar bar("prefill",
-                  static_cast<int64_t>(context.size() + (a.query_aware ? question.size() : 0)),
-                  !a.json && !a.quiet);
+      question_text.empty() ? std::vector<int32_t>{} : tokr.encode(question_text, false);
+  // Sizes against the model before its weights are read: the prompt and the answer must fit the
+  // context, and a token budget the prompt it evicts.
+  const auto prompt_n = static_cast<int64_t>(context.size() + question.size());
+  KVEVICT_CHECK(prompt_n + a.max_new <= ctx_len, "the prompt's ", prompt_n, " tokens + -n ",
+                a.max_new, " exceed ", info.context_text(), "; expected a shorter prompt or -n");
+  const int64_t prefilled = a.query_aware ? prompt_n : static_cast<int64_t>(context.size());
+  method_config(a, ctx_len, info.context_text());
+  const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
+  const EvictConfig cfg = evict_config(
+      a, mode, static_cast<int64_t>(question.size()), prefilled,
+      "the " + std::to_string(prefilled) +
+          (a.query_aware || question.empty() ? "-token prompt"
+                                             : "-token context (the question comes after eviction)"));
+
+  const auto model = a.model.load();
+  ProgressBar bar("prefill", prefilled, !a.json && !a.quiet);
   const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
-  return run_session(a, *rt, model->path(), tok.get(), context, question, mode, &bar);
+  return run_session(a, *rt, model->path(), info.tokenizer.get(), context, question, mode, cfg,
+                     &bar);
 }
 
 }  // namespace
@@ -248,35 +291,44 @@ Runner add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate text with an evicted, compacted KV cache");
   a->model.add_to(*cmd);
-  cmd->add_option("-p,--prompt", a->prompt, "Prompt text (the context)");
-  cmd->add_option("-f,--file", a->file, "Read the prompt from a file");
+  a->prompt.add_to(*cmd, "the prompt (the context)");
   cmd->add_option("--question", a->question, "A question appended after the context");
   cmd->add_flag("--chat", a->chat, "Wrap the prompt in the model's chat template");
-  cmd->add_option("-n,--max-new", a->max_new, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--method", a->method, "Eviction method, or full for none")->capture_default_str();
-  cmd->add_option("--budget", a->budget, "Prefill budget: kept fraction (<= 1) or tokens per head (> 1)")
+  add_integer(*cmd, "-n,--max-new", a->max_new, 0, 1 << 24,
+              "Tokens to generate (prompt + n must fit the model's context)")
       ->capture_default_str();
-  cmd->add_option("--policy", a->policy, "uniform or adakv (default: the method's)");
-  cmd->add_option("--window", a->window, "Observation window (default: the method's)");
-  cmd->add_option("--pool", a->pool, "Pooling: none, max:K, avg:K (default: the method's)");
+  cmd->add_option("--method", a->method, "Eviction method, or full for none")->capture_default_str();
+  a->budget_opt = cmd->add_option("--budget", a->budget,
+                                  "Prefill budget: kept fraction (<= 1) or tokens per head (> 1, at "
+                                  "most the prompt's tokens)")
+                      ->capture_default_str();
+  a->policy_opt = cmd->add_option("--policy", a->policy, "uniform or adakv (default: the method's)");
+  a->window_opt = add_window(*cmd, a->window, "Observation window");
+  a->pool_opt =
+      cmd->add_option("--pool", a->pool, "Pooling: none, max:K, avg:K (default: the method's)");
   cmd->add_flag("--query-aware", a->query_aware,
                 "Prefill context + question together; the question is the window (needs --question)");
-  cmd->add_option("--decode-budget", a->decode_budget,
-                  "Decode-time eviction: keep this many tokens per head while generating");
-  cmd->add_option("--decode-slack", a->decode_slack, "Evict when a head exceeds budget + slack")
+  add_integer(*cmd, "--decode-budget", a->decode_budget, int64_t{0}, kMaxTokens,
+              "Decode-time eviction: keep this many tokens per head while generating (0 = off)");
+  add_integer(*cmd, "--decode-slack", a->decode_slack, 0, 1 << 24,
+              "Evict when a head exceeds budget + slack")
       ->capture_default_str();
-  cmd->add_option("--decode-recent", a->decode_recent, "Last tokens never evicted while decoding")
+  add_integer(*cmd, "--decode-recent", a->decode_recent, 0, 1 << 24,
+              "Last tokens never evicted while decoding")
       ->capture_default_str();
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "0 = off")->capture_default_str();
-  cmd->add_option("--top-p", a->top_p, "1 = off")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
+  add_number(*cmd, "--temperature", a->temperature, "Sampling temperature >= 0 (0 = greedy)")
+      ->capture_default_str();
+  add_integer(*cmd, "--top-k", a->top_k, 0, std::numeric_limits<int>::max(), "0 = off")
+      ->capture_default_str();
+  add_number(*cmd, "--top-p", a->top_p, "0 < p <= 1 (1 = off)")->capture_default_str();
+  add_seed(*cmd, a->seed, "Sampling seed");
   cmd->add_flag("--json", a->json, "Print one JSON object (text + stats) instead of streaming");
-  cmd->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
+  cmd->add_flag("-q,--quiet", a->quiet, "Print only the generated text (and warnings)");
   cmd->add_option("--dummy", a->dummy,
                   "Random weights of a real model's shape (llama-3.1-8b, qwen2.5-7b, "
                   "smollm2-135m, gemma3-270m) and a random prompt (large shapes need the GPU)");
-  cmd->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length with --dummy")
+  add_integer(*cmd, "--prompt-tokens", a->prompt_tokens, int64_t{1}, kMaxTokens,
+              "Prompt length with --dummy")
       ->capture_default_str();
   return [a] { return run_generate(*a); };
 }

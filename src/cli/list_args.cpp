@@ -1,44 +1,59 @@
 #include "cli/list_args.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "kvevict/error.h"
+#include "kvevict/number_parse.h"
 
 namespace kvevict::cli {
 
-std::vector<std::string> split_list(const std::string& s) {
+std::vector<std::string> split_list(const std::string& s, const char* what) {
   std::vector<std::string> out;
   size_t start = 0;
-  while (start <= s.size()) {
+  while (true) {
     const size_t comma = s.find(',', start);
     const size_t end = comma == std::string::npos ? s.size() : comma;
     std::string item = s.substr(start, end - start);
     while (!item.empty() && item.front() == ' ') item.erase(item.begin());
     while (!item.empty() && item.back() == ' ') item.pop_back();
+    KVEVICT_CHECK(!item.empty() || (s.find_first_not_of(' ') == std::string::npos), what, " '", s,
+                  "' has an empty item; expected comma-separated values");
     if (!item.empty()) out.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  KVEVICT_CHECK(!out.empty(), what, " is empty; expected at least one value");
   return out;
 }
 
-std::vector<Budget> parse_budgets(const std::string& s) {
+Budget parse_budget(const std::string& s, const char* what, int64_t n, const std::string& of) {
+  const bool number = is_decimal_number(s);
+  const double v = number ? std::strtod(s.c_str(), nullptr) : 0.0;
+  KVEVICT_CHECK(n <= 0 || !number || !(v > 1.0 && v > static_cast<double>(n) && std::floor(v) == v),
+                what, " ", s, " keeps more tokens than ", of, "; expected a token count <= ", n,
+                " or a fraction in (0, 1]");
+  try {
+    return Budget::parse(s);
+  } catch (const Error& e) {
+    KVEVICT_FAIL(what, ": ", e.what());
+  }
+}
+
+std::vector<Budget> parse_budgets(const std::string& s, const char* what, int64_t n,
+                                  const std::string& of) {
   std::vector<Budget> out;
-  for (const auto& item : split_list(s)) out.push_back(Budget::parse(item));
-  KVEVICT_CHECK(!out.empty(), "empty budget list '", s, "'; expected e.g. 0.05,0.1,0.2");
+  for (const auto& item : split_list(s, what)) out.push_back(parse_budget(item, what, n, of));
   return out;
 }
 
 std::vector<int64_t> parse_ints(const std::string& s, const char* what) {
   std::vector<int64_t> out;
-  for (const auto& item : split_list(s)) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    KVEVICT_CHECK(end == item.c_str() + item.size() && v > 0, what, " value '", item,
-                  "' is not a positive integer");
+  for (const auto& item : split_list(s, what)) {
+    const int64_t v = parse_decimal_int(item, what);
+    KVEVICT_CHECK(v > 0, what, " value '", item, "' is not a positive integer");
     out.push_back(v);
   }
-  KVEVICT_CHECK(!out.empty(), "empty ", what, " list");
   return out;
 }
 

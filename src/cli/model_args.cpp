@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cli/numeric_options.h"
 #include "kvevict/error.h"
 #include "kvevict/parallel.h"
 
@@ -23,13 +24,33 @@ void ModelArgs::add_to(CLI::App& cmd) {
   cmd.add_option("--device", device,
                  "cpu, or cuda (llama / qwen2 / gemma3 in bf16 on the GPU; needs a CUDA build)")
       ->capture_default_str();
-  cmd.add_option("--kv-dtype", kv_dtype, "KV cache dtype on the CPU: f32 or f16")->capture_default_str();
-  cmd.add_option("--threads", threads, "CPU threads (0 = all)")->capture_default_str();
+  // The CPU session stores f32, f16 or bf16 caches (SessionOptions::validate); help and check
+  // list exactly those.
+  cmd.add_option("--kv-dtype", kv_dtype, "KV cache dtype on the CPU: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
+  add_threads(cmd, threads);
+}
+
+std::string ModelInfo::context_text() const {
+  return "the " + std::to_string(config.context_length) + "-token context of " + config.name;
+}
+
+ModelInfo ModelArgs::inspect() const {
+  check_device();
+  ModelInfo info;
+  info.file = gguf::File::open(resolve_model_path(model, source_dir()));
+  info.config = ModelConfig::from_gguf(*info.file);
+  info.tokenizer = Tokenizer::from_gguf(*info.file);
+  return info;
 }
 
 void ModelArgs::check_device() const {
   KVEVICT_CHECK(device == "cpu" || device == "cuda", "unknown --device '", device,
                 "'; expected cpu or cuda");
+  std::string why;
+  KVEVICT_CHECK(runtime_available(cuda() ? Device::kCuda : Device::kCpu, &why), "--device ", device,
+                ": ", why, "; expected a GPU runtime, or --device cpu");
 }
 
 RuntimeOptions ModelArgs::runtime_options(ProgressFn progress) const {

@@ -1,9 +1,12 @@
-// Options shared by the commands that run a model (generate, demo, eval, ppl).
+// Options shared by the commands that run a model (generate, demo, eval, ppl, analyze -m,
+// capture).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "kvevict/io/gguf.h"
+#include "kvevict/model/config.h"
 #include "kvevict/model/model.h"
 #include "kvevict/model/runtime.h"
 #include "kvevict/tokenizer.h"
@@ -14,16 +17,32 @@ class App;
 
 namespace kvevict::cli {
 
+// What the model's GGUF metadata says, read without its weights: the file (mapped, validated),
+// the config and the tokenizer. Milliseconds, where loading the weights takes seconds, so every
+// check that needs only the context length or the tokenizer (prompt sizes, budgets against the
+// prompt, dataset rows) runs on this before load().
+struct ModelInfo {
+  std::unique_ptr<gguf::File> file;
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  // "the 8192-token context of SmolLM2 ..." for messages.
+  std::string context_text() const;
+};
+
 struct ModelArgs {
   std::string model = "smollm2";
   std::string device = "cpu";
   std::string kv_dtype = "f32";
   int threads = 0;
   void add_to(CLI::App& cmd);
+  // Checks --device, then reads the model's metadata and tokenizer (no weights).
+  ModelInfo inspect() const;
   // Checks --device, sets the thread count, loads the model on the host (its tokenizer and, on
-  // the CPU, its weights). --device cuda is refused when this build or machine has no GPU runtime.
+  // the CPU, its weights).
   std::shared_ptr<const Model> load() const;
-  // The --device checks of load() alone (for --dummy models, which load nothing).
+  // The --device checks of inspect() and load() alone (for --dummy models, which load nothing):
+  // a known name, and for cuda a GPU runtime this build and machine can run, so that a missing
+  // GPU is said before any work.
   void check_device() const;
   // The runtime every model command runs on: the model on --device (uploaded to the GPU for
   // cuda), with --kv-dtype for the CPU cache; `progress` follows the CPU prefill.

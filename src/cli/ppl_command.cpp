@@ -2,18 +2,22 @@
 // token budgets per head (OBCache's PG19 protocol), per method, with the full cache as reference.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/corpus_arg.h"
 #include "cli/list_args.h"
 #include "cli/model_args.h"
+#include "cli/numeric_options.h"
+#include "cli/output_args.h"
 #include "cli/progress.h"
 #include "kvevict/error.h"
 #include "kvevict/eval/corpus.h"
 #include "kvevict/eval/perplexity.h"
 #include "kvevict/eval/report.h"
 #include "kvevict/eval/session_model.h"
+#include "kvevict/io/atomic_file.h"
 
 namespace kvevict::cli {
 namespace {
@@ -32,30 +36,53 @@ struct PplArgs {
 };
 
 int run_ppl_command(const PplArgs& a) {
-  KVEVICT_CHECK(a.chunk >= 2, "--chunk ", a.chunk, " must be >= 2 tokens");
-  KVEVICT_CHECK(a.chunks >= 1, "--chunks ", a.chunks, " must be >= 1");
-  const auto model = a.model.load();
-  KVEVICT_CHECK(a.chunk <= model->config().context_length, "--chunk ", a.chunk, " exceeds the ",
-                model->config().context_length, "-token context of ", model->config().name);
-  const auto budgets = parse_budgets(a.budgets);
+  // Options and outputs first, then the model's metadata (context, tokenizer), then the weights.
+  const std::vector<std::string> names = split_list(a.methods, "--methods");
+  const auto budgets = parse_budgets(a.budgets, "--budgets");
   for (const auto& b : budgets)
-    KVEVICT_CHECK(!b.is_fraction(), "ppl budgets are tokens per head (> 1); got ", b.str());
-  const auto methods = eval::expand_methods(split_list(a.methods), budgets);
+    KVEVICT_CHECK(!b.is_fraction(), "--budgets: ppl budgets are tokens per head (> 1); got ",
+                  b.str());
+  const auto methods = eval::expand_methods(names, budgets);
   eval::DecodeEvictionOptions dopt;
   dopt.slack = a.slack;
   dopt.recent = a.recent;
   for (const auto& m : methods) eval::decode_eviction_for(m, dopt);  // checks names
+  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
+  ModelInfo info = a.model.inspect();
+  KVEVICT_CHECK(a.chunk <= info.config.context_length, "--chunk ", a.chunk, " exceeds ",
+                info.context_text());
+  parse_budgets(a.budgets, "--budgets", info.config.context_length, info.context_text());
+  // A chunk caches at most chunk - 1 tokens; a head is evicted only past budget + slack. (With
+  // only `full` in --methods the budgets are unused: nothing to warn about.)
+  const bool evicts = std::any_of(methods.begin(), methods.end(),
+                                  [](const eval::MethodConfig& m) { return !m.is_full(); });
+  for (const auto& b : budgets)
+    if (evicts && b.value + a.slack >= static_cast<double>(a.chunk - 1))
+      std::fprintf(stderr,
+                   "kvevict: warning: --budgets %s%s is not below the %lld tokens a chunk caches, "
+                   "so nothing is evicted: its rows equal the full cache's\n",
+                   b.str().c_str(), a.slack > 0 ? " + --slack" : "",
+                   static_cast<long long>(a.chunk - 1));
 
   const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
-  auto tok = load_tokenizer(*model);
   // Enough prose for the chunks (about 4 characters a token; take generously, then trim).
   std::string prose = corpus.prose_text();
   const size_t want_chars = static_cast<size_t>(a.chunk * a.chunks * 8);
   if (prose.size() > want_chars) prose.resize(want_chars);
-  std::vector<int32_t> tokens = tok->encode(prose, true);
+  std::vector<int32_t> tokens = info.tokenizer->encode(prose, true);
   const auto spans = eval::ppl_chunks(static_cast<int64_t>(tokens.size()), a.chunk, a.chunks);
+  // Perplexity feeds every token through the model one at a time (decode-time eviction decides
+  // after each): settings x chunks x (chunk - 1) steps, each a full forward of one token. Say how
+  // much work that is, since it is minutes even for a 135M model (docs/RELIABILITY.md).
+  std::fprintf(stderr,
+               "kvevict ppl: %zu settings x %zu chunks x %lld predicted tokens = %lld decode "
+               "steps, one token at a time\n",
+               methods.size(), spans.size(), static_cast<long long>(a.chunk - 1),
+               static_cast<long long>(methods.size() * spans.size()) *
+                   static_cast<long long>(a.chunk - 1));
 
-  eval::SessionModel runner(a.model.runtime(model), std::move(tok), methods,
+  const auto model = a.model.load();
+  eval::SessionModel runner(a.model.runtime(model), std::move(info.tokenizer), methods,
                             model->config().name);
   ProgressBar bar("ppl", static_cast<int64_t>(spans.size() * methods.size()), !a.json);
   eval::PplRun run = eval::run_ppl(runner, tokens, spans, methods, dopt, a.bucket,
@@ -66,8 +93,10 @@ int run_ppl_command(const PplArgs& a) {
   const std::string json = "{\"kind\": \"kvevict-results\", \"version\": 1, \"ppl\": " +
                            eval::ppl_to_json(run) + "}";
   const std::string md = eval::ppl_to_markdown(run);
-  if (!a.out.empty()) eval::write_text_file(a.out, json);
-  if (!a.markdown.empty()) eval::write_text_file(a.markdown, md);
+  io::StagedFiles files;  // both files or neither
+  if (!a.out.empty()) files.add(a.out, "--out", {{json.data(), json.size()}});
+  if (!a.markdown.empty()) files.add(a.markdown, "--markdown", {{md.data(), md.size()}});
+  files.commit();
   std::printf("%s\n", a.json ? json.c_str() : md.c_str());
   return 0;
 }
@@ -80,11 +109,18 @@ Runner add_ppl_command(CLI::App& app) {
   a->model.add_to(*cmd);
   cmd->add_option("--methods", a->methods, "Comma-separated methods (full = no eviction)")->capture_default_str();
   cmd->add_option("--budgets", a->budgets, "Comma-separated token budgets per head")->capture_default_str();
-  cmd->add_option("--chunk", a->chunk, "Tokens per evaluated chunk")->capture_default_str();
-  cmd->add_option("--chunks", a->chunks, "Number of chunks")->capture_default_str();
-  cmd->add_option("--slack", a->slack, "Evict when a head exceeds budget + slack")->capture_default_str();
-  cmd->add_option("--recent", a->recent, "Last tokens never evicted")->capture_default_str();
-  cmd->add_option("--bucket", a->bucket, "Report ppl per position bucket of this many tokens")->capture_default_str();
+  add_integer(*cmd, "--chunk", a->chunk, int64_t{2}, kMaxTokens,
+              "Tokens per evaluated chunk (at most the model's context)")
+      ->capture_default_str();
+  add_integer(*cmd, "--chunks", a->chunks, int64_t{1}, int64_t{1} << 20, "Number of chunks")
+      ->capture_default_str();
+  add_integer(*cmd, "--slack", a->slack, 0, 1 << 24, "Evict when a head exceeds budget + slack")
+      ->capture_default_str();
+  add_integer(*cmd, "--recent", a->recent, 0, 1 << 24, "Last tokens never evicted")
+      ->capture_default_str();
+  add_integer(*cmd, "--bucket", a->bucket, int64_t{1}, kMaxTokens,
+              "Report ppl per position bucket of this many tokens")
+      ->capture_default_str();
   cmd->add_option("--out", a->out, "Write the results JSON here");
   cmd->add_option("--markdown", a->markdown, "Write the markdown table here");
   cmd->add_flag("--json", a->json, "Print JSON");

@@ -9,10 +9,14 @@
 
 #include "cli/commands.h"
 #include "cli/json_out.h"
+#include "cli/list_args.h"
+#include "cli/numeric_options.h"
+#include "cli/output_args.h"
 #include "cli/tensor_args.h"
 #include "kvevict/backend.h"
 #include "kvevict/error.h"
 #include "kvevict/evict.h"
+#include "kvevict/io/atomic_file.h"
 #include "kvevict/io/npy.h"
 #include "kvevict/method.h"
 #include "kvevict/parallel.h"
@@ -45,6 +49,7 @@ std::unique_ptr<Backend> make_backend_by_name(const std::string& name) {
 
 int run_score(const ScoreArgs& a) {
   set_num_threads(a.threads);
+  check_output_args({{a.out, "--out"}, {a.keep, "--keep"}});
   MethodSpec spec = method_parse(a.method);
   ScoreOptions sopt = spec.score;
   if (!a.aggregate.empty()) sopt.aggregate = aggregate_parse(a.aggregate);
@@ -58,7 +63,7 @@ int run_score(const ScoreArgs& a) {
   SelectOptions sel;
   sel.policy = a.policy.empty() ? spec.policy : policy_parse(a.policy);
   sel.budget = a.compression_ratio ? Budget::from_compression_ratio(*a.compression_ratio)
-                                   : Budget::parse(a.budget);
+                                   : parse_budget(a.budget, "--budget");
   sel.alpha = a.alpha;
   sel.sink = a.sink ? *a.sink : spec.sink;
   sel.window = sopt.window;
@@ -85,6 +90,9 @@ int run_score(const ScoreArgs& a) {
   if (!wo.shape().empty()) problem.wo = wo.view();
   KVEVICT_CHECK(problem.k.ndim == 3, "--k has shape ", problem.k.shape_str(), "; expected [Hkv, n, d]");
   problem.validate(sopt);
+  if (!a.compression_ratio)
+    parse_budget(a.budget, "--budget", problem.num_tokens(),
+                 "the " + std::to_string(problem.num_tokens()) + " tokens of --k");
 
   auto backend = make_backend_by_name(a.backend);
   LayerEvictor evictor(*backend, sopt, sel);
@@ -96,19 +104,22 @@ int run_score(const ScoreArgs& a) {
   const int64_t n = problem.num_tokens();
   const int d = problem.head_dim();
   TensorView scores = evictor.last_scores();
-  if (!a.out.empty()) {
-    KVEVICT_CHECK(!scores.empty(), "method ", a.method, " produces no scores; drop --out");
-    npy::save(a.out, scores);
-  }
   int64_t max_keep = 0;
   for (int h = 0; h < hkv; ++h) max_keep = std::max(max_keep, selection.count(h));
+  // Both files or neither: staged, then committed together.
+  io::StagedFiles files;
+  if (!a.out.empty()) {
+    KVEVICT_CHECK(!scores.empty(), "method ", a.method, " produces no scores; drop --out");
+    npy::stage(files, a.out, "--out", scores);
+  }
   if (!a.keep.empty()) {
     // [Hkv, max kept] int32 row indices per head, ascending; -1 pads heads that keep fewer (adakv).
     std::vector<int32_t> keep(static_cast<size_t>(hkv) * max_keep, -1);
     for (int h = 0; h < hkv; ++h)
       std::copy(selection.head(h), selection.head(h) + selection.count(h), keep.begin() + h * max_keep);
-    npy::save(a.keep, DType::kI32, {hkv, max_keep}, keep.data());
+    npy::stage(files, a.keep, "--keep", DType::kI32, {hkv, max_keep}, keep.data());
   }
+  files.commit();
 
   const int64_t elem = static_cast<int64_t>(dtype_size(problem.k.dtype));
   const int64_t bytes_before = 2 * static_cast<int64_t>(hkv) * n * d * elem;
@@ -167,19 +178,25 @@ Runner add_score_command(CLI::App& app) {
   cmd->add_option("--k", a->k, "Keys [Hkv, n, d] after RoPE")->required();
   cmd->add_option("--v", a->v, "Values [Hkv, n, d]")->required();
   cmd->add_option("--wo", a->wo, "Output projection [D, Hq*d] (criticalkv)");
-  cmd->add_option("--budget", a->budget, "Kept fraction (<= 1, or 10%) or token count (> 1)")->capture_default_str();
-  cmd->add_option("--compression-ratio", a->compression_ratio, "kvpress spelling: fraction evicted (budget = 1 - r)");
+  auto* budget = cmd->add_option("--budget", a->budget,
+                                 "Kept fraction (<= 1, or 10%) or token count (> 1, at most n)")
+                     ->capture_default_str();
+  add_number(*cmd, "--compression-ratio", a->compression_ratio,
+             "kvpress spelling: fraction evicted, 0 <= r < 1 (budget = 1 - r); not with --budget")
+      ->excludes(budget);
   cmd->add_option("--policy", a->policy, "uniform or adakv (default: the method's)");
   cmd->add_option("--pool", a->pool, "Pooling: none, max:K, avg:K (default: the method's)");
-  cmd->add_option("--window", a->window, "Observation window w (queries used and last tokens protected)");
-  cmd->add_option("--sink", a->sink, "First tokens always kept (streamingllm default 4)");
-  cmd->add_option("--alpha", a->alpha, "adakv alpha")->capture_default_str();
+  add_window(*cmd, a->window, "Observation window w (queries used and last tokens protected)");
+  add_integer(*cmd, "--sink", a->sink, 0, 1 << 24, "First tokens always kept (streamingllm default 4)");
+  add_number(*cmd, "--alpha", a->alpha, "adakv alpha, 0 <= alpha <= 1")->capture_default_str();
   cmd->add_flag("--normalize", a->normalize, "h2o: divide column sums by the number of queries seeing each token");
-  cmd->add_option("--seed", a->seed, "Seed of the random method")->capture_default_str();
-  cmd->add_option("--scale", a->scale, "Logit scale (default 1/sqrt(d))");
-  cmd->add_flag("--bf16", a->bf16, "Read uint16 .npy arrays as bfloat16");
-  cmd->add_option("--backend", a->backend, "cpu (fast float) or reference (double)")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
+  add_seed(*cmd, a->seed, "Seed of the random method");
+  add_number(*cmd, "--scale", a->scale, "Logit scale, finite >= 0 (0 = 1/sqrt(d))");
+  cmd->add_flag("--bf16", a->bf16, "Read uint16 (<u2) .npy arrays as bfloat16 bits");
+  cmd->add_option("--backend", a->backend, "cpu (fast float) or reference (double)")
+      ->check(CLI::IsMember({"cpu", "reference"}))
+      ->capture_default_str();
+  add_threads(*cmd, a->threads);
   cmd->add_option("--out", a->out, "Write scores [Hkv, n] f32 here (.npy)");
   cmd->add_option("--keep", a->keep, "Write kept indices [Hkv, max_kept] i32 here (.npy, -1 pads)");
   cmd->add_flag("--json", a->json, "Print a JSON summary");

@@ -11,6 +11,23 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+HostTensor load_safetensors(const std::string& spec, size_t end, const char* what) {
+  const std::string path = spec.substr(0, end);
+  const auto file = safetensors::File::open(path);
+  if (end < spec.size()) return file->load(spec.substr(end + 1));
+  KVEVICT_CHECK(file->tensors().size() == 1, what, " ", path, " holds ", file->tensors().size(),
+                " tensors [", file->names(), "]; name the one to read as ", path, ":NAME");
+  return file->load(file->tensors()[0].name);
+}
+
+HostTensor load_npy(const std::string& path, const char* what, bool bf16) {
+  // kvevict has no uint16 dtype: <u2 arrays are bfloat16 bits only when the user says so.
+  KVEVICT_CHECK(bf16 || npy::read_header(path).descr != "<u2", what, " ", path,
+                " holds uint16 (<u2) data; pass --bf16 to read it as bfloat16 bits (NumPy "
+                "stores bfloat16 that way), or save it as float32 or float16");
+  return npy::load(path, bf16);
+}
+
 }  // namespace
 
 HostTensor load_tensor_arg(const std::string& spec, const char* what, bool bf16) {
@@ -19,17 +36,17 @@ HostTensor load_tensor_arg(const std::string& spec, const char* what, bool bf16)
     const auto st = spec.find(".safetensors");
     if (st != std::string::npos) {
       const auto end = st + std::string(".safetensors").size();
-      const std::string path = spec.substr(0, end);
-      if (end == spec.size()) return safetensors::load_only_tensor(path);
-      KVEVICT_CHECK(spec[end] == ':', what, " '", spec,
+      KVEVICT_CHECK(end == spec.size() || spec[end] == ':', what, " '", spec,
                     "' is not 'file.safetensors' or 'file.safetensors:tensor_name'");
-      return safetensors::load_tensor(path, spec.substr(end + 1));
+      return load_safetensors(spec, end, what);
     }
     KVEVICT_CHECK(ends_with(spec, ".npy"), what, " '", spec,
                   "' has an unknown extension; expected .npy or .safetensors[:name]");
-    return npy::load(spec, bf16);
+    return load_npy(spec, what, bf16);
   } catch (const Error& e) {
-    KVEVICT_FAIL(what, ": ", e.what());
+    const std::string msg = e.what();
+    if (msg.rfind(what, 0) == 0) throw;  // already names the option
+    KVEVICT_FAIL(what, ": ", msg);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kvevict/error.h"
+#include "kvevict/number_parse.h"
 
 namespace kvevict {
 namespace {
@@ -34,13 +35,11 @@ bool is_query_free(Method m) {
          m == Method::kStreamingLLM;
 }
 
-// Parses a whole string as a double; throws naming `what` otherwise.
-double parse_double(const std::string& s, const char* what) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  KVEVICT_CHECK(!s.empty() && end == s.c_str() + s.size(), what, " '", s, "' is not a number");
-  return v;
-}
+// Parses a whole string as a decimal number (strict: no hex, inf, nan or whitespace).
+double parse_double(const std::string& s, const char* what) { return parse_decimal(s, what); }
+
+// Token counts above 2^53 are not exact in a double and no cache holds that many tokens.
+constexpr double kMaxTokenCount = 9007199254740992.0;
 
 }  // namespace
 
@@ -147,6 +146,8 @@ Budget Budget::parse(const std::string& s) {
                 " is out of range; expected a fraction in (0, 1] or a token count > 1");
   KVEVICT_CHECK(b.value <= 1.0 || std::floor(b.value) == b.value, "budget ", s,
                 " is neither a fraction <= 1 nor a whole token count");
+  KVEVICT_CHECK(b.value <= kMaxTokenCount, "budget ", s,
+                " is a token count above 2^53; expected at most the tokens in the cache");
   return b;
 }
 
@@ -162,15 +163,15 @@ int64_t Budget::keep_count(int64_t n) const {
   KVEVICT_CHECK(std::isfinite(value) && value > 0, "budget ", value,
                 " is out of range; expected a fraction in (0, 1] or a token count > 1");
   if (is_fraction()) return static_cast<int64_t>(std::floor(value * static_cast<double>(n) + 1e-9));
-  const auto count = static_cast<int64_t>(value);
-  KVEVICT_CHECK(count <= n, "budget of ", count, " tokens exceeds the ", n,
+  // Compared as doubles: casting a count beyond int64 first would be undefined.
+  KVEVICT_CHECK(value <= static_cast<double>(n), "budget of ", str(), " tokens exceeds the ", n,
                 " tokens in the cache; expected at most ", n);
-  return count;
+  return static_cast<int64_t>(value);
 }
 
 std::string Budget::str() const {
   std::ostringstream os;
-  if (is_fraction())
+  if (is_fraction() || !(value <= kMaxTokenCount))
     os << value;
   else
     os << static_cast<int64_t>(value);

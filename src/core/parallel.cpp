@@ -1,23 +1,35 @@
 #include "kvevict/parallel.h"
 
+#include <algorithm>
 #include <exception>
 #include <thread>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "kvevict/error.h"
+
 namespace kvevict {
 namespace {
 int g_threads = 0;
-}
 
-void set_num_threads(int n) { g_threads = n < 0 ? 0 : n; }
-
-int num_threads() {
-  if (g_threads > 0) return g_threads;
+int hardware_threads() {
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  return hw == 0 ? 1 : static_cast<int>(std::min(hw, 1024u));
 }
+
+}  // namespace
+
+int max_threads() { return std::min(1024, 4 * hardware_threads()); }
+
+void set_num_threads(int n) {
+  KVEVICT_CHECK(n >= 0 && n <= max_threads(), "thread count ", n, " is out of range; expected 0 ",
+                "(all ", hardware_threads(), " hardware threads) .. ", max_threads(),
+                " (4 x the hardware threads, at most 1024)");
+  g_threads = n;
+}
+
+int num_threads() { return g_threads > 0 ? g_threads : hardware_threads(); }
 
 void parallel_for(int64_t count, const std::function<void(int64_t)>& fn) {
   if (count <= 0) return;

@@ -52,6 +52,11 @@ DiagnosticsReport run_diagnostics(const TensorView& q, const TensorView& k, cons
   check_shape(q, "q", {-1, -1, k.shape[2]});
   KVEVICT_CHECK(q.device == Device::kCpu && k.device == Device::kCpu && v.device == Device::kCpu,
                 "diagnostics read host tensors");
+  // The same value check as ScoreProblem::validate: NaN or Inf would print NaN rows and a
+  // "ratio median" computed from the finite rest (issue 13).
+  check_finite(q, "q");
+  check_finite(k, "k");
+  check_finite(v, "v");
   const int hq = static_cast<int>(q.shape[0]), hkv = static_cast<int>(k.shape[0]);
   const int d = static_cast<int>(k.shape[2]);
   const int64_t n = k.shape[1], m = q.shape[1];

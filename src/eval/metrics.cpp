@@ -18,6 +18,10 @@ std::string lower(const std::string& s) {
 void check_answers(const std::vector<std::string>& answers) {
   KVEVICT_CHECK(!answers.empty(), "a sample has ", answers.size(),
                 " reference answers; expected at least one");
+  for (size_t i = 0; i < answers.size(); ++i)
+    KVEVICT_CHECK(!answers[i].empty(), "reference answer ", i,
+                  " is the empty string; expected a non-empty answer (an empty one is found in "
+                  "every prediction)");
 }
 
 }  // namespace

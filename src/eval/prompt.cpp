@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "kvevict/error.h"
 #include "kvevict/eval/sample.h"
 #include "kvevict/tokenizer.h"
@@ -31,6 +33,14 @@ void format_prompt(Sample& sample, PromptStyle style, const Tokenizer* tokenizer
                 "from the question; use prompt style 'raw'");
   sample.input = rendered + sample.answer_prefix;
   sample.input_context_end = at + sample.context.size();
+}
+
+uint64_t max_text_bytes(const Tokenizer& tokenizer, int64_t tokens) {
+  KVEVICT_CHECK(tokens >= 0, "token count ", tokens, " is negative");
+  uint64_t longest = 1;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    longest = std::max<uint64_t>(longest, tokenizer.token_text(id).size());
+  return static_cast<uint64_t>(tokens) * longest;
 }
 
 }  // namespace kvevict::eval

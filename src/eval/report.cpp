@@ -339,8 +339,9 @@ std::string results_to_markdown(const EvalResults& r) {
   return md.str();
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  io::write_file_atomically(path, "'" + path + "'", {{text.data(), text.size()}});
+void write_text_file(const std::string& path, const std::string& text, const std::string& label) {
+  io::write_file_atomically(path, label.empty() ? "'" + path + "'" : label,
+                            {{text.data(), text.size()}});
 }
 
 }  // namespace kvevict::eval

@@ -19,7 +19,8 @@ const char* query_mode_name(QueryMode m) {
 QueryMode query_mode_parse(const std::string& s) {
   if (s == "query-aware" || s == "aware") return QueryMode::kAware;
   if (s == "query-agnostic" || s == "agnostic") return QueryMode::kAgnostic;
-  KVEVICT_FAIL("query mode '", s, "' is unknown; expected 'query-aware' or 'query-agnostic'");
+  KVEVICT_FAIL("query mode '", s, "' is unknown; expected aware (or query-aware) or agnostic (or ",
+               "query-agnostic)");
 }
 
 std::vector<Generation> EvalModel::answer_all(PrefillState& state,
@@ -97,10 +98,62 @@ BatchRecord batch_record(const Sample& s, int64_t index, QueryMode mode, const R
   return b;
 }
 
+std::string sample_name(const Sample& s, int64_t index) {
+  return s.origin.empty() ? "sample " + s.task + " #" + std::to_string(index) : s.origin;
+}
+
 }  // namespace
+
+std::vector<TokenizedSample> tokenize_samples(const Tokenizer& tok,
+                                              const std::vector<Sample>& samples,
+                                              const RunOptions& opt) {
+  std::vector<TokenizedSample> out(samples.size());
+  std::map<std::pair<std::string, int64_t>, int64_t> group_count;  // (task, length) -> samples seen
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    TokenizedSample& t = out[i];
+    t.index = group_count[{s.task, s.target_length}]++;
+    const std::string name = sample_name(s, t.index);
+    KVEVICT_CHECK(!s.input.empty(), name,
+                  " has no prompt; expected format_prompt() to have filled Sample::input");
+    KVEVICT_CHECK(s.input_context_end <= s.input.size(), name, " splits its prompt at byte ",
+                  s.input_context_end, " of ", s.input.size(), "; expected a split inside it");
+    t.context = tok.encode(s.input_context(), opt.add_bos);
+    t.question = tok.encode(s.input_question(), false);
+    const auto ctx = static_cast<int64_t>(t.context.size());
+    const auto q = static_cast<int64_t>(t.question.size());
+    const int max_new = opt.max_new_tokens_cap > 0
+                            ? std::min(s.max_new_tokens, opt.max_new_tokens_cap)
+                            : s.max_new_tokens;
+    KVEVICT_CHECK(opt.context_length <= 0 || ctx + q + max_new <= opt.context_length, name, ": ",
+                  ctx + q, " prompt tokens + ", max_new, " answer tokens exceed the ",
+                  opt.context_length, "-token context of the model; expected a shorter sample");
+    for (const MethodConfig& m : opt.methods) {
+      if (m.is_full() || m.budget.is_fraction()) continue;
+      for (QueryMode mode : opt.modes) {
+        const int64_t n = mode == QueryMode::kAware ? ctx + q : ctx;
+        KVEVICT_CHECK(m.budget.value <= static_cast<double>(n), "budget ", m.budget.str(), " of ",
+                      m.name, " keeps more tokens than the ", n, " that ", name, " prefills (",
+                      query_mode_name(mode), "); expected a token count <= ", n,
+                      " or a fraction");
+      }
+    }
+  }
+  return out;
+}
 
 EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const RunOptions& opt,
                      const ProgressFn& progress) {
+  // Every sample is tokenized and checked before the first prefill, so a sample that cannot run
+  // (longer than the context, shorter than a token budget) fails in seconds, not after hours.
+  return run_eval(model, samples, tokenize_samples(model.tokenizer(), samples, opt), opt, progress);
+}
+
+EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
+                     const std::vector<TokenizedSample>& prompts, const RunOptions& opt,
+                     const ProgressFn& progress) {
+  KVEVICT_CHECK(prompts.size() == samples.size(), "got ", prompts.size(), " tokenized prompts for ",
+                samples.size(), " samples; expected tokenize_samples() of the same samples");
   KVEVICT_CHECK(!opt.methods.empty(), "no methods to evaluate; expected at least one");
   KVEVICT_CHECK(!opt.modes.empty(), "no query modes; expected query-aware and/or query-agnostic");
   EvalResults res;
@@ -110,21 +163,15 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
   res.meta.split = opt.split;
   res.meta.bootstrap = opt.bootstrap;
 
-  const Tokenizer& tok = model.tokenizer();
   Progress pr;
   pr.total = static_cast<int64_t>(samples.size() * opt.modes.size() * opt.methods.size());
   const auto start = std::chrono::steady_clock::now();
-  std::map<std::pair<std::string, int64_t>, int64_t> group_count;  // (task, length) -> samples seen
 
-  for (const Sample& s : samples) {
-    KVEVICT_CHECK(!s.input.empty(), "sample of task '", s.task,
-                  "' has no prompt; expected format_prompt() to have filled Sample::input");
-    KVEVICT_CHECK(s.input_context_end <= s.input.size(), "sample of task '", s.task,
-                  "' splits its prompt at byte ", s.input_context_end, " of ", s.input.size(),
-                  "; expected a split inside the prompt");
-    const int64_t index = group_count[{s.task, s.target_length}]++;
-    const std::vector<int32_t> context_ids = tok.encode(s.input_context(), opt.add_bos);
-    const std::vector<int32_t> question_ids = tok.encode(s.input_question(), false);
+  for (size_t si = 0; si < samples.size(); ++si) {
+    const Sample& s = samples[si];
+    const int64_t index = prompts[si].index;
+    const std::vector<int32_t>& context_ids = prompts[si].context;
+    const std::vector<int32_t>& question_ids = prompts[si].question;
     const Metric metric = metric_for_task(s.task);
     for (QueryMode mode : opt.modes) {
       const auto p0 = std::chrono::steady_clock::now();

@@ -7,12 +7,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
+#include "kvevict/io/input_file.h"
+#include "kvevict/parallel.h"
 
 namespace kvevict::gguf {
 namespace {
@@ -26,45 +30,29 @@ constexpr int kMaxArrayDepth = 8;        // nested arrays deeper than this are n
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;
 
-enum ValueType : uint32_t {
-  kU8 = 0,
-  kI8 = 1,
-  kU16 = 2,
-  kI16 = 3,
-  kU32 = 4,
-  kI32 = 5,
-  kF32 = 6,
-  kBool = 7,
-  kString = 8,
-  kArray = 9,
-  kU64 = 10,
-  kI64 = 11,
-  kF64 = 12,
-};
-
 const char* value_type_name(uint32_t t) {
   static const char* const kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                        "bool", "string", "array", "u64", "i64", "f64"};
-  return t <= kF64 ? kNames[t] : "unknown";
+  return t <= ValueType::kF64 ? kNames[t] : "unknown";
 }
 
 // Bytes of one encoded element of a fixed-size type; 0 for string/array (variable size).
 uint64_t fixed_size(uint32_t t) {
   switch (t) {
-    case kU8:
-    case kI8:
-    case kBool:
+    case ValueType::kU8:
+    case ValueType::kI8:
+    case ValueType::kBool:
       return 1;
-    case kU16:
-    case kI16:
+    case ValueType::kU16:
+    case ValueType::kI16:
       return 2;
-    case kU32:
-    case kI32:
-    case kF32:
+    case ValueType::kU32:
+    case ValueType::kI32:
+    case ValueType::kF32:
       return 4;
-    case kU64:
-    case kI64:
-    case kF64:
+    case ValueType::kU64:
+    case ValueType::kI64:
+    case ValueType::kF64:
       return 8;
     default:
       return 0;
@@ -116,12 +104,12 @@ Value read_array(Cursor& c, const std::string& key, int depth) {
   KVEVICT_CHECK(depth < kMaxArrayDepth, "gguf ", c.path(), ": metadata ", key,
                 " nests arrays deeper than ", kMaxArrayDepth, "; expected at most that depth");
   const uint32_t elem_type = c.read<uint32_t>("array element type");
-  KVEVICT_CHECK(elem_type <= kF64, "gguf ", c.path(), ": metadata ", key,
+  KVEVICT_CHECK(elem_type <= ValueType::kF64, "gguf ", c.path(), ": metadata ", key,
                 " has array element type ", elem_type, "; expected a GGUF value type 0..12");
   const uint64_t count = c.read<uint64_t>("array length");
   // A string takes at least its 8-byte length, an array at least type + length (12 bytes).
-  const uint64_t min_elem = elem_type == kString  ? 8
-                            : elem_type == kArray ? 12
+  const uint64_t min_elem = elem_type == ValueType::kString  ? 8
+                            : elem_type == ValueType::kArray ? 12
                                                   : fixed_size(elem_type);
   KVEVICT_CHECK(count <= c.remaining() / min_elem, "gguf ", c.path(), ": metadata ", key,
                 " claims ", count, " array elements of type ", value_type_name(elem_type),
@@ -137,47 +125,47 @@ Value read_array(Cursor& c, const std::string& key, int depth) {
 Value read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
   Value v;
   switch (type) {
-    case kU8:
+    case ValueType::kU8:
       v.v = uint64_t{c.read<uint8_t>("u8 value")};
       break;
-    case kI8:
+    case ValueType::kI8:
       v.v = int64_t{c.read<int8_t>("i8 value")};
       break;
-    case kU16:
+    case ValueType::kU16:
       v.v = uint64_t{c.read<uint16_t>("u16 value")};
       break;
-    case kI16:
+    case ValueType::kI16:
       v.v = int64_t{c.read<int16_t>("i16 value")};
       break;
-    case kU32:
+    case ValueType::kU32:
       v.v = uint64_t{c.read<uint32_t>("u32 value")};
       break;
-    case kI32:
+    case ValueType::kI32:
       v.v = int64_t{c.read<int32_t>("i32 value")};
       break;
-    case kU64:
+    case ValueType::kU64:
       v.v = c.read<uint64_t>("u64 value");
       break;
-    case kI64:
+    case ValueType::kI64:
       v.v = c.read<int64_t>("i64 value");
       break;
-    case kF32:
+    case ValueType::kF32:
       v.v = double{c.read<float>("f32 value")};
       break;
-    case kF64:
+    case ValueType::kF64:
       v.v = c.read<double>("f64 value");
       break;
-    case kBool: {
+    case ValueType::kBool: {
       const uint8_t b = c.read<uint8_t>("bool value");
       KVEVICT_CHECK(b <= 1, "gguf ", c.path(), ": metadata ", key, " has bool byte ", int{b},
                     "; expected 0 or 1");
       v.v = b != 0;
       break;
     }
-    case kString:
+    case ValueType::kString:
       v.v = c.read_string("string value");
       break;
-    case kArray:
+    case ValueType::kArray:
       return read_array(c, key, depth);
     default:
       KVEVICT_FAIL("gguf ", c.path(), ": metadata ", key, " has value type ", type,
@@ -247,6 +235,7 @@ int64_t TensorInfo::numel() const {
 std::unique_ptr<File> File::open(const std::string& path) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
+  io::check_input_file(path, "gguf");  // a directory or FIFO is refused before open() blocks on it
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   KVEVICT_CHECK(fd >= 0, "gguf ", path, ": cannot open (", std::strerror(errno),
                 "); expected a readable GGUF file");
@@ -356,7 +345,38 @@ std::unique_ptr<File> File::open(const std::string& path) {
                   "them (truncated file?)");
     t.data = base + data_start + t.offset;
   }
+  // No byte may belong to two tensors: a tensor whose range overlaps another's would read the
+  // other's data as its own (garbage that loads, issue 13). Sorted by offset, it is enough to
+  // compare each tensor with the one after it.
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& t : f->tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->offset < b->offset || (a->offset == b->offset && a->nbytes < b->nbytes);
+  });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& a = *by_offset[i - 1];
+    const TensorInfo& b = *by_offset[i];
+    KVEVICT_CHECK(a.offset + a.nbytes <= b.offset, "gguf ", path, ": tensors '", a.name, "' [",
+                  a.offset, ", ", a.offset + a.nbytes, ") and '", b.name, "' [", b.offset, ", ",
+                  b.offset + b.nbytes, ") overlap in the data section; expected disjoint ranges");
+  }
   return f;
+}
+
+void File::check_finite_values() const {
+  parallel_for(static_cast<int64_t>(tensors_.size()), [this](int64_t i) {
+    const TensorInfo& t = tensors_[static_cast<size_t>(i)];
+    const int64_t n = t.shape.back(), rows = t.rows();
+    const int64_t row_bytes = ggml_row_bytes(t.type, n);
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(t.type, t.data + r * row_bytes, row.data(), n);
+      for (int64_t c = 0; c < n; ++c)
+        KVEVICT_CHECK(std::isfinite(row[static_cast<size_t>(c)]), "gguf ", path_, ": tensor '",
+                      t.name, "' holds a non-finite value (", row[static_cast<size_t>(c)],
+                      ") at row ", r, " column ", c, "; expected finite weights");
+    }
+  });
 }
 
 File::~File() {

@@ -12,6 +12,7 @@
 
 #include "kvevict/error.h"
 #include "kvevict/io/atomic_file.h"
+#include "kvevict/io/input_file.h"
 
 namespace kvevict::npy {
 namespace {
@@ -135,8 +136,9 @@ DType descr_to_dtype(const std::string& path, const std::string& d, bool bf16) {
   if (d == "|u1" || d == "<u1") return DType::kU8;
   if (d == "<u2") {
     KVEVICT_CHECK(bf16, "npy ", path,
-                  ": dtype <u2 is only read as bfloat16 bits; pass bf16=true "
-                  "(kvevict has no uint16 dtype)");
+                  ": dtype <u2 (uint16) is read only as bfloat16 bits, when the caller asks for "
+                  "bf16 (npy::load(path, true); the command line's --bf16); kvevict has no uint16 "
+                  "dtype");
     return DType::kBF16;
   }
   KVEVICT_FAIL("npy ", path, ": dtype '", d,
@@ -165,12 +167,10 @@ const char* dtype_to_descr(DType t) {
 
 }  // namespace
 
-HostTensor load(const std::string& path, bool bf16) {
-  std::ifstream in(path, std::ios::binary);
-  KVEVICT_CHECK(in.good(), "npy ", path, ": cannot open (", std::strerror(errno), ")");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+namespace {
+
+// Reads and checks the preamble and header dict of an open file of `file_size` bytes.
+ArrayHeader read_header(std::istream& in, const std::string& path, uint64_t file_size) {
   char pre[12] = {};
   in.read(pre, 10);
   KVEVICT_CHECK(in.gcount() == 10, "npy ", path, ": file has ", file_size,
@@ -203,7 +203,35 @@ HostTensor load(const std::string& path, bool bf16) {
                 ": header does not end with a newline; expected a NumPy header (truncated?)");
   text.pop_back();
   const Header h = DictParser(path, text).parse();
-  KVEVICT_CHECK(!h.fortran, "npy ", path,
+  ArrayHeader out;
+  out.descr = h.descr;
+  out.fortran_order = h.fortran;
+  out.shape = h.shape;
+  out.data_offset = prefix + header_len;
+  out.file_size = file_size;
+  return out;
+}
+
+std::ifstream open_input(const std::string& path, uint64_t* size) {
+  *size = io::check_input_file(path, "npy");  // a directory is refused here, not sized
+  std::ifstream in(path, std::ios::binary);
+  KVEVICT_CHECK(in.good(), "npy ", path, ": cannot open (", std::strerror(errno), ")");
+  return in;
+}
+
+}  // namespace
+
+ArrayHeader read_header(const std::string& path) {
+  uint64_t size = 0;
+  std::ifstream in = open_input(path, &size);
+  return read_header(in, path, size);
+}
+
+HostTensor load(const std::string& path, bool bf16) {
+  uint64_t file_size = 0;
+  std::ifstream in = open_input(path, &file_size);
+  const ArrayHeader h = read_header(in, path, file_size);
+  KVEVICT_CHECK(!h.fortran_order, "npy ", path,
                 ": fortran_order is True; expected C order (save with "
                 "np.ascontiguousarray)");
   const DType dtype = descr_to_dtype(path, h.descr, bf16);
@@ -214,9 +242,8 @@ HostTensor load(const std::string& path, bool bf16) {
   uint64_t nbytes = 0;
   KVEVICT_CHECK(!__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(dtype), &nbytes),
                 "npy ", path, ": data size overflows");
-  const uint64_t data_start = prefix + header_len;
-  KVEVICT_CHECK(nbytes == file_size - data_start, "npy ", path, ": shape and dtype ", h.descr,
-                " need ", nbytes, " data bytes but the file has ", file_size - data_start,
+  KVEVICT_CHECK(nbytes == file_size - h.data_offset, "npy ", path, ": shape and dtype ", h.descr,
+                " need ", nbytes, " data bytes but the file has ", file_size - h.data_offset,
                 "; expected them to match");
   HostTensor t(dtype, h.shape);
   if (nbytes == 0) return t;
@@ -225,8 +252,12 @@ HostTensor load(const std::string& path, bool bf16) {
   return t;
 }
 
-void save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
-          const void* data) {
+namespace {
+
+// The header ("\x93NUMPY", version, length, dict, padding) of an array; throws for a negative
+// dimension.
+std::string header_bytes(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+                         size_t* data_bytes) {
   int64_t numel = 1;
   std::string shape_str = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -256,11 +287,38 @@ void save(const std::string& path, DType dtype, const std::vector<int64_t>& shap
     bytes.push_back(static_cast<char>((hl >> 16) & 0xFF));
     bytes.push_back(static_cast<char>((hl >> 24) & 0xFF));
   }
-  bytes += header;
+  *data_bytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  return bytes + header;
+}
 
-  const size_t data_bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  io::write_file_atomically(path, "npy " + path,
-                            {{bytes.data(), bytes.size()}, {data, data_bytes}});
+const TensorView& host_contiguous(const std::string& path, const TensorView& t) {
+  KVEVICT_CHECK(t.device == Device::kCpu, "npy ", path,
+                ": tensor is on the GPU; expected host memory");
+  KVEVICT_CHECK(t.is_contiguous(), "npy ", path, ": tensor ", t.shape_str(), " is not contiguous");
+  return t;
+}
+
+}  // namespace
+
+void stage(io::StagedFiles& files, const std::string& path, const std::string& label, DType dtype,
+           const std::vector<int64_t>& shape, const void* data) {
+  size_t data_bytes = 0;
+  const std::string header = header_bytes(path, dtype, shape, &data_bytes);
+  files.add(path, label, {{header.data(), header.size()}, {data, data_bytes}});
+}
+
+void stage(io::StagedFiles& files, const std::string& path, const std::string& label,
+           const TensorView& t) {
+  host_contiguous(path, t);
+  stage(files, path, label, t.dtype, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim),
+        t.data);
+}
+
+void save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+          const void* data) {
+  io::StagedFiles files;
+  stage(files, path, "npy " + path, dtype, shape, data);
+  files.commit();
 }
 
 void save(const std::string& path, const HostTensor& t) {
@@ -268,9 +326,7 @@ void save(const std::string& path, const HostTensor& t) {
 }
 
 void save(const std::string& path, const TensorView& t) {
-  KVEVICT_CHECK(t.device == Device::kCpu, "npy ", path,
-                ": tensor is on the GPU; expected host memory");
-  KVEVICT_CHECK(t.is_contiguous(), "npy ", path, ": tensor ", t.shape_str(), " is not contiguous");
+  host_contiguous(path, t);
   save(path, t.dtype, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim), t.data);
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvevict/error.h"
+#include "kvevict/io/input_file.h"
 
 namespace kvevict::safetensors {
 namespace {
@@ -42,11 +43,9 @@ uint64_t as_u64(const std::string& path, const std::string& name, const char* fi
 std::unique_ptr<File> File::open(const std::string& path) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
+  const uint64_t size = io::check_input_file(path, "safetensors");  // refuses a directory
   std::ifstream in(path, std::ios::binary);
   KVEVICT_CHECK(in.good(), "safetensors ", path, ": cannot open (", std::strerror(errno), ")");
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
   KVEVICT_CHECK(size >= 8, "safetensors ", path, ": file has ", size,
                 " bytes; expected at least the 8-byte header length");
   uint64_t header_len = 0;
@@ -137,11 +136,8 @@ const Entry* File::find(const std::string& name) const {
 
 HostTensor File::load(const std::string& name) const {
   const Entry* e = find(name);
-  if (e == nullptr) {
-    std::string names;
-    for (const Entry& x : entries_) names += (names.empty() ? "" : ", ") + x.name;
-    KVEVICT_FAIL("safetensors ", path_, ": no tensor named '", name, "'; it holds [", names, "]");
-  }
+  KVEVICT_CHECK(e != nullptr, "safetensors ", path_, ": no tensor named '", name, "'; it holds [",
+                names(), "]");
   HostTensor t(e->dtype, e->shape);
   if (e->nbytes == 0) return t;
   std::ifstream in(path_, std::ios::binary);
@@ -157,10 +153,17 @@ HostTensor load_tensor(const std::string& path, const std::string& name) {
   return File::open(path)->load(name);
 }
 
+std::string File::names() const {
+  std::string out;
+  for (const Entry& e : entries_) out += (out.empty() ? "" : ", ") + e.name;
+  return out;
+}
+
 HostTensor load_only_tensor(const std::string& path) {
   auto f = File::open(path);
   KVEVICT_CHECK(f->tensors().size() == 1, "safetensors ", path, ": holds ", f->tensors().size(),
-                " tensors; expected exactly one (use load_tensor(path, name))");
+                " tensors [", f->names(), "]; expected exactly one (name one with load_tensor(path, ",
+                "name))");
   return f->load(f->tensors()[0].name);
 }
 

@@ -1,6 +1,7 @@
 #include "kvevict/model/config.h"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "kvevict/error.h"
@@ -21,6 +22,9 @@ const char* arch_name(Arch a) {
 }
 
 namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 24;      // any one dimension, and Hq * d
+constexpr int64_t kMaxContext = int64_t{1} << 24;  // 16M tokens; the longest real context is 10M
 
 int64_t need_int(const gguf::File& f, const std::string& key) {
   KVEVICT_CHECK(f.has(key), f.path(), ": missing metadata key ", key,
@@ -60,6 +64,10 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
   c.n_heads = checked_dim(need_int(f, p + "attention.head_count"), p + "attention.head_count");
   c.n_kv_heads = checked_dim(f.get_int(p + "attention.head_count_kv", c.n_heads),
                              p + "attention.head_count_kv");
+  KVEVICT_CHECK(f.has(p + "attention.key_length") || c.n_embd % c.n_heads == 0, f.path(), ": ", p,
+                "embedding_length = ", c.n_embd, " is not a multiple of ", p,
+                "attention.head_count = ", c.n_heads, " and ", p,
+                "attention.key_length is absent; expected one of them to give the head dim");
   c.head_dim = checked_dim(f.get_int(p + "attention.key_length", c.n_embd / c.n_heads),
                            p + "attention.key_length");
   c.value_dim = checked_dim(f.get_int(p + "attention.value_length", c.head_dim),
@@ -83,6 +91,17 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
                 " dims; expected 2");
   c.vocab_size = embd->shape[0];
   c.tied_embeddings = f.find("output.weight") == nullptr;
+  // Token ids index token_embd's rows: a vocabulary larger than the table would read past it.
+  const int64_t meta_vocab = f.get_int(p + "vocab_size", c.vocab_size);
+  KVEVICT_CHECK(meta_vocab == c.vocab_size, f.path(), ": ", p, "vocab_size = ", meta_vocab,
+                " but token_embd.weight has ", c.vocab_size, " rows; expected them equal");
+  if (f.has("tokenizer.ggml.tokens")) {
+    const auto n_tokens = static_cast<int64_t>(
+        f.get("tokenizer.ggml.tokens").as_array("tokenizer.ggml.tokens").size());
+    KVEVICT_CHECK(n_tokens <= c.vocab_size, f.path(), ": tokenizer.ggml.tokens lists ", n_tokens,
+                  " tokens but token_embd.weight has only ", c.vocab_size,
+                  " rows; expected at most one token per row");
+  }
 
   switch (c.arch) {
     case Arch::kLlama:
@@ -101,10 +120,14 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
       c.activation = FfnActivation::kGeluTanh;
       // Local layers use RoPE base 10000 and no scaling; llama.cpp hard-codes both for gemma3.
       c.rope_base_sliding = 10000.0f;
-      c.sliding_window = static_cast<int>(f.get_int(p + "attention.sliding_window", 0));
+      const int64_t window = f.get_int(p + "attention.sliding_window", 0);
+      KVEVICT_CHECK(window >= 0 && window <= kMaxContext, f.path(), ": ", p,
+                    "attention.sliding_window = ", window, "; expected 0 .. 2^24 (0 = none)");
+      c.sliding_window = static_cast<int>(window);
       // Every 6th layer is global (llama.cpp's swa pattern for gemma3: il % 6 < 5 is local).
       const int64_t pattern = f.get_int(p + "attention.sliding_window_pattern", 6);
-      KVEVICT_CHECK(pattern >= 1, "metadata sliding_window_pattern = ", pattern, "; expected >= 1");
+      KVEVICT_CHECK(pattern >= 1 && pattern <= kMaxDim, f.path(), ": ", p,
+                    "attention.sliding_window_pattern = ", pattern, "; expected 1 .. 2^24");
       c.layer_sliding.assign(c.n_layers, 0);
       if (c.sliding_window > 0) {
         for (int l = 0; l < c.n_layers; ++l) c.layer_sliding[l] = (l % pattern) < pattern - 1;
@@ -115,7 +138,11 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
       break;
     }
   }
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    KVEVICT_FAIL(f.path(), ": ", e.what());
+  }
   return c;
 }
 
@@ -216,21 +243,57 @@ int64_t ModelConfig::num_params() const {
 }
 
 void ModelConfig::validate() const {
-  KVEVICT_CHECK(vocab_size > 0, "model config: vocab_size = ", vocab_size, "; expected > 0");
+  // Every hyper-parameter the runtime reads, with the GGUF key it comes from, so that a corrupt
+  // or hostile file fails here instead of loading and printing garbage (issue 13: rope.freq_base
+  // NaN and a negative layer_norm_rms_epsilon loaded).
+  const std::string a = std::string(arch_name(arch)) + ".";
+  KVEVICT_CHECK(vocab_size > 0 && vocab_size <= std::numeric_limits<int32_t>::max(),
+                "model config: vocab_size (rows of token_embd.weight) = ", vocab_size,
+                "; expected 1 .. 2^31-1 (token ids are int32)");
+  KVEVICT_CHECK(context_length > 0 && context_length <= kMaxContext,
+                "model config: context length (GGUF ", a, "context_length) = ", context_length,
+                "; expected 1 .. 2^24");
   KVEVICT_CHECK(
       n_embd > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0 && ffn_dim > 0,
       "model config: every dimension must be positive; got D=", n_embd, " layers=", n_layers,
       " Hq=", n_heads, " Hkv=", n_kv_heads, " d=", head_dim, " F=", ffn_dim);
+  KVEVICT_CHECK(n_embd <= kMaxDim && n_layers <= kMaxDim && ffn_dim <= kMaxDim &&
+                    head_dim <= kMaxDim && value_dim <= kMaxDim,
+                "model config: a dimension exceeds 2^24; got D=", n_embd, " layers=", n_layers,
+                " d=", head_dim, " dv=", value_dim, " F=", ffn_dim);
+  KVEVICT_CHECK(n_heads <= kMaxDim && int64_t{n_heads} * head_dim <= kMaxDim, "model config: ",
+                n_heads, " query heads (GGUF ", a, "attention.head_count) of dim ", head_dim,
+                " make ", int64_t{n_heads} * head_dim, " query rows; expected at most 2^24");
   KVEVICT_CHECK(n_heads % n_kv_heads == 0, "model config: Hq = ", n_heads,
-                " is not a multiple of Hkv = ", n_kv_heads);
+                " (GGUF ", a, "attention.head_count) is not a multiple of Hkv = ", n_kv_heads,
+                " (", a, "attention.head_count_kv)");
   KVEVICT_CHECK(head_dim % 2 == 0, "model config: head dim ", head_dim, " is odd; RoPE needs even");
   KVEVICT_CHECK(value_dim == head_dim, "model config: value dim ", value_dim,
                 " differs from the key dim ", head_dim, "; expected equal");
   KVEVICT_CHECK(layer_sliding.empty() || static_cast<int>(layer_sliding.size()) == n_layers,
                 "model config: layer_sliding has ", layer_sliding.size(), " entries; expected ",
                 n_layers);
-  KVEVICT_CHECK(rope_linear_scale > 0, "model config: rope scale ", rope_linear_scale,
-                "; expected > 0");
+  KVEVICT_CHECK(std::isfinite(rms_eps) && rms_eps > 0 && rms_eps < 1,
+                "model config: RMSNorm epsilon (GGUF ", a, "attention.layer_norm_rms_epsilon) = ",
+                rms_eps, "; expected a finite value in (0, 1)");
+  KVEVICT_CHECK(std::isfinite(rope_base) && rope_base > 0, "model config: RoPE base (GGUF ", a,
+                "rope.freq_base) = ", rope_base, "; expected a finite value > 0");
+  KVEVICT_CHECK(std::isfinite(rope_base_sliding) && rope_base_sliding > 0,
+                "model config: sliding-layer RoPE base = ", rope_base_sliding,
+                "; expected a finite value > 0");
+  KVEVICT_CHECK(std::isfinite(rope_linear_scale) && rope_linear_scale > 0,
+                "model config: rope scale (GGUF ", a, "rope.scaling.factor) = ", rope_linear_scale,
+                "; expected a finite value > 0");
+  KVEVICT_CHECK(std::isfinite(attn_scale) && attn_scale >= 0, "model config: attention scale ",
+                attn_scale, "; expected a finite value >= 0 (0 = 1/sqrt(head dim))");
+  KVEVICT_CHECK(std::isfinite(final_logit_softcap) && final_logit_softcap >= 0,
+                "model config: final logit softcap (GGUF ", a, "final_logit_softcapping) = ",
+                final_logit_softcap, "; expected a finite value >= 0 (0 = off)");
+  bool any_sliding = false;
+  for (uint8_t s : layer_sliding) any_sliding = any_sliding || s != 0;
+  KVEVICT_CHECK(sliding_window >= 0 && (!any_sliding || sliding_window > 0),
+                "model config: sliding window (GGUF ", a, "attention.sliding_window) = ",
+                sliding_window, "; expected >= 1 where layers slide, 0 = none");
 }
 
 std::string ModelConfig::describe() const {

@@ -34,6 +34,7 @@ std::shared_ptr<const Model> Model::load(const std::string& name_or_path,
   m->path_ = resolve_model_path(name_or_path, source_dir);
   m->file_ = gguf::File::open(m->path_);
   m->config_ = ModelConfig::from_gguf(*m->file_);
+  m->file_->check_finite_values();  // a NaN or infinite weight is refused, not run (issue 13)
   m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_, format);
   m->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;

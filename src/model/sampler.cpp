@@ -50,6 +50,11 @@ Sampler::Sampler(SamplerOptions opt) : opt_(opt), rng_(opt.seed) {
 }
 
 int32_t Sampler::sample(const std::vector<float>& logits) {
+  // A NaN would break the sort's ordering below (undefined behaviour) and make greedy pick an
+  // arbitrary id: refuse it (non-finite weights reach here; the loader does not scan values).
+  for (size_t i = 0; i < logits.size(); ++i)
+    KVEVICT_CHECK(!std::isnan(logits[i]), "logit ", i, " is NaN; expected finite logits (does the ",
+                  "model hold non-finite weights?)");
   if (opt_.temperature == 0) return argmax(logits);
   const int32_t V = static_cast<int32_t>(logits.size());
   KVEVICT_CHECK(V > 0, "sampling from empty logits");

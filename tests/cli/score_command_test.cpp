@@ -99,7 +99,7 @@ TEST_F(ScoreCommand, RejectsBudgetsOutOfRange) {
   }
   auto a = base("dropkv");
   a.insert(a.end(), {"--budget", "98"});
-  expect_bad(a, "exceeds the 97 tokens");
+  expect_bad(a, "--budget 98 keeps more tokens than the 97 tokens of --k");
   a = base("dropkv");
   a.insert(a.end(), {"--compression-ratio", "1"});
   expect_bad(a, "compression ratio");

@@ -301,6 +301,25 @@ TEST(GgufFile, RejectsBadTensorInfos) {
   }
 }
 
+// Issue 13: a tensor whose data overlapped another's loaded and printed garbage.
+TEST(GgufFile, RejectsTensorsWhoseDataOverlapNamingBoth) {
+  GgufWriter w;
+  GgufWriter::Layout l;
+  w.add_tensor("first", {16}, 0, std::vector<uint8_t>(64));
+  w.add_tensor("second", {16}, 0, std::vector<uint8_t>(64));
+  w.add_tensor("third", {8}, 0, std::vector<uint8_t>(32));
+  auto bytes = w.build(3, 32, &l);
+  EXPECT_NO_THROW({
+    TempFile f("gguf_disjoint");
+    open_bytes(bytes, f);
+  });
+  GgufWriter::patch<uint64_t>(bytes, l.tensor_offset_at[2], 0);  // third onto first
+  expect_error(bytes, {"'first' [0, 64)", "'third' [0, 32)", "overlap"}, "same offset");
+  GgufWriter::patch<uint64_t>(bytes, l.tensor_offset_at[2], 128);
+  GgufWriter::patch<uint64_t>(bytes, l.tensor_offset_at[1], 32);  // second starts inside first
+  expect_error(bytes, {"'first' [0, 64)", "'second' [32, 96)", "overlap"}, "partial overlap");
+}
+
 TEST(GgufFile, RandomCorruptionThrowsOrParses) {
   // Flipping bytes of the header region must either still parse or throw kvevict::Error; under
   // the asan preset this also checks that no read leaves the mapping.

@@ -12,27 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "kvevict/io/gguf.h"
+
 namespace kvevict::testing {
 
-class GgufWriter {
+class GgufWriter : public gguf::ValueType {
  public:
-  // GGUF value type codes.
-  enum : uint32_t {
-    kU8 = 0,
-    kI8 = 1,
-    kU16 = 2,
-    kI16 = 3,
-    kU32 = 4,
-    kI32 = 5,
-    kF32 = 6,
-    kBool = 7,
-    kString = 8,
-    kArray = 9,
-    kU64 = 10,
-    kI64 = 11,
-    kF64 = 12
-  };
-
   void add_u32(const std::string& key, uint32_t v) { kv_scalar(key, kU32, &v, 4); }
   void add_i32(const std::string& key, int32_t v) { kv_scalar(key, kI32, &v, 4); }
   void add_u64(const std::string& key, uint64_t v) { kv_scalar(key, kU64, &v, 8); }
@@ -159,6 +144,31 @@ class GgufWriter {
   uint64_t n_kv_ = 0;
   std::vector<Tensor> tensors_;
 };
+
+// A SentencePiece vocabulary for tiny test models: ids 0..2 control (<unk> <s> </s>), 3..258
+// the byte tokens <0x00>..<0xFF> (type 6, so any text encodes through byte fallback), then
+// `pieces` with their scores (type 1).
+struct SpmVocabulary {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+};
+inline SpmVocabulary spm_byte_vocabulary(const std::vector<std::pair<std::string, float>>& pieces) {
+  SpmVocabulary v{{"<unk>", "<s>", "</s>"}, {0, 0, 0}, {2, 3, 3}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    v.tokens.push_back(name);
+    v.scores.push_back(0);
+    v.types.push_back(6);
+  }
+  for (const auto& [t, s] : pieces) {
+    v.tokens.push_back(t);
+    v.scores.push_back(s);
+    v.types.push_back(1);
+  }
+  return v;
+}
 
 // A file under the build's temporary directory, removed when the object goes away.
 class TempFile {

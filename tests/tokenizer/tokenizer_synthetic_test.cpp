@@ -38,21 +38,7 @@ Built build(const GgufWriter& w, const std::string& stem) {
 // A sentencepiece vocabulary: ids 0..2 control, 3..258 byte tokens, then pieces with scores.
 GgufWriter spm_writer(const std::vector<std::pair<std::string, float>>& pieces, bool space_prefix,
                       const std::vector<std::string>& user_defined = {}) {
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
-  std::vector<float> scores = {0, 0, 0};
-  std::vector<int32_t> types = {2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    tokens.push_back(name);
-    scores.push_back(0);
-    types.push_back(6);
-  }
-  for (const auto& [t, s] : pieces) {
-    tokens.push_back(t);
-    scores.push_back(s);
-    types.push_back(1);
-  }
+  auto [tokens, scores, types] = testing::spm_byte_vocabulary(pieces);
   for (const auto& t : user_defined) {
     tokens.push_back(t);
     scores.push_back(0);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes small valid seed files for the fuzz targets (pure Python, no dependencies).
 
-usage: make_seeds.py OUT_DIR   -> OUT_DIR/{gguf,npy,safetensors,jsonl,tokenizer}/seed_*
+usage: make_seeds.py OUT_DIR   -> OUT_DIR/{gguf,gguf_model,npy,safetensors,jsonl,tokenizer}/seed_*
 """
 import json
 import os
@@ -33,6 +33,80 @@ def make_gguf(tensors, metadata) -> bytes:
     return out
 
 
+def gguf_scalar(code, fmt, value):
+    return (code, struct.pack(fmt, value))
+
+
+def gguf_array(code, fmt, values):
+    return (9, struct.pack("<IQ", code, len(values)) + b"".join(struct.pack(fmt, v) for v in values))
+
+
+def tiny_model(arch):
+    """A complete tiny model (2 layers, D 8, Hq 2, Hkv 1, d 4, F 8, V 16, f32) with a 16-token
+    SentencePiece vocabulary: the seed of gguf_model_fuzzer, which mutates its typed fields."""
+    D, L, Hq, Hkv, d, F, V = 8, 2, 2, 1, 4, 8, 16
+    p = arch + "."
+    meta = {
+        "general.architecture": (8, gguf_string(arch.encode())),
+        "general.name": (8, gguf_string(b"seed-" + arch.encode())),
+        p + "context_length": gguf_scalar(4, "<I", 32),
+        p + "embedding_length": gguf_scalar(4, "<I", D),
+        p + "block_count": gguf_scalar(4, "<I", L),
+        p + "feed_forward_length": gguf_scalar(4, "<I", F),
+        p + "attention.head_count": gguf_scalar(4, "<I", Hq),
+        p + "attention.head_count_kv": gguf_scalar(4, "<I", Hkv),
+        p + "attention.key_length": gguf_scalar(4, "<I", d),
+        p + "attention.value_length": gguf_scalar(4, "<I", d),
+        p + "attention.layer_norm_rms_epsilon": gguf_scalar(6, "<f", 1e-5),
+        p + "rope.freq_base": gguf_scalar(6, "<f", 10000.0),
+    }
+    if arch == "gemma3":
+        meta[p + "attention.sliding_window"] = gguf_scalar(4, "<I", 4)
+        meta[p + "attention.sliding_window_pattern"] = gguf_scalar(4, "<I", 2)
+        meta[p + "final_logit_softcapping"] = gguf_scalar(6, "<f", 30.0)
+    pieces = ["<unk>", "<s>", "</s>", "\u2581", "H", "e", "l", "o", ",", "\u2581w", "r", "d",
+              "!", "1", "2", "3"]
+    meta["tokenizer.ggml.model"] = (8, gguf_string(b"llama"))
+    meta["tokenizer.ggml.tokens"] = (9, struct.pack("<IQ", 8, V) +
+                                     b"".join(gguf_string(t.encode()) for t in pieces))
+    meta["tokenizer.ggml.scores"] = gguf_array(6, "<f", [0.0] * 3 + [-float(i) for i in range(V - 3)])
+    meta["tokenizer.ggml.token_type"] = gguf_array(5, "<i", [2, 3, 3] + [1] * (V - 3))
+    meta["tokenizer.ggml.bos_token_id"] = gguf_scalar(4, "<I", 1)
+    meta["tokenizer.ggml.eos_token_id"] = gguf_scalar(4, "<I", 2)
+    state = [12345]
+
+    def weights(n, mean=0.0):  # a fixed LCG, small values
+        out = []
+        for _ in range(n):
+            state[0] = (state[0] * 1103515245 + 12345) % (1 << 31)
+            out.append(mean + (state[0] / (1 << 31) - 0.5) * 0.6)
+        return struct.pack("<%df" % n, *out)
+
+    tensors = [("token_embd.weight", [V, D], 0, weights(V * D)),
+               ("output_norm.weight", [D], 0, weights(D, 1.0))]
+    for layer in range(L):
+        b = "blk.%d." % layer
+        tensors += [(b + "attn_norm.weight", [D], 0, weights(D, 1.0)),
+                    (b + "attn_q.weight", [Hq * d, D], 0, weights(Hq * d * D)),
+                    (b + "attn_k.weight", [Hkv * d, D], 0, weights(Hkv * d * D)),
+                    (b + "attn_v.weight", [Hkv * d, D], 0, weights(Hkv * d * D)),
+                    (b + "attn_output.weight", [D, Hq * d], 0, weights(D * Hq * d))]
+        if arch == "qwen2":
+            tensors += [(b + "attn_q.bias", [Hq * d], 0, weights(Hq * d)),
+                        (b + "attn_k.bias", [Hkv * d], 0, weights(Hkv * d)),
+                        (b + "attn_v.bias", [Hkv * d], 0, weights(Hkv * d))]
+        if arch == "gemma3":
+            tensors += [(b + "attn_q_norm.weight", [d], 0, weights(d, 1.0)),
+                        (b + "attn_k_norm.weight", [d], 0, weights(d, 1.0)),
+                        (b + "post_attention_norm.weight", [D], 0, weights(D, 1.0)),
+                        (b + "post_ffw_norm.weight", [D], 0, weights(D, 1.0))]
+        tensors += [(b + "ffn_norm.weight", [D], 0, weights(D, 1.0)),
+                    (b + "ffn_gate.weight", [F, D], 0, weights(F * D)),
+                    (b + "ffn_up.weight", [F, D], 0, weights(F * D)),
+                    (b + "ffn_down.weight", [D, F], 0, weights(D * F))]
+    return make_gguf(tensors, meta)
+
+
 def q8_0_block(values):
     scale = max(abs(v) for v in values) / 127 or 1.0
     qs = bytes((round(v / scale) & 0xFF) for v in values)
@@ -41,7 +115,7 @@ def q8_0_block(values):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "fuzz_seeds"
-    for sub in ("gguf", "npy", "safetensors", "jsonl", "tokenizer"):
+    for sub in ("gguf", "gguf_model", "npy", "safetensors", "jsonl", "tokenizer"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
     meta = {
         "general.architecture": (8, gguf_string(b"llama")),
@@ -56,6 +130,9 @@ def main():
         f.write(make_gguf([("w", [2, 3], 0, f32), ("h", [4], 1, f16), ("q", [32], 8, q8)], meta))
     with open(os.path.join(out, "gguf", "seed_empty.gguf"), "wb") as f:
         f.write(make_gguf([], {}))
+    for arch in ("llama", "qwen2", "gemma3"):
+        with open(os.path.join(out, "gguf_model", "seed_%s.gguf" % arch), "wb") as f:
+            f.write(tiny_model(arch))
 
     def npy(descr, shape, payload, version=1):
         header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (

@@ -14,7 +14,10 @@ for t in "$@"; do
   mkdir -p "$corpus"
   seeds="$BUILD/seeds/$kind"
   [ -d "$seeds" ] || seeds=""
-  "$BUILD/fuzz/$t" -max_total_time="$SECS" -rss_limit_mb=4096 -print_final_stats=1 \
+  opts=""
+  [ -f "$(dirname "$0")/../../fuzz/$t.options" ] && opts="$(cat "$(dirname "$0")/../../fuzz/$t.options")"
+  # shellcheck disable=SC2086
+  "$BUILD/fuzz/$t" -max_total_time="$SECS" -rss_limit_mb=4096 -print_final_stats=1 $opts \
     -artifact_prefix="$OUT/crashes/${t}-" "$corpus" $seeds >"$OUT/$t.log" 2>&1 &
   pids+=($!)
 done

@@ -45,7 +45,9 @@ std::string results_to_json(const EvalResults& r, int indent = 1);
 // row per method setting and a column per task plus the average.
 std::string results_to_markdown(const EvalResults& r);
 
-// Writes text to path atomically (io::write_file_atomically); throws naming the path on failure.
-void write_text_file(const std::string& path, const std::string& text);
+// Writes text to path all or nothing, never over a non-regular file (io::write_file_atomically);
+// throws naming `label` (e.g. "--out"; default: the quoted path) on failure.
+void write_text_file(const std::string& path, const std::string& text,
+                     const std::string& label = "");
 
 }  // namespace kvevict::eval

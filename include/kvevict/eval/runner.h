@@ -156,6 +156,9 @@ struct RunOptions {
   // > 0: every answer stops after at most this many new tokens (RULER's per-task limits, up to
   // 128, otherwise). A speed knob for small models that ramble after a wrong answer; reported.
   int max_new_tokens_cap = 0;
+  // > 0: every sample's prompt plus its answer must fit this many tokens (the model's context);
+  // checked, with every token budget against every sample's prompt, before the first prefill.
+  int64_t context_length = 0;
   uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
   std::string prompt_style;  // "raw" | "chat", for the report
   std::string split;         // "dev" | "test" (split.h) for generated samples; "" for a data file
@@ -300,6 +303,23 @@ struct EvalResults {
 };
 
 EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const RunOptions& opt,
+                     const ProgressFn& progress = nullptr);
+
+// A sample's prompt as token ids, split where the context ends.
+struct TokenizedSample {
+  int64_t index = 0;  // among the samples of its (task, target length)
+  std::vector<int32_t> context, question;
+};
+// Tokenizes every sample and checks each one before any prefill: its prompt plus its answer
+// must fit RunOptions::context_length (when set), and every token-count budget must fit the
+// tokens the sample prefills in each mode. Throws naming the sample ("data.jsonl line 3", or
+// "sample vt #2"). run_eval above does this first; a caller that wants the checks before it
+// loads the model's weights calls it itself and passes the result to the overload below.
+std::vector<TokenizedSample> tokenize_samples(const Tokenizer& tokenizer,
+                                              const std::vector<Sample>& samples,
+                                              const RunOptions& opt);
+EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
+                     const std::vector<TokenizedSample>& prompts, const RunOptions& opt,
                      const ProgressFn& progress = nullptr);
 
 }  // namespace kvevict::eval

@@ -31,6 +31,7 @@ struct Sample {
   std::string input;                 // the full prompt: chat-formatted (or raw) + answer_prefix
   size_t input_context_end = 0;      // bytes of `input` that belong to the context part
   uint64_t seed = 0;                 // regenerates this sample (0 for external data)
+  std::string origin;                // external data: "file.jsonl line 3"; empty when generated
 
   // Filled by the generators; empty or zero for external data.
   int64_t target_length = 0;    // the length the sample was sized to, in tokens
@@ -55,5 +56,12 @@ const char* prompt_style_name(PromptStyle s);
 // kChat needs a tokenizer (throws otherwise, or when the template does not contain the user text
 // verbatim, since then the context/question split point is unknown).
 void format_prompt(Sample& sample, PromptStyle style, const Tokenizer* tokenizer);
+
+// The most bytes of text that can tokenize to `tokens` tokens or fewer: `tokens` x the longest
+// token's text, since no token covers more input than its own text. A prompt longer than this
+// cannot fit a context of `tokens`, so it can be refused by its size, before tokenizing. (Text
+// made of bytes the vocabulary has no token for, which byte-level BPE drops, could tokenize
+// shorter; such text is refused too, with a message saying why.)
+uint64_t max_text_bytes(const Tokenizer& tokenizer, int64_t tokens);
 
 }  // namespace kvevict::eval

@@ -36,6 +36,26 @@ int64_t ggml_block_bytes(GgmlType t);
 // Bytes of `n` elements of type `t` (n a multiple of the block size; throws otherwise).
 int64_t ggml_row_bytes(GgmlType t, int64_t n);
 
+// Metadata value type codes (gguf_type in the GGUF spec), scoped in a struct so that writers
+// (the tests' GgufWriter) can inherit the names.
+struct ValueType {
+  enum : uint32_t {
+    kU8 = 0,
+    kI8 = 1,
+    kU16 = 2,
+    kI16 = 3,
+    kU32 = 4,
+    kI32 = 5,
+    kF32 = 6,
+    kBool = 7,
+    kString = 8,
+    kArray = 9,
+    kU64 = 10,
+    kI64 = 11,
+    kF64 = 12,
+  };
+};
+
 // A metadata value: scalars, strings, or arrays of them.
 struct Value;
 using Array = std::vector<Value>;
@@ -80,6 +100,11 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find(const std::string& name) const;    // nullptr if absent
   const TensorInfo& tensor(const std::string& name) const;  // throws naming the missing tensor
+  // Throws naming the tensor, row and column of the first NaN or infinity in any tensor's
+  // values (dequantized a row at a time, tensors in parallel). open() checks only the structure,
+  // which keeps it fast for metadata readers; a model loader calls this too, since a NaN weight
+  // would otherwise run as garbage (issue 13).
+  void check_finite_values() const;
   uint64_t alignment() const { return alignment_; }         // general.alignment, default 32
   uint64_t data_offset() const { return data_offset_; }     // file offset of the data section
 

@@ -30,6 +30,7 @@ class File {
   const std::vector<Entry>& tensors() const { return entries_; }  // in data order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const Entry* find(const std::string& name) const;  // nullptr if absent
+  std::string names() const;                         // "a, b, c" in data order
   // Reads one tensor; throws naming a missing tensor and the names present.
   HostTensor load(const std::string& name) const;
 

@@ -1,0 +1,63 @@
+#include "cli/numeric_options.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "kvevict/number_parse.h"
+#include "kvevict/parallel.h"
+
+namespace kvevict::cli {
+
+CLI::Validator decimal_integer_text(bool allow_negative) {
+  return CLI::Validator(
+      [allow_negative](std::string& s) -> std::string {
+        if (!is_decimal_integer(s, allow_negative))
+          return "'" + s + "' is not a decimal integer; expected digits" +
+                 (allow_negative ? " with an optional leading '-'" : " (no sign)");
+        const size_t sign = s[0] == '-' ? 1 : 0;
+        const size_t first = s.find_first_not_of('0', sign);
+        s.erase(sign, (first == std::string::npos ? s.size() - 1 : first) - sign);
+        if (s == "-0") s = "0";
+        errno = 0;
+        if (allow_negative)
+          (void)std::strtoll(s.c_str(), nullptr, 10);
+        else
+          (void)std::strtoull(s.c_str(), nullptr, 10);
+        if (errno == ERANGE)
+          return "'" + s + "' is out of range; expected a " +
+                 (allow_negative ? "64-bit signed" : "64-bit unsigned") + " integer";
+        return {};
+      },
+      allow_negative ? "INTEGER" : "UNSIGNED");
+}
+
+CLI::Validator decimal_number_text() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return is_decimal_number(s) ? std::string()
+                                    : "'" + s +
+                                          "' is not a decimal number; expected e.g. 0.5, 2, 1e-3 "
+                                          "(no hex, inf or nan)";
+      },
+      "NUMBER");
+}
+
+CLI::Option* add_seed(CLI::App& app, uint64_t& seed, const std::string& help) {
+  return app.add_option("--seed", seed, help + " (an unsigned 64-bit integer)")
+      ->transform(decimal_integer_text(false))
+      ->capture_default_str();
+}
+
+CLI::Option* add_threads(CLI::App& app, int& threads) {
+  return add_integer(app, "--threads", threads, 0, max_threads(),
+                     "CPU threads: 0 = all hardware threads, at most " +
+                         std::to_string(max_threads()) + " (4 x the hardware threads)")
+      ->capture_default_str();
+}
+
+CLI::Option* add_window(CLI::App& app, std::optional<int>& window, const std::string& help) {
+  return add_integer(app, "--window", window, 1, 1 << 24,
+                     help + " (>= 1; leave it out for each method's own window)");
+}
+
+}  // namespace kvevict::cli

@@ -1,0 +1,58 @@
+// One validation layer for the numeric options of every command (issue 13). Each numeric option
+// is registered through these helpers, which attach CLI11 validators that run on the text before
+// CLI11 converts it:
+//   - strict decimal syntax (kvevict/number_parse.h): CLI11 2.1 converts with strtoull/strtold in
+//     base 0, which reads "0x10" as 16, "010" as 8 and "-1" as 2^64 - 1 for an unsigned seed, and
+//     accepts "inf", "nan" and leading blanks; all of those are refused here;
+//   - an inclusive range (CLI::Range) for integers.
+// A bad value is then a CLI11 parse error ("--threads: Value 100000 not in range 0 to 8"): exit
+// code 2 before any file is read. Floating-point ranges that are not simple intervals (top-p in
+// (0, 1], a finite scale >= 0) are checked by the library's own validate() functions, which the
+// commands call before any work.
+//
+// Conventions shared by every command:
+//   --threads N   0 = every hardware thread, else 1 .. max_threads() (4 x the hardware threads,
+//                 at most 1024)
+//   --seed N      an unsigned 64-bit decimal integer
+//   --window W    an override, W >= 1; leave the option out for each method's own window
+//                 (0 is an error everywhere, not a silent "default")
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace kvevict::cli {
+
+// Strict decimal integer text; drops leading zeros so CLI11 cannot read "010" as octal 8.
+CLI::Validator decimal_integer_text(bool allow_negative);
+// Strict decimal number text (no hex, inf, nan or blanks).
+CLI::Validator decimal_number_text();
+
+// An integer option in [lo, hi]; `var` is T or std::optional<T>.
+template <class Var, class T>
+CLI::Option* add_integer(CLI::App& app, const std::string& name, Var& var, T lo, T hi,
+                         const std::string& help) {
+  return app.add_option(name, var, help)
+      ->transform(decimal_integer_text(lo < 0))
+      ->check(CLI::Range(lo, hi));
+}
+
+// A floating-point option with strict syntax; its range is the library's to check.
+template <class Var>
+CLI::Option* add_number(CLI::App& app, const std::string& name, Var& var, const std::string& help) {
+  return app.add_option(name, var, help)->check(decimal_number_text());
+}
+
+CLI::Option* add_seed(CLI::App& app, uint64_t& seed, const std::string& help);
+CLI::Option* add_threads(CLI::App& app, int& threads);
+CLI::Option* add_window(CLI::App& app, std::optional<int>& window, const std::string& help);
+
+// Token counts and lengths a command accepts at most (the longest context any model may claim).
+constexpr int64_t kMaxTokens = int64_t{1} << 24;
+constexpr const char* kMaxTokensText = "2^24 tokens, the longest context a model may declare";
+
+}  // namespace kvevict::cli

@@ -1,0 +1,45 @@
+#include "cli/output_args.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "kvevict/error.h"
+#include "kvevict/io/atomic_file.h"
+#include "kvevict/io/input_file.h"
+
+namespace kvevict::cli {
+
+void check_output_args(std::initializer_list<OutputArg> outputs) {
+  std::vector<std::pair<std::string, const char*>> seen;  // resolved target, flag
+  for (const OutputArg& o : outputs) {
+    if (o.path.empty()) continue;
+    const std::string target = io::check_output_path(o.path, o.flag);
+    std::error_code ec;
+    const std::string id = std::filesystem::weakly_canonical(target, ec).string();
+    for (const auto& [other, flag] : seen)
+      KVEVICT_CHECK(other != id, o.flag, " ", o.path, " is the same file as ", flag,
+                    "; expected a different file for each output");
+    seen.emplace_back(id, o.flag);
+  }
+}
+
+void check_output_dir(const std::string& dir, const char* flag) {
+  KVEVICT_CHECK(!dir.empty(), flag, ": the directory is empty; expected a directory path");
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    KVEVICT_CHECK(S_ISDIR(st.st_mode), flag, ": ", dir, " is a ", io::file_type_name(st.st_mode),
+                  "; expected a directory (or a new one's path)");
+    KVEVICT_CHECK(::access(dir.c_str(), W_OK) == 0, flag, ": directory ", dir,
+                  " is not writable (", std::strerror(errno), ")");
+    return;
+  }
+  // A new directory: its parent must exist (the same rule as for a new file).
+  io::check_output_path(dir, flag);
+}
+
+}  // namespace kvevict::cli
