@@ -19,7 +19,12 @@ for f in "$build"/tests/test_cuda_* "$build"/tests/test_model_cuda_* "$build"/be
          "$build"/kvevict; do
   [[ -f "$f" && -x "$f" && "$f" != *.cmake ]] && cp "$f" "$stage/bin/"
 done
-for f in "$build"/src/libkvevict*.so; do [[ -f "$f" ]] && cp "$f" "$stage/lib/"; done
+# Each shared library under its SONAME (libkvevict.so.0.1: what the programs ask the loader for).
+for f in "$build"/src/libkvevict*.so; do
+  [[ -f "$f" ]] || continue
+  soname="$(objdump -p "$f" | awk '$1 == "SONAME" { print $2 }')"
+  cp -L "$f" "$stage/lib/${soname:-$(basename "$f")}"
+done
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
 tar -C "$stage" -cf - bin lib | xz -T2 -6 >"$out/bins.tar.xz"
 echo "device_bundle: $(du -h "$out/bins.tar.xz" | cut -f1) of binaries ($(ls "$stage/bin" | wc -l) programs)"

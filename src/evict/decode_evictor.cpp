@@ -199,8 +199,8 @@ void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const
                 "built with score_acc");
   check_shape(st.q, "step q", {-1, c.head_dim});
   const int64_t hq = st.q.shape[0];
-  KVEVICT_CHECK(hq % c.num_kv_heads == 0, "step q has ", hq, " heads; expected a multiple of ",
-                c.num_kv_heads);
+  KVEVICT_CHECK(hq > 0 && hq % c.num_kv_heads == 0, "step q has ", hq,
+                " heads; expected a positive multiple of ", c.num_kv_heads);
   check_shape(st.a, "step a", {hq, c.head_dim});
   check_shape(st.lse, "step lse", {hq});
   for (const TensorView* t : {&st.q, &st.a, &st.lse})
