@@ -32,8 +32,8 @@ CpuFeatures detect_cpu() {
   uint32_t xlo = 0, xhi = 0;
   __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
   const uint64_t xcr0 = (static_cast<uint64_t>(xhi) << 32) | xlo;
-  const bool os_ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool os_zmm = (xcr0 & 0xE6) == 0xE6;   // + opmask, ZMM0-15 upper halves, ZMM16-31
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
+  const bool os_zmm = (xcr0 & 0xE6) == 0xE6;  // + opmask, ZMM0-15 upper halves, ZMM16-31
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
   const bool avx2 = (b >> 5) & 1;

@@ -34,24 +34,12 @@
 
 #include "quant/blocks.h"
 #include "quant/gemm.h"
+#include "quant/simd_local.h"
 
 namespace kvevict::quant {
 namespace {
 
 using namespace blocks;
-
-inline float fp16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // 64 unsigned codes x 64 signed activations -> 16 int32 lanes (0..7: the first 32 elements,
 // 8..15: the next 32), as f32 (exact: |lane| <= 4 * 255 * 128).
@@ -65,12 +53,16 @@ inline __m512 two_scales(float s0, float s1) {
 }
 
 // Activation blocks b, b + 1 (64 bytes); or block b alone with the upper 32 bytes zero.
-inline __m512i act2(const A8Row& a, int64_t b) { return _mm512_loadu_si512(a.qs + b * kQK); }
+inline __m512i act2(const A8Row& a, int64_t b) {
+  return _mm512_loadu_si512(a.qs + b * kQK);
+}
 inline __m512i act1(const A8Row& a, int64_t b) {
   return _mm512_zextsi256_si512(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + b * kQK)));
 }
-inline int a8_sum32(const A8Row& a, int64_t b) { return a.s16[2 * b] + a.s16[2 * b + 1]; }
+inline int a8_sum32(const A8Row& a, int64_t b) {
+  return a.s16[2 * b] + a.s16[2 * b + 1];
+}
 
 // Two legacy blocks' 16 nibble bytes -> 64 codes in element order: [p0 low nibbles, p0 high
 // nibbles, p1 low, p1 high] (elements 0..15 of a block are the low nibbles, 16..31 the high).
@@ -86,8 +78,8 @@ inline __m512i nibbles64(const uint8_t* p0, const uint8_t* p1) {
 
 // Q5_0 / Q5_1: bit j of a block's 32-bit qh is bit 4 of element j.
 inline __m512i fifth_bits64(const uint8_t* qh0, const uint8_t* qh1) {
-  const __mmask64 m = static_cast<__mmask64>(u32_at(qh0)) |
-                      (static_cast<__mmask64>(u32_at(qh1)) << 32);
+  const __mmask64 m =
+      static_cast<__mmask64>(u32_at(qh0)) | (static_cast<__mmask64>(u32_at(qh1)) << 32);
   return _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10));
 }
 
@@ -147,14 +139,18 @@ inline float dot_legacy(const uint8_t* w, int bytes, const A8Row& a, int64_t n, 
 float dot_q4_0(const uint8_t* w, const A8Row& a, int64_t n) {
   return dot_legacy(
       w, Q4_0::kBytes, a, n,
-      [](const uint8_t* b0, const uint8_t* b1) { return nibbles64(b0 + Q4_0::kQs, b1 + Q4_0::kQs); },
+      [](const uint8_t* b0, const uint8_t* b1) {
+        return nibbles64(b0 + Q4_0::kQs, b1 + Q4_0::kQs);
+      },
       [&](const uint8_t*, int64_t b, float s) { return -8.0f * s * a8_sum32(a, b); });
 }
 
 float dot_q4_1(const uint8_t* w, const A8Row& a, int64_t n) {
   return dot_legacy(
       w, Q4_1::kBytes, a, n,
-      [](const uint8_t* b0, const uint8_t* b1) { return nibbles64(b0 + Q4_1::kQs, b1 + Q4_1::kQs); },
+      [](const uint8_t* b0, const uint8_t* b1) {
+        return nibbles64(b0 + Q4_1::kQs, b1 + Q4_1::kQs);
+      },
       [&](const uint8_t* blk, int64_t b, float) {
         return fp16(blk + Q4_1::kM) * a.d[b] * static_cast<float>(a8_sum32(a, b));
       });
@@ -212,13 +208,15 @@ float dot_q8_0(const uint8_t* w, const A8Row& a, int64_t n) {
 
 // The 8 per-sub-block values v[j] of a super-block as lanes [v[2c] x8, v[2c + 1] x8] of chunk c.
 inline __m512 chunk_pair(__m256 v, int c) {
-  const __m512i idx = _mm512_add_epi32(
-      _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1), _mm512_set1_epi32(2 * c));
+  const __m512i idx =
+      _mm512_add_epi32(_mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1),
+                       _mm512_set1_epi32(2 * c));
   return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(v));
 }
 
 inline __m256 u8x8_to_ps(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
 // Q4_K / Q5_K: chunk c (64 elements) of a super-block is 32 bytes of qs: sub-block 2c in the low
@@ -240,8 +238,9 @@ float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
     const __m256 dx = _mm256_loadu_ps(a.d + ab0);
     const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), u8x8_to_ps(sc)), dx);
     // Mins: dmin m_j dx_j sum_j, the sums of 32 from the two sums of 16.
-    const __m256i sum32 = _mm256_madd_epi16(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s16 + 2 * ab0)), _mm256_set1_epi16(1));
+    const __m256i sum32 =
+        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s16 + 2 * ab0)),
+                          _mm256_set1_epi16(1));
     accm = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), u8x8_to_ps(mn)), dx),
                            _mm256_cvtepi32_ps(sum32), accm);
     __m256i hb = _mm256_setzero_si256();
@@ -261,7 +260,7 @@ float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
       acc[c & 1] = _mm512_fmadd_ps(dot64(codes, x), chunk_pair(scale, c), acc[c & 1]);
     }
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) - hsum256(accm);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) - hsum(accm);
 }
 
 // Q6_K: d sc_g (q - 32), one int8 scale per 16 elements. A 128-element half of a super-block is
@@ -277,18 +276,17 @@ float dot_q6_k(const uint8_t* w, const A8Row& a, int64_t n) {
   const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
   // Lane i of the 4 groups at group g0: group g0 + i / 4.
-  const __m512i group_of_lane = _mm512_srli_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
-  const __m512i pair_of_group =
-      _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i group_of_lane =
+      _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2);
+  const __m512i pair_of_group = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   for (int64_t sb = 0; sb < n / kQKK; ++sb) {
     const uint8_t* blk = w + sb * Q6_K::kBytes;
     const __m512 d = _mm512_set1_ps(fp16(blk + Q6_K::kD));
     // Per group g (16 elements): d sc_g dx_{g / 2}; the offset term 32 d sc_g dx s16_g.
-    const __m512 sc = _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + Q6_K::kScales))));
-    const __m512 dx = _mm512_permutexvar_ps(
-        pair_of_group, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + sb * 8)));
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + Q6_K::kScales))));
+    const __m512 dx =
+        _mm512_permutexvar_ps(pair_of_group, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + sb * 8)));
     const __m512 gscale = _mm512_mul_ps(_mm512_mul_ps(d, sc), dx);
     const __m512 s16 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s16 + sb * 16))));
@@ -304,8 +302,8 @@ float dot_q6_k(const uint8_t* w, const A8Row& a, int64_t n) {
       const int8_t* x = a.qs + sb * kQKK + 128 * half;
       const __m512i g0 = _mm512_add_epi32(group_of_lane, _mm512_set1_epi32(8 * half));
       const __m512i g1 = _mm512_add_epi32(g0, _mm512_set1_epi32(4));
-      acc[0] = _mm512_fmadd_ps(dot64(q01, _mm512_loadu_si512(x)),
-                               _mm512_permutexvar_ps(g0, gscale), acc[0]);
+      acc[0] = _mm512_fmadd_ps(dot64(q01, _mm512_loadu_si512(x)), _mm512_permutexvar_ps(g0, gscale),
+                               acc[0]);
       acc[1] = _mm512_fmadd_ps(dot64(q23, _mm512_loadu_si512(x + 64)),
                                _mm512_permutexvar_ps(g1, gscale), acc[1]);
     }
@@ -336,9 +334,8 @@ inline float dot_float(const uint8_t* w, const float* x, int64_t n, int esz, Loa
 }
 
 float dot_f32(const uint8_t* w, const float* x, int64_t n) {
-  return dot_float(w, x, n, 4, [](const uint8_t* p, __mmask16 m) {
-    return _mm512_maskz_loadu_ps(m, p);
-  });
+  return dot_float(w, x, n, 4,
+                   [](const uint8_t* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); });
 }
 float dot_f16(const uint8_t* w, const float* x, int64_t n) {
   return dot_float(w, x, n, 2, [](const uint8_t* p, __mmask16 m) {
@@ -359,15 +356,7 @@ float dot_bf16(const uint8_t* w, const float* x, int64_t n) {
 template <int NT, int G>
 void panel_tokens(const PanelView& p, const GemmInput& in, int64_t t0, float* y, int64_t ldy,
                   int rows) {
-  const int8_t* qs[NT];
-  const float* dx[NT];
-  const int16_t* s16[NT];
-  for (int i = 0; i < NT; ++i) {
-    const A8Row a = a8_row(in.act + (t0 + i) * in.row_bytes, in.K);
-    qs[i] = a.qs;
-    dx[i] = a.d;
-    s16[i] = a.s16;
-  }
+  const PanelTokens<NT> tok(in, t0);
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   const int64_t groups = p.K / G;
@@ -377,30 +366,14 @@ void panel_tokens(const PanelView& p, const GemmInput& in, int64_t t0, float* y,
     for (int i = 0; i < NT; ++i) isum[i] = _mm256_setzero_si256();
     for (int s = 0; s < G / 4; ++s) {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cg + s * 32));
-      for (int i = 0; i < NT; ++i) {
-        int32_t a4;
-        std::memcpy(&a4, qs[i] + g * G + 4 * s, 4);
-        isum[i] = _mm256_dpbusd_epi32(isum[i], wv, _mm256_set1_epi32(a4));
-      }
+      for (int i = 0; i < NT; ++i)
+        isum[i] = _mm256_dpbusd_epi32(isum[i], wv, _mm256_set1_epi32(tok.a4(i, g * G + 4 * s)));
     }
     const __m256 sc = _mm256_loadu_ps(p.scale + g * kPanelRows);
     const __m256 mn = _mm256_loadu_ps(p.min + g * kPanelRows);
-    for (int i = 0; i < NT; ++i) {
-      const float d = dx[i][g * G / kA8Block];
-      const int sa = G == 16 ? s16[i][g] : s16[i][2 * g] + s16[i][2 * g + 1];
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(sc, _mm256_set1_ps(d)),
-                               acc[i]);
-      acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(d * static_cast<float>(sa)), acc[i]);
-    }
+    for (int i = 0; i < NT; ++i) tok.template add_group<G>(i, g, isum[i], sc, mn, &acc[i]);
   }
-  for (int i = 0; i < NT; ++i) {
-    float* yt = y + (t0 + i) * ldy;
-    if (rows == kPanelRows) {
-      _mm256_storeu_ps(yt, acc[i]);
-    } else {
-      _mm256_mask_storeu_ps(yt, static_cast<__mmask8>((1u << rows) - 1), acc[i]);
-    }
-  }
+  for (int i = 0; i < NT; ++i) store_panel_rows(y + (t0 + i) * ldy, acc[i], rows);
 }
 
 template <int G>
@@ -409,14 +382,29 @@ void panel_all(const PanelView& p, const GemmInput& in, float* y, int64_t ldy, i
   int64_t t = 0;
   for (; t + kTokens <= in.T; t += kTokens) panel_tokens<kTokens, G>(p, in, t, y, ldy, rows);
   switch (in.T - t) {
-    case 7: panel_tokens<7, G>(p, in, t, y, ldy, rows); break;
-    case 6: panel_tokens<6, G>(p, in, t, y, ldy, rows); break;
-    case 5: panel_tokens<5, G>(p, in, t, y, ldy, rows); break;
-    case 4: panel_tokens<4, G>(p, in, t, y, ldy, rows); break;
-    case 3: panel_tokens<3, G>(p, in, t, y, ldy, rows); break;
-    case 2: panel_tokens<2, G>(p, in, t, y, ldy, rows); break;
-    case 1: panel_tokens<1, G>(p, in, t, y, ldy, rows); break;
-    default: break;
+    case 7:
+      panel_tokens<7, G>(p, in, t, y, ldy, rows);
+      break;
+    case 6:
+      panel_tokens<6, G>(p, in, t, y, ldy, rows);
+      break;
+    case 5:
+      panel_tokens<5, G>(p, in, t, y, ldy, rows);
+      break;
+    case 4:
+      panel_tokens<4, G>(p, in, t, y, ldy, rows);
+      break;
+    case 3:
+      panel_tokens<3, G>(p, in, t, y, ldy, rows);
+      break;
+    case 2:
+      panel_tokens<2, G>(p, in, t, y, ldy, rows);
+      break;
+    case 1:
+      panel_tokens<1, G>(p, in, t, y, ldy, rows);
+      break;
+    default:
+      break;
   }
 }
 
@@ -453,7 +441,9 @@ Kernels make_table() {
 
 }  // namespace
 
-bool avx512_compiled() { return true; }
+bool avx512_compiled() {
+  return true;
+}
 
 const Kernels* avx512_kernels() {
   static const Kernels k = make_table();
@@ -465,8 +455,12 @@ const Kernels* avx512_kernels() {
 #else
 
 namespace kvevict::quant {
-bool avx512_compiled() { return false; }
-const Kernels* avx512_kernels() { return nullptr; }
+bool avx512_compiled() {
+  return false;
+}
+const Kernels* avx512_kernels() {
+  return nullptr;
+}
 }  // namespace kvevict::quant
 
 #endif

@@ -29,7 +29,9 @@ const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                               GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
                               GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
-std::string type_name(GgmlType t) { return gguf::ggml_type_name(static_cast<uint32_t>(t)); }
+std::string type_name(GgmlType t) {
+  return gguf::ggml_type_name(static_cast<uint32_t>(t));
+}
 
 std::vector<const Kernels*> all_isas() {
   std::vector<const Kernels*> out;
@@ -126,7 +128,9 @@ std::vector<int64_t> odd_lengths(GgmlType t) {
 }
 
 // Float kernels on F32 / F16 / BF16 weights also take lengths that are not a multiple of 32.
-std::vector<int64_t> float_lengths() { return {1, 3, 7, 17, 79, 1003}; }
+std::vector<int64_t> float_lengths() {
+  return {1, 3, 7, 17, 79, 1003};
+}
 
 TEST(QuantizeA8, ScalarAndSimdAgreeBitwiseAndRoundToNearest) {
   for (const Kernels* k : all_isas()) {
@@ -166,7 +170,8 @@ TEST(QuantDot, EveryTypeAndIsaMatchesTheDoubleReferenceAtOddSizes) {
     for (GgmlType t : kAllTypes) {
       const bool a8 = takes_a8(t);
       for (int64_t n : a8 ? odd_lengths(t) : float_lengths()) {
-        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) + " n=" + std::to_string(n));
+        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) +
+                     " n=" + std::to_string(n));
         const std::vector<uint8_t> w = random_rows(t, 1, n, 1000 + n);
         std::vector<float> wf(n);
         gguf::dequantize(t, w.data(), wf.data(), n);
@@ -210,7 +215,8 @@ TEST(QuantDot, SimdMatchesScalarAtOddBlockCounts) {
     for (GgmlType t : kAllTypes) {
       const bool a8 = takes_a8(t);
       for (int64_t n : a8 ? odd_lengths(t) : float_lengths()) {
-        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) + " n=" + std::to_string(n));
+        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) +
+                     " n=" + std::to_string(n));
         const std::vector<uint8_t> w = random_rows(t, 1, n, 99 + n);
         std::vector<float> wf(n), x(n);
         gguf::dequantize(t, w.data(), wf.data(), n);
@@ -267,9 +273,8 @@ TEST(QuantDispatch, PicksEachIsaExactlyWhenTheCpuRunsIt) {
       return true;
     };
     EXPECT_EQ(cpu_supports(Isa::kAvx2), has({"avx2", "fma", "f16c"}));
-    EXPECT_EQ(cpu_supports(Isa::kAvx512),
-              has({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
-                   "avx512_vnni"}));
+    EXPECT_EQ(cpu_supports(Isa::kAvx512), has({"avx2", "fma", "f16c", "avx512f", "avx512bw",
+                                               "avx512vl", "avx512dq", "avx512_vnni"}));
   }
   EXPECT_TRUE(cpu_supports(Isa::kScalar));
   for (Isa isa : kAllIsas) {
@@ -292,7 +297,8 @@ TEST(QuantDispatch, PicksEachIsaExactlyWhenTheCpuRunsIt) {
 // (tools/cpu_isa_check.sh on a machine that has it) turns that skip into a failure.
 void expect_table(Isa isa) {
   const char* expect = std::getenv("KVEVICT_EXPECT_ISA");
-  const bool required = expect != nullptr && std::string(expect).find(isa_name(isa)) != std::string::npos;
+  const bool required =
+      expect != nullptr && std::string(expect).find(isa_name(isa)) != std::string::npos;
   const Kernels* k = kernels_for(isa);
   if (k == nullptr) {
     ASSERT_FALSE(required) << "KVEVICT_EXPECT_ISA=" << expect << " but this CPU does not run "
@@ -310,8 +316,12 @@ void expect_table(Isa isa) {
   }
 }
 
-TEST(QuantIsaTable, Avx2IsCompleteWhereItRuns) { expect_table(Isa::kAvx2); }
-TEST(QuantIsaTable, Avx512IsCompleteWhereItRuns) { expect_table(Isa::kAvx512); }
+TEST(QuantIsaTable, Avx2IsCompleteWhereItRuns) {
+  expect_table(Isa::kAvx2);
+}
+TEST(QuantIsaTable, Avx512IsCompleteWhereItRuns) {
+  expect_table(Isa::kAvx512);
+}
 
 // The GEMM: packed panels of 1..8 rows against 1..9 tokens, against the double reference.
 TEST(QuantGemm, PanelsMatchTheDoubleReference) {
@@ -321,8 +331,8 @@ TEST(QuantGemm, PanelsMatchTheDoubleReference) {
       const int64_t K = 3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64);
       for (int rows : {1, 7, 8}) {
         for (int64_t T : {1, 3, 4, 5, 9, 17}) {
-          SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) + " rows=" +
-                       std::to_string(rows) + " T=" + std::to_string(T));
+          SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) +
+                       " rows=" + std::to_string(rows) + " T=" + std::to_string(T));
           const std::vector<uint8_t> w = random_rows(t, rows, K, 7 + rows);
           const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
           std::vector<float> x(T * K);
@@ -360,14 +370,16 @@ TEST(QuantGemm, SimdPackingEqualsScalarPacking) {
   for (const Kernels* simd : simd_isas()) {
     for (GgmlType t : kAllTypes) {
       if (!gemm_supports(t, *simd)) continue;
-      const int64_t K = 3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64) + 32 * (t == GgmlType::kQ4_0);
+      const int64_t K =
+          3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64) + 32 * (t == GgmlType::kQ4_0);
       for (int rows : {3, 8}) {
         const std::vector<uint8_t> w = random_rows(t, rows, K, 3 + rows);
         const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
         std::vector<uint8_t> a(panel_bytes(K), 0xAB), b(panel_bytes(K), 0xAB);
         const PanelView pa = pack_panel(mv, 0, rows, a.data(), *simd);
         const PanelView pb = pack_panel(mv, 0, rows, b.data(), scalar_kernels());
-        EXPECT_EQ(0, std::memcmp(pa.codes, pb.codes, static_cast<size_t>(K) * kPanelRows)) << type_name(t);
+        EXPECT_EQ(0, std::memcmp(pa.codes, pb.codes, static_cast<size_t>(K) * kPanelRows))
+            << type_name(t);
         const int64_t groups = K / pa.layout.group * kPanelRows;
         for (int64_t i = 0; i < groups; ++i) {
           EXPECT_EQ(pa.scale[i], pb.scale[i]) << type_name(t) << " " << i;
