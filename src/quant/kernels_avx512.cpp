@@ -116,24 +116,32 @@ void quantize_a8(const float* x, int64_t n, uint8_t* dst) {
 template <class Codes, class Extra>
 inline float dot_legacy(const uint8_t* w, int bytes, const A8Row& a, int64_t n, Codes codes,
                         Extra extra) {
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   float accx = 0.0f;
-  const int64_t nb = n / kQK;
-  int64_t b = 0;
-  for (int u = 0; b + 2 <= nb; b += 2, u ^= 1) {
+  auto pair = [&](int64_t b, __m512 acc) {
     const uint8_t* b0 = w + b * bytes;
     const uint8_t* b1 = b0 + bytes;
     const float s0 = fp16(b0) * a.d[b], s1 = fp16(b1) * a.d[b + 1];
-    acc[u] = _mm512_fmadd_ps(dot64(codes(b0, b1), act2(a, b)), two_scales(s0, s1), acc[u]);
     accx += extra(b0, b, s0) + extra(b1, b + 1, s1);
+    return _mm512_fmadd_ps(dot64(codes(b0, b1), act2(a, b)), two_scales(s0, s1), acc);
+  };
+  const int64_t nb = n / kQK;
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {  // two accumulators (named, so they stay in registers)
+    acc0 = pair(b, acc0);
+    acc1 = pair(b + 2, acc1);
+  }
+  if (b + 2 <= nb) {
+    acc0 = pair(b, acc0);
+    b += 2;
   }
   if (b < nb) {
     const uint8_t* b0 = w + b * bytes;
     const float s0 = fp16(b0) * a.d[b];
-    acc[0] = _mm512_fmadd_ps(dot64(codes(b0, b0), act1(a, b)), two_scales(s0, 0.0f), acc[0]);
+    acc1 = _mm512_fmadd_ps(dot64(codes(b0, b0), act1(a, b)), two_scales(s0, 0.0f), acc1);
     accx += extra(b0, b, s0);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + accx;
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + accx;
 }
 
 float dot_q4_0(const uint8_t* w, const A8Row& a, int64_t n) {
@@ -185,25 +193,33 @@ inline __m512 dot64_signed(__m512i w, __m512i a) {
 }
 
 float dot_q8_0(const uint8_t* w, const A8Row& a, int64_t n) {
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  const int64_t nb = n / kQK;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   auto q32 = [](const uint8_t* blk) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q8_0::kQs));
   };
-  int64_t b = 0;
-  for (int u = 0; b + 2 <= nb; b += 2, u ^= 1) {
+  auto pair = [&](int64_t b, __m512 acc) {
     const uint8_t* b0 = w + b * Q8_0::kBytes;
     const uint8_t* b1 = b0 + Q8_0::kBytes;
     const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q32(b0)), q32(b1), 1);
-    acc[u] = _mm512_fmadd_ps(dot64_signed(q, act2(a, b)),
-                             two_scales(fp16(b0) * a.d[b], fp16(b1) * a.d[b + 1]), acc[u]);
+    return _mm512_fmadd_ps(dot64_signed(q, act2(a, b)),
+                           two_scales(fp16(b0) * a.d[b], fp16(b1) * a.d[b + 1]), acc);
+  };
+  const int64_t nb = n / kQK;
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    acc0 = pair(b, acc0);
+    acc1 = pair(b + 2, acc1);
+  }
+  if (b + 2 <= nb) {
+    acc0 = pair(b, acc0);
+    b += 2;
   }
   if (b < nb) {
     const uint8_t* b0 = w + b * Q8_0::kBytes;
-    acc[0] = _mm512_fmadd_ps(dot64_signed(_mm512_zextsi256_si512(q32(b0)), act1(a, b)),
-                             two_scales(fp16(b0) * a.d[b], 0.0f), acc[0]);
+    acc1 = _mm512_fmadd_ps(dot64_signed(_mm512_zextsi256_si512(q32(b0)), act1(a, b)),
+                           two_scales(fp16(b0) * a.d[b], 0.0f), acc1);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
 // The 8 per-sub-block values v[j] of a super-block as lanes [v[2c] x8, v[2c + 1] x8] of chunk c.
@@ -226,7 +242,7 @@ template <bool kFive>
 float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
   constexpr int kBytes = kFive ? Q5_K::kBytes : Q4_K::kBytes;
   constexpr int kQs = kFive ? Q5_K::kQs : Q4_K::kQs;
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   __m256 accm = _mm256_setzero_ps();
   const __m256i lo4 = _mm256_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < n / kQKK; ++sb) {
@@ -245,7 +261,7 @@ float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
                            _mm256_cvtepi32_ps(sum32), accm);
     __m256i hb = _mm256_setzero_si256();
     if (kFive) hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q5_K::kQh));
-    for (int c = 0; c < 4; ++c) {
+    auto chunk = [&](int c, __m512 acc) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * c));
       __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, lo4)),
                                          _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4), 1);
@@ -257,10 +273,15 @@ float dot_qk45(const uint8_t* w, const A8Row& a, int64_t n) {
         codes = _mm512_or_si512(codes, _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10)));
       }
       const __m512i x = _mm512_loadu_si512(a.qs + sb * kQKK + 64 * c);
-      acc[c & 1] = _mm512_fmadd_ps(dot64(codes, x), chunk_pair(scale, c), acc[c & 1]);
-    }
+      return _mm512_fmadd_ps(dot64(codes, x), chunk_pair(scale, c), acc);
+    };
+    // Named accumulators (an array indexed at run time would live on the stack).
+    acc0 = chunk(0, acc0);
+    acc1 = chunk(1, acc1);
+    acc0 = chunk(2, acc0);
+    acc1 = chunk(3, acc1);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) - hsum(accm);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) - hsum(accm);
 }
 
 // Q6_K: d sc_g (q - 32), one int8 scale per 16 elements. A 128-element half of a super-block is
@@ -315,22 +336,25 @@ float dot_q6_k(const uint8_t* w, const A8Row& a, int64_t n) {
 // load nor fault).
 template <class Load16>
 inline float dot_float(const uint8_t* w, const float* x, int64_t n, int esz, Load16 load) {
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                   _mm512_setzero_ps()};
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
   const __mmask16 all = 0xFFFF;
+  auto fma = [&](int64_t i, __m512 acc) {
+    return _mm512_fmadd_ps(load(w + i * esz, all), _mm512_loadu_ps(x + i), acc);
+  };
   int64_t i = 0;
-  for (; i + 64 <= n; i += 64)
-    for (int u = 0; u < 4; ++u)
-      acc[u] = _mm512_fmadd_ps(load(w + (i + 16 * u) * esz, all), _mm512_loadu_ps(x + i + 16 * u),
-                               acc[u]);
-  for (; i + 16 <= n; i += 16)
-    acc[0] = _mm512_fmadd_ps(load(w + i * esz, all), _mm512_loadu_ps(x + i), acc[0]);
+  for (; i + 64 <= n; i += 64) {
+    acc0 = fma(i, acc0);
+    acc1 = fma(i + 16, acc1);
+    acc2 = fma(i + 32, acc2);
+    acc3 = fma(i + 48, acc3);
+  }
+  for (; i + 16 <= n; i += 16) acc0 = fma(i, acc0);
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    acc[1] = _mm512_fmadd_ps(load(w + i * esz, m), _mm512_maskz_loadu_ps(m, x + i), acc[1]);
+    acc1 = _mm512_fmadd_ps(load(w + i * esz, m), _mm512_maskz_loadu_ps(m, x + i), acc1);
   }
-  return _mm512_reduce_add_ps(
-      _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
 }
 
 float dot_f32(const uint8_t* w, const float* x, int64_t n) {
@@ -356,23 +380,31 @@ float dot_bf16(const uint8_t* w, const float* x, int64_t n) {
 template <int NT, int G>
 void panel_tokens(const PanelView& p, const GemmInput& in, int64_t t0, float* y, int64_t ldy,
                   int rows) {
+  // The loops over tokens and steps are unrolled so that acc / isum stay in registers (16 of
+  // the 32 at NT = 8); GCC 12 left them in memory otherwise.
   const PanelTokens<NT> tok(in, t0);
   __m256 acc[NT];
+#pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   const int64_t groups = p.K / G;
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* cg = p.codes + g * G * kPanelRows;
     __m256i isum[NT];
+#pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) isum[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int s = 0; s < G / 4; ++s) {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cg + s * 32));
+#pragma GCC unroll 8
       for (int i = 0; i < NT; ++i)
         isum[i] = _mm256_dpbusd_epi32(isum[i], wv, _mm256_set1_epi32(tok.a4(i, g * G + 4 * s)));
     }
     const __m256 sc = _mm256_loadu_ps(p.scale + g * kPanelRows);
     const __m256 mn = _mm256_loadu_ps(p.min + g * kPanelRows);
+#pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) tok.template add_group<G>(i, g, isum[i], sc, mn, &acc[i]);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < NT; ++i) store_panel_rows(y + (t0 + i) * ldy, acc[i], rows);
 }
 
