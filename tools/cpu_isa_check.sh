@@ -88,7 +88,8 @@ for isa in "${ISAS[@]}"; do
     skip=$(grep -o '\[  SKIPPED \] [0-9]* test' "$log/$name.$isa.log" | grep -o '[0-9]*' | head -1)
     res="rc $rc, ${pass:-0} passed, ${skip:-0} skipped"
     [[ $rc != 0 ]] && { res="**FAIL** ($res)"; tail -30 "$log/$name.$isa.log"; }
-    grep '^\[  SKIPPED \] [A-Z]' "$log/$name.$isa.log" | sed "s/^/  $isa: /"
+    grep -A1 ': Skipped$' "$log/$name.$isa.log" | grep -v -e ': Skipped$' -e '^--$' |
+      sed "s/^/  $isa skip: /"
     echo "$name $isa: $res"
     row "| ${name#test_quant_} | $isa | $res |"
   done
