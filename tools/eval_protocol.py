@@ -163,23 +163,37 @@ class Protocol:
 
     # ---- costs -------------------------------------------------------------------------------
     def measured_cost(self, model, length):
-        """The cost row of this model measured at (or nearest to) this length, scaled to it."""
-        best = None
+        """This model's costs measured at (or nearest to) this length, scaled to it: the cost
+        rows of one results file at one length (both modes: the question append is the
+        query-agnostic row's), preferring runs that evicted (more than one setting)."""
+        cands = []
         for path in glob.glob(os.path.join(self.state, "*", f"{model}_*.json")):
             doc = self.load_json(path)
             if not isinstance(doc, dict):
                 continue
-            for c in doc.get("cost") or []:
-                if c.get("target_length", -1) < 0 or c.get("mode") == "all" or not c.get("samples"):
-                    continue
-                d = abs(math.log(c["target_length"] / length))
-                if best is None or d < best[0] or (d == best[0] and c["samples"] > best[1]["samples"]):
-                    best = (d, c)
-        c = dict(best[1]) if best else dict(DEFAULT_COST)
+            rows = [c for c in doc.get("cost") or []
+                    if c.get("target_length", -1) > 0 and c.get("mode") != "all" and c.get("samples")]
+            for L in {c["target_length"] for c in rows}:
+                at = [c for c in rows if c["target_length"] == L]
+                settings = max(c.get("settings") or 1 for c in at)
+                cands.append(((settings <= 1, abs(math.log(L / length)), -sum(c["samples"] for c in at)),
+                              L, at))
+        if not cands:
+            c = dict(DEFAULT_COST, measured=False)
+        else:
+            _, L, at = min(cands, key=lambda x: x[0])
+            mean = lambda k: sum(c.get(k) or 0 for c in at) / len(at)
+            c = {"prefill_s": mean("prefill_s"), "evict_s_per_setting": mean("evict_s_per_setting"),
+                 "decode_s_per_batch": mean("decode_s_per_batch"),
+                 "append_s_per_batch": max(c.get("append_s_per_batch") or 0 for c in at),
+                 "settings": max(c.get("settings") or 1 for c in at), "target_length": L,
+                 "measured": True}
+            if c["settings"] <= 1:  # a full-cache run measures no eviction
+                c["evict_s_per_setting"] = DEFAULT_COST["evict_s_per_setting"] * L / DEFAULT_COST["target_length"]
+                c["append_s_per_batch"] = c["append_s_per_batch"] or DEFAULT_COST["append_s_per_batch"] / DEFAULT_COST["settings"]
         scale = length / c["target_length"]
-        c["prefill_s"] = (c.get("prefill_s") or 0) * scale
-        c["evict_s_per_setting"] = (c.get("evict_s_per_setting") or 0) * scale
-        c["measured"] = best is not None
+        c["prefill_s"] *= scale
+        c["evict_s_per_setting"] *= scale
         return c
 
     def overhead(self, model):
