@@ -368,7 +368,7 @@ class Protocol:
         chosen = self.decisions.setdefault("useful_lengths", {})
         lines = [f"## Survey: full cache, DEV seeds (niah = mean of the niah tasks; rule: "
                  f"lengths up to the longest with niah >= {nmin:g}, eviction at most {emax})", "",
-                 "| model | length | niah avg | 11-task avg [95% CI] | niah samples |",
+                 "| model | length | niah avg | task avg [95% CI] | niah samples |",
                  "|---|---|---|---|---|"]
         for m in self.models:
             rows = self.niah_by_length(m)
@@ -463,14 +463,19 @@ class Protocol:
                                  f"{cmp['a']} - {cmp['b']} = {cmp['diff']:+.1f}{ci}")
             lines.append("")
         # One library default for both models: the grid setting with the best mean over the
-        # models of their DEV means (a setting measured on every model only).
+        # models of their DEV means (measured on every model; ties: the earlier grid setting, as
+        # the C++ choice breaks them).
         pooled = {}
-        for s, per in grid_scores.items():
-            base = s.split(":")[0]
-            if len(per) == len([m for m in self.models if m in chosen]) and ":w=" in s:
-                mean = sum(per.values()) / len(per)
-                if base not in pooled or mean > pooled[base][1]:
-                    pooled[base] = (s, mean)
+        n_models = len([m for m in self.models if m in chosen])
+        for base in env("ABLATE_METHODS", "dropkv,obcache_vk").split(","):
+            for w in env("ABLATE_WINDOWS", "8,16,32").split(","):
+                for pool in env("ABLATE_POOLS", "none,max:7,max:11,avg:7").split(","):
+                    s = f"{base}:w={w}:pool={pool}"
+                    per = grid_scores.get(s, {})
+                    if n_models and len(per) == n_models:
+                        mean = sum(per.values()) / len(per)
+                        if base not in pooled or mean > pooled[base][1]:
+                            pooled[base] = (s, mean)
         self.decisions["library_default_candidate"] = {b: s for b, (s, _) in pooled.items()}
         lines.append("library default candidate (best mean over the models' DEV means): " +
                      json.dumps(self.decisions["library_default_candidate"]))

@@ -100,8 +100,10 @@ TEST_F(ProtocolScript, SurveyKeepsLengthsUpToTheFirstBelowTheNiahThreshold) {
 }
 
 TEST_F(ProtocolScript, TheAblationsChoiceIsPassedExplicitlyToTheSweep) {
-  write_text_file((dir_ / "state" / "survey" / "smollm2_2048.json").string(),
-                  results_to_json(survey_results(2048, 100.0)));
+  for (int64_t len : {2048, 4096, 8192})
+    write_text_file(
+        (dir_ / "state" / "survey" / ("smollm2_" + std::to_string(len) + ".json")).string(),
+        results_to_json(survey_results(len, len == 2048 ? 100.0 : 10.0)));
   EvalResults abl = survey_results(2048, 100.0);
   AblationChoice c;
   c.method = "dropkv";
