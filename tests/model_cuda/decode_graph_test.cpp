@@ -80,7 +80,7 @@ std::vector<int32_t> prompt(int64_t n, int vocab, uint64_t seed) {
   return t;
 }
 
-struct Run {
+struct Trace {
   std::vector<int32_t> tokens;  // [steps, B]
   std::vector<float> logits;    // [steps, B, V]
   int64_t evictions = 0;
@@ -96,11 +96,11 @@ struct Case {
 };
 
 // answer_batch's loop (argmax, decode the ids) for `steps` steps; every row's logits after each.
-Run run(const std::shared_ptr<gpu::GpuContext>& ctx, const Case& k) {
+Trace run(const std::shared_ptr<gpu::GpuContext>& ctx, const Case& k) {
   const ModelConfig& c = ctx->model().config();
   gpu::GpuSessionOptions go;
   go.batch = k.batch;
-  go.max_prompt = 4096;
+  go.max_prompt = 2048;
   go.decode_room = k.room;
   go.scores_in_attention_min_segments = k.min_segments;
   gpu::GpuSession s(ctx, go);
@@ -108,7 +108,7 @@ Run run(const std::shared_ptr<gpu::GpuContext>& ctx, const Case& k) {
   for (size_t i = 0; i < k.lengths.size(); ++i)
     prompts.push_back(prompt(k.lengths[i], c.vocab_size, 7 + 31 * i));
   s.prefill_rows(prompts, k.evict);
-  Run r;
+  Trace r;
   for (int step = 0; step < k.steps; ++step) {
     const std::vector<int32_t> ids = s.argmax();
     r.tokens.insert(r.tokens.end(), ids.begin(), ids.end());
@@ -134,7 +134,7 @@ Pair contexts(const ModelConfig& c, uint64_t seed) {
   return p;
 }
 
-void expect_bitwise(const Run& eager, const Run& graph, const std::string& what) {
+void expect_bitwise(const Trace& eager, const Trace& graph, const std::string& what) {
   ASSERT_EQ(eager.tokens, graph.tokens) << what;
   ASSERT_EQ(eager.logits.size(), graph.logits.size()) << what;
   size_t differ = 0, first = 0;
@@ -155,7 +155,7 @@ TEST(DecodeGraph, BatchOneEqualsEagerAndRecordsOnce) {
   const Pair p = contexts(tiny(Arch::kLlama), 3);
   Case k;
   k.lengths = {100};
-  const Run e = run(p.eager, k), g = run(p.graph, k);
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
   expect_bitwise(e, g, "batch 1");
   EXPECT_EQ(captures(p), 1);
   EXPECT_EQ(p.graph->forward().decode_graph_stats().replays, k.steps);
@@ -168,7 +168,7 @@ TEST(DecodeGraph, MultiRowBatchOfDistinctLengthsEqualsEager) {
   Case k;
   k.batch = 5;
   k.lengths = {37, 300, 129, 64, 211};
-  const Run e = run(p.eager, k), g = run(p.graph, k);
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
   expect_bitwise(e, g, "batch 5");
   EXPECT_EQ(captures(p), 1);
 }
@@ -180,7 +180,7 @@ TEST(DecodeGraph, GemmaRingsPastTheirWrapEqualEager) {
   k.batch = 3;
   k.lengths = {20, 90, 45};  // row 0's rings fill at step 17 and wrap after
   k.evict.prefill = PrefillEviction::from_method("dropkv", Budget{0.5});
-  const Run e = run(p.eager, k), g = run(p.graph, k);
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
   expect_bitwise(e, g, "gemma3 rings");
   EXPECT_EQ(captures(p), 1);
 }
@@ -199,7 +199,7 @@ void check_decode_eviction(const std::string& score, int min_segments) {
   k.evict.decode.options.budget = 60;
   k.evict.decode.options.slack = 3;
   k.evict.decode.options.recent = 8;
-  const Run e = run(p.eager, k), g = run(p.graph, k);
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
   const std::string what = score + " min_segments " + std::to_string(min_segments);
   expect_bitwise(e, g, what);
   EXPECT_GT(g.evictions, 10) << what;  // cuts every 4 steps on every full layer
@@ -228,7 +228,7 @@ TEST(DecodeGraph, ShapeChangesRecordAgainAndScratchGrows) {
   longer.lengths = {1500};
   int64_t want = 0;
   for (const Case* k : {&one, &eight, &longer, &one}) {
-    const Run e = run(p.eager, *k), g = run(p.graph, *k);
+    const Trace e = run(p.eager, *k), g = run(p.graph, *k);
     expect_bitwise(e, g, "batch " + std::to_string(k->batch) + " length " +
                              std::to_string(k->lengths[0]));
     EXPECT_EQ(captures(p), ++want);
