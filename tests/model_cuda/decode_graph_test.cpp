@@ -18,66 +18,18 @@
 #include "kvevict/decode_evict.h"
 #include "kvevict/model/evict_config.h"
 #include "model_cuda/gpu_forward.h"
+#include "model/tiny_model.h"
 #include "model_cuda/gpu_runtime.h"
+#include "model_cuda/tiny_configs.h"
 
 namespace kvevict {
 namespace {
 
-ModelConfig tiny(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.name = "tiny";
-  c.vocab_size = 517;
-  c.context_length = 4096;
-  c.n_embd = 256;
-  c.n_layers = 3;
-  c.n_heads = 8;
-  c.n_kv_heads = 2;
-  c.head_dim = c.value_dim = arch == Arch::kLlama ? 64 : 128;
-  c.ffn_dim = 384;
-  c.rope_base = c.rope_base_sliding = 10000.0f;
-  if (arch == Arch::kQwen2) {
-    c.rope_style = RopeStyle::kNeox;
-    c.qkv_bias = true;
-    c.tied_embeddings = false;
-  }
-  return c;
-}
-
-// gemma3 with a window of 37 (rings wrap within the test's steps), local layers 0, 1, 3.
-ModelConfig tiny_gemma() {
-  ModelConfig c;
-  c.arch = Arch::kGemma3;
-  c.name = "tiny-gemma3";
-  c.vocab_size = 613;
-  c.context_length = 4096;
-  c.n_embd = 192;
-  c.n_layers = 4;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = c.value_dim = 256;
-  c.ffn_dim = 320;
-  c.rms_eps = 1e-6f;
-  c.rope_style = RopeStyle::kNeox;
-  c.rope_base = 1000000.0f;
-  c.rope_base_sliding = 10000.0f;
-  c.qk_norm = c.post_norms = c.embed_scale = true;
-  c.activation = FfnActivation::kGeluTanh;
-  c.sliding_window = 37;
-  c.layer_sliding = {1, 1, 0, 1};
-  c.attn_scale = 0.07f;
-  c.final_logit_softcap = 30.0f;
-  return c;
-}
+using testing::tiny_config;
+using testing::tiny_gemma;  // window 37: rings wrap within the tests' steps
 
 std::vector<int32_t> prompt(int64_t n, int vocab, uint64_t seed) {
-  std::vector<int32_t> t(n);
-  uint64_t s = seed;
-  for (auto& x : t) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(vocab));
-  }
-  return t;
+  return testing::tokens_for(static_cast<int>(n), vocab, seed);
 }
 
 struct Trace {
@@ -152,7 +104,7 @@ int64_t captures(const Pair& p) {
 
 TEST(DecodeGraph, BatchOneEqualsEagerAndRecordsOnce) {
   KVEVICT_REQUIRE_GPU();
-  const Pair p = contexts(tiny(Arch::kLlama), 3);
+  const Pair p = contexts(tiny_config(Arch::kLlama), 3);
   Case k;
   k.lengths = {100};
   const Trace e = run(p.eager, k), g = run(p.graph, k);
@@ -164,7 +116,7 @@ TEST(DecodeGraph, BatchOneEqualsEagerAndRecordsOnce) {
 
 TEST(DecodeGraph, MultiRowBatchOfDistinctLengthsEqualsEager) {
   KVEVICT_REQUIRE_GPU();
-  const Pair p = contexts(tiny(Arch::kQwen2), 5);
+  const Pair p = contexts(tiny_config(Arch::kQwen2), 5);
   Case k;
   k.batch = 5;
   k.lengths = {37, 300, 129, 64, 211};
@@ -188,7 +140,7 @@ TEST(DecodeGraph, GemmaRingsPastTheirWrapEqualEager) {
 // Decode-time eviction: every scored step replays the graph; the cuts run eagerly between
 // replays and shrink segments in place (lengths only), which the graph reads from the device.
 void check_decode_eviction(const std::string& score, int min_segments) {
-  const Pair p = contexts(tiny(Arch::kLlama), 11);
+  const Pair p = contexts(tiny_config(Arch::kLlama), 11);
   Case k;
   k.batch = 2;
   k.lengths = {200, 150};
@@ -218,7 +170,7 @@ TEST(DecodeGraph, DecodeEvictionWithCutsEqualsEager) {
 // cache (another split plan). Each is recorded once, and each equals eager.
 TEST(DecodeGraph, ShapeChangesRecordAgainAndScratchGrows) {
   KVEVICT_REQUIRE_GPU();
-  const Pair p = contexts(tiny(Arch::kLlama), 13);
+  const Pair p = contexts(tiny_config(Arch::kLlama), 13);
   Case one;
   one.lengths = {120};
   Case eight;
@@ -262,7 +214,7 @@ TEST(DecodeGraph, GreedyDeviceLoopEqualsEager) {
 
 TEST(DecodeGraph, EnvironmentSwitchesToEager) {
   KVEVICT_REQUIRE_GPU();
-  auto model = gpu::GpuModel::random(tiny(Arch::kLlama), 1);
+  auto model = gpu::GpuModel::random(tiny_config(Arch::kLlama), 1);
   ::setenv("KVEVICT_DECODE_GRAPH", "0", 1);
   gpu::GpuContext off(model);
   ::unsetenv("KVEVICT_DECODE_GRAPH");
