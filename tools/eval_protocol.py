@@ -622,27 +622,30 @@ class Protocol:
         return missing, status
 
     def summarize_sweep(self):
+        """One table per results file (model, length, group) and query mode: the groups have
+        their own sample counts, so their cells are not mixed."""
         lines = ["## TEST sweep: task average [95% CI], samples per cell", ""]
         by = {}
         for path in sorted(glob.glob(os.path.join(self.state, "sweep", "*.json"))):
             doc = self.load_json(path) or {}
-            m = os.path.basename(path).split("_")[0]
+            m, _, group = os.path.basename(path)[:-5].split("_", 2)
             for a in doc.get("aggregate") or []:
                 if a["task"] == "average":
-                    key = (m, a["target_length"], a["mode"])
+                    key = (m, a["target_length"], group, a["mode"])
                     by.setdefault(key, {})[(a["method"], a["budget"])] = a
             for c in doc.get("comparisons") or []:
                 if c["task"] == "average":
-                    by.setdefault((m, c["target_length"], c["mode"]), {})[("cmp", c["a"], c["b"], c["budget"])] = c
-        for (m, L, mode), cells in sorted(by.items()):
-            budgets = sorted({b for k, b in [(k[0], k[1]) for k in cells if k[0] != "cmp"] if b != "1"},
-                             key=float)
+                    by.setdefault((m, c["target_length"], group, c["mode"]), {})[
+                        ("cmp", c["a"], c["b"], c["budget"])] = c
+        for (m, L, group, mode), cells in sorted(by.items()):
+            budgets = sorted({k[1] for k in cells if k[0] != "cmp" and k[1] != "1"}, key=float)
+            cols = budgets or ["full"]
             methods = sorted({k[0] for k in cells if k[0] not in ("cmp", "full")})
-            lines += [f"### {m}, {L} tokens, {mode}", "",
-                      "| setting | " + " | ".join(budgets) + " |", "|---" * (len(budgets) + 1) + "|"]
+            lines += [f"### {m}, {L} tokens, {group}, {mode}", "",
+                      "| setting | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
             if ("full", "1") in cells:
                 f = cells[("full", "1")]
-                lines.append(f"| full cache | {fmt_cell(f)} (n {f['samples']}) |" + " |" * (len(budgets) - 1))
+                lines.append(f"| full cache | {fmt_cell(f)} (n {f['samples']}) |" + " |" * (len(cols) - 1))
             for meth in methods:
                 lines.append(f"| {meth} | " + " | ".join(
                     fmt_cell(cells.get((meth, b))) for b in budgets) + " |")
@@ -667,7 +670,9 @@ class Protocol:
     def step_summary(self):
         for step in ("survey", "ablate", "sweep", "ppl", "analyze"):
             p = os.path.join(self.state, f"summary_{step}.md")
-            if os.path.exists(p):
+            if step == "sweep" and os.path.isdir(os.path.join(self.state, "sweep")):
+                self.summarize_sweep()  # from the files: a resumed sweep's latest runs too
+            elif os.path.exists(p):
                 print(open(p, encoding="utf-8").read(), flush=True)
         status = {}
         try:

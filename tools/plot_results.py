@@ -81,18 +81,21 @@ def load_inputs(paths, split="test", model=None):
         for key in ("cone", "layers"):
             merged[key].extend(dict(r, _model=file_model, _tokens=tokens)
                                for r in diag.get(key) or [] if isinstance(r, dict))
-    models = sorted({r["_model"] for k in ("aggregate", "ppl", "cone") for r in merged[k]
-                     if r["_model"]})
-    if model is not None:
-        for k in ("aggregate", "ppl", "cone", "layers"):
+    # One model per section (the ppl rows name the model by its config name, the others by its
+    # file name): --model picks it in every section that has it.
+    found = False
+    for k in ("aggregate", "ppl", "cone"):
+        names = sorted({r["_model"] for r in merged[k] if r["_model"]})
+        if model is not None and model in names:
+            found = True
             merged[k] = [r for r in merged[k] if r["_model"] == model]
-        merged["meta"] = [m for m in merged["meta"] if short_model(m.get("model")) == model]
-        if not any(merged[k] for k in ("aggregate", "ppl", "cone")):
-            sys.exit(f"plot_results.py: no rows of model '{model}' in the inputs; they hold: "
-                     + ", ".join(models))
-    elif len(models) > 1:
-        sys.exit("plot_results.py: the inputs hold " + str(len(models)) + " models (" +
-                 ", ".join(models) + "); plot one at a time with --model NAME")
+            if k == "cone":
+                merged["layers"] = [r for r in merged["layers"] if r["_model"] == model]
+        elif len(names) > 1:
+            sys.exit(f"plot_results.py: the inputs' {k} rows hold {len(names)} models (" +
+                     ", ".join(names) + "); plot one at a time with --model NAME")
+    if model is not None and not found:
+        sys.exit(f"plot_results.py: no rows of model '{model}' in the inputs")
     return merged
 
 
