@@ -39,7 +39,7 @@ PYTHONPATH=/tmp/kvsite "$PY" -c "import kvevict, torch; print('kvevict', kvevict
 if [ "$MODE" = all ] || [ "$MODE" = --tests ]; then
   echo "== 1. pytest tests/python on CUDA tensors"
   # test_distributed runs 2-process CPU jobs (gloo): skipped here, CI runs them.
-  PYTHONPATH=/tmp/kvsite KVEVICT_TEST_CUDA=1 timeout 150 "$PY" -m pytest -q -p no:cacheprovider \
+  PYTHONPATH=/tmp/kvsite KVEVICT_TEST_CUDA=1 timeout 100 "$PY" -m pytest -q -p no:cacheprovider \
     tests/python --ignore=tests/python/test_distributed.py 2>&1 | tee "$OUTDIR/pytest_cuda.log" \
     || true
 fi
@@ -59,12 +59,12 @@ if [ "$MODE" = all ] || [ "$MODE" = --bench ]; then
     > /tmp/kvpstub/datasets/__init__.py
   export PYTHONPATH=/tmp/kvpsite:/tmp/kvsite:/tmp/kvpstub
   "$PY" -c "import kvpress, transformers; print('kvpress', kvpress.__name__, 'transformers', transformers.__version__)"
-  timeout 60 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_kvpress.py \
+  timeout 40 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_kvpress.py \
     2>&1 | tee "$OUTDIR/pytest_kvpress.log" || true
-  PYTHONUNBUFFERED=1 timeout 200 "$PY" benchmarks/python/hf_side_by_side.py --repeats 3 \
+  PYTHONUNBUFFERED=1 timeout 160 "$PY" benchmarks/python/hf_side_by_side.py --repeats 3 \
     --json "$OUTDIR/hf_side_by_side.json" 2>&1 | tee "$OUTDIR/hf_side_by_side.log" || true
   echo "== 3. decode steps/s on CUDA: DynamicCache vs kvevict (Llama-3.1-8B heads, 8 layers)"
-  PYTHONPATH=/tmp/kvsite PYTHONUNBUFFERED=1 timeout 70 "$PY" benchmarks/python/decode_steps.py \
+  PYTHONPATH=/tmp/kvsite PYTHONUNBUFFERED=1 timeout 50 "$PY" benchmarks/python/decode_steps.py \
     --device cuda --layers 8 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 \
     --prompt 8192 --batch 48 --budget 0.1 --steps 32 --repeats 3 --slack 16 \
     --json "$OUTDIR/decode_steps.json" 2>&1 | tee "$OUTDIR/decode_steps.log" || true

@@ -58,7 +58,13 @@ def main(argv=None):
                       num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
                       max_position_embeddings=args.prompt + 4096)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(device=dev, dtype=dtype).eval()
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(dev):  # initialised where it runs (no host copy of the weights)
+            model = LlamaForCausalLM(cfg).eval()
+    finally:
+        torch.set_default_dtype(old)
     model.set_attn_implementation("sdpa")
     kw = cache_kwarg(model)
     ids = torch.randint(1, 256, (args.batch, args.prompt),
