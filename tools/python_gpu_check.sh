@@ -7,8 +7,9 @@
 #                                            (benchmarks/python/hf_side_by_side.py) with kvpress 0.5.5
 #                                            on transformers 5.2 (kvpress 0.5.5 requires < 5.3).
 #                                         3. benchmarks/python/decode_steps.py on CUDA: decode
-#                                            steps/s, DynamicCache vs kvevict's compacted cache
-#                                            (kvevict.decode_attention), same batch, A B rounds.
+#                                            steps/s at one batch, A B C rounds: DynamicCache,
+#                                            kvevict (kvevict.decode_attention), kvevict through
+#                                            the general kvevict.attention (the path before).
 #   tools/python_gpu_check.sh --tests     step 1 only;   --bench   steps 2 and 3 only.
 # Every step has a time cap (the whole run stays under 6 minutes); the last lines printed are a
 # short summary (pytest results, the side by side's tables, the decode table).
@@ -61,12 +62,12 @@ if [ "$MODE" = all ] || [ "$MODE" = --bench ]; then
   "$PY" -c "import kvpress, transformers; print('kvpress', kvpress.__name__, 'transformers', transformers.__version__)"
   timeout 40 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_kvpress.py \
     2>&1 | tee "$OUTDIR/pytest_kvpress.log" || true
-  PYTHONUNBUFFERED=1 timeout 160 "$PY" benchmarks/python/hf_side_by_side.py --repeats 3 \
+  PYTHONUNBUFFERED=1 timeout 150 "$PY" benchmarks/python/hf_side_by_side.py --repeats 3 \
     --json "$OUTDIR/hf_side_by_side.json" 2>&1 | tee "$OUTDIR/hf_side_by_side.log" || true
   echo "== 3. decode steps/s on CUDA: DynamicCache vs kvevict (Llama-3.1-8B heads, 8 layers)"
-  PYTHONPATH=/tmp/kvsite PYTHONUNBUFFERED=1 timeout 50 "$PY" benchmarks/python/decode_steps.py \
+  PYTHONPATH=/tmp/kvsite PYTHONUNBUFFERED=1 timeout 60 "$PY" benchmarks/python/decode_steps.py \
     --device cuda --layers 8 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 \
-    --prompt 8192 --batch 48 --budget 0.1 --steps 32 --repeats 3 --slack 16 \
+    --prompt 4096 --batch 64 --budget 0.1 --steps 24 --repeats 2 --slack 16 \
     --json "$OUTDIR/decode_steps.json" 2>&1 | tee "$OUTDIR/decode_steps.log" || true
 fi
 

@@ -72,12 +72,13 @@ def main(argv=None):
 
     def run(which, profile=None):
         """Prefill, warm-up steps, then the timed steps; returns steps/s."""
-        if which == "kvevict":
+        kvevict.hf.cache.FAST_DECODE = which != "kvevict-general"
+        if which.startswith("kvevict"):
             ctx = kvevict.hf.press(model, method="dropkv", budget=args.budget, slack=args.slack)
         else:
             ctx = _Null()
         with torch.no_grad(), ctx as p:
-            cache = p.new_cache() if which == "kvevict" else DynamicCache()
+            cache = p.new_cache() if which.startswith("kvevict") else DynamicCache()
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{kw: cache})
             tok = out.logits[:, -1:].argmax(-1)
             for _ in range(args.warmup):
@@ -94,10 +95,13 @@ def main(argv=None):
                 profile.disable()
         return args.steps / dt
 
-    rates = {"HF DynamicCache": [], "kvevict compacted": []}
+    runs = {"HF DynamicCache": "hf", "kvevict compacted": "kvevict"}
+    if dev == "cuda":  # the general attention path (what decoding ran before decode_attention)
+        runs["kvevict compacted, kvevict.attention (general path)"] = "kvevict-general"
+    rates = {k: [] for k in runs}
     for _ in range(args.repeats):  # A B A B ...
-        rates["HF DynamicCache"].append(run("hf"))
-        rates["kvevict compacted"].append(run("kvevict"))
+        for label, which in runs.items():
+            rates[label].append(run(which))
     print(f"# decode steps/s: Llama {args.layers} layers, hidden {args.hidden}, heads "
           f"{args.heads}/{args.kv_heads}, d {args.head_dim}, prompt {args.prompt}, batch "
           f"{args.batch}, dropkv {args.budget}, {args.steps} steps x {args.repeats} rounds, {dev}, "

@@ -592,7 +592,8 @@ _SM_COUNT = {}
 def decode_attention_supported(q: Array, cache: KVCache) -> bool:
     """Whether ``decode_attention`` runs these: CUDA bfloat16 q and cache, d in {64, 128, 256},
     GQA group <= 16, and a CUDA build."""
-    if not (ext.cuda_built and T.is_cuda(q) and T.is_cuda(cache.k)):
+    if not (ext.cuda_built and hasattr(ext, "cuda_decode_attention") and T.is_cuda(q)
+            and T.is_cuda(cache.k)):
         return False
     hs = int(q.shape[0]) if q.ndim == 2 else int(q.shape[0]) * int(q.shape[1])
     g, rem = divmod(hs, cache.num_kv_heads)

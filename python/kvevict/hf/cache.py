@@ -27,6 +27,10 @@ from kvevict.ops import KVCache, Selection
 # attention function (which transformers calls without the cache) finds the layer.
 LAYER_TAG = "_kvevict_layer"
 
+# Decode steps on CUDA through kvevict.decode_attention (True) or the general kvevict.attention
+# (False: the path before it, kept for A/B measurements; benchmarks/python/decode_steps.py).
+FAST_DECODE = True
+
 
 @dataclass
 class EvictConfig:
@@ -251,8 +255,8 @@ class KVEvictLayer(CacheLayerMixin):
         returns ``[B, m, Hq, d]`` in query's dtype (what transformers' attention functions
         return)."""
         b, hq, m, d = query.shape
-        if (m == 1 and self.config.decode_budget is None and not sliding_window and not softcap
-                and kvevict.ops.decode_attention_supported(query, self.compacted)):
+        if (FAST_DECODE and m == 1 and self.config.decode_budget is None and not sliding_window
+                and not softcap and kvevict.ops.decode_attention_supported(query, self.compacted)):
             # The decode fast path: one flash-decoding launch over all heads of the layer, the
             # segment table on the device (no host copy, no sync), bf16 out as transformers
             # wants it ([B, 1, Hq, d]).
