@@ -74,8 +74,14 @@ fi
 echo
 echo "================ summary"
 for f in pytest_cuda pytest_kvpress; do
-  [ -f "$OUTDIR/$f.log" ] && echo "$f: $(grep -E '(passed|failed|error)' "$OUTDIR/$f.log" | tail -1)"
+  if [ -f "$OUTDIR/$f.log" ]; then
+    echo "$f: $(grep -E '(passed|failed|error)' "$OUTDIR/$f.log" | tail -1 || true)"
+  fi
 done
-[ -f "$OUTDIR/hf_side_by_side.log" ] && grep -E '^\||^prefill vs HF|^speed-up' "$OUTDIR/hf_side_by_side.log"
-[ -f "$OUTDIR/decode_steps.log" ] && grep -E '^\|' "$OUTDIR/decode_steps.log"
+if [ -f "$OUTDIR/hf_side_by_side.log" ]; then
+  grep -E '^\||^prefill vs HF|^speed-up' "$OUTDIR/hf_side_by_side.log" || tail -5 "$OUTDIR/hf_side_by_side.log"
+fi
+if [ -f "$OUTDIR/decode_steps.log" ]; then
+  grep -E '^\|' "$OUTDIR/decode_steps.log" || tail -5 "$OUTDIR/decode_steps.log"
+fi
 exit 0
