@@ -251,13 +251,25 @@ int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   return n / be * ggml_block_bytes(t);
 }
 
-void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t count) {
+namespace {
+
+// `count` elements of `type` as whole blocks: {elements per block, bytes per block, blocks};
+// throws naming `what` when count is not a multiple of the block size.
+struct Blocks {
+  int64_t be, bb, blocks;
+};
+Blocks whole_blocks(GgmlType type, int64_t count, const char* what) {
   const int64_t be = ggml_block_elems(type);
-  KVEVICT_CHECK(count >= 0 && count % be == 0, "dequantize of ", count, " elements of ",
+  KVEVICT_CHECK(count >= 0 && count % be == 0, what, " of ", count, " elements of ",
                 ggml_type_name(static_cast<uint32_t>(type)),
                 "; expected a multiple of the block size ", be);
-  const int64_t bb = ggml_block_bytes(type);
-  const int64_t blocks = count / be;
+  return {be, ggml_block_bytes(type), count / be};
+}
+
+}  // namespace
+
+void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t count) {
+  const auto [be, bb, blocks] = whole_blocks(type, count, "dequantize");
   switch (type) {
     case GgmlType::kF32:
       if (count > 0) std::memcpy(dst, src, static_cast<size_t>(count) * 4);
@@ -338,12 +350,8 @@ inline bool elements_finite(const uint8_t* src, int64_t count, int bytes) {
 }  // namespace
 
 bool values_finite(GgmlType type, const uint8_t* src, int64_t count) {
-  const int64_t be = ggml_block_elems(type);
-  KVEVICT_CHECK(count >= 0 && count % be == 0, "finiteness check of ", count, " elements of ",
-                ggml_type_name(static_cast<uint32_t>(type)),
-                "; expected a multiple of the block size ", be);
-  const int64_t bb = ggml_block_bytes(type);
-  const int64_t blocks = count / be;
+  const auto [be, bb, blocks] = whole_blocks(type, count, "finiteness check");
+  (void)be;
   // Byte offsets of a block's f16 scales (d, and m / dmin where the type has one).
   int first = 0, second = -1;
   switch (type) {
