@@ -20,7 +20,8 @@ command -v "$CLANG_FORMAT" >/dev/null ||
   { echo "check_format: no $CLANG_FORMAT (scripts/install_deps.sh installs it)" >&2; exit 2; }
 COLUMNS_MAX=100
 
-mapfile -t files < <(guard_files "$@")
+list="$(guard_files "$@")" || exit 2
+mapfile -t files < <([ -z "$list" ] || printf '%s\n' "$list")
 if [ "${#files[@]}" -eq 0 ]; then
   echo "check_format: no C++ / CUDA files to check"
   exit 0

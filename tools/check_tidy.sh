@@ -26,7 +26,8 @@ command -v "$CLANG_TIDY" >/dev/null ||
 BUILD="${KVEVICT_TIDY_BUILD:-build/release}"
 JOBS="${KVEVICT_TIDY_JOBS:-$(nproc)}"
 
-mapfile -t files < <(guard_files "$@")
+list="$(guard_files "$@")" || exit 2
+mapfile -t files < <([ -z "$list" ] || printf '%s\n' "$list")
 if [ "${#files[@]}" -eq 0 ]; then
   echo "check_tidy: no C++ files to check"
   exit 0

@@ -13,7 +13,8 @@ CLANG_FORMAT="${CLANG_FORMAT:-clang-format}"
 command -v "$CLANG_FORMAT" >/dev/null ||
   { echo "format_all: no $CLANG_FORMAT (scripts/install_deps.sh installs it)" >&2; exit 2; }
 [ $# -gt 0 ] || set -- --all
-mapfile -t files < <(guard_files "$@")
+list="$(guard_files "$@")" || exit 2
+mapfile -t files < <([ -z "$list" ] || printf '%s\n' "$list")
 changed=0
 for f in "${files[@]}"; do
   before="$(md5sum <"$f")"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tools/check_format.sh, tools/check_tidy.sh and tools/format_all.sh: which C++ / CUDA
 # files a guard looks at. `guard_files ARGS...` prints one path a line (relative to the root):
 #   (nothing)      the files changed by the last commit: `git diff --name-only HEAD~1` (plus what
