@@ -16,8 +16,7 @@ cd "$ROOT"
 # shellcheck source=tools/guard_files.sh
 source tools/guard_files.sh
 CLANG_FORMAT="${CLANG_FORMAT:-clang-format}"
-command -v "$CLANG_FORMAT" >/dev/null ||
-  { echo "check_format: no $CLANG_FORMAT (scripts/install_deps.sh installs it)" >&2; exit 2; }
+guard_tool "$CLANG_FORMAT" check_format
 COLUMNS_MAX=100
 
 list="$(guard_files "$@")" || exit 2

@@ -21,8 +21,7 @@ cd "$ROOT"
 # shellcheck source=tools/guard_files.sh
 source tools/guard_files.sh
 CLANG_TIDY="${CLANG_TIDY:-clang-tidy}"
-command -v "$CLANG_TIDY" >/dev/null ||
-  { echo "check_tidy: no $CLANG_TIDY (scripts/install_deps.sh installs it)" >&2; exit 2; }
+guard_tool "$CLANG_TIDY" check_tidy
 BUILD="${KVEVICT_TIDY_BUILD:-build/release}"
 JOBS="${KVEVICT_TIDY_JOBS:-$(nproc)}"
 

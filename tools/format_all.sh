@@ -10,8 +10,7 @@ cd "$ROOT"
 # shellcheck source=tools/guard_files.sh
 source tools/guard_files.sh
 CLANG_FORMAT="${CLANG_FORMAT:-clang-format}"
-command -v "$CLANG_FORMAT" >/dev/null ||
-  { echo "format_all: no $CLANG_FORMAT (scripts/install_deps.sh installs it)" >&2; exit 2; }
+guard_tool "$CLANG_FORMAT" format_all
 [ $# -gt 0 ] || set -- --all
 list="$(guard_files "$@")" || exit 2
 mapfile -t files < <([ -z "$list" ] || printf '%s\n' "$list")

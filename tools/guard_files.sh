@@ -39,3 +39,9 @@ guard_files() {
     files) printf '%s\n' "${files[@]}" ;;
   esac
 }
+
+# guard_tool PROGRAM SCRIPT: exit 2 naming SCRIPT when PROGRAM is not installed.
+guard_tool() {
+  command -v "$1" >/dev/null ||
+    { echo "$2: no $1 (scripts/install_deps.sh installs it)" >&2; exit 2; }
+}
