@@ -6,8 +6,12 @@
 //  - BM_Gemv: decode-sized products over a matrix larger than the L3, in GB/s of weight bytes;
 //  - BM_DecodeAttention: one decode step of attention over an f32 / f16 / bf16 cache.
 // Run: build/cpu/benchmarks/cpu_quant_bench (a quiet machine; --benchmark_repetitions=5).
+// KVEVICT_QUANT_ISA=scalar|avx2|avx512 picks the kernel table (default: the CPU's best), and
+// KVEVICT_BENCH_THREADS=N runs the quantized products on N threads (default 1); the label names
+// both (tools/cpu_isa_check.sh runs the grid).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -55,12 +59,23 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
   return x;
 }
 
+int bench_threads() {
+  const char* env = std::getenv("KVEVICT_BENCH_THREADS");
+  const int n = env != nullptr ? std::atoi(env) : 1;
+  return n > 0 ? n : 1;
+}
+
+std::string isa_label() {
+  return std::string(" ") + quant::isa_name(quant::kernels().isa) + " x" +
+         std::to_string(bench_threads());
+}
+
 // Args: type code, rows, K, T, mode (0 gemm, 1 rows, 2 sgemm).
 void BM_Project(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), K = state.range(2), T = state.range(3);
   const int mode = static_cast<int>(state.range(4));
-  set_num_threads(1);
+  set_num_threads(bench_threads());
   const std::vector<uint8_t> w = random_blocks(type, rows, K, 1);
   const quant::MatrixView mv{type, rows, K, gguf::ggml_row_bytes(type, K), w.data()};
   const std::vector<float> x = random_floats(T * K, 2);
@@ -83,7 +98,7 @@ void BM_Project(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * T * rows * K);  // multiply-adds
   state.SetLabel(std::string(gguf::ggml_type_name(static_cast<uint32_t>(type))) + " " +
-                 (mode == 0 ? "gemm" : mode == 1 ? "rows" : "sgemm(f32)"));
+                 (mode == 0 ? "gemm" : mode == 1 ? "rows" : "sgemm(f32)") + isa_label());
   set_num_threads(0);
 }
 
@@ -99,7 +114,7 @@ BENCHMARK(BM_Project)->Apply(project_args)->Unit(benchmark::kMicrosecond);
 void BM_Gemv(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t rows = state.range(1), K = state.range(2);
-  set_num_threads(1);
+  set_num_threads(bench_threads());
   const std::vector<uint8_t> w = random_blocks(type, rows, K, 3);
   const quant::MatrixView mv{type, rows, K, gguf::ggml_row_bytes(type, K), w.data()};
   const std::vector<float> x = random_floats(K, 4);
@@ -109,7 +124,7 @@ void BM_Gemv(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
-  state.SetLabel(gguf::ggml_type_name(static_cast<uint32_t>(type)));
+  state.SetLabel(gguf::ggml_type_name(static_cast<uint32_t>(type)) + isa_label());
   set_num_threads(0);
 }
 BENCHMARK(BM_Gemv)

@@ -10,6 +10,13 @@
 //      prefill and eviction), repeated over the batch.
 //   2b. With --decode-score: the cost of a step that cuts every head (slack 0) against a step that
 //      scores but cuts nothing, at the same batch (target: <= 1.3x).
+//   3. Batch 1 (latency) for each cache, beside the bandwidth floor: the bytes of weights and KV a
+//      step reads over the measured device copy bandwidth.
+//   --decode-ab: only decode, at --prompt-tokens of context for each --batches value, with the
+//      decode step eager and as a replayed CUDA graph (same prompts, same session shape), both as
+//      decode_greedy (a device loop) and as answer_batch's loop (argmax to the host, decode the ids:
+//      a synchronization every step); says whether both produced the same tokens. --model FILE
+//      runs a real GGUF checkpoint instead of random weights of the preset.
 // Prints a table; --json FILE writes every number. Device times come from CUDA events; TTFT is
 // host wall time around the whole call.
 #include <algorithm>
@@ -22,9 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "cuda/check.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
+#include "kvevict/model/model.h"
+#include "model_cuda/gpu_forward.h"
 #include "model_cuda/gpu_runtime.h"
 
 namespace {
@@ -52,6 +62,10 @@ struct Args {
   int fuse_min_segments = 0;        // --fuse-min-segments N (0: the SM count; 1: always fuse)
   int distinct = 8;                 // distinct prompts in a decode batch
   std::string json;
+  std::string model_file;           // --model: a GGUF checkpoint instead of random weights
+  bool decode_ab = false;           // --decode-ab: only the graph / eager decode comparison
+  std::vector<int64_t> batches = {1, 15, 64};
+  int64_t prompt_tokens = 256;
 };
 
 std::vector<int64_t> parse_ints(const std::string& s) {
@@ -100,7 +114,11 @@ Args parse(int argc, char** argv) {
           "  --separate-scores      decode scores in a kernel after the attention, not inside it\n"
           "  --fuse-min-segments N  fuse the scores into the attention from N KV-head segments\n"
           "                         (B x Hkv; default 0 = the SM count, 1 = always)\n"
-          "  --json FILE            write every number as JSON\n");
+          "  --json FILE            write every number as JSON\n"
+          "  --model FILE           a GGUF checkpoint instead of random weights of the preset\n"
+          "  --decode-ab            only decode: eager vs CUDA-graph steps at each --batches value\n"
+          "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
+          "  --prompt-tokens N      context of --decode-ab (default 256)\n");
       std::exit(0);
     }
     if (k == "--preset")
@@ -143,6 +161,14 @@ Args parse(int argc, char** argv) {
       a.fuse_min_segments = std::stoi(v());
     else if (k == "--distinct")
       a.distinct = std::stoi(v());
+    else if (k == "--model")
+      a.model_file = v();
+    else if (k == "--decode-ab")
+      a.decode_ab = true;
+    else if (k == "--batches")
+      a.batches = parse_ints(v());
+    else if (k == "--prompt-tokens")
+      a.prompt_tokens = std::stoll(v());
     else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -167,6 +193,101 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Device-to-device copy bandwidth (bytes read + written per second) over a 1 GiB buffer: the
+// bandwidth the decode floor divides by.
+double copy_bandwidth() {
+  const size_t n = size_t{1} << 30;
+  cuda::DeviceBuffer a(n, "bandwidth source"), b(n, "bandwidth target");
+  cudaEvent_t e0, e1;
+  KVEVICT_CUDA_CHECK(cudaEventCreate(&e0));
+  KVEVICT_CUDA_CHECK(cudaEventCreate(&e1));
+  KVEVICT_CUDA_CHECK(cudaMemcpy(b.get(), a.get(), n, cudaMemcpyDeviceToDevice));  // warm-up
+  const int reps = 10;
+  KVEVICT_CUDA_CHECK(cudaEventRecord(e0));
+  for (int i = 0; i < reps; ++i)
+    KVEVICT_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice));
+  KVEVICT_CUDA_CHECK(cudaEventRecord(e1));
+  KVEVICT_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  KVEVICT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * n * reps / (ms / 1e3);
+}
+
+// --decode-ab: decode tokens/s of the eager and the graph-replayed step at each batch, as a device
+// loop (decode_greedy) and as answer_batch's host loop; the tokens of both modes compared.
+void decode_ab(const Args& a, const std::shared_ptr<const gpu::GpuModel>& model,
+               nlohmann::json& out) {
+  const ModelConfig& cfg = model->config();
+  const int64_t P = a.prompt_tokens, steps = a.decode_steps;
+  std::printf("\ndecode A/B at context %lld, %lld steps (eager = KVEVICT_DECODE_GRAPH=0)\n",
+              static_cast<long long>(P), static_cast<long long>(steps));
+  std::printf("%-6s %-6s %14s %14s %14s %14s %12s\n", "batch", "step", "device ms/step",
+              "device tok/s", "host ms/step", "host tok/s", "captures");
+  for (int64_t B : a.batches) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < std::min<int64_t>(B, std::max(a.distinct, 1)); ++i)
+      prompts.push_back(random_prompt(P, cfg.vocab_size, 11 + 977 * i));
+    std::vector<int32_t> tokens[2][2];  // [graph][loop] every step's tokens of every row
+    double ms[2][2] = {};
+    int64_t captures = 0;
+    for (int graph = 0; graph < 2; ++graph) {
+      auto ctx = std::make_shared<gpu::GpuContext>(model);
+      ctx->forward().set_decode_graph(graph == 1);
+      gpu::GpuSessionOptions go;
+      go.batch = static_cast<int>(B);
+      go.max_prompt = P;
+      go.decode_room = 2 * steps + 16;
+      go.prefill_chunk = a.chunk;
+      for (int loop = 0; loop < 2; ++loop) {
+        gpu::GpuSession s(ctx, go);
+        s.prefill_rows(prompts, EvictConfig::none());
+        s.decode_greedy(4);  // warm-up (and the graph's capture)
+        s.synchronize();
+        const double t0 = now_s();
+        if (loop == 0) {
+          // decode_greedy returns the last step's tokens (a greedy run that diverged anywhere
+          // would differ there too, with high probability); the host loop keeps every step's.
+          tokens[graph][0] = s.decode_greedy(static_cast<int>(steps));
+        } else {
+          for (int64_t i = 0; i < steps; ++i) {
+            const std::vector<int32_t> ids = s.argmax();
+            tokens[graph][1].insert(tokens[graph][1].end(), ids.begin(), ids.end());
+            s.decode(ids);
+          }
+          s.synchronize();
+        }
+        ms[graph][loop] = 1e3 * (now_s() - t0) / steps;
+      }
+      if (graph == 1) captures = ctx->forward().decode_graph_stats().captures;
+    }
+    for (int graph = 0; graph < 2; ++graph) {
+      const char* name = graph ? "graph" : "eager";
+      std::printf("%-6lld %-6s %14.3f %14.1f %14.3f %14.1f %12lld\n", static_cast<long long>(B),
+                  name, ms[graph][0], 1e3 * B / ms[graph][0], ms[graph][1],
+                  1e3 * B / ms[graph][1], graph ? static_cast<long long>(captures) : 0LL);
+      nlohmann::json j;
+      j["batch"] = B;
+      j["step"] = name;
+      j["context"] = P;
+      j["steps"] = steps;
+      j["device_loop_ms_per_step"] = ms[graph][0];
+      j["device_loop_tokens_per_s"] = 1e3 * B / ms[graph][0];
+      j["host_loop_ms_per_step"] = ms[graph][1];
+      j["host_loop_tokens_per_s"] = 1e3 * B / ms[graph][1];
+      if (graph) j["graph_captures"] = captures;
+      out["decode_ab"].push_back(j);
+    }
+    const bool same = tokens[0][0] == tokens[1][0] && tokens[0][1] == tokens[1][1];
+    std::printf("%-6lld speedup device %.2fx, host %.2fx; same tokens: %s\n",
+                static_cast<long long>(B), ms[0][0] / ms[1][0], ms[0][1] / ms[1][1],
+                same ? "yes" : "NO");
+    out["decode_ab_same_tokens"].push_back(same);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,15 +305,23 @@ int main(int argc, char** argv) {
       cfg.n_layers = a.layers;
       if (!cfg.layer_sliding.empty()) cfg.layer_sliding.resize(a.layers);
     }
+    std::shared_ptr<const Model> host_model;
+    if (!a.model_file.empty()) {
+      host_model = Model::load(a.model_file);
+      cfg = host_model->config();
+      KVEVICT_CHECK(a.layers == 0, "--layers applies to random weights, not --model");
+    }
     const auto info = cuda::device_info();
     int64_t free0 = 0, total = 0;
     gpu::device_memory(&free0, &total);
-    std::printf("gpu_e2e_bench: %s, %d SMs, %.1f GiB; model %s (random bf16 weights)%s%s\n",
-                info.name, info.sm_count, gib(total), cfg.describe().c_str(),
+    std::printf("gpu_e2e_bench: %s, %d SMs, %.1f GiB; model %s (%s)%s%s\n", info.name,
+                info.sm_count, gib(total), cfg.describe().c_str(),
+                host_model ? a.model_file.c_str() : "random bf16 weights",
                 simplification.empty() ? "" : "; ", simplification.c_str());
     const double t_load = now_s();
-    auto model = gpu::GpuModel::random(cfg, 1);
-    std::printf("weights: %.2f GiB generated on the device in %.2f s\n", gib(model->weight_bytes()),
+    auto model = host_model ? gpu::GpuModel::upload(*host_model) : gpu::GpuModel::random(cfg, 1);
+    host_model.reset();
+    std::printf("weights: %.2f GiB on the device in %.2f s\n", gib(model->weight_bytes()),
                 now_s() - t_load);
     nlohmann::json out;
     out["device"] = info.name;
@@ -200,6 +329,15 @@ int main(int argc, char** argv) {
     out["weights_bytes"] = model->weight_bytes();
     out["simplification"] = simplification;
     out["method"] = a.method;
+    out["model_file"] = a.model_file;
+    if (a.decode_ab) {
+      decode_ab(a, model, out);
+      if (!a.json.empty()) {
+        std::ofstream f(a.json);
+        f << out.dump(2) << "\n";
+      }
+      return 0;
+    }
 
     {
       // Warm-up: cuBLAS handles and heuristics, kernel loading, first touch of the weights.
@@ -397,8 +535,12 @@ int main(int argc, char** argv) {
     }
     // --- 3. one sequence (B = 1): per-token latency of each cache ------------------------------
     if (a.b1) {
-      std::printf("\ndecode B = 1 at context %lld\n%-12s %10s %12s %12s\n",
-                  static_cast<long long>(Ld), "cache", "tok/head", "ms/token", "tokens/s");
+      const double bw = copy_bandwidth();
+      out["copy_bandwidth_bytes_per_s"] = bw;
+      std::printf("\ndecode B = 1 at context %lld; floor = (weights + KV bytes) / %.2f TB/s "
+                  "(device copy, read + write)\n%-12s %10s %12s %12s %10s %8s\n",
+                  static_cast<long long>(Ld), bw / 1e12, "cache", "tok/head", "ms/token",
+                  "tokens/s", "floor ms", "floor %");
       for (double b : budgets) {
         const bool full = b >= 1.0;
         gpu::GpuSessionOptions go;
@@ -417,8 +559,16 @@ int main(int argc, char** argv) {
         const double secs = s.stats().decode_seconds - before;
         const std::string name = cache_name(b);
         const int64_t kept = full ? Ld : Budget{b}.keep_count(Ld);
-        std::printf("%-12s %10lld %12.3f %12.1f\n", name.c_str(), static_cast<long long>(kept),
-                    1e3 * secs / a.decode_steps, a.decode_steps / secs);
+        // Bytes a step reads: every weight once and the KV rows in use (capacity is an upper
+        // bound; the rows in use are what the attention reads).
+        int64_t kv_rows = 0;
+        for (int l = 0; l < cfg.n_layers; ++l) kv_rows += s.kv_rows(l);
+        const double bytes = static_cast<double>(model->weight_bytes()) +
+                             static_cast<double>(kv_rows) * cfg.head_dim * 2 * 2;
+        const double floor_ms = 1e3 * bytes / bw, ms_tok = 1e3 * secs / a.decode_steps;
+        std::printf("%-12s %10lld %12.3f %12.1f %10.3f %7.1f%%\n", name.c_str(),
+                    static_cast<long long>(kept), ms_tok, a.decode_steps / secs, floor_ms,
+                    100.0 * floor_ms / ms_tok);
         std::fflush(stdout);
         nlohmann::json j;
         j["cache"] = name;
@@ -426,6 +576,8 @@ int main(int argc, char** argv) {
         j["kept_per_head"] = kept;
         j["ms_per_token"] = 1e3 * secs / a.decode_steps;
         j["tokens_per_s"] = a.decode_steps / secs;
+        j["floor_ms"] = floor_ms;
+        j["fraction_of_floor"] = floor_ms / ms_tok;
         out["decode_b1"].push_back(j);
       }
     }

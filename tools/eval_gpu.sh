@@ -3,6 +3,8 @@
 # Gemma 3 270M, the 11 RULER tasks at 2K and 4K, the main methods at 10% in both query modes, with
 # bootstrap intervals, the paired comparisons and the cost table; then a check that the batched
 # decode (every setting of a prefill one row of one batch) gives the answers of each setting alone.
+# The full protocol of issue 20 (length survey, DEV ablation, TEST sweep, ppl, diagnostics) is
+# tools/eval_protocol.py; this script stays the quick check.
 #
 #   tools/eval_gpu.sh BIN_DIR MODELS_DIR CORPUS_DIR [OUT_DIR]
 #     BIN_DIR     holds the kvevict tool (and libkvevict_cuda for --device cuda)
@@ -22,7 +24,7 @@
 # TASKS=niah_single_1,vt LENGTHS=1024 CHECK_SAMPLES=1 (a few minutes on 2 cores).
 set -euo pipefail
 if [ $# -lt 3 ]; then
-  sed -n 2,20p "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n 2,22p "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 BIN="$(cd "$1" && pwd)"

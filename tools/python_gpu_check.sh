@@ -6,7 +6,13 @@
 #                                         2. the kvpress tests and the HF side by side
 #                                            (benchmarks/python/hf_side_by_side.py) with kvpress 0.5.5
 #                                            on transformers 5.2 (kvpress 0.5.5 requires < 5.3).
-#   tools/python_gpu_check.sh --tests     step 1 only;   --bench   step 2 only.
+#                                         3. benchmarks/python/decode_steps.py on CUDA: decode
+#                                            steps/s at one batch, A B C rounds: DynamicCache,
+#                                            kvevict (kvevict.decode_attention), kvevict through
+#                                            the general kvevict.attention (the path before).
+#   tools/python_gpu_check.sh --tests     step 1 only;   --bench   steps 2 and 3 only.
+# Every step has a time cap (the whole run stays under 6 minutes); the last lines printed are a
+# short summary (pytest results, the side by side's tables, the decode table).
 # Logs and the JSON of the side by side go to $OUT (the device tool's folder) or out/python_gpu.
 #
 # .whl/ must hold (build and download them on the development machine; the exact commands are in
@@ -33,8 +39,10 @@ PYTHONPATH=/tmp/kvsite "$PY" -c "import kvevict, torch; print('kvevict', kvevict
 
 if [ "$MODE" = all ] || [ "$MODE" = --tests ]; then
   echo "== 1. pytest tests/python on CUDA tensors"
-  PYTHONPATH=/tmp/kvsite KVEVICT_TEST_CUDA=1 "$PY" -m pytest -q -p no:cacheprovider tests/python \
-    2>&1 | tee "$OUTDIR/pytest_cuda.log"
+  # test_distributed runs 2-process CPU jobs (gloo): skipped here, CI runs them.
+  PYTHONPATH=/tmp/kvsite KVEVICT_TEST_CUDA=1 timeout 100 "$PY" -m pytest -q -p no:cacheprovider \
+    tests/python --ignore=tests/python/test_distributed.py 2>&1 | tee "$OUTDIR/pytest_cuda.log" \
+    || true
 fi
 
 if [ "$MODE" = all ] || [ "$MODE" = --bench ]; then
@@ -52,8 +60,28 @@ if [ "$MODE" = all ] || [ "$MODE" = --bench ]; then
     > /tmp/kvpstub/datasets/__init__.py
   export PYTHONPATH=/tmp/kvpsite:/tmp/kvsite:/tmp/kvpstub
   "$PY" -c "import kvpress, transformers; print('kvpress', kvpress.__name__, 'transformers', transformers.__version__)"
-  "$PY" -m pytest -q -p no:cacheprovider tests/python/test_kvpress.py tests/python/test_hf.py \
-    2>&1 | tee "$OUTDIR/pytest_kvpress.log"
-  "$PY" benchmarks/python/hf_side_by_side.py --json "$OUTDIR/hf_side_by_side.json" \
-    2>&1 | tee "$OUTDIR/hf_side_by_side.log"
+  timeout 40 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_kvpress.py \
+    2>&1 | tee "$OUTDIR/pytest_kvpress.log" || true
+  PYTHONUNBUFFERED=1 timeout 150 "$PY" benchmarks/python/hf_side_by_side.py --repeats 3 \
+    --json "$OUTDIR/hf_side_by_side.json" 2>&1 | tee "$OUTDIR/hf_side_by_side.log" || true
+  echo "== 3. decode steps/s on CUDA: DynamicCache vs kvevict (Llama-3.1-8B heads, 8 layers)"
+  PYTHONPATH=/tmp/kvsite PYTHONUNBUFFERED=1 timeout 60 "$PY" benchmarks/python/decode_steps.py \
+    --device cuda --layers 8 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 \
+    --prompt 4096 --batch 64 --budget 0.1 --steps 24 --repeats 2 --slack 16 \
+    --json "$OUTDIR/decode_steps.json" 2>&1 | tee "$OUTDIR/decode_steps.log" || true
 fi
+
+echo
+echo "================ summary"
+for f in pytest_cuda pytest_kvpress; do
+  if [ -f "$OUTDIR/$f.log" ]; then
+    echo "$f: $(grep -E '(passed|failed|error)' "$OUTDIR/$f.log" | tail -1 || true)"
+  fi
+done
+if [ -f "$OUTDIR/hf_side_by_side.log" ]; then
+  grep -E '^\||^prefill vs HF|^speed-up' "$OUTDIR/hf_side_by_side.log" || tail -5 "$OUTDIR/hf_side_by_side.log"
+fi
+if [ -f "$OUTDIR/decode_steps.log" ]; then
+  grep -E '^\|' "$OUTDIR/decode_steps.log" || tail -5 "$OUTDIR/decode_steps.log"
+fi
+exit 0

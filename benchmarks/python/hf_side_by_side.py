@@ -8,7 +8,10 @@ r"""Side by side on the Llama-3.1-8B shape (random bf16 weights, 32K prompt), on
 For each: prefill time (median of --repeats), peak GPU memory during prefill
 (torch.cuda.max_memory_allocated), the KV bytes held after prefill, and decode tokens/s at the
 largest batch that fits (the batch's cache is one prefilled row replicated, then --decode-steps
-greedy steps). Then the scorers alone on one layer's tensors: kvevict.score (snapkv with
+greedy steps). Prefill: each configuration is warmed up once, then --repeats rounds alternate the
+configurations (A B C A B C ...); the eviction overhead is the per-round paired difference
+(median [min, max]). Scorers: CUDA events over back-to-back calls after a warm-up, median of
+samples, and the latency of one synchronous call. Then the scorers alone on one layer's tensors: kvevict.score (snapkv with
 kvpress's settings, and dropkv) against SnapKVPress.score, plus the press interfaces
 (kvevict.kvpress.DropKVPress.score vs SnapKVPress.score, both rebuilding the window queries).
 Goals (issue 15): eviction overhead <= 3% of the HF prefill, peak KV = the kept fraction,
@@ -184,20 +187,43 @@ def largest_batch(model, make_row_cache, per_row_bytes, device, steps, context, 
     return 0, 0.0
 
 
-def time_cuda(fn, repeats, device):
-    fn()
+def time_cuda(fn, repeats, device, calls=50, warmup=10):
+    """Per-call seconds of fn: `warmup` calls, then `repeats` samples of `calls` back-to-back calls
+    timed with CUDA events (the device's time for a stream of calls, what a pipeline sees; the
+    host's launch overhead counts only where it exceeds the device's work). Returns (median, min,
+    max) over the samples, and the synchronous latency (median of single calls, each followed
+    by a synchronization) as a 4th value."""
+    for _ in range(warmup):
+        fn()
     sync(device)
-    times = []
+    per_call = []
     for _ in range(repeats):
+        if device == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(calls):
+                fn()
+            b.record()
+            b.synchronize()
+            per_call.append(a.elapsed_time(b) / 1e3 / calls)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            per_call.append((time.perf_counter() - t0) / calls)
+    lat = []
+    for _ in range(max(5, repeats)):
+        sync(device)
         t0 = time.perf_counter()
         fn()
         sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        lat.append(time.perf_counter() - t0)
+    return statistics.median(per_call), min(per_call), max(per_call), statistics.median(lat)
 
 
 def scorer_times(model, n, device, repeats):
-    """kvevict's scorers vs kvpress's on one layer's tensors of a 32K prompt."""
+    """kvevict's scorers vs kvpress's on one layer's tensors of a 32K prompt: the scorers alone
+    (score()) and the whole press step (compress(): score + top-k + gather of the kept rows)."""
     cfg = model.config
     attn = model.model.layers[0].self_attn
     g = torch.Generator(device=device).manual_seed(1)
@@ -209,20 +235,35 @@ def scorer_times(model, n, device, repeats):
     kwargs = {"position_embeddings": model.model.rotary_emb(hs, pos), "hidden_states": hs}
     q64 = torch.randn((cfg.num_attention_heads, 64, cfg.head_dim), generator=g, device=device,
                       dtype=model.dtype)
+    q8 = q64[:, -8:].contiguous()
+    k0, v0 = keys[0], values[0]
     rows = {}
     with torch.no_grad():
         rows["kvevict.score snapkv w=64 avg:5 (kernel)"] = time_cuda(
-            lambda: kvevict.score(q64, keys[0], values[0], "snapkv", window=64, pool="avg:5"),
-            repeats, device)
+            lambda: kvevict.score(q64, k0, v0, "snapkv", window=64, pool="avg:5",
+                                  check_finite=False), repeats, device)
         rows["kvevict.score dropkv w=8 (kernel)"] = time_cuda(
-            lambda: kvevict.score(q64[:, -8:], keys[0], values[0], "dropkv"), repeats, device)
+            lambda: kvevict.score(q8, k0, v0, "dropkv", check_finite=False), repeats, device)
+        rows["kvevict.score dropkv w=8, NaN check (syncs)"] = time_cuda(
+            lambda: kvevict.score(q8, k0, v0, "dropkv"), repeats, device)
         if kvpress is not None:
+            from kvevict.kvpress import OBCachePress
+
             snap = kvpress.SnapKVPress(compression_ratio=0.9)
+            drop = DropKVPress(compression_ratio=0.9)
+            obc = OBCachePress(compression_ratio=0.9, score="vk")
             rows["kvpress SnapKVPress.score (w=64, avg 5)"] = time_cuda(
                 lambda: snap.score(attn, hs, keys, values, None, kwargs), repeats, device)
-            drop = DropKVPress(compression_ratio=0.9)
             rows["kvevict.kvpress DropKVPress.score (w=8, queries rebuilt)"] = time_cuda(
                 lambda: drop.score(attn, hs, keys, values, None, kwargs), repeats, device)
+            rows["kvevict.kvpress OBCachePress.score vk (w=16, max:7)"] = time_cuda(
+                lambda: obc.score(attn, hs, keys, values, None, kwargs), repeats, device)
+            for label, press in (("kvpress SnapKVPress", snap), ("kvevict.kvpress DropKVPress",
+                                                                  drop),
+                                 ("kvevict.kvpress OBCachePress vk", obc)):
+                rows[f"{label}.compress (whole hook: score + top-k + gather)"] = time_cuda(
+                    lambda p=press: p.compress(attn, hs, keys, values, None, kwargs), repeats,
+                    device)
     return rows
 
 
@@ -264,55 +305,81 @@ def main(argv=None):
 
     runs.append(("HF + kvevict dropkv 10%", lambda: None, kv_press, kv_press))
 
+    # Prefill: every configuration warmed up once (untimed), then rounds A B C A B C ... so drift
+    # (clocks, allocator state) hits every configuration alike; per-round paired differences give
+    # the eviction overhead with its spread.
     results = []
     with torch.no_grad():
-        for label, make_cache, ctx, decode_ctx in runs:
-            times, peaks, cache = [], [], None
-            for _ in range(args.repeats):
-                del cache
-                cache = None
+        times = {label: [] for label, *_ in runs}
+        peaks = {label: [] for label, *_ in runs}
+        for rnd in range(args.repeats + 1):
+            for label, make_cache, ctx, _ in runs:
                 dt, peak, cache = prefill(model, ids, make_cache, ctx, device)
-                if cache is None:
-                    cache = p_holder["press"].cache
-                times.append(dt)
-                peaks.append(peak)
-            kvb = kv_bytes(cache)
-            row_cache = cache
+                if rnd > 0:  # round 0 is the warm-up
+                    times[label].append(dt)
+                    peaks[label].append(peak)
+                del cache  # nothing of one configuration stays while another is measured
+                p_holder.pop("press", None)
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+        for label, make_cache, ctx, decode_ctx in runs:
+            _, _, row_cache = prefill(model, ids, make_cache, ctx, device)  # for decoding
+            if row_cache is None:
+                row_cache = p_holder.pop("press").cache
+            kvb = kv_bytes(row_cache)
 
             def make_row(rc=row_cache):
                 return _clone_cache(rc)
 
             batch, rate = largest_batch(model, make_row, kvb * 1.3 + 64 * 2 ** 20, device,
                                         args.decode_steps, decode_ctx, args.max_batch)
-            results.append(dict(run=label, prefill_s=statistics.median(times),
-                                peak_gib=max(peaks) / GiB, kv_gib=kvb / GiB, batch=batch,
+            t = times[label]
+            results.append(dict(run=label, prefill_s=statistics.median(t), prefill_min_s=min(t),
+                                prefill_max_s=max(t), prefill_all_s=t,
+                                peak_gib=max(peaks[label]) / GiB, kv_gib=kvb / GiB, batch=batch,
                                 decode_tok_s=rate))
             print(json.dumps(results[-1]), flush=True)
-            del cache, row_cache
+            del row_cache
             if device == "cuda":
                 torch.cuda.empty_cache()
-        scorers = scorer_times(model, n, device, max(3, args.repeats))
+        scorers = scorer_times(model, n, device, max(7, args.repeats))
 
     base = results[0]
-    print("\n| run | prefill s | vs HF | peak GiB | KV GiB after prefill | KV vs HF | largest "
-          "decode batch | decode tok/s |")
+    print("\n| run | prefill s (median [min, max]) | vs HF | peak GiB | KV GiB after prefill | "
+          "KV vs HF | largest decode batch | decode tok/s |")
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['run']} | {r['prefill_s']:.3f} | {100 * (r['prefill_s'] / base['prefill_s'] - 1):+.2f}% | "
+        print(f"| {r['run']} | {r['prefill_s']:.3f} [{r['prefill_min_s']:.3f}, "
+              f"{r['prefill_max_s']:.3f}] | {100 * (r['prefill_s'] / base['prefill_s'] - 1):+.2f}% | "
               f"{r['peak_gib']:.2f} | {r['kv_gib']:.3f} | {r['kv_gib'] / base['kv_gib']:.3f} | "
               f"{r['batch']} | {r['decode_tok_s']:.0f} |")
-    print("\n| scorer (one layer, n = %d) | median ms |" % n)
-    print("|---|---|")
-    for k, v in scorers.items():
-        print(f"| {k} | {1e3 * v:.3f} |")
+    overhead = {}
+    for r in results[1:]:
+        d = [100 * (a / b - 1) for a, b in zip(r["prefill_all_s"], base["prefill_all_s"])]
+        overhead[r["run"]] = d
+        print(f"prefill vs HF, paired by round ({len(d)} rounds, A B A B after a warm-up): "
+              f"{r['run']}: median {statistics.median(d):+.2f}% [min {min(d):+.2f}%, max "
+              f"{max(d):+.2f}%]")
+    print("\n| scorer (one layer, n = %d) | ms per call, back to back (median [min, max]) | "
+          "ms, one call + sync |" % n)
+    print("|---|---|---|")
+    for k, (med, lo, hi, lat) in scorers.items():
+        print(f"| {k} | {1e3 * med:.3f} [{1e3 * lo:.3f}, {1e3 * hi:.3f}] | {1e3 * lat:.3f} |")
     ref = scorers.get("kvpress SnapKVPress.score (w=64, avg 5)")
     if ref:
         for k, v in scorers.items():
-            if "kvevict" in k:
-                print(f"speed-up of {k} over kvpress SnapKVPress.score: {ref / v:.1f}x")
+            if "kvevict" in k and ".compress" not in k:
+                print(f"speed-up of {k} over kvpress SnapKVPress.score: {ref[0] / v[0]:.1f}x "
+                      f"(synchronous: {ref[3] / v[3]:.1f}x)")
+    hook = scorers.get("kvpress SnapKVPress.compress (whole hook: score + top-k + gather)")
+    if hook:
+        for k, v in scorers.items():
+            if ".compress" in k and "kvevict" in k:
+                print(f"speed-up of {k} over kvpress SnapKVPress.compress: {hook[0] / v[0]:.1f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"runs": results, "scorers_s": scorers, "prompt": n, "device": name}, f,
+            json.dump({"runs": results, "scorers_s": scorers, "prefill_overhead_pct": overhead,
+                       "prompt": n, "device": name}, f,
                       indent=1)
 
 

@@ -12,7 +12,8 @@ Errors from the library are ``kvevict.Error`` (a ValueError) with the C++ messag
 
 from kvevict._ext import Error, ext
 from kvevict.evictors import DecodeEvictor, LayerEvictor
-from kvevict.ops import KVCache, Selection, attention, compact, method_names, score, select
+from kvevict.ops import (KVCache, Selection, attention, compact, decode_attention, method_names,
+                         score, select)
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,7 @@ __all__ = [
     "attention",
     "compact",
     "cuda_available",
+    "decode_attention",
     "method_names",
     "score",
     "select",

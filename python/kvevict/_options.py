@@ -8,6 +8,7 @@ otherwise.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -32,8 +33,23 @@ def score_options(method: str, *, window: Optional[int] = None, pool: Optional[s
                   scale: Optional[float] = None) -> "ext.ScoreOptions":
     if not isinstance(method, str):
         raise ValueError(f"method is a {type(method).__name__}; expected a name such as 'dropkv'")
-    return ext.score_options(method, aggregate, window, pool, bool(h2o_normalize), int(seed),
-                             float(scale or 0.0))
+    try:
+        key = (method, aggregate, window, pool, bool(h2o_normalize), int(seed),
+               float(scale or 0.0))
+        hash(key)
+    except TypeError:  # an unhashable argument: let the library name it
+        key = None
+    if key is None:
+        return ext.score_options(method, aggregate, window, pool, bool(h2o_normalize), int(seed),
+                                 float(scale or 0.0))
+    return _score_options_cached(*key)
+
+
+@functools.lru_cache(maxsize=512)
+def _score_options_cached(method, aggregate, window, pool, h2o_normalize, seed, scale):
+    """Parsed once per distinct argument set (a per-call parse showed in the scorer's time); the
+    options are never mutated after this."""
+    return ext.score_options(method, aggregate, window, pool, h2o_normalize, seed, scale)
 
 
 def settings(method: str, budget: Optional[BudgetLike] = None, *,

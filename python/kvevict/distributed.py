@@ -195,7 +195,9 @@ def plan_layer(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     all-gather over ``shard.group``) per call; none for shard None or of size 1."""
     s = settings
     b, hkv, n, _ = keys.shape
-    sc = dict(scale=scale, wo=wo, return_aux=True, **_score_kwargs(s.score))
+    # NaN scores are caught once, by select (its check reads one flag back); the scorer's own
+    # check would add a second host synchronization per layer.
+    sc = dict(scale=scale, wo=wo, return_aux=True, check_finite=False, **_score_kwargs(s.score))
     sel_kw = dict(policy=s.select.policy, window=s.select.window, sink=s.select.sink,
                   alpha=s.select.alpha)
 

@@ -10,7 +10,8 @@ Both are kvpress ``ScorerPress``es: kvpress's pipeline, ``AdaKVPress`` and its o
 them unchanged. ``score()`` rebuilds the window queries from the layer's hidden states (after
 RoPE, as kvpress's SnapKVPress does) and calls ``kvevict.score`` on the cache's keys and values in
 place: on CUDA tensors that is the flash-style window forward plus one streaming pass, never the
-``[B, H, w, n]`` attention matrix. The observation window is protected (its scores are set above
+``[B, H, w, n]`` attention matrix, and nothing waits for the device (no NaN check: NaN inputs give
+NaN scores, as kvpress's own scorers do). The observation window is protected (its scores are set above
 every other, as SnapKVPress does), which is SPEC section 3's protected window.
 
 kvpress is optional (``pip install kvevict[kvpress]``); tested with kvpress 0.5.5 on transformers
@@ -70,7 +71,7 @@ class KVEvictScorerPress(ScorerPress):
         q = window_queries(module, hidden_states, w, kwargs).to(keys.dtype)
         scores = kvevict.score(q.contiguous(), keys, values, self.method, window=w,
                                pool=self.pool or "none", aggregate=self.aggregate,
-                               scale=getattr(module, "scaling", None))
+                               scale=getattr(module, "scaling", None), check_finite=False)
         if self.protect_window and w > 0:
             top = scores.amax() + 1
             scores[..., n - w:] = top

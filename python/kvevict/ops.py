@@ -49,7 +49,7 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
           window: Optional[int] = None, pool: Optional[str] = None,
           aggregate: Optional[str] = None, scale: Optional[float] = None,
           wo: Optional[Array] = None, h2o_normalize: bool = False, seed: int = 0,
-          return_aux: bool = False, backend: Optional[str] = None):
+          return_aux: bool = False, backend: Optional[str] = None, check_finite: bool = True):
     """Token scores of one layer (SPEC section 2), higher = keep.
 
     Args:
@@ -64,6 +64,10 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
         wo: ``[D, Hq * d]`` output projection (o_proj.weight), criticalkv only.
         return_aux: also return criticalkv's stage-1 (snapkv) score.
         backend: "cpu", "reference" or "cuda"; None picks by where k lives.
+        check_finite: CUDA only: raise when a score is NaN (from NaN or Inf in q, k or v). The
+            check reads one flag back, a host synchronization; pass False in a pipeline that
+            must not wait (NaN scores then come back as they are). The host paths always
+            reject non-finite inputs while they stream them.
 
     Returns:
         scores ``[Hkv, n]`` float32 (``[B, Hkv, n]`` for batched inputs), in k's framework and
@@ -76,23 +80,27 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
         C.shape("v", v, T.shape_of(k), "[B, Hkv, n, d] (the shape of k)")
         if q is not None:
             C.shape("q", q, (k.shape[0], None, None, k.shape[3]), "[B, Hq, m, d]")
-        rows = [_score_one(None if q is None else q[b], k[b], v[b], wo, scale, opts, backend)
-                for b in range(k.shape[0])]
-        scores = T.cat([s[None] for s, _ in rows])
-        aux = T.cat([a[None] for _, a in rows]) if rows and rows[0][1] is not None else None
+        # One output for the batch; every row is scored into its own slice (no concatenation).
+        bsz, hkv, n = int(k.shape[0]), int(k.shape[1]), int(k.shape[2])
+        scores = T.empty(k, (bsz, hkv, n), "float32")
+        aux = T.empty(k, (bsz, hkv, n), "float32") if opts.method == "criticalkv" else None
+        for b in range(bsz):
+            _score_one(None if q is None else q[b], k[b], v[b], wo, scale, opts, backend,
+                       scores[b], None if aux is None else aux[b], check_finite)
     else:
-        scores, aux = _score_one(q, k, v, wo, scale, opts, backend)
+        scores, aux = _score_one(q, k, v, wo, scale, opts, backend, None, None, check_finite)
     return (scores, aux) if return_aux else scores
 
 
-def _score_one(q, k, v, wo, scale, opts, backend):
+def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_finite=True):
     C.qkv(q, k, v, opts.needs_queries)
     be = _backend_for(k, backend)
     q, k, v = (None if q is None else T.for_kernel(q)), T.for_kernel(k), T.for_kernel(v)
     wo = None if wo is None else T.for_kernel(wo)
-    hkv, n, _ = T.shape_of(k)
-    scores = T.empty(k, (hkv, n), "float32")
-    aux = T.empty(k, (hkv, n), "float32") if opts.method == "criticalkv" else None
+    if scores is None:
+        hkv, n, _ = T.shape_of(k)
+        scores = T.empty(k, (hkv, n), "float32")
+        aux = T.empty(k, (hkv, n), "float32") if opts.method == "criticalkv" else None
     s = float(scale or 0.0)
     if be == "cuda":
         for name, x in (("q", q), ("k", k), ("v", v), ("wo", wo)):
@@ -105,7 +113,8 @@ def _score_one(q, k, v, wo, scale, opts, backend):
         ext.cuda_score(q, k, v, wo, s, opts, scores, aux, ws, T.stream_handle(k))
         # The host paths reject NaN/Inf inputs while they stream them; the device kernels do
         # not, and NaN would then rank first in the selection: check the (small) output.
-        C.no_nan("scores (from NaN or Inf in q, k or v)", scores)
+        if check_finite:
+            C.no_nan("scores (from NaN or Inf in q, k or v)", scores)
     else:
         ws = T.workspace(k, ext.score_workspace_bytes(q, k, v, wo, s, opts)) if be == "cpu" else None
         ext.score(be, q, k, v, wo, s, opts, scores, aux, ws)
@@ -197,7 +206,7 @@ class Selection:
 def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
            policy: str = "uniform", window: int = 0, sink: int = 0, alpha: float = 0.2,
            aux: Optional[Array] = None, compression_ratio: Optional[float] = None,
-           backend: Optional[str] = None) -> Selection:
+           backend: Optional[str] = None, check_finite: bool = True) -> Selection:
     """Which rows every KV head keeps (SPEC section 3).
 
     Args:
@@ -209,6 +218,7 @@ def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
             inside the budget).
         alpha: adakv's safeguard, ``B_h = f_h (1 - alpha) + alpha B``.
         aux: criticalkv's stage-1 scores ``[Hkv, n]`` (two-stage selection), else None.
+        check_finite: CUDA only: raise on NaN scores (one host synchronization); see ``score``.
 
     Returns:
         a Selection whose ``index`` / ``offsets`` live where ``scores`` does. Ties break toward
@@ -235,9 +245,10 @@ def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
         warning = (f"budget of {n_keep} tokens is below the {protected} protected tokens (sink "
                    f"{opts.sink}, window {opts.window}); keeping just the protected tokens")
         n_keep = protected
-    C.no_nan("scores", scores)
-    if aux is not None:
-        C.no_nan("aux", aux)
+    if check_finite:
+        C.no_nan("scores", scores)
+        if aux is not None:
+            C.no_nan("aux", aux)
     kept = T.empty(scores, (hkv * n_keep,), "int32")
     offsets = T.empty(scores, (hkv + 1,), "int64")
     ws = T.workspace(scores, ext.cuda_select_workspace_bytes(hkv, n, n_keep, aux is not None))
@@ -271,6 +282,7 @@ class KVCache:
     offsets: np.ndarray
     lens: np.ndarray
     score_acc: Optional[Array] = None
+    _index: Optional["_DeviceIndex"] = field(default=None, repr=False, compare=False)
 
     @property
     def num_kv_heads(self) -> int:
@@ -355,29 +367,92 @@ class KVCache:
         """Spare capacity per head, int64 [Hkv]."""
         return np.diff(self.offsets) - self.lens
 
+    def device_index(self) -> "_DeviceIndex":
+        """The segment table (offsets, lens) mirrored in k's framework and device, for
+        appends and decode attention that run without a host round trip. Built once and kept in
+        step by ``append``; rebuilt (one small host-to-device copy) whenever ``offsets`` or
+        ``lens`` were changed by anything else."""
+        ix = self._index
+        if ix is None or ix.offsets is not self.offsets or not np.array_equal(ix.lens, self.lens):
+            ix = self._index = _DeviceIndex.build(self)
+        return ix
+
     def append(self, k_row: Array, v_row: Array, pos: int, grow: int = 0) -> "KVCache":
         """Decode append of one row per head: ``k_row, v_row [Hkv, d]`` at original position
         ``pos``. A full segment raises, unless ``grow > 0``: then the cache is re-spaced with
         ``grow`` spare rows per head first (one copy every ``grow`` steps) and the new cache is
-        returned. Returns the cache that holds the rows (self when nothing moved)."""
+        returned. Returns the cache that holds the rows (self when nothing moved).
+
+        Torch caches write the rows with one ``index_copy_`` per tensor; on CUDA at rows computed
+        on the device (``device_index``): no host-to-device copy, no synchronization."""
         hkv, d = self.num_kv_heads, self.head_dim
         C.shape("k_row", k_row, (hkv, d), "[Hkv, d]")
         C.shape("v_row", v_row, (hkv, d), "[Hkv, d]")
         cache = self
-        if (self.free_rows() < 1).any():
+        ix = self._index
+        full = self.lens >= (ix.caps if ix is not None and ix.offsets is self.offsets else
+                             np.diff(self.offsets))
+        if full.any():
             if grow <= 0:
-                h = int(np.argmax(self.free_rows() < 1))
+                h = int(np.argmax(full))
                 raise ValueError(f"cannot append to KV head {h}: its segment is full "
                                  f"({int(self.lens[h])} rows); expected spare capacity (slack)")
             cache = self.with_slack(grow)
-        rows = T.from_host(cache.k, cache.offsets[:-1] + cache.lens)
-        cache.k[rows] = k_row.to(cache.k.dtype) if T.is_torch(k_row) else k_row
-        cache.v[rows] = v_row.to(cache.v.dtype) if T.is_torch(v_row) else v_row
+        if T.is_torch(cache.k):
+            if not T.is_torch(k_row) or not T.is_torch(v_row):
+                raise ValueError(f"k_row, v_row are {T.where(k_row)}, {T.where(v_row)}; expected "
+                                 f"torch tensors on the cache's device ({T.where(cache.k)})")
+            if T.is_cuda(cache.k):
+                ix = cache.device_index()
+                rows = ix.starts + ix.lens64
+            else:  # host rows, read in place by torch (no copy)
+                ix, rows = None, T._torch().from_numpy(cache.offsets[:-1] + cache.lens)
+            cache.k.index_copy_(0, rows, k_row.to(cache.k.dtype))
+            cache.v.index_copy_(0, rows, v_row.to(cache.v.dtype))
+            cache.pos.index_fill_(0, rows, int(pos))
+            if cache.score_acc is not None:
+                cache.score_acc.index_fill_(0, rows.to(cache.score_acc.device), 0)
+            if ix is not None:
+                ix.advance()
+            cache.lens += 1
+            return cache
+        rows = cache.offsets[:-1] + cache.lens
+        cache.k[rows] = k_row
+        cache.v[rows] = v_row
         cache.pos[rows] = int(pos)
         if cache.score_acc is not None:
             cache.score_acc[rows] = 0
         cache.lens += 1
         return cache
+
+
+@dataclass
+class _DeviceIndex:
+    """A KVCache's segment table where its k lives (torch): ``starts`` int64 ``[S]`` (the
+    segment starts), ``off`` int64 ``[S + 1]``, ``lens64`` / ``lens32`` ``[S]`` the rows in use;
+    ``offsets`` is the host array it was built from (by identity), ``lens`` a host copy kept equal
+    to the cache's, ``caps`` the host capacities."""
+
+    offsets: np.ndarray
+    lens: np.ndarray
+    caps: np.ndarray
+    off: Array
+    starts: Array
+    lens64: Array
+    lens32: Array
+    scratch: Any = None  # decode attention's workspace, reused while large enough
+
+    @staticmethod
+    def build(cache: KVCache) -> "_DeviceIndex":
+        off = T.from_host(cache.k, np.ascontiguousarray(cache.offsets, dtype=np.int64))
+        lens64 = T.from_host(cache.k, np.ascontiguousarray(cache.lens, dtype=np.int64))
+        return _DeviceIndex(cache.offsets, cache.lens.copy(), np.diff(cache.offsets), off,
+                            off[:-1], lens64, lens64.to(T._torch().int32))
+
+    def advance(self) -> None:
+        self.lens64 += 1
+        self.lens32 += 1
+        self.lens += 1
 
 
 def _segment_rows(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -509,6 +584,74 @@ def attention(q: Array, cache: KVCache, q_pos: Union[int, Sequence[int], Array],
         ext.attention(be, T.for_kernel(T.astype(q, "float32")), qp, cache.k, cache.v, cache.pos,
                       cache.offsets, cache.lens, s, int(sliding_window), float(softcap), out, lse)
     return (out, lse) if return_lse else out
+
+
+_SM_COUNT = {}
+
+
+def decode_attention_supported(q: Array, cache: KVCache) -> bool:
+    """Whether ``decode_attention`` runs these: CUDA bfloat16 q and cache, d in {64, 128, 256},
+    GQA group <= 16, and a CUDA build."""
+    if not (ext.cuda_built and hasattr(ext, "cuda_decode_attention") and T.is_cuda(q)
+            and T.is_cuda(cache.k)):
+        return False
+    hs = int(q.shape[0]) if q.ndim == 2 else int(q.shape[0]) * int(q.shape[1])
+    g, rem = divmod(hs, cache.num_kv_heads)
+    return (T.dtype_name(q) == "bfloat16" and T.dtype_name(cache.k) == "bfloat16" and rem == 0
+            and 1 <= g <= 16 and cache.head_dim in (64, 128, 256))
+
+
+def decode_attention(q: Array, cache: KVCache, *, scale: Optional[float] = None,
+                     batch: int = 1) -> Array:
+    """One decode step over a compacted cache on the GPU, entirely on the device.
+
+    Every row in use is visible (decode: the query follows every cached position); for masking
+    by positions, sliding windows or soft-capping use ``attention``. The segment table comes from
+    ``cache.device_index()``, so no host-to-device copy and no synchronization happen; the
+    longest segment is read from the host ``lens``.
+
+    Args:
+        q: ``[B * Hq, d]`` or ``[B, Hq, d]`` bfloat16 CUDA, the step's queries after RoPE: query
+            head ``b * Hq + h`` reads segment ``(b * Hq + h) // G`` (the layout ``compact``
+            gives ``B * Hkv`` segments, batch-major).
+        cache: a bfloat16 CUDA KVCache.
+        batch: B (sizes the kernel's key splits; any value gives the same result).
+
+    Returns:
+        out ``[B * Hq, d]`` (or ``[B, Hq, d]``) bfloat16 on q's device.
+    """
+    if not decode_attention_supported(q, cache):
+        raise ValueError(f"decode_attention needs bfloat16 CUDA q and cache with d in 64/128/256 "
+                         f"and <= 16 query heads per KV head; got q {T.dtype_name(q)} "
+                         f"{T.shape_of(q)} on {T.where(q)}, cache {T.dtype_name(cache.k)} "
+                         f"{cache.num_kv_heads} heads x d {cache.head_dim} on {T.where(cache.k)}")
+    shape = T.shape_of(q)
+    d = cache.head_dim
+    if shape[-1] != d:
+        raise ValueError(f"q has shape {shape}; expected [..., d] with d = {d} (the cache's)")
+    hs = int(np.prod(shape[:-1]))
+    if batch < 1 or cache.num_kv_heads % batch:
+        raise ValueError(f"batch is {batch}; expected a divisor of the cache's "
+                         f"{cache.num_kv_heads} segments")
+    ix = cache.device_index()
+    max_len = int(cache.lens.max()) if cache.lens.size else 0
+    out = T.empty(q, shape, "bfloat16")
+    if max_len == 0:
+        out.zero_()
+        return out
+    dev = q.device.index if q.device.index is not None else T._torch().cuda.current_device()
+    sm = _SM_COUNT.get(dev)
+    if sm is None:
+        sm = _SM_COUNT[dev] = int(T._torch().cuda.get_device_properties(dev).multi_processor_count)
+    hq, hkv = hs // batch, cache.num_kv_heads // batch
+    need = ext.cuda_decode_attention_scratch_bytes(batch, hq, hkv, d, max_len, sm)
+    if ix.scratch is None or ix.scratch.numel() < need:
+        ix.scratch = T.empty(q, (max(need, 2 * (ix.scratch.numel() if ix.scratch is not None
+                                                  else 0)),), "uint8")
+    ext.cuda_decode_attention(T.contiguous(T.for_kernel(q)), cache.k, cache.v, ix.off, ix.lens32,
+                              batch, hq, hkv, max_len, float(scale or 0.0), out, None, ix.scratch,
+                              sm, T.stream_handle(q))
+    return out
 
 
 def method_names() -> List[str]:

@@ -5,6 +5,7 @@
 // Builds without CUDA bind the same names to a function that raises naming the build option.
 #include <nanobind/stl/string.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -16,6 +17,8 @@
 #include "kvevict/cuda/compact.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/cuda/select.h"
+// The model runtime's flash-decoding kernel (raw pointers, layer 2): the HF decode fast path.
+#include "cuda/model_launchers.h"
 #endif
 
 namespace kvevict::python {
@@ -41,10 +44,93 @@ Workspace workspace_of(const nb::handle& ws, size_t need, const char* what) {
   return Workspace{t.data, bytes};
 }
 
+// A contiguous device tensor of `dtype` with `numel` elements (numel < 0: any).
+TensorView device_flat(const nb::handle& a, DType dtype, int64_t numel, const char* what) {
+  const TensorView t = to_view_opt(a, what);
+  KVEVICT_CHECK(!t.empty(), what, " is missing; expected a CUDA tensor");
+  check_device(t, what);
+  KVEVICT_CHECK(t.dtype == dtype && t.is_contiguous() && (numel < 0 || t.numel() == numel), what,
+                " is ", dtype_name(t.dtype), " ", t.shape_str(), "; expected a contiguous ",
+                dtype_name(dtype), " tensor of ", numel, " elements");
+  return t;
+}
+
 }  // namespace
 
 void bind_cuda_ops(nb::module_& m) {
   m.attr("cuda_built") = true;
+
+  // Decode (one query token per sequence) over the per-head segment layout, everything on the
+  // device: no host copy, no synchronization. Segment s = b * Hkv + g holds rows seg_off[s] ..
+  // seg_off[s] + seg_len[s] of k, v; query heads g G .. g G + G - 1 of batch row b read it. Every
+  // row in a segment is visible (decode: all cached positions precede the query).
+  m.def("cuda_decode_attention_scratch_bytes",
+        [](int B, int Hq, int Hkv, int d, int64_t max_len, int sm_count) {
+          return gpu::detail::decode_attention_scratch_bytes(B, Hq, Hkv, d, max_len, sm_count);
+        },
+        nb::arg("batch"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
+        nb::arg("max_len"), nb::arg("sm_count"));
+  m.def(
+      "cuda_decode_attention",
+      [](const nb::handle& q, const Array& k, const Array& v, const nb::handle& seg_off,
+         const nb::handle& seg_len, int B, int Hq, int Hkv, int64_t max_len, float scale,
+         const nb::handle& out, const nb::handle& lse, const nb::handle& scratch, int sm_count,
+         uintptr_t stream) {
+        KVEVICT_CHECK(B > 0 && Hkv > 0 && Hq > 0 && Hq % Hkv == 0, "decode attention: batch ", B,
+                      ", ", Hq, " query heads, ", Hkv, " KV heads; expected positive counts with "
+                      "the query heads a multiple of the KV heads");
+        const TensorView kt = to_view(k, "cache k"), vt = to_view(v, "cache v");
+        check_device(kt, "cache k");
+        check_device(vt, "cache v");
+        KVEVICT_CHECK(kt.ndim == 2 && kt.dtype == DType::kBF16 && kt.is_contiguous() &&
+                          vt.ndim == 2 && vt.dtype == kt.dtype && vt.is_contiguous() &&
+                          vt.shape[0] == kt.shape[0] && vt.shape[1] == kt.shape[1],
+                      "decode attention: cache k is ", dtype_name(kt.dtype), " ", kt.shape_str(),
+                      ", v ", dtype_name(vt.dtype), " ", vt.shape_str(),
+                      "; expected contiguous bfloat16 [rows, d], both the same");
+        const int d = static_cast<int>(kt.shape[1]);
+        KVEVICT_CHECK(d == 64 || d == 128 || d == 256, "decode attention: head dim ", d,
+                      "; expected 64, 128 or 256");
+        const int64_t nq = static_cast<int64_t>(B) * Hq;
+        const TensorView qt = device_flat(q, DType::kBF16, nq * d, "q");
+        const TensorView ot = device_flat(seg_off, DType::kI64, int64_t(B) * Hkv + 1,
+                                          "seg_off");
+        const TensorView lt = device_flat(seg_len, DType::kI32, int64_t(B) * Hkv,
+                                          "seg_len");
+        const TensorView out_t = device_flat(out, DType::kBF16, nq * d, "out");
+        const TensorView lse_t =
+            lse.is_none() ? TensorView() : device_flat(lse, DType::kF32, nq, "lse");
+        KVEVICT_CHECK(max_len > 0, "decode attention: max_len is ", max_len,
+                      "; expected the longest segment (> 0)");
+        const size_t need =
+            gpu::detail::decode_attention_scratch_bytes(B, Hq, Hkv, d, max_len, sm_count);
+        const Workspace ws = workspace_of(scratch, need, "decode attention scratch");
+        gpu::detail::DecodeAttentionArgs a;
+        a.q = static_cast<const gpu::detail::bf16*>(qt.data);
+        a.k = static_cast<const gpu::detail::bf16*>(kt.data);
+        a.v = static_cast<const gpu::detail::bf16*>(vt.data);
+        a.seg_off = static_cast<const int64_t*>(ot.data);
+        a.seg_len = static_cast<const int32_t*>(lt.data);
+        a.B = B;
+        a.Hq = Hq;
+        a.Hkv = Hkv;
+        a.d = d;
+        a.max_len = max_len;
+        a.scale = scale > 0.f ? scale : 1.0f / std::sqrt(static_cast<float>(d));
+        cudaError_t err;
+        {
+          nb::gil_scoped_release release;
+          err = gpu::detail::launch_decode_attention(
+              a, static_cast<gpu::detail::bf16*>(out_t.data), static_cast<float*>(lse_t.data),
+              nullptr, ws.data, ws.bytes, sm_count, reinterpret_cast<cudaStream_t>(stream));
+        }
+        KVEVICT_CHECK(err == cudaSuccess, "decode attention launch failed: ",
+                      cudaGetErrorString(err));
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("seg_off"), nb::arg("seg_len"),
+      nb::arg("batch"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"), nb::arg("max_len"),
+      nb::arg("scale"), nb::arg("out"), nb::arg("lse").none(), nb::arg("scratch"),
+      nb::arg("sm_count"), nb::arg("stream"));
   m.def("cuda_device_available", &cuda::device_available);
   m.def("cuda_score_supported", [](const std::string& method) {
     return cuda::score_supported(method_from_name(method));

@@ -306,6 +306,75 @@ void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t count) {
   KVEVICT_FAIL("dequantize: ggml type ", static_cast<uint32_t>(type), " is not supported");
 }
 
+namespace {
+
+// Bit patterns with every exponent bit set: an infinity or a NaN.
+inline bool half_bits_finite(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return (h & 0x7C00u) != 0x7C00u;
+}
+
+inline bool elements_finite(const uint8_t* src, int64_t count, int bytes) {
+  // Branch-free over the elements (the scan reads every weight byte of a model once at load).
+  uint32_t bad = 0;
+  if (bytes == 4) {
+    for (int64_t i = 0; i < count; ++i) {
+      uint32_t u;
+      std::memcpy(&u, src + 4 * i, 4);
+      bad |= static_cast<uint32_t>((u & 0x7F800000u) == 0x7F800000u);
+    }
+  } else {
+    const uint16_t mask = bytes == 2 ? 0x7C00u : 0x7F80u;  // f16 : bf16 (bytes == -2)
+    for (int64_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      bad |= static_cast<uint32_t>((h & mask) == mask);
+    }
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+bool values_finite(GgmlType type, const uint8_t* src, int64_t count) {
+  const int64_t be = ggml_block_elems(type);
+  KVEVICT_CHECK(count >= 0 && count % be == 0, "finiteness check of ", count, " elements of ",
+                ggml_type_name(static_cast<uint32_t>(type)),
+                "; expected a multiple of the block size ", be);
+  const int64_t bb = ggml_block_bytes(type);
+  const int64_t blocks = count / be;
+  // Byte offsets of a block's f16 scales (d, and m / dmin where the type has one).
+  int first = 0, second = -1;
+  switch (type) {
+    case GgmlType::kF32:
+      return elements_finite(src, count, 4);
+    case GgmlType::kF16:
+      return elements_finite(src, count, 2);
+    case GgmlType::kBF16:
+      return elements_finite(src, count, -2);
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ8_0:
+      break;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      second = 2;
+      break;
+    case GgmlType::kQ6_K:
+      first = 208;
+      break;
+  }
+  bool ok = true;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t* b = src + i * bb;
+    ok &= half_bits_finite(b + first) && (second < 0 || half_bits_finite(b + second));
+  }
+  return ok;
+}
+
 void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   dequantize(type, src, dst, n);
 }

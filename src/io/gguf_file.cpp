@@ -368,13 +368,19 @@ void File::check_finite_values() const {
     const TensorInfo& t = tensors_[static_cast<size_t>(i)];
     const int64_t n = t.shape.back(), rows = t.rows();
     const int64_t row_bytes = ggml_row_bytes(t.type, n);
+    // The scales alone decide (values_finite); only a row that fails is dequantized, to name
+    // the first non-finite value's column.
+    if (values_finite(t.type, t.data, n * rows)) return;
     std::vector<float> row(static_cast<size_t>(n));
     for (int64_t r = 0; r < rows; ++r) {
+      if (values_finite(t.type, t.data + r * row_bytes, n)) continue;
       dequantize_row(t.type, t.data + r * row_bytes, row.data(), n);
       for (int64_t c = 0; c < n; ++c)
         KVEVICT_CHECK(std::isfinite(row[static_cast<size_t>(c)]), "gguf ", path_, ": tensor '",
                       t.name, "' holds a non-finite value (", row[static_cast<size_t>(c)],
                       ") at row ", r, " column ", c, "; expected finite weights");
+      KVEVICT_FAIL("gguf ", path_, ": tensor '", t.name, "' row ", r,
+                   " has a non-finite block scale although its values dequantize finite");
     }
   });
 }

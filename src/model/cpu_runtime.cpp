@@ -5,6 +5,7 @@
 
 #include "kvevict/error.h"
 #include "kvevict/model/session.h"
+#include "quant/quant.h"
 
 namespace kvevict::detail {
 namespace {
@@ -35,7 +36,8 @@ class CpuRuntime final : public ModelRuntime {
   const ModelConfig& config() const override { return model_->config(); }
   std::string describe() const override {
     std::ostringstream os;
-    os << "cpu, " << dtype_name(sopt_.kv_dtype) << " KV cache, BLAS " << blas_description();
+    os << "cpu, " << dtype_name(sopt_.kv_dtype) << " KV cache, BLAS " << blas_description()
+       << ", quant kernels " << quant::isa_name(quant::kernels().isa);
     return os.str();
   }
   std::unique_ptr<InferenceSession> session(int64_t max_tokens) const override {

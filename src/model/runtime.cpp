@@ -93,14 +93,19 @@ std::vector<BatchAnswer> ModelRuntime::answer_batch(
   return out;
 }
 
-int64_t kept_rows_per_head(const InferenceSession& s, const ModelConfig& cfg) {
+int64_t kept_rows_per_head(const ModelConfig& cfg,
+                           const std::function<int64_t(int layer)>& rows_of_layer) {
   int64_t rows = 0, layers = 0;
   for (int l = 0; l < cfg.n_layers; ++l) {
     if (cfg.is_sliding(l)) continue;
-    rows += s.kv_rows(l);
+    rows += rows_of_layer(l);
     ++layers;
   }
   return layers == 0 ? 0 : rows / (layers * cfg.n_kv_heads);
+}
+
+int64_t kept_rows_per_head(const InferenceSession& s, const ModelConfig& cfg) {
+  return kept_rows_per_head(cfg, [&s](int l) { return s.kv_rows(l); });
 }
 
 }  // namespace kvevict

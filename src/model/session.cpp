@@ -155,12 +155,18 @@ std::vector<int32_t> Session::kept_positions(int layer, int kv_head) const {
   return out;
 }
 
-// Makes room for `extra` rows per head in every layer, adding `spare` rows beyond that when it
-// has to reallocate. Sliding-window layers drop rows no future query can see (older than the
-// last `window`) whenever they reallocate.
+// Which layers reserve_rows touches.
+enum class Layers { kAll, kFull, kSliding };
+
+// Makes room for `extra` rows per head in the chosen layers, adding `spare` rows beyond that
+// when it has to reallocate. Sliding-window layers drop rows no future query can see (older
+// than the last `window`) whenever they reallocate.
 static void reserve_rows(std::vector<HostKVCache>& caches, const ModelConfig& c, int64_t extra,
-                         int64_t spare) {
+                         int64_t spare, Layers which = Layers::kAll) {
   for (int l = 0; l < c.n_layers; ++l) {
+    if ((which == Layers::kFull && c.is_sliding(l)) ||
+        (which == Layers::kSliding && !c.is_sliding(l)))
+      continue;
     const KVLayerView v = caches[l].view();
     bool fits = true;
     for (int h = 0; h < v.num_kv_heads; ++h)
@@ -204,11 +210,15 @@ void Session::forward_tokens(const std::vector<int32_t>& tokens, int64_t keep_qu
     capture.m = m;
     capture.queries = queries;
   }
-  reserve_rows(caches_, c, n, 0);
+  // Full-attention layers take the whole prompt at once; a sliding-window layer only ever holds
+  // its window and the chunk being processed (its older keys are dropped chunk by chunk), so a
+  // long prompt costs gemma3's sliding layers window + chunk rows, not n.
+  reserve_rows(caches_, c, n, 0, Layers::kFull);
   logits_.assign(c.vocab_size, 0.0f);
   for (int64_t c0 = 0; c0 < n; c0 += opt_.chunk) {
     const int64_t T = std::min(opt_.chunk, n - c0);
     const bool last = c0 + T == n;
+    reserve_rows(caches_, c, T, 0, Layers::kSliding);
     model_ops::forward_chunk(*model_, tokens.data() + c0, T, position_ + c0, caches_,
                              capture.m > 0 ? &capture : nullptr, last ? logits_.data() : nullptr);
     if (progress && opt_.progress) opt_.progress(c0 + T, n);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "cuda/check.h"
@@ -24,6 +26,9 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   sm_count_ = cuda::detail::current_sm_count();
   KVEVICT_CUDA_CHECK(cudaEventCreateWithFlags(&pos_staged_, cudaEventDisableTiming));
   KVEVICT_CUDA_CHECK(cudaEventRecord(pos_staged_, stream_));
+  // KVEVICT_DECODE_GRAPH=0: every decode step launches eagerly (the fallback, and the A/B).
+  const char* e = std::getenv("KVEVICT_DECODE_GRAPH");
+  graph_on_ = !(e != nullptr && e[0] == '0');
 }
 
 GpuForward::~GpuForward() {
@@ -229,45 +234,138 @@ void GpuForward::prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int se
   if (logits != nullptr) final_logits(1, T, logits);
 }
 
-void GpuForward::decode_step(const int32_t* tokens_dev, const std::vector<int64_t>& positions,
+// The decode step in two parts: the host side (checks, host lengths, buffer sizes, the split plan,
+// the positions' upload) and the launches (enqueue_decode), which run eagerly or as a replayed
+// CUDA graph (decode_graph.h). Every value the launches bake in goes into the graph's key.
+void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
+                             const std::vector<int64_t>& positions,
                              std::vector<LayerCache>& layers, const StepScoring* scoring,
                              float* logits) {
   const ModelConfig& m = c();
   const int B = static_cast<int>(positions.size());
+  KVEVICT_CHECK(B >= 1, "a decode step of no rows; expected at least one");
+  KVEVICT_CHECK(static_cast<int>(layers.size()) == m.n_layers, "decode step over ", layers.size(),
+                " layers; the model has ", m.n_layers);
   ensure_batch(B);
-  const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
-  const int64_t W = (Hq + 2 * Hkv) * d;
-  // Positions go up through a pinned staging buffer: a copy from pageable memory would make the
-  // host wait for the stream, and the launches of a step would no longer overlap the last one.
-  KVEVICT_CUDA_CHECK(cudaEventSynchronize(pos_staged_));  // the previous step's copy has run
-  for (int b = 0; b < B; ++b) {
+  const int64_t d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  for (int b = 0; b < B; ++b)
     KVEVICT_CHECK(positions[b] + 1 <= m.context_length, "decoding position ", positions[b],
                   " exceeds the context length ", m.context_length, " of ", m.name);
-    pos_pinned_[b] = static_cast<int32_t>(positions[b]);
-  }
-  KVEVICT_CUDA_CHECK(
-      cudaMemcpyAsync(pos_.get(), pos_pinned_, B * 4, cudaMemcpyHostToDevice, stream_));
-  KVEVICT_CUDA_CHECK(cudaEventRecord(pos_staged_, stream_));
-  KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_dev, B, static_cast<int>(D),
-                                          embed_mul(), x_.as<float>(), stream_));
+  // Checks of every layer before any host length moves.
   for (int il = 0; il < m.n_layers; ++il) {
-    const GpuModel::Impl::Layer& L = w_.layers[il];
-    LayerCache& C = layers[il];
+    const LayerCache& C = layers[il];
     KVEVICT_CHECK(C.host_valid && C.segments == B * Hkv, "layer ", il, " holds ", C.segments,
                   " segments; a decode step of ", B, " rows needs ", B * Hkv,
                   " with a synchronized table");
-    int64_t max_len = 0;
     for (int s = 0; s < C.segments; ++s) {
       // A full ring (capacity = window) overwrites its oldest row; anything else must have room.
       const bool wraps = C.ring > 0 && C.cap(s) == C.ring;
       KVEVICT_CHECK(wraps || C.len_h[s] + 1 <= C.cap(s), "layer ", il, " segment ", s,
                     " is full (", C.len_h[s], " rows); the session's room for decoded tokens is "
                     "spent");
+    }
+  }
+  // Host lengths advance as the device's will; the split plan of each layer comes from its
+  // largest segment CAPACITY (fixed while the layout is), so it holds across steps and the graph
+  // of one step replays for the next.
+  plans_.assign(m.n_layers, DecodeLayerPlan{});
+  size_t need_scratch = 0, need_z = 0, need_counters = 0;
+  for (int il = 0; il < m.n_layers; ++il) {
+    LayerCache& C = layers[il];
+    DecodeLayerPlan& P = plans_[il];
+    for (int s = 0; s < C.segments; ++s) {
       C.len_h[s] = std::min<int64_t>(C.len_h[s] + 1,
                                      C.ring > 0 ? C.ring : std::numeric_limits<int32_t>::max());
-      max_len = std::max<int64_t>(max_len, C.len_h[s]);
+      P.plan_len = std::max<int64_t>(P.plan_len, C.cap(s));
     }
-    const bool score_layer = scoring != nullptr && !m.is_sliding(il);  // sliding: their window
+    P.score = scoring != nullptr && !m.is_sliding(il);  // sliding: their window
+    P.fused = P.score && scoring->fused;
+    // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included),
+    // inside the attention launch when that kernel covers the shape and the batch has segments
+    // for every SM, else a second kernel.
+    const int min_segments = P.score && scoring->in_attention_min_segments > 0
+                                 ? scoring->in_attention_min_segments
+                                 : sm_count_;
+    P.in_attention = P.fused && scoring->in_attention &&
+                     detail::decode_step_scores_fusable(static_cast<int>(d),
+                                                        static_cast<int>(Hq / Hkv)) &&
+                     B * Hkv >= min_segments;
+    need_scratch = std::max(need_scratch, detail::decode_attention_scratch_bytes(
+                                              B, static_cast<int>(Hq), static_cast<int>(Hkv),
+                                              static_cast<int>(d), P.plan_len, sm_count_));
+    if (P.fused)
+      need_z = std::max(need_z, static_cast<size_t>(std::max<int64_t>(C.rows, 1)) * (Hq / Hkv) * 4);
+    if (P.in_attention) need_counters = static_cast<size_t>(B) * Hkv * 4;
+  }
+  if (scratch_.bytes() < need_scratch || zbuf_.bytes() < need_z ||
+      step_counters_.bytes() < need_counters) {
+    KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (scratch_.bytes() < need_scratch) scratch_.ensure(need_scratch, "decode attention scratch");
+    if (zbuf_.bytes() < need_z) zbuf_.ensure(need_z, "decode step logits");
+    if (step_counters_.bytes() < need_counters) {
+      step_counters_.ensure(need_counters, "decode step-score counters");
+      KVEVICT_CUDA_CHECK(cudaMemsetAsync(step_counters_.get(), 0, step_counters_.bytes(), stream_));
+    }
+  }
+  // Positions go up through a pinned staging buffer, outside the graph: a copy from pageable
+  // memory would make the host wait for the stream, and the launches of a step would no longer
+  // overlap the last one.
+  KVEVICT_CUDA_CHECK(cudaEventSynchronize(pos_staged_));  // the previous step's copy has run
+  for (int b = 0; b < B; ++b) pos_pinned_[b] = static_cast<int32_t>(positions[b]);
+  KVEVICT_CUDA_CHECK(
+      cudaMemcpyAsync(pos_.get(), pos_pinned_, B * 4, cudaMemcpyHostToDevice, stream_));
+  KVEVICT_CUDA_CHECK(cudaEventRecord(pos_staged_, stream_));
+  auto enqueue = [&] { enqueue_decode(tokens_dev, argmax_first, B, layers, scoring, logits); };
+  if (!graph_on_) {
+    enqueue();
+    return;
+  }
+  // The key: every value a launch of enqueue_decode depends on besides the device memory the
+  // kernels read (tokens, positions, segment tables, caches, weights).
+  std::vector<int64_t>& key = key_;
+  key.clear();
+  auto ptr = [&](const void* p) { key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(p))); };
+  key.push_back(B);
+  key.push_back(argmax_first);
+  ptr(tokens_dev);
+  ptr(logits);
+  key.push_back(scoring != nullptr);
+  if (scoring != nullptr) {
+    key.push_back(static_cast<int64_t>(scoring->score));
+    key.push_back(scoring->replace);
+    int64_t floor_bits = 0;
+    std::memcpy(&floor_bits, &scoring->one_minus_p_floor, sizeof(double));
+    key.push_back(floor_bits);
+  }
+  for (const DeviceBuffer* b : {&x_, &xn_, &qkv_, &qh_, &attn_f_, &lse_, &attn_, &o_f_, &gu_,
+                                &hbuf_, &pos_, &scratch_, &zbuf_, &step_counters_})
+    ptr(b->get());
+  key.push_back(static_cast<int64_t>(scratch_.bytes()));
+  for (int il = 0; il < m.n_layers; ++il) {
+    const LayerCache& C = layers[il];
+    const DecodeLayerPlan& P = plans_[il];
+    for (const DeviceBuffer* b : {&C.k, &C.v, &C.pos, &C.acc, &C.off, &C.len}) ptr(b->get());
+    key.push_back(C.ring);
+    key.push_back(P.plan_len);
+    key.push_back(P.score | P.fused << 1 | P.in_attention << 2);
+  }
+  graph_.run(key, stream_, enqueue);
+}
+
+void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
+                                std::vector<LayerCache>& layers, const StepScoring* scoring,
+                                float* logits) {
+  const ModelConfig& m = c();
+  const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  const int64_t W = (Hq + 2 * Hkv) * d;
+  if (argmax_first)  // the greedy token of every row's current logits is this step's input
+    KVEVICT_CUDA_CHECK(detail::launch_argmax(logits, B, m.vocab_size, tokens_dev, stream_));
+  KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_dev, B, static_cast<int>(D),
+                                          embed_mul(), x_.as<float>(), stream_));
+  for (int il = 0; il < m.n_layers; ++il) {
+    const GpuModel::Impl::Layer& L = w_.layers[il];
+    LayerCache& C = layers[il];
+    const DecodeLayerPlan& P = plans_[il];
     KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, B, static_cast<int>(D),
                                                L.attn_norm, m.rms_eps, xn_.as<bf16>(), stream_));
     gemm(xn_.as<bf16>(), B, L.wqkv, W, D, qkv_.get(), false, 0.0f);
@@ -287,43 +385,13 @@ void GpuForward::decode_step(const int32_t* tokens_dev, const std::vector<int64_
     da.Hq = static_cast<int>(Hq);
     da.Hkv = static_cast<int>(Hkv);
     da.d = static_cast<int>(d);
-    da.max_len = max_len;
+    da.max_len = P.plan_len;
     da.scale = m.logit_scale();
-    const bool fused = score_layer && scoring->fused;
-    if (fused) {
-      const size_t zb = static_cast<size_t>(std::max<int64_t>(C.rows, 1)) * (Hq / Hkv) * 4;
-      if (zbuf_.bytes() < zb) {
-        KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        zbuf_.ensure(zb, "decode step logits");
-      }
-      da.z_out = zbuf_.as<float>();
-    }
-    const size_t need =
-        detail::decode_attention_scratch_bytes(B, da.Hq, da.Hkv, da.d, max_len, sm_count_);
-    if (scratch_.bytes() < need) {
-      KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      scratch_.ensure(need, "decode attention scratch");
-    }
-    const DecodeScore kind = score_layer ? scoring->score : DecodeScore::kAttentionSum;
-    const bool replace = score_layer && scoring->replace;
-    // DecodeEvictor::accumulate: this step's w = 1 score of every row (the new one included),
-    // inside the attention launch when that kernel covers the shape and the batch has segments
-    // for every SM, else a second kernel.
-    const int min_segments = score_layer && scoring->in_attention_min_segments > 0
-                                 ? scoring->in_attention_min_segments
-                                 : sm_count_;
-    const bool in_attention = fused && scoring->in_attention &&
-                              detail::decode_step_scores_fusable(da.d, da.Hq / da.Hkv) &&
-                              B * da.Hkv >= min_segments;
+    if (P.fused) da.z_out = zbuf_.as<float>();
+    const DecodeScore kind = P.score ? scoring->score : DecodeScore::kAttentionSum;
+    const bool replace = P.score && scoring->replace;
     detail::DecodeStepScoreArgs fs;
-    if (in_attention) {
-      const size_t cb = static_cast<size_t>(B) * Hkv * 4;
-      if (step_counters_.bytes() < cb) {
-        KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        step_counters_.ensure(cb, "decode step-score counters");
-        KVEVICT_CUDA_CHECK(
-            cudaMemsetAsync(step_counters_.get(), 0, step_counters_.bytes(), stream_));
-      }
+    if (P.in_attention) {
       fs.acc = C.acc.as<float>();
       fs.counters = step_counters_.as<uint32_t>();
       fs.kind = kind;
@@ -332,12 +400,12 @@ void GpuForward::decode_step(const int32_t* tokens_dev, const std::vector<int64_
     }
     // The separate score kernel reads a (f32) and lse from global memory; the fused one keeps
     // them in shared memory.
-    const bool export_a = score_layer && !in_attention;
+    const bool export_a = P.score && !P.in_attention;
     KVEVICT_CUDA_CHECK(detail::launch_decode_attention(
         da, attn_.as<bf16>(), export_a ? lse_.as<float>() : nullptr,
         export_a ? attn_f_.as<float>() : nullptr, scratch_.get(), scratch_.bytes(), sm_count_,
-        stream_, in_attention ? &fs : nullptr));
-    if (score_layer && !in_attention) {
+        stream_, P.in_attention ? &fs : nullptr));
+    if (export_a) {
       detail::DecodeScoreArgs sa;
       sa.q = qh_.as<bf16>();
       sa.out = attn_f_.as<float>();
@@ -347,7 +415,7 @@ void GpuForward::decode_step(const int32_t* tokens_dev, const std::vector<int64_
       sa.seg_off = C.off.as<int64_t>();
       sa.seg_len = C.len.as<int32_t>();
       sa.acc = C.acc.as<float>();
-      sa.z = fused ? zbuf_.as<float>() : nullptr;
+      sa.z = P.fused ? zbuf_.as<float>() : nullptr;
       sa.B = B;
       sa.Hq = static_cast<int>(Hq);
       sa.Hkv = static_cast<int>(Hkv);
@@ -356,7 +424,7 @@ void GpuForward::decode_step(const int32_t* tokens_dev, const std::vector<int64_
       sa.one_minus_p_floor = static_cast<float>(scoring->one_minus_p_floor);
       sa.kind = kind;
       sa.replace = replace;
-      KVEVICT_CUDA_CHECK(detail::launch_decode_scores(sa, max_len, stream_));
+      KVEVICT_CUDA_CHECK(detail::launch_decode_scores(sa, P.plan_len, stream_));
     }
     project_into_residual(attn_.as<bf16>(), B, L.wo, Hq * d, L.post_attn_norm);
     ffn_and_residual(L, B);

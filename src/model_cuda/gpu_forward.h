@@ -17,6 +17,7 @@
 
 #include "cuda/device_buffer.h"
 #include "kvevict/decode_evict.h"
+#include "model_cuda/decode_graph.h"
 #include "model_cuda/gpu_model_impl.h"
 #include "model_cuda/layer_cache.h"
 
@@ -48,11 +49,18 @@ class GpuForward {
                      std::vector<LayerCache>& layers, int64_t need, int64_t n_total,
                      std::vector<cuda::DeviceBuffer>* qcap, float* logits);
   // One decode step of every batch row: tokens_dev[B] at positions[B]; each row's token is
-  // appended to its segments (host mirrors advance with the device lengths). scoring non-null:
-  // the step scores of the full-attention layers.
+  // appended to its segments (host mirrors advance with the device lengths). argmax_first: the
+  // step first writes tokens_dev = the argmax of every row's logits (greedy decoding on the
+  // device). scoring non-null: the step scores of the full-attention layers.
   // logits: [B, V] f32, every row's next-token logits.
-  void decode_step(const int32_t* tokens_dev, const std::vector<int64_t>& positions,
+  // The launches run as a CUDA graph (decode_graph.h) replayed while batch, buffers, caches'
+  // layout and scoring stay the same, recorded again when they change; KVEVICT_DECODE_GRAPH=0 or
+  // set_decode_graph(false) launches them eagerly. Both give the same results bit for bit.
+  void decode_step(int32_t* tokens_dev, bool argmax_first, const std::vector<int64_t>& positions,
                    std::vector<LayerCache>& layers, const StepScoring* scoring, float* logits);
+  void set_decode_graph(bool on) { graph_on_ = on; }
+  bool decode_graph() const { return graph_on_; }
+  const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
 
@@ -65,6 +73,14 @@ class GpuForward {
   void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
                              const float* post_norm);
   void final_logits(int64_t rows, int64_t stride, float* logits);
+  // The launches of one decode step (capturable: no synchronization, no allocation).
+  void enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
+                      std::vector<LayerCache>& layers, const StepScoring* scoring, float* logits);
+  // What the host decides per layer for a decode step.
+  struct DecodeLayerPlan {
+    int64_t plan_len = 0;  // the split plan's length bound: the largest segment capacity
+    bool score = false, fused = false, in_attention = false;
+  };
   void gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int64_t in, void* y, bool y_f32,
             float beta);
 
@@ -92,6 +108,10 @@ class GpuForward {
   cuda::DeviceBuffer blas_ws_;        // cuBLAS workspace
   int32_t* pos_pinned_ = nullptr;     // [t_max] pinned staging of decode positions
   cudaEvent_t pos_staged_ = nullptr;  // recorded after the last staged upload
+  bool graph_on_ = true;
+  DecodeGraph graph_;
+  std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
+  std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)
 };
 
 }  // namespace kvevict::gpu

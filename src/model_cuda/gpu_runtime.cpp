@@ -67,14 +67,10 @@ class GpuRuntime final : public ModelRuntime {
     // kv_bytes: the bytes of the rows this row's caches hold (K and V, bf16), as a session of its
     // own would allocate them; the batch's pool itself is sized for its longest row.
     for (int r = 0; r < B; ++r) {
-      int64_t rows = 0, layers = 0, all_rows = 0;
-      for (int l = 0; l < c.n_layers; ++l) {
-        all_rows += s.kv_rows(l, r);
-        if (c.is_sliding(l)) continue;
-        rows += s.kv_rows(l, r);
-        ++layers;
-      }
-      out[r].kept_rows_per_head = layers == 0 ? 0 : rows / (layers * c.n_kv_heads);
+      const auto rows_of_layer = [&s, r](int l) { return s.kv_rows(l, r); };
+      out[r].kept_rows_per_head = kept_rows_per_head(c, rows_of_layer);
+      int64_t all_rows = 0;
+      for (int l = 0; l < c.n_layers; ++l) all_rows += rows_of_layer(l);
       out[r].kv_bytes = all_rows * c.head_dim * 2 * 2;
     }
     std::vector<bool> done(B, false);

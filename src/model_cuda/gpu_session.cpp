@@ -195,7 +195,7 @@ struct GpuSession::Impl {
   RowLayers copy_row(const RowLayers& full, int64_t room);
   void set_rows(std::vector<RowLayers> rows, int64_t n, const EvictConfig& evict);
   void setup_decode(const EvictConfig& evict);
-  void decode_step(const int32_t* tokens_dev, bool score);
+  void decode_step(int32_t* tokens_dev, bool score, bool argmax_first = false);
   void evict_decode();
   void check_tokens(const std::vector<int32_t>& tokens) const;
 };
@@ -651,12 +651,12 @@ void GpuSession::replicate_sequence() {
   }
 }
 
-void GpuSession::Impl::decode_step(const int32_t* tokens_dev, bool score) {
+void GpuSession::Impl::decode_step(int32_t* tokens_dev, bool score, bool argmax_first) {
   KVEVICT_CHECK(have_rows, "decode on an empty GPU session; expected prefill first");
   KVEVICT_CHECK(layers[0].segments == opt.batch * c().n_kv_heads, "decoding a batch of ",
                 opt.batch, " needs every row loaded (replicate_sequence or load_rows)");
   const bool scored = score && evictor != nullptr;
-  fwd->decode_step(tokens_dev, positions, layers, scored ? &scoring : nullptr,
+  fwd->decode_step(tokens_dev, argmax_first, positions, layers, scored ? &scoring : nullptr,
                    logits.as<float>());
   for (auto& p : positions) p += 1;
   logits_h_valid = false;
@@ -743,11 +743,8 @@ std::vector<int32_t> GpuSession::decode_greedy(int steps) {
   Impl& s = *impl_;
   KVEVICT_CHECK(steps >= 1, "decode_greedy steps ", steps, " is invalid; expected >= 1");
   EventTimer timer(s.stream());
-  for (int i = 0; i < steps; ++i) {
-    KVEVICT_CUDA_CHECK(detail::launch_argmax(s.logits.as<float>(), s.opt.batch, s.c().vocab_size,
-                                             s.ids.as<int32_t>(), s.stream()));
-    s.decode_step(s.ids.as<int32_t>(), /*score=*/true);
-  }
+  // The argmax feeding each step is the first launch of the step (inside its graph).
+  for (int i = 0; i < steps; ++i) s.decode_step(s.ids.as<int32_t>(), /*score=*/true, true);
   s.stats.decode_seconds += timer.seconds();
   s.stats.decode_tokens += static_cast<int64_t>(steps) * s.opt.batch;
   return argmax();

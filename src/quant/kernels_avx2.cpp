@@ -14,24 +14,12 @@
 
 #include "quant/blocks.h"
 #include "quant/gemm.h"
+#include "quant/simd_local.h"
 
 namespace kvevict::quant {
 namespace {
 
 using namespace blocks;
-
-inline float fp16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline int hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -341,15 +329,7 @@ float dot_bf16(const uint8_t* w, const float* x, int64_t n) {
 template <int NT, int G, int CHAIN>
 void panel_tokens(const PanelView& p, const GemmInput& in, int64_t t0, float* y, int64_t ldy,
                   int rows) {
-  const int8_t* qs[NT];
-  const float* dx[NT];
-  const int16_t* s16[NT];
-  for (int i = 0; i < NT; ++i) {
-    const A8Row a = a8_row(in.act + (t0 + i) * in.row_bytes, in.K);
-    qs[i] = a.qs;
-    dx[i] = a.d;
-    s16[i] = a.s16;
-  }
+  const PanelTokens<NT> tok(in, t0);
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -364,33 +344,17 @@ void panel_tokens(const PanelView& p, const GemmInput& in, int64_t t0, float* y,
       for (int s = c0; s < c0 + CHAIN; ++s) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cg + s * 32));
         for (int i = 0; i < NT; ++i) {
-          int32_t a4;
-          std::memcpy(&a4, qs[i] + g * G + 4 * s, 4);
-          s16v[i] = _mm256_add_epi16(s16v[i], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(a4)));
+            s16v[i] = _mm256_add_epi16(
+              s16v[i], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(tok.a4(i, g * G + 4 * s))));
         }
       }
       for (int i = 0; i < NT; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16v[i], ones));
     }
     const __m256 sc = _mm256_loadu_ps(p.scale + g * kPanelRows);
     const __m256 mn = _mm256_loadu_ps(p.min + g * kPanelRows);
-    for (int i = 0; i < NT; ++i) {
-      const float d = dx[i][g * G / kA8Block];
-      const int sa = G == 16 ? s16[i][g] : s16[i][2 * g] + s16[i][2 * g + 1];
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(sc, _mm256_set1_ps(d)),
-                               acc[i]);
-      acc[i] = _mm256_fmadd_ps(mn, _mm256_set1_ps(d * static_cast<float>(sa)), acc[i]);
-    }
+    for (int i = 0; i < NT; ++i) tok.template add_group<G>(i, g, isum[i], sc, mn, &acc[i]);
   }
-  for (int i = 0; i < NT; ++i) {
-    float* yt = y + (t0 + i) * ldy;
-    if (rows == kPanelRows) {
-      _mm256_storeu_ps(yt, acc[i]);
-    } else {
-      alignas(32) float tmp[kPanelRows];
-      _mm256_store_ps(tmp, acc[i]);
-      for (int r = 0; r < rows; ++r) yt[r] = tmp[r];
-    }
-  }
+  for (int i = 0; i < NT; ++i) store_panel_rows(y + (t0 + i) * ldy, acc[i], rows);
 }
 
 template <int G, int CHAIN>

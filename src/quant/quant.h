@@ -16,10 +16,11 @@
 // one f32 multiply-add per 32 elements and keeps more of the activations' precision.
 // F32 / F16 / BF16 weights multiply the f32 activations directly.
 //
-// The kernel table is chosen once at run time from the CPU's features (cpuid): the AVX2 kernels
-// are compiled for that target alone (src/quant/*_avx2.cpp, see cmake/QuantIsa.cmake), so the
-// library itself runs on any x86-64, and the scalar kernels are the portable fallback that the
-// tests hold every other version to.
+// The kernel table is chosen once at run time from the CPU's features (cpuid, and XGETBV for the
+// register state the OS saves): AVX-512 (F BW VL DQ + VNNI) over AVX2 (+ FMA, F16C) over scalar.
+// The SIMD kernels are compiled for their target alone (src/quant/kernels_avx2.cpp,
+// kernels_avx512.cpp, see cmake/QuantIsa.cmake), so the library itself runs on any x86-64, and
+// the scalar kernels are the portable fallback that the tests hold every other version to.
 #pragma once
 
 #include <cstddef>
@@ -57,8 +58,12 @@ A8Row a8_row(const uint8_t* buf, int64_t n);
 // True for the block types that take A8 activations (every supported type but F32/F16/BF16).
 bool takes_a8(GgmlType t);
 
-enum class Isa { kScalar, kAvx2 };
+enum class Isa { kScalar, kAvx2, kAvx512 };
+constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
 const char* isa_name(Isa isa);
+// Whether this CPU and its OS run an ISA's kernels (cpuid feature bits + XGETBV: the OS saves
+// the YMM state for AVX2, the opmask / ZMM state for AVX-512). Scalar: always.
+bool cpu_supports(Isa isa);
 
 struct PanelView;
 struct GemmInput;
@@ -89,15 +94,19 @@ struct Kernels {
   Interleave8Fn interleave8 = nullptr;     // null: 4-byte copies
 };
 
-// The fastest table this CPU runs, chosen on first use. KVEVICT_QUANT_ISA=scalar forces the
-// portable kernels (for comparisons); an ISA the CPU lacks is an error naming it.
+// The fastest table this CPU runs, chosen on first use. KVEVICT_QUANT_ISA=scalar|avx2|avx512
+// forces one (for A/B comparisons and tests); an ISA the CPU lacks is an error naming it.
 const Kernels& kernels();
 // The table of one ISA, or nullptr when the CPU (or this build) lacks it.
 const Kernels* kernels_for(Isa isa);
 
-// The tables of each ISA (kernels_scalar.cpp, kernels_avx2.cpp); the AVX2 one is null when the
-// compiler cannot target AVX2.
+// The tables of each ISA (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp); a SIMD one
+// is null when the compiler cannot target it. Call them only where cpu_supports(isa): building
+// a table runs code compiled for its ISA (kernels_for checks).
 const Kernels& scalar_kernels();
 const Kernels* avx2_kernels();
+const Kernels* avx512_kernels();
+// Whether this build holds the AVX-512 kernels (safe on any CPU: compiled to a constant).
+bool avx512_compiled();
 
 }  // namespace kvevict::quant

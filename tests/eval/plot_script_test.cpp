@@ -70,8 +70,13 @@ TEST_F(PlotScript, DrawsEveryFigureFromTheReports) {
     }
   write_text_file((dir_ / "ppl.json").string(), ppl_to_json(ppl));
   write_text_file((dir_ / "cone.json").string(),
-                  R"({"diagnostics": {"cone": [{"layer": 0, "c_star": [0.1, -0.2, 0.3]},
-                                               {"layer": 1, "c_star": [0.5]}]}})");
+                  R"({"meta": {"model": "plot-test", "prompt_tokens": 64},
+                      "diagnostics": {"cone": [{"layer": 0, "c_star": [0.1, -0.2, 0.3]},
+                                               {"layer": 1, "c_star": [0.5]}],
+                                      "layers": [{"layer": 0, "c_star_median": 0.1,
+                                                  "ratio_median": 1.0, "ratio_p95": 1.2},
+                                                 {"layer": 1, "c_star_median": 0.5,
+                                                  "ratio_median": 1.1, "ratio_p95": 1.3}]}})");
   const fs::path out = dir_ / "plots";
   ASSERT_EQ(run("python3 " + script() + " " + (dir_ / "eval.json").string() + " " +
                 (dir_ / "ppl.json").string() + " " + (dir_ / "cone.json").string() + " --out " +
@@ -79,7 +84,8 @@ TEST_F(PlotScript, DrawsEveryFigureFromTheReports) {
             0);
   for (const char* f :
        {"accuracy_vs_budget_4096_query-aware.png", "accuracy_vs_budget_8192_query-aware.png",
-        "accuracy_vs_length_query-aware_0.1.png", "ppl_vs_budget.png", "cone_constant_hist.png"})
+        "accuracy_vs_length_query-aware_0.1.png", "ppl_vs_budget.png", "cone_constant_hist.png",
+        "cone_per_layer.png"})
     EXPECT_TRUE(fs::exists(out / f)) << f << " was not written";
 }
 
@@ -94,6 +100,24 @@ TEST_F(PlotScript, MissingSectionsAreSkipped) {
   EXPECT_NE(
       run("python3 " + script() + " " + (dir_ / "nope.json").string() + " --out " + out.string()),
       0);
+  // So is a JSON file that is no kvevict results document.
+  write_text_file((dir_ / "other.json").string(), R"({"name": "x"})");
+  EXPECT_NE(
+      run("python3 " + script() + " " + (dir_ / "other.json").string() + " --out " + out.string()),
+      0);
+}
+
+TEST_F(PlotScript, SeveralModelsNeedModel) {
+  EvalResults a = fake_results(), b = fake_results();
+  b.meta.model = "other-model";
+  write_text_file((dir_ / "a.json").string(), results_to_json(a));
+  write_text_file((dir_ / "b.json").string(), results_to_json(b));
+  const std::string both = (dir_ / "a.json").string() + " " + (dir_ / "b.json").string();
+  EXPECT_NE(run("python3 " + script() + " " + both + " --out " + (dir_ / "p1").string()), 0);
+  ASSERT_EQ(run("python3 " + script() + " " + both + " --model other-model --out " +
+                (dir_ / "p2").string()),
+            0);
+  EXPECT_TRUE(fs::exists(dir_ / "p2" / "accuracy_vs_length_query-aware_0.1.png"));
 }
 
 }  // namespace

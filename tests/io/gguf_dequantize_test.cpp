@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -128,6 +129,50 @@ TEST(GgufDequantize, HandBuiltQ6KBlock) {
   gguf::dequantize_row(gguf::GgmlType::kQ6_K, b.data(), y, 256);
   // Elements come in groups of 16 with their own scale, in element order.
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.5f * (i / 16 - 8) * -11) << i;
+}
+
+// values_finite (the load-time weight scan) decides from the scales alone; it must agree with
+// dequantizing and testing every value, for random blocks of every type whose scale fields
+// (and, for F16 / BF16 / F32, elements) are random bits, the largest finite half, inf and NaN.
+TEST(GgufDequantize, ValuesFiniteAgreesWithDequantizingEveryValue) {
+  using namespace gguf;
+  std::mt19937 rng(20261201);
+  const uint16_t specials[] = {0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0x0001, 0x0000};
+  int nonfinite_seen = 0, finite_seen = 0;
+  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_0,
+                           GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
+                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const int64_t be = ggml_block_elems(t), bb = ggml_block_bytes(t);
+    const int64_t blocks = be == 1 ? 96 : 3;
+    for (int trial = 0; trial < 400; ++trial) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(blocks * bb));
+      for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+      // Half of the trials put a special half at a random even offset (a scale or an element).
+      if (trial % 2 == 0) {
+        const size_t at = 2 * (rng() % (bytes.size() / 2));
+        const uint16_t h = specials[rng() % 8];
+        bytes[at] = static_cast<uint8_t>(h & 0xFF);
+        bytes[at + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      // The other half make every quantized block's scales finite (random bits are often not).
+      if (trial % 2 == 1 && be > 1) {
+        for (int64_t i = 0; i < blocks; ++i)
+          for (const int64_t off : {int64_t{0}, int64_t{2}, int64_t{208}})
+            if (off + 2 <= bb) bytes[static_cast<size_t>(i * bb + off + 1)] &= 0x3F;
+      }
+      const int64_t n = blocks * be;
+      std::vector<float> y(static_cast<size_t>(n));
+      dequantize(t, bytes.data(), y.data(), n);
+      bool all_finite = true;
+      for (const float v : y) all_finite &= std::isfinite(v);
+      ASSERT_EQ(values_finite(t, bytes.data(), n), all_finite)
+          << ggml_type_name(static_cast<uint32_t>(t)) << " trial " << trial;
+      (all_finite ? finite_seen : nonfinite_seen)++;
+    }
+  }
+  // Both outcomes occur often enough for the agreement to mean something.
+  EXPECT_GT(finite_seen, 500);
+  EXPECT_GT(nonfinite_seen, 500);
 }
 
 TEST(GgufDequantize, RowLengthMustBeWholeBlocks) {

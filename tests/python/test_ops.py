@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kvevict
-from conftest import Framework, assert_close, assert_same_kept, qkv, torch
+from conftest import WANT_CUDA, Framework, assert_close, assert_same_kept, kept_sets, qkv, torch
 
 # (method, extra keyword arguments): every SPEC method, and the aggregations OBCache and
 # DropKV take (SPEC section 2).
@@ -318,3 +318,89 @@ def test_wrong_backend_for_the_device_is_an_error():
         kvevict.score(q.numpy(), k, v)
     qg = q.clone().requires_grad_(True)  # detached for the kernel, no copy
     assert kvevict.score(qg, k, v).shape == (2, 20)
+
+
+def test_appends_past_the_slack_keep_rows_positions_and_the_device_table(fw):
+    """Many appends with a small slack (several re-spacings), batch-major segments of 2 rows
+    x 2 KV heads: every head holds its kept prompt rows then the appended rows in order, the
+    device segment table (torch) stays equal to the host's, and attention over the result equals
+    the masked full reference."""
+    rng = np.random.default_rng(21)
+    hq, hkv, n, d, steps = 8, 4, 33, 64 if fw.is_cuda else 16, 11
+    q, k, v = qkv(rng, hq, hkv, n, 8, d)
+    dtype = "bfloat16" if fw.is_cuda else None
+    kd, vd = fw.put(k, dtype), fw.put(v, dtype)
+    sel = kvevict.select(kvevict.score(fw.put(q, dtype), kd, vd, "dropkv", window=8), 0.4,
+                         policy="adakv", window=8)
+    cache = kvevict.compact(kd, vd, sel, slack=2)
+    new_k = rng.standard_normal((steps, hkv, d)).astype(np.float32)
+    new_v = rng.standard_normal((steps, hkv, d)).astype(np.float32)
+    caps = []
+    for t in range(steps):
+        cache = cache.append(fw.put(new_k[t], dtype), fw.put(new_v[t], dtype), pos=n + t, grow=3)
+        caps.append(cache.capacity)
+        if fw.name != "numpy":
+            ix = cache.device_index()
+            assert (Framework.host(ix.lens64) == cache.lens).all()
+            assert (Framework.host(ix.off) == cache.offsets).all()
+    assert len(set(caps)) > 2  # re-spaced more than once
+    assert (cache.lens == sel.counts() + steps).all()
+    kept = kept_sets(sel)
+    for h in range(hkv):
+        hk, _, hp = (Framework.host(x) for x in cache.head(h))
+        assert hp.tolist() == sorted(kept[h]) + list(range(n, n + steps))
+        assert_close(hk[-steps:], Framework.host(fw.put(new_k[:, h], dtype)), 0, 0, "rows")
+    q1 = rng.standard_normal((hq, 1, d)).astype(np.float32)
+    out = Framework.host(kvevict.attention(fw.put(q1, dtype), cache, [n + steps - 1]))
+    full_k = np.concatenate([Framework.host(kd), Framework.host(fw.put(new_k, dtype)).transpose(
+        1, 0, 2)], 1)
+    full_v = np.concatenate([Framework.host(vd), Framework.host(fw.put(new_v, dtype)).transpose(
+        1, 0, 2)], 1)
+    keep = np.concatenate([Framework.host(sel.mask(n)), np.ones((hkv, steps), bool)], 1)
+    want = masked_attention_reference(Framework.host(fw.put(q1, dtype)), full_k, full_v, keep,
+                                      [n + steps - 1], d ** -0.5)
+    tol = 2e-2 if fw.is_cuda else 1e-5
+    assert_close(out, want, atol=tol, rtol=tol, what="attention after appends past the slack")
+
+
+def test_decode_attention_equals_attention_on_cuda(fw):
+    """kvevict.decode_attention (the flash-decoding kernel, all on the device) == attention over
+    the same compacted cache, for a batch of 3 rows x 2 KV heads with per-head lengths, before
+    and after appends; and it refuses what it does not cover."""
+    if not fw.is_cuda:
+        rng = np.random.default_rng(22)
+        _, k, v = qkv(rng, 4, 2, 10, 8, 16)
+        cache = kvevict.KVCache.from_dense(fw.put(k), fw.put(v))
+        assert not kvevict.ops.decode_attention_supported(fw.put(np.zeros((4, 16), np.float32)),
+                                                          cache)
+        with pytest.raises(ValueError, match="decode_attention needs bfloat16 CUDA"):
+            kvevict.decode_attention(fw.put(np.zeros((4, 16), np.float32)), cache)
+        return
+    rng = np.random.default_rng(22)
+    b, hq, hkv, n, d = 3, 8, 2, 300, 128
+    q, k, v = qkv(rng, b * hq, b * hkv, n, 8, d)
+    qd, kd, vd = (fw.put(x, "bfloat16") for x in (q, k, v))
+    sel = kvevict.select(kvevict.score(qd, kd, vd, "dropkv", window=8), 0.3, policy="adakv",
+                         window=8)
+    cache = kvevict.compact(kd, vd, sel, slack=4)
+    for t in range(6):  # past the slack: re-spaced once
+        q1 = fw.put(rng.standard_normal((b * hq, d)).astype(np.float32), "bfloat16")
+        got = kvevict.decode_attention(q1.view(b, hq, d), cache, batch=b)
+        assert got.shape == (b, hq, d) and got.dtype == torch.bfloat16
+        want = kvevict.attention(q1[:, None], cache, [n + t + 10])[:, 0]
+        assert_close(Framework.host(got).reshape(b * hq, d), Framework.host(want), 2e-2, 2e-2,
+                     f"decode attention, step {t}")
+        rows = [fw.put(rng.standard_normal((b * hkv, d)).astype(np.float32), "bfloat16")
+                for _ in range(2)]
+        cache = cache.append(rows[0], rows[1], pos=n + t, grow=4)
+
+
+@pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
+def test_cuda_nan_check_can_be_left_to_the_caller():
+    rng = np.random.default_rng(23)
+    q, k, v = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in qkv(rng, 4, 2, 40, 8, 64))
+    k[1, 5, 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        kvevict.score(q, k, v, "dropkv")
+    s = kvevict.score(q, k, v, "dropkv", check_finite=False)  # no host synchronization
+    assert bool(torch.isnan(s).any())

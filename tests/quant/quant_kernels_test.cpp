@@ -5,7 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <set>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kvevict/dtype.h"
@@ -24,11 +29,21 @@ const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                               GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
                               GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
-std::string type_name(GgmlType t) { return gguf::ggml_type_name(static_cast<uint32_t>(t)); }
+std::string type_name(GgmlType t) {
+  return gguf::ggml_type_name(static_cast<uint32_t>(t));
+}
 
 std::vector<const Kernels*> all_isas() {
   std::vector<const Kernels*> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2})
+  for (Isa isa : kAllIsas)
+    if (const Kernels* k = kernels_for(isa)) out.push_back(k);
+  return out;
+}
+
+// The SIMD tables this CPU runs (AVX2, AVX-512).
+std::vector<const Kernels*> simd_isas() {
+  std::vector<const Kernels*> out;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512})
     if (const Kernels* k = kernels_for(isa)) out.push_back(k);
   return out;
 }
@@ -113,7 +128,9 @@ std::vector<int64_t> odd_lengths(GgmlType t) {
 }
 
 // Float kernels on F32 / F16 / BF16 weights also take lengths that are not a multiple of 32.
-std::vector<int64_t> float_lengths() { return {1, 3, 7, 17, 79, 1003}; }
+std::vector<int64_t> float_lengths() {
+  return {1, 3, 7, 17, 79, 1003};
+}
 
 TEST(QuantizeA8, ScalarAndSimdAgreeBitwiseAndRoundToNearest) {
   for (const Kernels* k : all_isas()) {
@@ -153,7 +170,8 @@ TEST(QuantDot, EveryTypeAndIsaMatchesTheDoubleReferenceAtOddSizes) {
     for (GgmlType t : kAllTypes) {
       const bool a8 = takes_a8(t);
       for (int64_t n : a8 ? odd_lengths(t) : float_lengths()) {
-        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) + " n=" + std::to_string(n));
+        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) +
+                     " n=" + std::to_string(n));
         const std::vector<uint8_t> w = random_rows(t, 1, n, 1000 + n);
         std::vector<float> wf(n);
         gguf::dequantize(t, w.data(), wf.data(), n);
@@ -186,23 +204,123 @@ TEST(QuantDot, EveryTypeAndIsaMatchesTheDoubleReferenceAtOddSizes) {
   }
 }
 
-TEST(QuantDot, SimdMatchesScalarClosely) {
-  const Kernels* simd = kernels_for(Isa::kAvx2);
-  if (simd == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
+// Every SIMD kernel against the scalar one on the same A8 activations, at odd block counts:
+// both are exact integer block sums scaled in f32, so they differ only by f32 rounding of sums
+// (within 2e-5 of sum |w a|, twice each one's bound to the double reference).
+TEST(QuantDot, SimdMatchesScalarAtOddBlockCounts) {
   const Kernels& sc = scalar_kernels();
-  for (GgmlType t : kAllTypes) {
-    if (!takes_a8(t)) continue;
-    const int64_t n = 5 * std::max<int64_t>(gguf::ggml_block_elems(t), 32);
-    const std::vector<uint8_t> w = random_rows(t, 1, n, 99);
-    std::vector<float> x(n);
-    for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.37f * i) * 2.0f;
-    std::vector<uint8_t> act(a8_row_bytes(n));
-    sc.quantize_a8(x.data(), n, act.data());
-    const A8Row a = a8_row(act.data(), n);
-    const float s = sc.dot_a8[type_index(t)](w.data(), a, n);
-    const float v = simd->dot_a8[type_index(t)](w.data(), a, n);
-    EXPECT_NEAR(v, s, 2e-5 * (std::abs(s) + 1)) << type_name(t);
+  const std::vector<const Kernels*> simd = simd_isas();
+  if (simd.empty()) GTEST_SKIP() << "this CPU runs no SIMD kernels (no AVX2)";
+  for (const Kernels* k : simd) {
+    for (GgmlType t : kAllTypes) {
+      const bool a8 = takes_a8(t);
+      for (int64_t n : a8 ? odd_lengths(t) : float_lengths()) {
+        SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) +
+                     " n=" + std::to_string(n));
+        const std::vector<uint8_t> w = random_rows(t, 1, n, 99 + n);
+        std::vector<float> wf(n), x(n);
+        gguf::dequantize(t, w.data(), wf.data(), n);
+        for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.37f * i) * 2.0f;
+        float s, v;
+        Ref e;
+        if (a8) {
+          std::vector<uint8_t> act(a8_row_bytes(n));
+          sc.quantize_a8(x.data(), n, act.data());
+          const A8Row a = a8_row(act.data(), n);
+          s = sc.dot_a8[type_index(t)](w.data(), a, n);
+          v = k->dot_a8[type_index(t)](w.data(), a, n);
+          const std::vector<float> xa = dequant_a8(act.data(), n);
+          e = ref_dot(wf.data(), xa.data(), n);
+        } else {
+          s = sc.dot_f32[type_index(t)](w.data(), x.data(), n);
+          v = k->dot_f32[type_index(t)](w.data(), x.data(), n);
+          e = ref_dot(wf.data(), x.data(), n);
+        }
+        EXPECT_NEAR(v, s, 2e-5 * e.mag + 1e-30) << "sum|wa| " << e.mag;
+      }
+    }
   }
+}
+
+// Which ISAs this CPU runs, read a second way: the kernel's /proc/cpuinfo flags (it lists the
+// AVX / AVX-512 flags only where it enables their register state). Empty where unreadable.
+std::set<std::string> proc_cpu_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> out;
+    for (std::string w; words >> w;) out.insert(w);
+    return out;
+  }
+  return {};
+}
+
+// The dispatch cannot hide behind the skips below: the AVX-512 kernels are in every x86-64
+// build, the cpuid + XGETBV detection agrees with the kernel's flags, a table is handed out
+// exactly where the CPU runs it, and the default table is the best of them (or the one
+// KVEVICT_QUANT_ISA names).
+TEST(QuantDispatch, PicksEachIsaExactlyWhenTheCpuRunsIt) {
+#if defined(__x86_64__)
+  EXPECT_TRUE(avx512_compiled()) << "the AVX-512 kernels were not compiled into this x86-64 build";
+#endif
+  const std::set<std::string> f = proc_cpu_flags();
+  if (!f.empty()) {
+    auto has = [&](std::initializer_list<const char*> names) {
+      for (const char* n : names)
+        if (f.count(n) == 0) return false;
+      return true;
+    };
+    EXPECT_EQ(cpu_supports(Isa::kAvx2), has({"avx2", "fma", "f16c"}));
+    EXPECT_EQ(cpu_supports(Isa::kAvx512), has({"avx2", "fma", "f16c", "avx512f", "avx512bw",
+                                               "avx512vl", "avx512dq", "avx512_vnni"}));
+  }
+  EXPECT_TRUE(cpu_supports(Isa::kScalar));
+  for (Isa isa : kAllIsas) {
+    const Kernels* k = kernels_for(isa);
+    EXPECT_EQ(k != nullptr, cpu_supports(isa)) << isa_name(isa);
+    if (k != nullptr) EXPECT_EQ(k->isa, isa);
+  }
+  const char* env = std::getenv("KVEVICT_QUANT_ISA");
+  if (env != nullptr && *env != '\0') {
+    EXPECT_STREQ(isa_name(kernels().isa), env);
+  } else {
+    const Isa best = cpu_supports(Isa::kAvx512) ? Isa::kAvx512
+                     : cpu_supports(Isa::kAvx2) ? Isa::kAvx2
+                                                : Isa::kScalar;
+    EXPECT_EQ(kernels().isa, best) << "chose " << isa_name(kernels().isa);
+  }
+}
+
+// One test per SIMD ISA that says plainly when it cannot run here; KVEVICT_EXPECT_ISA=avx512
+// (tools/cpu_isa_check.sh on a machine that has it) turns that skip into a failure.
+void expect_table(Isa isa) {
+  const char* expect = std::getenv("KVEVICT_EXPECT_ISA");
+  const bool required =
+      expect != nullptr && std::string(expect).find(isa_name(isa)) != std::string::npos;
+  const Kernels* k = kernels_for(isa);
+  if (k == nullptr) {
+    ASSERT_FALSE(required) << "KVEVICT_EXPECT_ISA=" << expect << " but this CPU does not run "
+                           << isa_name(isa);
+    GTEST_SKIP() << "this CPU (or its OS) does not run the " << isa_name(isa)
+                 << " kernels: they are not tested here";
+  }
+  EXPECT_NE(k->quantize_a8, nullptr);
+  EXPECT_NE(k->gemm_panel, nullptr);
+  for (GgmlType t : kAllTypes) {
+    if (takes_a8(t))
+      EXPECT_NE(k->dot_a8[type_index(t)], nullptr) << type_name(t);
+    else
+      EXPECT_NE(k->dot_f32[type_index(t)], nullptr) << type_name(t);
+  }
+}
+
+TEST(QuantIsaTable, Avx2IsCompleteWhereItRuns) {
+  expect_table(Isa::kAvx2);
+}
+TEST(QuantIsaTable, Avx512IsCompleteWhereItRuns) {
+  expect_table(Isa::kAvx512);
 }
 
 // The GEMM: packed panels of 1..8 rows against 1..9 tokens, against the double reference.
@@ -212,9 +330,9 @@ TEST(QuantGemm, PanelsMatchTheDoubleReference) {
       if (!gemm_supports(t, *k)) continue;
       const int64_t K = 3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64);
       for (int rows : {1, 7, 8}) {
-        for (int64_t T : {1, 3, 4, 5, 9}) {
-          SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) + " rows=" +
-                       std::to_string(rows) + " T=" + std::to_string(T));
+        for (int64_t T : {1, 3, 4, 5, 9, 17}) {
+          SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) +
+                       " rows=" + std::to_string(rows) + " T=" + std::to_string(T));
           const std::vector<uint8_t> w = random_rows(t, rows, K, 7 + rows);
           const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
           std::vector<float> x(T * K);
@@ -248,22 +366,25 @@ TEST(QuantGemm, PanelsMatchTheDoubleReference) {
 
 // SIMD packing (code decoders + 8 x 8 transpose) writes the same panel bytes as the scalar one.
 TEST(QuantGemm, SimdPackingEqualsScalarPacking) {
-  const Kernels* simd = kernels_for(Isa::kAvx2);
-  if (simd == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
-  for (GgmlType t : kAllTypes) {
-    if (!gemm_supports(t, *simd)) continue;
-    const int64_t K = 3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64) + 32 * (t == GgmlType::kQ4_0);
-    for (int rows : {3, 8}) {
-      const std::vector<uint8_t> w = random_rows(t, rows, K, 3 + rows);
-      const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
-      std::vector<uint8_t> a(panel_bytes(K), 0xAB), b(panel_bytes(K), 0xAB);
-      const PanelView pa = pack_panel(mv, 0, rows, a.data(), *simd);
-      const PanelView pb = pack_panel(mv, 0, rows, b.data(), scalar_kernels());
-      EXPECT_EQ(0, std::memcmp(pa.codes, pb.codes, static_cast<size_t>(K) * kPanelRows)) << type_name(t);
-      const int64_t groups = K / pa.layout.group * kPanelRows;
-      for (int64_t i = 0; i < groups; ++i) {
-        EXPECT_EQ(pa.scale[i], pb.scale[i]) << type_name(t) << " " << i;
-        EXPECT_EQ(pa.min[i], pb.min[i]) << type_name(t) << " " << i;
+  if (simd_isas().empty()) GTEST_SKIP() << "this CPU runs no SIMD kernels (no AVX2)";
+  for (const Kernels* simd : simd_isas()) {
+    for (GgmlType t : kAllTypes) {
+      if (!gemm_supports(t, *simd)) continue;
+      const int64_t K =
+          3 * std::max<int64_t>(gguf::ggml_block_elems(t), 64) + 32 * (t == GgmlType::kQ4_0);
+      for (int rows : {3, 8}) {
+        const std::vector<uint8_t> w = random_rows(t, rows, K, 3 + rows);
+        const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
+        std::vector<uint8_t> a(panel_bytes(K), 0xAB), b(panel_bytes(K), 0xAB);
+        const PanelView pa = pack_panel(mv, 0, rows, a.data(), *simd);
+        const PanelView pb = pack_panel(mv, 0, rows, b.data(), scalar_kernels());
+        EXPECT_EQ(0, std::memcmp(pa.codes, pb.codes, static_cast<size_t>(K) * kPanelRows))
+            << type_name(t);
+        const int64_t groups = K / pa.layout.group * kPanelRows;
+        for (int64_t i = 0; i < groups; ++i) {
+          EXPECT_EQ(pa.scale[i], pb.scale[i]) << type_name(t) << " " << i;
+          EXPECT_EQ(pa.min[i], pb.min[i]) << type_name(t) << " " << i;
+        }
       }
     }
   }

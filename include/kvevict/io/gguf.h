@@ -130,5 +130,10 @@ void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t count);
 void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 // The whole tensor as float32, row-major with shape info.shape.
 HostTensor dequantize(const TensorInfo& info);
+// Whether every value `count` elements (a multiple of the block size) of `type` at `src` would
+// dequantize to is finite, without dequantizing them: a quantized block's values are its f16
+// scales times small integers (at most 65504 * 63 * 32 in magnitude), so they are all finite
+// exactly when the scales are; F16 / BF16 / F32 elements are checked by their exponent bits.
+bool values_finite(GgmlType type, const uint8_t* src, int64_t count);
 
 }  // namespace kvevict::gguf

@@ -181,7 +181,10 @@ class ModelRuntime {
 bool runtime_available(Device device, std::string* why = nullptr);
 
 // Mean kept rows per KV head over the layers prefill eviction compacts (all full-attention
-// layers; sliding-window layers keep their window).
+// layers; sliding-window layers keep their window). rows_of_layer(l): the rows layer l holds
+// (summed over its KV heads), for one session or one row of a batch.
+int64_t kept_rows_per_head(const ModelConfig& config,
+                           const std::function<int64_t(int layer)>& rows_of_layer);
 int64_t kept_rows_per_head(const InferenceSession& session, const ModelConfig& config);
 
 }  // namespace kvevict

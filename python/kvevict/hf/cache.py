@@ -27,6 +27,10 @@ from kvevict.ops import KVCache, Selection
 # attention function (which transformers calls without the cache) finds the layer.
 LAYER_TAG = "_kvevict_layer"
 
+# Decode steps on CUDA through kvevict.decode_attention (True) or the general kvevict.attention
+# (False: the path before it, kept for A/B measurements; benchmarks/python/decode_steps.py).
+FAST_DECODE = True
+
 
 @dataclass
 class EvictConfig:
@@ -121,10 +125,11 @@ class KVEvictLayer(CacheLayerMixin):
             keys = self.keys
         else:
             b, hkv, _, d = key_states.shape
-            for t in range(m):
+            grow = max(1, self.config.slack)
+            for t in range(m):  # one index_copy_ per tensor per token (decode: m = 1)
                 self.compacted = self.compacted.append(
-                    key_states[:, :, t].reshape(b * hkv, d), value_states[:, :, t].reshape(b * hkv, d),
-                    self.seen, grow=max(1, self.config.slack))
+                    key_states[:, :, t].reshape(b * hkv, d),
+                    value_states[:, :, t].reshape(b * hkv, d), self.seen, grow=grow)
                 self.seen += 1
             keys = self.compacted.k
         setattr(keys, LAYER_TAG, self)
@@ -250,6 +255,14 @@ class KVEvictLayer(CacheLayerMixin):
         returns ``[B, m, Hq, d]`` in query's dtype (what transformers' attention functions
         return)."""
         b, hq, m, d = query.shape
+        if (FAST_DECODE and m == 1 and self.config.decode_budget is None and not sliding_window
+                and not softcap and kvevict.ops.decode_attention_supported(query, self.compacted)):
+            # The decode fast path: one flash-decoding launch over all heads of the layer, the
+            # segment table on the device (no host copy, no sync), bf16 out as transformers
+            # wants it ([B, 1, Hq, d]).
+            out = kvevict.ops.decode_attention(query.reshape(b, hq, d), self.compacted,
+                                               scale=scaling, batch=b)
+            return out.view(b, 1, hq, d)
         q = query.reshape(b * hq, m, d)
         q_pos = np.arange(self.seen - m, self.seen, dtype=np.int32)
         kw = dict(scale=scaling, sliding_window=int(sliding_window or 0),

@@ -1,0 +1,227 @@
+// The decode step as a replayed CUDA graph (GpuForward, decode_graph.h) against the same step
+// launched eagerly: the same weights in two contexts, one with graphs and one without, the same
+// prompts and tokens; every step's tokens and every row's logits must be equal bit for bit (the
+// graph holds exactly the eager launches, so any difference is a stale baked-in value). Covers
+// batch 1 and multi-row batches of distinct lengths, gemma3's ring layers past their wrap, prefill
+// and decode-time eviction (in-place cuts between replays), a scratch growth and recording again
+// after a change of shape, greedy decoding with the argmax inside the graph, and the eager
+// fallback switch. Each also checks how often the step was recorded: once per shape.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_testing.h"
+#include "kvevict/decode_evict.h"
+#include "kvevict/model/evict_config.h"
+#include "model_cuda/gpu_forward.h"
+#include "model/tiny_model.h"
+#include "model_cuda/gpu_runtime.h"
+#include "model_cuda/tiny_configs.h"
+
+namespace kvevict {
+namespace {
+
+using testing::tiny_config;
+using testing::tiny_gemma;  // window 37: rings wrap within the tests' steps
+
+std::vector<int32_t> prompt(int64_t n, int vocab, uint64_t seed) {
+  return testing::tokens_for(static_cast<int>(n), vocab, seed);
+}
+
+struct Trace {
+  std::vector<int32_t> tokens;  // [steps, B]
+  std::vector<float> logits;    // [steps, B, V]
+  int64_t evictions = 0;
+};
+
+struct Case {
+  int batch = 1;
+  std::vector<int64_t> lengths;  // distinct prompts of the batch rows
+  int steps = 64;
+  EvictConfig evict;
+  int64_t room = 80;
+  int min_segments = 0;  // GpuSessionOptions::scores_in_attention_min_segments
+};
+
+// answer_batch's loop (argmax, decode the ids) for `steps` steps; every row's logits after each.
+Trace run(const std::shared_ptr<gpu::GpuContext>& ctx, const Case& k) {
+  const ModelConfig& c = ctx->model().config();
+  gpu::GpuSessionOptions go;
+  go.batch = k.batch;
+  go.max_prompt = 2048;
+  go.decode_room = k.room;
+  go.scores_in_attention_min_segments = k.min_segments;
+  gpu::GpuSession s(ctx, go);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < k.lengths.size(); ++i)
+    prompts.push_back(prompt(k.lengths[i], c.vocab_size, 7 + 31 * i));
+  s.prefill_rows(prompts, k.evict);
+  Trace r;
+  for (int step = 0; step < k.steps; ++step) {
+    const std::vector<int32_t> ids = s.argmax();
+    r.tokens.insert(r.tokens.end(), ids.begin(), ids.end());
+    s.decode(ids);
+    for (int b = 0; b < k.batch; ++b) {
+      const std::vector<float> l = s.logits(b);
+      r.logits.insert(r.logits.end(), l.begin(), l.end());
+    }
+  }
+  r.evictions = s.stats().decode_evictions;
+  return r;
+}
+
+struct Pair {
+  std::shared_ptr<gpu::GpuContext> eager, graph;
+};
+
+Pair contexts(const ModelConfig& c, uint64_t seed) {
+  auto model = gpu::GpuModel::random(c, seed);
+  Pair p{std::make_shared<gpu::GpuContext>(model), std::make_shared<gpu::GpuContext>(model)};
+  p.eager->forward().set_decode_graph(false);
+  p.graph->forward().set_decode_graph(true);
+  return p;
+}
+
+void expect_bitwise(const Trace& eager, const Trace& graph, const std::string& what) {
+  ASSERT_EQ(eager.tokens, graph.tokens) << what;
+  ASSERT_EQ(eager.logits.size(), graph.logits.size()) << what;
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < eager.logits.size(); ++i)
+    if (std::memcmp(&eager.logits[i], &graph.logits[i], sizeof(float)) != 0 && differ++ == 0)
+      first = i;
+  EXPECT_EQ(differ, 0u) << what << ": " << differ << " logits differ, the first at " << first
+                        << " (" << eager.logits[first] << " vs " << graph.logits[first] << ")";
+  EXPECT_EQ(eager.evictions, graph.evictions) << what;
+}
+
+int64_t captures(const Pair& p) {
+  return p.graph->forward().decode_graph_stats().captures;
+}
+
+TEST(DecodeGraph, BatchOneEqualsEagerAndRecordsOnce) {
+  KVEVICT_REQUIRE_GPU();
+  const Pair p = contexts(tiny_config(Arch::kLlama), 3);
+  Case k;
+  k.lengths = {100};
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
+  expect_bitwise(e, g, "batch 1");
+  EXPECT_EQ(captures(p), 1);
+  EXPECT_EQ(p.graph->forward().decode_graph_stats().replays, k.steps);
+  EXPECT_EQ(p.eager->forward().decode_graph_stats().replays, 0);
+}
+
+TEST(DecodeGraph, MultiRowBatchOfDistinctLengthsEqualsEager) {
+  KVEVICT_REQUIRE_GPU();
+  const Pair p = contexts(tiny_config(Arch::kQwen2), 5);
+  Case k;
+  k.batch = 5;
+  k.lengths = {37, 300, 129, 64, 211};
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
+  expect_bitwise(e, g, "batch 5");
+  EXPECT_EQ(captures(p), 1);
+}
+
+TEST(DecodeGraph, GemmaRingsPastTheirWrapEqualEager) {
+  KVEVICT_REQUIRE_GPU();
+  const Pair p = contexts(tiny_gemma(), 9);
+  Case k;
+  k.batch = 3;
+  k.lengths = {20, 90, 45};  // row 0's rings fill at step 17 and wrap after
+  k.evict.prefill = PrefillEviction::from_method("dropkv", Budget{0.5});
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
+  expect_bitwise(e, g, "gemma3 rings");
+  EXPECT_EQ(captures(p), 1);
+}
+
+// Decode-time eviction: every scored step replays the graph; the cuts run eagerly between
+// replays and shrink segments in place (lengths only), which the graph reads from the device.
+void check_decode_eviction(const std::string& score, int min_segments) {
+  const Pair p = contexts(tiny_config(Arch::kLlama), 11);
+  Case k;
+  k.batch = 2;
+  k.lengths = {200, 150};
+  k.min_segments = min_segments;
+  k.evict.prefill = PrefillEviction::from_method("dropkv", Budget{0.5});
+  k.evict.decode.enabled = true;
+  k.evict.decode.options.score = decode_score_parse(score);
+  k.evict.decode.options.budget = 60;
+  k.evict.decode.options.slack = 3;
+  k.evict.decode.options.recent = 8;
+  const Trace e = run(p.eager, k), g = run(p.graph, k);
+  const std::string what = score + " min_segments " + std::to_string(min_segments);
+  expect_bitwise(e, g, what);
+  EXPECT_GT(g.evictions, 10) << what;  // cuts every 4 steps on every full layer
+  EXPECT_EQ(captures(p), 1) << what;
+}
+
+TEST(DecodeGraph, DecodeEvictionWithCutsEqualsEager) {
+  KVEVICT_REQUIRE_GPU();
+  check_decode_eviction("dropkv", 0);  // the step scores in a second kernel
+  check_decode_eviction("dropkv", 1);  // inside the attention launch (arrival counters)
+  check_decode_eviction("tova", 1);
+}
+
+// One context serves sessions of other shapes: batch 1, then batch 8 (its decode attention needs
+// 8x the split partials: the step grows the scratch first), then batch 1 again with a longer
+// cache (another split plan). Each is recorded once, and each equals eager.
+TEST(DecodeGraph, ShapeChangesRecordAgainAndScratchGrows) {
+  KVEVICT_REQUIRE_GPU();
+  const Pair p = contexts(tiny_config(Arch::kLlama), 13);
+  Case one;
+  one.lengths = {120};
+  Case eight;
+  eight.batch = 8;
+  eight.lengths = {120, 61, 250, 33, 120, 77, 190, 140};
+  Case longer;
+  longer.lengths = {1500};
+  int64_t want = 0;
+  for (const Case* k : {&one, &eight, &longer, &one}) {
+    const Trace e = run(p.eager, *k), g = run(p.graph, *k);
+    expect_bitwise(e, g, "batch " + std::to_string(k->batch) + " length " +
+                             std::to_string(k->lengths[0]));
+    EXPECT_EQ(captures(p), ++want);
+  }
+  EXPECT_GT(p.graph->forward().decode_graph_stats().updates, 0);  // same topology, new values
+}
+
+// decode_greedy: the argmax feeding each step is the graph's first launch.
+TEST(DecodeGraph, GreedyDeviceLoopEqualsEager) {
+  KVEVICT_REQUIRE_GPU();
+  const Pair p = contexts(tiny_gemma(), 17);
+  std::vector<int32_t> last[2];
+  std::vector<float> logits[2];
+  for (int graph = 0; graph < 2; ++graph) {
+    gpu::GpuSessionOptions go;
+    go.batch = 2;
+    go.max_prompt = 200;
+    go.decode_room = 80;
+    gpu::GpuSession s(graph ? p.graph : p.eager, go);
+    s.prefill_rows({prompt(150, 613, 1), prompt(70, 613, 2)}, EvictConfig::none());
+    last[graph] = s.decode_greedy(70);
+    for (int b = 0; b < 2; ++b) {
+      const std::vector<float> l = s.logits(b);
+      logits[graph].insert(logits[graph].end(), l.begin(), l.end());
+    }
+  }
+  EXPECT_EQ(last[0], last[1]);
+  EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+  EXPECT_EQ(captures(p), 1);
+}
+
+TEST(DecodeGraph, EnvironmentSwitchesToEager) {
+  KVEVICT_REQUIRE_GPU();
+  auto model = gpu::GpuModel::random(tiny_config(Arch::kLlama), 1);
+  ::setenv("KVEVICT_DECODE_GRAPH", "0", 1);
+  gpu::GpuContext off(model);
+  ::unsetenv("KVEVICT_DECODE_GRAPH");
+  gpu::GpuContext on(model);
+  EXPECT_FALSE(off.forward().decode_graph());
+  EXPECT_TRUE(on.forward().decode_graph());
+}
+
+}  // namespace
+}  // namespace kvevict
