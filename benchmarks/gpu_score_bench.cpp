@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernel_variants.h"
 #include "kvevict/cuda/compact.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/cuda/select.h"

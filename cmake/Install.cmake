@@ -66,6 +66,9 @@ foreach(component ${KVEVICT_COMPONENTS})
          FILE ${PROJECT_BINARY_DIR}/kvevict-${component}-targets.cmake)
 endforeach()
 kvevict_install_headers(${KVEVICT_PUBLIC_HEADERS_CORE} ${KVEVICT_PUBLIC_HEADERS_MODEL})
+# The generated one (cmake/Version.cmake), with the core's.
+install(FILES ${KVEVICT_GENERATED_INCLUDE_DIR}/kvevict/version.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvevict COMPONENT kvevict_development)
 if(TARGET kvevict_cuda)
   kvevict_install_headers(${KVEVICT_PUBLIC_HEADERS_CUDA})
 endif()

@@ -23,3 +23,11 @@ function(kvevict_library_version target)
                           SOVERSION ${KVEVICT_SOVERSION})
   endif()
 endfunction()
+
+# include/kvevict/version.h: the version as macros (KVEVICT_VERSION_MAJOR/MINOR/PATCH,
+# KVEVICT_VERSION_STRING, KVEVICT_VERSION), written into the build tree at configure time from
+# include/kvevict/version.h.in and installed with the public headers (cmake/Install.cmake). The
+# kvevict target puts the directory on its users' include path (src/CMakeLists.txt).
+set(KVEVICT_GENERATED_INCLUDE_DIR ${PROJECT_BINARY_DIR}/include)
+configure_file(${PROJECT_SOURCE_DIR}/include/kvevict/version.h.in
+               ${KVEVICT_GENERATED_INCLUDE_DIR}/kvevict/version.h @ONLY)

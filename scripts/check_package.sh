@@ -163,7 +163,27 @@ cc -std=c99 -O1 -Wall -Wextra -Wpedantic -Werror examples/c/evict_layer.c -o "$W
   $(pkg-config --cflags --libs kvevict) -Wl,-rpath,"$LIBDIR"
 "$WORK/evict_layer_pc" >/dev/null && "$WORK/evict_layer_c_pc" >/dev/null ||
   die "the pkg-config builds of the examples failed"
-step "pkg-config kvevict $VERSION: built and ran the C++ and the C example"
+# kvevict/version.h (generated, installed with the headers) and the library agree with the
+# package's version: a consumer compiled against the prefix prints both.
+cat >"$WORK/version.c" <<'EOF'
+#include <stdio.h>
+
+#include "kvevict/kvevict.h"
+#include "kvevict/version.h"
+
+int main(void) {
+  printf("%s %d.%d.%d %s\n", KVEVICT_VERSION_STRING, KVEVICT_VERSION_MAJOR, KVEVICT_VERSION_MINOR,
+         KVEVICT_VERSION_PATCH, kvevict_version());
+  return 0;
+}
+EOF
+# shellcheck disable=SC2046
+cc -std=c99 -Wall -Wextra -Wpedantic -Werror "$WORK/version.c" -o "$WORK/version" \
+  $(pkg-config --cflags --libs kvevict) -Wl,-rpath,"$LIBDIR"
+out="$("$WORK/version")"
+[ "$out" = "$VERSION $VERSION $VERSION" ] ||
+  die "kvevict/version.h and kvevict_version() say '$out'; expected the package's $VERSION"
+step "pkg-config kvevict $VERSION: built and ran the C++ and the C example; version.h says $VERSION"
 
 # --- 4. add_subdirectory / FetchContent ------------------------------------------------------
 # A parent project that sets its own CMAKE_BUILD_TYPE, CMAKE_CUDA_ARCHITECTURES and flags, then

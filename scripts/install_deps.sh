@@ -21,7 +21,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PKGS=(build-essential cmake git python3 python3-pip python3-venv ninja-build ccache
       libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-      libopenblas-dev libomp-dev clang libclang-rt-14-dev pkg-config)
+      libopenblas-dev libomp-dev clang libclang-rt-14-dev pkg-config
+      clang-format clang-tidy)  # the format and lint guards (tools/check_format.sh, check_tidy.sh)
 if [ "$WITH_EVAL" = 1 ]; then PKGS+=(r-cran-janeaustenr wordnet-base); fi
 
 missing=()

@@ -6,6 +6,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
+# Guards first, cheap and before the build: the C++ / CUDA files the last commit changed must be
+# clang-format clean (tools/check_format.sh) and clang-tidy clean (tools/check_tidy.sh, .clang-tidy;
+# it needs only the release preset's compile commands, configured here, nothing compiled).
+scripts/install_deps.sh --eval
+tools/check_format.sh
+tools/check_tidy.sh
 scripts/setup.sh
 # ctest runs tests side by side; idle OpenMP workers must sleep, not spin, or they starve each other.
 export OMP_WAIT_POLICY=PASSIVE

@@ -86,6 +86,11 @@ struct ScoreOptions {
   std::string describe() const;  // one-line, e.g. "dropkv aggregate=window w=8 pool=none"
 };
 
+// The trailing tokens a score's selection protects (SelectOptions::window): its observation
+// window for windowed scores, none for the others (h2o / tova protect nothing beyond sinks;
+// SPEC section 3).
+int observation_window(const ScoreOptions& score);
+
 struct SelectOptions {
   Policy policy = Policy::kUniform;
   Budget budget;

@@ -35,10 +35,8 @@ void evict_options_from_c(const kvevict_evict_options& o, ScoreOptions& score,
   select.budget = Budget{o.budget};
   select.sink = o.sink >= 0 ? o.sink : spec.sink;
   if (o.alpha >= 0) select.alpha = o.alpha;
-  // The tokens selection protects: the observation window of a windowed score, none for the
-  // all-queries and last-query aggregations (the rule of model/evict_config.h observation_window,
-  // which lives in the model library; tests/capi compares the two describe() lines).
-  select.window = score.aggregate == Aggregate::kWindow ? score.window : 0;
+  // The tokens selection protects (kvevict/method.h), as PrefillEviction::make derives it.
+  select.window = observation_window(score);
 }
 
 }  // namespace

@@ -4,10 +4,7 @@
 
 #include "capi/capi_internal.h"
 #include "kvevict/parallel.h"
-
-#ifndef KVEVICT_VERSION_STRING
-#error "KVEVICT_VERSION_STRING must be defined by the build (the project version)"
-#endif
+#include "kvevict/version.h"  // generated from the project version (cmake/Version.cmake)
 
 namespace kvevict::capi {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "kvevict/error.h"
+#include "kvevict/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
       "Methods: DropKV, AdaDropKV, OBCache (v/k/vk), SnapKV, AdaKV, H2O, TOVA, KNorm, KeyDiff, VATP,\n"
       "CriticalKV, StreamingLLM, random. Run `kvevict <command> --help` for each command."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "kvevict 0.1.0");
+  app.set_version_flag("--version", "kvevict " KVEVICT_VERSION_STRING);
   std::map<std::string, kvevict::cli::Runner> runners;
   runners["score"] = kvevict::cli::add_score_command(app);
   runners["analyze"] = kvevict::cli::add_analyze_command(app);

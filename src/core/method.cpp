@@ -227,6 +227,10 @@ int64_t ScoreOptions::queries_needed(int64_t n) const {
   return 0;
 }
 
+int observation_window(const ScoreOptions& score) {
+  return score.aggregate == Aggregate::kWindow ? score.window : 0;
+}
+
 void ScoreOptions::validate() const {
   KVEVICT_CHECK(window >= 0, "window ", window, " is negative; expected >= 0");
   if (needs_queries() && aggregate == Aggregate::kWindow)

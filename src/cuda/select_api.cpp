@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda/common.cuh"
+#include "cuda/kernel_variants.h"
 #include "cuda/launchers.h"
 #include "kvevict/cuda/compact.h"
 #include "kvevict/cuda/select.h"

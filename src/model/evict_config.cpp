@@ -5,10 +5,6 @@
 
 namespace kvevict {
 
-int observation_window(const ScoreOptions& score) {
-  return score.aggregate == Aggregate::kWindow ? score.window : 0;
-}
-
 PrefillEviction PrefillEviction::make(const MethodSpec& spec, const Budget& budget, int question) {
   KVEVICT_CHECK(question >= 0, "question of ", question, " tokens is invalid; expected >= 0");
   PrefillEviction e;

@@ -246,7 +246,7 @@ TEST(CApi, OptionOverridesMatchTheCppOptions) {
   EXPECT_EQ(std::string(kvevict_layer_evictor_describe(ev)),
             LayerEvictor(*cpu, score, select).describe());
 
-  // The all-queries aggregation protects no window (model/evict_config.h observation_window).
+  // The all-queries aggregation protects no window (observation_window, kvevict/method.h).
   kvevict_evict_options_init(&o);
   o.aggregate = "h2o";
   o.window = 8;

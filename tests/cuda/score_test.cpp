@@ -10,6 +10,7 @@
 #include <set>
 
 #include "cuda/cuda_testing.h"
+#include "cuda/kernel_variants.h"
 #include "kvevict/score.h"
 #include "kvevict/score_terms.h"
 #include "score/peaked_problem.h"

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cuda/cuda_testing.h"
+#include "cuda/kernel_variants.h"
 #include "kvevict/cuda/select.h"
 #include "kvevict/select.h"
 

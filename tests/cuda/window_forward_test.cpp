@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cuda/cuda_testing.h"
+#include "cuda/kernel_variants.h"
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
 #include "kvevict/cuda/score.h"

@@ -48,18 +48,7 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
 void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutput& out,
            Workspace ws, Stream stream = nullptr);
 
-// Window blocks of 32-128 rows (forward) and 33-128 rows (scoring pass) run warpgroup-MMA
-// kernels (wgmma, sm_90a builds; head dim 64 or 128) that read each K/V tile from shared memory
-// once per 64 rows; w = 8 at G = 4 (32 rows) runs its forward there and its pass on mma.sync;
-// false forces the mma.sync kernels everywhere: for A/B benchmarks and tests. Results agree to
-// float accumulation order. Process-wide; not for use while other threads launch scores.
-void set_window_wgmma(bool enabled);
-// On bf16 inputs every window term but obcache_vk (and vatp) scores with the key-major pass when
-// the wgmma kernels run (blocks of 33-128 rows): the tensor cores sum the terms over the window
-// rows (weights rounded to bf16, relative error below 2^-9). false sends them to the row-major
-// wgmma pass: for A/B benchmarks and tests. Process-wide, as set_window_wgmma.
-void set_window_keymajor(bool enabled);
-// Whether this build has the wgmma kernels for the current device.
-bool window_wgmma_available();
+// The switches between kernel variants (wgmma / mma.sync, key-major pass) are internal:
+// src/cuda/kernel_variants.h, for benchmarks and tests.
 
 }  // namespace kvevict::cuda

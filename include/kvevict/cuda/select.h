@@ -42,9 +42,4 @@ void select(const TensorView& scores, const TensorView& aux, int64_t n_keep, int
             Policy policy, double alpha, const TensorView& kept, const TensorView& offsets,
             Workspace ws, Stream stream = nullptr);
 
-// The per-head select runs as one cooperative launch when its grid fits on the device at once
-// (docs/GPU_NOTES.md v6), else as six launches. false forces the six-launch path: for A/B
-// benchmarks and as a fallback switch; results are identical either way (tests check both).
-void set_select_single_launch(bool enabled);
-
 }  // namespace kvevict::cuda

@@ -28,10 +28,6 @@ struct PrefillEviction {
   std::string describe() const;
 };
 
-// The trailing tokens a score's selection protects: its observation window for windowed scores,
-// none for the others (h2o / tova protect nothing beyond sinks; SPEC section 3).
-int observation_window(const ScoreOptions& score);
-
 // How decode-time eviction runs, apart from the method and the budget.
 struct DecodeEvictionOptions {
   int64_t slack = 0;  // rows over budget before a cut (0 = every step)

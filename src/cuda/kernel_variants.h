@@ -1,0 +1,29 @@
+// Process-wide switches between the CUDA kernel variants of one operation, for A/B benchmarks
+// and the tests that check every variant against the CPU reference (benchmarks/gpu_score_bench,
+// tests/cuda). Internal: a library user gets the variant the dispatch picks for the device
+// (STYLE: variant switches belong to benches and tests, not to the public headers). Not for use
+// while other threads launch work. Defined next to the kernels they switch.
+#pragma once
+
+namespace kvevict::cuda {
+
+// Window blocks of 32-128 rows (forward) and 33-128 rows (scoring pass) run warpgroup-MMA
+// kernels (wgmma, sm_90a builds; head dim 64 or 128) that read each K/V tile from shared memory
+// once per 64 rows; w = 8 at G = 4 (32 rows) runs its forward there and its pass on mma.sync;
+// false forces the mma.sync kernels everywhere. Results agree to float accumulation order.
+// (src/cuda/window_forward_wgmma.cu)
+void set_window_wgmma(bool enabled);
+// On bf16 inputs every window term but obcache_vk (and vatp) scores with the key-major pass when
+// the wgmma kernels run (blocks of 33-128 rows): the tensor cores sum the terms over the window
+// rows (weights rounded to bf16, relative error below 2^-9). false sends them to the row-major
+// wgmma pass. (src/cuda/score_pass_keymajor.cu)
+void set_window_keymajor(bool enabled);
+// Whether this build has the wgmma kernels for the current device.
+bool window_wgmma_available();
+
+// The per-head select runs as one cooperative launch when its grid fits on the device at once
+// (docs/GPU_NOTES.md v6), else as six launches. false forces the six-launch path (also a
+// fallback switch); results are identical either way (tests check both). (src/cuda/select_api.cpp)
+void set_select_single_launch(bool enabled);
+
+}  // namespace kvevict::cuda
