@@ -98,7 +98,10 @@ void BM_Project(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * T * rows * K);  // multiply-adds
   state.SetLabel(std::string(gguf::ggml_type_name(static_cast<uint32_t>(type))) + " " +
-                 (mode == 0 ? "gemm" : mode == 1 ? "rows" : "sgemm(f32)") + isa_label());
+                 (mode == 0   ? "gemm"
+                  : mode == 1 ? "rows"
+                              : "sgemm(f32)") +
+                 isa_label());
   set_num_threads(0);
 }
 
@@ -128,20 +131,23 @@ void BM_Gemv(benchmark::State& state) {
   set_num_threads(0);
 }
 BENCHMARK(BM_Gemv)
-    ->Args({3, 131072, 576})   // Q4_1: 45 MiB
-    ->Args({8, 65536, 640})    // Q8_0: 42 MiB (Gemma's head is 262144 x 640)
-    ->Args({6, 65536, 1024})   // Q5_0: 44 MiB
+    ->Args({3, 131072, 576})  // Q4_1: 45 MiB
+    ->Args({8, 65536, 640})   // Q8_0: 42 MiB (Gemma's head is 262144 x 640)
+    ->Args({6, 65536, 1024})  // Q5_0: 44 MiB
     ->Unit(benchmark::kMillisecond);
 
 // One decode query (SmolLM2: Hq 9, Hkv 3, d 64) over n cached rows.
 void BM_DecodeAttention(benchmark::State& state) {
   const int64_t n = state.range(0);
-  const DType dt = state.range(1) == 0 ? DType::kF32 : state.range(1) == 1 ? DType::kF16 : DType::kBF16;
+  const DType dt = state.range(1) == 0   ? DType::kF32
+                   : state.range(1) == 1 ? DType::kF16
+                                         : DType::kBF16;
   constexpr int kHq = 9, kHkv = 3, kD = 64;
   set_num_threads(1);
   const std::vector<float> kv = random_floats(kHkv * n * kD, 5);
-  const HostKVCache cache = HostKVCache::from_dense(TensorView(const_cast<float*>(kv.data()), DType::kF32, {kHkv, n, kD}),
-                                                    TensorView(const_cast<float*>(kv.data()), DType::kF32, {kHkv, n, kD}), dt);
+  const HostKVCache cache = HostKVCache::from_dense(
+      TensorView(const_cast<float*>(kv.data()), DType::kF32, {kHkv, n, kD}),
+      TensorView(const_cast<float*>(kv.data()), DType::kF32, {kHkv, n, kD}), dt);
   std::vector<float> q = random_floats(kHq * kD, 6), out(kHq * kD);
   const int32_t qpos = static_cast<int32_t>(n);
   AttentionProblem pb;
@@ -155,7 +161,8 @@ void BM_DecodeAttention(benchmark::State& state) {
     cpu::attention(pb, ao, Workspace{ws.data(), ws.size()});
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * 2 * kHkv * n * kD * static_cast<int64_t>(dtype_size(dt)));
+  state.SetBytesProcessed(state.iterations() * 2 * kHkv * n * kD *
+                          static_cast<int64_t>(dtype_size(dt)));
   state.SetLabel(dtype_name(dt));
   set_num_threads(0);
 }

@@ -75,15 +75,24 @@ Args parse_args(int argc, char** argv) {
           "  --json           one JSON object per line instead of the table\n");
       std::exit(0);
     }
-    if (k == "--n") a.ns = parse_list(next());
-    else if (k == "--w") a.ws = parse_list(next());
-    else if (k == "--method") a.method = method_from_name(next());
-    else if (k == "--dtype") a.dtype = dtype_parse(next());
-    else if (k == "--reps") a.reps = std::stoi(next());
-    else if (k == "--ref-max-n") a.ref_max_n = std::stoll(next());
-    else if (k == "--threads") a.threads = std::stoi(next());
-    else if (k == "--json") a.json = true;
-    else throw std::runtime_error("unknown flag " + k);
+    if (k == "--n")
+      a.ns = parse_list(next());
+    else if (k == "--w")
+      a.ws = parse_list(next());
+    else if (k == "--method")
+      a.method = method_from_name(next());
+    else if (k == "--dtype")
+      a.dtype = dtype_parse(next());
+    else if (k == "--reps")
+      a.reps = std::stoi(next());
+    else if (k == "--ref-max-n")
+      a.ref_max_n = std::stoll(next());
+    else if (k == "--threads")
+      a.threads = std::stoi(next());
+    else if (k == "--json")
+      a.json = true;
+    else
+      throw std::runtime_error("unknown flag " + k);
   }
   return a;
 }
@@ -113,9 +122,9 @@ struct Buffer {
 // converted to float per head (counted in its scratch when the input is bf16).
 struct Materialized {
   size_t scratch_bytes(int64_t n, int64_t w, DType t) const {
-    size_t bytes = static_cast<size_t>(kHq * w * n) * 4      // logits / probabilities
+    size_t bytes = static_cast<size_t>(kHq * w * n) * 4           // logits / probabilities
                    + static_cast<size_t>(kHq * w * (kD + 2)) * 4  // a, lse, ||a||^2
-                   + static_cast<size_t>(kHq * n) * 4;          // per-head sums before the average
+                   + static_cast<size_t>(kHq * n) * 4;  // per-head sums before the average
     if (t == DType::kBF16) bytes += static_cast<size_t>(2 * kHkv * n * kD) * 4;
     return bytes;
   }
@@ -143,7 +152,8 @@ struct Materialized {
       std::vector<float> q(kD), a(kD);
       for (int64_t t = 0; t < w; ++t) {
         const int64_t m = p.q.shape[1];
-        for (int64_t c = 0; c < kD; ++c) q[c] = static_cast<float>(p.q.load(h, m - w + t, c)) * scale;
+        for (int64_t c = 0; c < kD; ++c)
+          q[c] = static_cast<float>(p.q.load(h, m - w + t, c)) * scale;
         float* z = logits.data() + (h * w + t) * n;
         const int64_t visible = n - w + t + 1;
         float zmax = -std::numeric_limits<float>::infinity();
@@ -204,8 +214,8 @@ Timing median_ms(int reps, Fn&& fn) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     const auto t1 = std::chrono::steady_clock::now();
-    runs.push_back({std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                    process_cpu_ms() - c0});
+    runs.push_back(
+        {std::chrono::duration<double, std::milli>(t1 - t0).count(), process_cpu_ms() - c0});
   }
   std::sort(runs.begin(), runs.end(), [](const Timing& a, const Timing& b) { return a.ms < b.ms; });
   return runs[runs.size() / 2];
@@ -277,10 +287,12 @@ int main(int argc, char** argv) {
         Materialized mat;
         std::vector<float> logits(static_cast<size_t>(kHq * w * n));
         std::vector<float> head_sum(static_cast<size_t>(kHq * n));
-        std::vector<float> kv32(args.dtype == DType::kF32 ? 0 : static_cast<size_t>(2 * kHkv * n * kD));
+        std::vector<float> kv32(args.dtype == DType::kF32 ? 0
+                                                          : static_cast<size_t>(2 * kHkv * n * kD));
         std::vector<float> slow(static_cast<size_t>(kHkv * n));
         mat.run(p, w, logits, head_sum, kv32, slow.data());  // warm-up
-        const Timing mat_ms = median_ms(args.reps, [&] { mat.run(p, w, logits, head_sum, kv32, slow.data()); });
+        const Timing mat_ms =
+            median_ms(args.reps, [&] { mat.run(p, w, logits, head_sum, kv32, slow.data()); });
         double top = 0, worst = 0;
         for (float x : slow) top = std::max(top, static_cast<double>(std::abs(x)));
         for (size_t i = 0; i < slow.size(); ++i)
@@ -294,7 +306,8 @@ int main(int argc, char** argv) {
       if (n <= args.ref_max_n) {
         // The reference's own allocations: K and V of a head in double, z and p of a query, and
         // the [Hq, n] / [Hkv, n] accumulators (computed, not measured).
-        const size_t ref_bytes = static_cast<size_t>(2 * n * kD + 2 * n + kHq * n + 3 * kHkv * n) * 8;
+        const size_t ref_bytes =
+            static_cast<size_t>(2 * n * kD + 2 * n + kHq * n + 3 * kHkv * n) * 8;
         const Timing ref_ms = median_ms(1, [&] { ref::score(p, opt); });
         rows.push_back({"reference", n, w, ref_ms, ref_bytes});
       }
@@ -303,11 +316,13 @@ int main(int argc, char** argv) {
           if (r.n != n || r.w != w) continue;
           const double kv_bytes = 2.0 * kHkv * n * kD * dtype_size(args.dtype);
           const double flops = 6.0 * kHq * w * n * kD;
-          std::printf("%-13s n=%-7lld w=%-3lld %10.2f ms (cpu %10.2f ms)  scratch %12zu B  "
-                      "%7.2f GB/s  %7.2f GFLOP/s",
-                      r.impl.c_str(), (long long)n, (long long)w, r.t.ms, r.t.cpu_ms, r.scratch,
-                      kv_bytes / r.t.ms / 1e6, flops / r.t.ms / 1e6);
-          if (r.max_rel_diff >= 0) std::printf("  max|cpu-materialized|/max = %.2e", r.max_rel_diff);
+          std::printf(
+              "%-13s n=%-7lld w=%-3lld %10.2f ms (cpu %10.2f ms)  scratch %12zu B  "
+              "%7.2f GB/s  %7.2f GFLOP/s",
+              r.impl.c_str(), (long long)n, (long long)w, r.t.ms, r.t.cpu_ms, r.scratch,
+              kv_bytes / r.t.ms / 1e6, flops / r.t.ms / 1e6);
+          if (r.max_rel_diff >= 0)
+            std::printf("  max|cpu-materialized|/max = %.2e", r.max_rel_diff);
           std::printf("\n");
         }
         std::fflush(stdout);
@@ -315,19 +330,21 @@ int main(int argc, char** argv) {
     }
   }
   if (args.json) {
-    std::printf("{\"cpu\": \"%s\", \"threads\": %d, \"hq\": %lld, \"hkv\": %lld, \"d\": %lld, "
-                "\"method\": \"%s\", \"dtype\": \"%s\", \"results\": [",
-                cpu_name, num_threads(), (long long)kHq, (long long)kHkv, (long long)kD,
-                method_name(args.method), dtype_name(args.dtype));
+    std::printf(
+        "{\"cpu\": \"%s\", \"threads\": %d, \"hq\": %lld, \"hkv\": %lld, \"d\": %lld, "
+        "\"method\": \"%s\", \"dtype\": \"%s\", \"results\": [",
+        cpu_name, num_threads(), (long long)kHq, (long long)kHkv, (long long)kD,
+        method_name(args.method), dtype_name(args.dtype));
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       const double kv_bytes = 2.0 * kHkv * r.n * kD * dtype_size(args.dtype);
       const double flops = 6.0 * kHq * r.w * r.n * kD;
-      std::printf("%s\n  {\"impl\": \"%s\", \"n\": %lld, \"w\": %lld, \"ms\": %.3f, "
-                  "\"cpu_ms\": %.3f, \"scratch_bytes\": %zu, \"gbps\": %.3f, \"gflops\": %.3f, "
-                  "\"max_rel_diff\": %.3e}",
-                  i ? "," : "", r.impl.c_str(), (long long)r.n, (long long)r.w, r.t.ms, r.t.cpu_ms,
-                  r.scratch, kv_bytes / r.t.ms / 1e6, flops / r.t.ms / 1e6, r.max_rel_diff);
+      std::printf(
+          "%s\n  {\"impl\": \"%s\", \"n\": %lld, \"w\": %lld, \"ms\": %.3f, "
+          "\"cpu_ms\": %.3f, \"scratch_bytes\": %zu, \"gbps\": %.3f, \"gflops\": %.3f, "
+          "\"max_rel_diff\": %.3e}",
+          i ? "," : "", r.impl.c_str(), (long long)r.n, (long long)r.w, r.t.ms, r.t.cpu_ms,
+          r.scratch, kv_bytes / r.t.ms / 1e6, flops / r.t.ms / 1e6, r.max_rel_diff);
     }
     std::printf("\n]}\n");
   }

@@ -14,8 +14,8 @@
 //      step reads over the measured device copy bandwidth.
 //   --decode-ab: only decode, at --prompt-tokens of context for each --batches value, with the
 //      decode step eager and as a replayed CUDA graph (same prompts, same session shape), both as
-//      decode_greedy (a device loop) and as answer_batch's loop (argmax to the host, decode the ids:
-//      a synchronization every step); says whether both produced the same tokens. --model FILE
+//      decode_greedy (a device loop) and as answer_batch's loop (argmax to the host, decode the
+//      ids: a synchronization every step); says whether both produced the same tokens. --model FILE
 //      runs a real GGUF checkpoint instead of random weights of the preset.
 // Prints a table; --json FILE writes every number. Device times come from CUDA events; TTFT is
 // host wall time around the whole call.
@@ -57,13 +57,13 @@ struct Args {
   bool b1 = true;            // also decode one sequence (latency) for each cache
   std::string decode_score;  // empty = no decode-time eviction
   int64_t decode_slack = 16;
-  bool fused_scores = true;  // --unfused-scores: the step scores re-read K and V
+  bool fused_scores = true;         // --unfused-scores: the step scores re-read K and V
   bool scores_in_attention = true;  // --separate-scores: a second kernel after the attention
   int fuse_min_segments = 0;        // --fuse-min-segments N (0: the SM count; 1: always fuse)
   int distinct = 8;                 // distinct prompts in a decode batch
   std::string json;
-  std::string model_file;           // --model: a GGUF checkpoint instead of random weights
-  bool decode_ab = false;           // --decode-ab: only the graph / eager decode comparison
+  std::string model_file;  // --model: a GGUF checkpoint instead of random weights
+  bool decode_ab = false;  // --decode-ab: only the graph / eager decode comparison
   std::vector<int64_t> batches = {1, 15, 64};
   int64_t prompt_tokens = 256;
 };
@@ -110,13 +110,15 @@ Args parse(int argc, char** argv) {
           "  --decode-score S       also run decode-time eviction with score S\n"
           "  --decode-slack N       rows over budget before a decode-time cut (default 16)\n"
           "  --distinct N           distinct prompts in a decode batch (default 8)\n"
-          "  --unfused-scores       decode scores recompute q.k instead of reading exported logits\n"
+          "  --unfused-scores       decode scores recompute q.k instead of reading exported "
+          "logits\n"
           "  --separate-scores      decode scores in a kernel after the attention, not inside it\n"
           "  --fuse-min-segments N  fuse the scores into the attention from N KV-head segments\n"
           "                         (B x Hkv; default 0 = the SM count, 1 = always)\n"
           "  --json FILE            write every number as JSON\n"
           "  --model FILE           a GGUF checkpoint instead of random weights of the preset\n"
-          "  --decode-ab            only decode: eager vs CUDA-graph steps at each --batches value\n"
+          "  --decode-ab            only decode: eager vs CUDA-graph steps at each --batches "
+          "value\n"
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
           "  --prompt-tokens N      context of --decode-ab (default 256)\n");
       std::exit(0);
@@ -265,8 +267,8 @@ void decode_ab(const Args& a, const std::shared_ptr<const gpu::GpuModel>& model,
     for (int graph = 0; graph < 2; ++graph) {
       const char* name = graph ? "graph" : "eager";
       std::printf("%-6lld %-6s %14.3f %14.1f %14.3f %14.1f %12lld\n", static_cast<long long>(B),
-                  name, ms[graph][0], 1e3 * B / ms[graph][0], ms[graph][1],
-                  1e3 * B / ms[graph][1], graph ? static_cast<long long>(captures) : 0LL);
+                  name, ms[graph][0], 1e3 * B / ms[graph][0], ms[graph][1], 1e3 * B / ms[graph][1],
+                  graph ? static_cast<long long>(captures) : 0LL);
       nlohmann::json j;
       j["batch"] = B;
       j["step"] = name;
@@ -529,18 +531,22 @@ int main(int argc, char** argv) {
         std::printf("%-12s cut every step %.3f ms, no cut %.3f ms: %.2fx (target <= 1.3x)\n",
                     name.c_str(), cut, nocut, cut / nocut);
         std::fflush(stdout);
-        out["cut_cost"].push_back({{"cache", name}, {"batch", B}, {"cut_step_ms", cut},
-                                   {"no_cut_step_ms", nocut}, {"ratio", cut / nocut}});
+        out["cut_cost"].push_back({{"cache", name},
+                                   {"batch", B},
+                                   {"cut_step_ms", cut},
+                                   {"no_cut_step_ms", nocut},
+                                   {"ratio", cut / nocut}});
       }
     }
     // --- 3. one sequence (B = 1): per-token latency of each cache ------------------------------
     if (a.b1) {
       const double bw = copy_bandwidth();
       out["copy_bandwidth_bytes_per_s"] = bw;
-      std::printf("\ndecode B = 1 at context %lld; floor = (weights + KV bytes) / %.2f TB/s "
-                  "(device copy, read + write)\n%-12s %10s %12s %12s %10s %8s\n",
-                  static_cast<long long>(Ld), bw / 1e12, "cache", "tok/head", "ms/token",
-                  "tokens/s", "floor ms", "floor %");
+      std::printf(
+          "\ndecode B = 1 at context %lld; floor = (weights + KV bytes) / %.2f TB/s "
+          "(device copy, read + write)\n%-12s %10s %12s %12s %10s %8s\n",
+          static_cast<long long>(Ld), bw / 1e12, "cache", "tok/head", "ms/token", "tokens/s",
+          "floor ms", "floor %");
       for (double b : budgets) {
         const bool full = b >= 1.0;
         gpu::GpuSessionOptions go;

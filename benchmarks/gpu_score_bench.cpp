@@ -29,14 +29,14 @@ namespace {
 
 using namespace kvevict;
 
-#define BENCH_CUDA(call)                                                                       \
-  do {                                                                                         \
-    const cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #call,                 \
-                   cudaGetErrorString(e_));                                                    \
-      std::exit(1);                                                                            \
-    }                                                                                          \
+#define BENCH_CUDA(call)                                                       \
+  do {                                                                         \
+    const cudaError_t e_ = (call);                                             \
+    if (e_ != cudaSuccess) {                                                   \
+      std::fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(e_));                                    \
+      std::exit(1);                                                            \
+    }                                                                          \
   } while (0)
 
 struct Timer {
@@ -79,7 +79,9 @@ void fill_random_bf16(uint16_t* dev, size_t count, uint64_t seed, float scale) {
   for (size_t done = 0; done < count;) {
     const size_t chunk = std::min(host.size(), count - done);
     for (size_t i = 0; i < chunk; ++i) {
-      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
       const float u1 = static_cast<float>(x & 0xffffff) / 16777216.0f;
       const float u2 = static_cast<float>((x >> 24) & 0xffffff) / 16777216.0f;
       host[i] = float_to_bf16((u1 + u2 - 1.0f) * 2.45f * scale);
@@ -100,10 +102,10 @@ double copy_gbps = 0;  // bytes read + written per second / 1e9
 
 void report(const Result& r) {
   results.push_back(r);
-  std::printf("%-48s %9.4f ms  floor %8.4f ms  x%5.2f  scratch %8.2f MiB%s\n", r.name.c_str(),
-              r.ms, r.floor_ms, r.floor_ms > 0 ? r.ms / r.floor_ms : 0.0,
-              r.scratch / 1048576.0,
-              r.target_ms > 0 ? (r.ms <= r.target_ms ? "  (target met)" : "  (TARGET MISSED)") : "");
+  std::printf(
+      "%-48s %9.4f ms  floor %8.4f ms  x%5.2f  scratch %8.2f MiB%s\n", r.name.c_str(), r.ms,
+      r.floor_ms, r.floor_ms > 0 ? r.ms / r.floor_ms : 0.0, r.scratch / 1048576.0,
+      r.target_ms > 0 ? (r.ms <= r.target_ms ? "  (target met)" : "  (TARGET MISSED)") : "");
   std::fflush(stdout);
 }
 
@@ -122,7 +124,10 @@ struct Layer {
     fill_random_bf16(v, static_cast<size_t>(hkv) * n * d, seed + 2, 1.0f);
   }
   void release() {
-    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(scores);
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(scores);
   }
   double kv_bytes() const { return 2.0 * hkv * n * d * 2; }
 };
@@ -270,13 +275,15 @@ void bench_select_compact(Layer& L, const char* model, double budget, int reps) 
                   budget * 100, static_cast<long long>(L.n / 1024));
     r.name = name;
     r.scratch = bytes;
-    r.ms = median_ms(reps, [&] {
-      cuda::select(s, s, keep, 0, 8, Policy::kUniform, 0.2, tflat, toff, gws);
-    });
+    r.ms = median_ms(
+        reps, [&] { cuda::select(s, s, keep, 0, 8, Policy::kUniform, 0.2, tflat, toff, gws); });
     report(r);
     cudaFree(off);
   }
-  cudaFree(kept); cudaFree(pos); cudaFree(ok); cudaFree(ov);
+  cudaFree(kept);
+  cudaFree(pos);
+  cudaFree(ok);
+  cudaFree(ov);
 }
 
 // h2o over the whole prompt (all n queries): the causal LSE pass, then the key-stationary column
@@ -302,7 +309,8 @@ void bench_h2o(const char* model, int hq, int hkv, int64_t n, int reps) {
   r.scratch = bytes;
   report(r);
   const double flop = 2.0 * 2.0 * hq * (double(n) * n / 2) * L.d;  // QK in both passes
-  std::printf("    (%.1f TFLOP/s counting QK of both causal passes)\n", flop / (r.ms * 1e-3) / 1e12);
+  std::printf("    (%.1f TFLOP/s counting QK of both causal passes)\n",
+              flop / (r.ms * 1e-3) / 1e12);
   L.release();
 }
 
@@ -354,7 +362,8 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMalloc(&a, bytes));
       BENCH_CUDA(cudaMalloc(&b, bytes));
       BENCH_CUDA(cudaMemset(a, 1, bytes));
-      const double ms = median_ms(20, [&] { BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
+      const double ms = median_ms(
+          20, [&] { BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
       copy_gbps = 2.0 * bytes / (ms * 1e-3) / 1e9;
       std::printf("d2d copy 1 GiB: %.4f ms, %.0f GB/s (read + write)\n", ms, copy_gbps);
       cudaFree(a);
@@ -383,7 +392,10 @@ int main(int argc, char** argv) {
     bench_h2o("llama3.1-8b", 32, 8, 32768, 5);
     const std::vector<int64_t> ns = quick ? std::vector<int64_t>{4096, 131072}
                                           : std::vector<int64_t>{4096, 32768, 131072, 524288};
-    struct Model { const char* name; int hq, hkv; };
+    struct Model {
+      const char* name;
+      int hq, hkv;
+    };
     const Model models[] = {{"llama3.1-8b", 32, 8}, {"qwen2.5-7b", 28, 4}};
     for (const Model& md : models) {
       for (int64_t n : ns) {
@@ -393,7 +405,8 @@ int main(int argc, char** argv) {
         const bool llama = md.hq == 32;
         bench_score(L, md.name, Method::kDropKV, 8, false, reps, llama && n == 131072 ? 0.30 : 0);
         bench_score(L, md.name, Method::kDropKV, 32, false, reps, llama && n == 131072 ? 0.40 : 0);
-        bench_score(L, md.name, Method::kObcacheVK, 16, true, reps, llama && n == 131072 ? 0.35 : 0);
+        bench_score(L, md.name, Method::kObcacheVK, 16, true, reps,
+                    llama && n == 131072 ? 0.35 : 0);
         if (n == 131072) {
           bench_forward(L, md.name, 8, reps);
           bench_forward(L, md.name, 32, reps);
@@ -420,11 +433,14 @@ int main(int argc, char** argv) {
     if (!json.empty()) {
       FILE* f = std::fopen(json.c_str(), "w");
       if (f) {
-        std::fprintf(f, "{\"device\": \"%s\", \"copy_gbps\": %.1f, \"results\": [\n", info.name, copy_gbps);
+        std::fprintf(f, "{\"device\": \"%s\", \"copy_gbps\": %.1f, \"results\": [\n", info.name,
+                     copy_gbps);
         for (size_t i = 0; i < results.size(); ++i)
-          std::fprintf(f, "  {\"name\": \"%s\", \"ms\": %.5f, \"floor_ms\": %.5f, \"scratch_bytes\": %zu}%s\n",
-                       results[i].name.c_str(), results[i].ms, results[i].floor_ms,
-                       results[i].scratch, i + 1 < results.size() ? "," : "");
+          std::fprintf(
+              f,
+              "  {\"name\": \"%s\", \"ms\": %.5f, \"floor_ms\": %.5f, \"scratch_bytes\": %zu}%s\n",
+              results[i].name.c_str(), results[i].ms, results[i].floor_ms, results[i].scratch,
+              i + 1 < results.size() ? "," : "");
         std::fprintf(f, "]}\n");
         std::fclose(f);
       }

@@ -2,7 +2,8 @@
 // the GGUF files in the model dir. Any byte string must encode to ids in [0, vocab) (or throw
 // kvevict::Error) and decode without crashing; valid UTF-8 must round-trip exactly through
 // decode(encode(s)), less the bytes the vocabulary has no token for and with SentencePiece's
-// space mark U+2581 read as a space. Without the models every input is a no-op (one note at start-up).
+// space mark U+2581 read as a space. Without the models every input is a no-op (one note at
+// start-up).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     return fail("kvevict_layer_evictor_create", st);
   printf("%s\n", kvevict_layer_evictor_describe(ev));
 
-  qt = tensor3(q, HQ, W, D); /* [Hq, w, d] the last w queries after RoPE */
+  qt = tensor3(q, HQ, W, D);  /* [Hq, w, d] the last w queries after RoPE */
   kt = tensor3(k, HKV, N, D); /* [Hkv, n, d] */
   vt = tensor3(v, HKV, N, D);
   if ((st = kvevict_layer_evictor_plan(ev, &qt, &kt, &vt, NULL, 0.0f, KVEVICT_RESIDENCY_HOST,

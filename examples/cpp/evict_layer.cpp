@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     p.q = TensorView(q.data(), DType::kF32, {hq, w, d});   // [Hq, w, d] last queries after RoPE
     p.k = TensorView(k.data(), DType::kF32, {hkv, n, d});  // [Hkv, n, d] keys after RoPE
     p.v = TensorView(v.data(), DType::kF32, {hkv, n, d});  // [Hkv, n, d] values
-    kvevict::Selection kept = ev.plan(p);  // per-head kept rows, sorted
+    kvevict::Selection kept = ev.plan(p);                  // per-head kept rows, sorted
 
     // The full cache, and a smaller one sized for the selection (cache_plan_offsets).
     kvevict::HostKVCache full = kvevict::HostKVCache::from_dense(p.k, p.v, DType::kF16);

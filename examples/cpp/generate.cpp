@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
     const int max_new = 8;
     auto s = rt->session(static_cast<int64_t>(prompt.size()) + max_new);
     kvevict::EvictConfig evict;
-    evict.prefill = kvevict::PrefillEviction::make(kvevict::method_parse("dropkv"),
-                                                   kvevict::Budget{0.5});
+    evict.prefill =
+        kvevict::PrefillEviction::make(kvevict::method_parse("dropkv"), kvevict::Budget{0.5});
     s->prefill(prompt, evict);
     kvevict::Sampler greedy;
     const kvevict::GenerateResult out = s->generate(max_new, greedy);

@@ -37,9 +37,7 @@ struct KVLayerView {
   int32_t* device_lens = nullptr;     // device [Hkv]
   int64_t rows = -1;                  // allocated rows when `offsets` is null
 
-  int64_t capacity_rows() const {
-    return offsets ? offsets[num_kv_heads] : (rows < 0 ? 0 : rows);
-  }
+  int64_t capacity_rows() const { return offsets ? offsets[num_kv_heads] : (rows < 0 ? 0 : rows); }
   bool has_host_table() const { return offsets != nullptr && lens != nullptr; }
   bool has_device_table() const { return device_offsets != nullptr && device_lens != nullptr; }
   int64_t len(int h) const { return lens[h]; }

@@ -39,8 +39,8 @@ inline float half_to_float(uint16_t h) {
   const float normalized = detail::bits_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
   // Subnormal: the mantissa as the low bits of 0.5's float, minus 0.5.
   const float denormalized = detail::bits_float((two_w >> 17) | (126u << 23)) - 0.5f;
-  const uint32_t mag = two_w < (1u << 27) ? detail::float_bits(denormalized)
-                                          : detail::float_bits(normalized);
+  const uint32_t mag =
+      two_w < (1u << 27) ? detail::float_bits(denormalized) : detail::float_bits(normalized);
   return detail::bits_float(sign | mag);
 }
 
@@ -83,7 +83,11 @@ void bf16_to_float_n(const uint16_t* src, float* dst, int64_t n);
 void float_to_bf16_n(const float* src, uint16_t* dst, int64_t n);
 
 // Rounds a float through bf16 / f16, as a device would store it (for references and tests).
-inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
-inline float round_half(float f) { return half_to_float(float_to_half(f)); }
+inline float round_bf16(float f) {
+  return bf16_to_float(float_to_bf16(f));
+}
+inline float round_half(float f) {
+  return half_to_float(float_to_half(f));
+}
 
 }  // namespace kvevict

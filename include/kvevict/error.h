@@ -38,9 +38,10 @@ template <class... Args>
 
 }  // namespace kvevict
 
-// KVEVICT_CHECK(cond, "budget ", b, " is out of range; expected 0 < budget <= n") throws with that text.
-#define KVEVICT_CHECK(cond, ...)                                       \
-  do {                                                                 \
+// KVEVICT_CHECK(cond, "budget ", b, " is out of range; expected 0 < budget <= n") throws with that
+// text.
+#define KVEVICT_CHECK(cond, ...)                                                  \
+  do {                                                                            \
     if (!(cond)) ::kvevict::detail::throw_error(__FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 

@@ -97,8 +97,8 @@ typedef enum kvevict_device { KVEVICT_DEVICE_CPU = 0, KVEVICT_DEVICE_CUDA = 1 } 
 
 /* Where a selection's arrays may stay (kvevict_layer_evictor_plan). */
 typedef enum kvevict_residency {
-  KVEVICT_RESIDENCY_HOST = 0,   /* in host memory (a device backend waits for them) */
-  KVEVICT_RESIDENCY_DEVICE = 1  /* a device backend may leave them in device memory */
+  KVEVICT_RESIDENCY_HOST = 0,  /* in host memory (a device backend waits for them) */
+  KVEVICT_RESIDENCY_DEVICE = 1 /* a device backend may leave them in device memory */
 } kvevict_residency;
 
 /* A view of caller memory. strides are in elements, not bytes; all zero means row-major
@@ -197,11 +197,11 @@ KVEVICT_C_API kvevict_status kvevict_backend_plan_segments(kvevict_backend* back
 /* ---- LayerEvictor: one-shot eviction of a layer (SPEC sections 2-4) ---------------------- */
 
 typedef struct kvevict_evict_options {
-  uint32_t struct_size;  /* sizeof(kvevict_evict_options), set by kvevict_evict_options_init */
-  const char* method;    /* "dropkv" (init), "adadropkv", "obcache_v", "obcache_k", "obcache_vk",
-                            "snapkv", "adakv", "h2o", "tova", "knorm", "keydiff", "vatp",
-                            "criticalkv", "streamingllm", "random": sets the SPEC defaults */
-  double budget;         /* <= 1: the kept fraction; > 1: a token count (integer). 0.1 by init */
+  uint32_t struct_size; /* sizeof(kvevict_evict_options), set by kvevict_evict_options_init */
+  const char* method;   /* "dropkv" (init), "adadropkv", "obcache_v", "obcache_k", "obcache_vk",
+                           "snapkv", "adakv", "h2o", "tova", "knorm", "keydiff", "vatp",
+                           "criticalkv", "streamingllm", "random": sets the SPEC defaults */
+  double budget;        /* <= 1: the kept fraction; > 1: a token count (integer). 0.1 by init */
   /* Overrides of the method's defaults; the values init sets keep them. */
   const char* policy;    /* NULL, or "uniform" | "adakv" */
   const char* aggregate; /* NULL, or "window" | "h2o" | "tova" (window, all or last queries) */
@@ -232,10 +232,12 @@ KVEVICT_C_API const char* kvevict_layer_evictor_describe(const kvevict_layer_evi
  *   wo [D, Hq * d] the output projection (criticalkv only; else NULL)
  * f32, f16, bf16 (f64 on host backends); `scale` 0 = the options' scale. *out is a new selection
  * (host arrays, or with KVEVICT_RESIDENCY_DEVICE possibly device arrays). */
-KVEVICT_C_API kvevict_status kvevict_layer_evictor_plan(
-    kvevict_layer_evictor* evictor, const kvevict_tensor* q, const kvevict_tensor* k,
-    const kvevict_tensor* v, const kvevict_tensor* wo, float scale, int32_t residency,
-    kvevict_selection** out);
+KVEVICT_C_API kvevict_status kvevict_layer_evictor_plan(kvevict_layer_evictor* evictor,
+                                                        const kvevict_tensor* q,
+                                                        const kvevict_tensor* k,
+                                                        const kvevict_tensor* v,
+                                                        const kvevict_tensor* wo, float scale,
+                                                        int32_t residency, kvevict_selection** out);
 /* Copies the kept rows (k, v, pos, and score_acc when both have it) of `in` into `out`, whose
  * segments the caller sized (kvevict_selection_plan_offsets or kvevict_backend_plan_segments),
  * and sets out's lens. Out of place: the memory of `in` can then be freed. */
@@ -245,8 +247,8 @@ KVEVICT_C_API kvevict_status kvevict_layer_evictor_apply(kvevict_layer_evictor* 
                                                          const kvevict_kv_layer* out);
 /* The [Hkv, n] f32 scores of the last plan (on the backend's device; owned by the evictor and
  * overwritten by the next plan). Fails before the first plan. */
-KVEVICT_C_API kvevict_status kvevict_layer_evictor_last_scores(
-    const kvevict_layer_evictor* evictor, kvevict_tensor* scores);
+KVEVICT_C_API kvevict_status kvevict_layer_evictor_last_scores(const kvevict_layer_evictor* evictor,
+                                                               kvevict_tensor* scores);
 
 /* ---- DecodeEvictor: decode-time eviction (SPEC section 5) -------------------------------- */
 
@@ -275,26 +277,23 @@ KVEVICT_C_API kvevict_status kvevict_decode_evictor_create(kvevict_backend* back
                                                            kvevict_decode_evictor** out);
 KVEVICT_C_API void kvevict_decode_evictor_destroy(kvevict_decode_evictor* evictor);
 /* budget + slack + 1; -1 for NULL. */
-KVEVICT_C_API int64_t kvevict_decode_evictor_capacity_per_head(
-    const kvevict_decode_evictor* evictor);
+KVEVICT_C_API int64_t
+kvevict_decode_evictor_capacity_per_head(const kvevict_decode_evictor* evictor);
 /* Adds (tova: writes) the step's per-row score to cache->score_acc over every head's rows.
  * q [Hq, d] the step's query after RoPE, a [Hq, d] its attention output over the current cache,
  * lse [Hq] its log-sum-exp: host f32. Host caches. */
 KVEVICT_C_API kvevict_status kvevict_decode_evictor_accumulate(
-    const kvevict_decode_evictor* evictor, const kvevict_kv_layer* cache,
-    const kvevict_tensor* q, const kvevict_tensor* a, const kvevict_tensor* lse);
+    const kvevict_decode_evictor* evictor, const kvevict_kv_layer* cache, const kvevict_tensor* q,
+    const kvevict_tensor* a, const kvevict_tensor* lse);
 /* Cuts every head longer than budget + slack down to the budget, in place on the backend;
  * *evicted (may be NULL) receives the rows removed. */
 KVEVICT_C_API kvevict_status kvevict_decode_evictor_evict(const kvevict_decode_evictor* evictor,
                                                           const kvevict_kv_layer* cache,
                                                           int64_t* evicted);
 /* accumulate() then evict(). */
-KVEVICT_C_API kvevict_status kvevict_decode_evictor_step(const kvevict_decode_evictor* evictor,
-                                                         const kvevict_kv_layer* cache,
-                                                         const kvevict_tensor* q,
-                                                         const kvevict_tensor* a,
-                                                         const kvevict_tensor* lse,
-                                                         int64_t* evicted);
+KVEVICT_C_API kvevict_status kvevict_decode_evictor_step(
+    const kvevict_decode_evictor* evictor, const kvevict_kv_layer* cache, const kvevict_tensor* q,
+    const kvevict_tensor* a, const kvevict_tensor* lse, int64_t* evicted);
 
 #ifdef __cplusplus
 } /* extern "C" */

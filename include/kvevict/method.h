@@ -39,7 +39,7 @@ enum class PoolKind : uint8_t { kNone, kMax, kAvg };
 // SnapKV and kvpress use). Applied to the per-KV-head score, after the group average.
 struct Pooling {
   PoolKind kind = PoolKind::kNone;
-  int kernel = 1;  // odd, >= 1
+  int kernel = 1;                              // odd, >= 1
   static Pooling parse(const std::string& s);  // "none", "max:7", "avg:5"
   std::string str() const;
 };
@@ -69,11 +69,11 @@ struct ScoreOptions {
   // last tokens selection protects.
   int window = 8;
   Pooling pooling;
-  bool h2o_normalize = false;       // divide column sums by the number of queries that see j
-  double one_minus_p_floor = 1e-12; // clamp of 1 - p (dropkv)
-  double criticalkv_eps = 1e-4;     // (snapkv + eps) * ||W_o v||_1
-  uint64_t seed = 0;                // random
-  float scale = 0.0f;               // logit scale; 0 means 1/sqrt(d)
+  bool h2o_normalize = false;        // divide column sums by the number of queries that see j
+  double one_minus_p_floor = 1e-12;  // clamp of 1 - p (dropkv)
+  double criticalkv_eps = 1e-4;      // (snapkv + eps) * ||W_o v||_1
+  uint64_t seed = 0;                 // random
+  float scale = 0.0f;                // logit scale; 0 means 1/sqrt(d)
 
   // The SPEC defaults for a method: dropkv w=8; snapkv/vatp/criticalkv w=32 max:7;
   // obcache_* w=16 max:7; h2o all queries; tova last query; others no queries.
@@ -82,7 +82,7 @@ struct ScoreOptions {
   bool needs_queries() const;
   // How many trailing queries the score reads: window, 1 (tova), or n (h2o), 0 if none.
   int64_t queries_needed(int64_t n) const;
-  void validate() const;     // throws naming the bad option
+  void validate() const;         // throws naming the bad option
   std::string describe() const;  // one-line, e.g. "dropkv aggregate=window w=8 pool=none"
 };
 
@@ -113,8 +113,8 @@ struct MethodSpec {
 MethodSpec method_parse(const std::string& name);
 Method method_from_name(const std::string& name);  // plain method names only
 const char* method_name(Method m);
-const std::vector<std::string>& method_names();    // everything method_parse accepts
-Aggregate aggregate_parse(const std::string& s);   // "snapkv"|"window", "h2o"|"all", "tova"|"last"
+const std::vector<std::string>& method_names();   // everything method_parse accepts
+Aggregate aggregate_parse(const std::string& s);  // "snapkv"|"window", "h2o"|"all", "tova"|"last"
 const char* aggregate_name(Aggregate a);
 Policy policy_parse(const std::string& s);
 const char* policy_name(Policy p);

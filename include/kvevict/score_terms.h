@@ -45,12 +45,24 @@ namespace terms {
 
 // Overloads so the templates below pick expf/expm1f for float (device-friendly) and the double
 // versions for the reference.
-KVEVICT_HD inline float exp_of(float x) { return expf(x); }
-KVEVICT_HD inline double exp_of(double x) { return exp(x); }
-KVEVICT_HD inline float expm1_of(float x) { return expm1f(x); }
-KVEVICT_HD inline double expm1_of(double x) { return expm1(x); }
-KVEVICT_HD inline float log1p_of(float x) { return log1pf(x); }
-KVEVICT_HD inline double log1p_of(double x) { return log1p(x); }
+KVEVICT_HD inline float exp_of(float x) {
+  return expf(x);
+}
+KVEVICT_HD inline double exp_of(double x) {
+  return exp(x);
+}
+KVEVICT_HD inline float expm1_of(float x) {
+  return expm1f(x);
+}
+KVEVICT_HD inline double expm1_of(double x) {
+  return expm1(x);
+}
+KVEVICT_HD inline float log1p_of(float x) {
+  return log1pf(x);
+}
+KVEVICT_HD inline double log1p_of(double x) {
+  return log1p(x);
+}
 
 template <class T>
 KVEVICT_HD inline T max_of(T a, T b) {
@@ -137,8 +149,8 @@ struct TopKey {
   T v2 = 0;     // ||v_j||^2
 };
 
-// The probability of a key other than the row's top from e = exp(z - z_top) <= 1: p = e p_top. Taken
-// relative to the top's logit rather than as exp(z - lse), it stays right where lse = z_top +
+// The probability of a key other than the row's top from e = exp(z - z_top) <= 1: p = e p_top.
+// Taken relative to the top's logit rather than as exp(z - lse), it stays right where lse = z_top +
 // log1p(rho) rounds to z_top (|z| ~ 1e30 with a tie: exp(z - lse) would give 1 instead of 1/2).
 // Its 1 - p >= 1/2 is then exact as 1 - p.
 template <class T>

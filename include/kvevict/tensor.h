@@ -1,5 +1,6 @@
 // Tensor views over caller memory, and a small owning host tensor for I/O, tests and the CLI.
-// A view never owns its memory: the model runtime (or the caller) owns buffers and hands views down.
+// A view never owns its memory: the model runtime (or the caller) owns buffers and hands views
+// down.
 #pragma once
 
 #include <array>

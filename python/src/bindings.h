@@ -60,9 +60,8 @@ KVLayerView layer_view(const RowArray& k, const RowArray& v, const RowArray& pos
 // host int32, offsets/lens host. Throws naming the argument on a wrong shape, dtype or device.
 AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, const Array& k,
                                       const Array& v, const Array& pos, const Array& offsets,
-                                      const MutArray& lens,
-                                      float scale, int sliding_window, float softcap,
-                                      Device device);
+                                      const MutArray& lens, float scale, int sliding_window,
+                                      float softcap, Device device);
 
 // Throws unless t is empty or on `device`, naming `what`.
 void check_on(const TensorView& t, Device device, const char* what);

@@ -26,9 +26,13 @@ namespace kvevict::python {
 #if defined(KVEVICT_WITH_CUDA)
 namespace {
 
-cuda::Stream stream_of(uintptr_t handle) { return reinterpret_cast<cuda::Stream>(handle); }
+cuda::Stream stream_of(uintptr_t handle) {
+  return reinterpret_cast<cuda::Stream>(handle);
+}
 
-void check_device(const TensorView& t, const char* what) { check_on(t, Device::kCuda, what); }
+void check_device(const TensorView& t, const char* what) {
+  check_on(t, Device::kCuda, what);
+}
 
 ScoreProblem device_problem(const nb::handle& q, const Array& k, const Array& v,
                             const nb::handle& wo, float scale) {
@@ -64,12 +68,13 @@ void bind_cuda_ops(nb::module_& m) {
   // device: no host copy, no synchronization. Segment s = b * Hkv + g holds rows seg_off[s] ..
   // seg_off[s] + seg_len[s] of k, v; query heads g G .. g G + G - 1 of batch row b read it. Every
   // row in a segment is visible (decode: all cached positions precede the query).
-  m.def("cuda_decode_attention_scratch_bytes",
-        [](int B, int Hq, int Hkv, int d, int64_t max_len, int sm_count) {
-          return gpu::detail::decode_attention_scratch_bytes(B, Hq, Hkv, d, max_len, sm_count);
-        },
-        nb::arg("batch"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
-        nb::arg("max_len"), nb::arg("sm_count"));
+  m.def(
+      "cuda_decode_attention_scratch_bytes",
+      [](int B, int Hq, int Hkv, int d, int64_t max_len, int sm_count) {
+        return gpu::detail::decode_attention_scratch_bytes(B, Hq, Hkv, d, max_len, sm_count);
+      },
+      nb::arg("batch"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
+      nb::arg("max_len"), nb::arg("sm_count"));
   m.def(
       "cuda_decode_attention",
       [](const nb::handle& q, const Array& k, const Array& v, const nb::handle& seg_off,
@@ -77,7 +82,8 @@ void bind_cuda_ops(nb::module_& m) {
          const nb::handle& out, const nb::handle& lse, const nb::handle& scratch, int sm_count,
          uintptr_t stream) {
         KVEVICT_CHECK(B > 0 && Hkv > 0 && Hq > 0 && Hq % Hkv == 0, "decode attention: batch ", B,
-                      ", ", Hq, " query heads, ", Hkv, " KV heads; expected positive counts with "
+                      ", ", Hq, " query heads, ", Hkv,
+                      " KV heads; expected positive counts with "
                       "the query heads a multiple of the KV heads");
         const TensorView kt = to_view(k, "cache k"), vt = to_view(v, "cache v");
         check_device(kt, "cache k");
@@ -93,10 +99,8 @@ void bind_cuda_ops(nb::module_& m) {
                       "; expected 64, 128 or 256");
         const int64_t nq = static_cast<int64_t>(B) * Hq;
         const TensorView qt = device_flat(q, DType::kBF16, nq * d, "q");
-        const TensorView ot = device_flat(seg_off, DType::kI64, int64_t(B) * Hkv + 1,
-                                          "seg_off");
-        const TensorView lt = device_flat(seg_len, DType::kI32, int64_t(B) * Hkv,
-                                          "seg_len");
+        const TensorView ot = device_flat(seg_off, DType::kI64, int64_t(B) * Hkv + 1, "seg_off");
+        const TensorView lt = device_flat(seg_len, DType::kI32, int64_t(B) * Hkv, "seg_len");
         const TensorView out_t = device_flat(out, DType::kBF16, nq * d, "out");
         const TensorView lse_t =
             lse.is_none() ? TensorView() : device_flat(lse, DType::kF32, nq, "lse");
@@ -124,17 +128,16 @@ void bind_cuda_ops(nb::module_& m) {
               a, static_cast<gpu::detail::bf16*>(out_t.data), static_cast<float*>(lse_t.data),
               nullptr, ws.data, ws.bytes, sm_count, reinterpret_cast<cudaStream_t>(stream));
         }
-        KVEVICT_CHECK(err == cudaSuccess, "decode attention launch failed: ",
-                      cudaGetErrorString(err));
+        KVEVICT_CHECK(err == cudaSuccess,
+                      "decode attention launch failed: ", cudaGetErrorString(err));
       },
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("seg_off"), nb::arg("seg_len"),
       nb::arg("batch"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"), nb::arg("max_len"),
       nb::arg("scale"), nb::arg("out"), nb::arg("lse").none(), nb::arg("scratch"),
       nb::arg("sm_count"), nb::arg("stream"));
   m.def("cuda_device_available", &cuda::device_available);
-  m.def("cuda_score_supported", [](const std::string& method) {
-    return cuda::score_supported(method_from_name(method));
-  });
+  m.def("cuda_score_supported",
+        [](const std::string& method) { return cuda::score_supported(method_from_name(method)); });
 
   m.def(
       "cuda_score_workspace_bytes",
@@ -191,8 +194,7 @@ void bind_cuda_ops(nb::module_& m) {
   m.def(
       "cuda_compact_varlen",
       [](const Array& k, const Array& v, const nb::handle& pos, const Array& kept,
-         const Array& offsets, MutArray out_k, MutArray out_v, MutArray out_pos,
-         uintptr_t stream) {
+         const Array& offsets, MutArray out_k, MutArray out_v, MutArray out_pos, uintptr_t stream) {
         const TensorView kv = to_view(k, "k"), vv = to_view(v, "v"), pv = to_view_opt(pos, "pos");
         const TensorView keep = to_view(kept, "kept"), off = to_view(offsets, "offsets");
         const TensorView ok = to_view(out_k, "out_k"), ov = to_view(out_v, "out_v");

@@ -41,8 +41,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
 // Owns the backend the LayerEvictor refers to (declared first, so it outlives the evictor).
 class PyLayerEvictor {
  public:
-  PyLayerEvictor(const std::string& backend, const ScoreOptions& score,
-                 const SelectOptions& select)
+  PyLayerEvictor(const std::string& backend, const ScoreOptions& score, const SelectOptions& select)
       : backend_(make_backend(backend)), evictor_(*backend_, score, select) {}
 
   Selection plan(const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo,
@@ -86,8 +85,8 @@ void bind_evictors(nb::module_& m) {
       .def(
           "apply",
           [](PyLayerEvictor& self, const Array& k, const Array& v, const Array& pos,
-             const Array& offsets, MutArray lens, const Selection& sel, MutArray out_k, MutArray out_v,
-             MutArray out_pos, const Array& out_offsets, MutArray out_lens) {
+             const Array& offsets, MutArray lens, const Selection& sel, MutArray out_k,
+             MutArray out_v, MutArray out_pos, const Array& out_offsets, MutArray out_lens) {
             const KVLayerView in = layer_view(k, v, pos, nb::none(), offsets, lens, "full cache");
             const KVLayerView out = layer_view(out_k, out_v, out_pos, nb::none(), out_offsets,
                                                out_lens, "compacted cache");
@@ -114,15 +113,16 @@ void bind_evictors(nb::module_& m) {
             o->softcap = softcap;
             o->validate();
           },
-          nb::arg("score"), nb::arg("budget"), nb::arg("slack"), nb::arg("recent"),
-          nb::arg("sink"), nb::arg("scale"), nb::arg("softcap"))
+          nb::arg("score"), nb::arg("budget"), nb::arg("slack"), nb::arg("recent"), nb::arg("sink"),
+          nb::arg("scale"), nb::arg("softcap"))
       .def_ro("budget", &DecodeEvictOptions::budget)
       .def_ro("slack", &DecodeEvictOptions::slack)
       .def_ro("recent", &DecodeEvictOptions::recent)
       .def_ro("sink", &DecodeEvictOptions::sink)
       .def_prop_ro("capacity_per_head", &DecodeEvictOptions::capacity_per_head)
-      .def_prop_ro("score",
-                   [](const DecodeEvictOptions& o) { return std::string(decode_score_name(o.score)); })
+      .def_prop_ro(
+          "score",
+          [](const DecodeEvictOptions& o) { return std::string(decode_score_name(o.score)); })
       .def("describe", &DecodeEvictOptions::describe);
 
   nb::class_<DecodeEvictor>(m, "DecodeEvictor")

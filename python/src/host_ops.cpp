@@ -25,7 +25,9 @@ HostPath host_path(const std::string& backend) {
   KVEVICT_FAIL("backend '", backend, "' is not a host backend; expected cpu or reference");
 }
 
-void check_host(const TensorView& t, const char* what) { check_on(t, Device::kCpu, what); }
+void check_host(const TensorView& t, const char* what) {
+  check_on(t, Device::kCpu, what);
+}
 
 void check_host_f32_out(const TensorView& t, const char* what, int64_t rows, int64_t cols) {
   check_shape(t, what, {rows, cols});
@@ -33,8 +35,8 @@ void check_host_f32_out(const TensorView& t, const char* what, int64_t rows, int
                 " must be a contiguous host float32 array; got ", dtype_name(t.dtype));
 }
 
-ScoreProblem host_problem(const nb::handle& q, const Array& k, const Array& v,
-                          const nb::handle& wo, float scale) {
+ScoreProblem host_problem(const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo,
+                          float scale) {
   const Device cpu = Device::kCpu;
   return score_problem_of(q, k, v, wo, scale, &cpu);
 }
@@ -109,10 +111,9 @@ void bind_host_ops(nb::module_& m) {
         nb::gil_scoped_release release;
         if (path == HostPath::kCpu) {
           const size_t need = cpu::score_workspace_bytes(p, opt);
-          KVEVICT_CHECK(ws.numel() * static_cast<int64_t>(dtype_size(ws.dtype)) >=
-                            static_cast<int64_t>(need),
-                        "score workspace holds ", ws.numel(), " elements; expected ", need,
-                        " bytes");
+          KVEVICT_CHECK(
+              ws.numel() * static_cast<int64_t>(dtype_size(ws.dtype)) >= static_cast<int64_t>(need),
+              "score workspace holds ", ws.numel(), " elements; expected ", need, " bytes");
           cpu::score(p, opt, out, Workspace{ws.data, need});
           return;
         }
@@ -148,8 +149,8 @@ void bind_host_ops(nb::module_& m) {
   m.def(
       "compact",
       [](const Array& k, const Array& v, const Array& pos, const nb::handle& acc,
-         const Array& offsets, MutArray lens, const Selection& sel, MutArray out_k, MutArray out_v, MutArray out_pos,
-         const nb::handle& out_acc, const Array& out_offsets, MutArray out_lens) {
+         const Array& offsets, MutArray lens, const Selection& sel, MutArray out_k, MutArray out_v,
+         MutArray out_pos, const nb::handle& out_acc, const Array& out_offsets, MutArray out_lens) {
         const KVLayerView in = layer_view(k, v, pos, acc, offsets, lens, "compaction input");
         const KVLayerView out =
             layer_view(out_k, out_v, out_pos, out_acc, out_offsets, out_lens, "compaction output");
@@ -158,17 +159,15 @@ void bind_host_ops(nb::module_& m) {
         nb::gil_scoped_release release;
         cache_compact(in, sel, out);
       },
-      nb::arg("k"), nb::arg("v"), nb::arg("pos"), nb::arg("score_acc").none(),
-      nb::arg("offsets"), nb::arg("lens"), nb::arg("selection"), nb::arg("out_k"),
-      nb::arg("out_v"), nb::arg("out_pos"), nb::arg("out_score_acc").none(),
-      nb::arg("out_offsets"), nb::arg("out_lens"));
+      nb::arg("k"), nb::arg("v"), nb::arg("pos"), nb::arg("score_acc").none(), nb::arg("offsets"),
+      nb::arg("lens"), nb::arg("selection"), nb::arg("out_k"), nb::arg("out_v"), nb::arg("out_pos"),
+      nb::arg("out_score_acc").none(), nb::arg("out_offsets"), nb::arg("out_lens"));
 
   m.def(
       "attention",
       [](const std::string& backend, const Array& q, const Array& q_pos, const Array& k,
          const Array& v, const Array& pos, const Array& offsets, MutArray lens, float scale,
-         int sliding_window,
-         float softcap, MutArray out, const nb::handle& lse) {
+         int sliding_window, float softcap, MutArray out, const nb::handle& lse) {
         const HostPath path = host_path(backend);
         AttentionProblem p = attention_problem_of(q, q_pos, k, v, pos, offsets, lens, scale,
                                                   sliding_window, softcap, Device::kCpu);

@@ -6,8 +6,9 @@
 
 NB_MODULE(_kvevict, m) {
   namespace py = kvevict::python;
-  m.doc() = "kvevict's C++ kernels on DLPack arrays (numpy, torch CPU / CUDA); use the kvevict "
-            "package, not this module";
+  m.doc() =
+      "kvevict's C++ kernels on DLPack arrays (numpy, torch CPU / CUDA); use the kvevict "
+      "package, not this module";
   nanobind::exception<kvevict::Error>(m, "Error", PyExc_ValueError);
   py::bind_selection(m);
   py::bind_options(m);

@@ -57,7 +57,8 @@ SelectOptions make_select_options(const std::string& policy, const Budget& budge
 void bind_options(nb::module_& m) {
   nb::class_<ScoreOptions>(m, "ScoreOptions")
       .def_ro("window", &ScoreOptions::window)
-      .def_prop_ro("method", [](const ScoreOptions& o) { return std::string(method_name(o.method)); })
+      .def_prop_ro("method",
+                   [](const ScoreOptions& o) { return std::string(method_name(o.method)); })
       .def_prop_ro("aggregate",
                    [](const ScoreOptions& o) { return std::string(aggregate_name(o.aggregate)); })
       .def_prop_ro("pool", [](const ScoreOptions& o) { return o.pooling.str(); })
@@ -69,10 +70,12 @@ void bind_options(nb::module_& m) {
       .def_ro("sink", &SelectOptions::sink)
       .def_ro("window", &SelectOptions::window)
       .def_ro("alpha", &SelectOptions::alpha)
-      .def_prop_ro("policy", [](const SelectOptions& o) { return std::string(policy_name(o.policy)); })
+      .def_prop_ro("policy",
+                   [](const SelectOptions& o) { return std::string(policy_name(o.policy)); })
       .def_prop_ro("budget", [](const SelectOptions& o) { return o.budget.value; })
-      .def("keep_count", [](const SelectOptions& o, int64_t n) { return o.budget.keep_count(n); },
-           nb::arg("n"), "Tokens kept out of n (SPEC section 1; a count above n raises).")
+      .def(
+          "keep_count", [](const SelectOptions& o, int64_t n) { return o.budget.keep_count(n); },
+          nb::arg("n"), "Tokens kept out of n (SPEC section 1; a count above n raises).")
       .def("describe", &SelectOptions::describe)
       .def("__repr__",
            [](const SelectOptions& o) { return "SelectOptions(" + o.describe() + ")"; });

@@ -64,8 +64,12 @@ T* typed_1d(const A& a, DType want, const char* what, int64_t n) {
 
 }  // namespace
 
-TensorView to_view(const Array& a, const char* what) { return view_of(a, what); }
-TensorView to_view(const MutArray& a, const char* what) { return view_of(a, what); }
+TensorView to_view(const Array& a, const char* what) {
+  return view_of(a, what);
+}
+TensorView to_view(const MutArray& a, const char* what) {
+  return view_of(a, what);
+}
 
 TensorView to_view_opt(const nb::handle& a, const char* what) {
   if (a.is_none()) return TensorView();
@@ -137,8 +141,9 @@ KVLayerView layer_view(const RowArray& k, const RowArray& v, const RowArray& pos
 
 void check_on(const TensorView& t, Device device, const char* what) {
   KVEVICT_CHECK(t.empty() || t.device == device, what,
-                device == Device::kCuda ? " is in host memory; the CUDA path needs device tensors"
-                                        : " lives on a CUDA device; this host path needs CPU memory");
+                device == Device::kCuda
+                    ? " is in host memory; the CUDA path needs device tensors"
+                    : " lives on a CUDA device; this host path needs CPU memory");
 }
 
 ScoreProblem score_problem_of(const nb::handle& q, const Array& k, const Array& v,
@@ -158,18 +163,16 @@ ScoreProblem score_problem_of(const nb::handle& q, const Array& k, const Array& 
   return p;
 }
 
-template KVLayerView layer_view<Array>(const Array&, const Array&, const Array&,
-                                      const nb::handle&, const Array&, const MutArray&,
-                                      const char*);
+template KVLayerView layer_view<Array>(const Array&, const Array&, const Array&, const nb::handle&,
+                                       const Array&, const MutArray&, const char*);
 template KVLayerView layer_view<MutArray>(const MutArray&, const MutArray&, const MutArray&,
-                                         const nb::handle&, const Array&, const MutArray&,
-                                         const char*);
+                                          const nb::handle&, const Array&, const MutArray&,
+                                          const char*);
 
 AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, const Array& k,
                                       const Array& v, const Array& pos, const Array& offsets,
-                                      const MutArray& lens,
-                                      float scale, int sliding_window, float softcap,
-                                      Device device) {
+                                      const MutArray& lens, float scale, int sliding_window,
+                                      float softcap, Device device) {
   const char* where = device == Device::kCuda ? "a CUDA device" : "host memory";
   AttentionProblem p;
   p.q = to_view(q, "q");

@@ -147,8 +147,12 @@ inline Vec8 load8(const float* x) {
   std::memcpy(&v, x, sizeof v);
   return v;
 }
-inline void store8(float* x, Vec8 v) { std::memcpy(x, &v, sizeof v); }
-inline float hsum8(Vec8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
+inline void store8(float* x, Vec8 v) {
+  std::memcpy(x, &v, sizeof v);
+}
+inline float hsum8(Vec8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
 
 // Logits of up to two query rows against the keys of a tile ([tk, d] f32; d a multiple of 8):
 // 2 rows x 4 keys of accumulators share every load of q and k.
@@ -332,7 +336,8 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
         rows_logits(qrow(r), two ? qrow(r + 1) : nullptr, kt, tk, d, srow(r),
                     two ? srow(r + 1) : nullptr);
       else
-        for (int rr = r; rr < r + (two ? 2 : 1); ++rr) row_logits_any(qrow(rr), kt, tk, d, srow(rr));
+        for (int rr = r; rr < r + (two ? 2 : 1); ++rr)
+          row_logits_any(qrow(rr), kt, tk, d, srow(rr));
     }
     // Masking and the online softmax, row by row; a row that sees nothing in this tile gets
     // weights 0 and keeps its state.
@@ -377,7 +382,8 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
     for (int r = 0; r < rows; r += 2) {
       const bool two = r + 1 < rows;
       if (vec)
-        rows_pv(srow(r), two ? srow(r + 1) : nullptr, vt, tk, d, arow(r), two ? arow(r + 1) : nullptr);
+        rows_pv(srow(r), two ? srow(r + 1) : nullptr, vt, tk, d, arow(r),
+                two ? arow(r + 1) : nullptr);
       else
         for (int rr = r; rr < r + (two ? 2 : 1); ++rr) row_pv_any(srow(rr), vt, tk, d, arow(rr));
     }

@@ -25,17 +25,10 @@ void store_row(const TensorView& src, int h, void* dst, DType t, int d) {
   for (int j = 0; j < d; ++j) {
     const float x = static_cast<float>(src.load(h, j));
     switch (t) {
-      case DType::kF32:
-        static_cast<float*>(dst)[j] = x;
-        break;
-      case DType::kF16:
-        static_cast<uint16_t*>(dst)[j] = float_to_half(x);
-        break;
-      case DType::kBF16:
-        static_cast<uint16_t*>(dst)[j] = float_to_bf16(x);
-        break;
-      default:
-        KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported");
+      case DType::kF32: static_cast<float*>(dst)[j] = x; break;
+      case DType::kF16: static_cast<uint16_t*>(dst)[j] = float_to_half(x); break;
+      case DType::kBF16: static_cast<uint16_t*>(dst)[j] = float_to_bf16(x); break;
+      default: KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported");
     }
   }
 }

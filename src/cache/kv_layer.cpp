@@ -14,15 +14,9 @@ bool is_kv_dtype(DType t) {
 // Writes x into element i of a f32 / f16 / bf16 buffer.
 void store_as(void* dst, DType t, int64_t i, double x) {
   switch (t) {
-    case DType::kF32:
-      static_cast<float*>(dst)[i] = static_cast<float>(x);
-      break;
-    case DType::kF16:
-      static_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(x));
-      break;
-    case DType::kBF16:
-      static_cast<uint16_t*>(dst)[i] = float_to_bf16(static_cast<float>(x));
-      break;
+    case DType::kF32: static_cast<float*>(dst)[i] = static_cast<float>(x); break;
+    case DType::kF16: static_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(x)); break;
+    case DType::kBF16: static_cast<uint16_t*>(dst)[i] = float_to_bf16(static_cast<float>(x)); break;
     default:
       KVEVICT_FAIL("cache dtype ", dtype_name(t), " is not supported; expected f32, f16 or bf16");
   }

@@ -58,7 +58,9 @@ kvevict_status kvevict_backend_create(const char* name, void* stream, kvevict_ba
   });
 }
 
-void kvevict_backend_destroy(kvevict_backend* backend) { delete backend; }
+void kvevict_backend_destroy(kvevict_backend* backend) {
+  delete backend;
+}
 
 const char* kvevict_backend_name(const kvevict_backend* backend) {
   return backend ? backend->impl->name() : nullptr;
@@ -79,8 +81,7 @@ kvevict_status kvevict_backend_plan_segments(kvevict_backend* backend,
     require(backend, "backend");
     require(selection, "selection");
     KVEVICT_CHECK(slack >= 0, "slack ", slack, " is negative; expected >= 0");
-    backend->impl->plan_segments(selection->impl, slack,
-                                 kvevict::capi::layer_from_c(out, "out"));
+    backend->impl->plan_segments(selection->impl, slack, kvevict::capi::layer_from_c(out, "out"));
   });
 }
 

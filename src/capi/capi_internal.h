@@ -73,8 +73,8 @@ T* require(T* p, const char* what) {
 template <class Options>
 void check_struct_size(const Options& o, const char* init) {
   KVEVICT_CHECK(o.struct_size >= sizeof(Options), "options.struct_size ", o.struct_size,
-                " is too small; expected ", sizeof(Options), " (initialize the options with ",
-                init, ")");
+                " is too small; expected ", sizeof(Options), " (initialize the options with ", init,
+                ")");
 }
 
 DType dtype_from_c(int32_t dtype, const char* what);

@@ -59,8 +59,7 @@ TensorView view_from_c(const kvevict_tensor* t, const char* what) {
   v.ndim = t->ndim;
   bool any_stride = false;
   for (int i = 0; i < t->ndim; ++i) {
-    KVEVICT_CHECK(t->shape[i] >= 0, what, " has shape[", i, "] = ", t->shape[i],
-                  "; expected >= 0");
+    KVEVICT_CHECK(t->shape[i] >= 0, what, " has shape[", i, "] = ", t->shape[i], "; expected >= 0");
     v.shape[i] = t->shape[i];
     v.stride[i] = t->strides[i];
     any_stride = any_stride || t->strides[i] != 0;
@@ -105,7 +104,6 @@ KVLayerView layer_from_c(const kvevict_kv_layer* layer, const char* what) {
   c.device_lens = layer->device_lens;
   c.rows = layer->offsets != nullptr ? -1 : layer->rows;
   return c;  // the C++ functions validate the caches they are handed
-
 }
 
 }  // namespace kvevict::capi

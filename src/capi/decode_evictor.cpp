@@ -62,7 +62,9 @@ kvevict_status kvevict_decode_evictor_create(kvevict_backend* backend,
   });
 }
 
-void kvevict_decode_evictor_destroy(kvevict_decode_evictor* evictor) { delete evictor; }
+void kvevict_decode_evictor_destroy(kvevict_decode_evictor* evictor) {
+  delete evictor;
+}
 
 int64_t kvevict_decode_evictor_capacity_per_head(const kvevict_decode_evictor* evictor) {
   return evictor ? evictor->impl.options().capacity_per_head() : -1;
@@ -91,9 +93,9 @@ kvevict_status kvevict_decode_evictor_step(const kvevict_decode_evictor* evictor
                                            const kvevict_tensor* a, const kvevict_tensor* lse,
                                            int64_t* evicted) {
   return guarded(__func__, [&] {
-    const int64_t n = require(evictor, "evictor")
-                          ->impl.step(layer_from_c(cache, "cache"),
-                                      kvevict::capi::step_from_c(q, a, lse));
+    const int64_t n =
+        require(evictor, "evictor")
+            ->impl.step(layer_from_c(cache, "cache"), kvevict::capi::step_from_c(q, a, lse));
     if (evicted) *evicted = n;
   });
 }

@@ -70,14 +70,16 @@ kvevict_status kvevict_layer_evictor_create(kvevict_backend* backend,
     kvevict::SelectOptions select;
     kvevict::capi::evict_options_from_c(*options, score, select);
     // LayerEvictor validates both and refers to the backend the handle keeps alive.
-    auto* e = new kvevict_layer_evictor{backend->impl,
-                                        kvevict::LayerEvictor(*backend->impl, score, select), {}};
+    auto* e = new kvevict_layer_evictor{
+        backend->impl, kvevict::LayerEvictor(*backend->impl, score, select), {}};
     e->description = e->impl.describe();
     *out = e;
   });
 }
 
-void kvevict_layer_evictor_destroy(kvevict_layer_evictor* evictor) { delete evictor; }
+void kvevict_layer_evictor_destroy(kvevict_layer_evictor* evictor) {
+  delete evictor;
+}
 
 const char* kvevict_layer_evictor_describe(const kvevict_layer_evictor* evictor) {
   return evictor ? evictor->description.c_str() : nullptr;
@@ -85,8 +87,8 @@ const char* kvevict_layer_evictor_describe(const kvevict_layer_evictor* evictor)
 
 kvevict_status kvevict_layer_evictor_plan(kvevict_layer_evictor* evictor, const kvevict_tensor* q,
                                           const kvevict_tensor* k, const kvevict_tensor* v,
-                                          const kvevict_tensor* wo, float scale,
-                                          int32_t residency, kvevict_selection** out) {
+                                          const kvevict_tensor* wo, float scale, int32_t residency,
+                                          kvevict_selection** out) {
   return guarded(__func__, [&] {
     require(evictor, "evictor");
     require(out, "out");
@@ -100,9 +102,9 @@ kvevict_status kvevict_layer_evictor_plan(kvevict_layer_evictor* evictor, const 
     p.wo = view_from_c(wo, "wo");
     p.scale = scale;
     auto s = std::make_unique<kvevict_selection>();
-    s->impl = evictor->impl.plan(p, residency == KVEVICT_RESIDENCY_DEVICE
-                                        ? kvevict::Residency::kDevice
-                                        : kvevict::Residency::kHost);
+    s->impl =
+        evictor->impl.plan(p, residency == KVEVICT_RESIDENCY_DEVICE ? kvevict::Residency::kDevice
+                                                                    : kvevict::Residency::kHost);
     *out = s.release();
   });
 }

@@ -9,7 +9,9 @@ using kvevict::capi::require;
 
 extern "C" {
 
-void kvevict_selection_destroy(kvevict_selection* selection) { delete selection; }
+void kvevict_selection_destroy(kvevict_selection* selection) {
+  delete selection;
+}
 
 int32_t kvevict_selection_num_kv_heads(const kvevict_selection* selection) {
   return selection ? selection->impl.num_kv_heads : -1;

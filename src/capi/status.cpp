@@ -25,7 +25,9 @@ void set_last_error(const char* function, const char* message) noexcept {
 
 }  // namespace
 
-void clear_last_error() noexcept { last_error.clear(); }
+void clear_last_error() noexcept {
+  last_error.clear();
+}
 
 kvevict_status status_of_current_exception(const char* function) noexcept {
   try {
@@ -69,11 +71,17 @@ const char* kvevict_status_name(kvevict_status status) {
   return "unknown status";
 }
 
-const char* kvevict_last_error(void) { return kvevict::capi::last_error.c_str(); }
+const char* kvevict_last_error(void) {
+  return kvevict::capi::last_error.c_str();
+}
 
-const char* kvevict_version(void) { return KVEVICT_VERSION_STRING; }
+const char* kvevict_version(void) {
+  return KVEVICT_VERSION_STRING;
+}
 
-int32_t kvevict_c_api_version(void) { return KVEVICT_C_API_VERSION; }
+int32_t kvevict_c_api_version(void) {
+  return KVEVICT_C_API_VERSION;
+}
 
 kvevict_status kvevict_set_num_threads(int32_t n) {
   return guarded(__func__, [&] {
@@ -83,6 +91,8 @@ kvevict_status kvevict_set_num_threads(int32_t n) {
   });
 }
 
-int32_t kvevict_num_threads(void) { return kvevict::num_threads(); }
+int32_t kvevict_num_threads(void) {
+  return kvevict::num_threads();
+}
 
 }  // extern "C"

@@ -42,7 +42,8 @@ struct AnalyzeArgs {
 };
 
 double quantile(std::vector<double> xs, double q) {
-  xs.erase(std::remove_if(xs.begin(), xs.end(), [](double x) { return !std::isfinite(x); }), xs.end());
+  xs.erase(std::remove_if(xs.begin(), xs.end(), [](double x) { return !std::isfinite(x); }),
+           xs.end());
   if (xs.empty()) return NAN;
   std::sort(xs.begin(), xs.end());
   const double pos = q * static_cast<double>(xs.size() - 1);
@@ -57,8 +58,8 @@ int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base
   check_output_args({{a.out, "--out"}});
   const ModelInfo info = a.model.inspect();
   const std::vector<int32_t> tokens = prompt_or_prose_tokens(info, a.prompt);
-  KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) > base.pool_size, "the prompt has ", tokens.size(),
-                " tokens; expected more than --pool-size ", base.pool_size);
+  KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) > base.pool_size, "the prompt has ",
+                tokens.size(), " tokens; expected more than --pool-size ", base.pool_size);
   const auto model = a.model.load();
   ProgressBar bar("prefill", static_cast<int64_t>(tokens.size()), !a.json);
   const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
@@ -89,9 +90,13 @@ int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base
     all_ratio.insert(all_ratio.end(), ratio.begin(), ratio.end());
     all_factor.insert(all_factor.end(), factor.begin(), factor.end());
     all_c.insert(all_c.end(), c_star.begin(), c_star.end());
-    layers.push_back({{"layer", l}, {"rows", r.rows.size()}, {"ratio_median", quantile(ratio, 0.5)},
-                      {"ratio_p95", quantile(ratio, 0.95)}, {"c_star_median", quantile(c_star, 0.5)},
-                      {"eps_median", quantile(eps, 0.5)}, {"factor_median", quantile(factor, 0.5)},
+    layers.push_back({{"layer", l},
+                      {"rows", r.rows.size()},
+                      {"ratio_median", quantile(ratio, 0.5)},
+                      {"ratio_p95", quantile(ratio, 0.95)},
+                      {"c_star_median", quantile(c_star, 0.5)},
+                      {"eps_median", quantile(eps, 0.5)},
+                      {"factor_median", quantile(factor, 0.5)},
                       {"factor_applicable", r.factor_applicable}});
     cone.push_back({{"layer", l}, {"c_star", c_star}});
   }
@@ -99,15 +104,20 @@ int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base
   j["kind"] = "kvevict-results";
   j["version"] = 1;
   j["meta"] = {{"model", model->path()}, {"prompt_tokens", tokens.size()}};
-  j["diagnostics"] = {{"options", {{"pool_size", opt.pool_size}, {"evict", opt.k},
-                                   {"queries", opt.num_queries},
-                                   {"pool", opt.pool == diag::PoolChoice::kRandom ? "random" : "lowest_proxy"}}},
-                      {"summary", {{"ratio_median", quantile(all_ratio, 0.5)},
-                                   {"ratio_p95", quantile(all_ratio, 0.95)},
-                                   {"c_star_median", quantile(all_c, 0.5)},
-                                   {"factor_median", quantile(all_factor, 0.5)},
-                                   {"rows", all_ratio.size()}}},
-                      {"layers", layers}, {"cone", cone}};
+  j["diagnostics"] = {
+      {"options",
+       {{"pool_size", opt.pool_size},
+        {"evict", opt.k},
+        {"queries", opt.num_queries},
+        {"pool", opt.pool == diag::PoolChoice::kRandom ? "random" : "lowest_proxy"}}},
+      {"summary",
+       {{"ratio_median", quantile(all_ratio, 0.5)},
+        {"ratio_p95", quantile(all_ratio, 0.95)},
+        {"c_star_median", quantile(all_c, 0.5)},
+        {"factor_median", quantile(all_factor, 0.5)},
+        {"rows", all_ratio.size()}}},
+      {"layers", layers},
+      {"cone", cone}};
   if (!a.out.empty()) eval::write_text_file(a.out, j.dump(1), "--out");
   if (a.json) {
     print_json(j);
@@ -122,10 +132,11 @@ int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base
                 L["rows"].get<int>(), L["ratio_median"].get<double>(), L["ratio_p95"].get<double>(),
                 L["c_star_median"].get<double>(), L["eps_median"].get<double>(),
                 L["factor_median"].get<double>());
-  std::printf("all layers: ratio median %.4f, p95 %.4f (paper: <= 1.16 / <= 1.43); c* median %.4f; "
-              "factor median %.4g\n",
-              quantile(all_ratio, 0.5), quantile(all_ratio, 0.95), quantile(all_c, 0.5),
-              quantile(all_factor, 0.5));
+  std::printf(
+      "all layers: ratio median %.4f, p95 %.4f (paper: <= 1.16 / <= 1.43); c* median %.4f; "
+      "factor median %.4g\n",
+      quantile(all_ratio, 0.5), quantile(all_ratio, 0.95), quantile(all_c, 0.5),
+      quantile(all_factor, 0.5));
   return 0;
 }
 
@@ -144,8 +155,9 @@ int run_analyze(const AnalyzeArgs& a) {
     KVEVICT_FAIL("unknown --pool '", a.pool, "'; expected lowest or random");
   opt.validate();
   if (a.use_model) return run_analyze_model(a, opt);
-  KVEVICT_CHECK(!a.q.empty() && !a.k.empty() && !a.v.empty(),
-                "analyze needs --q, --k and --v tensors, or -m MODEL to analyse a model's attention");
+  KVEVICT_CHECK(
+      !a.q.empty() && !a.k.empty() && !a.v.empty(),
+      "analyze needs --q, --k and --v tensors, or -m MODEL to analyse a model's attention");
   HostTensor q = load_tensor_arg(a.q, "--q", a.bf16);
   HostTensor k = load_tensor_arg(a.k, "--k", a.bf16);
   HostTensor v = load_tensor_arg(a.v, "--v", a.bf16);
@@ -163,15 +175,17 @@ Runner add_analyze_command(CLI::App& app) {
   cmd->add_option("--q", a->q, "Queries [Hq, m, d] after RoPE (the last m positions)");
   cmd->add_option("--k", a->k, "Keys [Hkv, n, d] after RoPE");
   cmd->add_option("--v", a->v, "Values [Hkv, n, d]");
-  auto* m = cmd->add_option("-m,--model", a->model.model,
-                            "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)");
+  auto* m =
+      cmd->add_option("-m,--model", a->model.model,
+                      "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)");
   add_threads(*cmd, a->model.threads);
   cmd->add_option("--device", a->model.device, "With -m: run the prefill on cpu or cuda")
       ->capture_default_str()
       ->needs(m);
   a->prompt.add_to(*cmd, "With -m: the prompt", /*with_prose=*/true);
   for (CLI::Option* o : {a->prompt.p, a->prompt.f, a->prompt.length_opt}) o->needs(m);
-  cmd->add_option("--out", a->out, "With -m: write the results JSON here (for tools/plot_results.py)")
+  cmd->add_option("--out", a->out,
+                  "With -m: write the results JSON here (for tools/plot_results.py)")
       ->needs(m);
   add_integer(*cmd, "--pool-size", a->pool_size, 1, 24, "Candidate pool size L (exact enumeration)")
       ->capture_default_str();
@@ -179,7 +193,8 @@ Runner add_analyze_command(CLI::App& app) {
       ->capture_default_str();
   add_integer(*cmd, "--queries", a->queries, 1, 1 << 24, "Analyse each of the last m queries")
       ->capture_default_str();
-  cmd->add_option("--pool", a->pool, "Pool choice: lowest (smallest proxy) or random")->capture_default_str();
+  cmd->add_option("--pool", a->pool, "Pool choice: lowest (smallest proxy) or random")
+      ->capture_default_str();
   add_seed(*cmd, a->seed, "Seed for --pool random");
   add_number(*cmd, "--scale", a->scale, "Logit scale, finite >= 0 (0 = 1/sqrt(d))");
   cmd->add_flag("--bf16", a->bf16, "Read uint16 (<u2) .npy arrays as bfloat16 bits");

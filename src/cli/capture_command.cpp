@@ -46,7 +46,9 @@ std::string global_layers(const ModelConfig& mc) {
 int run_capture(const CaptureArgs& a) {
   check_output_dir(a.dir, "--dir");
   const std::string dir = a.dir;
-  const auto path = [&dir](const char* name) { return (std::filesystem::path(dir) / name).string(); };
+  const auto path = [&dir](const char* name) {
+    return (std::filesystem::path(dir) / name).string();
+  };
   const std::string q_path = path("q.npy"), k_path = path("k.npy"), v_path = path("v.npy"),
                     wo_path = path("wo.npy");
   ModelInfo info = a.model.inspect();
@@ -61,7 +63,8 @@ int run_capture(const CaptureArgs& a) {
   KVEVICT_CHECK(a.queries <= n, "--queries ", a.queries, " exceeds the prompt's ", n,
                 " tokens; expected at most ", n, " (0 = all of them)");
   if (std::filesystem::is_directory(dir))
-    check_output_args({{q_path, "--dir"}, {k_path, "--dir"}, {v_path, "--dir"}, {wo_path, "--dir"}});
+    check_output_args(
+        {{q_path, "--dir"}, {k_path, "--dir"}, {v_path, "--dir"}, {wo_path, "--dir"}});
 
   const auto model = a.model.load();
   ProgressBar bar("prefill", n, !a.json);
@@ -94,10 +97,11 @@ int run_capture(const CaptureArgs& a) {
   j["model"] = model->path();
   j["layer"] = a.layer;
   j["prompt_tokens"] = n;
-  j["files"] = {{"q", {{"path", q_path}, {"shape", q.shape_str()}, {"dtype", dtype_name(q.dtype)}}},
-                {"k", {{"path", k_path}, {"shape", k.shape_str()}, {"dtype", dtype_name(k.dtype)}}},
-                {"v", {{"path", v_path}, {"shape", v.shape_str()}, {"dtype", dtype_name(v.dtype)}}},
-                {"wo", {{"path", wo_path}, {"shape", wo.shape_str()}, {"dtype", dtype_name(wo.dtype)}}}};
+  j["files"] = {
+      {"q", {{"path", q_path}, {"shape", q.shape_str()}, {"dtype", dtype_name(q.dtype)}}},
+      {"k", {{"path", k_path}, {"shape", k.shape_str()}, {"dtype", dtype_name(k.dtype)}}},
+      {"v", {{"path", v_path}, {"shape", v.shape_str()}, {"dtype", dtype_name(v.dtype)}}},
+      {"wo", {{"path", wo_path}, {"shape", wo.shape_str()}, {"dtype", dtype_name(wo.dtype)}}}};
   if (a.json) {
     print_json(j);
     return 0;
@@ -118,7 +122,8 @@ int run_capture(const CaptureArgs& a) {
 Runner add_capture_command(CLI::App& app) {
   auto a = std::make_shared<CaptureArgs>();
   auto* cmd = app.add_subcommand(
-      "capture", "Write one layer's q, k, v and W_o from a model's prefill (.npy, for score/analyze)");
+      "capture",
+      "Write one layer's q, k, v and W_o from a model's prefill (.npy, for score/analyze)");
   a->model.add_to(*cmd);
   a->prompt.add_to(*cmd, "the prompt", /*with_prose=*/true);
   add_integer(*cmd, "--layer", a->layer, 0, 1 << 24, "Layer to capture (a global layer)")

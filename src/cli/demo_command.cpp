@@ -60,8 +60,9 @@ std::string one_line(std::string s) {
 
 // Without --budget: the table's rule for this setting here, else kFallbackBudget, saying why.
 constexpr const char* kFallbackBudget = "0.1";
-constexpr const char* kRule = "the smallest measured budget at which it scores within 10 points "
-                              "of the full cache";
+constexpr const char* kRule =
+    "the smallest measured budget at which it scores within 10 points "
+    "of the full cache";
 
 struct BudgetPick {
   std::string budget, why;
@@ -83,8 +84,8 @@ BudgetPick pick_budget(const DemoArgs& a, const DemoTable* table, const std::str
   }
   if (r.full_measured)
     return {kFallbackBudget, std::string("auto: no measured budget of ") + a.method +
-                                 " is within 10 points of the full cache here; " +
-                                 kFallbackBudget + " is the fallback, not a measured choice"};
+                                 " is within 10 points of the full cache here; " + kFallbackBudget +
+                                 " is the fallback, not a measured choice"};
   return {kFallbackBudget, std::string("auto: not measured here in ") + table->path() + "; " +
                                kFallbackBudget + " is the fallback, not a measured choice"};
 }
@@ -123,18 +124,18 @@ int run_demo(const DemoArgs& a) {
       static_cast<int64_t>(context.size() + (a.query_agnostic ? 0 : question.size()));
   std::vector<eval::MethodConfig> methods = {
       eval::MethodConfig::make("full", Budget{}),
-      eval::MethodConfig::make(a.method, parse_budget(pick.budget, "--budget", prefilled,
-                                                      "the " + std::to_string(prefilled) +
-                                                          "-token demo prompt"))};
+      eval::MethodConfig::make(
+          a.method, parse_budget(pick.budget, "--budget", prefilled,
+                                 "the " + std::to_string(prefilled) + "-token demo prompt"))};
   const auto model = a.model.load();
   if (!a.json)
-    std::printf("kvevict demo: %s, %s, %lld-token prompt (%s)\nneedle   %s (depth %.0f%%)\n"
-                "question %s\nexpected %s\n\n",
-                info.config.name.c_str(), a.task.c_str(),
-                static_cast<long long>(context.size() + question.size()),
-                eval::query_mode_name(mode),
-                one_line(sample.needles.empty() ? "" : sample.needles[0].text).c_str(), a.depth,
-                one_line(sample.question).c_str(), sample.answers.at(0).c_str());
+    std::printf(
+        "kvevict demo: %s, %s, %lld-token prompt (%s)\nneedle   %s (depth %.0f%%)\n"
+        "question %s\nexpected %s\n\n",
+        info.config.name.c_str(), a.task.c_str(),
+        static_cast<long long>(context.size() + question.size()), eval::query_mode_name(mode),
+        one_line(sample.needles.empty() ? "" : sample.needles[0].text).c_str(), a.depth,
+        one_line(sample.question).c_str(), sample.answers.at(0).c_str());
 
   // One prefill with the full cache; every method starts from a copy of it (SPEC section 5: the
   // prefill does not depend on the method).
@@ -167,8 +168,9 @@ int run_demo(const DemoArgs& a) {
     ans.kept_per_head = g.kept_tokens;
     ans.seconds = answer_s / static_cast<double>(methods.size());
     if (table)
-      ans.measured = table->cell(model_key, a.task, a.length, eval::query_mode_name(mode),
-                                 m.is_full() ? "full" : a.method, m.is_full() ? "1" : m.budget.str());
+      ans.measured =
+          table->cell(model_key, a.task, a.length, eval::query_mode_name(mode),
+                      m.is_full() ? "full" : a.method, m.is_full() ? "1" : m.budget.str());
     answers.push_back(ans);
   }
   // Where the table has no row: say so, and which lengths it did measure.
@@ -199,15 +201,18 @@ int run_demo(const DemoArgs& a) {
     j["expected"] = sample.answers;
     j["prefill_seconds"] = prefill_s;
     for (const auto& ans : answers)
-      j["answers"].push_back({{"setting", ans.label}, {"text", ans.text}, {"correct", ans.score >= 100.0},
-                              {"kv_bytes", ans.kv_bytes}, {"kept_tokens_per_head", ans.kept_per_head},
+      j["answers"].push_back({{"setting", ans.label},
+                              {"text", ans.text},
+                              {"correct", ans.score >= 100.0},
+                              {"kv_bytes", ans.kv_bytes},
+                              {"kept_tokens_per_head", ans.kept_per_head},
                               {"seconds", ans.seconds}});
     j["kv_saved_fraction"] = saved;
     j["budget"] = {{"value", pick.budget}, {"why", pick.why}};
     j["results_table"] = table ? nlohmann::json(table->path()) : nlohmann::json(nullptr);
     for (size_t i = 0; i < answers.size(); ++i)
-      j["answers"][i]["measured"] = answers[i].measured ? answers[i].measured->to_json()
-                                                         : nlohmann::json(nullptr);
+      j["answers"][i]["measured"] =
+          answers[i].measured ? answers[i].measured->to_json() : nlohmann::json(nullptr);
     print_json(j);
     return 0;
   }
@@ -218,11 +223,12 @@ int run_demo(const DemoArgs& a) {
   for (size_t i = 0; i < answers.size(); ++i) {
     const Answer& ans = answers[i];
     std::printf("%-16s %-7s KV %10s  (%lld tokens/head)  \"%s\"\n", ans.label.c_str(),
-                ans.score >= 100.0 ? "RIGHT" : "wrong", human_bytes(static_cast<double>(ans.kv_bytes)).c_str(),
+                ans.score >= 100.0 ? "RIGHT" : "wrong",
+                human_bytes(static_cast<double>(ans.kv_bytes)).c_str(),
                 static_cast<long long>(ans.kept_per_head), one_line(ans.text).c_str());
     if (ans.measured)
-      std::printf("%-16s measured on %s, %lld tokens, %s: %s\n%-16s   from %s\n", "", a.task.c_str(),
-                  static_cast<long long>(a.length), eval::query_mode_name(mode),
+      std::printf("%-16s measured on %s, %lld tokens, %s: %s\n%-16s   from %s\n", "",
+                  a.task.c_str(), static_cast<long long>(a.length), eval::query_mode_name(mode),
                   ans.measured->text().c_str(), "", ans.measured->source.c_str());
     else
       std::printf("%-16s %s\n", "", not_measured(methods[i]).c_str());
@@ -240,7 +246,8 @@ Runner add_demo_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "demo", "Needle in a haystack: the full cache vs an evicted cache, answers and memory saved");
   a->model.add_to(*cmd);
-  cmd->add_option("--method", a->method, "Eviction method to compare with the full cache")->capture_default_str();
+  cmd->add_option("--method", a->method, "Eviction method to compare with the full cache")
+      ->capture_default_str();
   cmd->add_option("--budget", a->budget,
                   "Kept fraction (<= 1) or tokens per head; auto: the smallest budget at which "
                   "the results table measured the method within 10 points of the full cache here "
@@ -252,7 +259,8 @@ Runner add_demo_command(CLI::App& app) {
       ->capture_default_str();
   add_number(*cmd, "--depth", a->depth, "Needle depth in percent, 0..100")->capture_default_str();
   add_seed(*cmd, a->seed, "Sample seed");
-  cmd->add_flag("--query-agnostic", a->query_agnostic, "Compress the context before the question arrives");
+  cmd->add_flag("--query-agnostic", a->query_agnostic,
+                "Compress the context before the question arrives");
   cmd->add_option("--results-table", a->results_table,
                   "Measured accuracies to print beside the answers (tools/demo_table.py's JSON; "
                   "default: $KVEVICT_DEMO_TABLE, demo_table.json next to the binary or in "

@@ -40,8 +40,8 @@ std::optional<double> number_or_null(const json& r, const char* key) {
 std::string MeasuredCell::text() const {
   char buf[96];
   if (ci_low && ci_high)
-    std::snprintf(buf, sizeof(buf), "%.1f [%.1f, %.1f] over %lld samples", score, *ci_low,
-                  *ci_high, static_cast<long long>(samples));
+    std::snprintf(buf, sizeof(buf), "%.1f [%.1f, %.1f] over %lld samples", score, *ci_low, *ci_high,
+                  static_cast<long long>(samples));
   else
     std::snprintf(buf, sizeof(buf), "%.1f (no interval) over %lld samples", score,
                   static_cast<long long>(samples));
@@ -58,7 +58,8 @@ json MeasuredCell::to_json() const {
 
 DemoTable DemoTable::load(const std::string& path) {
   std::ifstream in(path);
-  KVEVICT_CHECK(in.good(), "results table ", path, " cannot be read; expected the JSON that "
+  KVEVICT_CHECK(in.good(), "results table ", path,
+                " cannot be read; expected the JSON that "
                 "tools/demo_table.py writes");
   DemoTable t;
   t.path_ = path;
@@ -72,7 +73,8 @@ DemoTable DemoTable::load(const std::string& path) {
                     t.doc_.value("version", 0) == 1 && t.doc_.contains("rows") &&
                     t.doc_["rows"].is_array() && t.doc_.contains("sources") &&
                     t.doc_["sources"].is_array(),
-                "results table ", path, " is not a kvevict demo table (kind kvevict-demo-table, "
+                "results table ", path,
+                " is not a kvevict demo table (kind kvevict-demo-table, "
                 "version 1, with sources and rows); expected the JSON that tools/demo_table.py "
                 "writes");
   t.rule_ = t.doc_.value("rule", "");
@@ -95,8 +97,8 @@ DemoTable DemoTable::load(const std::string& path) {
                       r.contains("source") && r["source"].is_number_integer() &&
                       r["source"].get<int64_t>() >= 0 &&
                       r["source"].get<int64_t>() < static_cast<int64_t>(t.sources_.size()),
-                  "results table ", path, ": a row lacks a score or a valid source index: ",
-                  r.dump().substr(0, 200));
+                  "results table ", path,
+                  ": a row lacks a score or a valid source index: ", r.dump().substr(0, 200));
   }
   return t;
 }
@@ -140,9 +142,8 @@ std::optional<MeasuredCell> DemoTable::cell(const std::string& model, const std:
   return std::nullopt;
 }
 
-BudgetRule DemoTable::budget_rule(const std::string& model, const std::string& task,
-                                  int64_t length, const std::string& mode,
-                                  const std::string& setting) const {
+BudgetRule DemoTable::budget_rule(const std::string& model, const std::string& task, int64_t length,
+                                  const std::string& mode, const std::string& setting) const {
   BudgetRule out;
   if (!doc_.contains("defaults") || !doc_["defaults"].is_array()) return out;
   for (const auto& d : doc_["defaults"]) {
@@ -164,8 +165,7 @@ BudgetRule DemoTable::budget_rule(const std::string& model, const std::string& t
 }
 
 std::vector<int64_t> DemoTable::lengths(const std::string& model, const std::string& task,
-                                        const std::string& mode,
-                                        const std::string& setting) const {
+                                        const std::string& mode, const std::string& setting) const {
   std::vector<int64_t> out;
   for (const auto& r : doc_["rows"])
     if (r.value("model", "") == model && r.value("task", "") == task &&

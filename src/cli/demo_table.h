@@ -18,7 +18,7 @@ struct MeasuredCell {
   double score = 0;
   std::optional<double> ci_low, ci_high;
   int64_t samples = 0;
-  std::string source;  // "FILE (commit C, DATE, DEVICE)"
+  std::string source;        // "FILE (commit C, DATE, DEVICE)"
   std::string text() const;  // "25.0 [0.0, 62.5] over 8 samples"
   nlohmann::json to_json() const;
 };
@@ -26,7 +26,7 @@ struct MeasuredCell {
 // The table's rule for a setting's default budget on one (model, task, length, mode): the
 // smallest measured budget at which it scores within 10 points of the full cache of the same run.
 struct BudgetRule {
-  bool full_measured = false;        // the table has the full cache here
+  bool full_measured = false;         // the table has the full cache here
   std::optional<std::string> budget;  // the budget the rule picks (none: no budget qualifies)
   double full = 0, score = 0;
   int64_t full_samples = 0, samples = 0;

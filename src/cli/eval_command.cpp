@@ -9,17 +9,17 @@
 // checked against them (a JSONL row by its size before it is parsed, every prompt and token
 // budget by its tokens); only then are the weights loaded. The outputs (--out, --markdown,
 // --plots) are written all or none at the end.
-#include <CLI/CLI.hpp>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/commands.h"
 #include "cli/corpus_arg.h"
@@ -29,8 +29,8 @@
 #include "cli/output_args.h"
 #include "cli/progress.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/corpus.h"
 #include "kvevict/eval/ablation.h"
+#include "kvevict/eval/corpus.h"
 #include "kvevict/eval/jsonl.h"
 #include "kvevict/eval/provenance.h"
 #include "kvevict/eval/report.h"
@@ -75,19 +75,32 @@ struct EvalArgs {
 
 // Every option value, typed, for the results file (RunMeta::options_json).
 std::string options_json(const EvalArgs& a) {
-  nlohmann::json j = {{"model", a.model.model},       {"device", a.model.device},
-                      {"kv_dtype", a.model.kv_dtype}, {"threads", a.model.threads},
-                      {"tasks", a.tasks},             {"lengths", a.lengths},
-                      {"samples", a.samples},         {"methods", a.methods},
-                      {"budgets", a.budgets},         {"modes", a.modes},
-                      {"data", a.data},               {"style", a.style},
-                      {"window", a.window ? nlohmann::json(*a.window) : nlohmann::json(nullptr)},           {"pool", a.pool},
-                      {"seed", a.seed},               {"max_new", a.max_new},
-                      {"split", a.split},             {"bootstrap", a.bootstrap},
-                      {"bootstrap_seed", a.bootstrap_seed}, {"compare", a.compare},
-                      {"ablate", a.ablate},           {"ablate_windows", a.ablate_windows},
-                      {"ablate_pools", a.ablate_pools}, {"out", a.out},
-                      {"markdown", a.markdown},       {"plots", a.plots},
+  nlohmann::json j = {{"model", a.model.model},
+                      {"device", a.model.device},
+                      {"kv_dtype", a.model.kv_dtype},
+                      {"threads", a.model.threads},
+                      {"tasks", a.tasks},
+                      {"lengths", a.lengths},
+                      {"samples", a.samples},
+                      {"methods", a.methods},
+                      {"budgets", a.budgets},
+                      {"modes", a.modes},
+                      {"data", a.data},
+                      {"style", a.style},
+                      {"window", a.window ? nlohmann::json(*a.window) : nlohmann::json(nullptr)},
+                      {"pool", a.pool},
+                      {"seed", a.seed},
+                      {"max_new", a.max_new},
+                      {"split", a.split},
+                      {"bootstrap", a.bootstrap},
+                      {"bootstrap_seed", a.bootstrap_seed},
+                      {"compare", a.compare},
+                      {"ablate", a.ablate},
+                      {"ablate_windows", a.ablate_windows},
+                      {"ablate_pools", a.ablate_pools},
+                      {"out", a.out},
+                      {"markdown", a.markdown},
+                      {"plots", a.plots},
                       {"skip_unfit", a.skip_unfit},
                       {"one_at_a_time", a.one_at_a_time},
                       {"progress_every", a.progress_every},
@@ -123,7 +136,9 @@ bool run_program(std::vector<std::string> args) {
   return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-std::string plot_script() { return source_dir() + "/tools/plot_results.py"; }
+std::string plot_script() {
+  return source_dir() + "/tools/plot_results.py";
+}
 
 // --plots: draws the staged results into a fresh directory beside DIR, then (after the results
 // files are committed) moves the PNGs into DIR. A failed plot leaves no output at all.
@@ -138,7 +153,8 @@ class StagedPlots {
   void draw(const std::string& json_path) {
     KVEVICT_CHECK(run_program({"python3", plot_script(), json_path, "--out", tmp_}),
                   "--plots: plotting failed: python3 ", plot_script(), " ", json_path, " --out ",
-                  tmp_, " (install matplotlib with scripts/install_deps.sh --eval); no output "
+                  tmp_,
+                  " (install matplotlib with scripts/install_deps.sh --eval); no output "
                   "was written");
   }
   void commit() {
@@ -169,7 +185,8 @@ int run_eval_command(const EvalArgs& a) {
   eval::RunOptions ropt;
   ropt.methods = eval::expand_methods(method_names, budgets, a.window.value_or(0), a.pool);
   ropt.modes.clear();
-  for (const auto& m : split_list(a.modes, "--modes")) ropt.modes.push_back(eval::query_mode_parse(m));
+  for (const auto& m : split_list(a.modes, "--modes"))
+    ropt.modes.push_back(eval::query_mode_parse(m));
   const eval::SeedSplit split = eval::split_parse(a.split);
   eval::check_split_size(a.samples);
   ropt.bootstrap.resamples = a.bootstrap;
@@ -179,7 +196,8 @@ int run_eval_command(const EvalArgs& a) {
   const bool ablate = !a.ablate.empty();
   eval::AblationOptions abl;
   if (ablate) {
-    KVEVICT_CHECK(a.data.empty(), "--ablate needs generated samples (DEV and TEST seeds); got --data");
+    KVEVICT_CHECK(a.data.empty(),
+                  "--ablate needs generated samples (DEV and TEST seeds); got --data");
     abl.methods = split_list(a.ablate, "--ablate");
     abl.windows.clear();
     for (int64_t w : parse_ints(a.ablate_windows, "--ablate-windows"))
@@ -221,8 +239,7 @@ int run_eval_command(const EvalArgs& a) {
         gopt.target_length = len;
         gopt.style = style;
         for (const auto& t : tasks) {
-          const uint64_t first_seed =
-              eval::sample_seed(a.seed, t, eval::split_first_index(which));
+          const uint64_t first_seed = eval::sample_seed(a.seed, t, eval::split_first_index(which));
           if (a.skip_unfit && gen.smallest_length(t, gopt, first_seed) > len) {
             skipped.insert(t + " at " + std::to_string(len));
             continue;
@@ -270,7 +287,8 @@ int run_eval_command(const EvalArgs& a) {
     bar.update(p.done);
     if (a.progress_every <= 0) return;
     const auto now = std::chrono::steady_clock::now();
-    if (p.done < p.total && std::chrono::duration<double>(now - last_line).count() < a.progress_every)
+    if (p.done < p.total &&
+        std::chrono::duration<double>(now - last_line).count() < a.progress_every)
       return;
     last_line = now;
     std::fprintf(stderr, "eval %s\n", eval::format_progress(p).c_str());
@@ -285,7 +303,8 @@ int run_eval_command(const EvalArgs& a) {
   eval::fill_provenance(results.meta, model->path(), rt->describe());
   results.meta.options_json = options_json(a);
   for (const auto& s : skipped)
-    results.meta.notes.push_back("skipped " + s + " tokens: the task's smallest prompt is longer "
+    results.meta.notes.push_back("skipped " + s +
+                                 " tokens: the task's smallest prompt is longer "
                                  "(--skip-unfit)");
   if (a.max_new > 0)
     results.meta.notes.push_back("answers capped at " + std::to_string(a.max_new) +
@@ -314,8 +333,10 @@ Runner add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand("eval", "RULER-style accuracy of eviction methods at budgets");
   a->model.add_to(*cmd);
-  cmd->add_option("--tasks", a->tasks, "Comma-separated RULER tasks, or all")->capture_default_str();
-  cmd->add_option("--lengths", a->lengths, "Comma-separated target lengths in tokens")->capture_default_str();
+  cmd->add_option("--tasks", a->tasks, "Comma-separated RULER tasks, or all")
+      ->capture_default_str();
+  cmd->add_option("--lengths", a->lengths, "Comma-separated target lengths in tokens")
+      ->capture_default_str();
   add_integer(*cmd, "--samples", a->samples, 1, 1 << 20, "Samples per task and length")
       ->capture_default_str();
   cmd->add_option("--methods", a->methods,

@@ -45,7 +45,7 @@ struct GenerateArgs {
   bool quiet = false;
   const CLI::Option *budget_opt = nullptr, *window_opt = nullptr, *pool_opt = nullptr,
                     *policy_opt = nullptr;  // to tell a given option from its default
-  std::string dummy;          // a ModelConfig preset: random weights, random prompt ids
+  std::string dummy;            // a ModelConfig preset: random weights, random prompt ids
   int64_t prompt_tokens = 512;  // prompt length with --dummy
 };
 
@@ -69,7 +69,6 @@ void print_token(const Tokenizer* tok, int32_t id) {
   std::fflush(stdout);
 }
 
-
 // The prefill eviction the flags ask for; a token budget is checked against the n tokens it is
 // taken from (`of` names them).
 eval::MethodConfig method_config(const GenerateArgs& a, int64_t n, const std::string& of) {
@@ -84,8 +83,8 @@ eval::MethodConfig method_config(const GenerateArgs& a, int64_t n, const std::st
                     " has no effect with --method full (no eviction); expected a --method");
     return eval::MethodConfig::make("full", Budget{});
   }
-  eval::MethodConfig m = eval::MethodConfig::make(a.method, parse_budget(a.budget, "--budget", n, of),
-                                                  a.window.value_or(0), a.pool);
+  eval::MethodConfig m = eval::MethodConfig::make(
+      a.method, parse_budget(a.budget, "--budget", n, of), a.window.value_or(0), a.pool);
   if (!a.policy.empty()) m.spec.policy = policy_parse(a.policy);
   return m;
 }
@@ -128,8 +127,7 @@ int run_session(const GenerateArgs& a, const ModelRuntime& rt, const std::string
   const bool aware = mode == eval::QueryMode::kAware;
   std::vector<int32_t> prompt = context;
   if (aware) prompt.insert(prompt.end(), question.begin(), question.end());
-  const int64_t max_tokens =
-      static_cast<int64_t>(context.size() + question.size()) + a.max_new + 1;
+  const int64_t max_tokens = static_cast<int64_t>(context.size() + question.size()) + a.max_new + 1;
   auto session = rt.session(max_tokens);
   session->prefill(prompt, cfg);
   if (bar) bar->finish();
@@ -272,11 +270,12 @@ int run_generate(const GenerateArgs& a) {
   const int64_t prefilled = a.query_aware ? prompt_n : static_cast<int64_t>(context.size());
   method_config(a, ctx_len, info.context_text());
   const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
-  const EvictConfig cfg = evict_config(
-      a, mode, static_cast<int64_t>(question.size()), prefilled,
-      "the " + std::to_string(prefilled) +
-          (a.query_aware || question.empty() ? "-token prompt"
-                                             : "-token context (the question comes after eviction)"));
+  const EvictConfig cfg =
+      evict_config(a, mode, static_cast<int64_t>(question.size()), prefilled,
+                   "the " + std::to_string(prefilled) +
+                       (a.query_aware || question.empty()
+                            ? "-token prompt"
+                            : "-token context (the question comes after eviction)"));
 
   const auto model = a.model.load();
   ProgressBar bar("prefill", prefilled, !a.json && !a.quiet);
@@ -297,17 +296,21 @@ Runner add_generate_command(CLI::App& app) {
   add_integer(*cmd, "-n,--max-new", a->max_new, 0, 1 << 24,
               "Tokens to generate (prompt + n must fit the model's context)")
       ->capture_default_str();
-  cmd->add_option("--method", a->method, "Eviction method, or full for none")->capture_default_str();
-  a->budget_opt = cmd->add_option("--budget", a->budget,
-                                  "Prefill budget: kept fraction (<= 1) or tokens per head (> 1, at "
-                                  "most the prompt's tokens)")
-                      ->capture_default_str();
-  a->policy_opt = cmd->add_option("--policy", a->policy, "uniform or adakv (default: the method's)");
+  cmd->add_option("--method", a->method, "Eviction method, or full for none")
+      ->capture_default_str();
+  a->budget_opt =
+      cmd->add_option("--budget", a->budget,
+                      "Prefill budget: kept fraction (<= 1) or tokens per head (> 1, at "
+                      "most the prompt's tokens)")
+          ->capture_default_str();
+  a->policy_opt =
+      cmd->add_option("--policy", a->policy, "uniform or adakv (default: the method's)");
   a->window_opt = add_window(*cmd, a->window, "Observation window");
   a->pool_opt =
       cmd->add_option("--pool", a->pool, "Pooling: none, max:K, avg:K (default: the method's)");
-  cmd->add_flag("--query-aware", a->query_aware,
-                "Prefill context + question together; the question is the window (needs --question)");
+  cmd->add_flag(
+      "--query-aware", a->query_aware,
+      "Prefill context + question together; the question is the window (needs --question)");
   add_integer(*cmd, "--decode-budget", a->decode_budget, int64_t{0}, kMaxTokens,
               "Decode-time eviction: keep this many tokens per head while generating (0 = off)");
   add_integer(*cmd, "--decode-slack", a->decode_slack, 0, 1 << 24,

@@ -8,7 +8,9 @@
 
 namespace kvevict::cli {
 
-inline void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+inline void print_json(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump(2).c_str());
+}
 
 inline std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -15,7 +15,8 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "kvevict: evict KV-cache entries by how much their removal would perturb attention.\n"
-      "Methods: DropKV, AdaDropKV, OBCache (v/k/vk), SnapKV, AdaKV, H2O, TOVA, KNorm, KeyDiff, VATP,\n"
+      "Methods: DropKV, AdaDropKV, OBCache (v/k/vk), SnapKV, AdaKV, H2O, TOVA, KNorm, KeyDiff, "
+      "VATP,\n"
       "CriticalKV, StreamingLLM, random. Run `kvevict <command> --help` for each command."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kvevict " KVEVICT_VERSION_STRING);

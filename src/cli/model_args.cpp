@@ -15,7 +15,9 @@
 
 namespace kvevict::cli {
 
-std::string source_dir() { return KVEVICT_SOURCE_DIR; }
+std::string source_dir() {
+  return KVEVICT_SOURCE_DIR;
+}
 
 void ModelArgs::add_to(CLI::App& cmd) {
   cmd.add_option("-m,--model", model,

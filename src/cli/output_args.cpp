@@ -34,8 +34,8 @@ void check_output_dir(const std::string& dir, const char* flag) {
   if (::stat(dir.c_str(), &st) == 0) {
     KVEVICT_CHECK(S_ISDIR(st.st_mode), flag, ": ", dir, " is a ", io::file_type_name(st.st_mode),
                   "; expected a directory (or a new one's path)");
-    KVEVICT_CHECK(::access(dir.c_str(), W_OK) == 0, flag, ": directory ", dir,
-                  " is not writable (", std::strerror(errno), ")");
+    KVEVICT_CHECK(::access(dir.c_str(), W_OK) == 0, flag, ": directory ", dir, " is not writable (",
+                  std::strerror(errno), ")");
     return;
   }
   // A new directory: its parent must exist (the same rule as for a new file).

@@ -74,12 +74,12 @@ int run_ppl_command(const PplArgs& a) {
   // Perplexity feeds every token through the model one at a time (decode-time eviction decides
   // after each): settings x chunks x (chunk - 1) steps, each a full forward of one token. Say how
   // much work that is, since it is minutes even for a 135M model (docs/RELIABILITY.md).
-  std::fprintf(stderr,
-               "kvevict ppl: %zu settings x %zu chunks x %lld predicted tokens = %lld decode "
-               "steps, one token at a time\n",
-               methods.size(), spans.size(), static_cast<long long>(a.chunk - 1),
-               static_cast<long long>(methods.size() * spans.size()) *
-                   static_cast<long long>(a.chunk - 1));
+  std::fprintf(
+      stderr,
+      "kvevict ppl: %zu settings x %zu chunks x %lld predicted tokens = %lld decode "
+      "steps, one token at a time\n",
+      methods.size(), spans.size(), static_cast<long long>(a.chunk - 1),
+      static_cast<long long>(methods.size() * spans.size()) * static_cast<long long>(a.chunk - 1));
 
   const auto model = a.model.load();
   eval::SessionModel runner(a.model.runtime(model), std::move(info.tokenizer), methods,
@@ -90,8 +90,8 @@ int run_ppl_command(const PplArgs& a) {
   bar.finish();
   run.model = runner.name();
   run.source = "austen (6 novels, r-cran-janeaustenr)";
-  const std::string json = "{\"kind\": \"kvevict-results\", \"version\": 1, \"ppl\": " +
-                           eval::ppl_to_json(run) + "}";
+  const std::string json =
+      "{\"kind\": \"kvevict-results\", \"version\": 1, \"ppl\": " + eval::ppl_to_json(run) + "}";
   const std::string md = eval::ppl_to_markdown(run);
   io::StagedFiles files;  // both files or neither
   if (!a.out.empty()) files.add(a.out, "--out", {{json.data(), json.size()}});
@@ -107,8 +107,10 @@ Runner add_ppl_command(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
   auto* cmd = app.add_subcommand("ppl", "Perplexity of long prose under decode-time eviction");
   a->model.add_to(*cmd);
-  cmd->add_option("--methods", a->methods, "Comma-separated methods (full = no eviction)")->capture_default_str();
-  cmd->add_option("--budgets", a->budgets, "Comma-separated token budgets per head")->capture_default_str();
+  cmd->add_option("--methods", a->methods, "Comma-separated methods (full = no eviction)")
+      ->capture_default_str();
+  cmd->add_option("--budgets", a->budgets, "Comma-separated token budgets per head")
+      ->capture_default_str();
   add_integer(*cmd, "--chunk", a->chunk, int64_t{2}, kMaxTokens,
               "Tokens per evaluated chunk (at most the model's context)")
       ->capture_default_str();

@@ -13,7 +13,9 @@ ProgressBar::ProgressBar(std::string label, int64_t total, bool enabled)
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_ - std::chrono::seconds(1)) {}
 
-ProgressBar::~ProgressBar() { finish(); }
+ProgressBar::~ProgressBar() {
+  finish();
+}
 
 void ProgressBar::update(int64_t done) {
   if (!enabled_ || finished_) return;

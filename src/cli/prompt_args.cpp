@@ -36,7 +36,9 @@ void PromptArgs::add_to(CLI::App& cmd, const std::string& what, bool with_prose)
                      ->capture_default_str();
 }
 
-bool PromptArgs::given() const { return p->count() > 0 || f->count() > 0; }
+bool PromptArgs::given() const {
+  return p->count() > 0 || f->count() > 0;
+}
 
 std::string PromptArgs::read(uint64_t max_bytes) const {
   KVEVICT_CHECK(given(), "no prompt; give -p TEXT or -f FILE");
@@ -59,7 +61,8 @@ std::vector<int32_t> prompt_or_prose_tokens(const ModelInfo& model, const Prompt
   const int64_t ctx = model.config.context_length;
   std::vector<int32_t> tokens;
   if (prompt.given()) {
-    tokens = model.tokenizer->encode(prompt.read(eval::max_text_bytes(*model.tokenizer, ctx)), true);
+    tokens =
+        model.tokenizer->encode(prompt.read(eval::max_text_bytes(*model.tokenizer, ctx)), true);
     KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) <= ctx, "the prompt has ", tokens.size(),
                   " tokens, more than ", model.context_text());
     return tokens;
@@ -68,7 +71,8 @@ std::vector<int32_t> prompt_or_prose_tokens(const ModelInfo& model, const Prompt
                 ctx, " (", model.context_text(), ")");
   const eval::Corpus corpus = eval::Corpus::load(corpus_dir());
   // About 4 characters a token; take 8 a token, then cut to the length.
-  tokens = model.tokenizer->encode(corpus.prose_text().substr(0, static_cast<size_t>(length) * 8), true);
+  tokens =
+      model.tokenizer->encode(corpus.prose_text().substr(0, static_cast<size_t>(length) * 8), true);
   if (static_cast<int64_t>(tokens.size()) > length) tokens.resize(static_cast<size_t>(length));
   return tokens;
 }

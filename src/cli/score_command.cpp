@@ -79,7 +79,8 @@ int run_score(const ScoreArgs& a) {
     q = load_tensor_arg(a.q, "--q", a.bf16);
   }
   if (sopt.method == Method::kCriticalKV) {
-    KVEVICT_CHECK(!a.wo.empty(), "criticalkv needs the output projection; pass --wo wo.npy [D, Hq*d]");
+    KVEVICT_CHECK(!a.wo.empty(),
+                  "criticalkv needs the output projection; pass --wo wo.npy [D, Hq*d]");
   }
   if (!a.wo.empty()) wo = load_tensor_arg(a.wo, "--wo", a.bf16);
 
@@ -88,7 +89,8 @@ int run_score(const ScoreArgs& a) {
   problem.v = v.view();
   if (q.numel() > 0 || !q.shape().empty()) problem.q = q.view();
   if (!wo.shape().empty()) problem.wo = wo.view();
-  KVEVICT_CHECK(problem.k.ndim == 3, "--k has shape ", problem.k.shape_str(), "; expected [Hkv, n, d]");
+  KVEVICT_CHECK(problem.k.ndim == 3, "--k has shape ", problem.k.shape_str(),
+                "; expected [Hkv, n, d]");
   problem.validate(sopt);
   if (!a.compression_ratio)
     parse_budget(a.budget, "--budget", problem.num_tokens(),
@@ -98,7 +100,8 @@ int run_score(const ScoreArgs& a) {
   LayerEvictor evictor(*backend, sopt, sel);
   const auto t0 = std::chrono::steady_clock::now();
   Selection selection = evictor.plan(problem);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   const int hkv = problem.num_kv_heads();
   const int64_t n = problem.num_tokens();
@@ -116,7 +119,8 @@ int run_score(const ScoreArgs& a) {
     // [Hkv, max kept] int32 row indices per head, ascending; -1 pads heads that keep fewer (adakv).
     std::vector<int32_t> keep(static_cast<size_t>(hkv) * max_keep, -1);
     for (int h = 0; h < hkv; ++h)
-      std::copy(selection.head(h), selection.head(h) + selection.count(h), keep.begin() + h * max_keep);
+      std::copy(selection.head(h), selection.head(h) + selection.count(h),
+                keep.begin() + h * max_keep);
     npy::stage(files, a.keep, "--keep", DType::kI32, {hkv, max_keep}, keep.data());
   }
   files.commit();
@@ -129,7 +133,10 @@ int run_score(const ScoreArgs& a) {
   j["score"] = sopt.describe();
   j["select"] = sel.describe();
   j["backend"] = backend->name();
-  j["shape"] = {{"Hq", problem.num_q_heads()}, {"Hkv", hkv}, {"n", n}, {"d", d},
+  j["shape"] = {{"Hq", problem.num_q_heads()},
+                {"Hkv", hkv},
+                {"n", n},
+                {"d", d},
                 {"queries", problem.q.empty() ? 0 : problem.q.shape[1]}};
   std::vector<int64_t> kept;
   for (int h = 0; h < hkv; ++h) kept.push_back(selection.count(h));
@@ -141,7 +148,8 @@ int run_score(const ScoreArgs& a) {
   if (!selection.warning.empty()) j["warning"] = selection.warning;
   if (!a.out.empty()) j["scores_file"] = a.out;
   if (!a.keep.empty()) j["keep_file"] = a.keep;
-  if (!selection.warning.empty()) std::fprintf(stderr, "kvevict: warning: %s\n", selection.warning.c_str());
+  if (!selection.warning.empty())
+    std::fprintf(stderr, "kvevict: warning: %s\n", selection.warning.c_str());
   if (a.json) {
     print_json(j);
   } else {
@@ -150,12 +158,15 @@ int run_score(const ScoreArgs& a) {
                 problem.num_q_heads(), hkv, static_cast<long long>(n), d);
     std::printf("kept      %lld of %lld rows (", static_cast<long long>(selection.total()),
                 static_cast<long long>(hkv * n));
-    for (int h = 0; h < hkv; ++h) std::printf("%s%lld", h ? " " : "", static_cast<long long>(kept[h]));
-    std::printf(" per head)\nKV bytes  %s -> %s (%.1f%% saved)\ntime      %.2f ms\n",
-                human_bytes(static_cast<double>(bytes_before)).c_str(),
-                human_bytes(static_cast<double>(bytes_after)).c_str(),
-                bytes_before ? 100.0 * (1.0 - static_cast<double>(bytes_after) / bytes_before) : 0.0, ms);
-    if (!a.out.empty()) std::printf("scores    %s [%d, %lld] f32\n", a.out.c_str(), hkv, static_cast<long long>(n));
+    for (int h = 0; h < hkv; ++h)
+      std::printf("%s%lld", h ? " " : "", static_cast<long long>(kept[h]));
+    std::printf(
+        " per head)\nKV bytes  %s -> %s (%.1f%% saved)\ntime      %.2f ms\n",
+        human_bytes(static_cast<double>(bytes_before)).c_str(),
+        human_bytes(static_cast<double>(bytes_after)).c_str(),
+        bytes_before ? 100.0 * (1.0 - static_cast<double>(bytes_after) / bytes_before) : 0.0, ms);
+    if (!a.out.empty())
+      std::printf("scores    %s [%d, %lld] f32\n", a.out.c_str(), hkv, static_cast<long long>(n));
     if (!a.keep.empty())
       std::printf("keep      %s [%d, %lld] i32 (-1 = padding)\n", a.keep.c_str(), hkv,
                   static_cast<long long>(max_keep));
@@ -168,12 +179,17 @@ int run_score(const ScoreArgs& a) {
 Runner add_score_command(CLI::App& app) {
   auto a = std::make_shared<ScoreArgs>();
   auto* cmd = app.add_subcommand("score", "Score and select the tokens of one layer's KV cache");
-  cmd->add_option("--method", a->method, "Method: " + [] {
-    std::string s;
-    for (const auto& n : method_names()) s += (s.empty() ? "" : ", ") + n;
-    return s;
-  }())->capture_default_str();
-  cmd->add_option("--aggregate", a->aggregate, "Query aggregation: snapkv (window), h2o (all), tova (last)");
+  cmd->add_option(
+         "--method", a->method,
+         "Method: " +
+             [] {
+               std::string s;
+               for (const auto& n : method_names()) s += (s.empty() ? "" : ", ") + n;
+               return s;
+             }())
+      ->capture_default_str();
+  cmd->add_option("--aggregate", a->aggregate,
+                  "Query aggregation: snapkv (window), h2o (all), tova (last)");
   cmd->add_option("--q", a->q, "Queries [Hq, w, d] after RoPE (.npy or .safetensors[:name])");
   cmd->add_option("--k", a->k, "Keys [Hkv, n, d] after RoPE")->required();
   cmd->add_option("--v", a->v, "Values [Hkv, n, d]")->required();
@@ -187,9 +203,11 @@ Runner add_score_command(CLI::App& app) {
   cmd->add_option("--policy", a->policy, "uniform or adakv (default: the method's)");
   cmd->add_option("--pool", a->pool, "Pooling: none, max:K, avg:K (default: the method's)");
   add_window(*cmd, a->window, "Observation window w (queries used and last tokens protected)");
-  add_integer(*cmd, "--sink", a->sink, 0, 1 << 24, "First tokens always kept (streamingllm default 4)");
+  add_integer(*cmd, "--sink", a->sink, 0, 1 << 24,
+              "First tokens always kept (streamingllm default 4)");
   add_number(*cmd, "--alpha", a->alpha, "adakv alpha, 0 <= alpha <= 1")->capture_default_str();
-  cmd->add_flag("--normalize", a->normalize, "h2o: divide column sums by the number of queries seeing each token");
+  cmd->add_flag("--normalize", a->normalize,
+                "h2o: divide column sums by the number of queries seeing each token");
   add_seed(*cmd, a->seed, "Seed of the random method");
   add_number(*cmd, "--scale", a->scale, "Logit scale, finite >= 0 (0 = 1/sqrt(d))");
   cmd->add_flag("--bf16", a->bf16, "Read uint16 (<u2) .npy arrays as bfloat16 bits");

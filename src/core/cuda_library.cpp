@@ -45,7 +45,8 @@ Library load() {
   };
   if (const char* env = std::getenv("KVEVICT_CUDA_LIBRARY"); env != nullptr && env[0] != '\0') {
     if (!attempt(env))
-      lib.error = "KVEVICT_CUDA_LIBRARY=" + std::string(env) + " could not be loaded (" + last + ")";
+      lib.error =
+          "KVEVICT_CUDA_LIBRARY=" + std::string(env) + " could not be loaded (" + last + ")";
     return lib;
   }
   // By its SONAME (cmake/Version.cmake: libkvevict_cuda.so.0.1), the file a runtime-only install
@@ -57,8 +58,9 @@ Library load() {
   // A missing libkvevict_cuda means a build without CUDA; a library that is there but fails to
   // load usually misses the CUDA runtime (libcudart / libcublas).
   if (last.find(name + ": cannot open") != std::string::npos)
-    lib.error = "this build has no CUDA runtime (configure with KVEVICT_CUDA=ON and a CUDA "
-                "toolkit)";
+    lib.error =
+        "this build has no CUDA runtime (configure with KVEVICT_CUDA=ON and a CUDA "
+        "toolkit)";
   else
     lib.error = "the CUDA runtime library could not be loaded (" + last + ")";
   return lib;

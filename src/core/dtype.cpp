@@ -55,7 +55,8 @@ __attribute__((target("avx2,f16c"))) void half_to_float_f16c(const uint16_t* s, 
                                                              int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    _mm256_storeu_ps(d + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
   for (; i < n; ++i) d[i] = half_to_float(s[i]);
 }
 __attribute__((target("avx2,f16c"))) void float_to_half_f16c(const float* s, uint16_t* d,
@@ -69,7 +70,8 @@ __attribute__((target("avx2,f16c"))) void float_to_half_f16c(const float* s, uin
 __attribute__((target("avx2"))) void bf16_to_float_avx2(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    const __m256i u =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_slli_epi32(u, 16));
   }
   for (; i < n; ++i) d[i] = bf16_to_float(s[i]);
@@ -85,7 +87,8 @@ __attribute__((target("avx2"))) void float_to_bf16_avx2(const float* s, uint16_t
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
     const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(bias, lsb));
-    const __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), nan), 16);
+    const __m256i r =
+        _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), nan), 16);
     // 8 x u32 (values < 2^16) -> 8 x u16, in order.
     const __m256i packed = _mm256_packus_epi32(r, r);
     const __m256i ordered = _mm256_permute4x64_epi64(packed, 0x08);

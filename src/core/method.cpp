@@ -15,12 +15,18 @@ struct NamedMethod {
   Method method;
 };
 constexpr NamedMethod kMethods[] = {
-    {"dropkv", Method::kDropKV},       {"obcache_v", Method::kObcacheV},
-    {"obcache_k", Method::kObcacheK},  {"obcache_vk", Method::kObcacheVK},
-    {"snapkv", Method::kSnapKV},       {"h2o", Method::kH2O},
-    {"tova", Method::kTOVA},           {"knorm", Method::kKNorm},
-    {"keydiff", Method::kKeyDiff},     {"vatp", Method::kVATP},
-    {"criticalkv", Method::kCriticalKV}, {"streamingllm", Method::kStreamingLLM},
+    {"dropkv", Method::kDropKV},
+    {"obcache_v", Method::kObcacheV},
+    {"obcache_k", Method::kObcacheK},
+    {"obcache_vk", Method::kObcacheVK},
+    {"snapkv", Method::kSnapKV},
+    {"h2o", Method::kH2O},
+    {"tova", Method::kTOVA},
+    {"knorm", Method::kKNorm},
+    {"keydiff", Method::kKeyDiff},
+    {"vatp", Method::kVATP},
+    {"criticalkv", Method::kCriticalKV},
+    {"streamingllm", Method::kStreamingLLM},
     {"random", Method::kRandom},
 };
 
@@ -36,7 +42,9 @@ bool is_query_free(Method m) {
 }
 
 // Parses a whole string as a decimal number (strict: no hex, inf, nan or whitespace).
-double parse_double(const std::string& s, const char* what) { return parse_decimal(s, what); }
+double parse_double(const std::string& s, const char* what) {
+  return parse_decimal(s, what);
+}
 
 // Token counts above 2^53 are not exact in a double and no cache holds that many tokens.
 constexpr double kMaxTokenCount = 9007199254740992.0;
@@ -105,7 +113,9 @@ Policy policy_parse(const std::string& s) {
   KVEVICT_FAIL("unknown policy '", s, "'; expected uniform or adakv");
 }
 
-const char* policy_name(Policy p) { return p == Policy::kAdaKV ? "adakv" : "uniform"; }
+const char* policy_name(Policy p) {
+  return p == Policy::kAdaKV ? "adakv" : "uniform";
+}
 
 Pooling Pooling::parse(const std::string& s) {
   Pooling p;
@@ -132,7 +142,8 @@ std::string Pooling::str() const {
 }
 
 Budget Budget::parse(const std::string& s) {
-  KVEVICT_CHECK(!s.empty(), "empty budget; expected a fraction in (0, 1], a percentage like 10%, "
+  KVEVICT_CHECK(!s.empty(),
+                "empty budget; expected a fraction in (0, 1], a percentage like 10%, "
                 "or a token count > 1");
   Budget b;
   if (s.back() == '%') {
@@ -182,9 +193,7 @@ ScoreOptions ScoreOptions::defaults(Method m) {
   ScoreOptions o;
   o.method = m;
   switch (m) {
-    case Method::kDropKV:
-      o.window = 8;
-      break;
+    case Method::kDropKV: o.window = 8; break;
     case Method::kObcacheV:
     case Method::kObcacheK:
     case Method::kObcacheVK:
@@ -208,14 +217,14 @@ ScoreOptions ScoreOptions::defaults(Method m) {
     case Method::kKNorm:
     case Method::kKeyDiff:
     case Method::kRandom:
-    case Method::kStreamingLLM:
-      o.window = 0;
-      break;
+    case Method::kStreamingLLM: o.window = 0; break;
   }
   return o;
 }
 
-bool ScoreOptions::needs_queries() const { return !is_query_free(method); }
+bool ScoreOptions::needs_queries() const {
+  return !is_query_free(method);
+}
 
 int64_t ScoreOptions::queries_needed(int64_t n) const {
   if (!needs_queries()) return 0;

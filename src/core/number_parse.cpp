@@ -9,7 +9,9 @@
 namespace kvevict {
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 // Advances i over a run of digits; returns how many.
 size_t digits(const std::string& s, size_t& i) {

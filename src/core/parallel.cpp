@@ -20,7 +20,9 @@ int hardware_threads() {
 
 }  // namespace
 
-int max_threads() { return std::min(1024, 4 * hardware_threads()); }
+int max_threads() {
+  return std::min(1024, 4 * hardware_threads());
+}
 
 void set_num_threads(int n) {
   KVEVICT_CHECK(n >= 0 && n <= max_threads(), "thread count ", n, " is out of range; expected 0 ",
@@ -29,7 +31,9 @@ void set_num_threads(int n) {
   g_threads = n;
 }
 
-int num_threads() { return g_threads > 0 ? g_threads : hardware_threads(); }
+int num_threads() {
+  return g_threads > 0 ? g_threads : hardware_threads();
+}
 
 void parallel_for(int64_t count, const std::function<void(int64_t)>& fn) {
   if (count <= 0) return;

@@ -83,17 +83,10 @@ cudaError_t launch_typed(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t warps = static_cast<int64_t>(a.num_q_heads) * a.m;
   const unsigned blocks = static_cast<unsigned>((warps + 3) / 4);
   switch (a.head_dim) {
-    case 64:
-      cache_attention_kernel<T, 64><<<blocks, 128, 0, stream>>>(a);
-      break;
-    case 128:
-      cache_attention_kernel<T, 128><<<blocks, 128, 0, stream>>>(a);
-      break;
-    case 256:
-      cache_attention_kernel<T, 256><<<blocks, 128, 0, stream>>>(a);
-      break;
-    default:
-      return cudaErrorInvalidValue;
+    case 64: cache_attention_kernel<T, 64><<<blocks, 128, 0, stream>>>(a); break;
+    case 128: cache_attention_kernel<T, 128><<<blocks, 128, 0, stream>>>(a); break;
+    case 256: cache_attention_kernel<T, 256><<<blocks, 128, 0, stream>>>(a); break;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -21,7 +21,6 @@
 
 namespace kvevict::cuda::detail {
 
-
 // Element types the kernels read. kMmaName selects the mma.sync variant.
 template <class T>
 struct ElemTraits;

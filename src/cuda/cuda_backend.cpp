@@ -56,7 +56,8 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(cudaStream_t stream) : stream_(stream) {
     nan_status_ = stream_allocate(sizeof(unsigned long long), stream_);
-    KVEVICT_CUDA_CHECK(cudaMemsetAsync(nan_status_.get(), 0xff, sizeof(unsigned long long), stream_));
+    KVEVICT_CUDA_CHECK(
+        cudaMemsetAsync(nan_status_.get(), 0xff, sizeof(unsigned long long), stream_));
   }
   ~CudaBackend() override {
     // Buffers handed out are freed in stream order; the staging buffer and status word too.
@@ -70,7 +71,8 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     unsigned long long first = ~0ull;
-    KVEVICT_CUDA_CHECK(cudaMemcpy(&first, nan_status_.get(), sizeof(first), cudaMemcpyDeviceToHost));
+    KVEVICT_CUDA_CHECK(
+        cudaMemcpy(&first, nan_status_.get(), sizeof(first), cudaMemcpyDeviceToHost));
     if (first != ~0ull) {
       KVEVICT_CUDA_CHECK(
           cudaMemsetAsync(nan_status_.get(), 0xff, sizeof(unsigned long long), stream_));
@@ -126,15 +128,13 @@ class CudaBackend final : public Backend {
     WorkspaceCarver carver(Workspace{stage(sizer.bytes()), stage_bytes_});
     auto* first_nan = carver.take<unsigned long long>(2);  // scores, aux
     char* ws = carver.take<char>(ws_bytes);
-    KVEVICT_CUDA_CHECK(
-        cudaMemsetAsync(first_nan, 0xff, 2 * sizeof(unsigned long long), stream_));
+    KVEVICT_CUDA_CHECK(cudaMemsetAsync(first_nan, 0xff, 2 * sizeof(unsigned long long), stream_));
     if (scores.numel() > 0 && scores.is_contiguous() && scores.dtype == DType::kF32)
-      KVEVICT_CUDA_CHECK(cuda::detail::launch_find_nan(scores.ptr<float>(), scores.numel(),
-                                                       first_nan, stream_));
-    if (two_stage && aux.is_contiguous() && aux.dtype == DType::kF32 &&
-        aux.device == Device::kCuda)
-      KVEVICT_CUDA_CHECK(cuda::detail::launch_find_nan(aux.ptr<float>(), aux.numel(),
-                                                       first_nan + 1, stream_));
+      KVEVICT_CUDA_CHECK(
+          cuda::detail::launch_find_nan(scores.ptr<float>(), scores.numel(), first_nan, stream_));
+    if (two_stage && aux.is_contiguous() && aux.dtype == DType::kF32 && aux.device == Device::kCuda)
+      KVEVICT_CUDA_CHECK(
+          cuda::detail::launch_find_nan(aux.ptr<float>(), aux.numel(), first_nan + 1, stream_));
     cuda::select(scores, aux, n_keep, opt.sink, opt.window, opt.policy, opt.alpha,
                  TensorView(kept, DType::kI32, {kept_n}, Device::kCuda),
                  TensorView(offsets, DType::kI64, {hkv + 1}, Device::kCuda),
@@ -152,8 +152,8 @@ class CudaBackend final : public Backend {
     }
     download(sel);
     unsigned long long nan_at[2];
-    KVEVICT_CUDA_CHECK(cudaMemcpyAsync(nan_at, first_nan, sizeof(nan_at), cudaMemcpyDeviceToHost,
-                                       stream_));
+    KVEVICT_CUDA_CHECK(
+        cudaMemcpyAsync(nan_at, first_nan, sizeof(nan_at), cudaMemcpyDeviceToHost, stream_));
     KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int which = 0; which < 2; ++which)
       KVEVICT_CHECK(nan_at[which] == ~0ull, which == 0 ? "score" : "aux score", " of head ",
@@ -188,9 +188,8 @@ class CudaBackend final : public Backend {
     }
     const int64_t* kept_off = selection.device.offsets;
     if (kept_off == nullptr) kept_off = upload(selection.offsets.data(), hkv + 1);
-    KVEVICT_CUDA_CHECK(cuda::detail::launch_packed_segments(kept_off, hkv, slack,
-                                                            out.device_offsets, out.device_lens,
-                                                            stream_));
+    KVEVICT_CUDA_CHECK(cuda::detail::launch_packed_segments(
+        kept_off, hkv, slack, out.device_offsets, out.device_lens, stream_));
   }
 
   void compact(const KVLayerView& in, const Selection& selection, const KVLayerView& out) override {
@@ -231,8 +230,7 @@ class CudaBackend final : public Backend {
     a.src_base = in.device_offsets ? in.device_offsets : upload(in.offsets, hkv);
     a.kept_offsets = selection.device.offsets ? selection.device.offsets
                                               : upload(selection.offsets.data(), hkv + 1);
-    a.kept = selection.device.index ? selection.device.index
-                                    : upload(selection.index.data(), rows);
+    a.kept = selection.device.index ? selection.device.index : upload(selection.index.data(), rows);
     a.dst_base = out.device_offsets ? out.device_offsets : upload(out.offsets, hkv);
     a.dst_rows = out.capacity_rows();
     a.out_k = static_cast<char*>(out.k);
@@ -257,7 +255,8 @@ class CudaBackend final : public Backend {
     check_cuda_layer(cache, "decode cache");
     KVEVICT_CHECK(cache.score_acc != nullptr && cache.pos != nullptr,
                   "decode cache has no score accumulator or positions");
-    KVEVICT_CHECK(cache.has_device_table(), "the cuda decode cut needs the cache's device "
+    KVEVICT_CHECK(cache.has_device_table(),
+                  "the cuda decode cut needs the cache's device "
                   "segment table (device_offsets, device_lens)");
     if (cut.heads.empty()) return;
     int64_t max_len = 0;

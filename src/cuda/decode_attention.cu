@@ -16,10 +16,10 @@
 #include <cstdlib>
 
 #include "cuda/common.cuh"
-#include "cuda/kv_tile_copy.cuh"
-#include "cuda/window_traits.cuh"
 #include "cuda/decode_step_scores.cuh"
+#include "cuda/kv_tile_copy.cuh"
 #include "cuda/model_launchers.h"
+#include "cuda/window_traits.cuh"
 
 namespace kvevict::gpu::detail {
 namespace {
@@ -587,9 +587,10 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
                                     int sm_count, cudaStream_t stream,
                                     const DecodeStepScoreArgs* scores) {
   if (a.B <= 0 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.max_len <= 0) return cudaErrorInvalidValue;
-  if (scores != nullptr && (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
-                            scores->acc == nullptr || scores->counters == nullptr ||
-                            static_cast<int>(scores->kind) > static_cast<int>(DecodeScore::kObcacheVK)))
+  if (scores != nullptr &&
+      (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
+       scores->acc == nullptr || scores->counters == nullptr ||
+       static_cast<int>(scores->kind) > static_cast<int>(DecodeScore::kObcacheVK)))
     return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
@@ -609,12 +610,9 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
   p.out_f32 = out_f32;
   if (scores != nullptr) p.score = *scores;
   switch (a.d) {
-    case 64:
-      return launch_d<64>(p, stream);
-    case 128:
-      return launch_d<128>(p, stream);
-    case 256:
-      return launch_d<256>(p, stream);
+    case 64: return launch_d<64>(p, stream);
+    case 128: return launch_d<128>(p, stream);
+    case 256: return launch_d<256>(p, stream);
   }
   return cudaErrorInvalidValue;
 }

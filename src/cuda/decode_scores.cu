@@ -22,9 +22,9 @@
 
 #include <cstdint>
 
-#include "kvevict/score_terms.h"
 #include "cuda/decode_step_scores.cuh"
 #include "cuda/model_launchers.h"
+#include "kvevict/score_terms.h"
 
 namespace kvevict::gpu::detail {
 namespace {
@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs
   const int G = a.Hq / a.Hkv, d = a.d;
   const int b = seg / a.Hkv, g = seg % a.Hkv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool need_qk = a.z == nullptr;  // warp-uniform
-  const bool need_av = needs_av(a.kind);     // every term but the attention sum reads a and v
+  const bool need_qk = a.z == nullptr;    // warp-uniform
+  const bool need_av = needs_av(a.kind);  // every term but the attention sum reads a and v
   float* a_s = smem;
   float* q_s = a_s + (need_av ? G * d : 0);
   float* a2_s = q_s + (need_qk ? G * d : 0);
@@ -133,21 +133,13 @@ __global__ void __launch_bounds__(kWarps * 32) row_scores_kernel(DecodeScoreArgs
       float s = 0.f;
       switch (a.kind) {
         case DecodeScore::kAttentionSum:  // h2o
-        case DecodeScore::kTOVA:
-          s = terms::attention_term(p);
-          break;
+        case DecodeScore::kTOVA: s = terms::attention_term(p); break;
         case DecodeScore::kDropKV:
           s = terms::dropkv_term(p, terms::one_minus_prob(z, lse, a.one_minus_p_floor), a2, v2, av);
           break;
-        case DecodeScore::kObcacheV:
-          s = terms::obcache_v_term(p, v2);
-          break;
-        case DecodeScore::kObcacheK:
-          s = terms::obcache_k_term(p, z, a2, v2, av);
-          break;
-        case DecodeScore::kObcacheVK:
-          s = terms::obcache_vk_term(p, z, a2, v2, av);
-          break;
+        case DecodeScore::kObcacheV: s = terms::obcache_v_term(p, v2); break;
+        case DecodeScore::kObcacheK: s = terms::obcache_k_term(p, z, a2, v2, av); break;
+        case DecodeScore::kObcacheVK: s = terms::obcache_vk_term(p, z, a2, v2, av); break;
       }
       acc += s;
     }

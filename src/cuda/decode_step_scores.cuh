@@ -38,7 +38,7 @@ __host__ __device__ constexpr Method step_score_method(DecodeScore kind) {
          : kind == DecodeScore::kObcacheV  ? Method::kObcacheV
          : kind == DecodeScore::kObcacheK  ? Method::kObcacheK
          : kind == DecodeScore::kObcacheVK ? Method::kObcacheVK
-                     : Method::kH2O;
+                                           : Method::kH2O;
 }
 
 // What a kind reads of a row beyond its G logits.
@@ -50,10 +50,10 @@ enum class RowNeeds : int {
 };
 
 __host__ __device__ constexpr RowNeeds row_needs(DecodeScore kind) {
-  return kind == DecodeScore::kObcacheV ? RowNeeds::kNorm
+  return kind == DecodeScore::kObcacheV                                   ? RowNeeds::kNorm
          : kind == DecodeScore::kDropKV || kind == DecodeScore::kObcacheK ? RowNeeds::kDist
-         : kind == DecodeScore::kObcacheVK ? RowNeeds::kDistVdiff
-                                  : RowNeeds::kLogits;
+         : kind == DecodeScore::kObcacheVK                                ? RowNeeds::kDistVdiff
+                                                                          : RowNeeds::kLogits;
 }
 
 __device__ __forceinline__ float seg_warp_sum(float x) {
@@ -282,21 +282,16 @@ __device__ void score_segment_rows(const SegmentRows& s, int tid, int nthreads) 
 // Dispatch on the kind (block-uniform); then the recorded top rows (all threads of the block).
 template <int D, int MG>
 __device__ void score_segment(const SegmentRows& s, int tid, int nthreads) {
-  const bool tops = row_needs(s.kind) == RowNeeds::kDist || row_needs(s.kind) == RowNeeds::kDistVdiff;
+  const bool tops =
+      row_needs(s.kind) == RowNeeds::kDist || row_needs(s.kind) == RowNeeds::kDistVdiff;
   if (tops) {
     if (tid == 0) s.tops->count = 0;
     __syncthreads();
   }
   switch (row_needs(s.kind)) {
-    case RowNeeds::kLogits:
-      score_segment_rows<D, MG, RowNeeds::kLogits>(s, tid, nthreads);
-      break;
-    case RowNeeds::kNorm:
-      score_segment_rows<D, MG, RowNeeds::kNorm>(s, tid, nthreads);
-      break;
-    case RowNeeds::kDist:
-      score_segment_rows<D, MG, RowNeeds::kDist>(s, tid, nthreads);
-      break;
+    case RowNeeds::kLogits: score_segment_rows<D, MG, RowNeeds::kLogits>(s, tid, nthreads); break;
+    case RowNeeds::kNorm: score_segment_rows<D, MG, RowNeeds::kNorm>(s, tid, nthreads); break;
+    case RowNeeds::kDist: score_segment_rows<D, MG, RowNeeds::kDist>(s, tid, nthreads); break;
     case RowNeeds::kDistVdiff:
       score_segment_rows<D, MG, RowNeeds::kDistVdiff>(s, tid, nthreads);
       break;

@@ -25,7 +25,8 @@ void DeviceBuffer::ensure(size_t bytes, const char* what) {
   if (bytes <= bytes_ && ptr_ != nullptr) return;
   reset();
   if (bytes == 0) return;
-  const cudaError_t err = ordered_ ? cudaMallocAsync(&ptr_, bytes, stream_) : cudaMalloc(&ptr_, bytes);
+  const cudaError_t err =
+      ordered_ ? cudaMallocAsync(&ptr_, bytes, stream_) : cudaMalloc(&ptr_, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the allocation error
     ptr_ = nullptr;

@@ -164,14 +164,10 @@ cudaError_t launch_typed(const ColsumParams& p, cudaStream_t stream) {
 template <class T>
 cudaError_t dispatch(const ColsumParams& p, int d, cudaStream_t stream) {
   switch (d) {
-    case 64:
-      return launch_typed<T, 64>(p, stream);
-    case 128:
-      return launch_typed<T, 128>(p, stream);
-    case 256:
-      return launch_typed<T, 256>(p, stream);
-    default:
-      return cudaErrorInvalidValue;
+    case 64: return launch_typed<T, 64>(p, stream);
+    case 128: return launch_typed<T, 128>(p, stream);
+    case 256: return launch_typed<T, 256>(p, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 

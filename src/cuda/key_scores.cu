@@ -41,8 +41,8 @@ __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride
 // keydiff pass 1: sums[h, :] += k_j / ||k_j|| over a block's rows (float atomics; the direction
 // is all that matters, and its rounding is far below bf16 input precision).
 template <class T>
-__global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row_stride,
-                                    int64_t n, int d, int rows_per_block, float* sums) {
+__global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row_stride, int64_t n,
+                                    int d, int rows_per_block, float* sums) {
   extern __shared__ float acc_s[];  // [d]
   const int h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;

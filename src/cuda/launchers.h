@@ -35,7 +35,7 @@ struct WindowArgs {
 // key terms::top_term from these instead of the first form. 32 bytes.
 struct TopRow {
   int32_t idx = -1;
-  float p = 0, omp = 0, z = 0;   // p, 1 - p (exact, from rho), the logit z (natural units)
+  float p = 0, omp = 0, z = 0;      // p, 1 - p (exact, from rho), the logit z (natural units)
   float d2 = 0, vdiff = 0, v2 = 0;  // ||v - a_{-top}||^2, <v, v - a_{-top}>, ||v||^2
   float pad = 0;
 };
@@ -73,8 +73,8 @@ cudaError_t launch_score_pass(const ScorePassArgs& a, float* scores, int sm_coun
 // h2o's all-queries column sums (h2o_colsum.cu): a.w = n, lse [Hq, n] of every query (the
 // window forward with w = n, no V). scores [Hkv, n] = (1/G) sum_{h in group, t >= j} p_htj,
 // divided by n - j when normalize. Deterministic (no atomics). Needs no scratch.
-cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normalize,
-                              float* scores, cudaStream_t stream);
+cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normalize, float* scores,
+                              cudaStream_t stream);
 
 // 1-D pooling along tokens, "same" padding, stride 1 (max pads -inf, avg counts the padding);
 // kernel 1 copies. With `mul` (same shape) the pooled value is multiplied by mul[i] (vatp).
@@ -126,30 +126,30 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
 // Rows are row_bytes long (a multiple of 16); pos / score_acc travel when both sides are given
 // (pos null: the kept index itself).
 struct GatherArgs {
-  const char* k = nullptr;           // source rows, row_stride_b apart
+  const char* k = nullptr;  // source rows, row_stride_b apart
   const char* v = nullptr;
   int64_t head_stride_b = 0, row_stride_b = 0;
   int row_bytes = 0;
-  const int32_t* pos = nullptr;      // source positions or null: the kept index itself
+  const int32_t* pos = nullptr;  // source positions or null: the kept index itself
   int64_t pos_head_stride = 0;
-  const float* acc = nullptr;        // source score_acc (indexed like pos) or null
-  const int64_t* src_base = nullptr; // [H] first source row of head h, or null
-  const int32_t* kept = nullptr;     // [rows] kept row index within the head's source rows
-  int64_t src_limit = 0;             // > 0: a kept index outside [0, src_limit) reads row 0 (a
-                                     // caller bug must not fault)
+  const float* acc = nullptr;             // source score_acc (indexed like pos) or null
+  const int64_t* src_base = nullptr;      // [H] first source row of head h, or null
+  const int32_t* kept = nullptr;          // [rows] kept row index within the head's source rows
+  int64_t src_limit = 0;                  // > 0: a kept index outside [0, src_limit) reads row 0 (a
+                                          // caller bug must not fault)
   const int64_t* kept_offsets = nullptr;  // [H + 1], or null with uniform_keep
   int64_t uniform_keep = 0;               // rows per head when kept_offsets is null
   const int64_t* dst_base = nullptr;      // [H] destination segment starts, or null
   int64_t dst_slack = 0;                  // packed destination: spare rows after each head
   const int32_t* page_table = nullptr;    // [H, max_pages]
   int max_pages = 0, page_size = 0;
-  int64_t dst_rows = 0;              // destination rows; a mapped row outside is skipped
-  char* out_k = nullptr;             // destination rows, row_bytes apart
+  int64_t dst_rows = 0;   // destination rows; a mapped row outside is skipped
+  char* out_k = nullptr;  // destination rows, row_bytes apart
   char* out_v = nullptr;
   int32_t* out_pos = nullptr;
   float* out_acc = nullptr;
   int num_heads = 0;
-  int64_t rows = 0;                  // >= kept rows of all heads (sizes the grid; the rest idle)
+  int64_t rows = 0;  // >= kept rows of all heads (sizes the grid; the rest idle)
 };
 cudaError_t launch_gather_rows(const GatherArgs& a, cudaStream_t stream);
 
@@ -165,18 +165,18 @@ cudaError_t launch_packed_segments(const int64_t* kept_offsets, int num_heads, i
 // end move into the slots of evicted rows before it (each row moves at most once; order is not
 // kept); len[s] = keep. row_bytes: K and V row length, a multiple of 16.
 struct SegmentCutArgs {
-  char* k = nullptr;            // [rows, row_bytes]
+  char* k = nullptr;  // [rows, row_bytes]
   char* v = nullptr;
-  int32_t* pos = nullptr;       // [rows]
-  float* acc = nullptr;         // [rows]
-  const int64_t* off = nullptr; // [S + 1]
-  int32_t* len = nullptr;       // [S]
+  int32_t* pos = nullptr;          // [rows]
+  float* acc = nullptr;            // [rows]
+  const int64_t* off = nullptr;    // [S + 1]
+  int32_t* len = nullptr;          // [S]
   const int32_t* heads = nullptr;  // [m]
   int m = 0;
   int64_t keep = 0;
   int sink = 0, recent = 0;
   int row_bytes = 0;
-  int64_t max_len = 0;          // longest cut segment (sizes shared memory)
+  int64_t max_len = 0;  // longest cut segment (sizes shared memory)
 };
 size_t segment_cut_scratch_bytes(int m, int64_t max_len);
 cudaError_t launch_segment_cut(const SegmentCutArgs& a, void* scratch, size_t scratch_bytes,
@@ -185,17 +185,17 @@ cudaError_t launch_segment_cut(const SegmentCutArgs& a, void* scratch, size_t sc
 // Attention over a compacted cache (cuda/attention.h). Rows of KV head g: slot s < lens[g] maps
 // to row seg_start[g] + s, or through the page table when one is given.
 struct AttentionArgs {
-  Elem elem = Elem::kBF16;      // of k and v
-  int q_elem_bytes = 4;         // 4: f32 queries, 2: same 16-bit type as k
-  const void* q = nullptr;      // [Hq, m, d]
+  Elem elem = Elem::kBF16;  // of k and v
+  int q_elem_bytes = 4;     // 4: f32 queries, 2: same 16-bit type as k
+  const void* q = nullptr;  // [Hq, m, d]
   int64_t q_head_stride = 0, q_row_stride = 0;
   const int32_t* q_pos = nullptr;  // [m]
-  const void* k = nullptr;      // [rows, d] contiguous rows
+  const void* k = nullptr;         // [rows, d] contiguous rows
   const void* v = nullptr;
-  const int32_t* pos = nullptr; // [rows]
-  const int64_t* seg_start = nullptr;  // [Hkv]
-  const int64_t* lens = nullptr;       // [Hkv]
-  const int32_t* page_table = nullptr; // [Hkv, max_pages] or null
+  const int32_t* pos = nullptr;         // [rows]
+  const int64_t* seg_start = nullptr;   // [Hkv]
+  const int64_t* lens = nullptr;        // [Hkv]
+  const int32_t* page_table = nullptr;  // [Hkv, max_pages] or null
   int max_pages = 0, page_size = 0;
   int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t m = 0;
@@ -215,8 +215,7 @@ cudaError_t launch_min_u64(const unsigned long long* x, int count, unsigned long
                            cudaStream_t stream);
 
 // Query-free scores: streamingllm (the position j) and random (terms::random_uniform).
-cudaError_t launch_position_scores(float* scores, int num_kv_heads, int64_t n,
-                                   cudaStream_t stream);
+cudaError_t launch_position_scores(float* scores, int num_kv_heads, int64_t n, cudaStream_t stream);
 cudaError_t launch_random_scores(float* scores, int num_kv_heads, int64_t n, uint64_t seed,
                                  cudaStream_t stream);
 // criticalkv stage 2: scores[g, j] = (aux[g, j] + eps) * mean_{h in group g} ||W_o^h v_j||_1

@@ -8,7 +8,8 @@
 namespace kvevict::cuda::detail {
 namespace {
 
-__global__ void fold_min_kernel(const unsigned long long* x, int count, unsigned long long* status) {
+__global__ void fold_min_kernel(const unsigned long long* x, int count,
+                                unsigned long long* status) {
   unsigned long long m = ~0ull;
   for (int i = 0; i < count; ++i) m = x[i] < m ? x[i] : m;
   if (m != ~0ull) atomicMin(status, m);

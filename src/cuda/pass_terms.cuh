@@ -3,10 +3,10 @@
 // the per-key total; and the rows' top keys (issue 13).
 //
 // Top keys. A row whose top key holds p >= 1/2 (TopRow from the forward's merge) must not give
-// that key the first form: (p / (1 - p))^2 ||a - v||^2 with a rounded to 16 bits in the pass divides
-// the rounding of a - v (2^-9 |v|) by (1 - p)^2. Each pass block stages its rows' flagged top keys
-// that fall in its chunk (top_s, and a bitmask of the tiles that hold one), zeroes p (or the
-// weight) of exactly those pairs in the tiles the mask names, and after its last store adds
+// that key the first form: (p / (1 - p))^2 ||a - v||^2 with a rounded to 16 bits in the pass
+// divides the rounding of a - v (2^-9 |v|) by (1 - p)^2. Each pass block stages its rows' flagged
+// top keys that fall in its chunk (top_s, and a bitmask of the tiles that hold one), zeroes p (or
+// the weight) of exactly those pairs in the tiles the mask names, and after its last store adds
 // terms::top_term of each such row to its key (add_top_terms): ||v - a_{-top}||^2 from the
 // forward's exact a_{-top}, no cancellation for any p. Other keys of the row have p <= 1/2, where
 // the first form loses at most a factor 2 (1 / (1 - p)^2 <= 4 on the squared ratio).
@@ -324,16 +324,11 @@ template <class F>
 cudaError_t with_pair_term(PairTerm t, F&& f) {
   using P = PairTerm;
   switch (t) {
-    case P::kDropKV:
-      return f(std::integral_constant<P, P::kDropKV>{});
-    case P::kObcacheV:
-      return f(std::integral_constant<P, P::kObcacheV>{});
-    case P::kObcacheK:
-      return f(std::integral_constant<P, P::kObcacheK>{});
-    case P::kObcacheVK:
-      return f(std::integral_constant<P, P::kObcacheVK>{});
-    case P::kProb:
-      return f(std::integral_constant<P, P::kProb>{});
+    case P::kDropKV: return f(std::integral_constant<P, P::kDropKV>{});
+    case P::kObcacheV: return f(std::integral_constant<P, P::kObcacheV>{});
+    case P::kObcacheK: return f(std::integral_constant<P, P::kObcacheK>{});
+    case P::kObcacheVK: return f(std::integral_constant<P, P::kObcacheVK>{});
+    case P::kProb: return f(std::integral_constant<P, P::kProb>{});
   }
   return cudaErrorInvalidValue;
 }

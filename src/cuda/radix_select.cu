@@ -17,8 +17,8 @@
 // `need` keys equal to it (ties toward the lower position); per-segment counts and block-wide
 // prefix sums give every kept index its slot, so the output is sorted by position.
 #include <cooperative_groups.h>
-#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
+#include <cub/block/block_scan.cuh>
 
 #include <atomic>
 
@@ -47,11 +47,11 @@ struct SelectParams {
   int64_t n, n_keep, n_protected;
   int sink, window;
   int segments;
-  int* hist;            // [kPasses][H][kBins]
-  int* seg_keep;        // [H][segments] protected or above the threshold
-  int* seg_eq;          // [H][segments] free and equal to the threshold
-  SelectState* state;   // [H]
-  int32_t* kept;        // [H, n_keep], or [offsets[H]] with per-head budgets
+  int* hist;           // [kPasses][H][kBins]
+  int* seg_keep;       // [H][segments] protected or above the threshold
+  int* seg_eq;         // [H][segments] free and equal to the threshold
+  SelectState* state;  // [H]
+  int32_t* kept;       // [H, n_keep], or [offsets[H]] with per-head budgets
   // Per-head budgets (adakv, criticalkv stage 1); null: every head keeps n_keep. Device memory.
   const int64_t* head_keep = nullptr;    // [H] tokens kept by head h (protected included)
   const int64_t* out_offsets = nullptr;  // [H + 1] head h writes kept[out_offsets[h] ..)
@@ -138,8 +138,7 @@ __device__ void resolve(const SelectParams& p, int h, int passes, bool layer,
                  static_cast<int>(keep_of(p, h) - p.n_protected), passes, tmp, s_prefix, s_need);
 }
 
-__global__ void __launch_bounds__(kThreads) histogram_kernel(SelectParams p, int pass,
-                                                             bool layer) {
+__global__ void __launch_bounds__(kThreads) histogram_kernel(SelectParams p, int pass, bool layer) {
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int hist_s[kBins];
   __shared__ uint32_t s_prefix;
@@ -350,7 +349,8 @@ __device__ void layer_budget_block(const SelectParams& p, int num_heads, int64_t
   __syncthreads();
   if (s_seg >= 0) {  // the crossing segment: walk positions in order, heads in order
     const int left = s_left;
-    const int64_t base = static_cast<int64_t>(s_seg) * kSegment + static_cast<int64_t>(tid) * kItems;
+    const int64_t base =
+        static_cast<int64_t>(s_seg) * kSegment + static_cast<int64_t>(tid) * kItems;
     int cnt[kItems], total = 0;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
@@ -416,10 +416,9 @@ __device__ void layer_budget_block(const SelectParams& p, int num_heads, int64_t
   out_offsets[num_heads] = off;
 }
 
-__global__ void __launch_bounds__(kThreads) layer_budget_kernel(SelectParams p, int num_heads,
-                                                                int64_t B, double alpha,
-                                                                int64_t* head_keep,
-                                                                int64_t* out_offsets) {
+__global__ void __launch_bounds__(kThreads)
+    layer_budget_kernel(SelectParams p, int num_heads, int64_t B, double alpha, int64_t* head_keep,
+                        int64_t* out_offsets) {
   layer_budget_block(p, num_heads, B, alpha, head_keep, out_offsets);
 }
 
@@ -427,10 +426,9 @@ __global__ void __launch_bounds__(kThreads) layer_budget_kernel(SelectParams p, 
 // phase): zero the layer histogram and counts, three histogram passes over register-resident
 // keys, the per-head counts above / at the threshold, then block (0, 0) runs the tie walk and the
 // budgets. Replaces two memsets and five launches.
-__global__ void __launch_bounds__(kThreads) layer_single_kernel(SelectParams p, int num_heads,
-                                                                int64_t B, double alpha,
-                                                                int64_t* head_keep,
-                                                                int64_t* out_offsets) {
+__global__ void __launch_bounds__(kThreads)
+    layer_single_kernel(SelectParams p, int num_heads, int64_t B, double alpha, int64_t* head_keep,
+                        int64_t* out_offsets) {
   namespace cg = cooperative_groups;
   cg::grid_group grid = cg::this_grid();
   __shared__ typename Scan::TempStorage tmp;
@@ -441,9 +439,12 @@ __global__ void __launch_bounds__(kThreads) layer_single_kernel(SelectParams p, 
   {
     const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
     const int64_t bid = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    for (int64_t i = bid * kThreads + tid; i < kPasses * kBins + num_heads; i += blocks * kThreads) {
-      if (i < kPasses * kBins) p.layer_hist[i] = 0;
-      else p.head_gt[i - kPasses * kBins] = 0;
+    for (int64_t i = bid * kThreads + tid; i < kPasses * kBins + num_heads;
+         i += blocks * kThreads) {
+      if (i < kPasses * kBins)
+        p.layer_hist[i] = 0;
+      else
+        p.head_gt[i - kPasses * kBins] = 0;
     }
   }
   const float* row = p.scores + static_cast<int64_t>(h) * p.n;
@@ -537,7 +538,10 @@ __device__ __forceinline__ int head_of(const int64_t* offsets, int num_heads, in
   int lo = 0, hi = num_heads - 1;  // last h with offsets[h] <= r
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (offsets[mid] <= r) lo = mid; else hi = mid - 1;
+    if (offsets[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -605,7 +609,8 @@ __global__ void __launch_bounds__(kThreads) select_single_kernel(SelectParams p)
       for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
       // The digits of passes < pass-1 are already in s_prefix: only the last pass is walked
       // (the multi-launch kernels re-walk every earlier pass).
-      if (pass > 0) resolve_one(head_hist + (pass - 1) * pass_stride, pass - 1, tmp, &s_prefix, &s_need);
+      if (pass > 0)
+        resolve_one(head_hist + (pass - 1) * pass_stride, pass - 1, tmp, &s_prefix, &s_need);
       __syncthreads();
       const uint32_t prefix = s_prefix;
       const int shift = kShift[pass];
@@ -639,10 +644,13 @@ __global__ void __launch_bounds__(kThreads) select_single_kernel(SelectParams p)
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
     cls[i] = 0;
-    if ((kind >> (16 + i)) & 1u) cls[i] = 1;
+    if ((kind >> (16 + i)) & 1u)
+      cls[i] = 1;
     else if ((kind >> i) & 1u) {
-      if (mode.keep_all) cls[i] = 1;
-      else if (!mode.keep_none) cls[i] = key[i] > threshold ? 1 : (key[i] == threshold ? 2 : 0);
+      if (mode.keep_all)
+        cls[i] = 1;
+      else if (!mode.keep_none)
+        cls[i] = key[i] > threshold ? 1 : (key[i] == threshold ? 2 : 0);
     }
     keep += cls[i] == 1;
     eq += cls[i] == 2;
@@ -702,7 +710,8 @@ int64_t coop_capacity(Kernel kernel, int64_t (&cached)[64], bool (&known)[64]) {
     int coop = 0, sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 0;
     }
@@ -722,7 +731,9 @@ int64_t layer_single_capacity() {
   return coop_capacity(layer_single_kernel, cached, known);
 }
 
-int segments_of(int64_t n) { return static_cast<int>((n + kSegment - 1) / kSegment); }
+int segments_of(int64_t n) {
+  return static_cast<int>((n + kSegment - 1) / kSegment);
+}
 
 // Threshold passes (when `hist`: some head has a threshold to find), counts, ordered write. One
 // cooperative launch when the grid fits at once.
@@ -780,7 +791,8 @@ cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n,
   p.hist = static_cast<int*>(scratch);
   p.seg_keep = p.hist + static_cast<size_t>(kPasses) * num_heads * kBins;
   p.seg_eq = p.seg_keep + static_cast<size_t>(num_heads) * p.segments;
-  const uintptr_t st = reinterpret_cast<uintptr_t>(p.seg_eq + static_cast<size_t>(num_heads) * p.segments);
+  const uintptr_t st =
+      reinterpret_cast<uintptr_t>(p.seg_eq + static_cast<size_t>(num_heads) * p.segments);
   p.state = reinterpret_cast<SelectState*>((st + 15) / 16 * 16);
   p.kept = kept;
   const int64_t k_free = n_keep - n_protected, n_free = n - n_protected;
@@ -800,8 +812,7 @@ struct GeneralScratch {
   int64_t *keep1 = nullptr, *off1 = nullptr;
   size_t bytes = 0;
 };
-GeneralScratch carve_general(void* ptr, int num_heads, int64_t n, int64_t n_keep,
-                             bool two_stage) {
+GeneralScratch carve_general(void* ptr, int num_heads, int64_t n, int64_t n_keep, bool two_stage) {
   GeneralScratch g;
   char* p = static_cast<char*>(ptr);
   size_t used = 0;
@@ -882,7 +893,8 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
                                         dim3(kThreads), kargs, 0, stream);
       if (err != cudaSuccess) return err;
     } else {
-      if ((err = cudaMemsetAsync(g.layer_hist, 0, sizeof(int) * kPasses * kBins, stream)) != cudaSuccess ||
+      if ((err = cudaMemsetAsync(g.layer_hist, 0, sizeof(int) * kPasses * kBins, stream)) !=
+              cudaSuccess ||
           (err = cudaMemsetAsync(g.head_gt, 0, sizeof(int) * num_heads, stream)) != cudaSuccess)
         return err;
       for (int pass = 0; pass < kPasses; ++pass) {
@@ -925,6 +937,8 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
   return run_passes(p, num_heads, true, stream);
 }
 
-void set_select_single_launch(bool enabled) { g_single_launch.store(enabled); }
+void set_select_single_launch(bool enabled) {
+  g_single_launch.store(enabled);
+}
 
 }  // namespace kvevict::cuda::detail

@@ -40,8 +40,8 @@ void check_f32_out(const TensorView& t, const char* what, int64_t d0, int64_t d1
 }
 
 // q [Hq, m, d], k/v [Hkv, n, d] in device memory, same 16-bit dtype; v optional.
-detail::WindowArgs window_args(const TensorView& q, const TensorView& k, const TensorView* v,
-                               int w, float scale) {
+detail::WindowArgs window_args(const TensorView& q, const TensorView& k, const TensorView* v, int w,
+                               float scale) {
   check_device_view(q, "q", 3);
   check_device_view(k, "k", 3);
   detail::WindowArgs a;
@@ -65,10 +65,10 @@ detail::WindowArgs window_args(const TensorView& q, const TensorView& k, const T
   a.k = k.data;
   a.kv_head_stride = k.stride[0];
   a.kv_row_stride = k.stride[1];
-  KVEVICT_CHECK(k.stride[0] % 8 == 0 && k.stride[1] % 8 == 0 && q.stride[0] % 8 == 0 &&
-                    q.stride[1] % 8 == 0,
-                "k/q strides must be multiples of 8 elements (16-byte rows); got k ", k.stride[0],
-                "/", k.stride[1], ", q ", q.stride[0], "/", q.stride[1]);
+  KVEVICT_CHECK(
+      k.stride[0] % 8 == 0 && k.stride[1] % 8 == 0 && q.stride[0] % 8 == 0 && q.stride[1] % 8 == 0,
+      "k/q strides must be multiples of 8 elements (16-byte rows); got k ", k.stride[0], "/",
+      k.stride[1], ", q ", q.stride[0], "/", q.stride[1]);
   if (v != nullptr && !v->empty()) {
     check_device_view(*v, "v", 3);
     KVEVICT_CHECK(v->dtype == k.dtype && v->shape == k.shape && v->stride == k.stride,
@@ -174,8 +174,9 @@ void window_forward(const TensorView& q, const TensorView& k, const TensorView& 
   KVEVICT_CHECK(std::isfinite(scale) && scale > 0, "scale ", scale, " is invalid; expected > 0");
   if (with_out) {
     check_device_view(out, "out", 3);
-    KVEVICT_CHECK(out.dtype == DType::kF32 && out.is_contiguous() && out.shape[0] == a.num_q_heads &&
-                      out.shape[1] == w && out.shape[2] == a.head_dim,
+    KVEVICT_CHECK(out.dtype == DType::kF32 && out.is_contiguous() &&
+                      out.shape[0] == a.num_q_heads && out.shape[1] == w &&
+                      out.shape[2] == a.head_dim,
                   "out has shape ", out.shape_str(), " and dtype ", dtype_name(out.dtype),
                   "; expected contiguous f32 [", a.num_q_heads, ", ", w, ", ", a.head_dim, "]");
     KVEVICT_CHECK(reinterpret_cast<uintptr_t>(out.data) % 16 == 0, "out starts at ", out.data,
@@ -218,8 +219,8 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
   a.n = n;
   a.w = static_cast<int>(opt.queries_needed(n));
   a.head_dim = d;
-  const PairLayout l = pair_layout(a, term_needs_out(term), needs_raw_scores(opt),
-                                   opt.method == Method::kVATP);
+  const PairLayout l =
+      pair_layout(a, term_needs_out(term), needs_raw_scores(opt), opt.method == Method::kVATP);
   WorkspaceSizer sizer;
   sizer.add<float>(l.out)
       .add<float>(l.lse)
@@ -266,7 +267,8 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
 
   if (opt.method == Method::kKNorm || opt.method == Method::kKeyDiff) {
     const Elem elem = elem_of(problem.k.dtype, "k");
-    KVEVICT_CHECK(d % 8 == 0 && d <= 256, "head dim ", d, " is unsupported; expected a multiple of 8 <= 256");
+    KVEVICT_CHECK(d % 8 == 0 && d <= 256, "head dim ", d,
+                  " is unsupported; expected a multiple of 8 <= 256");
     if (opt.method == Method::kKNorm)
       KVEVICT_CUDA_CHECK(detail::launch_knorm(elem, problem.k.data, problem.k.stride[0],
                                               problem.k.stride[1], hkv, n, d, scores, stream));
@@ -280,7 +282,8 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   PairTerm term;
   pair_term_of(opt.method, &term);
   const int w = static_cast<int>(opt.queries_needed(n));
-  detail::WindowArgs a = window_args(problem.q, problem.k, &problem.v, w, logit_scale(problem, opt));
+  detail::WindowArgs a =
+      window_args(problem.q, problem.k, &problem.v, w, logit_scale(problem, opt));
   KVEVICT_CHECK(a.v != nullptr, "v is empty; method ", method_name(opt.method), " reads values");
   const bool needs_out = term_needs_out(term);
   const bool last_query = opt.aggregate == Aggregate::kLastQuery;

@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   float* a2_s = red_u + Tr::kRows;  // [kRows] ||a||^2
   static_assert(2 * Tr::kRows <= 2 * Tr::kSlabs * TK, "row constants fit the u sums");
   constexpr bool kTop = kHasTopTerm<kTerm>;
-  int* top_s = reinterpret_cast<int*>(red_w + 2 * Tr::kSlabs * TK);  // [kRows] (kTop)
-  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + Tr::kRows);   // [kTopMaskWords]
+  int* top_s = reinterpret_cast<int*>(red_w + 2 * Tr::kSlabs * TK);   // [kRows] (kTop)
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + Tr::kRows);  // [kTopMaskWords]
 
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
@@ -395,12 +395,9 @@ cudaError_t dispatch_slabs(const PassParams& p, int slabs, int chunks, cudaStrea
 template <class T>
 cudaError_t dispatch_dim(const PassParams& p, int slabs, int chunks, cudaStream_t stream) {
   switch (p.s.win.head_dim) {
-    case 64:
-      return dispatch_slabs<T, 64>(p, slabs, chunks, stream);
-    case 128:
-      return dispatch_slabs<T, 128>(p, slabs, chunks, stream);
-    case 256:
-      return dispatch_slabs<T, 256>(p, slabs, chunks, stream);
+    case 64: return dispatch_slabs<T, 64>(p, slabs, chunks, stream);
+    case 128: return dispatch_slabs<T, 128>(p, slabs, chunks, stream);
+    case 256: return dispatch_slabs<T, 256>(p, slabs, chunks, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   float* a2_s = red_u + R;  // [R]
   static_assert(2 * R <= 2 * W * TK, "row constants fit the u sums");
   constexpr bool kTop = kHasTopTerm<kTerm>;
-  int* top_s = reinterpret_cast<int*>(red_w + 2 * W * TK);           // [R] (kTop)
-  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + R);          // [kTopMaskWords]
+  int* top_s = reinterpret_cast<int*>(red_w + 2 * W * TK);    // [R] (kTop)
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + R);  // [kTopMaskWords]
 
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;

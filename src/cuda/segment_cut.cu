@@ -21,8 +21,8 @@
 // tie at that threshold, the lowest positions among the tied. A segment's positions and
 // accumulators are staged in shared memory when they fit (kStageRows), else read from global
 // memory in every pass.
-#include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
+#include <cub/block/block_scan.cuh>
 
 #include <climits>
 #include <cstdint>
@@ -119,9 +119,9 @@ __device__ int block_count(int64_t L, PredFn pred, CutShared& sh) {
 }
 
 // stage_rows > 0: pos and acc of the segment are staged in shared memory ([stage_rows] each).
-__global__ void __launch_bounds__(kThreads) segment_cut_kernel(SegmentCutArgs a, int32_t* holes,
-                                                               int64_t holes_per_segment,
-                                                               int64_t stage_rows) {
+__global__ void __launch_bounds__(kThreads)
+    segment_cut_kernel(SegmentCutArgs a, int32_t* holes, int64_t holes_per_segment,
+                       int64_t stage_rows) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ CutShared sh;
   __shared__ typename Scan::TempStorage scan;
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) segment_cut_kernel(SegmentCutArgs a,
   const float* acc = rows.acc;
   int64_t ties = 0;
   // Protected rows: the `sink` lowest and `recent` highest positions (unique positions).
-  int32_t sink_last = -1;       // pos <= sink_last: a sink
+  int32_t sink_last = -1;          // pos <= sink_last: a sink
   int32_t recent_first = INT_MAX;  // pos >= recent_first: recent
   auto all = [](int64_t) { return true; };
   if (a.sink > 0)
@@ -173,8 +173,7 @@ __global__ void __launch_bounds__(kThreads) segment_cut_kernel(SegmentCutArgs a,
     const int n_eq = block_count(L, tied, sh);
     if (need_eq < n_eq)
       tie_last = static_cast<int32_t>(~block_kth_highest(
-          L, need_eq, [&](int64_t i) { return ~static_cast<uint32_t>(pos[i]); }, tied, sh,
-          &ties));
+          L, need_eq, [&](int64_t i) { return ~static_cast<uint32_t>(pos[i]); }, tied, sh, &ties));
   }
   auto kept = [&](int64_t i) {
     if (!is_free(i)) return true;
@@ -248,8 +247,8 @@ size_t segment_cut_scratch_bytes(int m, int64_t max_len) {
 cudaError_t launch_segment_cut(const SegmentCutArgs& a, void* scratch, size_t scratch_bytes,
                                cudaStream_t stream) {
   if (a.m < 0 || a.keep < 0 || a.sink < 0 || a.recent < 0 || a.row_bytes <= 0 ||
-      a.row_bytes % 16 != 0 || a.keep < static_cast<int64_t>(a.sink) + a.recent ||
-      a.max_len < 0 || a.max_len > INT_MAX)
+      a.row_bytes % 16 != 0 || a.keep < static_cast<int64_t>(a.sink) + a.recent || a.max_len < 0 ||
+      a.max_len > INT_MAX)
     return cudaErrorInvalidValue;
   if (a.m == 0) return cudaSuccess;
   if (scratch_bytes < segment_cut_scratch_bytes(a.m, a.max_len)) return cudaErrorInvalidValue;
@@ -260,8 +259,8 @@ cudaError_t launch_segment_cut(const SegmentCutArgs& a, void* scratch, size_t sc
     if (err != cudaSuccess) return err;
   }
   // Holes of one segment: at most its evicted rows, below max_len.
-  segment_cut_kernel<<<a.m, kThreads, smem, stream>>>(a, static_cast<int32_t*>(scratch),
-                                                      a.max_len, stage_rows);
+  segment_cut_kernel<<<a.m, kThreads, smem, stream>>>(a, static_cast<int32_t*>(scratch), a.max_len,
+                                                      stage_rows);
   return cudaGetLastError();
 }
 

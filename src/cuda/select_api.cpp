@@ -25,8 +25,8 @@ void check_device(const TensorView& t, const char* what, DType dtype, int ndim) 
 void check_kv(const TensorView& k, const TensorView& v) {
   KVEVICT_CHECK(k.device == Device::kCuda && v.device == Device::kCuda,
                 "k and v must be device tensors");
-  KVEVICT_CHECK(k.ndim == 3 && v.ndim == 3, "k has shape ", k.shape_str(), " and v ",
-                v.shape_str(), "; expected [Hkv, n, d]");
+  KVEVICT_CHECK(k.ndim == 3 && v.ndim == 3, "k has shape ", k.shape_str(), " and v ", v.shape_str(),
+                "; expected [Hkv, n, d]");
   KVEVICT_CHECK(k.dtype == v.dtype && k.shape == v.shape && k.stride == v.stride, "v ",
                 v.shape_str(), " ", dtype_name(v.dtype), " does not match k ", k.shape_str(), " ",
                 dtype_name(k.dtype), "; expected the same layout");
@@ -63,8 +63,8 @@ namespace {
 void run_select(const TensorView& scores, int64_t n_keep, int sink, int window,
                 const TensorView& kept, Workspace ws, Stream stream) {
   check_device(scores, "scores", DType::kF32, 2);
-  KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ",
-                scores.stride[0], "/", scores.stride[1]);
+  KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ", scores.stride[0],
+                "/", scores.stride[1]);
   const int64_t hkv = scores.shape[0], n = scores.shape[1];
   KVEVICT_CHECK(sink >= 0 && window >= 0, "sink ", sink, " / window ", window,
                 " is negative; expected >= 0");
@@ -79,10 +79,9 @@ void run_select(const TensorView& scores, int64_t n_keep, int sink, int window,
   KVEVICT_CHECK(hkv <= 65535, "Hkv = ", hkv, " exceeds 65535 heads");
   const size_t need = detail::select_uniform_scratch_bytes(static_cast<int>(hkv), n);
   KVEVICT_CHECK(ws.bytes >= need, "workspace of ", ws.bytes, " bytes is too small; need ", need);
-  KVEVICT_CUDA_CHECK(detail::launch_select_uniform(scores.ptr<float>(), static_cast<int>(hkv), n,
-                                                   n_keep, sink, window, kept.ptr<int32_t>(),
-                                                   ws.data, ws.bytes,
-                                                   static_cast<cudaStream_t>(stream)));
+  KVEVICT_CUDA_CHECK(detail::launch_select_uniform(
+      scores.ptr<float>(), static_cast<int>(hkv), n, n_keep, sink, window, kept.ptr<int32_t>(),
+      ws.data, ws.bytes, static_cast<cudaStream_t>(stream)));
 }
 
 void check_compact_args(const TensorView& k, const TensorView& v, const TensorView& pos,
@@ -92,7 +91,8 @@ void check_compact_args(const TensorView& k, const TensorView& v, const TensorVi
   const int64_t hkv = k.shape[0], n = k.shape[1];
   KVEVICT_CHECK(kept.device == Device::kCuda && kept.dtype == DType::kI32 && kept.is_contiguous() &&
                     kept.numel() == rows,
-                "kept has shape ", kept.shape_str(), "; expected ", rows, " contiguous i32 indices");
+                "kept has shape ", kept.shape_str(), "; expected ", rows,
+                " contiguous i32 indices");
   if (!pos.empty()) {
     check_device(pos, "pos", DType::kI32, 2);
     KVEVICT_CHECK(pos.shape[0] == hkv && pos.shape[1] == n && pos.inner_contiguous(),
@@ -107,9 +107,9 @@ void check_compact_args(const TensorView& k, const TensorView& v, const TensorVi
 
 // compact_uniform / compact_varlen: the one gather (launchers.h GatherArgs) into packed rows.
 void compact_impl(const TensorView& k, const TensorView& v, const TensorView& pos,
-                  const TensorView& kept, const int64_t* offsets, int64_t uniform_len,
-                  int64_t rows, const TensorView& out_k, const TensorView& out_v,
-                  const TensorView& out_pos, Stream stream) {
+                  const TensorView& kept, const int64_t* offsets, int64_t uniform_len, int64_t rows,
+                  const TensorView& out_k, const TensorView& out_v, const TensorView& out_pos,
+                  Stream stream) {
   check_compact_args(k, v, pos, kept, rows, out_k, out_v, out_pos);
   const int64_t hkv = k.shape[0], n = k.shape[1];
   const int eb = static_cast<int>(dtype_size(k.dtype));
@@ -143,8 +143,8 @@ void select_uniform(const TensorView& scores, int64_t n_keep, int sink, int wind
 void compact_uniform(const TensorView& k, const TensorView& v, const TensorView& pos,
                      const TensorView& kept, const TensorView& out_k, const TensorView& out_v,
                      const TensorView& out_pos, Stream stream) {
-  KVEVICT_CHECK(kept.ndim == 2 && kept.shape[0] == k.shape[0], "kept has shape ",
-                kept.shape_str(), "; expected [Hkv = ", k.shape[0], ", n_keep]");
+  KVEVICT_CHECK(kept.ndim == 2 && kept.shape[0] == k.shape[0], "kept has shape ", kept.shape_str(),
+                "; expected [Hkv = ", k.shape[0], ", n_keep]");
   const int64_t n_keep = kept.shape[1];
   compact_impl(k, v, pos, kept, nullptr, n_keep, k.shape[0] * n_keep, out_k, out_v, out_pos,
                stream);
@@ -160,7 +160,9 @@ void compact_varlen(const TensorView& k, const TensorView& v, const TensorView& 
                stream);
 }
 
-void set_select_single_launch(bool enabled) { detail::set_select_single_launch(enabled); }
+void set_select_single_launch(bool enabled) {
+  detail::set_select_single_launch(enabled);
+}
 
 size_t select_workspace_bytes(int num_kv_heads, int64_t n, int64_t n_keep, bool two_stage) {
   return detail::select_scratch_bytes(num_kv_heads, n, n_keep, two_stage);
@@ -170,8 +172,8 @@ void select(const TensorView& scores, const TensorView& aux, int64_t n_keep, int
             Policy policy, double alpha, const TensorView& kept, const TensorView& offsets,
             Workspace ws, Stream stream) {
   check_device(scores, "scores", DType::kF32, 2);
-  KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ",
-                scores.stride[0], "/", scores.stride[1]);
+  KVEVICT_CHECK(scores.is_contiguous(), "scores must be contiguous; got strides ", scores.stride[0],
+                "/", scores.stride[1]);
   const int64_t hkv = scores.shape[0], n = scores.shape[1];
   KVEVICT_CHECK(hkv >= 1 && hkv <= 256, "Hkv = ", hkv, " is out of range; expected 1..256");
   KVEVICT_CHECK(hkv * n <= (int64_t{1} << 31) - 1, "Hkv * n = ", hkv * n,
@@ -198,9 +200,9 @@ void select(const TensorView& scores, const TensorView& aux, int64_t n_keep, int
   const size_t need = detail::select_scratch_bytes(static_cast<int>(hkv), n, n_keep, two_stage);
   KVEVICT_CHECK(ws.bytes >= need, "workspace of ", ws.bytes, " bytes is too small; need ", need);
   KVEVICT_CUDA_CHECK(detail::launch_select(
-      scores.ptr<float>(), two_stage ? aux.ptr<float>() : nullptr, static_cast<int>(hkv), n,
-      n_keep, sink, window, policy == Policy::kAdaKV, alpha, kept.ptr<int32_t>(),
-      offsets.ptr<int64_t>(), ws.data, ws.bytes, static_cast<cudaStream_t>(stream)));
+      scores.ptr<float>(), two_stage ? aux.ptr<float>() : nullptr, static_cast<int>(hkv), n, n_keep,
+      sink, window, policy == Policy::kAdaKV, alpha, kept.ptr<int32_t>(), offsets.ptr<int64_t>(),
+      ws.data, ws.bytes, static_cast<cudaStream_t>(stream)));
 }
 
 PagedPlan paged_plan(const std::vector<int64_t>& counts, int page_size, int64_t first_page) {
@@ -241,9 +243,10 @@ void compact_paged(const TensorView& k, const TensorView& v, const TensorView& p
   KVEVICT_CHECK(kept_offsets.shape[0] == hkv + 1, "kept_offsets has shape ",
                 kept_offsets.shape_str(), "; expected [Hkv + 1 = ", hkv + 1, "]");
   check_device(page_table, "page_table", DType::kI32, 2);
-  KVEVICT_CHECK(page_table.shape[0] == hkv && page_table.is_contiguous() && page_table.shape[1] >= 1,
-                "page_table has shape ", page_table.shape_str(), "; expected contiguous [", hkv,
-                ", max_pages]");
+  KVEVICT_CHECK(
+      page_table.shape[0] == hkv && page_table.is_contiguous() && page_table.shape[1] >= 1,
+      "page_table has shape ", page_table.shape_str(), "; expected contiguous [", hkv,
+      ", max_pages]");
   if (!pos.empty()) {
     check_device(pos, "pos", DType::kI32, 2);
     KVEVICT_CHECK(pos.shape[0] == hkv && pos.shape[1] == n && pos.inner_contiguous(),

@@ -122,8 +122,7 @@ cudaError_t launch_critical_typed(const void* v, int64_t head_stride, int64_t ro
           vt, head_stride, row_stride, num_q_heads, num_kv_heads, n, wo, wo_row_stride, wo_rows,
           aux, eps, scores);
       break;
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

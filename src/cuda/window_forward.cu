@@ -43,14 +43,17 @@ namespace {
 // keeps four tiles in flight while it computes on two. More rows: one block of 8 warps with
 // three stages.
 template <class Tr>
-constexpr int forward_min_blocks() { return Tr::kSlabs <= 2 ? 2 : 1; }
+constexpr int forward_min_blocks() {
+  return Tr::kSlabs <= 2 ? 2 : 1;
+}
 
 template <class Tr, bool kWithV>
 constexpr size_t forward_smem_for(int stages) {
   const size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
-  const size_t kv = sizeof(typename Tr::T) * stages * Tr::kTileKeys * Tr::kStride * (kWithV ? 2 : 1);
-  const size_t merge = sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) +
-                                        2 * Tr::kRows);
+  const size_t kv =
+      sizeof(typename Tr::T) * stages * Tr::kTileKeys * Tr::kStride * (kWithV ? 2 : 1);
+  const size_t merge =
+      sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) + 2 * Tr::kRows);
   return q + (kv > merge ? kv : merge);
 }
 // 228 KB of shared memory per SM, 1 KB of it reserved per block.
@@ -81,9 +84,9 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   launch_dependents();
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem);           // [kRows][S] window queries of this block
-  T* k_s = q_s + Tr::kRows * S;                  // [kForwardStages][TK][S] key tiles
-  T* v_s = k_s + kForwardStages * TK * S;        // [kForwardStages][TK][S] value tiles (kWithV)
+  T* q_s = reinterpret_cast<T*>(smem);     // [kRows][S] window queries of this block
+  T* k_s = q_s + Tr::kRows * S;            // [kForwardStages][TK][S] key tiles
+  T* v_s = k_s + kForwardStages * TK * S;  // [kForwardStages][TK][S] value tiles (kWithV)
 
   const WindowArgs& a = p.a;
   const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   ForwardTop<kTop ? D / 2 : 2> top;
 
-  auto q_frag = [&](int ks, uint32_t (&f)[4]) {
+  auto q_frag = [&](int ks, uint32_t(&f)[4]) {
     const T* r_lo = q_s + rl_lo * S + ks * 16 + 2 * t4;
     const T* r_hi = q_s + rl_hi * S + ks * 16 + 2 * t4;
     f[0] = *reinterpret_cast<const uint32_t*>(r_lo);
@@ -173,7 +176,10 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     for (int ks = 0; ks < D / 16; ++ks) {
       uint32_t af[4];
       if constexpr (kQInRegs) {
-        af[0] = qf[ks][0]; af[1] = qf[ks][1]; af[2] = qf[ks][2]; af[3] = qf[ks][3];
+        af[0] = qf[ks][0];
+        af[1] = qf[ks][1];
+        af[2] = qf[ks][2];
+        af[3] = qf[ks][3];
       } else {
         q_frag(ks, af);
       }
@@ -237,8 +243,10 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       if (grew_any && !rescaled) {
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) {
-          o[dt][0] *= corr[0]; o[dt][1] *= corr[0];
-          o[dt][2] *= corr[1]; o[dt][3] *= corr[1];
+          o[dt][0] *= corr[0];
+          o[dt][1] *= corr[0];
+          o[dt][2] *= corr[1];
+          o[dt][3] *= corr[1];
         }
       }
       // O += P V: the C fragments of two adjacent n8 tiles of S are exactly the A fragment of one
@@ -273,12 +281,12 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   // Merge the key groups of the block through shared memory (the K/V tiles are dead now).
   __syncthreads();
   constexpr int KG = Tr::kKeyGroups, RB = Tr::kRows;
-  float* mo = reinterpret_cast<float*>(k_s);            // [KG][kRows][D]
-  float* mm = mo + (kWithV ? KG * RB * D : 0);          // [KG][kRows] raw max
-  float* ml = mm + KG * RB;                             // [KG][kRows]
-  float* mt = ml + KG * RB;                             // [KG][kRows] top held apart (raw)
-  float* blk_mt = mt + KG * RB;                         // [kRows] the block's top (raw)
-  int* blk_id = reinterpret_cast<int*>(blk_mt + RB);    // [kRows] its key index
+  float* mo = reinterpret_cast<float*>(k_s);          // [KG][kRows][D]
+  float* mm = mo + (kWithV ? KG * RB * D : 0);        // [KG][kRows] raw max
+  float* ml = mm + KG * RB;                           // [KG][kRows]
+  float* mt = ml + KG * RB;                           // [KG][kRows] top held apart (raw)
+  float* blk_mt = mt + KG * RB;                       // [kRows] the block's top (raw)
+  int* blk_id = reinterpret_cast<int*>(blk_mt + RB);  // [kRows] its key index
   if constexpr (kTop) {
     // The block's top key of a row: the first key group's top among the largest, if it beats
     // every group's other keys and no other group ties it (else p <= 1/2: no top held apart).
@@ -364,7 +372,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     }
   }
   __syncthreads();
-  const int64_t part = ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * Tr::kRows;
+  const int64_t part =
+      ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * Tr::kRows;
   constexpr int kCols = kWithV ? D : 1;
   for (int idx = tid; idx < Tr::kRows * kCols; idx += Tr::kThreads) {
     const int row = idx / kCols, col = idx % kCols;
@@ -562,8 +571,8 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   float vt[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   float d2 = 0.f, vdiff = 0.f, v2 = 0.f;
   if (have_top) {
-    const uint4 raw =
-        *reinterpret_cast<const uint4*>(vhead + static_cast<int64_t>(top_idx) * a.kv_row_stride + ch * 8);
+    const uint4 raw = *reinterpret_cast<const uint4*>(
+        vhead + static_cast<int64_t>(top_idx) * a.kv_row_stride + ch * 8);
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -633,14 +642,14 @@ cudaError_t dispatch_slabs(const ForwardParams& p, int slabs, float* out, float*
                            cudaStream_t stream) {
   const bool with_v = out != nullptr, top = with_v && p.top != nullptr;
   switch (slabs) {
-#define KVEVICT_FWD_CASE(S)                                                                  \
-  case S:                                                                                    \
-    if constexpr (S <= max_slabs(D)) {                                                       \
-      using Tr = WindowTraits<T, D, S>;                                                      \
-      return top      ? launch_forward_config<Tr, true, true>(p, out, lse, stream)           \
-             : with_v ? launch_forward_config<Tr, true, false>(p, out, lse, stream)          \
-                      : launch_forward_config<Tr, false, false>(p, out, lse, stream);        \
-    }                                                                                        \
+#define KVEVICT_FWD_CASE(S)                                                           \
+  case S:                                                                             \
+    if constexpr (S <= max_slabs(D)) {                                                \
+      using Tr = WindowTraits<T, D, S>;                                               \
+      return top      ? launch_forward_config<Tr, true, true>(p, out, lse, stream)    \
+             : with_v ? launch_forward_config<Tr, true, false>(p, out, lse, stream)   \
+                      : launch_forward_config<Tr, false, false>(p, out, lse, stream); \
+    }                                                                                 \
     break;
     KVEVICT_FWD_CASE(1)
     KVEVICT_FWD_CASE(2)
@@ -677,8 +686,8 @@ WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
   // scratch to 8.5 MiB.
   if (window_wgmma_enabled() && plan.rows >= 32 && plan.rows <= 64 &&
       wgmma_forward_supported(a, 64)) {
-    plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
-                            with_out ? 1 : 2);
+    plan =
+        make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, with_out ? 1 : 2);
     plan.slabs = 4;
     plan.row_blocks = 1;
     return plan;
@@ -692,8 +701,8 @@ WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
 
 size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count) {
   const WindowPlan plan = forward_plan(a, with_out, sm_count);
-  const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
-                      plan.slabs;
+  const size_t rows =
+      static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 * plan.slabs;
   const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;  // 16-bit partials
   return (o_bytes + 255) / 256 * 256 + rows * 4 * sizeof(float);
 }
@@ -718,8 +727,8 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   p.splits = plan.splits;
   p.keys_per_split = plan.keys_per_split;
   p.scale_log2 = a.scale * kLog2e;
-  const size_t rows = static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 *
-                      plan.slabs;
+  const size_t rows =
+      static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 * plan.slabs;
   const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;
   char* base = static_cast<char*>(scratch);
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;

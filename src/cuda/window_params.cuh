@@ -267,7 +267,8 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
       float m2 = -INFINITY;
 #pragma unroll
       for (int i = 0; i < NS; ++i)
-        if (((i >> 1) & 1) == r && 8 * (i >> 2) + 2 * t4 + (i & 1) != jstar[r]) m2 = fmaxf(m2, s(i));
+        if (((i >> 1) & 1) == r && 8 * (i >> 2) + 2 * t4 + (i & 1) != jstar[r])
+          m2 = fmaxf(m2, s(i));
       t2[r] = quad_max(m2);
     }
 #pragma unroll
@@ -301,7 +302,8 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
   }
   *grew_any = __any_sync(0xffffffffu, grew[0] || grew[1]);
   if (*grew_any)
-    top.extreme = __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
+    top.extreme =
+        __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
   *rescaled = any_join;
   if (any_join) {  // o = o corr + w_b v_former (the rescale the record needs anyway, plus the add)
 #pragma unroll

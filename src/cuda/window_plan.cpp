@@ -17,7 +17,8 @@ int current_sm_count() {
   std::lock_guard<std::mutex> lock(mu);
   if (cached[dev] == 0) {
     int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        sms <= 0)
       sms = 132;
     cached[dev] = sms;
   }
@@ -48,7 +49,8 @@ WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int h
   kps = std::max<int64_t>(kps, min_keys);
   kps = (kps + plan.tile_keys - 1) / plan.tile_keys * plan.tile_keys;
   plan.keys_per_split = std::max<int64_t>(kps, plan.tile_keys);
-  plan.splits = static_cast<int>(std::max<int64_t>(1, (n + plan.keys_per_split - 1) / plan.keys_per_split));
+  plan.splits =
+      static_cast<int>(std::max<int64_t>(1, (n + plan.keys_per_split - 1) / plan.keys_per_split));
   return plan;
 }
 

@@ -8,10 +8,10 @@
 namespace kvevict::cuda::detail {
 
 struct WindowPlan {
-  int slabs = 1;           // 16-row slabs per block: 1, 2, 4 or 8
-  int rows = 0;            // G * w rows of one KV head
-  int row_blocks = 1;      // ceil(rows / (16 * slabs))
-  int splits = 1;          // key ranges per (KV head, row block)
+  int slabs = 1;       // 16-row slabs per block: 1, 2, 4 or 8
+  int rows = 0;        // G * w rows of one KV head
+  int row_blocks = 1;  // ceil(rows / (16 * slabs))
+  int splits = 1;      // key ranges per (KV head, row block)
   int64_t keys_per_split = 0;
   int tile_keys = 64;
 };

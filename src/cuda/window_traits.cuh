@@ -66,6 +66,8 @@ constexpr int stages_that_fit(int blocks, Bytes bytes) {
 }
 
 // The largest slab count a head dim allows (see the d = 256 static_assert above).
-constexpr int max_slabs(int d) { return d == 256 ? 4 : 8; }
+constexpr int max_slabs(int d) {
+  return d == 256 ? 4 : 8;
+}
 
 }  // namespace kvevict::cuda::detail

@@ -78,7 +78,8 @@ std::vector<AblationChoice> choose_ablation(const EvalResults& dev, const Ablati
     c.cells = static_cast<int64_t>(best->cells.size());
     c.default_setting = method;
     auto d = scores.find(method);
-    c.default_dev_score = d != scores.end() ? d->second.score : std::numeric_limits<double>::quiet_NaN();
+    c.default_dev_score =
+        d != scores.end() ? d->second.score : std::numeric_limits<double>::quiet_NaN();
     out.push_back(c);
   }
   return out;
@@ -95,8 +96,7 @@ void add_unique(std::vector<MethodConfig>& out, const MethodConfig& m) {
 }  // namespace
 
 std::vector<MethodConfig> ablation_dev_methods(const AblationOptions& opt,
-                                               const std::vector<Budget>& budgets,
-                                               bool with_full) {
+                                               const std::vector<Budget>& budgets, bool with_full) {
   opt.validate();
   KVEVICT_CHECK(!budgets.empty(), "an ablation needs at least one budget");
   std::vector<MethodConfig> out;

@@ -88,10 +88,9 @@ class LineReader {
 
 std::vector<Sample> read_jsonl_samples(std::istream& in, const std::string& source,
                                        const JsonlLimits& limits) {
-  const uint64_t max_line =
-      limits.max_text_bytes == 0
-          ? std::numeric_limits<uint64_t>::max()
-          : limits.max_text_bytes * kJsonBytesPerTextByte + kJsonSlackBytes;
+  const uint64_t max_line = limits.max_text_bytes == 0
+                                ? std::numeric_limits<uint64_t>::max()
+                                : limits.max_text_bytes * kJsonBytesPerTextByte + kJsonSlackBytes;
   std::vector<Sample> out;
   std::string line;
   int64_t line_no = 0;

@@ -18,7 +18,8 @@ std::vector<std::string> split_setting(const std::string& s) {
   size_t start = 0;
   while (true) {
     const size_t colon = s.find(':', start);
-    parts.push_back(s.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    parts.push_back(
+        s.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
     if (colon == std::string::npos) break;
     start = colon + 1;
   }
@@ -45,8 +46,8 @@ std::string pooling_spelling(const std::string& v) {
 int parse_count(const std::string& setting, const std::string& mod, const std::string& v, int lo) {
   char* end = nullptr;
   const long x = std::strtol(v.c_str(), &end, 10);
-  KVEVICT_CHECK(!v.empty() && end == v.c_str() + v.size() && x >= lo && x <= (1 << 24),
-                "setting '", setting, "': ", mod, " needs an integer >= ", lo, "; got '", v, "'");
+  KVEVICT_CHECK(!v.empty() && end == v.c_str() + v.size() && x >= lo && x <= (1 << 24), "setting '",
+                setting, "': ", mod, " needs an integer >= ", lo, "; got '", v, "'");
   return static_cast<int>(x);
 }
 
@@ -77,16 +78,20 @@ struct Group {
 
 const std::vector<Group>& groups() {
   static const std::vector<Group> g = {
-      {"spec", "every method of SPEC section 2 plus adadropkv and adakv (15)",
+      {"spec",
+       "every method of SPEC section 2 plus adadropkv and adakv (15)",
        {"dropkv", "obcache_v", "obcache_k", "obcache_vk", "snapkv", "h2o", "tova", "knorm",
         "keydiff", "vatp", "criticalkv", "streamingllm", "random", "adadropkv", "adakv"}},
-      {"aggregations", "dropkv and obcache_{v,k,vk} under the h2o and tova aggregations",
+      {"aggregations",
+       "dropkv and obcache_{v,k,vk} under the h2o and tova aggregations",
        {"dropkv:h2o", "dropkv:tova", "obcache_v:h2o", "obcache_k:h2o", "obcache_vk:h2o",
         "obcache_v:tova", "obcache_k:tova", "obcache_vk:tova"}},
-      {"kvpress", "kvpress's defaults beside ours: snapkv w=64 avg-pool 5, h2o normalised, tova "
-                  "keeping the last token",
+      {"kvpress",
+       "kvpress's defaults beside ours: snapkv w=64 avg-pool 5, h2o normalised, tova "
+       "keeping the last token",
        {"snapkv:kvpress", "h2o:kvpress", "tova:kvpress"}},
-      {"adakv-variants", "the adakv policy over other scores and another alpha",
+      {"adakv-variants",
+       "the adakv policy over other scores and another alpha",
        {"adakv", "adadropkv", "obcache_v:adakv", "obcache_k:adakv", "obcache_vk:adakv",
         "adakv:alpha=0.5", "adadropkv:alpha=0.5"}},
   };
@@ -175,8 +180,10 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
       } else if (s.method == Method::kTOVA) {
         m.keep_last = true;
       } else {
-        KVEVICT_FAIL("setting '", name, "': kvpress's defaults are known for snapkv, h2o and "
-                     "tova; not for ", parts[0]);
+        KVEVICT_FAIL("setting '", name,
+                     "': kvpress's defaults are known for snapkv, h2o and "
+                     "tova; not for ",
+                     parts[0]);
       }
     } else {
       KVEVICT_FAIL("setting '", name, "': unknown modifier '", mod, "'; expected one of:\n",
@@ -222,7 +229,9 @@ std::string MethodConfig::label() const {
   return is_full() ? name : name + "@" + budget.str();
 }
 
-std::string method_setting_help() { return kModifiers; }
+std::string method_setting_help() {
+  return kModifiers;
+}
 
 std::string method_groups_help() {
   std::string out = "  all                   full + every group below\n";
@@ -247,8 +256,8 @@ std::vector<std::string> expand_method_groups(const std::vector<std::string>& na
         for (const auto& m : g.members) add(m);
       continue;
     }
-    auto it = std::find_if(groups().begin(), groups().end(),
-                           [&](const Group& g) { return n == g.name; });
+    auto it =
+        std::find_if(groups().begin(), groups().end(), [&](const Group& g) { return n == g.name; });
     if (it == groups().end()) {
       add(n);
       continue;

@@ -70,9 +70,10 @@ class Sha256 {
     uint32_t a = h_[0], bb = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6],
              h = h_[7];
     for (int i = 0; i < 64; ++i) {
-      const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) +
-                          k[i] + w[i];
-      const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & bb) ^ (a & c) ^ (bb & c));
+      const uint32_t t1 =
+          h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+      const uint32_t t2 =
+          (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & bb) ^ (a & c) ^ (bb & c));
       h = g;
       g = f;
       f = e;
@@ -160,8 +161,8 @@ std::string process_command_line() {
   size_t start = 0;
   while (start < all.size()) {
     const size_t end = all.find('\0', start);
-    const std::string word = all.substr(start, end == std::string::npos ? std::string::npos
-                                                                         : end - start);
+    const std::string word =
+        all.substr(start, end == std::string::npos ? std::string::npos : end - start);
     out += (out.empty() ? "" : " ") + shell_quote(word);
     if (end == std::string::npos) break;
     start = end + 1;

@@ -19,7 +19,9 @@ using nlohmann::json;
 
 namespace {
 
-json interval_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+json interval_or_null(double x) {
+  return std::isfinite(x) ? json(x) : json(nullptr);
+}
 
 json meta_json(const RunMeta& m) {
   json options = json::object();
@@ -208,7 +210,8 @@ std::string cost_markdown(const EvalResults& r) {
   if (rows.empty()) return "";
   std::ostringstream md;
   md << "\n## cost\n\n"
-     << "Wall seconds of the machine that ran it (" << (r.meta.device.empty() ? "device unknown" : r.meta.device)
+     << "Wall seconds of the machine that ran it ("
+     << (r.meta.device.empty() ? "device unknown" : r.meta.device)
      << "); eviction, append and decode as the runtime reports them (GPU: CUDA-event device "
         "times). A prefill is shared by every setting of its sample and mode; on the GPU all "
         "settings of a prefill decode as one batch, on the CPU one after another.\n\n"
@@ -235,8 +238,8 @@ std::string comparisons_markdown(const EvalResults& r) {
   std::ostringstream md;
   md << "\n## paired comparisons (same samples, equal budget)\n\n"
      << "A - B of the task average, with its interval from resampling the samples' paired "
-        "differences within each task (" << r.meta.bootstrap.describe()
-     << "); per-task rows are in the JSON.\n\n"
+        "differences within each task ("
+     << r.meta.bootstrap.describe() << "); per-task rows are in the JSON.\n\n"
      << "| split | length | mode | budget | A | B | A score | B score | A - B | A better / "
         "equal / B better | n |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& c : rows) {
@@ -276,7 +279,8 @@ std::string results_to_markdown(const EvalResults& r) {
   std::ostringstream md;
   md << "# Evaluation results\n\n";
   md << "- model: " << (m.model.empty() ? "(unnamed)" : m.model) << "\n";
-  if (!m.model_sha256.empty()) md << "- model file: " << m.model_path << " (sha256 " << m.model_sha256 << ")\n";
+  if (!m.model_sha256.empty())
+    md << "- model file: " << m.model_path << " (sha256 " << m.model_sha256 << ")\n";
   if (!m.device.empty()) md << "- device: " << m.device << "\n";
   if (!m.kvevict_version.empty())
     md << "- kvevict " << m.kvevict_version << ", commit " << m.git_commit
@@ -284,12 +288,12 @@ std::string results_to_markdown(const EvalResults& r) {
   if (!m.date_utc.empty()) md << "- date: " << m.date_utc << "\n";
   if (!m.command_line.empty()) md << "- command: `" << m.command_line << "`\n";
   md << "- prompt style: " << (m.prompt_style.empty() ? "raw" : m.prompt_style) << "\n";
-  md << "- seeds: base seed " << m.base_seed
-     << " (sample i of task t uses sample_seed(base, t, i)";
+  md << "- seeds: base seed " << m.base_seed << " (sample i of task t uses sample_seed(base, t, i)";
   if (!m.split.empty()) md << "; split " << m.split << ", docs/EVAL.md";
   md << "); greedy decoding\n";
   md << "- metric: RULER string_match_all (qa: string_match_part), x100, mean over samples; "
-        "intervals: " << m.bootstrap.describe() << "\n";
+        "intervals: "
+     << m.bootstrap.describe() << "\n";
   for (const auto& n : m.notes) md << "- " << n << "\n";
 
   // One table per (split, length, mode); columns: setting, then tasks, then average.
@@ -310,8 +314,8 @@ std::string results_to_markdown(const EvalResults& r) {
     md << " average | n |\n|---|---|---|---|---|---|---|---|";
     for (size_t i = 0; i < task_set.size(); ++i) md << "---|";
     md << "---|---|\n";
-    using Setting = std::tuple<std::string, std::string, int, bool, std::string, std::string,
-                               std::string>;
+    using Setting =
+        std::tuple<std::string, std::string, int, bool, std::string, std::string, std::string>;
     std::map<Setting, std::map<std::string, const AggregateRow*>> by_setting;
     for (const auto* a : list)
       by_setting[Setting{a->method, a->budget, a->window, a->window_is_question, a->pooling,
@@ -324,9 +328,9 @@ std::string results_to_markdown(const EvalResults& r) {
       for (const auto& t : task_set) {
         auto it = cells.find(t);
         md << " "
-           << (it == cells.end() ? std::string("-")
-                                 : cell(it->second->score, it->second->ci_low,
-                                        it->second->ci_high, "%.0f"))
+           << (it == cells.end()
+                   ? std::string("-")
+                   : cell(it->second->score, it->second->ci_low, it->second->ci_high, "%.0f"))
            << " |";
       }
       const AggregateRow* avg = cells.at("average");

@@ -16,12 +16,9 @@ int64_t min_amount(const TaskConfig& c) {
   switch (c.family) {
     case TaskFamily::kNiah:
       return c.haystack == Haystack::kEssay ? 1 : static_cast<int64_t>(c.num_keys) * c.num_values;
-    case TaskFamily::kVariableTracking:
-      return c.num_hops + 1;
-    case TaskFamily::kCommonWords:
-      return c.num_common + 1;
-    case TaskFamily::kFreqWords:
-      return 100;  // below this the top-3 counts tie with rank 5
+    case TaskFamily::kVariableTracking: return c.num_hops + 1;
+    case TaskFamily::kCommonWords: return c.num_common + 1;
+    case TaskFamily::kFreqWords: return 100;  // below this the top-3 counts tie with rank 5
   }
   return 1;
 }
@@ -56,18 +53,10 @@ Sample RulerGenerator::generate_with_amount(const std::string& task, int64_t amo
                 cwe_words_, cwe_large_words_, opt.target_length,  opt.depths};
   Sample s;
   switch (c.family) {
-    case TaskFamily::kNiah:
-      s = build_niah(in, amount, seed);
-      break;
-    case TaskFamily::kVariableTracking:
-      s = build_variable_tracking(in, amount, seed);
-      break;
-    case TaskFamily::kCommonWords:
-      s = build_common_words(in, amount, seed);
-      break;
-    case TaskFamily::kFreqWords:
-      s = build_freq_words(in, amount, seed);
-      break;
+    case TaskFamily::kNiah: s = build_niah(in, amount, seed); break;
+    case TaskFamily::kVariableTracking: s = build_variable_tracking(in, amount, seed); break;
+    case TaskFamily::kCommonWords: s = build_common_words(in, amount, seed); break;
+    case TaskFamily::kFreqWords: s = build_freq_words(in, amount, seed); break;
   }
   format_prompt(s, opt.style, &tokenizer_);
   s.target_length = opt.target_length;
@@ -126,8 +115,7 @@ Sample RulerGenerator::generate(const std::string& task, const GenerateOptions& 
 
 std::vector<Sample> RulerGenerator::generate_set(const std::string& task,
                                                  const GenerateOptions& opt, int n,
-                                                 uint64_t base_seed,
-                                                 int64_t first_index) const {
+                                                 uint64_t base_seed, int64_t first_index) const {
   KVEVICT_CHECK(n >= 0, "sample count ", n, " is negative; expected >= 0");
   KVEVICT_CHECK(first_index >= 0, "first sample index ", first_index, " is negative");
   std::vector<Sample> out;

@@ -50,12 +50,9 @@ const char* const kFreqWordsPrefix =
 
 const char* needle_type_name(NeedleType t) {
   switch (t) {
-    case NeedleType::kWords:
-      return "words";
-    case NeedleType::kNumbers:
-      return "numbers";
-    case NeedleType::kUuids:
-      return "uuids";
+    case NeedleType::kWords: return "words";
+    case NeedleType::kNumbers: return "numbers";
+    case NeedleType::kUuids: return "uuids";
   }
   return "?";
 }

@@ -78,8 +78,8 @@ BatchRecord batch_record(const Sample& s, int64_t index, QueryMode mode, const R
   bool reported = !answers.empty();
   double evict = 0, append = 0, decode = 0, steps = 0, batches = 0;
   for (const Generation& g : answers) {
-    reported = reported && g.evict_seconds >= 0 && g.batch_decode_seconds >= 0 &&
-               g.rows_in_batch >= 1;
+    reported =
+        reported && g.evict_seconds >= 0 && g.batch_decode_seconds >= 0 && g.rows_in_batch >= 1;
     if (!reported) break;
     const double share = 1.0 / static_cast<double>(g.rows_in_batch);
     evict += g.evict_seconds;
@@ -134,8 +134,7 @@ std::vector<TokenizedSample> tokenize_samples(const Tokenizer& tok,
         const int64_t n = mode == QueryMode::kAware ? ctx + q : ctx;
         KVEVICT_CHECK(m.budget.value <= static_cast<double>(n), "budget ", m.budget.str(), " of ",
                       m.name, " keeps more tokens than the ", n, " that ", name, " prefills (",
-                      query_mode_name(mode), "); expected a token count <= ", n,
-                      " or a fraction");
+                      query_mode_name(mode), "); expected a token count <= ", n, " or a fraction");
       }
     }
   }
@@ -199,14 +198,15 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
           answers.push_back(std::move(one[0]));
         }
       } else {
-        answers = model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
+        answers =
+            model.answer_all(*state, opt.methods, question_ids, mode, max_new, question_window);
       }
       const auto t1 = std::chrono::steady_clock::now();
       KVEVICT_CHECK(answers.size() == opt.methods.size(), "the model returned ", answers.size(),
                     " answers for ", opt.methods.size(), " methods");
       // Settings answered together share the time: each record carries its share.
-      const double answer_seconds = std::chrono::duration<double>(t1 - t0).count() /
-                                    static_cast<double>(opt.methods.size());
+      const double answer_seconds =
+          std::chrono::duration<double>(t1 - t0).count() / static_cast<double>(opt.methods.size());
       res.batches.push_back(batch_record(s, index, mode, opt, answers, prefill_seconds,
                                          std::chrono::duration<double>(t1 - t0).count()));
       res.batches.back().prefill_tokens = static_cast<int64_t>(
@@ -245,8 +245,8 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples,
 
         // One report per answer (the settings of a batch finish together).
         ++pr.done;
-        pr.current = s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " +
-                     m.label();
+        pr.current =
+            s.task + " #" + std::to_string(index) + " " + query_mode_name(mode) + " " + m.label();
         pr.elapsed_s = std::chrono::duration<double>(t1 - start).count();
         pr.eta_s =
             pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);

@@ -29,7 +29,8 @@ Generation to_generation(const BatchAnswer& a, const Tokenizer& tok) {
 
 }  // namespace
 
-DecodeEviction decode_eviction_for(const MethodConfig& method, const DecodeEvictionOptions& decode) {
+DecodeEviction decode_eviction_for(const MethodConfig& method,
+                                   const DecodeEvictionOptions& decode) {
   if (method.is_full()) return {};
   KVEVICT_CHECK(!method.budget.is_fraction(), "decode-time eviction of ", method.name,
                 " needs a token budget per head (> 1); got ", method.budget.str());
@@ -46,7 +47,8 @@ SessionModel::SessionModel(std::shared_ptr<const ModelRuntime> runtime,
     const auto& s = m.spec.score;
     if (!s.needs_queries()) continue;
     if (s.aggregate == Aggregate::kAllQueries) need_all_queries_ = true;
-    max_window_ = std::max<int64_t>(max_window_, s.aggregate == Aggregate::kLastQuery ? 1 : s.window);
+    max_window_ =
+        std::max<int64_t>(max_window_, s.aggregate == Aggregate::kLastQuery ? 1 : s.window);
   }
 }
 
@@ -78,8 +80,8 @@ std::vector<Generation> SessionModel::answer_all(PrefillState& state,
   const Tokenizer& tok = *tokenizer_;
   const std::vector<int32_t> none;
   const auto answers = runtime_->answer_batch(
-      *st.snapshot, configs, mode == QueryMode::kAgnostic ? question_tokens : none,
-      max_new_tokens, [&tok](int32_t id) { return tok.is_end_of_generation(id); });
+      *st.snapshot, configs, mode == QueryMode::kAgnostic ? question_tokens : none, max_new_tokens,
+      [&tok](int32_t id) { return tok.is_end_of_generation(id); });
   std::vector<Generation> out;
   out.reserve(answers.size());
   for (const auto& a : answers) out.push_back(to_generation(a, tok));
@@ -89,8 +91,7 @@ std::vector<Generation> SessionModel::answer_all(PrefillState& state,
 Generation SessionModel::answer(PrefillState& state, const MethodConfig& method,
                                 const std::vector<int32_t>& question_tokens, QueryMode mode,
                                 int max_new_tokens) {
-  const int question =
-      mode == QueryMode::kAware ? static_cast<int>(question_tokens.size()) : 0;
+  const int question = mode == QueryMode::kAware ? static_cast<int>(question_tokens.size()) : 0;
   return answer_all(state, {method}, question_tokens, mode, max_new_tokens, question)[0];
 }
 

@@ -6,7 +6,9 @@ namespace kvevict::eval {
 
 static_assert(kSplitSpan <= kDevFirstIndex, "the TEST index range must end before DEV's begins");
 
-const char* split_name(SeedSplit s) { return s == SeedSplit::kDev ? "dev" : "test"; }
+const char* split_name(SeedSplit s) {
+  return s == SeedSplit::kDev ? "dev" : "test";
+}
 
 SeedSplit split_parse(const std::string& s) {
   if (s == "test") return SeedSplit::kTest;
@@ -14,11 +16,13 @@ SeedSplit split_parse(const std::string& s) {
   KVEVICT_FAIL("split '", s, "' is unknown; expected test (reported numbers) or dev (tuning)");
 }
 
-int64_t split_first_index(SeedSplit s) { return s == SeedSplit::kDev ? kDevFirstIndex : 0; }
+int64_t split_first_index(SeedSplit s) {
+  return s == SeedSplit::kDev ? kDevFirstIndex : 0;
+}
 
 void check_split_size(int64_t n) {
-  KVEVICT_CHECK(n >= 1 && n <= kSplitSpan, n, " samples per task do not fit a split; expected 1 .. ",
-                kSplitSpan);
+  KVEVICT_CHECK(n >= 1 && n <= kSplitSpan, n,
+                " samples per task do not fit a split; expected 1 .. ", kSplitSpan);
 }
 
 }  // namespace kvevict::eval

@@ -9,7 +9,9 @@
 namespace kvevict::eval {
 namespace {
 
-Rng stream_rng(uint64_t seed, uint64_t stream) { return Rng(mix_seed(seed) ^ mix_seed(~stream)); }
+Rng stream_rng(uint64_t seed, uint64_t stream) {
+  return Rng(mix_seed(seed) ^ mix_seed(~stream));
+}
 
 uint64_t substream(uint64_t stream, size_t index) {
   return mix_seed(stream ^ mix_seed(static_cast<uint64_t>(index) + 1));
@@ -88,8 +90,8 @@ uint64_t stream_key(const std::string& name) {
   return h;
 }
 
-std::vector<double> bootstrap_means(const std::vector<double>& values, int resamples,
-                                    uint64_t seed, uint64_t stream) {
+std::vector<double> bootstrap_means(const std::vector<double>& values, int resamples, uint64_t seed,
+                                    uint64_t stream) {
   if (values.empty() || resamples <= 0) return {};
   return std::move(stratified_means({values}, 1, resamples, seed, stream)[0]);
 }
@@ -130,9 +132,8 @@ Interval bootstrap_mean_of_means(const std::vector<std::vector<double>>& strata,
   return percentile_interval(estimate, dist, opt.level, n);
 }
 
-PairedDifference paired_difference(
-    const std::vector<std::vector<std::pair<double, double>>>& pairs, const BootstrapOptions& opt,
-    uint64_t stream) {
+PairedDifference paired_difference(const std::vector<std::vector<std::pair<double, double>>>& pairs,
+                                   const BootstrapOptions& opt, uint64_t stream) {
   opt.validate();
   std::vector<size_t> sizes;
   for (const auto& s : pairs) sizes.push_back(s.size());

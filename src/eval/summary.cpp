@@ -17,10 +17,18 @@ using SettingKey = std::tuple<std::string, int64_t, int, std::string, std::strin
                               std::string, std::string, std::string, bool, bool>;
 
 SettingKey setting_key(const SampleRecord& r) {
-  return {r.split,         r.target_length, static_cast<int>(r.mode),
-          r.method,        r.budget,        r.window_is_question ? 0 : r.window,
-          r.window_is_question, r.pooling,  r.policy,
-          r.aggregate,     r.normalize,     r.keep_last};
+  return {r.split,
+          r.target_length,
+          static_cast<int>(r.mode),
+          r.method,
+          r.budget,
+          r.window_is_question ? 0 : r.window,
+          r.window_is_question,
+          r.pooling,
+          r.policy,
+          r.aggregate,
+          r.normalize,
+          r.keep_last};
 }
 
 std::string cell_name(const SettingKey& k, const std::string& task) {
@@ -92,8 +100,9 @@ std::vector<ComparisonRow> EvalResults::compare() const {
   using SampleKey = std::pair<int64_t, uint64_t>;
   std::map<Group, std::map<std::string, std::map<std::string, std::map<SampleKey, double>>>> by;
   for (const auto& r : records)
-    by[Group{r.split, r.target_length, static_cast<int>(r.mode), r.method == "full" ? "" : r.budget}]
-      [r.method][r.task][SampleKey{r.sample_index, r.seed}] = r.score;
+    by[Group{r.split, r.target_length, static_cast<int>(r.mode),
+             r.method == "full" ? "" : r.budget}][r.method][r.task]
+      [SampleKey{r.sample_index, r.seed}] = r.score;
   std::vector<ComparisonRow> out;
   for (const auto& [a, b] : meta.comparisons) {
     for (const auto& [group, methods] : by) {
@@ -101,9 +110,9 @@ std::vector<ComparisonRow> EvalResults::compare() const {
       auto ia = methods.find(a);
       if (ia == methods.end()) continue;
       // The full cache has no budget: it pairs with every budget of the other setting.
-      const Group bgroup = b == "full" ? Group{std::get<0>(group), std::get<1>(group),
-                                               std::get<2>(group), ""}
-                                       : group;
+      const Group bgroup =
+          b == "full" ? Group{std::get<0>(group), std::get<1>(group), std::get<2>(group), ""}
+                      : group;
       auto gb = by.find(bgroup);
       if (gb == by.end()) continue;
       auto ib = gb->second.find(b);
@@ -154,8 +163,9 @@ std::vector<CostRow> cost_summary(const EvalResults& r) {
   };
   std::map<std::tuple<std::string, int64_t, std::string>, Sum> groups;
   for (const BatchRecord& b : r.batches) {
-    for (auto key : {std::make_tuple(b.split, b.target_length, std::string(query_mode_name(b.mode))),
-                     std::make_tuple(std::string("all"), int64_t{-1}, std::string("all"))}) {
+    for (auto key :
+         {std::make_tuple(b.split, b.target_length, std::string(query_mode_name(b.mode))),
+          std::make_tuple(std::string("all"), int64_t{-1}, std::string("all"))}) {
       Sum& s = groups[key];
       ++s.samples;
       s.tokens += static_cast<double>(b.prefill_tokens);
@@ -192,7 +202,8 @@ std::vector<CostRow> cost_summary(const EvalResults& r) {
     out.push_back(c);
   }
   // The whole run last.
-  std::stable_partition(out.begin(), out.end(), [](const CostRow& c) { return c.target_length >= 0; });
+  std::stable_partition(out.begin(), out.end(),
+                        [](const CostRow& c) { return c.target_length >= 0; });
   return out;
 }
 

@@ -28,12 +28,9 @@ constexpr NamedScore kScores[] = {
 
 float load_f(const void* base, DType t, int64_t i) {
   switch (t) {
-    case DType::kF32:
-      return static_cast<const float*>(base)[i];
-    case DType::kF16:
-      return half_to_float(static_cast<const uint16_t*>(base)[i]);
-    default:
-      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF32: return static_cast<const float*>(base)[i];
+    case DType::kF16: return half_to_float(static_cast<const uint16_t*>(base)[i]);
+    default: return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
   }
 }
 
@@ -169,21 +166,13 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
       double s = 0;
       switch (opt_.score) {
         case DecodeScore::kAttentionSum:
-        case DecodeScore::kTOVA:
-          s = terms::attention_term(p);
-          break;
+        case DecodeScore::kTOVA: s = terms::attention_term(p); break;
         case DecodeScore::kDropKV:
           s = terms::dropkv_term(p, j == top ? tk.omp : 1.0 - p, a2, v2, av);
           break;
-        case DecodeScore::kObcacheV:
-          s = terms::obcache_v_term(p, v2);
-          break;
-        case DecodeScore::kObcacheK:
-          s = terms::obcache_k_term(p, z[j], a2, v2, av);
-          break;
-        case DecodeScore::kObcacheVK:
-          s = terms::obcache_vk_term(p, z[j], a2, v2, av);
-          break;
+        case DecodeScore::kObcacheV: s = terms::obcache_v_term(p, v2); break;
+        case DecodeScore::kObcacheK: s = terms::obcache_k_term(p, z[j], a2, v2, av); break;
+        case DecodeScore::kObcacheVK: s = terms::obcache_vk_term(p, z[j], a2, v2, av); break;
       }
       acc[j] += s;
     }

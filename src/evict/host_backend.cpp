@@ -13,8 +13,7 @@ std::shared_ptr<void> HostBackend::allocate(size_t bytes) {
   return host_allocate(bytes);
 }
 
-void HostBackend::plan_segments(const Selection& selection, int64_t slack,
-                                const KVLayerView& out) {
+void HostBackend::plan_segments(const Selection& selection, int64_t slack, const KVLayerView& out) {
   KVEVICT_CHECK(out.num_kv_heads == selection.num_kv_heads && out.has_host_table(),
                 "plan_segments: the output cache has ", out.num_kv_heads, " heads",
                 out.has_host_table() ? "" : " and no host table", "; expected ",

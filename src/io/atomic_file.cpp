@@ -100,7 +100,8 @@ std::string check_output_path(const std::string& path, const std::string& label)
   char mode[8];
   std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
   KVEVICT_CHECK((st.st_mode & 0222) != 0 && ::access(target.c_str(), W_OK) == 0, label, ": ", path,
-                " is a read-only file (mode ", mode, "); expected a writable file or a new file's "
+                " is a read-only file (mode ", mode,
+                "); expected a writable file or a new file's "
                 "path (kvevict does not replace a file marked unwritable)");
   check_directory(label, path, parent_dir(target));
   return target;

@@ -142,38 +142,22 @@ void dequant_q6_k(const uint8_t* b, float* y) {
 
 const char* ggml_type_name(uint32_t type) {
   switch (type) {
-    case 0:
-      return "F32";
-    case 1:
-      return "F16";
-    case 2:
-      return "Q4_0";
-    case 3:
-      return "Q4_1";
-    case 6:
-      return "Q5_0";
-    case 7:
-      return "Q5_1";
-    case 8:
-      return "Q8_0";
-    case 9:
-      return "Q8_1";
-    case 10:
-      return "Q2_K";
-    case 11:
-      return "Q3_K";
-    case 12:
-      return "Q4_K";
-    case 13:
-      return "Q5_K";
-    case 14:
-      return "Q6_K";
-    case 15:
-      return "Q8_K";
-    case 30:
-      return "BF16";
-    default:
-      return "unsupported";
+    case 0: return "F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 6: return "Q5_0";
+    case 7: return "Q5_1";
+    case 8: return "Q8_0";
+    case 9: return "Q8_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K";
+    case 12: return "Q4_K";
+    case 13: return "Q5_K";
+    case 14: return "Q6_K";
+    case 15: return "Q8_K";
+    case 30: return "BF16";
+    default: return "unsupported";
   }
 }
 
@@ -189,10 +173,8 @@ bool ggml_type_supported(uint32_t type) {
     case 12:
     case 13:
     case 14:
-    case 30:
-      return true;
-    default:
-      return false;
+    case 30: return true;
+    default: return false;
   }
 }
 
@@ -200,45 +182,32 @@ int64_t ggml_block_elems(GgmlType t) {
   switch (t) {
     case GgmlType::kF32:
     case GgmlType::kF16:
-    case GgmlType::kBF16:
-      return 1;
+    case GgmlType::kBF16: return 1;
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
-    case GgmlType::kQ8_0:
-      return kQK;
+    case GgmlType::kQ8_0: return kQK;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return kQKK;
+    case GgmlType::kQ6_K: return kQKK;
   }
   KVEVICT_FAIL("ggml type ", static_cast<uint32_t>(t), " is not supported");
 }
 
 int64_t ggml_block_bytes(GgmlType t) {
   switch (t) {
-    case GgmlType::kF32:
-      return 4;
+    case GgmlType::kF32: return 4;
     case GgmlType::kF16:
-    case GgmlType::kBF16:
-      return 2;
-    case GgmlType::kQ4_0:
-      return 2 + 16;
-    case GgmlType::kQ4_1:
-      return 4 + 16;
-    case GgmlType::kQ5_0:
-      return 2 + 4 + 16;
-    case GgmlType::kQ5_1:
-      return 4 + 4 + 16;
-    case GgmlType::kQ8_0:
-      return 2 + 32;
-    case GgmlType::kQ4_K:
-      return 4 + 12 + 128;
-    case GgmlType::kQ5_K:
-      return 4 + 12 + 32 + 128;
-    case GgmlType::kQ6_K:
-      return 128 + 64 + 16 + 2;
+    case GgmlType::kBF16: return 2;
+    case GgmlType::kQ4_0: return 2 + 16;
+    case GgmlType::kQ4_1: return 4 + 16;
+    case GgmlType::kQ5_0: return 2 + 4 + 16;
+    case GgmlType::kQ5_1: return 4 + 4 + 16;
+    case GgmlType::kQ8_0: return 2 + 32;
+    case GgmlType::kQ4_K: return 4 + 12 + 128;
+    case GgmlType::kQ5_K: return 4 + 12 + 32 + 128;
+    case GgmlType::kQ6_K: return 128 + 64 + 16 + 2;
   }
   KVEVICT_FAIL("ggml type ", static_cast<uint32_t>(t), " is not supported");
 }
@@ -355,25 +324,17 @@ bool values_finite(GgmlType type, const uint8_t* src, int64_t count) {
   // Byte offsets of a block's f16 scales (d, and m / dmin where the type has one).
   int first = 0, second = -1;
   switch (type) {
-    case GgmlType::kF32:
-      return elements_finite(src, count, 4);
-    case GgmlType::kF16:
-      return elements_finite(src, count, 2);
-    case GgmlType::kBF16:
-      return elements_finite(src, count, -2);
+    case GgmlType::kF32: return elements_finite(src, count, 4);
+    case GgmlType::kF16: return elements_finite(src, count, 2);
+    case GgmlType::kBF16: return elements_finite(src, count, -2);
     case GgmlType::kQ4_0:
     case GgmlType::kQ5_0:
-    case GgmlType::kQ8_0:
-      break;
+    case GgmlType::kQ8_0: break;
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_1:
     case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-      second = 2;
-      break;
-    case GgmlType::kQ6_K:
-      first = 208;
-      break;
+    case GgmlType::kQ5_K: second = 2; break;
+    case GgmlType::kQ6_K: first = 208; break;
   }
   bool ok = true;
   for (int64_t i = 0; i < blocks; ++i) {

@@ -41,21 +41,16 @@ uint64_t fixed_size(uint32_t t) {
   switch (t) {
     case ValueType::kU8:
     case ValueType::kI8:
-    case ValueType::kBool:
-      return 1;
+    case ValueType::kBool: return 1;
     case ValueType::kU16:
-    case ValueType::kI16:
-      return 2;
+    case ValueType::kI16: return 2;
     case ValueType::kU32:
     case ValueType::kI32:
-    case ValueType::kF32:
-      return 4;
+    case ValueType::kF32: return 4;
     case ValueType::kU64:
     case ValueType::kI64:
-    case ValueType::kF64:
-      return 8;
-    default:
-      return 0;
+    case ValueType::kF64: return 8;
+    default: return 0;
   }
 }
 
@@ -110,7 +105,7 @@ Value read_array(Cursor& c, const std::string& key, int depth) {
   // A string takes at least its 8-byte length, an array at least type + length (12 bytes).
   const uint64_t min_elem = elem_type == ValueType::kString  ? 8
                             : elem_type == ValueType::kArray ? 12
-                                                  : fixed_size(elem_type);
+                                                             : fixed_size(elem_type);
   KVEVICT_CHECK(count <= c.remaining() / min_elem, "gguf ", c.path(), ": metadata ", key,
                 " claims ", count, " array elements of type ", value_type_name(elem_type),
                 " but only ", c.remaining(), " bytes remain; expected a length within the file");
@@ -125,36 +120,16 @@ Value read_array(Cursor& c, const std::string& key, int depth) {
 Value read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
   Value v;
   switch (type) {
-    case ValueType::kU8:
-      v.v = uint64_t{c.read<uint8_t>("u8 value")};
-      break;
-    case ValueType::kI8:
-      v.v = int64_t{c.read<int8_t>("i8 value")};
-      break;
-    case ValueType::kU16:
-      v.v = uint64_t{c.read<uint16_t>("u16 value")};
-      break;
-    case ValueType::kI16:
-      v.v = int64_t{c.read<int16_t>("i16 value")};
-      break;
-    case ValueType::kU32:
-      v.v = uint64_t{c.read<uint32_t>("u32 value")};
-      break;
-    case ValueType::kI32:
-      v.v = int64_t{c.read<int32_t>("i32 value")};
-      break;
-    case ValueType::kU64:
-      v.v = c.read<uint64_t>("u64 value");
-      break;
-    case ValueType::kI64:
-      v.v = c.read<int64_t>("i64 value");
-      break;
-    case ValueType::kF32:
-      v.v = double{c.read<float>("f32 value")};
-      break;
-    case ValueType::kF64:
-      v.v = c.read<double>("f64 value");
-      break;
+    case ValueType::kU8: v.v = uint64_t{c.read<uint8_t>("u8 value")}; break;
+    case ValueType::kI8: v.v = int64_t{c.read<int8_t>("i8 value")}; break;
+    case ValueType::kU16: v.v = uint64_t{c.read<uint16_t>("u16 value")}; break;
+    case ValueType::kI16: v.v = int64_t{c.read<int16_t>("i16 value")}; break;
+    case ValueType::kU32: v.v = uint64_t{c.read<uint32_t>("u32 value")}; break;
+    case ValueType::kI32: v.v = int64_t{c.read<int32_t>("i32 value")}; break;
+    case ValueType::kU64: v.v = c.read<uint64_t>("u64 value"); break;
+    case ValueType::kI64: v.v = c.read<int64_t>("i64 value"); break;
+    case ValueType::kF32: v.v = double{c.read<float>("f32 value")}; break;
+    case ValueType::kF64: v.v = c.read<double>("f64 value"); break;
     case ValueType::kBool: {
       const uint8_t b = c.read<uint8_t>("bool value");
       KVEVICT_CHECK(b <= 1, "gguf ", c.path(), ": metadata ", key, " has bool byte ", int{b},
@@ -162,11 +137,8 @@ Value read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
       v.v = b != 0;
       break;
     }
-    case ValueType::kString:
-      v.v = c.read_string("string value");
-      break;
-    case ValueType::kArray:
-      return read_array(c, key, depth);
+    case ValueType::kString: v.v = c.read_string("string value"); break;
+    case ValueType::kArray: return read_array(c, key, depth);
     default:
       KVEVICT_FAIL("gguf ", c.path(), ": metadata ", key, " has value type ", type,
                    "; expected a GGUF value type 0..12");
@@ -176,18 +148,12 @@ Value read_value(Cursor& c, uint32_t type, const std::string& key, int depth) {
 
 std::string actual_type(const Value& v) {
   switch (v.v.index()) {
-    case 0:
-      return "unsigned integer";
-    case 1:
-      return "signed integer";
-    case 2:
-      return "float";
-    case 3:
-      return "bool";
-    case 4:
-      return "string";
-    default:
-      return "array";
+    case 0: return "unsigned integer";
+    case 1: return "signed integer";
+    case 2: return "float";
+    case 3: return "bool";
+    case 4: return "string";
+    default: return "array";
   }
 }
 

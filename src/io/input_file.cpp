@@ -48,8 +48,8 @@ uint64_t check_input_file(const std::string& path, const std::string& label) {
 std::string read_text_input(const std::string& path, const std::string& label, uint64_t max_bytes) {
   const struct stat st = stat_input(path, label);
   const bool regular = S_ISREG(st.st_mode);
-  KVEVICT_CHECK(regular || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode), label, " ", path,
-                ": is a ", file_type_name(st.st_mode), "; expected a file (or a pipe)");
+  KVEVICT_CHECK(regular || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode), label, " ", path, ": is a ",
+                file_type_name(st.st_mode), "; expected a file (or a pipe)");
   if (regular)
     KVEVICT_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, label, " ", path, ": its ",
                   st.st_size, " bytes exceed the limit of ", max_bytes, " bytes");

@@ -3,7 +3,6 @@
 // reject anything else rather than guess.
 #include "kvevict/io/npy.h"
 
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -147,20 +146,13 @@ DType descr_to_dtype(const std::string& path, const std::string& d, bool bf16) {
 
 const char* dtype_to_descr(DType t) {
   switch (t) {
-    case DType::kF32:
-      return "<f4";
-    case DType::kF16:
-      return "<f2";
-    case DType::kF64:
-      return "<f8";
-    case DType::kI32:
-      return "<i4";
-    case DType::kI64:
-      return "<i8";
-    case DType::kBF16:
-      return "<u2";
-    case DType::kU8:
-      return "|u1";
+    case DType::kF32: return "<f4";
+    case DType::kF16: return "<f2";
+    case DType::kF64: return "<f8";
+    case DType::kI32: return "<i4";
+    case DType::kI64: return "<i8";
+    case DType::kBF16: return "<u2";
+    case DType::kU8: return "|u1";
   }
   KVEVICT_FAIL("npy: dtype code ", static_cast<int>(t), " cannot be saved");
 }
@@ -310,8 +302,8 @@ void stage(io::StagedFiles& files, const std::string& path, const std::string& l
 void stage(io::StagedFiles& files, const std::string& path, const std::string& label,
            const TensorView& t) {
   host_contiguous(path, t);
-  stage(files, path, label, t.dtype, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim),
-        t.data);
+  stage(files, path, label, t.dtype,
+        std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim), t.data);
 }
 
 void save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,

@@ -162,8 +162,8 @@ std::string File::names() const {
 HostTensor load_only_tensor(const std::string& path) {
   auto f = File::open(path);
   KVEVICT_CHECK(f->tensors().size() == 1, "safetensors ", path, ": holds ", f->tensors().size(),
-                " tensors [", f->names(), "]; expected exactly one (name one with load_tensor(path, ",
-                "name))");
+                " tensors [", f->names(),
+                "]; expected exactly one (name one with load_tensor(path, ", "name))");
   return f->load(f->tensors()[0].name);
 }
 

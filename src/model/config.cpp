@@ -11,12 +11,9 @@ namespace kvevict {
 
 const char* arch_name(Arch a) {
   switch (a) {
-    case Arch::kLlama:
-      return "llama";
-    case Arch::kQwen2:
-      return "qwen2";
-    case Arch::kGemma3:
-      return "gemma3";
+    case Arch::kLlama: return "llama";
+    case Arch::kQwen2: return "qwen2";
+    case Arch::kGemma3: return "gemma3";
   }
   return "?";
 }
@@ -261,21 +258,22 @@ void ModelConfig::validate() const {
                     head_dim <= kMaxDim && value_dim <= kMaxDim,
                 "model config: a dimension exceeds 2^24; got D=", n_embd, " layers=", n_layers,
                 " d=", head_dim, " dv=", value_dim, " F=", ffn_dim);
-  KVEVICT_CHECK(n_heads <= kMaxDim && int64_t{n_heads} * head_dim <= kMaxDim, "model config: ",
-                n_heads, " query heads (GGUF ", a, "attention.head_count) of dim ", head_dim,
-                " make ", int64_t{n_heads} * head_dim, " query rows; expected at most 2^24");
-  KVEVICT_CHECK(n_heads % n_kv_heads == 0, "model config: Hq = ", n_heads,
-                " (GGUF ", a, "attention.head_count) is not a multiple of Hkv = ", n_kv_heads,
-                " (", a, "attention.head_count_kv)");
+  KVEVICT_CHECK(n_heads <= kMaxDim && int64_t{n_heads} * head_dim <= kMaxDim,
+                "model config: ", n_heads, " query heads (GGUF ", a,
+                "attention.head_count) of dim ", head_dim, " make ", int64_t{n_heads} * head_dim,
+                " query rows; expected at most 2^24");
+  KVEVICT_CHECK(n_heads % n_kv_heads == 0, "model config: Hq = ", n_heads, " (GGUF ", a,
+                "attention.head_count) is not a multiple of Hkv = ", n_kv_heads, " (", a,
+                "attention.head_count_kv)");
   KVEVICT_CHECK(head_dim % 2 == 0, "model config: head dim ", head_dim, " is odd; RoPE needs even");
   KVEVICT_CHECK(value_dim == head_dim, "model config: value dim ", value_dim,
                 " differs from the key dim ", head_dim, "; expected equal");
   KVEVICT_CHECK(layer_sliding.empty() || static_cast<int>(layer_sliding.size()) == n_layers,
                 "model config: layer_sliding has ", layer_sliding.size(), " entries; expected ",
                 n_layers);
-  KVEVICT_CHECK(std::isfinite(rms_eps) && rms_eps > 0 && rms_eps < 1,
-                "model config: RMSNorm epsilon (GGUF ", a, "attention.layer_norm_rms_epsilon) = ",
-                rms_eps, "; expected a finite value in (0, 1)");
+  KVEVICT_CHECK(
+      std::isfinite(rms_eps) && rms_eps > 0 && rms_eps < 1, "model config: RMSNorm epsilon (GGUF ",
+      a, "attention.layer_norm_rms_epsilon) = ", rms_eps, "; expected a finite value in (0, 1)");
   KVEVICT_CHECK(std::isfinite(rope_base) && rope_base > 0, "model config: RoPE base (GGUF ", a,
                 "rope.freq_base) = ", rope_base, "; expected a finite value > 0");
   KVEVICT_CHECK(std::isfinite(rope_base_sliding) && rope_base_sliding > 0,
@@ -287,13 +285,15 @@ void ModelConfig::validate() const {
   KVEVICT_CHECK(std::isfinite(attn_scale) && attn_scale >= 0, "model config: attention scale ",
                 attn_scale, "; expected a finite value >= 0 (0 = 1/sqrt(head dim))");
   KVEVICT_CHECK(std::isfinite(final_logit_softcap) && final_logit_softcap >= 0,
-                "model config: final logit softcap (GGUF ", a, "final_logit_softcapping) = ",
-                final_logit_softcap, "; expected a finite value >= 0 (0 = off)");
+                "model config: final logit softcap (GGUF ", a,
+                "final_logit_softcapping) = ", final_logit_softcap,
+                "; expected a finite value >= 0 (0 = off)");
   bool any_sliding = false;
   for (uint8_t s : layer_sliding) any_sliding = any_sliding || s != 0;
   KVEVICT_CHECK(sliding_window >= 0 && (!any_sliding || sliding_window > 0),
-                "model config: sliding window (GGUF ", a, "attention.sliding_window) = ",
-                sliding_window, "; expected >= 1 where layers slide, 0 = none");
+                "model config: sliding window (GGUF ", a,
+                "attention.sliding_window) = ", sliding_window,
+                "; expected >= 1 where layers slide, 0 = none");
 }
 
 std::string ModelConfig::describe() const {

@@ -41,8 +41,7 @@ class CpuRuntime final : public ModelRuntime {
     return os.str();
   }
   std::unique_ptr<InferenceSession> session(int64_t max_tokens) const override {
-    KVEVICT_CHECK(max_tokens >= 1, "a session needs room for at least one token; got ",
-                  max_tokens);
+    KVEVICT_CHECK(max_tokens >= 1, "a session needs room for at least one token; got ", max_tokens);
     return std::make_unique<Session>(model_, sopt_);  // host caches grow as needed
   }
   std::shared_ptr<const Snapshot> prefill_snapshot(const std::vector<int32_t>& tokens,

@@ -56,8 +56,8 @@ DecodeEviction DecodeEviction::make(const MethodSpec& spec, int64_t budget_token
       // Sinks + the most recent: every kept row is protected, so the score never decides.
       o.score = DecodeScore::kAttentionSum;
       o.sink = spec.sink;
-      KVEVICT_CHECK(o.budget > o.sink, "streamingllm decode budget ", o.budget,
-                    " must exceed its ", o.sink, " sink tokens");
+      KVEVICT_CHECK(o.budget > o.sink, "streamingllm decode budget ", o.budget, " must exceed its ",
+                    o.sink, " sink tokens");
       o.recent = static_cast<int>(o.budget - o.sink);
       break;
     default:

@@ -71,8 +71,8 @@ void forward_chunk(const Model& model, const int32_t* tokens, int64_t T, int64_t
   std::unique_ptr<RopeTable> rope_sliding;
   for (int il = 0; il < c.n_layers && !rope_sliding; ++il)
     if (c.is_sliding(il))
-      rope_sliding = std::make_unique<RopeTable>(pos.data(), T, d, c.layer_rope_base(il), 1.0f,
-                                                 freq_div);
+      rope_sliding =
+          std::make_unique<RopeTable>(pos.data(), T, d, c.layer_rope_base(il), 1.0f, freq_div);
 
   for (int il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = w.layers[il];

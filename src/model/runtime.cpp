@@ -21,7 +21,8 @@ double host_memory_bytes() {
 
 void RuntimeOptions::validate() const {
   KVEVICT_CHECK(kv_dtype == DType::kF32 || kv_dtype == DType::kF16 || kv_dtype == DType::kBF16,
-                "KV cache dtype ", dtype_name(kv_dtype), " is not supported; expected f32, f16 "
+                "KV cache dtype ", dtype_name(kv_dtype),
+                " is not supported; expected f32, f16 "
                 "or bf16");
   KVEVICT_CHECK(prefill_chunk >= 0, "prefill chunk ", prefill_chunk,
                 " is invalid; expected >= 1 (or 0 for the device's default)");
@@ -50,11 +51,11 @@ std::shared_ptr<const ModelRuntime> ModelRuntime::random(const ModelConfig& conf
   if (opt.device == Device::kCuda) return gpu_entry().random(config, seed, opt);
   // Random weights are f32 on the host: refuse a shape that cannot fit before allocating it.
   const double D = config.n_embd, F = config.ffn_dim, d = config.head_dim;
-  const double per_layer = D * (config.n_heads + 2.0 * config.n_kv_heads) * d +
-                           config.n_heads * d * D + 3.0 * D * F;
-  const double params = static_cast<double>(config.vocab_size) * D *
-                            (config.tied_embeddings ? 1.0 : 2.0) +
-                        config.n_layers * per_layer;
+  const double per_layer =
+      D * (config.n_heads + 2.0 * config.n_kv_heads) * d + config.n_heads * d * D + 3.0 * D * F;
+  const double params =
+      static_cast<double>(config.vocab_size) * D * (config.tied_embeddings ? 1.0 : 2.0) +
+      config.n_layers * per_layer;
   const double bytes = 4.0 * params, host = detail::host_memory_bytes();
   KVEVICT_CHECK(host <= 0 || bytes < 0.8 * host, "random f32 weights of ", config.name, " need ",
                 bytes / 1e9, " GB of host memory; this machine has ", host / 1e9,

@@ -28,8 +28,8 @@ std::string SamplerOptions::describe() const {
 }
 
 double logits_nll(const std::vector<float>& logits, int32_t target) {
-  KVEVICT_CHECK(target >= 0 && static_cast<size_t>(target) < logits.size(), "target token ",
-                target, " is out of range; expected 0 .. ", logits.size() - 1);
+  KVEVICT_CHECK(target >= 0 && static_cast<size_t>(target) < logits.size(), "target token ", target,
+                " is out of range; expected 0 .. ", logits.size() - 1);
   double mx = -INFINITY;
   for (float x : logits) mx = std::max(mx, static_cast<double>(x));
   double sum = 0;

@@ -150,7 +150,8 @@ std::vector<int32_t> Session::kept_positions(int layer, int kv_head) const {
   const KVLayerView v = caches_[layer].view();
   KVEVICT_CHECK(kv_head >= 0 && kv_head < v.num_kv_heads, "KV head ", kv_head,
                 " is out of range; expected 0 .. ", v.num_kv_heads - 1);
-  std::vector<int32_t> out(v.pos + v.offsets[kv_head], v.pos + v.offsets[kv_head] + v.lens[kv_head]);
+  std::vector<int32_t> out(v.pos + v.offsets[kv_head],
+                           v.pos + v.offsets[kv_head] + v.lens[kv_head]);
   std::sort(out.begin(), out.end());
   return out;
 }

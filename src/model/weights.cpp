@@ -117,7 +117,9 @@ WeightMatrix::WeightMatrix(HostTensor f32) : owned_(std::move(f32)) {
   cols_ = owned_.shape()[1];
 }
 
-int64_t WeightMatrix::row_bytes() const { return gguf::ggml_row_bytes(type_, cols_); }
+int64_t WeightMatrix::row_bytes() const {
+  return gguf::ggml_row_bytes(type_, cols_);
+}
 
 const uint8_t* WeightMatrix::data() const {
   return mapped_ != nullptr ? mapped_ : static_cast<const uint8_t*>(owned_.data());

@@ -10,8 +10,8 @@
 
 #include "cuda/check.h"
 #include "cuda/launchers.h"
-#include "cuda/window_plan.h"
 #include "cuda/model_launchers.h"
+#include "cuda/window_plan.h"
 
 namespace kvevict::gpu {
 
@@ -86,9 +86,9 @@ void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
                                              static_cast<int>(D), L.ffn_norm, m.rms_eps,
                                              xn_.as<bf16>(), stream_));
   gemm(xn_.as<bf16>(), T, L.w_gu, 2 * F, D, gu_.get(), false, 0.0f);
-  KVEVICT_CUDA_CHECK(
-      detail::launch_gated_act(gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F),
-                               m.activation == FfnActivation::kGeluTanh, hbuf_.as<bf16>(), stream_));
+  KVEVICT_CUDA_CHECK(detail::launch_gated_act(
+      gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F),
+      m.activation == FfnActivation::kGeluTanh, hbuf_.as<bf16>(), stream_));
   project_into_residual(hbuf_.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
 }
 
@@ -117,8 +117,8 @@ void GpuForward::final_logits(int64_t rows, int64_t stride, float* logits) {
                                              w_.output_norm, m.rms_eps, xn_.as<bf16>(), stream_));
   gemm(xn_.as<bf16>(), rows, w_.output, m.vocab_size, D, logits, true, 0.0f);
   if (m.final_logit_softcap > 0)
-    KVEVICT_CUDA_CHECK(detail::launch_softcap(logits, rows * m.vocab_size,
-                                              m.final_logit_softcap, stream_));
+    KVEVICT_CUDA_CHECK(
+        detail::launch_softcap(logits, rows * m.vocab_size, m.final_logit_softcap, stream_));
 }
 
 namespace {
@@ -192,10 +192,10 @@ void GpuForward::prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int se
     if (qcap != nullptr && cap_hi > cap_lo) {
       // [Hq, T, d] rows cap_lo - p0 .. -> capture [Hq, need, d] rows cap_lo - (n_total - need) ..
       const size_t row_bytes = d * 2;
-      KVEVICT_CUDA_CHECK(cudaMemcpy2DAsync(
-          (*qcap)[il].as<bf16>() + (cap_lo - (n_total - need)) * d, need * row_bytes,
-          qh_.as<bf16>() + (cap_lo - p0) * d, T * row_bytes, (cap_hi - cap_lo) * row_bytes, Hq,
-          cudaMemcpyDeviceToDevice, stream_));
+      KVEVICT_CUDA_CHECK(cudaMemcpy2DAsync((*qcap)[il].as<bf16>() + (cap_lo - (n_total - need)) * d,
+                                           need * row_bytes, qh_.as<bf16>() + (cap_lo - p0) * d,
+                                           T * row_bytes, (cap_hi - cap_lo) * row_bytes, Hq,
+                                           cudaMemcpyDeviceToDevice, stream_));
     }
     // Causal attention of the chunk's T queries over keys 0 .. p0 + T - 1: the window kernel with
     // the whole chunk as its window (query t at position n - w + t). Prefill segments have
@@ -238,9 +238,8 @@ void GpuForward::prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int se
 // the positions' upload) and the launches (enqueue_decode), which run eagerly or as a replayed
 // CUDA graph (decode_graph.h). Every value the launches bake in goes into the graph's key.
 void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
-                             const std::vector<int64_t>& positions,
-                             std::vector<LayerCache>& layers, const StepScoring* scoring,
-                             float* logits) {
+                             const std::vector<int64_t>& positions, std::vector<LayerCache>& layers,
+                             const StepScoring* scoring, float* logits) {
   const ModelConfig& m = c();
   const int B = static_cast<int>(positions.size());
   KVEVICT_CHECK(B >= 1, "a decode step of no rows; expected at least one");
@@ -260,8 +259,9 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
     for (int s = 0; s < C.segments; ++s) {
       // A full ring (capacity = window) overwrites its oldest row; anything else must have room.
       const bool wraps = C.ring > 0 && C.cap(s) == C.ring;
-      KVEVICT_CHECK(wraps || C.len_h[s] + 1 <= C.cap(s), "layer ", il, " segment ", s,
-                    " is full (", C.len_h[s], " rows); the session's room for decoded tokens is "
+      KVEVICT_CHECK(wraps || C.len_h[s] + 1 <= C.cap(s), "layer ", il, " segment ", s, " is full (",
+                    C.len_h[s],
+                    " rows); the session's room for decoded tokens is "
                     "spent");
     }
   }
@@ -286,10 +286,10 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
     const int min_segments = P.score && scoring->in_attention_min_segments > 0
                                  ? scoring->in_attention_min_segments
                                  : sm_count_;
-    P.in_attention = P.fused && scoring->in_attention &&
-                     detail::decode_step_scores_fusable(static_cast<int>(d),
-                                                        static_cast<int>(Hq / Hkv)) &&
-                     B * Hkv >= min_segments;
+    P.in_attention =
+        P.fused && scoring->in_attention &&
+        detail::decode_step_scores_fusable(static_cast<int>(d), static_cast<int>(Hq / Hkv)) &&
+        B * Hkv >= min_segments;
     need_scratch = std::max(need_scratch, detail::decode_attention_scratch_bytes(
                                               B, static_cast<int>(Hq), static_cast<int>(Hkv),
                                               static_cast<int>(d), P.plan_len, sm_count_));
@@ -324,7 +324,9 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   // kernels read (tokens, positions, segment tables, caches, weights).
   std::vector<int64_t>& key = key_;
   key.clear();
-  auto ptr = [&](const void* p) { key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(p))); };
+  auto ptr = [&](const void* p) {
+    key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)));
+  };
   key.push_back(B);
   key.push_back(argmax_first);
   ptr(tokens_dev);

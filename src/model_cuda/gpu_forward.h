@@ -27,10 +27,10 @@ namespace kvevict::gpu {
 // of the full-attention layers and adds to (tova: writes into) their accumulators.
 struct StepScoring {
   DecodeScore score = DecodeScore::kAttentionSum;
-  bool replace = false;            // tova
+  bool replace = false;  // tova
   double one_minus_p_floor = 1e-12;
-  bool fused = true;               // logits exported by the attention (no second read of K)
-  bool in_attention = true;        // scores inside the attention launch where it covers the shape
+  bool fused = true;         // logits exported by the attention (no second read of K)
+  bool in_attention = true;  // scores inside the attention launch where it covers the shape
   int in_attention_min_segments = 0;  // 0 = the SM count
 };
 

@@ -8,13 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "cuda/model_launchers.h"
 #include "kvevict/dtype.h"
 #include "kvevict/parallel.h"
 #include "model_cuda/gpu_model_impl.h"
-#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu {
-
 
 namespace {
 
@@ -106,7 +105,9 @@ void upload_bf16(bf16* dst, const HostTensor& t) {
 }
 
 // Weight matrices may be GGUF blocks in the host mapping: dequantized, then rounded to bf16.
-void upload_bf16(bf16* dst, const WeightMatrix& w) { upload_bf16(dst, w.to_f32()); }
+void upload_bf16(bf16* dst, const WeightMatrix& w) {
+  upload_bf16(dst, w.to_f32());
+}
 
 void upload_f32(float* dst, const HostTensor& t) {
   KVEVICT_CUDA_CHECK(cudaMemcpy(dst, t.ptr<float>(), t.numel() * 4, cudaMemcpyHostToDevice));

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "model_cuda/gpu_runtime.h"
 #include "model_cuda/device_memory.h"
+#include "model_cuda/gpu_runtime.h"
 
 namespace kvevict::gpu {
 

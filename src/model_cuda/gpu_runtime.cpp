@@ -28,8 +28,7 @@ class GpuRuntime final : public ModelRuntime {
   }
 
   std::unique_ptr<InferenceSession> session(int64_t max_tokens) const override {
-    KVEVICT_CHECK(max_tokens >= 1, "a session needs room for at least one token; got ",
-                  max_tokens);
+    KVEVICT_CHECK(max_tokens >= 1, "a session needs room for at least one token; got ", max_tokens);
     return std::make_unique<GpuSession>(ctx_, options(1, max_tokens, max_tokens));
   }
 
@@ -49,10 +48,10 @@ class GpuRuntime final : public ModelRuntime {
     return s;
   }
 
-  std::vector<BatchAnswer> answer_batch(const Snapshot& snapshot,
-                                        const std::vector<EvictConfig>& configs,
-                                        const std::vector<int32_t>& append, int max_new,
-                                        const std::function<bool(int32_t)>& is_stop) const override {
+  std::vector<BatchAnswer> answer_batch(
+      const Snapshot& snapshot, const std::vector<EvictConfig>& configs,
+      const std::vector<int32_t>& append, int max_new,
+      const std::function<bool(int32_t)>& is_stop) const override {
     KVEVICT_CHECK(max_new >= 0, "max_new ", max_new, " is negative; expected >= 0");
     std::vector<BatchAnswer> out(configs.size());
     if (configs.empty()) return out;

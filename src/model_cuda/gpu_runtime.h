@@ -116,10 +116,10 @@ class GpuSnapshot final : public Snapshot {
 
   std::shared_ptr<GpuContext> context;
   std::vector<int32_t> tokens;
-  std::vector<LayerCache> layers;            // [n_layers] Hkv segments each
-  std::vector<cuda::DeviceBuffer> queries;   // [n_layers] [Hq, m, d] bf16 (empty when m = 0)
-  int64_t num_queries = 0;                   // m
-  cuda::DeviceBuffer logits;                 // [V] f32 at the last prompt token
+  std::vector<LayerCache> layers;           // [n_layers] Hkv segments each
+  std::vector<cuda::DeviceBuffer> queries;  // [n_layers] [Hq, m, d] bf16 (empty when m = 0)
+  int64_t num_queries = 0;                  // m
+  cuda::DeviceBuffer logits;                // [V] f32 at the last prompt token
   double prefill_seconds = 0;
   ~GpuSnapshot() override;
 };
@@ -174,7 +174,7 @@ class GpuSession final : public InferenceSession {
   // `steps` greedy steps entirely on the device (argmax feeds the next step); returns the last
   // tokens. For throughput runs: one host sync at the end.
   std::vector<int32_t> decode_greedy(int steps);
-  std::vector<float> logits(int row);  // [V] of one row (downloaded)
+  std::vector<float> logits(int row);     // [V] of one row (downloaded)
   int64_t kv_bytes_per_sequence() const;  // row 0
   int64_t position(int row) const;
   int64_t kv_rows(int layer, int row) const;

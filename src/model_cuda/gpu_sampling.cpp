@@ -2,15 +2,14 @@
 #include "model_cuda/gpu_sampling.h"
 
 #include "cuda/check.h"
-#include "model_cuda/gpu_runtime.h"
 #include "cuda/model_launchers.h"
+#include "model_cuda/gpu_runtime.h"
 
 namespace kvevict::gpu {
 
 void sample_on_device(const float* logits, int R, int64_t V, const SamplerOptions& opt,
                       const std::vector<double>& uniforms, int32_t* ids_dev,
-                      cuda::DeviceBuffer& scratch, cuda::DeviceBuffer& u_dev,
-                      cudaStream_t stream) {
+                      cuda::DeviceBuffer& scratch, cuda::DeviceBuffer& u_dev, cudaStream_t stream) {
   opt.validate();
   if (opt.temperature == 0.0f) {
     KVEVICT_CUDA_CHECK(detail::launch_argmax(logits, R, V, ids_dev, stream));
@@ -42,8 +41,8 @@ void sample_on_device(const float* logits, int R, int64_t V, const SamplerOption
 
 std::vector<int32_t> sample_logits(const std::vector<float>& logits, int rows,
                                    const SamplerOptions& opt, const std::vector<double>& uniforms) {
-  KVEVICT_CHECK(rows >= 1 && !logits.empty() && logits.size() % rows == 0, "sample_logits: ",
-                logits.size(), " logits do not split into ", rows, " rows");
+  KVEVICT_CHECK(rows >= 1 && !logits.empty() && logits.size() % rows == 0,
+                "sample_logits: ", logits.size(), " logits do not split into ", rows, " rows");
   const int64_t V = static_cast<int64_t>(logits.size()) / rows;
   cuda::DeviceBuffer d_logits(logits.size() * 4, "logits"), ids(rows * 4, "sampled ids"), scratch,
       u;

@@ -17,6 +17,7 @@
 
 #include "cuda/check.h"
 #include "cuda/launchers.h"
+#include "cuda/model_launchers.h"
 #include "kvevict/cuda/backend.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/evict.h"
@@ -24,7 +25,6 @@
 #include "model_cuda/gpu_model_impl.h"
 #include "model_cuda/gpu_runtime.h"
 #include "model_cuda/gpu_sampling.h"
-#include "cuda/model_launchers.h"
 
 namespace kvevict::gpu {
 
@@ -169,10 +169,10 @@ void GpuSessionOptions::validate() const {
 struct GpuSession::Impl {
   std::shared_ptr<GpuContext> ctx;
   GpuSessionOptions opt;
-  GpuForward* fwd = nullptr;   // the context's
-  DeviceBuffer logits;         // [batch, V] f32: every row's next-token logits
-  RowLayers layers;                // [n_layers] the batch: opt.batch * Hkv segments each
-  std::vector<int64_t> positions;  // [batch] next position of each row
+  GpuForward* fwd = nullptr;               // the context's
+  DeviceBuffer logits;                     // [batch, V] f32: every row's next-token logits
+  RowLayers layers;                        // [n_layers] the batch: opt.batch * Hkv segments each
+  std::vector<int64_t> positions;          // [batch] next position of each row
   std::unique_ptr<DecodeEvictor> evictor;  // decode-time eviction, when configured
   StepScoring scoring;
   bool appending = false;       // append(): tokens are not scored (as Session::append)
@@ -190,8 +190,8 @@ struct GpuSession::Impl {
                         std::vector<DeviceBuffer>* qcap);
   void trim_sliding(RowLayers& row, int64_t n, int64_t room);
   // `n`: the prompt's tokens (sliding layers hold fewer rows).
-  RowLayers evict_row(RowLayers& full, int64_t n, const std::vector<DeviceBuffer>& qcap,
-                      int64_t m, const PrefillEviction& ev, int64_t room, bool keep_full);
+  RowLayers evict_row(RowLayers& full, int64_t n, const std::vector<DeviceBuffer>& qcap, int64_t m,
+                      const PrefillEviction& ev, int64_t room, bool keep_full);
   RowLayers copy_row(const RowLayers& full, int64_t room);
   void set_rows(std::vector<RowLayers> rows, int64_t n, const EvictConfig& evict);
   void setup_decode(const EvictConfig& evict);
@@ -212,8 +212,8 @@ GpuSession::GpuSession(std::shared_ptr<GpuContext> context, GpuSessionOptions op
                 " + decode room ", opt.decode_room, " exceeds the context length ",
                 c.context_length, " of ", c.name);
   s.fwd = &s.ctx->forward();
-  s.logits = DeviceBuffer(static_cast<size_t>(opt.batch) * c.vocab_size * 4, "logits", s.stream(),
-                          true);
+  s.logits =
+      DeviceBuffer(static_cast<size_t>(opt.batch) * c.vocab_size * 4, "logits", s.stream(), true);
   s.positions.assign(opt.batch, 0);
   s.ids = DeviceBuffer(static_cast<size_t>(opt.batch) * 4, "sampled ids");
   s.scoring.fused = opt.fused_decode_scores;
@@ -252,8 +252,8 @@ RowLayers GpuSession::Impl::prefill_row(const std::vector<int32_t>& tokens, int6
   check_tokens(tokens);
   const int Hkv = m.n_kv_heads, d = m.head_dim;
   RowLayers row(m.n_layers);
-  for (auto& L : row) L = LayerCache::with_capacities(std::vector<int64_t>(Hkv, n + room), d,
-                                                      stream());
+  for (auto& L : row)
+    L = LayerCache::with_capacities(std::vector<int64_t>(Hkv, n + room), d, stream());
   if (qcap != nullptr) {
     qcap->clear();
     for (int l = 0; l < m.n_layers && need > 0; ++l)
@@ -294,8 +294,7 @@ void GpuSession::Impl::trim_sliding(RowLayers& row, int64_t n, int64_t room) {
   for (int g = 0; g <= Hkv; ++g) ring.offsets[g] = g * keep;
   for (int g = 0; g < Hkv; ++g)
     for (int64_t i = 0; i < keep; ++i)
-      ring.index.push_back(
-          static_cast<int32_t>(n <= W ? i : n - W + ((i - (n - W)) % W + W) % W));
+      ring.index.push_back(static_cast<int32_t>(n <= W ? i : n - W + ((i - (n - W)) % W + W) % W));
   DeviceBuffer table(sizeof(int64_t) * (Hkv + 1), "ring offsets", stream(), true);
   DeviceBuffer kept(sizeof(int32_t) * std::max<size_t>(ring.index.size(), 1), "ring slots",
                     stream(), true);
@@ -360,16 +359,15 @@ RowLayers GpuSession::Impl::evict_row(RowLayers& full, int64_t n,
     LayerCache& F = full[l];
     if (m.is_sliding(l)) continue;  // below
     ScoreProblem p;
-    if (need > 0)
-      p.q = TensorView(qcap[l].get(), DType::kBF16, {Hq, m_queries, d}, Device::kCuda);
+    if (need > 0) p.q = TensorView(qcap[l].get(), DType::kBF16, {Hq, m_queries, d}, Device::kCuda);
     TensorView k(F.k.as<bf16>() + F.off_h[0] * d, DType::kBF16, {Hkv, n, d}, Device::kCuda);
     k.stride[0] = F.cap(0) * d;
     TensorView v = k;
     v.data = F.v.as<bf16>() + F.off_h[0] * d;
     p.k = k;
     p.v = v;
-    p.wo = TensorView(ctx->model().impl().layers[l].wo, DType::kBF16,
-                      {m.n_embd, int64_t{Hq} * d}, Device::kCuda);
+    p.wo = TensorView(ctx->model().impl().layers[l].wo, DType::kBF16, {m.n_embd, int64_t{Hq} * d},
+                      Device::kCuda);
     p.scale = m.logit_scale();
     const Selection sel = evictor.plan(p, Residency::kDevice);
     if (!sel.warning.empty() && stats.warning.empty()) stats.warning = sel.warning;
@@ -549,8 +547,8 @@ void GpuSession::load_rows(const GpuSnapshot& snap, const std::vector<EvictConfi
                   "rows decoded together need the same decode-time eviction; got '",
                   cfg.decode.describe(), "' and '", configs[0].decode.describe(), "'");
   const int64_t n = snap.num_tokens();
-  KVEVICT_CHECK(n <= s.opt.max_prompt, "snapshot of ", n, " tokens exceeds the session's max_prompt ",
-                s.opt.max_prompt);
+  KVEVICT_CHECK(n <= s.opt.max_prompt, "snapshot of ", n,
+                " tokens exceeds the session's max_prompt ", s.opt.max_prompt);
   auto& full = const_cast<RowLayers&>(snap.layers);  // read only: keep_full
   std::vector<RowLayers> rows;
   EventTimer timer(s.stream());
@@ -653,8 +651,8 @@ void GpuSession::replicate_sequence() {
 
 void GpuSession::Impl::decode_step(int32_t* tokens_dev, bool score, bool argmax_first) {
   KVEVICT_CHECK(have_rows, "decode on an empty GPU session; expected prefill first");
-  KVEVICT_CHECK(layers[0].segments == opt.batch * c().n_kv_heads, "decoding a batch of ",
-                opt.batch, " needs every row loaded (replicate_sequence or load_rows)");
+  KVEVICT_CHECK(layers[0].segments == opt.batch * c().n_kv_heads, "decoding a batch of ", opt.batch,
+                " needs every row loaded (replicate_sequence or load_rows)");
   const bool scored = score && evictor != nullptr;
   fwd->decode_step(tokens_dev, argmax_first, positions, layers, scored ? &scoring : nullptr,
                    logits.as<float>());
@@ -720,8 +718,8 @@ std::vector<int32_t> GpuSession::argmax() {
   KVEVICT_CUDA_CHECK(detail::launch_argmax(s.logits.as<float>(), s.opt.batch, s.c().vocab_size,
                                            s.ids.as<int32_t>(), s.stream()));
   std::vector<int32_t> out(s.opt.batch);
-  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(out.data(), s.ids.get(), out.size() * 4,
-                                     cudaMemcpyDeviceToHost, s.stream()));
+  KVEVICT_CUDA_CHECK(
+      cudaMemcpyAsync(out.data(), s.ids.get(), out.size() * 4, cudaMemcpyDeviceToHost, s.stream()));
   KVEVICT_CUDA_CHECK(cudaStreamSynchronize(s.stream()));
   return out;
 }
@@ -733,8 +731,8 @@ std::vector<int32_t> GpuSession::sample(const SamplerOptions& opt,
   sample_on_device(s.logits.as<float>(), s.opt.batch, s.c().vocab_size, opt, uniforms,
                    s.ids.as<int32_t>(), s.sample_scratch, s.draws, s.stream());
   std::vector<int32_t> out(s.opt.batch);
-  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(out.data(), s.ids.get(), out.size() * 4,
-                                     cudaMemcpyDeviceToHost, s.stream()));
+  KVEVICT_CUDA_CHECK(
+      cudaMemcpyAsync(out.data(), s.ids.get(), out.size() * 4, cudaMemcpyDeviceToHost, s.stream()));
   KVEVICT_CUDA_CHECK(cudaStreamSynchronize(s.stream()));
   return out;
 }

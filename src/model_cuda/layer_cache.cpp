@@ -73,8 +73,8 @@ void LayerCache::upload_table(cudaStream_t stream) {
   std::vector<int32_t> l(len_h.size());
   for (size_t s = 0; s < l.size(); ++s) l[s] = static_cast<int32_t>(len_h[s]);
   // Pageable sources: staged by the driver before the calls return.
-  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(off.get(), off_h.data(), off_h.size() * 8,
-                                     cudaMemcpyHostToDevice, stream));
+  KVEVICT_CUDA_CHECK(
+      cudaMemcpyAsync(off.get(), off_h.data(), off_h.size() * 8, cudaMemcpyHostToDevice, stream));
   if (!l.empty())
     KVEVICT_CUDA_CHECK(
         cudaMemcpyAsync(len.get(), l.data(), l.size() * 4, cudaMemcpyHostToDevice, stream));

@@ -14,16 +14,30 @@ constexpr int kQK = 32;    // elements of a legacy block
 constexpr int kQKK = 256;  // elements of a K-quant super-block
 
 // Byte offsets inside each block.
-struct Q4_0 { static constexpr int kBytes = 18, kD = 0, kQs = 2; };
-struct Q4_1 { static constexpr int kBytes = 20, kD = 0, kM = 2, kQs = 4; };
-struct Q5_0 { static constexpr int kBytes = 22, kD = 0, kQh = 2, kQs = 6; };
-struct Q5_1 { static constexpr int kBytes = 24, kD = 0, kM = 2, kQh = 4, kQs = 8; };
-struct Q8_0 { static constexpr int kBytes = 34, kD = 0, kQs = 2; };
-struct Q4_K { static constexpr int kBytes = 144, kD = 0, kDmin = 2, kScales = 4, kQs = 16; };
+struct Q4_0 {
+  static constexpr int kBytes = 18, kD = 0, kQs = 2;
+};
+struct Q4_1 {
+  static constexpr int kBytes = 20, kD = 0, kM = 2, kQs = 4;
+};
+struct Q5_0 {
+  static constexpr int kBytes = 22, kD = 0, kQh = 2, kQs = 6;
+};
+struct Q5_1 {
+  static constexpr int kBytes = 24, kD = 0, kM = 2, kQh = 4, kQs = 8;
+};
+struct Q8_0 {
+  static constexpr int kBytes = 34, kD = 0, kQs = 2;
+};
+struct Q4_K {
+  static constexpr int kBytes = 144, kD = 0, kDmin = 2, kScales = 4, kQs = 16;
+};
 struct Q5_K {
   static constexpr int kBytes = 176, kD = 0, kDmin = 2, kScales = 4, kQh = 16, kQs = 48;
 };
-struct Q6_K { static constexpr int kBytes = 210, kQl = 0, kQh = 128, kScales = 192, kD = 208; };
+struct Q6_K {
+  static constexpr int kBytes = 210, kQl = 0, kQh = 128, kScales = 192, kD = 208;
+};
 
 inline float fp16_at(const uint8_t* p) {
   uint16_t h;
@@ -109,8 +123,7 @@ inline void codes32(gguf::GgmlType t, const uint8_t* row, int64_t s, uint8_t out
       }
       return;
     }
-    default:
-      return;  // F32 / F16 / BF16 / Q8_0 have no unsigned codes
+    default: return;  // F32 / F16 / BF16 / Q8_0 have no unsigned codes
   }
 }
 

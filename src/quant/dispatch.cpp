@@ -13,7 +13,9 @@ namespace kvevict::quant {
 
 namespace {
 constexpr size_t kAlign = 32;
-size_t round_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+size_t round_up(size_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
 
 // The CPU's features from cpuid, and the register state its OS saves (XCR0 via XGETBV): a CPU
 // with AVX-512 under an OS (or hypervisor) that does not save the ZMM registers must not run it.

@@ -14,7 +14,9 @@ namespace {
 using namespace blocks;
 
 constexpr size_t kAlign = 64;
-size_t round_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+size_t round_up(size_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
 
 // The (scale, min) of every group of one weight row, into the panel slot of the row:
 // x = scale q + min over the group's columns.
@@ -78,10 +80,8 @@ bool gemm_supports(GgmlType t, const Kernels& k) {
     case GgmlType::kQ5_1:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
+    case GgmlType::kQ6_K: return true;
+    default: return false;
   }
 }
 
@@ -90,14 +90,11 @@ PanelLayout panel_layout(GgmlType t) {
   switch (t) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
-    case GgmlType::kQ4_K:
-      return {32, 8};  // 8 * 2 * 15 * 127 = 30480
+    case GgmlType::kQ4_K: return {32, 8};  // 8 * 2 * 15 * 127 = 30480
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
-    case GgmlType::kQ5_K:
-      return {32, 4};  // 4 * 2 * 31 * 127 = 31496
-    case GgmlType::kQ6_K:
-      return {16, 2};  // 2 * 2 * 63 * 127 = 32004
+    case GgmlType::kQ5_K: return {32, 4};  // 4 * 2 * 31 * 127 = 31496
+    case GgmlType::kQ6_K: return {16, 2};  // 2 * 2 * 63 * 127 = 32004
     default:
       KVEVICT_FAIL("gemm: ggml type ", gguf::ggml_type_name(static_cast<uint32_t>(t)),
                    " has no panel layout");

@@ -56,7 +56,9 @@ inline __m256i fifth_bits32(const uint8_t* p) {
 inline __m256i load_act(const A8Row& a, int64_t block) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + block * kQK));
 }
-inline int a8_sum32(const A8Row& a, int64_t b) { return a.s16[2 * b] + a.s16[2 * b + 1]; }
+inline int a8_sum32(const A8Row& a, int64_t b) {
+  return a.s16[2 * b] + a.s16[2 * b + 1];
+}
 
 void quantize_a8(const float* x, int64_t n, uint8_t* dst) {
   const A8Row r = a8_row(dst, n);
@@ -205,7 +207,8 @@ inline void q6k_half(const uint8_t* blk, int half, __m256i q[4]) {
   const uint8_t* ql = blk + Q6_K::kQl + 64 * half;
   const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
   const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q6_K::kQh + 32 * half));
+  const __m256i h =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q6_K::kQh + 32 * half));
   q[0] = _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 4), hi2));
   q[1] = _mm256_or_si256(_mm256_and_si256(l1, lo4), _mm256_and_si256(_mm256_slli_epi16(h, 2), hi2));
   q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), _mm256_and_si256(h, hi2));
@@ -255,7 +258,8 @@ float dot_q6_k(const uint8_t* w, const A8Row& a, int64_t n) {
       for (int k = 0; k < 4; ++k) {
         const int64_t ab = sb * 8 + half * 4 + k;
         // int16 lanes 0..7 hold elements 0..15 (scale s[2k]), lanes 8..15 elements 16..31.
-        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+        const __m256i scale =
+            _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
         const __m256i p16 = _mm256_maddubs_epi16(q[k], load_act(a, ab));
         const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scale));
         const float da = d * a.d[ab];
@@ -279,7 +283,8 @@ inline float dot_float(const uint8_t* w, const float* x, int64_t n, int esz, Loa
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int u = 0; u < 4; ++u)
-      acc[u] = _mm256_fmadd_ps(load8(w + (i + 8 * u) * esz), _mm256_loadu_ps(x + i + 8 * u), acc[u]);
+      acc[u] =
+          _mm256_fmadd_ps(load8(w + (i + 8 * u) * esz), _mm256_loadu_ps(x + i + 8 * u), acc[u]);
   for (; i + 8 <= n; i += 8)
     acc[0] = _mm256_fmadd_ps(load8(w + i * esz), _mm256_loadu_ps(x + i), acc[0]);
   float s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
@@ -292,7 +297,9 @@ float load1_f32(const uint8_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
-float load1_f16(const uint8_t* p) { return fp16(p); }
+float load1_f16(const uint8_t* p) {
+  return fp16(p);
+}
 float load1_bf16(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -301,7 +308,8 @@ float load1_bf16(const uint8_t* p) {
 
 float dot_f32(const uint8_t* w, const float* x, int64_t n) {
   return dot_float(
-      w, x, n, 4, [](const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); },
+      w, x, n, 4,
+      [](const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); },
       load1_f32);
 }
 float dot_f16(const uint8_t* w, const float* x, int64_t n) {
@@ -316,7 +324,8 @@ float dot_bf16(const uint8_t* w, const float* x, int64_t n) {
   return dot_float(
       w, x, n, 2,
       [](const uint8_t* p) {
-        const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        const __m256i u =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
       },
       load1_bf16);
@@ -344,11 +353,12 @@ void panel_tokens(const PanelView& p, const GemmInput& in, int64_t t0, float* y,
       for (int s = c0; s < c0 + CHAIN; ++s) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cg + s * 32));
         for (int i = 0; i < NT; ++i) {
-            s16v[i] = _mm256_add_epi16(
+          s16v[i] = _mm256_add_epi16(
               s16v[i], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(tok.a4(i, g * G + 4 * s))));
         }
       }
-      for (int i = 0; i < NT; ++i) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16v[i], ones));
+      for (int i = 0; i < NT; ++i)
+        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s16v[i], ones));
     }
     const __m256 sc = _mm256_loadu_ps(p.scale + g * kPanelRows);
     const __m256 mn = _mm256_loadu_ps(p.min + g * kPanelRows);
@@ -481,7 +491,9 @@ const Kernels* avx2_kernels() {
 #else
 
 namespace kvevict::quant {
-const Kernels* avx2_kernels() { return nullptr; }
+const Kernels* avx2_kernels() {
+  return nullptr;
+}
 }  // namespace kvevict::quant
 
 #endif

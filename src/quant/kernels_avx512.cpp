@@ -414,29 +414,14 @@ void panel_all(const PanelView& p, const GemmInput& in, float* y, int64_t ldy, i
   int64_t t = 0;
   for (; t + kTokens <= in.T; t += kTokens) panel_tokens<kTokens, G>(p, in, t, y, ldy, rows);
   switch (in.T - t) {
-    case 7:
-      panel_tokens<7, G>(p, in, t, y, ldy, rows);
-      break;
-    case 6:
-      panel_tokens<6, G>(p, in, t, y, ldy, rows);
-      break;
-    case 5:
-      panel_tokens<5, G>(p, in, t, y, ldy, rows);
-      break;
-    case 4:
-      panel_tokens<4, G>(p, in, t, y, ldy, rows);
-      break;
-    case 3:
-      panel_tokens<3, G>(p, in, t, y, ldy, rows);
-      break;
-    case 2:
-      panel_tokens<2, G>(p, in, t, y, ldy, rows);
-      break;
-    case 1:
-      panel_tokens<1, G>(p, in, t, y, ldy, rows);
-      break;
-    default:
-      break;
+    case 7: panel_tokens<7, G>(p, in, t, y, ldy, rows); break;
+    case 6: panel_tokens<6, G>(p, in, t, y, ldy, rows); break;
+    case 5: panel_tokens<5, G>(p, in, t, y, ldy, rows); break;
+    case 4: panel_tokens<4, G>(p, in, t, y, ldy, rows); break;
+    case 3: panel_tokens<3, G>(p, in, t, y, ldy, rows); break;
+    case 2: panel_tokens<2, G>(p, in, t, y, ldy, rows); break;
+    case 1: panel_tokens<1, G>(p, in, t, y, ldy, rows); break;
+    default: break;
   }
 }
 

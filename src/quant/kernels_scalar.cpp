@@ -38,7 +38,9 @@ void quantize_a8(const float* x, int64_t n, uint8_t* dst) {
   }
 }
 
-inline int a8_sum32(const A8Row& a, int64_t b) { return a.s16[2 * b] + a.s16[2 * b + 1]; }
+inline int a8_sum32(const A8Row& a, int64_t b) {
+  return a.s16[2 * b] + a.s16[2 * b + 1];
+}
 
 // sum_j codes[j] a[j] over the 32 elements of activation block b, h = 0 / 1 for one half of 16.
 inline int idot(const uint8_t* codes, const A8Row& a, int64_t b, int from = 0, int to = 32) {

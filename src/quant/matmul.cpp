@@ -45,9 +45,8 @@ void matmul(const float* x, int64_t T, int64_t K, const MatmulTarget* targets, i
   std::vector<uint8_t>& act = act_buffer();
   if (need_a8) {
     if (act.size() < a8_bytes * T) act.resize(a8_bytes * T);
-    detail::parallel_for_if_large(T, T * K * 4, [&](int64_t t) {
-      k.quantize_a8(x + t * K, K, act.data() + t * a8_bytes);
-    });
+    detail::parallel_for_if_large(
+        T, T * K * 4, [&](int64_t t) { k.quantize_a8(x + t * K, K, act.data() + t * a8_bytes); });
   }
 
   // GEMM for the targets it serves; the rest (and short T) go row by row.

@@ -9,8 +9,8 @@ namespace kvevict::quant {
 
 // One matrix of a group that reads the same input rows (fused Q/K/V, fused gate/up).
 struct MatmulTarget {
-  MatrixView w;         // [rows, K]
-  float* y = nullptr;   // [T, ldy]: y[t * ldy + r] = sum_k W[r, k] x[t, k]
+  MatrixView w;        // [rows, K]
+  float* y = nullptr;  // [T, ldy]: y[t * ldy + r] = sum_k W[r, k] x[t, k]
   int64_t ldy = 0;
 };
 

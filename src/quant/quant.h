@@ -12,9 +12,9 @@
 //   Q4_K / Q5_K            per 32-element sub-block: (d sc) q - (dmin m) -> like Q4_1 with those
 //   Q6_K  d sc (q - 32)    per 16 elements: dw dx sum_16 sc (sum q a - 32 sum a)
 // The integer sums are exact, so a SIMD kernel differs from the scalar one only in the order of
-// its f32 additions. A per-32 activation scale (ggml's Q8_K uses one per 256 for the K-quants) costs
-// one f32 multiply-add per 32 elements and keeps more of the activations' precision.
-// F32 / F16 / BF16 weights multiply the f32 activations directly.
+// its f32 additions. A per-32 activation scale (ggml's Q8_K uses one per 256 for the K-quants)
+// costs one f32 multiply-add per 32 elements and keeps more of the activations' precision. F32 /
+// F16 / BF16 weights multiply the f32 activations directly.
 //
 // The kernel table is chosen once at run time from the CPU's features (cpuid, and XGETBV for the
 // register state the OS saves): AVX-512 (F BW VL DQ + VNNI) over AVX2 (+ FMA, F16C) over scalar.
@@ -46,8 +46,8 @@ struct MatrixView {
 
 // An activation row quantized to A8 (n a multiple of 32).
 struct A8Row {
-  const int8_t* qs = nullptr;   // [n] round(x / d)
-  const float* d = nullptr;     // [n / 32] scales
+  const int8_t* qs = nullptr;    // [n] round(x / d)
+  const float* d = nullptr;      // [n / 32] scales
   const int16_t* s16 = nullptr;  // [n / 16] sums of qs over each 16
 };
 

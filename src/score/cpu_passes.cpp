@@ -253,8 +253,8 @@ template <Method M>
 bool score_range_typed(const RowBlock& rows, const RowStats& stats, const TensorView& k,
                        const TensorView& v, int64_t head, int64_t t0, int64_t t1, float floor,
                        float* out, TileScratch& ws) {
-  constexpr bool kNeedsOutput = M == Method::kDropKV || M == Method::kObcacheK ||
-                                M == Method::kObcacheVK;
+  constexpr bool kNeedsOutput =
+      M == Method::kDropKV || M == Method::kObcacheK || M == Method::kObcacheVK;
   constexpr bool kNeedsValues = kNeedsOutput || M == Method::kObcacheV;
   const int64_t d = k.shape[2];
   bool finite = true;
@@ -441,8 +441,8 @@ bool forward_range(const RowBlock& rows, const TensorView& k, const TensorView& 
 }
 
 bool score_range(Method method, const RowBlock& rows, const RowStats& stats, const TensorView& k,
-                 const TensorView& v, int64_t head, int64_t t0, int64_t t1, float floor,
-                 float* acc, TileScratch& ws) {
+                 const TensorView& v, int64_t head, int64_t t0, int64_t t1, float floor, float* acc,
+                 TileScratch& ws) {
   switch (method) {
     case Method::kDropKV:
       return score_range_typed<Method::kDropKV>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
@@ -451,16 +451,14 @@ bool score_range(Method method, const RowBlock& rows, const RowStats& stats, con
     case Method::kObcacheK:
       return score_range_typed<Method::kObcacheK>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
     case Method::kObcacheVK:
-      return score_range_typed<Method::kObcacheVK>(rows, stats, k, v, head, t0, t1, floor, acc,
-                                                   ws);
+      return score_range_typed<Method::kObcacheVK>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
     case Method::kSnapKV:
     case Method::kH2O:
     case Method::kTOVA:
     case Method::kVATP:
     case Method::kCriticalKV:
       return score_range_typed<Method::kSnapKV>(rows, stats, k, v, head, t0, t1, floor, acc, ws);
-    default:
-      KVEVICT_FAIL("method ", method_name(method), " has no per-(query, token) term");
+    default: KVEVICT_FAIL("method ", method_name(method), " has no per-(query, token) term");
   }
 }
 

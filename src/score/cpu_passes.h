@@ -22,11 +22,12 @@ constexpr int kRowBlock = 16;  // rows whose logits are kept at once ([kRowBlock
 
 // Scratch of one worker, carved from the caller's workspace.
 struct TileScratch {
-  float* kt = nullptr;  // [d, kTile] keys of the tile, transposed (dot products vectorize over tokens)
-  float* vt = nullptr;  // [d, kTile] values of the tile, transposed (score pass)
-  float* vn = nullptr;  // [kTile, d] values of the tile, row-major (forward pass: o += p v)
-  float* z = nullptr;   // [kRowBlock, kTile] logits, then probabilities
-  float* av = nullptr;  // [kRowBlock, kTile] <a_row, v_token> (dropkv: ||a_row - v_token||^2)
+  float* kt =
+      nullptr;  // [d, kTile] keys of the tile, transposed (dot products vectorize over tokens)
+  float* vt = nullptr;    // [d, kTile] values of the tile, transposed (score pass)
+  float* vn = nullptr;    // [kTile, d] values of the tile, row-major (forward pass: o += p v)
+  float* z = nullptr;     // [kRowBlock, kTile] logits, then probabilities
+  float* av = nullptr;    // [kRowBlock, kTile] <a_row, v_token> (dropkv: ||a_row - v_token||^2)
   float* v2 = nullptr;    // [kTile] ||v_token||^2
   float* vrow = nullptr;  // [d] one value row (a former top key joining the others)
   static size_t floats(int64_t d) { return 3 * d * kTile + 2 * kRowBlock * kTile + kTile + d; }
@@ -74,11 +75,11 @@ float finish_row(float m2, float l, float* o_oth, float mt, const float* v_top, 
 
 // Per-row inputs of the score pass, from the forward pass.
 struct RowStats {
-  const float* a = nullptr;    // [count, d] attention output of each row (only for methods whose
-                               // term needs it: dropkv, obcache_k, obcache_vk)
-  const float* lse = nullptr;  // [count] log-sum-exp of each row's logits (scaled)
-  const float* a2 = nullptr;   // [count] ||a||^2
-  const int64_t* top = nullptr;                   // [count] the row's top key (with a)
+  const float* a = nullptr;      // [count, d] attention output of each row (only for methods whose
+                                 // term needs it: dropkv, obcache_k, obcache_vk)
+  const float* lse = nullptr;    // [count] log-sum-exp of each row's logits (scaled)
+  const float* a2 = nullptr;     // [count] ||a||^2
+  const int64_t* top = nullptr;  // [count] the row's top key (with a)
   const terms::TopKey<float>* top_key = nullptr;  // [count] its leave-one-out quantities
 };
 
@@ -87,7 +88,7 @@ struct RowStats {
 // order, so the result does not depend on how the caller splits tokens among threads. `floor`
 // clamps 1 - p (dropkv; it never binds below the top key, where p <= 1/2).
 bool score_range(Method method, const RowBlock& rows, const RowStats& stats, const TensorView& k,
-                 const TensorView& v, int64_t head, int64_t t0, int64_t t1, float floor,
-                 float* acc, TileScratch& ws);
+                 const TensorView& v, int64_t head, int64_t t0, int64_t t1, float floor, float* acc,
+                 TileScratch& ws);
 
 }  // namespace kvevict::score_detail

@@ -45,7 +45,9 @@ constexpr int64_t kQueryBlock = 64;
 constexpr int kMaxSlots = 256;
 constexpr size_t kAlign = 64;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 bool is_query_free(Method m) {
   return m == Method::kKNorm || m == Method::kKeyDiff || m == Method::kRandom ||
@@ -95,19 +97,19 @@ struct Layout {
   float* part_m = nullptr;  // [Hkv, chunks, rows] running max logit
   float* part_s = nullptr;  // [Hkv, chunks, rows] sum exp(z - max)
   // The rows' top keys, kept apart from part_o / part_m / part_s (cpu_passes.h forward_range).
-  float* part_mt = nullptr;       // [Hkv, chunks, rows] logit of the chunk's top (-inf: none)
-  int64_t* part_it = nullptr;     // [Hkv, chunks, rows] its token (-1: none)
-  int64_t* top = nullptr;         // [Hkv, rows] the row's top token (only if needs_output)
+  float* part_mt = nullptr;    // [Hkv, chunks, rows] logit of the chunk's top (-inf: none)
+  int64_t* part_it = nullptr;  // [Hkv, chunks, rows] its token (-1: none)
+  int64_t* top = nullptr;      // [Hkv, rows] the row's top token (only if needs_output)
   terms::TopKey<float>* top_key = nullptr;  // [Hkv, rows] its leave-one-out quantities
   // all-queries aggregation
-  float* lse_all = nullptr;  // [Hq, n] LSE of every query
-  float* a_all = nullptr;    // [Hq, n, d] output of every query (only if needs_output)
-  float* a2_all = nullptr;   // [Hq, n] ||a||^2 (only if needs_output)
-  int64_t* top_all = nullptr;                   // [Hq, n] top token of every query (needs_output)
+  float* lse_all = nullptr;    // [Hq, n] LSE of every query
+  float* a_all = nullptr;      // [Hq, n, d] output of every query (only if needs_output)
+  float* a2_all = nullptr;     // [Hq, n] ||a||^2 (only if needs_output)
+  int64_t* top_all = nullptr;  // [Hq, n] top token of every query (needs_output)
   terms::TopKey<float>* top_key_all = nullptr;  // [Hq, n] its leave-one-out quantities
-  float* ring = nullptr;     // [Hkv, kernel] in-place pooling history
-  double* key_mean = nullptr;  // [Hkv, d] keydiff: mean normalized key
-  float* slots = nullptr;    // [slot_count, slot_floats]
+  float* ring = nullptr;                        // [Hkv, kernel] in-place pooling history
+  double* key_mean = nullptr;                   // [Hkv, d] keydiff: mean normalized key
+  float* slots = nullptr;                       // [slot_count, slot_floats]
   int slot_count = 0;
 };
 
@@ -149,7 +151,9 @@ size_t slot_bytes(const Plan& plan) {
   return (plan.slot_floats() * sizeof(float) + kAlign - 1) / kAlign * kAlign;
 }
 
-int wanted_slots() { return std::clamp(num_threads(), 1, kMaxSlots); }
+int wanted_slots() {
+  return std::clamp(num_threads(), 1, kMaxSlots);
+}
 
 Layout carve(const Plan& plan, const ScoreOptions& opt, Workspace ws) {
   const size_t fixed = fixed_bytes(plan, opt);
@@ -188,14 +192,14 @@ Layout carve(const Plan& plan, const ScoreOptions& opt, Workspace ws) {
 
 // One worker's scratch inside a slot.
 struct Slot {
-  float* qs;         // [rows, d] scaled queries
-  float* m;          // [rows] running max (h2o forward)
-  float* s;          // [rows] running sum (h2o forward)
-  float* mt;         // [rows] top logit (h2o forward)
-  int64_t* pos;      // [rows] positions
-  int64_t* it;       // [rows] top token (h2o forward)
-  float* wo_row;     // [d] one row of W_o^h (criticalkv)
-  float* vrow;       // [d] a top key's value row (leave-one-out finish)
+  float* qs;      // [rows, d] scaled queries
+  float* m;       // [rows] running max (h2o forward)
+  float* s;       // [rows] running sum (h2o forward)
+  float* mt;      // [rows] top logit (h2o forward)
+  int64_t* pos;   // [rows] positions
+  int64_t* it;    // [rows] top token (h2o forward)
+  float* wo_row;  // [d] one row of W_o^h (criticalkv)
+  float* vrow;    // [d] a top key's value row (leave-one-out finish)
   TileScratch tile;
 };
 
@@ -237,11 +241,13 @@ void run_items(int64_t items, int slots, Fn&& fn) {
 }
 
 // Row of `t` ([Hkv, n] f32 output) for KV head g.
-float* out_row(const TensorView& t, int64_t g) { return t.ptr<float>() + g * t.stride[0]; }
+float* out_row(const TensorView& t, int64_t g) {
+  return t.ptr<float>() + g * t.stride[0];
+}
 
 // The per-KV-head rows of an [Hkv, n] f32 output.
 struct RowsOf {
-  float* base;     // [Hkv, n] with row stride `stride`
+  float* base;  // [Hkv, n] with row stride `stride`
   int64_t stride;
   float* operator[](int64_t g) const { return base + g * stride; }
 };
@@ -292,8 +298,8 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
     }
     const RowBlock rows{s.qs, s.pos, R};
     ok &= score_detail::forward_range(rows, p.k, p.v, g, c * kForwardChunk,
-                                      std::min(plan.n, (c + 1) * kForwardChunk), m, sum, o, mt,
-                                      it, s.tile);
+                                      std::min(plan.n, (c + 1) * kForwardChunk), m, sum, o, mt, it,
+                                      s.tile);
     if (!ok) finite = false;
   });
   if (!finite) return;
@@ -348,8 +354,8 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
       const int64_t top_token = lay.part_it[at(best)];
       if (!score_detail::load_rows(p.v, g, top_token, 1, 1.0f, vtop.data())) finite = false;
       float a2 = 0.0f;
-      lay.part_m[at(0)] = score_detail::finish_row(m2, l, o0, lay.part_mt[at(best)], vtop.data(),
-                                                   d, o0, &a2, lay.top_key + g * R + r);
+      lay.part_m[at(0)] = score_detail::finish_row(m2, l, o0, lay.part_mt[at(best)], vtop.data(), d,
+                                                   o0, &a2, lay.top_key + g * R + r);
       lay.part_s[at(0)] = a2;
       lay.top[g * R + r] = top_token;
     }
@@ -419,17 +425,17 @@ void all_query_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan
       std::fill(s.mt, s.mt + rows.count, -std::numeric_limits<float>::infinity());
       std::fill(s.it, s.it + rows.count, int64_t{-1});
     }
-    ok &= score_detail::forward_range(rows, p.k, p.v, h / plan.group, 0, i0 + rows.count, s.m,
-                                      s.s, o, o ? s.mt : nullptr, o ? s.it : nullptr, s.tile);
+    ok &= score_detail::forward_range(rows, p.k, p.v, h / plan.group, 0, i0 + rows.count, s.m, s.s,
+                                      o, o ? s.mt : nullptr, o ? s.it : nullptr, s.tile);
     for (int64_t i = 0; i < rows.count; ++i) {
       if (!o) {
         lay.lse_all[h * n + i0 + i] = s.m[i] + std::log(s.s[i]);
         continue;
       }
       ok &= score_detail::load_rows(p.v, h / plan.group, s.it[i], 1, 1.0f, s.vrow);
-      lay.lse_all[h * n + i0 + i] = score_detail::finish_row(
-          s.m[i], s.s[i], o + i * d, s.mt[i], s.vrow, d, o + i * d, &lay.a2_all[h * n + i0 + i],
-          &lay.top_key_all[h * n + i0 + i]);
+      lay.lse_all[h * n + i0 + i] =
+          score_detail::finish_row(s.m[i], s.s[i], o + i * d, s.mt[i], s.vrow, d, o + i * d,
+                                   &lay.a2_all[h * n + i0 + i], &lay.top_key_all[h * n + i0 + i]);
       lay.top_all[h * n + i0 + i] = s.it[i];
     }
     if (!ok) finite = false;
@@ -456,8 +462,7 @@ void all_query_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan
           stats.top = lay.top_all + h * n + b * QB;
           stats.top_key = lay.top_key_all + h * n + b * QB;
         }
-        score_detail::score_range(opt.method, rows, stats, p.k, p.v, g, t0, t1, floor, acc,
-                                  s.tile);
+        score_detail::score_range(opt.method, rows, stats, p.k, p.v, g, t0, t1, floor, acc, s.tile);
       }
     }
     for (int64_t j = t0; j < t1; ++j) {
@@ -492,8 +497,7 @@ void apply_value_l1(const ScoreProblem& p, const Plan& plan, const Layout& lay,
 
 // scores[g, j] = (aux[g, j] + eps) * mean_{h in group} ||W_o^h v_j||_1 (criticalkv stage 2).
 void apply_output_projection(const ScoreProblem& p, const ScoreOptions& opt, const Plan& plan,
-                             const Layout& lay, const ScoreOutput& out,
-                             std::atomic<bool>& finite) {
+                             const Layout& lay, const ScoreOutput& out, std::atomic<bool>& finite) {
   const int64_t chunk = kTile * 8;
   const int64_t sc = ceil_div(plan.n, chunk);
   const int64_t d = plan.d;
@@ -537,8 +541,8 @@ void apply_output_projection(const ScoreProblem& p, const ScoreOptions& opt, con
 
 // Reads every K and V value once to reject NaN/Inf like the reference's validate() does, for the
 // methods whose passes do not read them all.
-void scan_inputs(const ScoreProblem& p, const Plan& plan, const Layout& lay, bool keys,
-                 bool values, std::atomic<bool>& finite) {
+void scan_inputs(const ScoreProblem& p, const Plan& plan, const Layout& lay, bool keys, bool values,
+                 std::atomic<bool>& finite) {
   const int64_t chunk = kTile * 64;
   const int64_t sc = ceil_div(plan.n, chunk);
   run_items(plan.hkv * sc, lay.slot_count, [&](int64_t item, int si) {
@@ -585,7 +589,8 @@ void query_free_scores(const ScoreProblem& p, const ScoreOptions& opt, const Pla
           if (!score_detail::load_tile(p.k, g, j0, count, true, s.tile.kt)) finite = false;
           float sq[kTile] = {};
           for (int64_t e = 0; e < d; ++e)
-            for (int jj = 0; jj < kTile; ++jj) sq[jj] += s.tile.kt[e * kTile + jj] * s.tile.kt[e * kTile + jj];
+            for (int jj = 0; jj < kTile; ++jj)
+              sq[jj] += s.tile.kt[e * kTile + jj] * s.tile.kt[e * kTile + jj];
           for (int64_t jj = 0; jj < count; ++jj) out[j0 + jj] = -std::sqrt(sq[jj]);
         }
       });
@@ -638,8 +643,7 @@ void query_free_scores(const ScoreProblem& p, const ScoreOptions& opt, const Pla
 void check_output(const TensorView& t, const char* what, int64_t hkv, int64_t n) {
   KVEVICT_CHECK(!t.empty(), what, " is empty; expected an f32 [", hkv, ", ", n, "] buffer");
   check_shape(t, what, {hkv, n});
-  KVEVICT_CHECK(t.dtype == DType::kF32, what, " has dtype ", dtype_name(t.dtype),
-                "; expected f32");
+  KVEVICT_CHECK(t.dtype == DType::kF32, what, " has dtype ", dtype_name(t.dtype), "; expected f32");
   KVEVICT_CHECK(t.device == Device::kCpu, what, " lives on the GPU; expected host memory");
   KVEVICT_CHECK(t.stride[1] == 1, what, " has token stride ", t.stride[1], "; expected 1");
 }

@@ -43,8 +43,12 @@ inline float expm1_poly(float x) {
   // Taylor series to x^8 / 8! for |x| < 0.25: truncation error < 0.25^9 / 9! < 1e-11, far below
   // float rounding; outside, exp(x) - 1 loses nothing relevant.
   const float series =
-      x * (1.0f + x * (0.5f + x * (1.6666667e-1f + x * (4.1666668e-2f + x * (8.3333338e-3f +
-      x * (1.3888889e-3f + x * (1.9841270e-4f + x * 2.4801587e-5f)))))));
+      x * (1.0f +
+           x * (0.5f +
+                x * (1.6666667e-1f +
+                     x * (4.1666668e-2f +
+                          x * (8.3333338e-3f +
+                               x * (1.3888889e-3f + x * (1.9841270e-4f + x * 2.4801587e-5f)))))));
   const float ax = x < 0 ? -x : x;
   return ax < 0.25f ? series : exp_poly(x) - 1.0f;
 }

@@ -38,7 +38,7 @@ struct QueryAttention {
   std::vector<double> p;  // [visible] probabilities
   std::vector<double> a;  // [d] output sum_j p_j v_j
   double lse = 0;
-  int64_t top = 0;        // the key with the largest logit (the first of equal ones)
+  int64_t top = 0;  // the key with the largest logit (the first of equal ones)
   terms::TopKey<double> top_key;
 };
 
@@ -111,8 +111,8 @@ void check_host(const ScoreProblem& problem) {
 void window_forward(const ScoreProblem& problem, float scale, std::vector<double>& a,
                     std::vector<double>& lse) {
   check_host(problem);
-  KVEVICT_CHECK(!problem.q.empty() && problem.q.ndim == 3, "window_forward needs q [Hq, m, d]; got ",
-                problem.q.shape_str());
+  KVEVICT_CHECK(!problem.q.empty() && problem.q.ndim == 3,
+                "window_forward needs q [Hq, m, d]; got ", problem.q.shape_str());
   const int64_t hq = problem.q.shape[0], m = problem.q.shape[1];
   const int64_t n = problem.num_tokens(), d = problem.head_dim();
   const int64_t hkv = problem.num_kv_heads();

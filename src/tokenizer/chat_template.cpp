@@ -120,12 +120,9 @@ std::string render_llama3(const std::vector<ChatMessage>& messages) {
 
 std::string render_chat(const Vocab& vocab, const std::vector<ChatMessage>& messages) {
   switch (detect_family(vocab)) {
-    case ChatFamily::kChatML:
-      return render_chatml(vocab, messages);
-    case ChatFamily::kGemma:
-      return render_gemma(messages);
-    case ChatFamily::kLlama3:
-      return render_llama3(messages);
+    case ChatFamily::kChatML: return render_chatml(vocab, messages);
+    case ChatFamily::kGemma: return render_gemma(messages);
+    case ChatFamily::kLlama3: return render_llama3(messages);
   }
   return "";
 }

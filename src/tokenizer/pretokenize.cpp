@@ -132,9 +132,7 @@ std::vector<Piece> pretokenize(const std::string& text, PreTokenizer kind) {
   std::vector<Piece> out;
   Splitter s(ch, out);
   switch (kind) {
-    case PreTokenizer::kGpt2:
-      s.split_gpt2(0, ch.size());
-      break;
+    case PreTokenizer::kGpt2: s.split_gpt2(0, ch.size()); break;
     case PreTokenizer::kSmolLM: {
       // Every number character is its own piece; the text between goes through gpt2.
       size_t seg = 0;
@@ -147,12 +145,8 @@ std::vector<Piece> pretokenize(const std::string& text, PreTokenizer kind) {
       s.split_gpt2(seg, ch.size());
       break;
     }
-    case PreTokenizer::kLlama3:
-      s.split_llama3(0, ch.size(), 3);
-      break;
-    case PreTokenizer::kQwen2:
-      s.split_llama3(0, ch.size(), 1);
-      break;
+    case PreTokenizer::kLlama3: s.split_llama3(0, ch.size(), 3); break;
+    case PreTokenizer::kQwen2: s.split_llama3(0, ch.size(), 1); break;
   }
   return out;
 }

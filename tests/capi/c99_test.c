@@ -11,13 +11,13 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, \
-              #cond, kvevict_last_error());                                            \
-      ++failures;                                                                      \
-    }                                                                                  \
+#define CHECK(cond)                                                                           \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond, \
+              kvevict_last_error());                                                          \
+      ++failures;                                                                             \
+    }                                                                                         \
   } while (0)
 
 enum { HKV = 2, N = 20, D = 4 };

@@ -25,7 +25,9 @@
 namespace kvevict {
 namespace {
 
-std::string last_error() { return kvevict_last_error(); }
+std::string last_error() {
+  return kvevict_last_error();
+}
 
 // Owning wrappers so a failed ASSERT never leaks a handle (LeakSanitizer runs these tests).
 struct BackendDeleter {
@@ -59,10 +61,10 @@ kvevict_tensor c_tensor(const TensorView& t) {
     c.shape[i] = t.shape[i];
     c.strides[i] = t.stride[i];
   }
-  c.dtype = t.dtype == DType::kF32 ? KVEVICT_DTYPE_F32
+  c.dtype = t.dtype == DType::kF32    ? KVEVICT_DTYPE_F32
             : t.dtype == DType::kBF16 ? KVEVICT_DTYPE_BF16
-            : t.dtype == DType::kF16 ? KVEVICT_DTYPE_F16
-                                     : KVEVICT_DTYPE_F64;
+            : t.dtype == DType::kF16  ? KVEVICT_DTYPE_F16
+                                      : KVEVICT_DTYPE_F64;
   c.device = KVEVICT_DEVICE_CPU;
   return c;
 }
@@ -75,7 +77,7 @@ kvevict_kv_layer c_layer(const KVLayerView& v) {
   c.score_acc = v.score_acc;
   c.offsets = v.offsets;
   c.lens = v.lens;
-  c.dtype = v.dtype == DType::kF32 ? KVEVICT_DTYPE_F32
+  c.dtype = v.dtype == DType::kF32    ? KVEVICT_DTYPE_F32
             : v.dtype == DType::kBF16 ? KVEVICT_DTYPE_BF16
                                       : KVEVICT_DTYPE_F16;
   c.device = KVEVICT_DEVICE_CPU;
@@ -127,8 +129,8 @@ void check_same_as_cpp(const char* backend_name, const Case& c, bool token_major
   SCOPED_TRACE(::testing::Message() << backend_name << " " << c.method << " budget " << c.budget
                                     << (token_major ? " token-major K/V" : ""));
   const int64_t n = 61;
-  testing::ProblemBuilder b(testing::make_shape(2, 3, c.m, n, 16, c.wo_rows), 7, DType::kF32,
-                            1.5f, token_major);
+  testing::ProblemBuilder b(testing::make_shape(2, 3, c.m, n, 16, c.wo_rows), 7, DType::kF32, 1.5f,
+                            token_major);
   const ScoreProblem& p = b.problem();
 
   const PrefillEviction cfg = PrefillEviction::make(method_parse(c.method), Budget{c.budget});
@@ -152,8 +154,8 @@ void check_same_as_cpp(const char* backend_name, const Case& c, bool token_major
   const kvevict_tensor wo = c_tensor(p.wo);
   kvevict_selection* sel_raw = nullptr;
   ASSERT_EQ(kvevict_layer_evictor_plan(ev.get(), c.m > 0 ? &q : nullptr, &k, &v,
-                                       c.wo_rows > 0 ? &wo : nullptr, 0.0f,
-                                       KVEVICT_RESIDENCY_HOST, &sel_raw),
+                                       c.wo_rows > 0 ? &wo : nullptr, 0.0f, KVEVICT_RESIDENCY_HOST,
+                                       &sel_raw),
             KVEVICT_OK)
       << last_error();
   SelectionPtr sel(sel_raw);
@@ -205,10 +207,10 @@ void check_same_as_cpp(const char* backend_name, const Case& c, bool token_major
 
 TEST(CApi, LayerEvictorEqualsCppOnEveryHostBackend) {
   const Case cases[] = {
-      {"dropkv", 0.25, 8},      {"adadropkv", 0.3, 8},  {"obcache_vk", 0.4, 16},
-      {"snapkv", 0.5, 32},      {"h2o", 0.3, 61},       {"tova", 0.2, 1},
-      {"streamingllm", 12, 0},  {"knorm", 0.5, 0},      {"criticalkv", 0.4, 32, 24},
-      {"random", 0.3, 0},       {"vatp", 20, 32},
+      {"dropkv", 0.25, 8},     {"adadropkv", 0.3, 8}, {"obcache_vk", 0.4, 16},
+      {"snapkv", 0.5, 32},     {"h2o", 0.3, 61},      {"tova", 0.2, 1},
+      {"streamingllm", 12, 0}, {"knorm", 0.5, 0},     {"criticalkv", 0.4, 32, 24},
+      {"random", 0.3, 0},      {"vatp", 20, 32},
   };
   for (const char* be : {"cpu", "reference"})
     for (const Case& c : cases) check_same_as_cpp(be, c, false);
@@ -436,9 +438,9 @@ TEST(CApi, EvictorOutlivesItsBackendHandle) {
   testing::ProblemBuilder b(testing::make_shape(1, 1, 1, 10, 8), 5);
   const kvevict_tensor k = c_tensor(b.problem().k), v = c_tensor(b.problem().v);
   kvevict_selection* s = nullptr;
-  ASSERT_EQ(kvevict_layer_evictor_plan(ev, nullptr, &k, &v, nullptr, 0.0f, KVEVICT_RESIDENCY_HOST,
-                                       &s),
-            KVEVICT_OK)
+  ASSERT_EQ(
+      kvevict_layer_evictor_plan(ev, nullptr, &k, &v, nullptr, 0.0f, KVEVICT_RESIDENCY_HOST, &s),
+      KVEVICT_OK)
       << last_error();
   SelectionPtr hs(s);
   EXPECT_EQ(kvevict_selection_total(s), 1);  // floor(0.1 * 10)
@@ -456,8 +458,7 @@ TEST(CApi, SelectionAccessorsAndSizing) {
   const kvevict_tensor q = c_tensor(b.problem().q), k = c_tensor(b.problem().k),
                        v = c_tensor(b.problem().v);
   kvevict_selection* s = nullptr;
-  ASSERT_EQ(kvevict_layer_evictor_plan(ev, &q, &k, &v, nullptr, 0.0f, KVEVICT_RESIDENCY_DEVICE,
-                                       &s),
+  ASSERT_EQ(kvevict_layer_evictor_plan(ev, &q, &k, &v, nullptr, 0.0f, KVEVICT_RESIDENCY_DEVICE, &s),
             KVEVICT_OK)
       << last_error();
   SelectionPtr hs(s);
@@ -528,8 +529,8 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
     const std::vector<float> kd = testing::normal_floats(hkv * n * d, 1);
     const std::vector<float> vd = testing::normal_floats(hkv * n * d, 2);
     // 11 rows a head (one under the cut: 9 + 2), capacity 12; the C cache and the C++ one.
-    HostKVCache mine(DType::kF32, hkv, d, {12, 12}, true), theirs(DType::kF32, hkv, d, {12, 12},
-                                                                 true);
+    HostKVCache mine(DType::kF32, hkv, d, {12, 12}, true),
+        theirs(DType::kF32, hkv, d, {12, 12}, true);
     std::vector<float> row_k(hkv * d), row_v(hkv * d);
     for (int32_t t = 0; t < 11; ++t) {
       for (int h = 0; h < hkv; ++h)
@@ -537,8 +538,8 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
           row_k[h * d + j] = kd[(h * n + t) * d + j];
           row_v[h * d + j] = vd[(h * n + t) * d + j];
         }
-      const TensorView rk(row_k.data(), DType::kF32, {hkv, d}), rv(row_v.data(), DType::kF32,
-                                                                    {hkv, d});
+      const TensorView rk(row_k.data(), DType::kF32, {hkv, d}),
+          rv(row_v.data(), DType::kF32, {hkv, d});
       cache_append(theirs.view(), rk, rv, t);
       const kvevict_kv_layer c = c_layer(mine.view());
       const kvevict_tensor ck = c_tensor(rk), cv = c_tensor(rv);
@@ -556,8 +557,8 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
         row_k[h * d + j] = kd[(h * n + 11) * d + j];
         row_v[h * d + j] = vd[(h * n + 11) * d + j];
       }
-    const TensorView rk(row_k.data(), DType::kF32, {hkv, d}), rv(row_v.data(), DType::kF32,
-                                                                  {hkv, d});
+    const TensorView rk(row_k.data(), DType::kF32, {hkv, d}),
+        rv(row_v.data(), DType::kF32, {hkv, d});
     cache_append(theirs.view(), rk, rv, 11);
     const kvevict_kv_layer c = c_layer(mine.view());
     const kvevict_tensor ck = c_tensor(rk), cv = c_tensor(rv);
@@ -580,8 +581,7 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
       }
     }
     // Nothing over budget now: accumulate + evict as two calls evict nothing.
-    ASSERT_EQ(kvevict_decode_evictor_accumulate(ev, &c, &cq, &ca, &cl), KVEVICT_OK)
-        << last_error();
+    ASSERT_EQ(kvevict_decode_evictor_accumulate(ev, &c, &cq, &ca, &cl), KVEVICT_OK) << last_error();
     ASSERT_EQ(kvevict_decode_evictor_evict(ev, &c, &evicted), KVEVICT_OK) << last_error();
     EXPECT_EQ(evicted, 0);
   }
@@ -598,7 +598,6 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
   EXPECT_EQ(ev, reinterpret_cast<kvevict_decode_evictor*>(0x1));
   EXPECT_EQ(kvevict_decode_evictor_capacity_per_head(nullptr), -1);
 }
-
 
 // Bad caches and decode steps through the C API: each call fails with a status and a message that
 // names the bad value, leaves the cache and the out-parameters as they were, and never crashes.
@@ -772,8 +771,8 @@ TEST(CApi, ApplyRefusesAnOutputThatDoesNotFit) {
             KVEVICT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("head_dim mismatch: input 8, output 4"), std::string::npos)
       << last_error();
-  HostKVCache in_three(DType::kF32, 3, d, {4, 4, 4}, false), out_three(DType::kF32, 3, d,
-                                                                       {4, 4, 4}, false);
+  HostKVCache in_three(DType::kF32, 3, d, {4, 4, 4}, false),
+      out_three(DType::kF32, 3, d, {4, 4, 4}, false);
   const kvevict_kv_layer in3 = c_layer(in_three.view()), out3 = c_layer(out_three.view());
   EXPECT_EQ(kvevict_layer_evictor_apply(ev.get(), &in3, s, &out3), KVEVICT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("selection covers 2"), std::string::npos) << last_error();

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -40,8 +40,8 @@ struct Case {
 // Runs each case with `--out <dir>/out.json` appended where the command writes a results file,
 // and checks exit code 2, the message, and that no file (complete or partial) was left behind.
 void expect_all_rejected(const std::vector<Case>& cases, const TempDir& dir) {
-  std::printf("%s: %zu bad inputs\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-              cases.size());
+  std::printf("%s: %zu bad inputs\n",
+              ::testing::UnitTest::GetInstance()->current_test_info()->name(), cases.size());
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;
     const std::string& cmd = args.front();
@@ -65,7 +65,9 @@ void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 // A well-formed GGUF that declares a model kvevict does not run.
 std::vector<uint8_t> unsupported_architecture_gguf() {
@@ -87,8 +89,7 @@ std::vector<std::pair<std::string, std::string>> broken_model_files(const TempDi
   testing::GgufWriter good;
   good.add_string("general.architecture", "llama");
   good.add_u32("llama.block_count", 1);
-  good.add_tensor("token_embd.weight", {4, 2}, /*F32*/ 0,
-                  std::vector<uint8_t>(32, 0));
+  good.add_tensor("token_embd.weight", {4, 2}, /*F32*/ 0, std::vector<uint8_t>(32, 0));
   const std::vector<uint8_t> bytes = good.build(3, 32, &layout);
 
   auto huge_tensors = bytes;  // a header that claims 2^60 tensors
@@ -144,7 +145,8 @@ TEST_F(BadInputWithModel, BudgetsOutOfRange) {
     const std::string eq = std::string("--budget=") + b;
     cases.push_back({{"generate", "-m", model_, "-p", "hi", "--method", "dropkv", eq}, "budget"});
     cases.push_back({{"demo", "-m", model_, "--length", "512", eq}, "budget"});
-    cases.push_back({{"eval", "-m", model_, "--samples", "1", std::string("--budgets=") + b}, "budget"});
+    cases.push_back(
+        {{"eval", "-m", model_, "--samples", "1", std::string("--budgets=") + b}, "budget"});
   }
   cases.push_back({{"ppl", "-m", model_, "--budgets", "0"}, "budget"});
   cases.push_back({{"ppl", "-m", model_, "--budgets", "-3"}, "budget -3"});
@@ -156,8 +158,10 @@ TEST_F(BadInputWithModel, UnknownNames) {
   TempDir dir;
   expect_all_rejected(
       {
-          {{"generate", "-m", model_, "-p", "hi", "--method", "dropkvv"}, "unknown method 'dropkvv'"},
-          {{"generate", "-m", model_, "-p", "hi", "--method", "dropkv", "--policy", "fair"}, "fair"},
+          {{"generate", "-m", model_, "-p", "hi", "--method", "dropkvv"},
+           "unknown method 'dropkvv'"},
+          {{"generate", "-m", model_, "-p", "hi", "--method", "dropkv", "--policy", "fair"},
+           "fair"},
           {{"generate", "-m", model_, "-p", "hi", "--method", "h2o", "--pool", "max:0"}, "max:0"},
           {{"demo", "-m", model_, "--method", "nope"}, "unknown method 'nope'"},
           {{"demo", "-m", model_, "--task", "niah_single_9"}, "niah_single_9"},
@@ -235,7 +239,8 @@ struct Rejected {
 
 std::map<std::string, FileState> dir_state(const TempDir& dir) {
   std::map<std::string, FileState> s;
-  for (const auto& name : testing::list_dir(dir.path())) s[name] = testing::file_state(dir.file(name));
+  for (const auto& name : testing::list_dir(dir.path()))
+    s[name] = testing::file_state(dir.file(name));
   return s;
 }
 
@@ -246,8 +251,8 @@ std::string shown(const std::vector<std::string>& args) {
 }
 
 void expect_rejected(const std::vector<Rejected>& cases, const TempDir& dir) {
-  std::printf("%s: %zu bad inputs\n", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-              cases.size());
+  std::printf("%s: %zu bad inputs\n",
+              ::testing::UnitTest::GetInstance()->current_test_info()->name(), cases.size());
   for (const Rejected& c : cases) {
     const auto before = dir_state(dir);
     const auto r = run_cli(KVEVICT_CLI_PATH, c.args);
@@ -331,42 +336,64 @@ TEST_F(HostileInput, NumericOptionsHaveOneValidationLayer) {
   }
   // --window means the same everywhere: an override >= 1 (0 meant "default" in generate and
   // was an error in score; -1 was accepted by eval).
-  for (const auto& base : {score_args(dir), std::vector<std::string>{"generate", "-m", missing, "-p", "hi"},
-                           std::vector<std::string>{"eval", "-m", missing}})
-    for (const char* w : {"0", "-1", "0x8", "2.5"}) cases.push_back({cat(base, {"--window", w}), {"--window"}});
+  for (const auto& base :
+       {score_args(dir), std::vector<std::string>{"generate", "-m", missing, "-p", "hi"},
+        std::vector<std::string>{"eval", "-m", missing}})
+    for (const char* w : {"0", "-1", "0x8", "2.5"})
+      cases.push_back({cat(base, {"--window", w}), {"--window"}});
   const std::vector<std::string> gen = {"generate", "-m", missing, "-p", "hi"};
-  for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{
-           {"-n", "-1"}, {"-n", "0x10"}, {"--top-k", "-1"}, {"--temperature", "nan"},
-           {"--temperature", "inf"}, {"--temperature", "0x1p3"}, {"--top-p", "0x1"},
-           {"--decode-budget", "-1"}, {"--decode-slack", "-1"}, {"--decode-recent", "-2"},
-           {"--prompt-tokens", "0"}})
+  for (const auto& [opt, v] :
+       std::vector<std::pair<const char*, const char*>>{{"-n", "-1"},
+                                                        {"-n", "0x10"},
+                                                        {"--top-k", "-1"},
+                                                        {"--temperature", "nan"},
+                                                        {"--temperature", "inf"},
+                                                        {"--temperature", "0x1p3"},
+                                                        {"--top-p", "0x1"},
+                                                        {"--decode-budget", "-1"},
+                                                        {"--decode-slack", "-1"},
+                                                        {"--decode-recent", "-2"},
+                                                        {"--prompt-tokens", "0"}})
     cases.push_back({cat(gen, {opt, v}), {opt}});
   const std::vector<std::string> ev = {"eval", "-m", missing};
   for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{
            {"--samples", "0"}, {"--samples", "-1"}, {"--max-new", "-1"}, {"--samples", "1e2"}})
     cases.push_back({cat(ev, {opt, v}), {opt}});
   const std::vector<std::string> pp = {"ppl", "-m", missing};
-  for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{
-           {"--chunk", "1"}, {"--chunk", "0x100"}, {"--chunks", "0"}, {"--bucket", "0"}, {"--slack", "-1"}})
+  for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{{"--chunk", "1"},
+                                                                               {"--chunk", "0x100"},
+                                                                               {"--chunks", "0"},
+                                                                               {"--bucket", "0"},
+                                                                               {"--slack", "-1"}})
     cases.push_back({cat(pp, {opt, v}), {opt}});
   const std::vector<std::string> de = {"demo", "-m", missing};
   for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{
            {"--length", "8"}, {"--depth", "nan"}, {"--depth", "-1"}, {"--depth", "101"}})
-    cases.push_back({cat(de, {opt, v}), {opt == std::string("--depth") && v != std::string("nan") ? "depth" : opt}});
+    cases.push_back({cat(de, {opt, v}),
+                     {opt == std::string("--depth") && v != std::string("nan") ? "depth" : opt}});
   const std::vector<std::string> an = {"analyze", "-m", missing};
-  for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{
-           {"--pool-size", "0"}, {"--pool-size", "25"}, {"--evict", "0"}, {"--queries", "0"},
-           {"--length", "1"}, {"--scale", "inf"}})
+  for (const auto& [opt, v] :
+       std::vector<std::pair<const char*, const char*>>{{"--pool-size", "0"},
+                                                        {"--pool-size", "25"},
+                                                        {"--evict", "0"},
+                                                        {"--queries", "0"},
+                                                        {"--length", "1"},
+                                                        {"--scale", "inf"}})
     cases.push_back({cat(an, {opt, v}), {opt}});
-  for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{
-           {"--sink", "-1"}, {"--alpha", "nan"}, {"--alpha", "2"}, {"--scale", "-1"},
-           {"--compression-ratio", "0x0.8"}, {"--compression-ratio", "1"}, {"--backend", "gpu"}})
-    cases.push_back({cat(score_args(dir), {opt, v}),
-                     {std::string(opt) == "--alpha" && std::string(v) == "2" ? "alpha"
-                      : std::string(opt) == "--scale" && std::string(v) == "-1" ? "scale"
-                      : std::string(opt) == "--compression-ratio" && std::string(v) == "1"
-                          ? "compression ratio"
-                          : opt}});
+  for (const auto& [opt, v] :
+       std::vector<std::pair<const char*, const char*>>{{"--sink", "-1"},
+                                                        {"--alpha", "nan"},
+                                                        {"--alpha", "2"},
+                                                        {"--scale", "-1"},
+                                                        {"--compression-ratio", "0x0.8"},
+                                                        {"--compression-ratio", "1"},
+                                                        {"--backend", "gpu"}})
+    cases.push_back(
+        {cat(score_args(dir), {opt, v}),
+         {std::string(opt) == "--alpha" && std::string(v) == "2"               ? "alpha"
+          : std::string(opt) == "--scale" && std::string(v) == "-1"            ? "scale"
+          : std::string(opt) == "--compression-ratio" && std::string(v) == "1" ? "compression ratio"
+                                                                               : opt}});
   cases.push_back({cat(gen, {"--kv-dtype", "f64"}), {"--kv-dtype", "f64"}});
   expect_rejected(cases, dir);
 }
@@ -380,8 +407,8 @@ TEST_F(HostileInput, DeviceIsCheckedBeforeTheModelIsOpened) {
   model_commands.pop_back();  // score: tensors, no --device (its --backend is checked elsewhere)
   for (const auto& base : model_commands)
     for (const char* d : {"gpu", "", "CUDA", "cuda:0", "cpu "})
-      cases.push_back({cat(base, {"--device", d}), {"unknown --device '" + std::string(d) + "'",
-                                                     "expected cpu or cuda"}});
+      cases.push_back({cat(base, {"--device", d}),
+                       {"unknown --device '" + std::string(d) + "'", "expected cpu or cuda"}});
   cases.push_back({cat(score_args(dir), {"--device", "cuda"}), {"--device"}});
   cases.push_back({{"analyze", "--q", dir.file("q.npy"), "--v", dir.file("v.npy"), "--k",
                     dir.file("k.npy"), "--device", "cuda"},
@@ -397,9 +424,9 @@ TEST_F(HostileInput, DeviceIsCheckedBeforeTheModelIsOpened) {
   ASSERT_EQ(::setenv("KVEVICT_CUDA_LIBRARY", lib.c_str(), 1), 0);
   cases.clear();
   for (const auto& base : model_commands)
-    cases.push_back({cat(base, {"--device", "cuda"}),
-                     {"--device cuda: KVEVICT_CUDA_LIBRARY=" + lib + " could not be loaded",
-                      "--device cpu"}});
+    cases.push_back(
+        {cat(base, {"--device", "cuda"}),
+         {"--device cuda: KVEVICT_CUDA_LIBRARY=" + lib + " could not be loaded", "--device cpu"}});
   cases.push_back({{"generate", "--dummy", "smollm2-135m", "--device", "cuda"},
                    {"--device cuda: KVEVICT_CUDA_LIBRARY="}});
   expect_rejected(cases, dir);
@@ -412,7 +439,8 @@ TEST_F(HostileInput, BudgetsParseStrictlyAndFitTheirTokensBeforeWork) {
   // vector::reserve". Each is refused by its text, naming the limit.
   for (const char* b : {"0x10", "0x1p4", "inf", "nan", " 0.5", "+0.5", "1e308", "1e19", "1e6"}) {
     const std::vector<std::string> needles = {"--budget", b};
-    cases.push_back({{"generate", "-m", m, "-p", "hello there", "--method", "dropkv", "--budget", b}, needles});
+    cases.push_back(
+        {{"generate", "-m", m, "-p", "hello there", "--method", "dropkv", "--budget", b}, needles});
     cases.push_back({{"demo", "-m", m, "--length", "64", "--budget", b}, needles});
     if (b[0] != ' ')  // list items are trimmed
       cases.push_back({{"eval", "-m", m, "--lengths", "64", "--budgets", b}, {"--budgets", b}});
@@ -428,12 +456,14 @@ TEST_F(HostileInput, BudgetsParseStrictlyAndFitTheirTokensBeforeWork) {
   // A count above the prompt's tokens (n is known from the prompt, before prefill).
   cases.push_back({{"generate", "-m", m, "-p", "hello", "--method", "dropkv", "--budget", "100"},
                    {"--budget 100 keeps more tokens than the", "-token prompt"}});
-  cases.push_back({cat(score_args(dir), {"--budget", "41"}), {"--budget 41", "the 40 tokens of --k"}});
+  cases.push_back(
+      {cat(score_args(dir), {"--budget", "41"}), {"--budget 41", "the 40 tokens of --k"}});
   // --compression-ratio and --budget together: refused, not one silently winning.
   cases.push_back({cat(score_args(dir), {"--budget", "0.5", "--compression-ratio", "0.5"}),
                    {"--budget excludes --compression-ratio"}});
   // A budget with no method would be ignored.
-  cases.push_back({{"generate", "-m", m, "-p", "hi", "--budget", "0.5"}, {"--budget 0.5 has no effect"}});
+  cases.push_back(
+      {{"generate", "-m", m, "-p", "hi", "--budget", "0.5"}, {"--budget 0.5 has no effect"}});
   cases.push_back({{"generate", "-m", m, "-p", "hi", "--window", "4"}, {"--window has no effect"}});
   expect_rejected(cases, dir);
 }
@@ -456,7 +486,8 @@ TEST_F(HostileInput, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
       skipped += why + "\n";
       continue;
     }
-    for (const char* flag : {"--out", "--keep"}) cases.push_back({cat(score_args(dir), {flag, node}), {flag, needle}});
+    for (const char* flag : {"--out", "--keep"})
+      cases.push_back({cat(score_args(dir), {flag, node}), {flag, needle}});
     for (const char* flag : {"--out", "--markdown"}) {
       cases.push_back({{"eval", "-m", missing, flag, node}, {flag, needle}});
       cases.push_back({{"ppl", "-m", missing, flag, node}, {flag, needle}});
@@ -464,9 +495,11 @@ TEST_F(HostileInput, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
     cases.push_back({{"analyze", "-m", missing, "--out", node}, {"--out", needle}});
     if (kind != SpecialKind::kDirectory) {
       cases.push_back({{"eval", "-m", missing, "--out", dir.file("r.json"), "--plots", node},
-                       {"--plots", kind == SpecialKind::kDanglingLink ? "missing file" : "expected a directory"}});
+                       {"--plots", kind == SpecialKind::kDanglingLink ? "missing file"
+                                                                      : "expected a directory"}});
       cases.push_back({{"capture", "-m", missing, "--layer", "0", "--dir", node},
-                       {"--dir", kind == SpecialKind::kDanglingLink ? "missing file" : "expected a directory"}});
+                       {"--dir", kind == SpecialKind::kDanglingLink ? "missing file"
+                                                                    : "expected a directory"}});
     }
   }
   // A read-only regular file: renaming over it needs only the directory's permission, so it was
@@ -498,17 +531,20 @@ TEST_F(HostileInput, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
   // A missing directory: refused before any work (a results JSON was written after minutes of
   // eval into nowhere, and a failed --markdown left the JSON behind).
   const std::string nowhere = dir.file("no/such/dir/out.json");
-  for (const char* flag : {"--out", "--keep"}) cases.push_back({cat(score_args(dir), {flag, nowhere}), {flag, "does not exist"}});
+  for (const char* flag : {"--out", "--keep"})
+    cases.push_back({cat(score_args(dir), {flag, nowhere}), {flag, "does not exist"}});
   cases.push_back({{"eval", "-m", missing, "--out", dir.file("ok.json"), "--markdown", nowhere},
                    {"--markdown", "does not exist"}});
   cases.push_back({{"ppl", "-m", missing, "--out", dir.file("ok.json"), "--markdown", nowhere},
                    {"--markdown", "does not exist"}});
   cases.push_back({{"analyze", "-m", missing, "--out", nowhere}, {"--out", "does not exist"}});
   cases.push_back({{"eval", "-m", missing, "--plots", dir.file("plots")}, {"--plots needs --out"}});
-  cases.push_back({{"eval", "-m", missing, "--out", dir.file("same.json"), "--markdown", dir.file("same.json")},
-                   {"same file as --out"}});
-  cases.push_back({cat(score_args(dir), {"--out", dir.file("s.npy"), "--keep", dir.file("./s.npy")}),
-                   {"same file as --out"}});
+  cases.push_back(
+      {{"eval", "-m", missing, "--out", dir.file("same.json"), "--markdown", dir.file("same.json")},
+       {"same file as --out"}});
+  cases.push_back(
+      {cat(score_args(dir), {"--out", dir.file("s.npy"), "--keep", dir.file("./s.npy")}),
+       {"same file as --out"}});
   cases.push_back({{"analyze", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
                     dir.file("v.npy"), "--out", dir.file("a.json")},
                    {"--out requires --model"}});
@@ -519,16 +555,17 @@ TEST_F(HostileInput, OutputsNeverReplaceSpecialFilesAndNeedTheirDirectory) {
 TEST_F(HostileInput, LimitsAreCheckedBeforeTheModelIsLoaded) {
   // A 32 MB context line: refused by its size, before it is parsed or tokenized (a 100 MB one
   // used to be tokenized whole: 5.6 GB and minutes).
-  const std::string huge_row =
-      R"({"context": ")" + std::string(32 << 20, 'a') +
-      R"(", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 4, "task": "t"})";
+  const std::string huge_row = R"({"context": ")" + std::string(32 << 20, 'a') +
+                               R"(", "question": "q", "answer_prefix": "", "answers": ["a"],)"
+                               R"( "max_new_tokens": 4, "task": "t"})";
   std::ofstream(dir.file("huge_row.jsonl")) << huge_row << "\n";
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = run_cli(KVEVICT_CLI_PATH, {"eval", "-m", m, "--data", dir.file("huge_row.jsonl")});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("huge_row.jsonl line 1: the row is " + std::to_string(huge_row.size()) + " bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("huge_row.jsonl line 1: the row is " + std::to_string(huge_row.size()) + " bytes"),
+      std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("256-token context"), std::string::npos) << r.err;
   EXPECT_LT(s, 20.0) << "the row was not refused by its size";  // loaded 2-core CI: generous
@@ -536,10 +573,12 @@ TEST_F(HostileInput, LimitsAreCheckedBeforeTheModelIsLoaded) {
 
   std::ofstream(dir.file("long_row.jsonl"))
       << R"({"context": ")" << std::string(600, 'x')
-      << R"(", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 4, "task": "t"})"
+      << R"(", "question": "q", "answer_prefix": "", "answers": ["a"],)"
+         R"( "max_new_tokens": 4, "task": "t"})"
       << "\n";
   std::ofstream(dir.file("big_budget.jsonl"))
-      << R"({"context": "a short one", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 4, "task": "t"})"
+      << R"({"context": "a short one", "question": "q", "answer_prefix": "",)"
+         R"( "answers": ["a"], "max_new_tokens": 4, "task": "t"})"
       << "\n";
   std::string long_prompt(400, 'y');
   std::vector<Rejected> cases = {
@@ -547,26 +586,34 @@ TEST_F(HostileInput, LimitsAreCheckedBeforeTheModelIsLoaded) {
       // sample is checked before the first prefill.
       {{"eval", "-m", m, "--data", dir.file("long_row.jsonl"), "--style", "raw"},
        {"long_row.jsonl line 1", "exceed the 256-token context"}},
-      {{"eval", "-m", m, "--data", dir.file("big_budget.jsonl"), "--style", "raw", "--methods", "dropkv", "--budgets", "200"},
+      {{"eval", "-m", m, "--data", dir.file("big_budget.jsonl"), "--style", "raw", "--methods",
+        "dropkv", "--budgets", "200"},
        {"budget 200 of dropkv", "big_budget.jsonl line 1"}},
       // Sampler values, before the model is even opened.
       {{"generate", "-m", missing, "-p", "hi", "--top-p", "0"}, {"top_p 0"}},
       {{"generate", "-m", missing, "-p", "hi", "--temperature", "-1"}, {"temperature -1"}},
-      {{"generate", "-m", missing, "-p", "hi", "--query-aware"}, {"--query-aware needs --question"}},
-      {{"generate", "-m", missing, "-p", "hi", "--method", "dropkv", "--decode-budget", "1"}, {"--decode-budget 1"}},
-      {{"generate", "-m", missing, "-p", "hi", "--decode-budget", "8"}, {"--decode-budget needs a --method"}},
-      {{"generate", "-m", missing, "-p", "hi", "--method", "knorm", "--decode-budget", "8"}, {"no decode-time form"}},
+      {{"generate", "-m", missing, "-p", "hi", "--query-aware"},
+       {"--query-aware needs --question"}},
+      {{"generate", "-m", missing, "-p", "hi", "--method", "dropkv", "--decode-budget", "1"},
+       {"--decode-budget 1"}},
+      {{"generate", "-m", missing, "-p", "hi", "--decode-budget", "8"},
+       {"--decode-budget needs a --method"}},
+      {{"generate", "-m", missing, "-p", "hi", "--method", "knorm", "--decode-budget", "8"},
+       {"no decode-time form"}},
       {{"demo", "-m", missing, "--task", "niah_single_9"}, {"niah_single_9"}},
       {{"ppl", "-m", missing, "--budgets", "0.5"}, {"tokens per head"}},
       // Lengths against the model's context, before its weights are read.
       {{"generate", "-m", m, "-p", "hi", "-n", "300"}, {"-n 300 exceed the 256-token context"}},
       {{"generate", "-m", m, "-p", long_prompt, "-n", "1"}, {"exceed the 256-token context"}},
-      {{"analyze", "-m", m, "--length", "300"}, {"--length 300 is out of range", "256-token context"}},
+      {{"analyze", "-m", m, "--length", "300"},
+       {"--length 300 is out of range", "256-token context"}},
       {{"ppl", "-m", m, "--chunk", "300"}, {"--chunk 300 exceeds the 256-token context"}},
       {{"demo", "-m", m, "--length", "300"}, {"--length 300 exceeds the 256-token context"}},
       {{"eval", "-m", m, "--lengths", "300"}, {"--lengths 300 exceeds the 256-token context"}},
-      {{"capture", "-m", m, "--layer", "5", "--dir", dir.file("cap")}, {"--layer 5 is out of range", "layers 0..2"}},
-      {{"capture", "-m", m, "--layer", "0", "--queries", "100", "-p", "hi", "--dir", dir.file("cap")},
+      {{"capture", "-m", m, "--layer", "5", "--dir", dir.file("cap")},
+       {"--layer 5 is out of range", "layers 0..2"}},
+      {{"capture", "-m", m, "--layer", "0", "--queries", "100", "-p", "hi", "--dir",
+        dir.file("cap")},
        {"--queries 100 exceeds the prompt's"}},
   };
   expect_rejected(cases, dir);
@@ -575,8 +622,10 @@ TEST_F(HostileInput, LimitsAreCheckedBeforeTheModelIsLoaded) {
 TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
   const std::string row_end =
       R"(", "question": "q", "answer_prefix": "", "max_new_tokens": 4, "task": "t", "answers": )";
-  std::ofstream(dir.file("empty_answer.jsonl")) << R"({"context": "c)" << row_end << R"([""]})" << "\n";
-  std::ofstream(dir.file("second_empty.jsonl")) << R"({"context": "c)" << row_end << R"(["a", ""]})" << "\n";
+  std::ofstream(dir.file("empty_answer.jsonl")) << R"({"context": "c)" << row_end << R"([""]})"
+                                                << "\n";
+  std::ofstream(dir.file("second_empty.jsonl")) << R"({"context": "c)" << row_end << R"(["a", ""]})"
+                                                << "\n";
   // NaN in k: analyze used to print NaN rows and "ratio median=1"; score refused the file.
   std::vector<float> k = testing::normal_floats(2 * 40 * 16, 2);
   k[17] = std::nanf("");
@@ -592,11 +641,13 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
   neg_eps.set<float>("llama.attention.layer_norm_rms_epsilon", testing::GgufType::kF32, -1e-5f);
   const auto neg_eps_model = testing::write_tiny_cli_model(neg_eps, "tiny_cli_neg_eps");
   testing::GgufDoc overlap = testing::tiny_cli_doc();
-  overlap.find_tensor("blk.1.attn_q.weight")->offset = overlap.find_tensor("blk.0.attn_q.weight")->offset;
+  overlap.find_tensor("blk.1.attn_q.weight")->offset =
+      overlap.find_tensor("blk.0.attn_q.weight")->offset;
   const auto overlap_model = testing::write_tiny_cli_model(overlap, "tiny_cli_overlap");
   testing::GgufDoc nan_weight = testing::tiny_cli_doc();
   const float nan = std::nanf("");
-  std::memcpy(nan_weight.data.data() + nan_weight.find_tensor("blk.0.attn_k.weight")->offset, &nan, 4);
+  std::memcpy(nan_weight.data.data() + nan_weight.find_tensor("blk.0.attn_k.weight")->offset, &nan,
+              4);
   const auto nan_weight_model = testing::write_tiny_cli_model(nan_weight, "tiny_cli_nan_weight");
   // Finite weights whose attention overflows (q.k = inf, softmax argument inf - inf = NaN).
   testing::GgufDoc huge = testing::tiny_cli_doc();
@@ -608,10 +659,13 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
   }
   const auto huge_model = testing::write_tiny_cli_model(huge, "tiny_cli_huge_weight");
 
-  const std::vector<std::string> an = {"analyze", "--q", dir.file("q.npy"), "--v", dir.file("v.npy")};
+  const std::vector<std::string> an = {"analyze", "--q", dir.file("q.npy"), "--v",
+                                       dir.file("v.npy")};
   std::vector<Rejected> cases = {
-      {{"eval", "-m", m, "--data", dir.file("empty_answer.jsonl")}, {"empty_answer.jsonl line 1", "'answers' element 0 is the empty string"}},
-      {{"eval", "-m", m, "--data", dir.file("second_empty.jsonl")}, {"'answers' element 1 is the empty string"}},
+      {{"eval", "-m", m, "--data", dir.file("empty_answer.jsonl")},
+       {"empty_answer.jsonl line 1", "'answers' element 0 is the empty string"}},
+      {{"eval", "-m", m, "--data", dir.file("second_empty.jsonl")},
+       {"'answers' element 1 is the empty string"}},
       {{"eval", "-m", m, "--tasks", ""}, {"--tasks is empty"}},
       {{"eval", "-m", m, "--tasks", " "}, {"--tasks is empty"}},
       {{"eval", "-m", m, "--tasks", "vt,,niah_single_1"}, {"--tasks", "empty item"}},
@@ -624,18 +678,21 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
       {cat(an, {"--k", dir.file("k_nan.npy")}), {"k holds a non-finite value (nan)"}},
       {{"score", "--q", dir.file("q.npy"), "--k", dir.file("k_nan.npy"), "--v", dir.file("v.npy")},
        {"k holds a non-finite value (nan)"}},
-      {{"analyze", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v_inf.npy")},
+      {{"analyze", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
+        dir.file("v_inf.npy")},
        {"v holds a non-finite value (inf)"}},
       {{"generate", "-m", nan_rope_model.path(), "-p", "hi"}, {"llama.rope.freq_base", "nan"}},
       {{"generate", "-m", neg_eps_model.path(), "-p", "hi"}, {"layer_norm_rms_epsilon", "-1e-05"}},
-      {{"analyze", "-m", overlap_model.path()}, {"'blk.0.attn_q.weight'", "'blk.1.attn_q.weight'", "overlap"}},
+      {{"analyze", "-m", overlap_model.path()},
+       {"'blk.0.attn_q.weight'", "'blk.1.attn_q.weight'", "overlap"}},
       // A NaN weight is refused at load, naming the tensor and where, by every model command.
       {{"generate", "-m", nan_weight_model.path(), "-p", "hi", "-n", "1"},
        {"'blk.0.attn_k.weight' holds a non-finite value (nan) at row 0 column 0"}},
       {{"analyze", "-m", nan_weight_model.path(), "-p", std::string(100, 'a')},
        {"'blk.0.attn_k.weight' holds a non-finite value"}},
       // Overflowing finite weights: the first sampled token refuses NaN logits.
-      {{"generate", "-m", huge_model.path(), "-p", "hi", "-n", "1"}, {"is NaN; expected finite logits"}},
+      {{"generate", "-m", huge_model.path(), "-p", "hi", "-n", "1"},
+       {"is NaN; expected finite logits"}},
       {{"generate", "-m", huge_model.path(), "-p", "hi", "-n", "1", "--temperature", "1"},
        {"is NaN; expected finite logits"}},
   };
@@ -645,7 +702,8 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
                       "--budgets", "8"},
                      {"'blk.0.attn_k.weight' holds a non-finite value"}});
   }
-  std::ofstream(dir.file("one_row.jsonl")) << R"({"context": "c)" << row_end << R"(["a"]})" << "\n";
+  std::ofstream(dir.file("one_row.jsonl")) << R"({"context": "c)" << row_end << R"(["a"]})"
+                                           << "\n";
   cases.push_back({{"eval", "-m", nan_weight_model.path(), "--data", dir.file("one_row.jsonl"),
                     "--style", "raw"},
                    {"'blk.0.attn_k.weight' holds a non-finite value"}});
@@ -674,8 +732,10 @@ TEST_F(HostileInput, LenientParsingBecomesClearMessages) {
   const std::vector<std::string> sc = {"score", "--q", dir.file("q.npy"), "--v", dir.file("v.npy")};
   std::vector<Rejected> cases = {
       {{"generate", "-m", m, "-p", "caf\xe9"}, {"-p: byte 0xe9 at offset 3 is not valid UTF-8"}},
-      {{"generate", "-m", m, "-f", dir.file("latin1.txt")}, {"latin1.txt: byte 0xe9 at offset 3 is not valid UTF-8"}},
-      {{"generate", "-m", m, "-p", "hi", "--question", "ol\xc3"}, {"--question: byte 0xc3 at offset 2"}},
+      {{"generate", "-m", m, "-f", dir.file("latin1.txt")},
+       {"latin1.txt: byte 0xe9 at offset 3 is not valid UTF-8"}},
+      {{"generate", "-m", m, "-p", "hi", "--question", "ol\xc3"},
+       {"--question: byte 0xc3 at offset 2"}},
       {{"generate", "-m", m, "-p", "\xed\xa0\x80"}, {"not valid UTF-8"}},  // a surrogate
       {{"generate", "-m", m, "-p", ""}, {"-p: the prompt is empty"}},
       {{"generate", "-m", m, "-f", dir.file("empty.txt")}, {"the prompt file is empty"}},
@@ -687,14 +747,17 @@ TEST_F(HostileInput, LenientParsingBecomesClearMessages) {
       {cat(sc, {"--k", dir.file("k_u16.npy")}), {"--k", "uint16", "pass --bf16"}},
       {cat(sc, {"--k", dir.file("two.safetensors")}),
        {"--k", "holds 2 tensors [first, second]", "two.safetensors:NAME"}},
-      {cat(sc, {"--k", dir.file("two.safetensors:third")}), {"no tensor named 'third'", "[first, second]"}},
-      {{"eval", "-m", m, "--modes", "sideways"}, {"'sideways'", "aware (or query-aware)", "agnostic (or query-agnostic)"}},
+      {cat(sc, {"--k", dir.file("two.safetensors:third")}),
+       {"no tensor named 'third'", "[first, second]"}},
+      {{"eval", "-m", m, "--modes", "sideways"},
+       {"'sideways'", "aware (or query-aware)", "agnostic (or query-agnostic)"}},
   };
   expect_rejected(cases, dir);
   // Help and behaviour agree: the spellings the help lists are accepted (the run then stops at
   // the broken weights, after every option was parsed).
   std::ofstream(dir.file("one.jsonl"))
-      << R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 2, "task": "t"})"
+      << R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"],)"
+         R"( "max_new_tokens": 2, "task": "t"})"
       << "\n";
   for (const char* modes : {"aware,agnostic", "query-aware,query-agnostic"}) {
     const auto r = run_cli(KVEVICT_CLI_PATH, {"eval", "-m", m, "--modes", modes, "--data",
@@ -705,7 +768,8 @@ TEST_F(HostileInput, LenientParsingBecomesClearMessages) {
   EXPECT_NE(help.out.find("aware (or query-aware)"), std::string::npos) << help.out;
   const auto ghelp = run_cli(KVEVICT_CLI_PATH, {"generate", "--help"});
   EXPECT_NE(ghelp.out.find("f32, f16 or bf16"), std::string::npos) << ghelp.out;
-  const auto bf16 = run_cli(KVEVICT_CLI_PATH, {"generate", "-m", m, "-p", "hi", "--kv-dtype", "bf16"});
+  const auto bf16 =
+      run_cli(KVEVICT_CLI_PATH, {"generate", "-m", m, "-p", "hi", "--kv-dtype", "bf16"});
   EXPECT_NE(bf16.err.find("missing tensor"), std::string::npos) << "bf16 refused: " << bf16.err;
 }
 
@@ -713,8 +777,9 @@ TEST(HostileInputRuns, QuietGenerationStillWarns) {
   const auto model = testing::write_tiny_cli_model(testing::tiny_cli_doc(), "tiny_cli_ok");
   // A window of 8 with a budget of 2 tokens protects more than the budget: eviction is off, and
   // -q must not hide that.
-  const auto r = run_cli(KVEVICT_CLI_PATH, {"generate", "-m", model.path(), "-p", "hello hello hello",
-                                            "-n", "2", "--method", "dropkv", "--budget", "2", "-q"});
+  const auto r =
+      run_cli(KVEVICT_CLI_PATH, {"generate", "-m", model.path(), "-p", "hello hello hello", "-n",
+                                 "2", "--method", "dropkv", "--budget", "2", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("kvevict: warning: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("protected"), std::string::npos) << r.err;

@@ -31,7 +31,8 @@ TEST(CaptureCommand, WritesTheLayerThatScoreAndAnalyzeRead) {
   const auto r = run_cli(KVEVICT_CLI_PATH, {"capture", "-m", model.path(), "--layer", "1", "-p",
                                             kPrompt, "--queries", "8", "--dir", out, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(testing::list_dir(out), (std::vector<std::string>{"k.npy", "q.npy", "v.npy", "wo.npy"}));
+  EXPECT_EQ(testing::list_dir(out),
+            (std::vector<std::string>{"k.npy", "q.npy", "v.npy", "wo.npy"}));
   const HostTensor q = npy::load(out + "/q.npy"), k = npy::load(out + "/k.npy"),
                    v = npy::load(out + "/v.npy"), wo = npy::load(out + "/wo.npy");
   const int64_t n = nlohmann::json::parse(r.out)["prompt_tokens"].get<int64_t>();
@@ -53,16 +54,19 @@ TEST(CaptureCommand, WritesTheLayerThatScoreAndAnalyzeRead) {
   EXPECT_EQ(std::memcmp(wo.data(), m->weights().layers[1].wo.data(), wo.nbytes()), 0);
 
   // Every README use of the files runs.
-  const std::vector<std::string> qkv = {"--q", out + "/q.npy", "--k", out + "/k.npy", "--v", out + "/v.npy"};
+  const std::vector<std::string> qkv = {"--q",          out + "/q.npy", "--k",
+                                        out + "/k.npy", "--v",          out + "/v.npy"};
   auto with = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
     head.insert(head.end(), qkv.begin(), qkv.end());
     head.insert(head.end(), tail.begin(), tail.end());
     return head;
   };
   for (const auto& args :
-       {with({"score", "--method", "dropkv"}, {"--budget", "0.5", "--out", dir.file("s.npy"), "--keep", dir.file("keep.npy")}),
+       {with({"score", "--method", "dropkv"},
+             {"--budget", "0.5", "--out", dir.file("s.npy"), "--keep", dir.file("keep.npy")}),
         with({"score", "--method", "snapkv", "--window", "8"}, {"--compression-ratio", "0.5"}),
-        with({"score", "--method", "criticalkv", "--window", "8"}, {"--wo", out + "/wo.npy", "--budget", "0.5"}),
+        with({"score", "--method", "criticalkv", "--window", "8"},
+             {"--wo", out + "/wo.npy", "--budget", "0.5"}),
         with({"analyze"}, {"--queries", "2"})}) {
     const auto s = run_cli(KVEVICT_CLI_PATH, args);
     EXPECT_EQ(s.exit_code, 0) << s.err;
@@ -78,17 +82,20 @@ TEST(CaptureCommand, AllQueriesForH2oAndNoSlidingLayers) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const HostTensor q = npy::load(dir.file("all/q.npy")), k = npy::load(dir.file("all/k.npy"));
   EXPECT_EQ(q.shape()[1], k.shape()[1]) << "--queries 0 keeps every prompt query";
-  const auto s = run_cli(KVEVICT_CLI_PATH,
-                         {"score", "--method", "obcache_vk", "--aggregate", "h2o", "--q", dir.file("all/q.npy"),
-                          "--k", dir.file("all/k.npy"), "--v", dir.file("all/v.npy"), "--budget", "16"});
+  const auto s =
+      run_cli(KVEVICT_CLI_PATH, {"score", "--method", "obcache_vk", "--aggregate", "h2o", "--q",
+                                 dir.file("all/q.npy"), "--k", dir.file("all/k.npy"), "--v",
+                                 dir.file("all/v.npy"), "--budget", "16"});
   EXPECT_EQ(s.exit_code, 0) << s.err;
 
   // gemma3: layers 0 and 2 slide (the tiny model's pattern 2), 1 is global.
-  const auto gemma = testing::write_tiny_cli_model(testing::tiny_cli_doc("gemma3"), "capture_gemma");
-  const auto g = run_cli(KVEVICT_CLI_PATH, {"capture", "-m", gemma.path(), "--layer", "0", "-p", kPrompt,
-                                            "--dir", dir.file("g")});
+  const auto gemma =
+      testing::write_tiny_cli_model(testing::tiny_cli_doc("gemma3"), "capture_gemma");
+  const auto g = run_cli(KVEVICT_CLI_PATH, {"capture", "-m", gemma.path(), "--layer", "0", "-p",
+                                            kPrompt, "--dir", dir.file("g")});
   EXPECT_EQ(g.exit_code, 2);
-  EXPECT_NE(g.err.find("--layer 0 of tiny-gemma3 is a sliding-window layer"), std::string::npos) << g.err;
+  EXPECT_NE(g.err.find("--layer 0 of tiny-gemma3 is a sliding-window layer"), std::string::npos)
+      << g.err;
   EXPECT_NE(g.err.find("expected a global layer: 1"), std::string::npos) << g.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("g")));
 }
@@ -99,8 +106,9 @@ TEST(PplCommand, SaysHowManyDecodeStepsItWillRun) {
   if (!std::filesystem::is_directory(std::string(KVEVICT_SOURCE_DIR) + "/data/corpus/austen"))
     GTEST_SKIP() << "data/corpus not prepared (scripts/prepare_corpus.sh)";
   const auto model = testing::write_tiny_cli_model(testing::tiny_cli_doc(), "ppl_tiny");
-  const auto r = run_cli(KVEVICT_CLI_PATH, {"ppl", "-m", model.path(), "--chunk", "16", "--methods",
-                                            "full,h2o", "--budgets", "8,15", "--recent", "4", "--json"});
+  const auto r =
+      run_cli(KVEVICT_CLI_PATH, {"ppl", "-m", model.path(), "--chunk", "16", "--methods",
+                                 "full,h2o", "--budgets", "8,15", "--recent", "4", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("3 settings x 1 chunks x 15 predicted tokens = 45 decode steps"),
             std::string::npos)
@@ -122,8 +130,9 @@ TEST(PplCommand, AFullContextChunkFinishes) {
     GTEST_SKIP() << "data/corpus not prepared (scripts/prepare_corpus.sh)";
   const auto model = testing::write_tiny_cli_model(testing::tiny_cli_doc(), "ppl_tiny_256");
   const auto t0 = std::chrono::steady_clock::now();
-  const auto r = run_cli(KVEVICT_CLI_PATH, {"ppl", "-m", model.path(), "--chunk", "256", "--methods",
-                                            "full,dropkv", "--budgets", "64", "--json"});
+  const auto r =
+      run_cli(KVEVICT_CLI_PATH, {"ppl", "-m", model.path(), "--chunk", "256", "--methods",
+                                 "full,dropkv", "--budgets", "64", "--json"});
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("2 settings x 1 chunks x 255 predicted tokens = 510 decode steps"),

@@ -38,9 +38,9 @@ TEST(CudaFreeTool, CpuCommandsRunAndCudaSaysWhatIsMissing) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   // The GPU library cannot be found: the message names it and the reason; exit 2, no crash.
   setenv("KVEVICT_CUDA_LIBRARY", "/nonexistent/libkvevict_cuda.so", 1);
-  const CliResult bad = run_cli(KVEVICT_CLI_PATH, {"generate", "--dummy", "smollm2-135m",
-                                                   "--prompt-tokens", "8", "-n", "2",
-                                                   "--device", "cuda"});
+  const CliResult bad =
+      run_cli(KVEVICT_CLI_PATH, {"generate", "--dummy", "smollm2-135m", "--prompt-tokens", "8",
+                                 "-n", "2", "--device", "cuda"});
   unsetenv("KVEVICT_CUDA_LIBRARY");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--device cuda: KVEVICT_CUDA_LIBRARY=/nonexistent/libkvevict_cuda.so "

@@ -19,7 +19,9 @@ namespace {
 using testing::run_cli;
 using testing::TempDir;
 
-std::string smollm2() { return io::model_path(KVEVICT_SOURCE_DIR, io::kSmolLM2File); }
+std::string smollm2() {
+  return io::model_path(KVEVICT_SOURCE_DIR, io::kSmolLM2File);
+}
 
 bool have_corpus() {
   const char* env = std::getenv("KVEVICT_CORPUS_DIR");
@@ -32,24 +34,40 @@ bool have_corpus() {
 std::string write_table(const TempDir& dir) {
   const std::string m = "SmolLM2-135M-Instruct.Q4_1";
   auto row = [&](const char* setting, const char* budget, double score, int n) {
-    return nlohmann::json{{"model", m},      {"task", "niah_single_2"}, {"target_length", 512},
-                          {"mode", "query-aware"}, {"setting", setting}, {"budget", budget},
-                          {"score", score},  {"ci_low", score - 5},     {"ci_high", score},
-                          {"samples", n},    {"source", 0}};
+    return nlohmann::json{{"model", m},           {"task", "niah_single_2"},
+                          {"target_length", 512}, {"mode", "query-aware"},
+                          {"setting", setting},   {"budget", budget},
+                          {"score", score},       {"ci_low", score - 5},
+                          {"ci_high", score},     {"samples", n},
+                          {"source", 0}};
   };
-  nlohmann::json t = {
-      {"kind", "kvevict-demo-table"},
-      {"version", 1},
-      {"rule", "test rule"},
-      {"sources", {{{"file", "results/test_run.json"}, {"commit", "abc123"}}}},
-      {"rows", {row("full", "1", 100.0, 4), row("dropkv", "0.2", 50.0, 4),
-                row("dropkv", "0.5", 95.0, 4), row("snapkv", "0.1", 25.0, 4)}},
-      {"defaults",
-       {{{"model", m}, {"task", "niah_single_2"}, {"target_length", 512}, {"mode", "query-aware"},
-         {"setting", "dropkv"}, {"budget", "0.5"}, {"full", 100.0}, {"full_samples", 4},
-         {"score", 95.0}, {"samples", 4}, {"source", 0}},
-        {{"model", m}, {"task", "niah_single_2"}, {"target_length", 512}, {"mode", "query-aware"},
-         {"setting", "snapkv"}, {"budget", nullptr}, {"full", 100.0}, {"full_samples", 4}}}}};
+  nlohmann::json t = {{"kind", "kvevict-demo-table"},
+                      {"version", 1},
+                      {"rule", "test rule"},
+                      {"sources", {{{"file", "results/test_run.json"}, {"commit", "abc123"}}}},
+                      {"rows",
+                       {row("full", "1", 100.0, 4), row("dropkv", "0.2", 50.0, 4),
+                        row("dropkv", "0.5", 95.0, 4), row("snapkv", "0.1", 25.0, 4)}},
+                      {"defaults",
+                       {{{"model", m},
+                         {"task", "niah_single_2"},
+                         {"target_length", 512},
+                         {"mode", "query-aware"},
+                         {"setting", "dropkv"},
+                         {"budget", "0.5"},
+                         {"full", 100.0},
+                         {"full_samples", 4},
+                         {"score", 95.0},
+                         {"samples", 4},
+                         {"source", 0}},
+                        {{"model", m},
+                         {"task", "niah_single_2"},
+                         {"target_length", 512},
+                         {"mode", "query-aware"},
+                         {"setting", "snapkv"},
+                         {"budget", nullptr},
+                         {"full", 100.0},
+                         {"full_samples", 4}}}}};
   std::ofstream(dir.file("table.json")) << t.dump(1);
   return dir.file("table.json");
 }
@@ -62,8 +80,8 @@ class DemoTable : public ::testing::Test {
     table_ = write_table(dir_);
   }
   nlohmann::json demo(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"demo", "-m", smollm2(), "--length", "512",
-                                     "--results-table", table_, "--json"};
+    std::vector<std::string> args = {
+        "demo", "-m", smollm2(), "--length", "512", "--results-table", table_, "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = run_cli(KVEVICT_CLI_PATH, args);
     EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -24,13 +24,29 @@ class EvalOutputs : public ::testing::Test {
   void SetUp() override {
     std::ofstream(dir_.file("one.jsonl"))
         << R"({"context": "the answer is e. ", "question": "what is it?", "answer_prefix": "", )"
-        << R"("answers": ["e"], "max_new_tokens": 2, "task": "t"})" << "\n";
+        << R"("answers": ["e"], "max_new_tokens": 2, "task": "t"})"
+        << "\n";
   }
   std::vector<std::string> args() const {
-    return {"eval", "-m", model_.path(), "--data", dir_.file("one.jsonl"), "--style", "raw",
-            "--methods", "full,dropkv", "--budgets", "0.5", "--window", "2",
-            "--out", dir_.file("out/r.json"), "--markdown", dir_.file("out/r.md"),
-            "--plots", dir_.file("out/plots")};
+    return {"eval",
+            "-m",
+            model_.path(),
+            "--data",
+            dir_.file("one.jsonl"),
+            "--style",
+            "raw",
+            "--methods",
+            "full,dropkv",
+            "--budgets",
+            "0.5",
+            "--window",
+            "2",
+            "--out",
+            dir_.file("out/r.json"),
+            "--markdown",
+            dir_.file("out/r.md"),
+            "--plots",
+            dir_.file("out/plots")};
   }
   testing::TinyCliModel model_ = testing::write_tiny_cli_model(testing::tiny_cli_doc(), "eval_out");
   TempDir dir_;
@@ -63,7 +79,8 @@ TEST_F(EvalOutputs, ASuccessfulRunWritesEveryOutput) {
   EXPECT_TRUE(std::filesystem::is_regular_file(dir_.file("out/r.md")));
   EXPECT_FALSE(testing::list_dir(dir_.file("out/plots")).empty());
   // Only the three outputs: no staging leftovers.
-  EXPECT_EQ(testing::list_dir(dir_.file("out")), (std::vector<std::string>{"plots", "r.json", "r.md"}));
+  EXPECT_EQ(testing::list_dir(dir_.file("out")),
+            (std::vector<std::string>{"plots", "r.json", "r.md"}));
 }
 
 }  // namespace

@@ -17,7 +17,9 @@ namespace {
 using testing::run_cli;
 using testing::TempDir;
 
-std::string smollm2() { return io::model_path(KVEVICT_SOURCE_DIR, io::kSmolLM2File); }
+std::string smollm2() {
+  return io::model_path(KVEVICT_SOURCE_DIR, io::kSmolLM2File);
+}
 
 class ModelCommands : public ::testing::Test {
  protected:
@@ -50,9 +52,9 @@ TEST_F(ModelCommands, GenerateWithEvictionShrinksTheCache) {
 // with DropKV keeping 20% of the cache. The prompt is the eval generator's first niah_single_1
 // sample at 2K tokens (base seed 0), evicted query-aware with DropKV's defaults (no pooling).
 TEST_F(ModelCommands, DropKVAt20PercentStillFindsTheNeedle) {
-  const auto r = run_cli(KVEVICT_CLI_PATH,
-                         {"eval", "-m", smollm2(), "--tasks", "niah_single_1", "--lengths", "2048",
-                          "--samples", "1", "--methods", "full,dropkv", "--budgets", "0.2", "--json"});
+  const auto r = run_cli(KVEVICT_CLI_PATH, {"eval", "-m", smollm2(), "--tasks", "niah_single_1",
+                                            "--lengths", "2048", "--samples", "1", "--methods",
+                                            "full,dropkv", "--budgets", "0.2", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   int checked = 0;
@@ -67,10 +69,13 @@ TEST_F(ModelCommands, DropKVAt20PercentStillFindsTheNeedle) {
 }
 
 TEST_F(ModelCommands, GenerateRejectsBadInput) {
-  expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--method", "dropkvv"}, "unknown method 'dropkvv'");
-  expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--method", "dropkv", "--budget", "0"}, "budget");
+  expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--method", "dropkvv"},
+             "unknown method 'dropkvv'");
+  expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--method", "dropkv", "--budget", "0"},
+             "budget");
   expect_bad({"generate", "-m", "/nonexistent/model.gguf", "-p", "hi"}, "/nonexistent/model.gguf");
-  expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--device", "tpu"}, "unknown --device 'tpu'");
+  expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--device", "tpu"},
+             "unknown --device 'tpu'");
   expect_bad({"generate", "-m", smollm2()}, "-p TEXT or -f FILE");
   expect_bad({"generate", "-m", smollm2(), "-p", "hi", "--query-aware"}, "--question");
   std::string huge;

@@ -28,8 +28,9 @@ class ScoreCommand : public ::testing::Test {
     npy::save(dir_.file("v.npy"), DType::kF32, {2, 97, 16}, v_.data());
   }
   std::vector<std::string> base(const std::string& method) const {
-    return {"score", "--method", method, "--q", dir_.file("q.npy"), "--k", dir_.file("k.npy"),
-            "--v", dir_.file("v.npy")};
+    return {
+        "score", "--method",        method, "--q", dir_.file("q.npy"), "--k", dir_.file("k.npy"),
+        "--v",   dir_.file("v.npy")};
   }
   // Runs a command expected to fail with exit 2 and a message containing `needle`; checks that
   // the --out file was not created.
@@ -66,7 +67,8 @@ TEST_F(ScoreCommand, WritesScoresThatMatchTheReference) {
   HostTensor keep = npy::load(dir_.file("keep.npy"));
   ASSERT_EQ(keep.shape(), (std::vector<int64_t>{2, 24}));  // floor(0.25 * 97)
   for (int h = 0; h < 2; ++h)
-    for (int i = 1; i < 24; ++i) EXPECT_LT(keep.ptr<int32_t>()[h * 24 + i - 1], keep.ptr<int32_t>()[h * 24 + i]);
+    for (int i = 1; i < 24; ++i)
+      EXPECT_LT(keep.ptr<int32_t>()[h * 24 + i - 1], keep.ptr<int32_t>()[h * 24 + i]);
 }
 
 TEST_F(ScoreCommand, JsonSummaryNamesTheSettings) {
@@ -152,9 +154,9 @@ TEST_F(ScoreCommand, AnalyzeReportsRatios) {
                           dir_.file("v.npy"), "--pool-size", "10", "--evict", "3", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("ratio_median"), std::string::npos) << r.out;
-  const auto bad = run_cli(KVEVICT_CLI_PATH,
-                           {"analyze", "--q", dir_.file("q.npy"), "--k", dir_.file("k.npy"), "--v",
-                            dir_.file("v.npy"), "--pool-size", "30", "--evict", "3"});
+  const auto bad =
+      run_cli(KVEVICT_CLI_PATH, {"analyze", "--q", dir_.file("q.npy"), "--k", dir_.file("k.npy"),
+                                 "--v", dir_.file("v.npy"), "--pool-size", "30", "--evict", "3"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("30"), std::string::npos) << bad.err;
 }

@@ -21,8 +21,11 @@ struct TinyCliModel {
 
 // The GGUF of a tiny model with a vocabulary, before it is written (tests edit it further).
 inline GgufDoc tiny_cli_doc(const std::string& arch = "llama", int ctx = 256) {
-  const SpmVocabulary v =
-      spm_byte_vocabulary({{"\xE2\x96\x81the", -1.0f}, {"\xE2\x96\x81" "a", -1.0f}, {"e", -1.0f}});
+  const SpmVocabulary v = spm_byte_vocabulary({{"\xE2\x96\x81the", -1.0f},
+                                               {"\xE2\x96\x81"
+                                                "a",
+                                                -1.0f},
+                                               {"e", -1.0f}});
   TinySpec spec;
   spec.arch = arch;
   spec.V = static_cast<int>(v.tokens.size());

@@ -17,8 +17,9 @@ double half_value(uint16_t h) {
   const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
   const double sign = s ? -1.0 : 1.0;
   if (e == 0) return sign * std::ldexp(m / 1024.0, -14);
-  if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN()
-                        : sign * std::numeric_limits<double>::infinity();
+  if (e == 31)
+    return m ? std::numeric_limits<double>::quiet_NaN()
+             : sign * std::numeric_limits<double>::infinity();
   return sign * std::ldexp(1.0 + m / 1024.0, e - 15);
 }
 

@@ -17,7 +17,7 @@ TEST(DType, HalfRoundTripsEveryFiniteValue) {
 }
 
 TEST(DType, HalfRoundsToNearestEven) {
-  EXPECT_EQ(half_to_float(float_to_half(1.0f + 1.0f / 2048)), 1.0f);          // tie -> even
+  EXPECT_EQ(half_to_float(float_to_half(1.0f + 1.0f / 2048)), 1.0f);  // tie -> even
   EXPECT_EQ(half_to_float(float_to_half(1.0f + 3.0f / 2048)), 1.0f + 2.0f / 1024);
   EXPECT_TRUE(std::isinf(half_to_float(float_to_half(70000.0f))));
   EXPECT_EQ(half_to_float(float_to_half(5.96e-8f)), 5.960464477539063e-08f);  // min subnormal

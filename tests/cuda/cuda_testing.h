@@ -58,8 +58,8 @@ class DeviceBuffer {
   bool sentinels_intact() const {
     std::vector<unsigned char> pads(2 * pad_);
     cudaMemcpy(pads.data(), raw_, pad_, cudaMemcpyDeviceToHost);
-    cudaMemcpy(pads.data() + pad_, static_cast<const char*>(raw_) + pad_ + count_ * sizeof(T),
-               pad_, cudaMemcpyDeviceToHost);
+    cudaMemcpy(pads.data() + pad_, static_cast<const char*>(raw_) + pad_ + count_ * sizeof(T), pad_,
+               cudaMemcpyDeviceToHost);
     return std::all_of(pads.begin(), pads.end(), [](unsigned char c) { return c == 0xA5; });
   }
 

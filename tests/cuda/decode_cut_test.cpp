@@ -30,7 +30,7 @@ struct CutCase {
   int64_t slack;
   int sink, recent;
   int steps;
-  int levels;         // distinct score increments (few levels: many ties)
+  int levels;  // distinct score increments (few levels: many ties)
   uint64_t seed;
 };
 
@@ -177,14 +177,12 @@ void run(const CutCase& c) {
       for (int64_t j = 0; j < hv.lens[h]; ++j) {
         const int64_t hr = hv.offsets[h] + j;
         const auto it = g_rows.find(hv.pos[hr]);
-        ASSERT_NE(it, g_rows.end())
-            << "step " << step << " head " << h << ": position " << hv.pos[hr]
-            << " kept by the host only";
+        ASSERT_NE(it, g_rows.end()) << "step " << step << " head " << h << ": position "
+                                    << hv.pos[hr] << " kept by the host only";
         const int64_t gr = it->second;
         ASSERT_EQ(std::memcmp(gk.data() + gr * d, static_cast<uint16_t*>(hv.k) + hr * d, 2 * d), 0)
             << "keys of position " << hv.pos[hr];
-        ASSERT_EQ(std::memcmp(gvv.data() + gr * d, static_cast<uint16_t*>(hv.v) + hr * d, 2 * d),
-                  0)
+        ASSERT_EQ(std::memcmp(gvv.data() + gr * d, static_cast<uint16_t*>(hv.v) + hr * d, 2 * d), 0)
             << "values of position " << hv.pos[hr];
         ASSERT_EQ(gacc[gr], hv.score_acc[hr]) << "accumulator of position " << hv.pos[hr];
       }

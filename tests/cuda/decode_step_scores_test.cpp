@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cuda/cuda_testing.h"
-#include "kvevict/score_terms.h"
 #include "cuda/model_launchers.h"
+#include "kvevict/score_terms.h"
 #include "support/testing.h"
 
 namespace kvevict::gpu {
@@ -168,7 +168,8 @@ void plant_top_rows(const Case& c, const std::vector<int64_t>& off, float scale,
       for (int64_t j = 0; j < len; ++j)
         if (j != top) sum += std::exp(z[j] - best);
       if (len > 1)
-        z[top] = c.p_top > 0 ? best + std::log(sum) + std::log(c.p_top / (1 - c.p_top)) : best + c.gap;
+        z[top] =
+            c.p_top > 0 ? best + std::log(sum) + std::log(c.p_top / (1 - c.p_top)) : best + c.gap;
       for (int64_t j = 0; j < len; ++j) k[(off[s] + j) * d + h] = static_cast<float>(z[j] / scale);
     }
   }
@@ -193,8 +194,8 @@ void run_case(const Case& c, int sm_count) {
   auto q = cuda::testing::round_to(
       kvevict::testing::normal_floats(static_cast<size_t>(c.B) * Hq * d, c.seed, 1.5f),
       DType::kBF16);
-  auto k = cuda::testing::round_to(
-      kvevict::testing::normal_floats(rows * d, c.seed + 1, 1.0f), DType::kBF16);
+  auto k = cuda::testing::round_to(kvevict::testing::normal_floats(rows * d, c.seed + 1, 1.0f),
+                                   DType::kBF16);
   const bool planted = c.gap > 0 || c.p_top > 0;
   if (planted) plant_top_rows(c, off, scale, q, k);
   const auto v = cuda::testing::round_to(
@@ -289,8 +290,8 @@ void run_case(const Case& c, int sm_count) {
         std::vector<bool> loo(c.G, false);
         for (int h = 0; h < c.G && tops; ++h) {
           bool near = false;
-          loo[h] = top_candidate_host(z_plain[(off[s] + j) * c.G + h],
-                                      static_cast<float>(lse_k[h]), &near);
+          loo[h] = top_candidate_host(z_plain[(off[s] + j) * c.G + h], static_cast<float>(lse_k[h]),
+                                      &near);
           near_row[j] = near_row[j] || near;
         }
         own[j] = reference_score(kind, refs[s], lse_k, a_k, v, off[s], len, j, c.G, d, loo);
@@ -439,8 +440,8 @@ TEST(GpuDecodeStepScoresTopRow, LeaveOneOutMatchesDoubleReference) {
   const bool sanitizer = std::getenv("KVEVICT_SANITIZER") != nullptr;
   for (const Case& c : cases) {
     if (sanitizer && !(c.gap == 1000 || c.p_top > 1 - 1e-11 || c.q_scale > 1)) continue;
-    SCOPED_TRACE(::testing::Message() << "gap " << c.gap << " p_top " << c.p_top << " q_scale "
-                                      << c.q_scale);
+    SCOPED_TRACE(::testing::Message()
+                 << "gap " << c.gap << " p_top " << c.p_top << " q_scale " << c.q_scale);
     for (int sm_count : {1, 132}) run_case(c, sm_count);
   }
 }

@@ -20,9 +20,8 @@ void run(int hkv, int64_t n, int64_t n_keep, int sink, int window, bool ties, ui
   // Under compute-sanitizer (tools/gpu_check.sh sets KVEVICT_SANITIZER) the large sizes take
   // minutes; the small ones exercise the same code paths.
   if (std::getenv("KVEVICT_SANITIZER") != nullptr && n > 20000) return;
-  SCOPED_TRACE(::testing::Message() << "Hkv " << hkv << " n " << n << " keep " << n_keep
-                                    << " sink " << sink << " window " << window
-                                    << (ties ? " ties" : ""));
+  SCOPED_TRACE(::testing::Message() << "Hkv " << hkv << " n " << n << " keep " << n_keep << " sink "
+                                    << sink << " window " << window << (ties ? " ties" : ""));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> dist(0.f, 1.f);
   std::vector<float> s(static_cast<size_t>(hkv) * n);
@@ -34,8 +33,8 @@ void run(int hkv, int64_t n, int64_t n_keep, int sink, int window, bool ties, ui
   dk.poison();
   const size_t ws_bytes = select_uniform_workspace_bytes(hkv, n);
   DeviceBuffer<char> ws(ws_bytes);
-  select_uniform(TensorView(ds.data(), DType::kF32, {hkv, n}, Device::kCuda), n_keep, sink,
-                 window, TensorView(dk.data(), DType::kI32, {hkv, n_keep}, Device::kCuda),
+  select_uniform(TensorView(ds.data(), DType::kF32, {hkv, n}, Device::kCuda), n_keep, sink, window,
+                 TensorView(dk.data(), DType::kI32, {hkv, n_keep}, Device::kCuda),
                  {ws.data(), ws_bytes});
   KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
   const auto got = dk.download();
@@ -95,12 +94,12 @@ TEST(CudaSelect, RejectsBudgetBelowProtected) {
   DeviceBuffer<int32_t> dk(10);
   DeviceBuffer<char> ws(select_uniform_workspace_bytes(1, 100));
   const Workspace w{ws.data(), select_uniform_workspace_bytes(1, 100)};
-  EXPECT_THROW(select_uniform(TensorView(ds.data(), DType::kF32, {1, 100}, Device::kCuda), 10, 4,
-                              8, TensorView(dk.data(), DType::kI32, {1, 10}, Device::kCuda), w),
+  EXPECT_THROW(select_uniform(TensorView(ds.data(), DType::kF32, {1, 100}, Device::kCuda), 10, 4, 8,
+                              TensorView(dk.data(), DType::kI32, {1, 10}, Device::kCuda), w),
                Error);
   // A workspace one byte short is a sizing bug the API names.
-  EXPECT_THROW(select_uniform(TensorView(ds.data(), DType::kF32, {1, 100}, Device::kCuda), 20, 4,
-                              8, TensorView(dk.data(), DType::kI32, {1, 20}, Device::kCuda),
+  EXPECT_THROW(select_uniform(TensorView(ds.data(), DType::kF32, {1, 100}, Device::kCuda), 20, 4, 8,
+                              TensorView(dk.data(), DType::kI32, {1, 20}, Device::kCuda),
                               {w.data, w.bytes - 1}),
                Error);
 }

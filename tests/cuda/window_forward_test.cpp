@@ -25,9 +25,9 @@ struct Case {
 };
 
 void run_case(const Case& c, bool with_out) {
-  SCOPED_TRACE(::testing::Message() << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n "
-                                    << c.n << " w " << c.w << " " << dtype_name(c.dtype)
-                                    << (with_out ? "" : " lse-only"));
+  SCOPED_TRACE(::testing::Message()
+               << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n " << c.n << " w " << c.w
+               << " " << dtype_name(c.dtype) << (with_out ? "" : " lse-only"));
   const size_t nq = static_cast<size_t>(c.hq) * c.m * c.d, nk = c.hkv * c.n * c.d;
   // Queries scaled up so softmax is peaked (the interesting regime for p near 1).
   auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), c.dtype);
@@ -49,7 +49,8 @@ void run_case(const Case& c, bool with_out) {
     }
 
   DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
-  DeviceBuffer<float> dout(static_cast<size_t>(c.hq) * c.w * c.d), dlse(static_cast<size_t>(c.hq) * c.w);
+  DeviceBuffer<float> dout(static_cast<size_t>(c.hq) * c.w * c.d),
+      dlse(static_cast<size_t>(c.hq) * c.w);
   const size_t ws_bytes = window_forward_workspace_bytes(c.hq, c.hkv, c.n, c.w, c.d);
   DeviceBuffer<char> ws(ws_bytes);
   ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && dout.ok() && dlse.ok() && ws.ok());
@@ -184,8 +185,8 @@ TEST(CudaWindowForward, DominantTopKeys) {
           } else {
             window_forward(TensorView(dq.data(), DType::kBF16, {hq, w, s.d}, Device::kCuda),
                            TensorView(dk.data(), DType::kBF16, {s.hkv, s.n, s.d}, Device::kCuda),
-                           TensorView(dv.data(), DType::kBF16, {s.hkv, s.n, s.d}, Device::kCuda),
-                           w, pp.scale,
+                           TensorView(dv.data(), DType::kBF16, {s.hkv, s.n, s.d}, Device::kCuda), w,
+                           pp.scale,
                            TensorView(dout.data(), DType::kF32, {hq, w, s.d}, Device::kCuda),
                            TensorView(dlse.data(), DType::kF32, {hq, w}, Device::kCuda),
                            {ws.data(), ws_bytes});

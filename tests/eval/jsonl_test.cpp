@@ -11,8 +11,8 @@
 namespace kvevict::eval {
 namespace {
 
-const char* kGood =
-    R"({"context": "ctx one", "question": "q1?", "answer_prefix": " A:", "answers": ["x", "y"], "max_new_tokens": 32, "task": "qa_1", "extra": 5})";
+const char* kGood = R"({"context": "ctx one", "question": "q1?", "answer_prefix": " A:",)"
+                    R"( "answers": ["x", "y"], "max_new_tokens": 32, "task": "qa_1", "extra": 5})";
 
 std::string error_of(const std::string& text) {
   std::istringstream in(text);
@@ -96,39 +96,38 @@ TEST(Jsonl, RejectsNonObjectRows) {
 
 TEST(Jsonl, RejectsMissingFieldNamingIt) {
   expect_contains(
-      error_of(
-          R"({"context": "c", "question": "q", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
+      error_of(R"({"context": "c", "question": "q", "answers": ["a"], "max_new_tokens": 3,)"
+               R"( "task": "t"})"),
       {"line 1", "'answer_prefix'", "missing", "expected a string"});
 }
 
 TEST(Jsonl, RejectsWrongTypesNamingFieldAndExpectedType) {
   expect_contains(
-      error_of(
-          R"({"context": 5, "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": "t"})"),
+      error_of(R"({"context": 5, "question": "q", "answer_prefix": "", "answers": ["a"],)"
+               R"( "max_new_tokens": 3, "task": "t"})"),
       {"'context'", "is integer", "expected a string"});
   expect_contains(
-      error_of(
-          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": "a", "max_new_tokens": 3, "task": "t"})"),
+      error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": "a",)"
+               R"( "max_new_tokens": 3, "task": "t"})"),
       {"'answers'", "is string", "expected an array of strings"});
+  expect_contains(error_of(R"({"context": "c", "question": "q", "answer_prefix": "",)"
+                           R"( "answers": ["a", 3], "max_new_tokens": 3, "task": "t"})"),
+                  {"'answers' element 1", "integer", "expected a string"});
   expect_contains(
-      error_of(
-          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a", 3], "max_new_tokens": 3, "task": "t"})"),
-      {"'answers' element 1", "integer", "expected a string"});
-  expect_contains(
-      error_of(
-          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": [], "max_new_tokens": 3, "task": "t"})"),
+      error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": [],)"
+               R"( "max_new_tokens": 3, "task": "t"})"),
       {"'answers'", "empty", "at least one"});
   expect_contains(
-      error_of(
-          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 2.5, "task": "t"})"),
+      error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"],)"
+               R"( "max_new_tokens": 2.5, "task": "t"})"),
       {"'max_new_tokens'", "is number", "positive integer"});
   expect_contains(
-      error_of(
-          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 0, "task": "t"})"),
+      error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"],)"
+               R"( "max_new_tokens": 0, "task": "t"})"),
       {"'max_new_tokens' is 0", "positive integer"});
   expect_contains(
-      error_of(
-          R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"], "max_new_tokens": 3, "task": null})"),
+      error_of(R"({"context": "c", "question": "q", "answer_prefix": "", "answers": ["a"],)"
+               R"( "max_new_tokens": 3, "task": null})"),
       {"'task'", "null", "expected a string"});
 }
 

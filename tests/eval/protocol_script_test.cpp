@@ -40,7 +40,8 @@ EvalResults survey_results(int64_t length, double niah) {
 class ProtocolScript : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::system("python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' > /dev/null 2>&1"))
+    if (std::system(
+            "python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' > /dev/null 2>&1"))
       GTEST_SKIP() << "python3 >= 3.8 not available";
     dir_ = fs::temp_directory_path() /
            ("kvevict_protocol_" + std::to_string(reinterpret_cast<uintptr_t>(this)) + "_" +
@@ -50,8 +51,8 @@ class ProtocolScript : public ::testing::Test {
     fs::create_directories(dir_ / "state" / "survey");
     fs::create_directories(dir_ / "state" / "ablate");
     // A kvevict that fails if the script ever runs it: every run here is finished already.
-    std::ofstream(dir_ / "bin" / "kvevict") << "#!/bin/sh\necho ran >> " << (dir_ / "ran").string()
-                                            << "\nexit 1\n";
+    std::ofstream(dir_ / "bin" / "kvevict")
+        << "#!/bin/sh\necho ran >> " << (dir_ / "ran").string() << "\nexit 1\n";
     fs::permissions(dir_ / "bin" / "kvevict", fs::perms::owner_all);
   }
   void TearDown() override {
@@ -60,11 +61,12 @@ class ProtocolScript : public ::testing::Test {
   }
   int protocol(const std::string& steps, std::string* out) {
     const std::string log = (dir_ / "log").string();
-    const std::string cmd = "MODELS=smollm2 TASKS=niah_single_1,vt SURVEY_LENGTHS=2048,4096,8192 "
-                            "BUDGETS=0.1 PACK=0 python3 " + std::string(KVEVICT_SOURCE_DIR) +
-                            "/tools/eval_protocol.py " + steps + " " + (dir_ / "bin").string() +
-                            " " + dir_.string() + " " + (dir_ / "corpus").string() + " " +
-                            (dir_ / "state").string() + " > " + log + " 2>&1";
+    const std::string cmd =
+        "MODELS=smollm2 TASKS=niah_single_1,vt SURVEY_LENGTHS=2048,4096,8192 "
+        "BUDGETS=0.1 PACK=0 python3 " +
+        std::string(KVEVICT_SOURCE_DIR) + "/tools/eval_protocol.py " + steps + " " +
+        (dir_ / "bin").string() + " " + dir_.string() + " " + (dir_ / "corpus").string() + " " +
+        (dir_ / "state").string() + " > " + log + " 2>&1";
     const int rc = std::system(cmd.c_str());
     std::ifstream in(log);
     std::stringstream ss;
@@ -83,8 +85,9 @@ TEST_F(ProtocolScript, SurveyKeepsLengthsUpToTheFirstBelowTheNiahThreshold) {
   // 2K: 100, 4K: 50 (kept), 8K: 30 -> [2048, 4096]; then a later rise would not count.
   const std::pair<int64_t, double> cells[] = {{2048, 100.0}, {4096, 50.0}, {8192, 30.0}};
   for (const auto& [len, niah] : cells)
-    write_text_file((dir_ / "state" / "survey" / ("smollm2_" + std::to_string(len) + ".json")).string(),
-                    results_to_json(survey_results(len, niah)));
+    write_text_file(
+        (dir_ / "state" / "survey" / ("smollm2_" + std::to_string(len) + ".json")).string(),
+        results_to_json(survey_results(len, niah)));
   std::string out;
   ASSERT_EQ(protocol("survey", &out), 0) << out;
   EXPECT_EQ(decisions()["useful_lengths"]["smollm2"], nlohmann::json::array({2048, 4096})) << out;

@@ -243,7 +243,7 @@ TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {
   EXPECT_NE(res.records[0].window, res.records[1].window);
   EXPECT_TRUE(res.records[0].window_is_question);
   auto rows = res.aggregate();
-  ASSERT_EQ(rows.size(), 2u);  // the task row and the average row
+  ASSERT_EQ(rows.size(), 2u);    // the task row and the average row
   EXPECT_EQ(rows[0].window, 0);  // the count varies by sample: one row, window 0
   EXPECT_TRUE(rows[0].window_is_question);
   EXPECT_EQ(rows[0].samples, 2);

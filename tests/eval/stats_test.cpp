@@ -82,9 +82,8 @@ TEST(Stats, AverageOverTasksResamplesWithinEachTask) {
   // each task keeps its weight (stratified); pooling the samples would give an interval ~ +-20.
   BootstrapOptions opt;
   opt.resamples = 2000;
-  const Interval s = bootstrap_mean_of_means({std::vector<double>(10, 100.0),
-                                              std::vector<double>(30, 0.0)},
-                                             opt, 9);
+  const Interval s = bootstrap_mean_of_means(
+      {std::vector<double>(10, 100.0), std::vector<double>(30, 0.0)}, opt, 9);
   EXPECT_DOUBLE_EQ(s.estimate, 50.0);  // mean of task means, not 25 (the pooled mean)
   EXPECT_DOUBLE_EQ(s.low, 50.0);
   EXPECT_DOUBLE_EQ(s.high, 50.0);
@@ -225,7 +224,7 @@ TEST(Summary, CostTableSumsTheBatches) {
     b.settings = 10;
     b.prefill_seconds = 1.0 + i;  // 1, 2
     b.answer_seconds = 3.0;
-    b.evict_seconds = 0.5;        // 10 settings: 0.05 each
+    b.evict_seconds = 0.5;  // 10 settings: 0.05 each
     b.decode_seconds = 2.0;
     b.append_seconds = 0.0;
     b.decode_steps = 20;

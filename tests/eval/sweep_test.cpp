@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "eval/eval_fixtures.h"
 #include "kvevict/eval/metrics.h"
 #include "kvevict/eval/report.h"
 #include "kvevict/eval/rng.h"
@@ -19,7 +20,6 @@
 #include "kvevict/eval/summary.h"
 #include "kvevict/model/runtime.h"
 #include "kvevict/model/sampler.h"
-#include "eval/eval_fixtures.h"
 #include "kvevict/tokenizer.h"
 #include "model/tiny_model.h"
 
@@ -85,11 +85,22 @@ Sample tiny_sample(const std::string& task, uint64_t seed, int words) {
   return s;
 }
 
-const std::vector<std::string> kSettings = {
-    "full",           "dropkv",       "snapkv",        "snapkv:kvpress", "h2o",
-    "h2o:norm",       "tova",         "tova:keep_last", "adakv",         "adadropkv",
-    "obcache_vk",     "obcache_k:h2o", "obcache_v:tova", "dropkv:w=4:pool=max:3",
-    "streamingllm",   "knorm"};
+const std::vector<std::string> kSettings = {"full",
+                                            "dropkv",
+                                            "snapkv",
+                                            "snapkv:kvpress",
+                                            "h2o",
+                                            "h2o:norm",
+                                            "tova",
+                                            "tova:keep_last",
+                                            "adakv",
+                                            "adadropkv",
+                                            "obcache_vk",
+                                            "obcache_k:h2o",
+                                            "obcache_v:tova",
+                                            "dropkv:w=4:pool=max:3",
+                                            "streamingllm",
+                                            "knorm"};
 
 class Sweep : public ::testing::TestWithParam<std::tuple<std::string, Device>> {};
 
@@ -131,13 +142,12 @@ TEST_P(Sweep, OneBatchPerPrefillEqualsEachSettingAlone) {
         if (!aware) session->append(q);
         const int64_t kept = kept_rows_per_head(*session, rt->config());
         Sampler greedy;
-        GenerateResult g = session->generate(s.max_new_tokens, greedy, [&](int32_t id) {
-          return tok.is_end_of_generation(id);
-        });
+        GenerateResult g = session->generate(
+            s.max_new_tokens, greedy, [&](int32_t id) { return tok.is_end_of_generation(id); });
         if (g.stopped) g.tokens.pop_back();
         const std::string alone = postprocess_prediction(tok.decode(g.tokens));
-        EXPECT_EQ(r.prediction, alone) << m.label() << " " << query_mode_name(mode) << " seed "
-                                       << s.seed;
+        EXPECT_EQ(r.prediction, alone)
+            << m.label() << " " << query_mode_name(mode) << " seed " << s.seed;
         EXPECT_EQ(r.kept_tokens, kept) << m.label();
         EXPECT_EQ(r.score, score_prediction(metric_for_task(s.task), alone, s.answers));
         EXPECT_FALSE(r.prediction.empty()) << m.label();
@@ -217,9 +227,9 @@ INSTANTIATE_TEST_SUITE_P(, Sweep,
                          ::testing::Combine(::testing::Values("llama", "qwen2"),
                                             ::testing::Values(Device::kCpu, Device::kCuda)),
                          [](const auto& info) {
-                           std::string n = std::get<0>(info.param) +
-                                           (std::get<1>(info.param) == Device::kCpu ? "_cpu"
-                                                                                    : "_cuda");
+                           std::string n =
+                               std::get<0>(info.param) +
+                               (std::get<1>(info.param) == Device::kCpu ? "_cpu" : "_cuda");
                            for (char& c : n)
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return n;

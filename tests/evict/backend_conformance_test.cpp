@@ -45,7 +45,8 @@ void run(const testing::EvictorCase& c) {
   const std::vector<float> cpu_scores(csv.ptr<float>(), csv.ptr<float>() + sh.hkv * sh.n);
   double peak = 0;
   for (float x : ref_scores) peak = std::max(peak, std::fabs(static_cast<double>(x)));
-  EXPECT_TRUE(testing::all_close(cpu_scores, std::vector<double>(ref_scores.begin(), ref_scores.end()),
+  EXPECT_TRUE(testing::all_close(cpu_scores,
+                                 std::vector<double>(ref_scores.begin(), ref_scores.end()),
                                  1e-4 * peak + 1e-30, 1e-3, "scores"));
   EXPECT_EQ(rs.warning.empty(), cs.warning.empty());
   EXPECT_EQ(rs.offsets.back(), cs.offsets.back());
@@ -56,7 +57,8 @@ void run(const testing::EvictorCase& c) {
   // plan_segments + compact: both backends write the same table and bytes for one selection.
   const int64_t slack = 2;
   const HostKVCache full = HostKVCache::from_dense(p.k, p.v, DType::kBF16, 0, true);
-  HostKVCache a = cache_allocate_for(full.view(), cs, slack), b = cache_allocate_for(full.view(), cs, slack);
+  HostKVCache a = cache_allocate_for(full.view(), cs, slack),
+              b = cache_allocate_for(full.view(), cs, slack);
   cpu->plan_segments(cs, slack, a.view());
   ref->plan_segments(cs, slack, b.view());
   EXPECT_EQ(std::vector<int64_t>(a.view().offsets, a.view().offsets + sh.hkv + 1),
@@ -72,7 +74,8 @@ void run(const testing::EvictorCase& c) {
       ASSERT_EQ(va.pos[r], vb.pos[r]);
       ASSERT_EQ(va.pos[r], cs.head(h)[i]) << "rows are the kept positions, in order";
       ASSERT_EQ(std::memcmp(static_cast<char*>(va.k) + r * sh.d * 2,
-                            static_cast<char*>(vb.k) + r * sh.d * 2, sh.d * 2), 0);
+                            static_cast<char*>(vb.k) + r * sh.d * 2, sh.d * 2),
+                0);
     }
   }
 

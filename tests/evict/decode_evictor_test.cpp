@@ -31,14 +31,10 @@ double independent_term(DecodeScore s, const float* q, const float* a, double ls
   const double p = std::exp(z - lse);
   switch (s) {
     case DecodeScore::kAttentionSum:
-    case DecodeScore::kTOVA:
-      return p;
-    case DecodeScore::kDropKV:
-      return std::pow(p / std::max(1.0 - p, 1e-12), 2) * amv2;
-    case DecodeScore::kObcacheV:
-      return p * p * v2;
-    case DecodeScore::kObcacheK:
-      return std::pow(p * z, 2) * amv2;
+    case DecodeScore::kTOVA: return p;
+    case DecodeScore::kDropKV: return std::pow(p / std::max(1.0 - p, 1e-12), 2) * amv2;
+    case DecodeScore::kObcacheV: return p * p * v2;
+    case DecodeScore::kObcacheK: return std::pow(p * z, 2) * amv2;
     case DecodeScore::kObcacheVK:
       return p * p * v2 + std::pow(p * z, 2) * amv2 + 2 * p * p * z * (v2 - av);
   }

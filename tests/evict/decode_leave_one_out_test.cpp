@@ -55,8 +55,8 @@ TEST(DecodeLeaveOneOut, DropKVStepScoreIsTheRemovalPerturbation) {
         if (j != dc.top) best = std::max(best, z[j]);
       for (int64_t j = 0; j < kLen; ++j)
         if (j != dc.top) sum += std::exp(z[j] - best);
-      z[dc.top] = dc.p_top > 0 ? best + std::log(sum) + std::log(dc.p_top / (1 - dc.p_top))
-                               : best + dc.gap;
+      z[dc.top] =
+          dc.p_top > 0 ? best + std::log(sum) + std::log(dc.p_top / (1 - dc.p_top)) : best + dc.gap;
       for (int64_t j = 0; j < kLen; ++j) k[j * kD + h] = static_cast<float>(z[j] / scale);
     }
     HostKVCache dense = HostKVCache::from_dense(TensorView(k.data(), DType::kF32, {1, kLen, kD}),
@@ -107,11 +107,11 @@ TEST(DecodeLeaveOneOut, DropKVStepScoreIsTheRemovalPerturbation) {
     opt.scale = static_cast<float>(scale);
     const DecodeEvictor ev(opt);
     std::vector<float> got(kLen);
-    ev.step_scores(c,
-                   {TensorView(q.data(), DType::kF32, {kG, kD}),
-                    TensorView(a.data(), DType::kF32, {kG, kD}),
-                    TensorView(lse.data(), DType::kF32, {kG})},
-                   0, got.data());
+    ev.step_scores(
+        c,
+        {TensorView(q.data(), DType::kF32, {kG, kD}), TensorView(a.data(), DType::kF32, {kG, kD}),
+         TensorView(lse.data(), DType::kF32, {kG})},
+        0, got.data());
     double top = 0;
     for (double x : pert) top = std::max(top, x);
     EXPECT_TRUE(testing::all_close(got, pert, 1e-9 * top, 1e-5, "step scores"));

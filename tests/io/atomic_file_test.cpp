@@ -75,8 +75,9 @@ TEST(OutputPathPolicy, RefusesDeviceNodesAndLeavesThemDevices) {
     const std::string path = dir.file(std::string("dev_") + std::to_string(int(kind)));
     std::string why;
     if (!testing::make_special(path, kind, &why)) GTEST_SKIP() << why;
-    expect_refused(dir, path, kind == SpecialKind::kBlockDevice ? "is a block device"
-                                                                : "is a character device");
+    expect_refused(
+        dir, path,
+        kind == SpecialKind::kBlockDevice ? "is a block device" : "is a character device");
     // A link to a device is refused the same way, and the link stays a link.
     const std::string link = path + ".link";
     ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
@@ -102,7 +103,10 @@ TEST(OutputPathPolicy, MissingOrWrongDirectoryIsRefusedBeforeWriting) {
     write(dir.file("missing/out.json"), "x");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing of " + dir.file("missing/out.json") + " does not exist"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("missing of " + dir.file("missing/out.json") +
+                                         " does not exist"),
+              std::string::npos)
+        << e.what();
   }
   write(dir.file("plain"), "x");
   try {

@@ -213,7 +213,8 @@ class GgufDoc {
 };
 
 // The field values a hostile file would try, by what they break.
-inline std::vector<uint8_t> mutated_scalar(std::mt19937_64& rng, uint32_t* type, std::string* what) {
+inline std::vector<uint8_t> mutated_scalar(std::mt19937_64& rng, uint32_t* type,
+                                           std::string* what) {
   std::vector<uint8_t> v;
   const auto f32 = [&](float x, const char* name) {
     *type = GgufType::kF32;
@@ -227,14 +228,46 @@ inline std::vector<uint8_t> mutated_scalar(std::mt19937_64& rng, uint32_t* type,
     case 3: f32(0.0f, "f32 0"); break;
     case 4: f32(1e38f, "f32 1e38"); break;
     case 5: f32(1e-45f, "f32 denormal"); break;
-    case 6: *type = GgufType::kU32; GgufDoc::put<uint32_t>(v, 0); *what = "u32 0"; break;
-    case 7: *type = GgufType::kU32; GgufDoc::put<uint32_t>(v, 0xFFFFFFFFu); *what = "u32 max"; break;
-    case 8: *type = GgufType::kI32; GgufDoc::put<int32_t>(v, -1); *what = "i32 -1"; break;
-    case 9: *type = GgufType::kU64; GgufDoc::put<uint64_t>(v, uint64_t{1} << 62); *what = "u64 2^62"; break;
-    case 10: *type = GgufType::kI64; GgufDoc::put<int64_t>(v, std::numeric_limits<int64_t>::min()); *what = "i64 min"; break;
-    case 11: *type = GgufType::kF64; GgufDoc::put<double>(v, std::numeric_limits<double>::quiet_NaN()); *what = "f64 NaN"; break;
-    case 12: *type = GgufType::kString; GgufDoc::put_string(v, "12"); *what = "string \"12\""; break;
-    default: *type = GgufType::kBool; v.push_back(1); *what = "bool true"; break;
+    case 6:
+      *type = GgufType::kU32;
+      GgufDoc::put<uint32_t>(v, 0);
+      *what = "u32 0";
+      break;
+    case 7:
+      *type = GgufType::kU32;
+      GgufDoc::put<uint32_t>(v, 0xFFFFFFFFu);
+      *what = "u32 max";
+      break;
+    case 8:
+      *type = GgufType::kI32;
+      GgufDoc::put<int32_t>(v, -1);
+      *what = "i32 -1";
+      break;
+    case 9:
+      *type = GgufType::kU64;
+      GgufDoc::put<uint64_t>(v, uint64_t{1} << 62);
+      *what = "u64 2^62";
+      break;
+    case 10:
+      *type = GgufType::kI64;
+      GgufDoc::put<int64_t>(v, std::numeric_limits<int64_t>::min());
+      *what = "i64 min";
+      break;
+    case 11:
+      *type = GgufType::kF64;
+      GgufDoc::put<double>(v, std::numeric_limits<double>::quiet_NaN());
+      *what = "f64 NaN";
+      break;
+    case 12:
+      *type = GgufType::kString;
+      GgufDoc::put_string(v, "12");
+      *what = "string \"12\"";
+      break;
+    default:
+      *type = GgufType::kBool;
+      v.push_back(1);
+      *what = "bool true";
+      break;
   }
   // Small ordinary values too: 1, 2, 3, 7 reach the paths where sizes disagree with tensors.
   if (rng() % 4 == 0) {
@@ -261,12 +294,8 @@ inline std::string mutate(GgufDoc& d, std::mt19937_64& rng) {
     const size_t i = pick(d.kvs.size());
     const std::string key = d.kvs[i].key;
     switch (rng() % 3) {
-      case 0:
-        d.kvs.erase(d.kvs.begin() + static_cast<std::ptrdiff_t>(i));
-        return "removed " + key;
-      case 1:
-        d.kvs.push_back(d.kvs[i]);
-        return "duplicated " + key;
+      case 0: d.kvs.erase(d.kvs.begin() + static_cast<std::ptrdiff_t>(i)); return "removed " + key;
+      case 1: d.kvs.push_back(d.kvs[i]); return "duplicated " + key;
       default: {
         GgufKv& kv = d.kvs[i];
         if (kv.type != GgufType::kArray || kv.value.size() < 12) return "no-op on " + key;
@@ -301,7 +330,9 @@ inline std::string mutate(GgufDoc& d, std::mt19937_64& rng) {
       switch (rng() % 4) {
         case 0: t.offset = other.offset; return t.name + " offset = " + other.name + "'s";
         case 1: t.offset += 1 + pick(31); return t.name + " offset unaligned";
-        case 2: t.offset = d.data.size() + d.alignment * pick(3); return t.name + " offset past the end";
+        case 2:
+          t.offset = d.data.size() + d.alignment * pick(3);
+          return t.name + " offset past the end";
         default: t.offset += d.alignment; return t.name + " offset + alignment";
       }
     case 6:  // dims

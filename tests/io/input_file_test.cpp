@@ -4,8 +4,8 @@
 // the CLI in tests/cli/bad_input_catalogue_test.cpp.
 #include "kvevict/io/input_file.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -55,9 +55,9 @@ TEST(InputFile, BinaryReadersRefuseAFifoWithoutBlocking) {
   const std::string f = dir.file("pipe.gguf");
   std::string why;
   ASSERT_TRUE(testing::make_special(f, SpecialKind::kFifo, &why)) << why;
-  for (const std::string& msg : {error_of([&] { npy::load(f); }),
-                                 error_of([&] { safetensors::File::open(f); }),
-                                 error_of([&] { gguf::File::open(f); })})
+  for (const std::string& msg :
+       {error_of([&] { npy::load(f); }), error_of([&] { safetensors::File::open(f); }),
+        error_of([&] { gguf::File::open(f); })})
     EXPECT_NE(msg.find("is a FIFO; expected a regular file"), std::string::npos) << msg;
   EXPECT_NE(error_of([&] { io::check_input_file(dir.file("nope"), "npy"); }).find("does not exist"),
             std::string::npos);

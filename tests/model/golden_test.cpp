@@ -38,8 +38,8 @@ struct GoldenModel {
 
 // Loads each model once per format for all its cases; skips when the model or golden file is
 // absent.
-const GoldenModel* golden_model(const std::string& name, const std::string& file,
-                                std::string* why, WeightFormat format = WeightFormat::kF32) {
+const GoldenModel* golden_model(const std::string& name, const std::string& file, std::string* why,
+                                WeightFormat format = WeightFormat::kF32) {
   static std::map<std::string, GoldenModel> cache;
   const std::string key = name + "/" + weight_format_name(format);
   auto it = cache.find(key);
@@ -154,7 +154,8 @@ TEST_P(Golden, NativeWeightsStayWithinTheQuantizedYardstick) {
   double yardstick = 0;
   for (size_t i = 0; i < ref_ids.size(); ++i)
     for (size_t j = 0; j < q_ids.size(); ++j)
-      if (q_ids[j] == ref_ids[i]) yardstick = std::max(yardstick, std::abs(q_logits[j] - ref_logits[i]));
+      if (q_ids[j] == ref_ids[i])
+        yardstick = std::max(yardstick, std::abs(q_logits[j] - ref_logits[i]));
   ASSERT_GT(yardstick, 0.0);
   const std::string what = name + " prompt " + std::to_string(index) + " native weights";
   Session s(g->model);

@@ -30,13 +30,14 @@ TEST_P(NativeWeights, LastLogitsStayCloseToTheF32Runtime) {
   const auto native = Model::load(path, ".", WeightFormat::kNative);
   const auto f32 = Model::load(path, ".", WeightFormat::kF32);
   EXPECT_LT(native->weights().bytes() * 4, f32->weights().bytes()) << "native weights are not "
-                                                                       "held in their block types";
+                                                                      "held in their block types";
   // Prose (random ids make flat, near-tied distributions): ~330 tokens.
   std::string text;
   for (int i = 0; i < 6; ++i)
-    text += "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy "
-            "disposition, seemed to unite some of the best blessings of existence; and had lived "
-            "nearly twenty-one years in the world with very little to distress or vex her. ";
+    text +=
+        "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy "
+        "disposition, seemed to unite some of the best blessings of existence; and had lived "
+        "nearly twenty-one years in the world with very little to distress or vex her. ";
   const std::vector<int32_t> tokens = Tokenizer::from_gguf(*native->file())->encode(text, true);
   for (DType kv : {DType::kF32, DType::kF16}) {
     SessionOptions opt;
@@ -81,4 +82,3 @@ INSTANTIATE_TEST_SUITE_P(Models, NativeWeights,
 
 }  // namespace
 }  // namespace kvevict
-

@@ -17,8 +17,8 @@
 #include "cuda/cuda_testing.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/model/evict_config.h"
-#include "model_cuda/gpu_forward.h"
 #include "model/tiny_model.h"
+#include "model_cuda/gpu_forward.h"
 #include "model_cuda/gpu_runtime.h"
 #include "model_cuda/tiny_configs.h"
 
@@ -181,8 +181,8 @@ TEST(DecodeGraph, ShapeChangesRecordAgainAndScratchGrows) {
   int64_t want = 0;
   for (const Case* k : {&one, &eight, &longer, &one}) {
     const Trace e = run(p.eager, *k), g = run(p.graph, *k);
-    expect_bitwise(e, g, "batch " + std::to_string(k->batch) + " length " +
-                             std::to_string(k->lengths[0]));
+    expect_bitwise(
+        e, g, "batch " + std::to_string(k->batch) + " length " + std::to_string(k->lengths[0]));
     EXPECT_EQ(captures(p), ++want);
   }
   EXPECT_GT(p.graph->forward().decode_graph_stats().updates, 0);  // same topology, new values

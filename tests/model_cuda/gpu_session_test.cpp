@@ -19,11 +19,11 @@
 #include "kvevict/decode_evict.h"
 #include "kvevict/io/gguf.h"
 #include "kvevict/io/model_paths.h"
-#include "model_cuda/gpu_runtime.h"
 #include "kvevict/model/model.h"
 #include "kvevict/model/session.h"
 #include "kvevict/tokenizer.h"
 #include "model/tiny_model.h"
+#include "model_cuda/gpu_runtime.h"
 #include "model_cuda/tiny_configs.h"
 #include "support/testing.h"
 
@@ -32,7 +32,6 @@ namespace {
 
 using testing::tiny_config;
 using testing::tiny_gemma;
-
 
 // Model::random with every weight rounded to bf16 (what the GPU holds).
 std::shared_ptr<const Model> bf16_model(const ModelConfig& c, uint64_t seed) {
@@ -554,7 +553,6 @@ TEST(GpuWindowKernel, SlidingWindowMatchesDoubleReference) {
 
 // ---------------------------------------------------------------------------------------------
 // gemma3
-
 
 std::shared_ptr<const Model> gemma_model(const ModelConfig& c, uint64_t seed) {
   auto m = bf16_model(c, seed);

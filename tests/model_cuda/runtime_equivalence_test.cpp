@@ -74,9 +74,9 @@ void check_kept_sets(const char* file) {
   const Runtimes rt = both(model);
   const auto prompt = prompt_of(*model, 40);
   const ModelConfig& c = model->config();
-  for (const char* m : {"dropkv", "adadropkv", "obcache_v", "obcache_k", "obcache_vk", "snapkv",
-                        "adakv", "h2o", "tova", "knorm", "keydiff", "vatp", "criticalkv",
-                        "streamingllm", "random"}) {
+  for (const char* m :
+       {"dropkv", "adadropkv", "obcache_v", "obcache_k", "obcache_vk", "snapkv", "adakv", "h2o",
+        "tova", "knorm", "keydiff", "vatp", "criticalkv", "streamingllm", "random"}) {
     SCOPED_TRACE(m);
     const std::string name = m;
     const EvictConfig cfg{PrefillEviction::make(method_parse(m), Budget{0.2}), {}};
@@ -176,7 +176,8 @@ void check_greedy(const char* file) {
     ASSERT_GT(steps, 0);
     for (int t = 0; t < steps; ++t) {
       const std::vector<float> lc = cs->logits(), lg = gs->logits();
-      ASSERT_EQ(argmax(lc), out[0][t]) << "the CPU's teacher-forced step " << t << " is not its greedy";
+      ASSERT_EQ(argmax(lc), out[0][t])
+          << "the CPU's teacher-forced step " << t << " is not its greedy";
       const double kl = softmax_kl(lc, lg);
       kl_sum += kl;
       kl_max = std::max(kl_max, kl);
@@ -184,8 +185,9 @@ void check_greedy(const char* file) {
       cs->decode(out[0][t]);
       gs->decode(out[0][t]);
     }
-    std::printf("budget %.1f teacher-forced: mean KL %.2e nats, max %.2e, top token equal at %d of %d\n",
-                budget, kl_sum / steps, kl_max, top_equal, steps);
+    std::printf(
+        "budget %.1f teacher-forced: mean KL %.2e nats, max %.2e, top token equal at %d of %d\n",
+        budget, kl_sum / steps, kl_max, top_equal, steps);
     EXPECT_LE(kl_sum / steps, 0.02);
     EXPECT_GE(top_equal, steps - steps / 8);
   }
@@ -212,7 +214,8 @@ void check_batch_equals_single(Device device, const char* file) {
   const auto prompt = prompt_of(*model, 20);
   std::vector<EvictConfig> configs(1);  // the full cache first
   for (const char* m : {"dropkv", "adadropkv", "snapkv", "h2o", "tova", "obcache_vk"})
-    for (double b : {0.1, 0.3}) configs.push_back({PrefillEviction::make(method_parse(m), Budget{b}), {}});
+    for (double b : {0.1, 0.3})
+      configs.push_back({PrefillEviction::make(method_parse(m), Budget{b}), {}});
   PrefillOptions popt;
   popt.keep_queries = -1;  // h2o reads every query
   const auto snap = rt->prefill_snapshot(prompt, popt);

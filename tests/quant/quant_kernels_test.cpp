@@ -70,9 +70,7 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t n, uint64_t s
         std::memcpy(p, &v, 4);
         break;
       }
-      case GgmlType::kF16:
-        put_fp16(p, u(rng));
-        break;
+      case GgmlType::kF16: put_fp16(p, u(rng)); break;
       case GgmlType::kBF16: {
         const uint16_t h = float_to_bf16(u(rng));
         std::memcpy(p, &h, 2);
@@ -80,9 +78,7 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t n, uint64_t s
       }
       case GgmlType::kQ4_0:
       case GgmlType::kQ5_0:
-      case GgmlType::kQ8_0:
-        put_fp16(p, 0.02f * u(rng));
-        break;
+      case GgmlType::kQ8_0: put_fp16(p, 0.02f * u(rng)); break;
       case GgmlType::kQ4_1:
       case GgmlType::kQ5_1:
         put_fp16(p, 0.02f * std::abs(u(rng)));
@@ -93,9 +89,7 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t rows, int64_t n, uint64_t s
         put_fp16(p, 0.002f * std::abs(u(rng)));
         put_fp16(p + 2, 0.002f * std::abs(u(rng)));
         break;
-      case GgmlType::kQ6_K:
-        put_fp16(p + 208, 0.001f * u(rng));
-        break;
+      case GgmlType::kQ6_K: put_fp16(p + 208, 0.001f * u(rng)); break;
     }
   }
   return w;

@@ -38,9 +38,9 @@ TEST(QuantRealWeights, GemmEqualsRowsOnEveryMatrix) {
         worst = std::max(worst, static_cast<double>(std::abs(y_gemm[i] - y_rows[i])));
         scale = std::max(scale, static_cast<double>(std::abs(y_rows[i])));
       }
-      EXPECT_LE(worst, 1e-4 * scale) << file << " " << t.name << " ("
-                                     << gguf::ggml_type_name(static_cast<uint32_t>(t.type))
-                                     << " " << rows << " x " << K << ")";
+      EXPECT_LE(worst, 1e-4 * scale)
+          << file << " " << t.name << " (" << gguf::ggml_type_name(static_cast<uint32_t>(t.type))
+          << " " << rows << " x " << K << ")";
     }
   }
 }

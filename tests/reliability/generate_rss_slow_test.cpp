@@ -57,8 +57,8 @@ TEST(GenerateRss, RepeatedCallsDoNotGrowResidentSet) {
   // exactly the same caches and scratch (the token ids below fit either vocabulary).
   const std::string path = io::model_path(KVEVICT_SOURCE_DIR, io::kSmolLM2File);
   const bool real = io::file_exists(path);
-  const auto model = real ? Model::load(path)
-                          : Model::random(ModelConfig::preset("smollm2-135m"), 20261129);
+  const auto model =
+      real ? Model::load(path) : Model::random(ModelConfig::preset("smollm2-135m"), 20261129);
   std::printf("model: %s\n", real ? path.c_str() : "random weights, smollm2-135m shapes");
 
   EvictConfig cfg;
@@ -90,8 +90,7 @@ TEST(GenerateRss, RepeatedCallsDoNotGrowResidentSet) {
   // a leaked 8-token cache of all 30 layers (~0.4 MB per call) crosses it within ~20 calls.
   constexpr int64_t kBound = 8ll << 20;
   std::printf("rss after %d warm-up calls: %.1f MiB; peak over %d more: %.1f MiB (+%.2f MiB)\n",
-              warmup, after_warmup / 1048576.0, n - warmup, peak / 1048576.0,
-              growth / 1048576.0);
+              warmup, after_warmup / 1048576.0, n - warmup, peak / 1048576.0, growth / 1048576.0);
   EXPECT_LE(growth, kBound) << "resident set grew by " << growth << " bytes over " << n - warmup
                             << " calls after warm-up; expected <= " << kBound;
 }

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "io/gguf_mutator.h"
-#include "model/tiny_model.h"
 #include "kvevict/model/sampler.h"
+#include "model/tiny_model.h"
 #include "reliability/model_file_oracle.h"
 
 namespace kvevict {
@@ -69,27 +69,58 @@ std::vector<Directed> directed_cases() {
     return [key, v](GgufDoc& d) { d.set<uint64_t>(key, GgufType::kU64, v); };
   };
   std::vector<Directed> c = {
-      {"llama", "rope base NaN", f32("llama.rope.freq_base", kNaN), {"llama.rope.freq_base", "nan"}},
+      {"llama",
+       "rope base NaN",
+       f32("llama.rope.freq_base", kNaN),
+       {"llama.rope.freq_base", "nan"}},
       {"llama", "rope base 0", f32("llama.rope.freq_base", 0.0f), {"llama.rope.freq_base", "= 0"}},
-      {"llama", "rope base -1e4", f32("llama.rope.freq_base", -1e4f), {"llama.rope.freq_base", "-10000"}},
-      {"llama", "rope base inf", f32("llama.rope.freq_base", kInf), {"llama.rope.freq_base", "inf"}},
+      {"llama",
+       "rope base -1e4",
+       f32("llama.rope.freq_base", -1e4f),
+       {"llama.rope.freq_base", "-10000"}},
+      {"llama",
+       "rope base inf",
+       f32("llama.rope.freq_base", kInf),
+       {"llama.rope.freq_base", "inf"}},
       {"qwen2", "rope base NaN", f32("qwen2.rope.freq_base", kNaN), {"qwen2.rope.freq_base"}},
-      {"llama", "rms eps negative", f32("llama.attention.layer_norm_rms_epsilon", -1e-5f),
+      {"llama",
+       "rms eps negative",
+       f32("llama.attention.layer_norm_rms_epsilon", -1e-5f),
        {"llama.attention.layer_norm_rms_epsilon", "-1e-05"}},
-      {"llama", "rms eps NaN", f32("llama.attention.layer_norm_rms_epsilon", kNaN),
+      {"llama",
+       "rms eps NaN",
+       f32("llama.attention.layer_norm_rms_epsilon", kNaN),
        {"layer_norm_rms_epsilon", "nan"}},
-      {"llama", "rms eps 0", f32("llama.attention.layer_norm_rms_epsilon", 0.0f),
+      {"llama",
+       "rms eps 0",
+       f32("llama.attention.layer_norm_rms_epsilon", 0.0f),
        {"layer_norm_rms_epsilon"}},
-      {"llama", "rms eps 2", f32("llama.attention.layer_norm_rms_epsilon", 2.0f),
+      {"llama",
+       "rms eps 2",
+       f32("llama.attention.layer_norm_rms_epsilon", 2.0f),
        {"layer_norm_rms_epsilon", "(0, 1)"}},
-      {"llama", "head count 0", u32("llama.attention.head_count", 0), {"llama.attention.head_count = 0"}},
-      {"llama", "head count huge", u32("llama.attention.head_count", 1u << 22),
+      {"llama",
+       "head count 0",
+       u32("llama.attention.head_count", 0),
+       {"llama.attention.head_count = 0"}},
+      {"llama",
+       "head count huge",
+       u32("llama.attention.head_count", 1u << 22),
        {"4194304 query heads", "attention.head_count"}},
-      {"llama", "head count not a multiple", u32("llama.attention.head_count", 3),
+      {"llama",
+       "head count not a multiple",
+       u32("llama.attention.head_count", 3),
        {"Hq = 3", "head_count_kv"}},
-      {"llama", "kv heads 0", u32("llama.attention.head_count_kv", 0), {"attention.head_count_kv = 0"}},
-      {"llama", "kv heads above heads", u32("llama.attention.head_count_kv", 8), {"Hq = 4", "Hkv = 8"}},
-      {"llama", "head dim vs tensors",
+      {"llama",
+       "kv heads 0",
+       u32("llama.attention.head_count_kv", 0),
+       {"attention.head_count_kv = 0"}},
+      {"llama",
+       "kv heads above heads",
+       u32("llama.attention.head_count_kv", 8),
+       {"Hq = 4", "Hkv = 8"}},
+      {"llama",
+       "head dim vs tensors",
        [](GgufDoc& d) {
          d.set<uint32_t>("llama.attention.key_length", GgufType::kU32, 12);
          d.set<uint32_t>("llama.attention.value_length", GgufType::kU32, 12);
@@ -98,55 +129,82 @@ std::vector<Directed> directed_cases() {
       {"llama", "odd head dim", u32("llama.attention.key_length", 7), {"head dim 7 is odd"}},
       {"llama", "value dim differs", u32("llama.attention.value_length", 4), {"value dim 4"}},
       {"llama", "context 0", u32("llama.context_length", 0), {"context_length", "= 0"}},
-      {"llama", "context 2^40", u64("llama.context_length", uint64_t{1} << 40),
+      {"llama",
+       "context 2^40",
+       u64("llama.context_length", uint64_t{1} << 40),
        {"llama.context_length", "1099511627776"}},
-      {"llama", "block count as a string",
+      {"llama",
+       "block count as a string",
        [](GgufDoc& d) { d.set_string("llama.block_count", "3"); },
        {"llama.block_count is a string; expected an integer"}},
-      {"llama", "embedding length as a float", f32("llama.embedding_length", 24.0f),
+      {"llama",
+       "embedding length as a float",
+       f32("llama.embedding_length", 24.0f),
        {"llama.embedding_length is a float; expected an integer"}},
-      {"llama", "vocab_size disagrees", u32("llama.vocab_size", 51),
+      {"llama",
+       "vocab_size disagrees",
+       u32("llama.vocab_size", 51),
        {"llama.vocab_size = 51", "token_embd.weight has 50 rows"}},
-      {"llama", "more tokens than rows",
+      {"llama",
+       "more tokens than rows",
        [](GgufDoc& d) {
          d.set_string_array("tokenizer.ggml.tokens", std::vector<std::string>(60, "x"));
        },
        {"tokenizer.ggml.tokens lists 60 tokens", "50 rows"}},
-      {"llama", "rope scale 0",
+      {"llama",
+       "rope scale 0",
        [](GgufDoc& d) {
          d.set_string("llama.rope.scaling.type", "linear");
          d.set<float>("llama.rope.scaling.factor", GgufType::kF32, 0.0f);
        },
        {"llama.rope.scaling.factor", "= 0"}},
-      {"llama", "rope scale NaN",
+      {"llama",
+       "rope scale NaN",
        [](GgufDoc& d) {
          d.set_string("llama.rope.scaling.type", "linear");
          d.set<float>("llama.rope.scaling.factor", GgufType::kF32, kNaN);
        },
        {"rope.scaling.factor", "nan"}},
-      {"gemma3", "sliding window -1", i32("gemma3.attention.sliding_window", -1),
+      {"gemma3",
+       "sliding window -1",
+       i32("gemma3.attention.sliding_window", -1),
        {"gemma3.attention.sliding_window = -1"}},
-      {"gemma3", "sliding window 2^40", u64("gemma3.attention.sliding_window", uint64_t{1} << 40),
+      {"gemma3",
+       "sliding window 2^40",
+       u64("gemma3.attention.sliding_window", uint64_t{1} << 40),
        {"gemma3.attention.sliding_window = 1099511627776"}},
-      {"gemma3", "window pattern 0", u32("gemma3.attention.sliding_window_pattern", 0),
+      {"gemma3",
+       "window pattern 0",
+       u32("gemma3.attention.sliding_window_pattern", 0),
        {"sliding_window_pattern = 0"}},
-      {"gemma3", "softcap NaN", f32("gemma3.final_logit_softcapping", kNaN),
+      {"gemma3",
+       "softcap NaN",
+       f32("gemma3.final_logit_softcapping", kNaN),
        {"gemma3.final_logit_softcapping", "nan"}},
-      {"gemma3", "softcap negative", f32("gemma3.final_logit_softcapping", -30.0f),
+      {"gemma3",
+       "softcap negative",
+       f32("gemma3.final_logit_softcapping", -30.0f),
        {"final_logit_softcapping", "-30"}},
-      {"llama", "a tensor onto another",
-       [](GgufDoc& d) { d.find_tensor("blk.0.attn_k.weight")->offset = d.find_tensor("token_embd.weight")->offset; },
+      {"llama",
+       "a tensor onto another",
+       [](GgufDoc& d) {
+         d.find_tensor("blk.0.attn_k.weight")->offset = d.find_tensor("token_embd.weight")->offset;
+       },
        {"'token_embd.weight'", "'blk.0.attn_k.weight'", "overlap"}},
-      {"llama", "a tensor past the end",
+      {"llama",
+       "a tensor past the end",
        [](GgufDoc& d) { d.find_tensor("blk.2.ffn_down.weight")->offset = d.data.size(); },
        {"'blk.2.ffn_down.weight'", "outside"}},
-      {"llama", "embedding dims swapped",
+      {"llama",
+       "embedding dims swapped",
        [](GgufDoc& d) {
          auto& dims = d.find_tensor("token_embd.weight")->dims;
          std::swap(dims[0], dims[1]);
        },
        {"token_embd.weight"}},
-      {"llama", "a missing tensor", [](GgufDoc& d) { d.tensors.erase(d.tensors.begin() + 5); },
+      {"llama",
+       "a missing tensor",
+       [](GgufDoc& d) { d.tensors.erase(d.tensors.begin() + 5); },
        {"missing tensor"}},
   };
   return c;
@@ -248,7 +306,8 @@ TEST(GgufSemantics, RandomStructuredMutationsLoadSoundOrThrow) {
       for (int e = 0; e < edits; ++e) what += testing::mutate(d, rng) + "; ";
       f.write(d.serialize());
       const testing::OracleResult r = testing::check_model_file(f.path());
-      ASSERT_TRUE(r.violation.empty()) << arch << " seed " << i << " (" << what << "): " << r.violation;
+      ASSERT_TRUE(r.violation.empty())
+          << arch << " seed " << i << " (" << what << "): " << r.violation;
       (r.loaded ? loaded : rejected)++;
     }
     EXPECT_GT(loaded, 0) << arch;

@@ -74,8 +74,8 @@ inline OracleResult check_model_file(const std::string& path) {
   try {
     const auto tok = Tokenizer::from_gguf(f);
     if (tok->vocab_size() > c.vocab_size)
-      return r.violation = "tokenizer has " + std::to_string(tok->vocab_size()) +
-                           " tokens for " + std::to_string(c.vocab_size) + " embedding rows",
+      return r.violation = "tokenizer has " + std::to_string(tok->vocab_size()) + " tokens for " +
+                           std::to_string(c.vocab_size) + " embedding rows",
              r;
     for (int32_t id : tok->encode("Hello, world! 123", true))
       if (id < 0 || id >= c.vocab_size) return r.violation = "token id out of range", r;
@@ -86,7 +86,8 @@ inline OracleResult check_model_file(const std::string& path) {
   try {
     const int64_t n = std::min<int64_t>(3, c.context_length);
     std::vector<int32_t> prompt;
-    for (int64_t i = 0; i < n; ++i) prompt.push_back(static_cast<int32_t>((7 * i + 1) % c.vocab_size));
+    for (int64_t i = 0; i < n; ++i)
+      prompt.push_back(static_cast<int32_t>((7 * i + 1) % c.vocab_size));
     Session s(model);
     s.prefill(prompt);
     std::vector<float> logits = s.logits();

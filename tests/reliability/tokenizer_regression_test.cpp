@@ -56,8 +56,10 @@ void expect_round_trips(const char* file, const std::vector<std::string>& texts,
 const std::vector<std::string> kCases = {
     std::string("d,f f(x):m_start\x14<start_of_Aurn>model\x01\0\0\0\0\0\0\0t\n", 47),
     std::string("a\0b", 3),
-    "a\x01" "b",
-    "a\x14" "b",
+    "a\x01"
+    "b",
+    "a\x14"
+    "b",
     // report c1a7f6fc: U+9F1FA (valid, unassigned) starts with 0xF2, another byte SmolLM2 lacks.
     "flags \xf2\x9f\x87\xba\xf0\x9f\x87\xb8",
 };
@@ -65,10 +67,13 @@ const std::vector<std::string> kCases = {
 TEST(TokenizerRegression, SmolLM2DropsOnlyUnrepresentableBytes) {
   expect_round_trips(io::kSmolLM2File, kCases, "\x14\xf2");
 }
-TEST(TokenizerRegression, Gemma3RoundTrips) { expect_round_trips(io::kGemma3File, kCases); }
+TEST(TokenizerRegression, Gemma3RoundTrips) {
+  expect_round_trips(io::kGemma3File, kCases);
+}
 
 // tokenizer_fuzzer report ae658b19: U+2581 in the input. SentencePiece stores spaces as U+2581,
-// so Gemma 3 decodes a literal U+2581 as a space (llama.cpp does the same); byte-level BPE keeps it.
+// so Gemma 3 decodes a literal U+2581 as a space (llama.cpp does the same); byte-level BPE keeps
+// it.
 TEST(TokenizerRegression, SpaceMarkInInput) {
   const std::string text = "a\xe2\x96\x81<bos>b \xe2\x96\x81";
   for (const char* file : {io::kSmolLM2File, io::kGemma3File}) {

@@ -79,7 +79,7 @@ std::string name(const Case& c, Method m, DType t) {
 }
 
 const Case kWindowCases[] = {
-    {1, 1, 1, 1, 64},   {2, 4, 8, 3, 24},    {1, 7, 33, 17, 128}, {2, 4, 8, 1000, 64},
+    {1, 1, 1, 1, 64},    {2, 4, 8, 3, 24},      {1, 7, 33, 17, 128}, {2, 4, 8, 1000, 64},
     {1, 7, 8, 1000, 24}, {3, 1, 33, 1000, 128}, {2, 1, 1, 17, 24},
 };
 
@@ -136,8 +136,7 @@ TEST(CpuScore, PoolingAndDerivedScores) {
   expect_matches_ref(p, options(Method::kObcacheVK, 16, Pooling{PoolKind::kMax, 7}), "vk max:7");
   expect_matches_ref(p, options(Method::kSnapKV, 16, Pooling{PoolKind::kAvg, 5}), "snap avg:5");
   expect_matches_ref(p, options(Method::kVATP, 16, Pooling{PoolKind::kMax, 7}), "vatp");
-  expect_matches_ref(p, options(Method::kCriticalKV, 16, Pooling{PoolKind::kMax, 7}),
-                     "criticalkv");
+  expect_matches_ref(p, options(Method::kCriticalKV, 16, Pooling{PoolKind::kMax, 7}), "criticalkv");
 }
 
 TEST(CpuScore, AllQueriesAggregation) {
@@ -251,9 +250,9 @@ TEST(CpuScore, StridedOutputRows) {
   const ref::Scores want = ref::score(b.problem(), opt);
   for (int g = 0; g < 2; ++g) {
     std::vector<float> row(buf.begin() + g * 20, buf.begin() + g * 20 + 17);
-    EXPECT_TRUE(close_to_ref(row, std::vector<double>(want.scores.begin() + g * 17,
-                                                      want.scores.begin() + g * 17 + 17),
-                             2e-5, "strided row"));
+    EXPECT_TRUE(close_to_ref(
+        row, std::vector<double>(want.scores.begin() + g * 17, want.scores.begin() + g * 17 + 17),
+        2e-5, "strided row"));
     for (int j = 17; j < 20; ++j) EXPECT_EQ(buf[g * 20 + j], -5.0f) << g << "," << j;
   }
 }

@@ -22,7 +22,7 @@ TEST(CpuVectorMath, ExpRelativeErrorIsFloatLevel) {
 TEST(CpuVectorMath, ExpUnderflowsToZeroForMaskedLogits) {
   EXPECT_EQ(exp_poly(-INFINITY), 0.0f);
   EXPECT_EQ(exp_poly(-100.0f), 0.0f);
-  EXPECT_EQ(exp_poly(0.0f), 1.0f);  // p = 1 exactly for a query that sees one key
+  EXPECT_EQ(exp_poly(0.0f), 1.0f);            // p = 1 exactly for a query that sees one key
   EXPECT_TRUE(std::isfinite(exp_poly(NAN)));  // no UB on NaN; loaders report NaN inputs
 }
 

@@ -31,10 +31,10 @@ namespace kvevict::testing {
 struct PeakedSpec {
   int hkv = 2, group = 2, w = 8, d = 64;
   int64_t n = 67;
-  double gap = 0;         // nats between each row's top key and its best other key
-  double p_top = 0;       // > 0: plant the top key's probability instead of a gap
-  double q_scale = 1;     // multiplies every query: 1e30 is the saturated case
-  double spread = 1;      // std of the other keys' logits (nats)
+  double gap = 0;             // nats between each row's top key and its best other key
+  double p_top = 0;           // > 0: plant the top key's probability instead of a gap
+  double q_scale = 1;         // multiplies every query: 1e30 is the saturated case
+  double spread = 1;          // std of the other keys' logits (nats)
   DType dtype = DType::kF32;  // q, k, v are rounded through it (the reference reads the same)
   uint64_t seed = 1;
   std::string str() const {
@@ -201,9 +201,9 @@ inline ::testing::AssertionResult kept_sets_agree(const float* got, const double
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << forced
-                                       << " tokens clear of the cut landed on the wrong side"
-                                       << first.str();
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << forced
+         << " tokens clear of the cut landed on the wrong side" << first.str();
 }
 
 // The token with the largest value of one head, and whether it beats every other by more than
@@ -216,7 +216,8 @@ std::pair<int64_t, bool> clear_max(const T* s, int64_t n, double rel) {
   double second = -INFINITY;
   for (int64_t j = 0; j < n; ++j)
     if (j != best) second = std::max(second, static_cast<double>(s[j]));
-  return {best, static_cast<double>(s[best]) - second > rel * std::abs(static_cast<double>(s[best]))};
+  return {best,
+          static_cast<double>(s[best]) - second > rel * std::abs(static_cast<double>(s[best]))};
 }
 
 }  // namespace kvevict::testing

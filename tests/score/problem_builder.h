@@ -43,7 +43,8 @@ class ProblemBuilder {
     problem_.q = TensorView::contiguous(q_.data(), dtype, {hq, s.m, s.d});
     problem_.k = kv_view(k_.data(), token_major_kv);
     problem_.v = kv_view(v_.data(), token_major_kv);
-    if (s.wo_rows > 0) problem_.wo = TensorView::contiguous(wo_.data(), dtype, {s.wo_rows, hq * s.d});
+    if (s.wo_rows > 0)
+      problem_.wo = TensorView::contiguous(wo_.data(), dtype, {s.wo_rows, hq * s.d});
   }
   ScoreProblem& problem() { return problem_; }
   // Writes x into element flat index i of q / k / v storage (for NaN tests).

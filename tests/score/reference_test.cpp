@@ -14,9 +14,9 @@
 namespace kvevict {
 namespace {
 
+using testing::make_shape;
 using testing::ProblemBuilder;
 using testing::Shape;
-using testing::make_shape;
 using testing::Tiny;
 
 TEST(ReferenceScore, HandComputedDropKV) {
@@ -32,7 +32,8 @@ TEST(ReferenceScore, HandComputedDropKV) {
   const double e0 = std::exp(-1.5), e1 = std::exp(-1.0), s = e0 + 2 * e1;
   const double p0 = e0 / s, p1 = e1 / s, p2 = e1 / s;
   const double ax = p0 + p2, ay = 2 * p1 + p2;
-  const double token2 = (p2 / (1 - p2)) * (p2 / (1 - p2)) * ((ax - 1) * (ax - 1) + (ay - 1) * (ay - 1));
+  const double token2 =
+      (p2 / (1 - p2)) * (p2 / (1 - p2)) * ((ax - 1) * (ax - 1) + (ay - 1) * (ay - 1));
   EXPECT_NEAR(got.scores[2], token2, 1e-12);
 }
 
@@ -167,9 +168,9 @@ TEST(ReferenceScore, QueryFreeScores) {
   for (int g = 0; g < 2; ++g) {
     double mean[3] = {0, 0, 0};
     for (int j = 0; j < 5; ++j) {
-      const double nrm = std::sqrt(p.k.load(g, j, 0) * p.k.load(g, j, 0) +
-                                   p.k.load(g, j, 1) * p.k.load(g, j, 1) +
-                                   p.k.load(g, j, 2) * p.k.load(g, j, 2));
+      const double nrm =
+          std::sqrt(p.k.load(g, j, 0) * p.k.load(g, j, 0) + p.k.load(g, j, 1) * p.k.load(g, j, 1) +
+                    p.k.load(g, j, 2) * p.k.load(g, j, 2));
       EXPECT_NEAR(knorm.scores[g * 5 + j], -nrm, 1e-14);
       for (int c = 0; c < 3; ++c) mean[c] += p.k.load(g, j, c) / nrm / 5;
     }

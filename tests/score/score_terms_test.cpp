@@ -39,8 +39,8 @@ TEST(ScoreTerms, MatchTheWrittenOutFormulas) {
   EXPECT_NEAR(terms::obcache_v_term(p, x.v2()), obv, 1e-15);
   EXPECT_NEAR(terms::obcache_k_term(p, x.z, x.a2(), x.v2(), x.av()), obk, 1e-15);
   EXPECT_NEAR(terms::obcache_vk_term(p, x.z, x.a2(), x.v2(), x.av()), obv + obk + cross, 1e-15);
-  for (Method m : {Method::kSnapKV, Method::kH2O, Method::kTOVA, Method::kVATP,
-                   Method::kCriticalKV})
+  for (Method m :
+       {Method::kSnapKV, Method::kH2O, Method::kTOVA, Method::kVATP, Method::kCriticalKV})
     EXPECT_NEAR(terms::pair_term(m, x.z, x.lse, x.a2(), x.v2(), x.av(), 1e-12), p, 1e-15)
         << method_name(m);
   EXPECT_EQ(terms::pair_term(Method::kKNorm, x.z, x.lse, x.a2(), x.v2(), x.av(), 1e-12), 0.0);

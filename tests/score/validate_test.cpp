@@ -24,7 +24,8 @@ void expect_both_throw(const ScoreProblem& p, const ScoreOptions& opt, const std
       [&] {
         // Size the workspace generously without trusting score_workspace_bytes (it validates too).
         std::vector<uint8_t> ws(1 << 20);
-        std::vector<float> out(static_cast<size_t>(std::max<int64_t>(1, p.k.shape[0] * p.k.shape[1])));
+        std::vector<float> out(
+            static_cast<size_t>(std::max<int64_t>(1, p.k.shape[0] * p.k.shape[1])));
         ScoreOutput o;
         o.scores = TensorView(out.data(), DType::kF32, {p.k.shape[0], p.k.shape[1]});
         o.aux = o.scores;

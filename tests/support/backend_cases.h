@@ -28,9 +28,10 @@ struct EvictorCase {
 };
 
 inline const std::vector<std::string>& evictor_methods() {
-  static const std::vector<std::string> m = {
-      "dropkv", "adadropkv", "obcache_v", "obcache_k", "obcache_vk", "snapkv", "adakv", "vatp",
-      "criticalkv", "h2o", "tova", "knorm", "keydiff", "streamingllm", "random"};
+  static const std::vector<std::string> m = {"dropkv",     "adadropkv",    "obcache_v", "obcache_k",
+                                             "obcache_vk", "snapkv",       "adakv",     "vatp",
+                                             "criticalkv", "h2o",          "tova",      "knorm",
+                                             "keydiff",    "streamingllm", "random"};
   return m;
 }
 
@@ -71,8 +72,10 @@ inline std::string kept_sets_differ(const Selection& a, const Selection& b,
     for (int32_t j : sa)
       if (j >= sink && j < n - window && scores[h * n + j] < thr) thr = scores[h * n + j];
     int64_t far = 0;
-    const int64_t shift = a.count(h) > b.count(h) ? a.count(h) - b.count(h) : b.count(h) - a.count(h);
-    if (shift > 2) return "head " + std::to_string(h) + " budgets differ by " + std::to_string(shift);
+    const int64_t shift =
+        a.count(h) > b.count(h) ? a.count(h) - b.count(h) : b.count(h) - a.count(h);
+    if (shift > 2)
+      return "head " + std::to_string(h) + " budgets differ by " + std::to_string(shift);
     for (int32_t j = 0; j < n; ++j) {
       if (sa.count(j) == sb.count(j)) continue;
       ++differ;

@@ -33,10 +33,14 @@ bool make_special(const std::string& path, SpecialKind kind, std::string* why) {
     case SpecialKind::kNullDevice: rc = ::mknod(path.c_str(), S_IFCHR | 0666, makedev(1, 3)); break;
     case SpecialKind::kFullDevice: rc = ::mknod(path.c_str(), S_IFCHR | 0666, makedev(1, 7)); break;
     case SpecialKind::kZeroDevice: rc = ::mknod(path.c_str(), S_IFCHR | 0666, makedev(1, 5)); break;
-    case SpecialKind::kBlockDevice: rc = ::mknod(path.c_str(), S_IFBLK | 0600, makedev(7, 0)); break;
+    case SpecialKind::kBlockDevice:
+      rc = ::mknod(path.c_str(), S_IFBLK | 0600, makedev(7, 0));
+      break;
     case SpecialKind::kFifo: rc = ::mkfifo(path.c_str(), 0666); break;
     case SpecialKind::kDirectory: rc = ::mkdir(path.c_str(), 0755); break;
-    case SpecialKind::kDanglingLink: rc = ::symlink((path + ".missing").c_str(), path.c_str()); break;
+    case SpecialKind::kDanglingLink:
+      rc = ::symlink((path + ".missing").c_str(), path.c_str());
+      break;
     case SpecialKind::kSocket: {
       sockaddr_un addr{};
       addr.sun_family = AF_UNIX;

@@ -10,10 +10,10 @@
 namespace kvevict::testing {
 
 enum class SpecialKind {
-  kNullDevice,  // a character device with /dev/null's numbers (1, 3): writes would succeed
-  kFullDevice,  // a character device with /dev/full's numbers (1, 7): writes would fail
-  kZeroDevice,  // a character device with /dev/zero's numbers (1, 5): endless reads
-  kBlockDevice, // a block device (7, 0), a loop device's numbers; never opened
+  kNullDevice,   // a character device with /dev/null's numbers (1, 3): writes would succeed
+  kFullDevice,   // a character device with /dev/full's numbers (1, 7): writes would fail
+  kZeroDevice,   // a character device with /dev/zero's numbers (1, 5): endless reads
+  kBlockDevice,  // a block device (7, 0), a loop device's numbers; never opened
   kFifo,
   kSocket,
   kDirectory,

@@ -24,8 +24,8 @@ std::vector<float> normal_floats(size_t count, uint64_t seed, float stddev, bool
   return out;
 }
 
-::testing::AssertionResult all_close(const float* got, const double* ref, size_t count,
-                                     double atol, double rtol, const std::string& what) {
+::testing::AssertionResult all_close(const float* got, const double* ref, size_t count, double atol,
+                                     double rtol, const std::string& what) {
   size_t bad = 0;
   double max_abs = 0, max_rel = 0;
   std::ostringstream first;
@@ -47,9 +47,8 @@ std::vector<float> normal_floats(size_t count, uint64_t seed, float stddev, bool
          << "; first:" << first.str();
 }
 
-::testing::AssertionResult all_close(const std::vector<float>& got,
-                                     const std::vector<double>& ref, double atol, double rtol,
-                                     const std::string& what) {
+::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<double>& ref,
+                                     double atol, double rtol, const std::string& what) {
   if (got.size() != ref.size())
     return ::testing::AssertionFailure()
            << what << ": size " << got.size() << " != reference size " << ref.size();

@@ -23,11 +23,10 @@ std::vector<float> normal_floats(size_t count, uint64_t seed, float stddev = 1.0
 
 // Compares got against ref elementwise with |got - ref| <= atol + rtol |ref|. On failure returns a
 // message with the count of mismatches, the max abs/rel error and the first mismatches.
-::testing::AssertionResult all_close(const std::vector<float>& got,
-                                     const std::vector<double>& ref, double atol, double rtol,
-                                     const std::string& what = "");
-::testing::AssertionResult all_close(const float* got, const double* ref, size_t count,
+::testing::AssertionResult all_close(const std::vector<float>& got, const std::vector<double>& ref,
                                      double atol, double rtol, const std::string& what = "");
+::testing::AssertionResult all_close(const float* got, const double* ref, size_t count, double atol,
+                                     double rtol, const std::string& what = "");
 
 // An output buffer of `count` elements framed by sentinel regions; intact() checks they survived.
 template <class T>

@@ -31,8 +31,7 @@ std::vector<AblationChoice> choose_ablation(const EvalResults& dev, const Ablati
 // The settings the DEV run evaluates at `budgets`: the full cache (when `with_full`), every grid
 // setting and every ablated method as named (its current default).
 std::vector<MethodConfig> ablation_dev_methods(const AblationOptions& opt,
-                                               const std::vector<Budget>& budgets,
-                                               bool with_full);
+                                               const std::vector<Budget>& budgets, bool with_full);
 // Every setting an ablation may evaluate (DEV's and any TEST choice, beside `test_methods`): what
 // a model must be prepared for before the first prefill (SessionModel's kept queries).
 std::vector<MethodConfig> ablation_all_methods(const AblationOptions& opt,

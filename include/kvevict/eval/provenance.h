@@ -10,9 +10,9 @@
 namespace kvevict::eval {
 
 struct BuildInfo {
-  std::string version;     // the project version ("0.1.0")
-  std::string git_commit;  // the commit the binary was built from, or "unknown" (no git)
-  bool git_dirty = false;  // tracked files differed from that commit at build time
+  std::string version;           // the project version ("0.1.0")
+  std::string git_commit;        // the commit the binary was built from, or "unknown" (no git)
+  bool git_dirty = false;        // tracked files differed from that commit at build time
   std::string describe() const;  // "kvevict 0.1.0 (commit 1a2b3c..., modified)"
 };
 const BuildInfo& build_info();

@@ -109,8 +109,7 @@ class RulerGenerator {
 
   // The length of the smallest sample of a task (its least haystack) with these options and seed:
   // generate() throws for a target below it.
-  int64_t smallest_length(const std::string& task, const GenerateOptions& opt,
-                          uint64_t seed) const;
+  int64_t smallest_length(const std::string& task, const GenerateOptions& opt, uint64_t seed) const;
 
   // The sample with a given haystack amount (no sizing); length is still measured.
   Sample generate_with_amount(const std::string& task, int64_t amount, const GenerateOptions& opt,

@@ -52,9 +52,9 @@ QueryMode query_mode_parse(const std::string& s);  // also "aware" | "agnostic"
 // token ("tova:keep_last"), or kvpress's defaults ("snapkv:kvpress" = w=64:pool=avg:5). The
 // spelling is the setting's name in every results table.
 struct MethodConfig {
-  std::string name;  // as the user spelled it (see above) or "full" for no eviction
-  MethodSpec spec;   // scoring, policy and sinks; ignored for "full"
-  Budget budget;     // 1.0 for "full"
+  std::string name;         // as the user spelled it (see above) or "full" for no eviction
+  MethodSpec spec;          // scoring, policy and sinks; ignored for "full"
+  Budget budget;            // 1.0 for "full"
   double alpha = 0.2;       // adakv: B_h = f_h (1 - alpha) + alpha B (SelectOptions::alpha)
   bool pin_window = false;  // w=N: the window is N in both modes (never the question)
   bool keep_last = false;   // the last prompt token is always kept (kvpress's TOVA)
@@ -159,9 +159,9 @@ struct RunOptions {
   // > 0: every sample's prompt plus its answer must fit this many tokens (the model's context);
   // checked, with every token budget against every sample's prompt, before the first prefill.
   int64_t context_length = 0;
-  uint64_t base_seed = 0;    // the seed the samples were generated with, for the report
-  std::string prompt_style;  // "raw" | "chat", for the report
-  std::string split;         // "dev" | "test" (split.h) for generated samples; "" for a data file
+  uint64_t base_seed = 0;      // the seed the samples were generated with, for the report
+  std::string prompt_style;    // "raw" | "chat", for the report
+  std::string split;           // "dev" | "test" (split.h) for generated samples; "" for a data file
   BootstrapOptions bootstrap;  // the intervals of the aggregate rows and comparisons
   // Answer each setting alone (answer_all with one method: a decode batch of one) instead of
   // every setting of a prefill together: slower; the check that batching changes no answer.
@@ -194,9 +194,9 @@ struct SampleRecord {
   bool window_is_question = false;  // query-aware with RunOptions::question_window
   std::string pooling;
   std::string policy;
-  std::string aggregate;            // MethodConfig::aggregate()
-  bool normalize = false;           // h2o's normalisation (MethodConfig::normalize())
-  bool keep_last = false;           // MethodConfig::keep_last
+  std::string aggregate;   // MethodConfig::aggregate()
+  bool normalize = false;  // h2o's normalisation (MethodConfig::normalize())
+  bool keep_last = false;  // MethodConfig::keep_last
   std::string prediction;  // postprocessed
   std::vector<std::string> answers;
   Metric metric = Metric::kStringMatchAll;
@@ -224,8 +224,8 @@ struct BatchRecord {
   double evict_seconds = -1.0;
   double append_seconds = -1.0;
   double decode_seconds = -1.0;
-  int64_t decode_steps = -1;     // decode steps of those batches, summed
-  int64_t batches = 0;           // decode batches answer_all ran
+  int64_t decode_steps = -1;  // decode steps of those batches, summed
+  int64_t batches = 0;        // decode batches answer_all ran
 };
 
 struct AggregateRow {
@@ -254,19 +254,19 @@ struct ComparisonRow {
   int64_t target_length = 0;
   QueryMode mode = QueryMode::kAware;
   std::string budget;
-  std::string a, b;          // setting names (MethodConfig::name)
-  PairedDifference result;   // A, B and A - B with their intervals; sign counts
+  std::string a, b;         // setting names (MethodConfig::name)
+  PairedDifference result;  // A, B and A - B with their intervals; sign counts
 };
 
 // The ablation of windows x pooling (ablation.h): the grid on the DEV split and the setting it
 // chose per method.
 struct AblationChoice {
-  std::string method;    // the method ablated ("dropkv")
-  std::string chosen;    // the winning setting's name ("dropkv:w=16:pool=max:7")
-  double dev_score = 0;  // its mean of the DEV average rows (the criterion)
+  std::string method;           // the method ablated ("dropkv")
+  std::string chosen;           // the winning setting's name ("dropkv:w=16:pool=max:7")
+  double dev_score = 0;         // its mean of the DEV average rows (the criterion)
   std::string default_setting;  // the method's current default, as evaluated on DEV
   double default_dev_score = 0;
-  int64_t cells = 0;     // (length, mode, budget) cells averaged into each score
+  int64_t cells = 0;  // (length, mode, budget) cells averaged into each score
 };
 
 // Everything a results file needs to describe itself (docs/EVAL.md, "Results files").

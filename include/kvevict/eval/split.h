@@ -17,10 +17,10 @@ namespace kvevict::eval {
 
 enum class SeedSplit : uint8_t { kTest, kDev };
 
-constexpr int64_t kSplitSpan = int64_t{1} << 20;        // at most this many samples per task
-constexpr int64_t kDevFirstIndex = int64_t{1} << 30;    // DEV's first sample index
+constexpr int64_t kSplitSpan = int64_t{1} << 20;      // at most this many samples per task
+constexpr int64_t kDevFirstIndex = int64_t{1} << 30;  // DEV's first sample index
 
-const char* split_name(SeedSplit s);         // "test" | "dev"
+const char* split_name(SeedSplit s);          // "test" | "dev"
 SeedSplit split_parse(const std::string& s);  // throws naming the value
 // The first sample index of a split; n samples of it are indices [first, first + n), n <= span.
 int64_t split_first_index(SeedSplit s);

@@ -20,10 +20,10 @@
 namespace kvevict::eval {
 
 struct BootstrapOptions {
-  int resamples = 2000;     // >= 1; 0 turns intervals off (low = high = NaN)
-  uint64_t seed = 2026;     // the run's bootstrap seed; reported
-  double level = 0.95;      // central coverage of the interval, in (0, 1)
-  void validate() const;    // throws naming the bad value
+  int resamples = 2000;          // >= 1; 0 turns intervals off (low = high = NaN)
+  uint64_t seed = 2026;          // the run's bootstrap seed; reported
+  double level = 0.95;           // central coverage of the interval, in (0, 1)
+  void validate() const;         // throws naming the bad value
   std::string describe() const;  // "95% percentile bootstrap, 2000 resamples, seed 2026"
 };
 
@@ -31,7 +31,7 @@ struct Interval {
   double estimate = std::numeric_limits<double>::quiet_NaN();  // the statistic on the data
   double low = std::numeric_limits<double>::quiet_NaN();       // bootstrap quantile (1-level)/2
   double high = std::numeric_limits<double>::quiet_NaN();      // bootstrap quantile (1+level)/2
-  int64_t n = 0;                                                // observations
+  int64_t n = 0;                                               // observations
   bool has_interval() const { return std::isfinite(low) && std::isfinite(high); }
 };
 
@@ -46,8 +46,8 @@ uint64_t stream_key(const std::string& name);
 // The bootstrap distribution of a mean: out[r] = mean of values resampled with replacement
 // (as many draws as values), r = 0 .. resamples-1, from the stream (seed, stream). Empty values
 // give an empty distribution.
-std::vector<double> bootstrap_means(const std::vector<double>& values, int resamples,
-                                    uint64_t seed, uint64_t stream);
+std::vector<double> bootstrap_means(const std::vector<double>& values, int resamples, uint64_t seed,
+                                    uint64_t stream);
 
 // The estimate and the percentile interval of a bootstrap distribution (reordered in place).
 Interval percentile_interval(double estimate, std::vector<double>& distribution, double level,
@@ -66,12 +66,11 @@ Interval bootstrap_mean_of_means(const std::vector<std::vector<double>>& strata,
 // sample i of stratum s. The difference A - B is the mean of means of the per-sample
 // differences, resampled as pairs (one draw keeps both answers of a sample together).
 struct PairedDifference {
-  Interval a, b;     // each setting's mean of means (its own stratified interval)
-  Interval diff;     // A - B
+  Interval a, b;  // each setting's mean of means (its own stratified interval)
+  Interval diff;  // A - B
   int64_t a_better = 0, equal = 0, b_better = 0;  // samples by the sign of the difference
 };
-PairedDifference paired_difference(
-    const std::vector<std::vector<std::pair<double, double>>>& pairs, const BootstrapOptions& opt,
-    uint64_t stream);
+PairedDifference paired_difference(const std::vector<std::vector<std::pair<double, double>>>& pairs,
+                                   const BootstrapOptions& opt, uint64_t stream);
 
 }  // namespace kvevict::eval

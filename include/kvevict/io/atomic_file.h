@@ -50,7 +50,8 @@ class StagedFiles {
 
   // Throws "<label>: write failed (<reason>); nothing was written", or when `path` resolves to
   // a file already staged in this set (two options naming one file).
-  void add(const std::string& path, const std::string& label, std::initializer_list<ByteSpan> parts);
+  void add(const std::string& path, const std::string& label,
+           std::initializer_list<ByteSpan> parts);
   // The temporary holding `path`'s staged bytes (for a tool that reads them before commit()).
   const std::string& staged_path(const std::string& path) const;
   void commit();

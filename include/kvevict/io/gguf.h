@@ -105,8 +105,8 @@ class File {
   // which keeps it fast for metadata readers; a model loader calls this too, since a NaN weight
   // would otherwise run as garbage (issue 13).
   void check_finite_values() const;
-  uint64_t alignment() const { return alignment_; }         // general.alignment, default 32
-  uint64_t data_offset() const { return data_offset_; }     // file offset of the data section
+  uint64_t alignment() const { return alignment_; }      // general.alignment, default 32
+  uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
 
  private:
   File() = default;

@@ -14,10 +14,10 @@ namespace kvevict::npy {
 
 // The header of a .npy file, read and checked without its data.
 struct ArrayHeader {
-  std::string descr;           // NumPy dtype string, e.g. "<f4", "<u2"
+  std::string descr;  // NumPy dtype string, e.g. "<f4", "<u2"
   bool fortran_order = false;
   std::vector<int64_t> shape;
-  uint64_t data_offset = 0;    // bytes before the data
+  uint64_t data_offset = 0;  // bytes before the data
   uint64_t file_size = 0;
 };
 // Throws like load() for a missing file, a directory, a bad magic or a malformed header.

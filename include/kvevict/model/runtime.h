@@ -119,7 +119,7 @@ class InferenceSession {
   // The original positions a layer's KV head holds, ascending (for tests and diagnostics; the
   // GPU runtime downloads them).
   virtual std::vector<int32_t> kept_positions(int layer, int kv_head) const = 0;
-  virtual int64_t kv_bytes_total() const = 0;    // K/V bytes allocated (capacity)
+  virtual int64_t kv_bytes_total() const = 0;  // K/V bytes allocated (capacity)
   virtual const SessionStats& stats() const = 0;
 };
 
