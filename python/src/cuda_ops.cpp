@@ -82,14 +82,16 @@ void compact_packed(const nb::handle& k, const nb::handle& v, const nb::handle& 
   const TensorView kv = to_view(k, "k", false), vv = to_view(v, "v", false);
   check_device(kv, "k");
   check_device(vv, "v");
-  KVEVICT_CHECK(kv.ndim == 3 && (kv.dtype == DType::kBF16 || kv.dtype == DType::kF16 ||
-                                 kv.dtype == DType::kF32) && kv.stride[2] == 1,
-                "k is ", dtype_name(kv.dtype), " ", kv.shape_str(),
-                "; expected [Hkv, n, d] bf16, f16 or f32 with a unit inner stride");
-  KVEVICT_CHECK(vv.dtype == kv.dtype && vv.ndim == 3 && vv.shape == kv.shape &&
-                    vv.stride == kv.stride,
-                "v is ", dtype_name(vv.dtype), " ", vv.shape_str(), "; expected the layout of k ",
-                dtype_name(kv.dtype), " ", kv.shape_str(), " (same strides)");
+  KVEVICT_CHECK(
+      kv.ndim == 3 &&
+          (kv.dtype == DType::kBF16 || kv.dtype == DType::kF16 || kv.dtype == DType::kF32) &&
+          kv.stride[2] == 1,
+      "k is ", dtype_name(kv.dtype), " ", kv.shape_str(),
+      "; expected [Hkv, n, d] bf16, f16 or f32 with a unit inner stride");
+  KVEVICT_CHECK(
+      vv.dtype == kv.dtype && vv.ndim == 3 && vv.shape == kv.shape && vv.stride == kv.stride,
+      "v is ", dtype_name(vv.dtype), " ", vv.shape_str(), "; expected the layout of k ",
+      dtype_name(kv.dtype), " ", kv.shape_str(), " (same strides)");
   KVEVICT_CHECK(slack >= 0, "slack is ", slack, "; expected >= 0");
   const int64_t hkv = kv.shape[0], n = kv.shape[1], d = kv.shape[2];
   const int eb = static_cast<int>(dtype_size(kv.dtype));
@@ -114,9 +116,9 @@ void compact_packed(const nb::handle& k, const nb::handle& v, const nb::handle& 
     check_device(*t, t == &ok ? "out_k" : "out_v");
     KVEVICT_CHECK(t->dtype == kv.dtype && t->ndim == 2 && t->shape[0] == out_rows &&
                       t->shape[1] == d && t->is_contiguous(),
-                  t == &ok ? "out_k" : "out_v", " is ", dtype_name(t->dtype), " ",
-                  t->shape_str(), "; expected contiguous ", dtype_name(kv.dtype), " [", out_rows,
-                  ", ", d, "] (kept rows + Hkv * slack)");
+                  t == &ok ? "out_k" : "out_v", " is ", dtype_name(t->dtype), " ", t->shape_str(),
+                  "; expected contiguous ", dtype_name(kv.dtype), " [", out_rows, ", ", d,
+                  "] (kept rows + Hkv * slack)");
   }
   const TensorView op = device_flat(out_pos, DType::kI32, out_rows, "out_pos", true);
   cuda::detail::GatherArgs a;
@@ -289,8 +291,8 @@ void bind_cuda_ops(nb::module_& m) {
       [](const nb::handle& x, const nb::handle& status, int64_t slot, uintptr_t stream) {
         const TensorView xt = device_flat(x, DType::kF32, -1, "x");
         const TensorView st = device_flat(status, DType::kI64, -1, "status", true);
-        KVEVICT_CHECK(slot >= 0 && slot < st.numel(), "slot ", slot, " is outside the ",
-                      st.numel(), " status words");
+        KVEVICT_CHECK(slot >= 0 && slot < st.numel(), "slot ", slot, " is outside the ", st.numel(),
+                      " status words");
         cudaError_t err;
         {
           nb::gil_scoped_release release;

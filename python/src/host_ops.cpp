@@ -101,9 +101,9 @@ void bind_host_ops(nb::module_& m) {
 
   m.def(
       "score",
-      [](const std::string& backend, const nb::handle& q, const nb::handle& k,
-         const nb::handle& v, const nb::handle& wo, float scale, const ScoreOptions& opt,
-         const nb::handle& scores, const nb::handle& aux, const nb::handle& workspace) {
+      [](const std::string& backend, const nb::handle& q, const nb::handle& k, const nb::handle& v,
+         const nb::handle& wo, float scale, const ScoreOptions& opt, const nb::handle& scores,
+         const nb::handle& aux, const nb::handle& workspace) {
         const HostPath path = host_path(backend);
         const ScoreProblem p = host_problem(q, k, v, wo, scale);
         ScoreOutput out{to_view(scores, "scores", true), to_view_opt(aux, "aux", true)};

@@ -72,7 +72,7 @@ const TorchApi* torch_api() {
   static TorchApi api;
   static bool ready = false;
   if (ready) return &api;
-  PyObject* modules = PyImport_GetModuleDict();  // borrowed
+  PyObject* modules = PyImport_GetModuleDict();                                  // borrowed
   PyObject* torch = modules ? PyDict_GetItemString(modules, "torch") : nullptr;  // borrowed
   if (torch == nullptr) return nullptr;
   static const char* names[7] = {"float32", "float64", "float16", "bfloat16",
@@ -111,8 +111,8 @@ bool tuple_ints(PyObject* tup, int64_t* out, Py_ssize_t n) {
 }
 
 bool call_true(PyObject* o, PyObject* name, bool method) {
-  nb::object r = nb::steal(method ? PyObject_CallMethodObjArgs(o, name, nullptr)
-                                  : PyObject_GetAttr(o, name));
+  nb::object r =
+      nb::steal(method ? PyObject_CallMethodObjArgs(o, name, nullptr) : PyObject_GetAttr(o, name));
   return r.is_valid() && r.ptr() == Py_True;
 }
 
@@ -139,11 +139,9 @@ bool torch_view(PyObject* o, const char* what, TensorView* out) {
                   ".resolve_neg())");
     if (cuda || cpu) {
       nb::object shape = nb::steal(PyObject_GetAttr(o, api->shape));
-      const Py_ssize_t nd = shape.is_valid() && PyTuple_Check(shape.ptr())
-                                ? PyTuple_Size(shape.ptr())
-                                : -1;
-      if (nd > kMaxDims)
-        KVEVICT_FAIL(what, " has ", nd, " dims; expected at most ", kMaxDims);
+      const Py_ssize_t nd =
+          shape.is_valid() && PyTuple_Check(shape.ptr()) ? PyTuple_Size(shape.ptr()) : -1;
+      if (nd > kMaxDims) KVEVICT_FAIL(what, " has ", nd, " dims; expected at most ", kMaxDims);
       if (nd >= 0) {
         t.ndim = static_cast<int>(nd);
         nb::object stride = nb::steal(PyObject_CallMethodObjArgs(o, api->stride, nullptr));
