@@ -8,6 +8,7 @@ caching allocator included). torch is optional: nothing here imports it unless a
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -128,17 +129,24 @@ def stream_handle(x: Any) -> int:
     return int(torch.cuda.current_stream(x.device).cuda_stream)
 
 
-# Device scratch shared by the CUDA ops, one buffer per (device, stream), grown on demand. A
-# buffer is only ever used by work queued on its own stream, whose ops run one after another and
-# need their scratch only while they run, so score, select and the others can share it. The
-# memory comes from torch's caching allocator (allocated while that stream is current, so a
-# replaced buffer is reused only after the stream's queued work).
+# Device scratch shared by the CUDA ops, one buffer per (device, stream, thread), grown on
+# demand. A buffer is only ever used by work one thread queues on one stream: those ops run one
+# after another and need their scratch only while they run, so score, select and the others can
+# share it (two threads may queue on one stream concurrently, the binding releases the GIL while
+# it launches: each has its own buffer). The memory comes from torch's caching allocator
+# (allocated while that stream is current, so a replaced buffer is reused only after the
+# stream's queued work).
 _SCRATCH: dict = {}
 
 
+def scratch_key(like: Any, stream: int) -> tuple:
+    return (like.get_device(), stream, threading.get_ident())
+
+
 def scratch(like: Any, stream: int, nbytes: int) -> Any:
-    """A device uint8 tensor of at least `nbytes` for work on `stream` (`like`'s device)."""
-    key = (like.get_device(), stream)
+    """A device uint8 tensor of at least `nbytes` for work on `stream` (`like`'s device) by the
+    calling thread."""
+    key = scratch_key(like, stream)
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < nbytes:
         grown = max(int(nbytes), 2 * (0 if buf is None else int(buf.numel())), 1 << 16)

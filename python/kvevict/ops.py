@@ -132,7 +132,7 @@ def _cuda_call(fn, like: Array, *args) -> None:
     returns 0 once its kernels are queued, or, launching nothing, the bytes it needs when the
     scratch is smaller: then the scratch grows and the call is repeated (once per new size)."""
     stream = T.stream_handle(like)
-    need = fn(*args, T._SCRATCH.get((like.get_device(), stream)), stream)
+    need = fn(*args, T._SCRATCH.get(T.scratch_key(like, stream)), stream)
     if need:
         need = fn(*args, T.scratch(like, stream, need), stream)
         if need:  # pragma: no cover - the binding asked for more than it was just given
