@@ -18,7 +18,8 @@ for arg in "$@"; do
     --no-venv) VENV_STEP=0 ;;
     --venv-only) SYSTEM=0 ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "install_deps.sh: unknown option '$arg'; expected --eval, --no-venv, --venv-only or --help" >&2
+    *) echo "install_deps.sh: unknown option '$arg'; expected --eval, --no-venv, --venv-only" \
+            "or --help" >&2
        exit 2 ;;
   esac
 done

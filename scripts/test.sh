@@ -31,10 +31,11 @@ stage_done "system dependencies (apt)"
 # <target>_EXPORTS define, the same paths relative to CCACHE_BASEDIR: see the Python step) and so
 # takes its objects instead of compiling them again. Depend mode (CCACHE_DEPEND): a miss costs no
 # extra preprocessor run; the compiler's own -MD output records the headers. The sloppiness is the
-# one precompiled headers need (KVEVICT_PCH, the asan preset's test headers).
+# one precompiled headers need (KVEVICT_FAST_BUILD: the asan preset's test headers).
 if command -v ccache >/dev/null; then
-  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$ROOT" CCACHE_DEPEND=1 \
-    CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$ROOT" CCACHE_DEPEND=1
+  sloppy=pch_defines,time_macros,include_file_mtime,include_file_ctime
+  export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-$sloppy}"
 fi
 # Guards first, cheap and before the build: the C++ / CUDA files the last commit changed must be
 # clang-format clean (tools/check_format.sh) and clang-tidy clean (tools/check_tidy.sh, .clang-tidy;
