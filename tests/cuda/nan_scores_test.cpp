@@ -87,15 +87,15 @@ void run(ScoreOptions opt, int64_t n, DType dtype, uint64_t seed,
   SCOPED_TRACE(::testing::Message() << opt.describe() << " n " << n << " " << dtype_name(dtype));
   const size_t nq = static_cast<size_t>(kHq) * m * kD, nk = static_cast<size_t>(kHkv) * n * kD;
   auto q = testing::round_to(kvevict::testing::normal_floats(nq, seed, 2.0f), dtype);
-  const auto k0 = testing::round_to(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), dtype);
-  const auto v0 = testing::round_to(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), dtype);
+  auto k0 = testing::round_to(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), dtype);
+  auto v0 = testing::round_to(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), dtype);
   const int group = kHq / kHkv;
   for (int hh = 0; hh < group; ++hh)
     for (int t = 0; t < m; ++t) {
       float& x = q[(static_cast<size_t>(kPoisonKvHead * group + hh) * m + t) * kD + kPoisonDim];
       x = std::abs(x) + 0.5f;  // > 0 (rounded to the dtype again below)
     }
-  const auto q0 = testing::round_to(std::move(q), dtype);
+  auto q0 = testing::round_to(std::move(q), dtype);  // (TensorView takes void*)
   ScoreProblem host;
   host.q = TensorView(q0.data(), DType::kF32, {kHq, m, kD});
   host.k = TensorView(k0.data(), DType::kF32, {kHkv, n, kD});
