@@ -28,7 +28,7 @@
 #include "cuda/common.cuh"
 #include "kvevict/decode_score.h"
 #include "kvevict/method.h"
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 
 namespace kvevict::gpu::detail {
 
