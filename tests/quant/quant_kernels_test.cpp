@@ -442,6 +442,12 @@ TEST(QuantMatmul, GroupedTargetsMatchReferenceAndIgnoreThreadCount) {
   }
 }
 
+uint32_t float_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
 // Issue 13: a NaN or an Inf in an activation block gives that block a NaN scale and zero codes
 // and sums on every ISA; the other blocks are bitwise what the clean row gives.
 TEST(QuantizeA8, NonFiniteBlockGetsANaNScaleAndZeroCodes) {
@@ -470,7 +476,7 @@ TEST(QuantizeA8, NonFiniteBlockGetsANaNScaleAndZeroCodes) {
           if (b == hit) {
             ASSERT_TRUE(std::isnan(g.d[b])) << "block " << b << " d " << g.d[b];
           } else {
-            ASSERT_EQ(std::memcmp(&g.d[b], &w.d[b], 4), 0) << "block " << b;
+            ASSERT_EQ(float_bits(g.d[b]), float_bits(w.d[b])) << "block " << b;
           }
           for (int i = 0; i < kA8Block; ++i)
             ASSERT_EQ(g.qs[b * kA8Block + i], b == hit ? 0 : w.qs[b * kA8Block + i])
@@ -522,7 +528,7 @@ TEST(QuantMatmul, NonFiniteActivationPoisonsItsRowOnly) {
               for (int64_t r = 0; r < rows; ++r) {
                 const float got = y[tt * rows + r];
                 if (tt != row)
-                  ASSERT_EQ(std::memcmp(&got, &y0[tt * rows + r], 4), 0)
+                  ASSERT_EQ(float_bits(got), float_bits(y0[tt * rows + r]))
                       << "token " << tt << " row " << r << ": " << got << " vs "
                       << y0[tt * rows + r];
                 else if (takes_a8(t))
