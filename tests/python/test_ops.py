@@ -396,10 +396,9 @@ def test_decode_attention_equals_attention_on_cuda(fw):
 
 
 @pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
-@pytest.mark.xfail(strict=True, reason="found on the H200 (2026-12-01 night): a NaN in one bf16 "
-                   "key gives finite CUDA dropkv scores, so neither check sees it; open in "
-                   "issue 13 (the kernel must propagate it)")
 def test_cuda_nan_check_can_be_left_to_the_caller():
+    # A NaN in one bf16 key gave finite CUDA dropkv scores on the H200 (2026-12-01 night), so
+    # neither check saw it; the kernels now carry it (tests/cuda/nan_scores_test.cpp).
     rng = np.random.default_rng(23)
     q, k, v = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in qkv(rng, 4, 2, 40, 8, 64))
     k[1, 5, 3] = float("nan")
