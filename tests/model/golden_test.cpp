@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -128,17 +129,56 @@ TEST_P(Golden, LastLogitsAndGreedyContinuationMatchLlamaCpp) {
 }
 
 // The quantized runtime (GGUF blocks x A8 activations) against the same f32 reference, with
-// llama.cpp's own quantized run as the yardstick of how far 8-bit activations may move logits:
-//  - same top-1 as the f32 reference;
-//  - every top-50 logit within 2x (+ 0.05) of the largest error llama.cpp's quantized run has on
-//    that prompt (the STYLE rule for low-precision paths; both errors are measured against the f32
-//    reference on the ids the two top-50 lists share);
-//  - teacher-forced on the reference's 32 greedy tokens, our argmax is the reference token on at
-//    least 28 of the 32 steps and the reference token is in our top 5 on every step (free-running
-//    greedy text cannot be compared: llama.cpp's quantized run itself leaves the f32 continuation
-//    after 2 to 32 tokens on these prompts, at near-ties).
-// Measured (SmolLM2 / Gemma 3, prompts 0-2): top-50 max abs error 0.45 0.34 0.19 / 0.24 0.45 0.14
-// against llama.cpp quantized's 0.28 0.26 0.35 / 0.41 0.52 0.44.
+// llama.cpp's own quantized run as the yardstick of how far 8-bit activations may move logits.
+//
+// Why not the largest error over the top 50. A8 rounds every activation of every layer to 8 bits;
+// which way a value near a rounding boundary goes depends on the last bits of the f32
+// activations, i.e. on the summation order of everything before it (compiler, -O level,
+// -march, GEMM panels vs row kernels). One flipped rounding moves the next layer a little, which
+// flips others, so the error vs the f32 reference is a fresh pseudo-random draw per summation
+// order: its SIZE is set by the A8 precision, its value at any one logit is not reproducible.
+// Measured on SmolLM2 prompt 0, the same build prefilled in chunks of 5 / 1 / 2 / 3 / 4 tokens
+// (nothing but f32 summation orders changed): top-50 max abs error 0.53 / 0.74 / 0.61 / 0.64 /
+// 0.59, while llama.cpp's quantized run has 0.28 — the former bound (2x that + 0.05 = 0.61) was
+// crossed by a summation order alone (a -O1 or non-native build did the same: 0.64).
+//
+// What is compared instead, over the reference's top-50 ids:
+//  - the error after removing its mean: softmax ignores a common shift, and most of our error is
+//    one (SmolLM2 prompt 0: RMS 0.30, 0.10 without the shift; llama.cpp's 0.11 / 0.11);
+//  - its RMS, an average over the 50 logits instead of the worst draw, and pooled over two
+//    summation orders of the same arithmetic (the prompt in one chunk: GEMM panels from 4 tokens
+//    on; and token by token: the row kernels), so the statistic itself is measured twice;
+//  - against the same statistic of llama.cpp's quantized run (on the ids both top-50 lists
+//    share), within the STYLE rule's 2x.
+// Measured spread of that statistic under the chunkings above, as a ratio to llama.cpp's: per
+// run 0.57 - 1.63, pooled over the two runs 0.58 - 1.32 (SmolLM2 0.99 - 1.32, Gemma 3 0.58 -
+// 0.77). A real regression moves every run the same way (checked by breaking quant/matmul.cpp
+// locally, not committed): zeroing the A8 16-element sums (a dropped offset term of Q4_1 / Q5_0
+// / the K-quants) gives 25 - 64x and a wrong top-1; a 2% scale error on alternate output rows
+// of every product (+2% odd rows, -2% even rows) gives 2.03 - 4.4x: all 6 prompts fail.
+// Also required: the same top-1 as the f32 reference in both runs; teacher-forced on the
+// reference's 32 greedy tokens, our argmax is the reference token on at least 28 of the 32 steps
+// and the reference token is in our top 5 on every step (free-running greedy text cannot be
+// compared: llama.cpp's quantized run itself leaves the f32 continuation after 2 to 32 tokens on
+// these prompts, at near-ties).
+
+// Sum of squares of (got - ref) with its mean removed, and the count: the shift-free residuals.
+struct Residuals {
+  double sum_sq = 0;
+  int64_t n = 0;
+  void add(const std::vector<double>& ref, const std::vector<double>& got) {
+    double mean = 0;
+    for (size_t i = 0; i < ref.size(); ++i) mean += got[i] - ref[i];
+    mean /= static_cast<double>(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double e = got[i] - ref[i] - mean;
+      sum_sq += e * e;
+    }
+    n += static_cast<int64_t>(ref.size());
+  }
+  double rms() const { return n > 0 ? std::sqrt(sum_sq / static_cast<double>(n)) : 0.0; }
+};
+
 TEST_P(Golden, NativeWeightsStayWithinTheQuantizedYardstick) {
   const auto& [name, file, index] = GetParam();
   std::string why;
@@ -151,17 +191,43 @@ TEST_P(Golden, NativeWeightsStayWithinTheQuantizedYardstick) {
   const std::vector<double> ref_logits = c.at("top_logits").get<std::vector<double>>();
   const std::vector<int32_t> q_ids = cq.at("top_ids").get<std::vector<int32_t>>();
   const std::vector<double> q_logits = cq.at("top_logits").get<std::vector<double>>();
-  double yardstick = 0;
+  std::vector<double> shared_ref, shared_q;
   for (size_t i = 0; i < ref_ids.size(); ++i)
     for (size_t j = 0; j < q_ids.size(); ++j)
-      if (q_ids[j] == ref_ids[i])
-        yardstick = std::max(yardstick, std::abs(q_logits[j] - ref_logits[i]));
+      if (q_ids[j] == ref_ids[i]) {
+        shared_ref.push_back(ref_logits[i]);
+        shared_q.push_back(q_logits[j]);
+      }
+  ASSERT_GE(shared_ref.size(), 25u) << "the two reference top-50 lists share too few ids";
+  Residuals yard;
+  yard.add(shared_ref, shared_q);
+  const double yardstick = yard.rms();
   ASSERT_GT(yardstick, 0.0);
   const std::string what = name + " prompt " + std::to_string(index) + " native weights";
+
+  Residuals ours;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  for (const int64_t chunk : {n, int64_t{1}}) {
+    SessionOptions opt;
+    opt.chunk = chunk;
+    Session run(g->model, opt);
+    run.prefill(tokens);
+    const std::vector<float>& lg = run.logits();
+    EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), ref_ids[0])
+        << what << " (prefill chunk " << chunk << "): top-1 differs from llama.cpp f32";
+    std::vector<double> got;
+    for (int32_t id : ref_ids) got.push_back(lg[id]);
+    ours.add(ref_logits, got);
+  }
+  std::cout << "[golden] " << what << ": shift-free top-50 RMS error " << ours.rms()
+            << " (two summation orders) vs llama.cpp quantized " << yardstick << " (ratio "
+            << ours.rms() / yardstick << ")\n";
+  EXPECT_LE(ours.rms(), 2 * yardstick)
+      << what << ": shift-free top-50 RMS error " << ours.rms() << " exceeds 2x llama.cpp "
+      << "quantized's " << yardstick;
+
   Session s(g->model);
   s.prefill(tokens);
-  check_logits(s.logits(), c, 2 * yardstick + 0.05, 0.0, what + " vs llama.cpp f32");
-
   const std::vector<int32_t> greedy = c.at("greedy").get<std::vector<int32_t>>();
   int agree = 0;
   for (size_t i = 0; i < greedy.size(); ++i) {
@@ -174,7 +240,7 @@ TEST_P(Golden, NativeWeightsStayWithinTheQuantizedYardstick) {
     if (i + 1 < greedy.size()) s.decode(greedy[i]);
   }
   std::cout << "[golden] " << what << ": teacher-forced argmax agrees on " << agree << " of "
-            << greedy.size() << " steps (llama.cpp quantized error " << yardstick << ")\n";
+            << greedy.size() << " steps\n";
   EXPECT_GE(agree, 28) << what << ": teacher-forced greedy agrees on only " << agree << " of "
                        << greedy.size();
 }
