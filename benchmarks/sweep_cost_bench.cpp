@@ -311,9 +311,9 @@ int main(int argc, char** argv) {
       // The CPU runtime reports no counts: "-".
       const std::string passes =
           t.cost.selections == 0 ? "-" : std::to_string(std::lround(t.cost.score_passes / nb));
-      std::printf("| %s | %.3f | %.4f | %.4f | %.4f | %.4f | %s | %s | %.1f |\n",
-                  t.variant.c_str(), 1e3 * t.evict / std::max<int64_t>(t.settings, 1), t.evict / nb,
-                  t.append / nb, t.decode / nb, t.wall / nb, passes.c_str(),
+      std::printf("| %s | %.3f | %.4f | %.4f | %.4f | %.4f | %s | %s | %.1f |\n", t.variant.c_str(),
+                  1e3 * t.evict / std::max<int64_t>(t.settings, 1), t.evict / nb, t.append / nb,
+                  t.decode / nb, t.wall / nb, passes.c_str(),
                   t.answers_differ < 0 ? "-" : std::to_string(t.answers_differ).c_str(), minutes);
       out["variants"][t.variant] = {
           {"evict_s_per_setting", t.evict / std::max<int64_t>(t.settings, 1)},
