@@ -16,11 +16,11 @@
 #include <random>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kvevict/attention.h"
 #include "kvevict/cache.h"
 #include "kvevict/dtype.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/parallel.h"
 #include "model/ops.h"
 #include "quant/matmul.h"
 

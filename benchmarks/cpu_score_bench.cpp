@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kvevict/dtype.h"
-#include "kvevict/parallel.h"
 #include "kvevict/score.h"
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 
 namespace {
 

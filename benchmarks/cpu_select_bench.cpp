@@ -7,9 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kvevict/attention.h"
 #include "kvevict/cache.h"
-#include "kvevict/parallel.h"
 #include "kvevict/select.h"
 
 namespace kvevict {

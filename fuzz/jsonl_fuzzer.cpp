@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "eval/jsonl.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/jsonl.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "io/model_paths.h"
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/io/model_paths.h"
 #include "kvevict/tokenizer.h"
 
 namespace {

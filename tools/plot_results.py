@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots kvevict results JSON files (see include/kvevict/eval/report.h for the layout).
+"""Plots kvevict results JSON files (see src/eval/report.h for the layout).
 
   tools/plot_results.py results.json [more.json ...] --out plots/
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "cache/parallel_if_large.h"
+#include "core/parallel.h"
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
 
 namespace kvevict::cpu {
 namespace {

@@ -2,9 +2,9 @@
 #include <cstring>
 
 #include "cache/parallel_if_large.h"
+#include "core/parallel.h"
 #include "kvevict/cache.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
 
 namespace kvevict {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kvevict/parallel.h"
+#include "core/parallel.h"
 
 namespace kvevict::detail {
 

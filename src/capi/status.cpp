@@ -3,7 +3,7 @@
 #include <string>
 
 #include "capi/capi_internal.h"
-#include "kvevict/parallel.h"
+#include "core/parallel.h"
 #include "kvevict/version.h"  // generated from the project version (cmake/Version.cmake)
 
 namespace kvevict::capi {

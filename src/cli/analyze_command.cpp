@@ -17,9 +17,9 @@
 #include "cli/progress.h"
 #include "cli/prompt_args.h"
 #include "cli/tensor_args.h"
+#include "eval/report.h"
 #include "kvevict/diagnostics.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/report.h"
 #include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {

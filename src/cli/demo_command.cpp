@@ -20,11 +20,11 @@
 #include "cli/model_args.h"
 #include "cli/numeric_options.h"
 #include "cli/progress.h"
+#include "eval/corpus.h"
+#include "eval/metrics.h"
+#include "eval/ruler.h"
+#include "eval/session_model.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/corpus.h"
-#include "kvevict/eval/metrics.h"
-#include "kvevict/eval/ruler.h"
-#include "kvevict/eval/session_model.h"
 #include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {

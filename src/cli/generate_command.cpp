@@ -15,8 +15,8 @@
 #include "cli/numeric_options.h"
 #include "cli/progress.h"
 #include "cli/prompt_args.h"
+#include "eval/session_model.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/session_model.h"
 #include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/number_parse.h"
 #include "kvevict/error.h"
-#include "kvevict/number_parse.h"
 
 namespace kvevict::cli {
 

@@ -6,8 +6,8 @@
 #include <cstdlib>
 
 #include "cli/numeric_options.h"
+#include "core/parallel.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
 
 #ifndef KVEVICT_SOURCE_DIR
 #define KVEVICT_SOURCE_DIR "."

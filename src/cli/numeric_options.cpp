@@ -3,8 +3,8 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "kvevict/number_parse.h"
-#include "kvevict/parallel.h"
+#include "core/number_parse.h"
+#include "core/parallel.h"
 
 namespace kvevict::cli {
 

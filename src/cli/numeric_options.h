@@ -1,7 +1,7 @@
 // One validation layer for the numeric options of every command (issue 13). Each numeric option
 // is registered through these helpers, which attach CLI11 validators that run on the text before
 // CLI11 converts it:
-//   - strict decimal syntax (kvevict/number_parse.h): CLI11 2.1 converts with strtoull/strtold in
+//   - strict decimal syntax (core/number_parse.h): CLI11 2.1 converts with strtoull/strtold in
 //     base 0, which reads "0x10" as 16, "010" as 8 and "-1" as 2^64 - 1 for an unsigned seed, and
 //     accepts "inf", "nan" and leading blanks; all of those are refused here;
 //   - an inclusive range (CLI::Range) for integers.

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <vector>
 
+#include "io/input_file.h"
 #include "kvevict/error.h"
 #include "kvevict/io/atomic_file.h"
-#include "kvevict/io/input_file.h"
 
 namespace kvevict::cli {
 

@@ -12,11 +12,11 @@
 #include "cli/numeric_options.h"
 #include "cli/output_args.h"
 #include "cli/progress.h"
+#include "eval/corpus.h"
+#include "eval/perplexity.h"
+#include "eval/report.h"
+#include "eval/session_model.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/corpus.h"
-#include "kvevict/eval/perplexity.h"
-#include "kvevict/eval/report.h"
-#include "kvevict/eval/session_model.h"
 #include "kvevict/io/atomic_file.h"
 
 namespace kvevict::cli {

@@ -7,10 +7,10 @@
 #include "cli/corpus_arg.h"
 #include "cli/model_args.h"
 #include "cli/numeric_options.h"
+#include "eval/corpus.h"
+#include "eval/sample.h"
+#include "io/input_file.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/corpus.h"
-#include "kvevict/eval/sample.h"
-#include "kvevict/io/input_file.h"
 #include "tokenizer/unicode.h"
 
 namespace kvevict::cli {

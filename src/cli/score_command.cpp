@@ -13,13 +13,13 @@
 #include "cli/numeric_options.h"
 #include "cli/output_args.h"
 #include "cli/tensor_args.h"
+#include "core/parallel.h"
 #include "kvevict/backend.h"
 #include "kvevict/error.h"
 #include "kvevict/evict.h"
 #include "kvevict/io/atomic_file.h"
 #include "kvevict/io/npy.h"
 #include "kvevict/method.h"
-#include "kvevict/parallel.h"
 
 namespace kvevict::cli {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/number_parse.h"
 #include "kvevict/error.h"
-#include "kvevict/number_parse.h"
 
 namespace kvevict {
 namespace {

@@ -1,4 +1,4 @@
-#include "kvevict/number_parse.h"
+#include "core/number_parse.h"
 
 #include <cerrno>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "kvevict/parallel.h"
+#include "core/parallel.h"
 
 #include <algorithm>
 #include <exception>

@@ -24,7 +24,7 @@
 
 #include "cuda/decode_step_scores.cuh"
 #include "cuda/model_launchers.h"
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 
 namespace kvevict::gpu::detail {
 namespace {

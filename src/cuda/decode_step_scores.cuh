@@ -27,7 +27,7 @@
 
 #include "kvevict/decode_score.h"
 #include "kvevict/method.h"
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 
 namespace kvevict::gpu::detail {
 

@@ -19,7 +19,7 @@
 
 #include "cuda/launchers.h"
 #include "cuda/window_params.cuh"
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 
 namespace kvevict::cuda::detail {
 

@@ -9,7 +9,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/launchers.h"
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 
 namespace kvevict::cuda::detail {
 namespace {

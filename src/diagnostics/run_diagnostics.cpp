@@ -8,9 +8,9 @@
 #include <random>
 #include <sstream>
 
+#include "core/parallel.h"
 #include "kvevict/diagnostics.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
 
 namespace kvevict::diag {
 namespace {

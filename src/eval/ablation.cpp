@@ -1,4 +1,4 @@
-#include "kvevict/eval/ablation.h"
+#include "eval/ablation.h"
 
 #include <algorithm>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "kvevict/eval/corpus.h"
+#include "eval/corpus.h"
 
 #include <cctype>
 #include <cstdlib>

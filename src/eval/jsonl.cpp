@@ -1,4 +1,4 @@
-#include "kvevict/eval/jsonl.h"
+#include "eval/jsonl.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,8 +7,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "io/input_file.h"
 #include "kvevict/error.h"
-#include "kvevict/io/input_file.h"
 
 namespace kvevict::eval {
 

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "eval/runner.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/runner.h"
 
 namespace kvevict::eval {
 namespace {

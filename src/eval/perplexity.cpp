@@ -1,4 +1,4 @@
-#include "kvevict/eval/perplexity.h"
+#include "eval/perplexity.h"
 
 #include <chrono>
 #include <cstdio>

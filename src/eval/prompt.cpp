@@ -1,7 +1,7 @@
 #include <algorithm>
 
+#include "eval/sample.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/sample.h"
 #include "kvevict/tokenizer.h"
 
 namespace kvevict::eval {

@@ -1,4 +1,4 @@
-#include "kvevict/eval/provenance.h"
+#include "eval/provenance.h"
 
 #include <array>
 #include <cerrno>

@@ -1,4 +1,4 @@
-#include "kvevict/eval/report.h"
+#include "eval/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "eval/summary.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/summary.h"
 #include "kvevict/io/atomic_file.h"
 
 namespace kvevict::eval {

@@ -1,4 +1,4 @@
-#include "kvevict/eval/rng.h"
+#include "eval/rng.h"
 
 #include <unordered_map>
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvevict/eval/ruler.h"
+#include "eval/ruler.h"
 
 namespace kvevict::eval::detail {
 

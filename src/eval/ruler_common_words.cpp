@@ -2,8 +2,8 @@
 // list where 10 words repeat often (30 times) and the rest rarely (3 times); the answer is the 10
 // common words. One in-context example precedes the task; below 4K tokens RULER uses smaller
 // repeat counts (6 and 1) and a smaller example, and so does this.
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ruler.h"
 #include "ruler_builders.h"
 
 namespace kvevict::eval {

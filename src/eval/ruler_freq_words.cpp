@@ -5,8 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ruler.h"
 #include "ruler_builders.h"
 
 namespace kvevict::eval {

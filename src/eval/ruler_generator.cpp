@@ -3,8 +3,8 @@
 // amount finds the largest amount that fits, which lands within one haystack unit of the target.
 #include <algorithm>
 
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ruler.h"
 #include "kvevict/tokenizer.h"
 
 namespace kvevict::eval {

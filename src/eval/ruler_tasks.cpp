@@ -3,8 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ruler.h"
 
 namespace kvevict::eval {
 

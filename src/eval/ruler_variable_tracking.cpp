@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ruler.h"
 #include "ruler_builders.h"
 
 namespace kvevict::eval {

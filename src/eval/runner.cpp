@@ -1,4 +1,4 @@
-#include "kvevict/eval/runner.h"
+#include "eval/runner.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "kvevict/eval/session_model.h"
+#include "eval/session_model.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "kvevict/eval/split.h"
+#include "eval/split.h"
 
 #include "kvevict/error.h"
 

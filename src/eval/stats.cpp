@@ -1,10 +1,10 @@
-#include "kvevict/eval/stats.h"
+#include "eval/stats.h"
 
 #include <algorithm>
 #include <cstdio>
 
+#include "eval/rng.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/rng.h"
 
 namespace kvevict::eval {
 namespace {

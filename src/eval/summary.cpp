@@ -1,13 +1,13 @@
 // The summaries of a run: the accuracy cells with their intervals (EvalResults::aggregate), the
 // paired comparisons (EvalResults::compare) and the cost table (cost_summary).
-#include "kvevict/eval/summary.h"
+#include "eval/summary.h"
 
 #include <algorithm>
 #include <map>
 #include <tuple>
 
+#include "eval/stats.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/stats.h"
 
 namespace kvevict::eval {
 namespace {

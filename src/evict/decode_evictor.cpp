@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "cache/parallel_if_large.h"
+#include "core/parallel.h"
 #include "kvevict/backend.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
-#include "kvevict/score_terms.h"
 #include "kvevict/select.h"
+#include "score/score_terms.h"
 
 namespace kvevict {
 namespace {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "io/input_file.h"
 #include "kvevict/error.h"
-#include "kvevict/io/input_file.h"
 
 namespace kvevict::io {
 namespace {

@@ -13,10 +13,10 @@
 #include <cstring>
 #include <limits>
 
+#include "core/parallel.h"
+#include "io/input_file.h"
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/io/input_file.h"
-#include "kvevict/parallel.h"
 
 namespace kvevict::gguf {
 namespace {

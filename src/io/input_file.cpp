@@ -1,4 +1,4 @@
-#include "kvevict/io/input_file.h"
+#include "io/input_file.h"
 
 #include <sys/stat.h>
 

@@ -1,4 +1,4 @@
-#include "kvevict/io/model_paths.h"
+#include "io/model_paths.h"
 
 #include <sys/stat.h>
 

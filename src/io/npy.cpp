@@ -9,9 +9,9 @@
 #include <fstream>
 #include <limits>
 
+#include "io/input_file.h"
 #include "kvevict/error.h"
 #include "kvevict/io/atomic_file.h"
-#include "kvevict/io/input_file.h"
 
 namespace kvevict::npy {
 namespace {

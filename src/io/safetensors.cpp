@@ -6,8 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "io/input_file.h"
 #include "kvevict/error.h"
-#include "kvevict/io/input_file.h"
 
 namespace kvevict::safetensors {
 namespace {

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "kvevict/error.h"
-#include "kvevict/model/session.h"
+#include "model/session.h"
 #include "quant/quant.h"
 
 namespace kvevict::detail {

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "io/model_paths.h"
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/io/model_paths.h"
 
 namespace kvevict {
 

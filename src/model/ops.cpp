@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kvevict/error.h"
 #include "kvevict/model/model.h"
-#include "kvevict/parallel.h"
 #include "quant/matmul.h"
 #include "score/cpu_vector_math.h"
 

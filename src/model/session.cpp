@@ -1,4 +1,4 @@
-#include "kvevict/model/session.h"
+#include "model/session.h"
 
 #include <algorithm>
 #include <chrono>

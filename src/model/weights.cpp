@@ -4,9 +4,9 @@
 #include <mutex>
 #include <string>
 
+#include "core/parallel.h"
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/parallel.h"
 
 namespace kvevict {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel.h"
 #include "cuda/model_launchers.h"
 #include "kvevict/dtype.h"
-#include "kvevict/parallel.h"
 #include "model_cuda/gpu_model_impl.h"
 
 namespace kvevict::gpu {

@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "kvevict/dtype.h"
-#include "kvevict/score_terms.h"
 #include "score/cpu_vector_math.h"
+#include "score/score_terms.h"
 
 namespace kvevict::score_detail {
 namespace {

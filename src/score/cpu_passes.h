@@ -12,8 +12,8 @@
 #include <cstdint>
 
 #include "kvevict/method.h"
-#include "kvevict/score_terms.h"
 #include "kvevict/tensor.h"
+#include "score/score_terms.h"
 
 namespace kvevict::score_detail {
 

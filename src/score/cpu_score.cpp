@@ -18,12 +18,12 @@
 #include <limits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
 #include "kvevict/score.h"
-#include "kvevict/score_terms.h"
 #include "score/cpu_passes.h"
 #include "score/pooling.h"
+#include "score/score_terms.h"
 
 namespace kvevict::cpu {
 namespace {

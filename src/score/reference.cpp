@@ -15,8 +15,8 @@
 
 #include "kvevict/error.h"
 #include "kvevict/score.h"
-#include "kvevict/score_terms.h"
 #include "score/pooling.h"
+#include "score/score_terms.h"
 
 namespace kvevict::ref {
 namespace {

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "cache/parallel_if_large.h"
+#include "core/parallel.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
 
 namespace kvevict {
 namespace {

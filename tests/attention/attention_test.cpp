@@ -8,9 +8,9 @@
 #include <limits>
 #include <random>
 
+#include "core/parallel.h"
 #include "kvevict/cache.h"
 #include "kvevict/error.h"
-#include "kvevict/parallel.h"
 #include "kvevict/select.h"
 #include "support/testing.h"
 

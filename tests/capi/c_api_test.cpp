@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kvevict/cache.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/evict.h"
 #include "kvevict/model/evict_config.h"
-#include "kvevict/parallel.h"
 #include "score/problem_builder.h"
 #include "support/testing.h"
 

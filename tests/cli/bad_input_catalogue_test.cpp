@@ -19,7 +19,7 @@
 
 #include "cli/tiny_cli_model.h"
 #include "io/gguf_writer.h"
-#include "kvevict/io/model_paths.h"
+#include "io/model_paths.h"
 #include "kvevict/io/npy.h"
 #include "kvevict/model/runtime.h"
 #include "support/cli_runner.h"

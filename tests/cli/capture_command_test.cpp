@@ -11,8 +11,8 @@
 
 #include "cli/tiny_cli_model.h"
 #include "kvevict/io/npy.h"
-#include "kvevict/model/session.h"
 #include "kvevict/tokenizer.h"
+#include "model/session.h"
 #include "support/cli_runner.h"
 #include "support/special_files.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kvevict/io/model_paths.h"
+#include "io/model_paths.h"
 #include "support/cli_runner.h"
 #include "support/special_files.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kvevict/io/model_paths.h"
+#include "io/model_paths.h"
 #include "kvevict/model/runtime.h"
 #include "support/cli_runner.h"
 

@@ -18,7 +18,7 @@
 
 #include "cuda/cuda_testing.h"
 #include "cuda/model_launchers.h"
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 #include "support/testing.h"
 
 namespace kvevict::gpu {

@@ -12,8 +12,8 @@
 #include "cuda/cuda_testing.h"
 #include "cuda/kernel_variants.h"
 #include "kvevict/score.h"
-#include "kvevict/score_terms.h"
 #include "score/peaked_problem.h"
+#include "score/score_terms.h"
 #include "support/testing.h"
 
 namespace kvevict::cuda {

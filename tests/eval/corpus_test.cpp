@@ -1,5 +1,5 @@
 // Corpus loading, its missing-file message, and the text helpers the haystacks are cut with.
-#include "kvevict/eval/corpus.h"
+#include "eval/corpus.h"
 
 #include <gtest/gtest.h>
 

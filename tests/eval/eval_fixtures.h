@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/eval/corpus.h"
-#include "kvevict/eval/rng.h"
+#include "eval/corpus.h"
+#include "eval/rng.h"
 #include "kvevict/tokenizer.h"
 
 namespace kvevict::eval::testing {

@@ -1,5 +1,5 @@
 // The JSONL reader accepts the SPEC format and rejects malformed rows naming line, field and type.
-#include "kvevict/eval/jsonl.h"
+#include "eval/jsonl.h"
 
 #include <gtest/gtest.h>
 

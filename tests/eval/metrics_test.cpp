@@ -1,5 +1,5 @@
 // RULER's string_match_all / string_match_part on hand-checked predictions.
-#include "kvevict/eval/metrics.h"
+#include "eval/metrics.h"
 
 #include <gtest/gtest.h>
 

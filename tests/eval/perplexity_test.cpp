@@ -1,5 +1,5 @@
 // Perplexity pieces: chunking, the NLL accumulator against hand-computed values, and the run loop.
-#include "kvevict/eval/perplexity.h"
+#include "eval/perplexity.h"
 
 #include <gtest/gtest.h>
 

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "kvevict/eval/perplexity.h"
-#include "kvevict/eval/report.h"
+#include "eval/perplexity.h"
+#include "eval/report.h"
 
 namespace kvevict::eval {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kvevict/eval/report.h"
+#include "eval/report.h"
 
 namespace kvevict::eval {
 namespace {

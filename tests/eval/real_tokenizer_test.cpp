@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "eval/eval_fixtures.h"
-#include "kvevict/eval/ruler.h"
+#include "eval/ruler.h"
 #include "kvevict/tokenizer.h"
 #ifdef KVEVICT_EVAL_HAS_MODEL
 #include "kvevict/io/gguf.h"

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "eval/eval_fixtures.h"
+#include "eval/rng.h"
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/rng.h"
-#include "kvevict/eval/ruler.h"
 
 namespace kvevict::eval {
 namespace {

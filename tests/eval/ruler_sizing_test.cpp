@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "eval/eval_fixtures.h"
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ruler.h"
 
 namespace kvevict::eval {
 namespace {

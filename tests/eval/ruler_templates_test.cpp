@@ -7,8 +7,8 @@
 #include <regex>
 
 #include "eval/eval_fixtures.h"
+#include "eval/ruler.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ruler.h"
 
 namespace kvevict::eval {
 namespace {

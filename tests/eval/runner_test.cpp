@@ -1,6 +1,6 @@
 // The runner prefills each sample once per mode, answers with every method from that prefill, and
 // aggregates scores into the tables the reports print.
-#include "kvevict/eval/runner.h"
+#include "eval/runner.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/eval_fixtures.h"
+#include "eval/report.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/report.h"
 
 namespace kvevict::eval {
 namespace {

@@ -4,13 +4,13 @@
 
 #include <set>
 
+#include "eval/ablation.h"
+#include "eval/provenance.h"
+#include "eval/rng.h"
+#include "eval/split.h"
+#include "eval/stats.h"
+#include "eval/summary.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/ablation.h"
-#include "kvevict/eval/provenance.h"
-#include "kvevict/eval/rng.h"
-#include "kvevict/eval/split.h"
-#include "kvevict/eval/stats.h"
-#include "kvevict/eval/summary.h"
 
 namespace kvevict::eval {
 namespace {

@@ -12,12 +12,12 @@
 #include <set>
 
 #include "eval/eval_fixtures.h"
-#include "kvevict/eval/metrics.h"
-#include "kvevict/eval/report.h"
-#include "kvevict/eval/rng.h"
-#include "kvevict/eval/runner.h"
-#include "kvevict/eval/session_model.h"
-#include "kvevict/eval/summary.h"
+#include "eval/metrics.h"
+#include "eval/report.h"
+#include "eval/rng.h"
+#include "eval/runner.h"
+#include "eval/session_model.h"
+#include "eval/summary.h"
 #include "kvevict/model/runtime.h"
 #include "kvevict/model/sampler.h"
 #include "kvevict/tokenizer.h"

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "io/model_paths.h"
 #include "kvevict/dtype.h"
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/io/model_paths.h"
 #include "support/testing.h"
 
 namespace kvevict {

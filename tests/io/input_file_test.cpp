@@ -2,7 +2,7 @@
 // .npy was reported as "9223372036854775807 bytes"; open() on a FIFO would block), and the size
 // limit of text inputs (a prompt file, /dev/zero). The JSONL reader (eval) is checked through
 // the CLI in tests/cli/bad_input_catalogue_test.cpp.
-#include "kvevict/io/input_file.h"
+#include "io/input_file.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

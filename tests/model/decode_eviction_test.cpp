@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "kvevict/model/session.h"
+#include "model/session.h"
 #include "model/tiny_model.h"
 
 namespace kvevict {

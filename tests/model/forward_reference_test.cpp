@@ -3,7 +3,7 @@
 // decode steps, for f32 and f16 caches.
 #include <gtest/gtest.h>
 
-#include "kvevict/model/session.h"
+#include "model/session.h"
 #include "model/tiny_model.h"
 
 namespace kvevict {

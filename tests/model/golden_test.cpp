@@ -25,8 +25,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kvevict/io/model_paths.h"
-#include "kvevict/model/session.h"
+#include "io/model_paths.h"
+#include "model/session.h"
 
 namespace kvevict {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kvevict/error.h"
-#include "kvevict/model/session.h"
+#include "model/session.h"
 #include "model/tiny_model.h"
 
 namespace kvevict {

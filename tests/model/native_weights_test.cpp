@@ -14,9 +14,9 @@
 
 #include <cmath>
 
-#include "kvevict/io/model_paths.h"
-#include "kvevict/model/session.h"
+#include "io/model_paths.h"
 #include "kvevict/tokenizer.h"
+#include "model/session.h"
 
 namespace kvevict {
 namespace {

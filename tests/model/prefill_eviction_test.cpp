@@ -7,7 +7,7 @@
 #include <set>
 
 #include "kvevict/error.h"
-#include "kvevict/model/session.h"
+#include "model/session.h"
 #include "model/tiny_model.h"
 
 namespace kvevict {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kvevict/error.h"
-#include "kvevict/model/session.h"
+#include "model/session.h"
 
 namespace kvevict {
 namespace {

@@ -3,10 +3,10 @@
 // bytes of every layer; query-agnostic use (compress the context, then append the question).
 #include <gtest/gtest.h>
 
+#include "io/model_paths.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/io/model_paths.h"
-#include "kvevict/model/session.h"
 #include "kvevict/tokenizer.h"
+#include "model/session.h"
 
 namespace kvevict {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "kvevict/model/session.h"
+#include "model/session.h"
 #include "model/tiny_model.h"
 
 namespace kvevict {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kvevict/dtype.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/parallel.h"
 #include "quant/gemm.h"
 #include "quant/matmul.h"
 #include "quant/quant.h"

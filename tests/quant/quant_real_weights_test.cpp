@@ -5,8 +5,8 @@
 #include <cmath>
 #include <random>
 
+#include "io/model_paths.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/io/model_paths.h"
 #include "quant/matmul.h"
 
 namespace kvevict::quant {

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/io/model_paths.h"
+#include "io/model_paths.h"
 #include "kvevict/method.h"
 #include "kvevict/model/config.h"
 #include "kvevict/model/model.h"
 #include "kvevict/model/sampler.h"
-#include "kvevict/model/session.h"
+#include "model/session.h"
 
 namespace kvevict {
 namespace {

@@ -4,8 +4,8 @@
 #include <sstream>
 #include <string>
 
+#include "eval/jsonl.h"
 #include "kvevict/error.h"
-#include "kvevict/eval/jsonl.h"
 
 namespace kvevict::eval {
 namespace {

@@ -20,8 +20,8 @@
 #include "kvevict/error.h"
 #include "kvevict/io/gguf.h"
 #include "kvevict/model/model.h"
-#include "kvevict/model/session.h"
 #include "kvevict/tokenizer.h"
+#include "model/session.h"
 
 namespace kvevict::testing {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "io/model_paths.h"
 #include "kvevict/io/gguf.h"
-#include "kvevict/io/model_paths.h"
 #include "kvevict/tokenizer.h"
 
 namespace kvevict {

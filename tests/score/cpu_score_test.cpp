@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/parallel.h"
+#include "core/parallel.h"
 #include "kvevict/score.h"
 #include "score/problem_builder.h"
 #include "score/tiny_problem.h"

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "kvevict/score.h"
-#include "kvevict/score_terms.h"
 #include "score/problem_builder.h"
+#include "score/score_terms.h"
 #include "score/tiny_problem.h"
 
 namespace kvevict {

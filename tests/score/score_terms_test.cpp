@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "kvevict/score_terms.h"
+#include "score/score_terms.h"
 
 namespace kvevict {
 namespace {

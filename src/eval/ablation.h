@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/eval/runner.h"
+#include "eval/runner.h"
 
 namespace kvevict::eval {
 

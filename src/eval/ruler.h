@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/eval/corpus.h"
-#include "kvevict/eval/rng.h"
-#include "kvevict/eval/sample.h"
+#include "eval/corpus.h"
+#include "eval/rng.h"
+#include "eval/sample.h"
 
 namespace kvevict {
 class Tokenizer;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/eval/sample.h"
+#include "eval/sample.h"
 
 namespace kvevict::eval {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/eval/runner.h"
+#include "eval/runner.h"
 #include "kvevict/model/evict_config.h"
 #include "kvevict/tokenizer.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/eval/perplexity.h"
-#include "kvevict/eval/runner.h"
+#include "eval/perplexity.h"
+#include "eval/runner.h"
 #include "kvevict/model/runtime.h"
 #include "kvevict/tokenizer.h"
 

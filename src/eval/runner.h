@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "kvevict/eval/metrics.h"
-#include "kvevict/eval/sample.h"
-#include "kvevict/eval/stats.h"
+#include "eval/metrics.h"
+#include "eval/sample.h"
+#include "eval/stats.h"
 #include "kvevict/method.h"
 #include "kvevict/model/evict_config.h"
 

@@ -36,7 +36,7 @@
 
 #include <string>
 
-#include "kvevict/eval/runner.h"
+#include "eval/runner.h"
 
 namespace kvevict::eval {
 

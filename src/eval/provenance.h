@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kvevict/eval/runner.h"
+#include "eval/runner.h"
 
 namespace kvevict::eval {
 

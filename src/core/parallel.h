@@ -1,0 +1,16 @@
+// How the CPU fast paths split work over threads. The thread-count knobs (set_num_threads,
+// num_threads, max_threads) are public, in kvevict/backend.h; parallel_for is internal.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "kvevict/backend.h"
+
+namespace kvevict {
+
+// Calls fn(i) for i in [0, count) on the thread pool (OpenMP when available), in fixed chunks
+// that do not depend on the thread count.
+void parallel_for(int64_t count, const std::function<void(int64_t)>& fn);
+
+}  // namespace kvevict
