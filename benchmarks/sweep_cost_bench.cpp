@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "io/model_paths.h"
 #include "kvevict/error.h"
-#include "kvevict/io/model_paths.h"
 #include "kvevict/model/evict_config.h"
 #include "kvevict/model/model.h"
 #include "kvevict/model/runtime.h"
