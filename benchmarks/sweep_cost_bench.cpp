@@ -218,8 +218,8 @@ int main(int argc, char** argv) {
     std::printf("sweep_cost_bench: %s on %s\n", a.model.c_str(), rt->describe().c_str());
 
     std::vector<std::string> variants = {"shared"};
-    if (a.compare) variants.push_back("separate");
-    if (a.profile) variants.push_back("profiled");
+    if (a.compare) variants.emplace_back("separate");
+    if (a.profile) variants.emplace_back("profiled");
     std::vector<Totals> totals(variants.size());
     for (size_t v = 0; v < variants.size(); ++v) totals[v].variant = variants[v];
     if (a.compare) totals[1].answers_differ = 0;
