@@ -319,6 +319,7 @@ void bench_h2o(const char* model, int hq, int hkv, int64_t n, int reps) {
 int main(int argc, char** argv) {
   bool quick = false;
   bool profile = false;  // one shape, few reps: for running under ncu
+  bool top_ab = false;   // issue 13: where the top keys cost time (set_window_top_keys)
   int profile_reps = 3;
   std::string json;
   for (int i = 1; i < argc; ++i) {
@@ -328,6 +329,8 @@ int main(int argc, char** argv) {
       json = argv[++i];
     } else if (!std::strcmp(argv[i], "--profile")) {
       profile = true;
+    } else if (!std::strcmp(argv[i], "--top-ab")) {
+      top_ab = true;
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       profile_reps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
@@ -339,6 +342,9 @@ int main(int argc, char** argv) {
           "  --profile    Llama at n = 128K only: dropkv w = 8 and 32, obcache_vk w = 16, the\n"
           "               forward alone at w = 8 and 32, snapkv w = 32 + pool, dropkv and snapkv\n"
           "               w = 32 on the row-major wgmma pass; 3 reps (for ncu)\n"
+          "  --top-ab     Llama at n = 128K: dropkv w = 8 and 32, obcache_vk w = 16 + pool under\n"
+          "               top-key modes 0 (default), 1 (pass given no records), 2 (plain forward,\n"
+          "               v9's kernels), 5 rounds interleaved, --reps N each (default 30)\n"
           "  --reps N     repetitions of --profile (default 3)\n");
       return 0;
     } else {
@@ -370,6 +376,22 @@ int main(int argc, char** argv) {
       cudaFree(b);
     }
 
+    if (top_ab) {  // kernel_variants.h set_window_top_keys: modes 1, 2 are timing references
+      Layer L{32, 8, 128, 131072};
+      L.alloc(32, 99);
+      const int reps = profile_reps > 3 ? profile_reps : 30;
+      const char* label[3] = {" (top mode 0)", " (top mode 1)", " (top mode 2)"};
+      for (int round = 0; round < 5; ++round)
+        for (int mode = 0; mode < 3; ++mode) {
+          cuda::set_window_top_keys(mode);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, reps, 0, label[mode]);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, reps, 0, label[mode]);
+          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, reps, 0, label[mode]);
+        }
+      cuda::set_window_top_keys(0);
+      L.release();
+      return 0;
+    }
     if (profile) {
       Layer L{32, 8, 128, 131072};
       L.alloc(32, 99);

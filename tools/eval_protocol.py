@@ -43,7 +43,8 @@ EVICT_MAX_LENGTH [8192]; SURVEY_SAMPLES [auto, at most 100]; ABLATE_METHODS
 [dropkv,obcache_vk]; ABLATE_WINDOWS [8,16,32]; ABLATE_POOLS [none,max:7,max:11,avg:7];
 ABLATE_LENGTHS [longest: the longest useful length; or useful, or a list]; ABLATE_SAMPLES
 [auto, at most 50]; SWEEP_SAMPLES / SWEEP_COVERAGE_SAMPLES [auto, at most SWEEP_MAX_SAMPLES
-= 100]; SWEEP_GROUPS [core,coverage]; SWEEP_CALLS [1] device calls the sweep is sized for
+= 100]; SWEEP_GROUPS [core,coverage]; SWEEP_SHARD [task: one kvevict process a task,
+merged by `kvevict merge`; none: one a run]; SWEEP_CALLS [1] device calls the sweep is sized for
 (call the step that many times); CORE_SHARE [0.65] of the sweep's time for group core;
 PPL_MODELS [gemma3]; PPL_METHODS [full,dropkv,obcache_v,obcache_k,obcache_vk,h2o,tova,
 streamingllm]; PPL_BUDGETS [128,256,512,1024,2048]; PPL_CHUNK [8192, at most the model's
@@ -556,8 +557,62 @@ class Protocol:
         samples = self.decisions.get("samples", {})
         print(f"[sweep] {len(runs)} runs; TEST samples a task: " +
               ", ".join(f"{g} {samples.get('sweep_' + g)}" for g in groups), flush=True)
-        missing, status = self.run_all("sweep", runs)
+        if env("SWEEP_SHARD", "task") == "task":
+            shards = self.shard_by_task(runs)
+            missing, status = self.run_all("sweep", [r for rs in shards.values() for r in rs])
+            missing, merged = self.merge_shards("sweep", shards)
+            status.update(merged)
+        else:
+            missing, status = self.run_all("sweep", runs)
         self.summarize_sweep()
+        return missing, status
+
+    # One kvevict process per (run, task), side by side (JOBS), merged back into the run's file
+    # by `kvevict merge` (the same cells, intervals and paired comparisons as one process:
+    # tests/eval/results_merge_test.cpp). One process leaves most of the GPU idle (host work
+    # between launches), and a run of 11 x 100 samples would not fit one device call.
+    def task_names(self):
+        if self.tasks != "all":
+            return self.tasks.split(",")
+        return ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
+                "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",
+                "vt", "cwe", "fwe"]
+
+    def shard_by_task(self, runs):
+        shards = {}
+        for name, argv, est in runs:
+            tasks = self.task_names()
+            per = []
+            for t in tasks:
+                a = list(argv)
+                a[a.index("--tasks") + 1] = t
+                out = a[a.index("--out") + 1][:-len(".json")]
+                shard_out = os.path.join(os.path.dirname(out), "shards", f"{name}.{t}")
+                a[a.index("--out") + 1] = shard_out + ".json"
+                a[a.index("--markdown") + 1] = shard_out + ".md"
+                per.append((f"shards/{name}.{t}", a, est / len(tasks) + 10))
+            shards[name] = per
+        os.makedirs(os.path.join(self.state, "sweep", "shards"), exist_ok=True)
+        return shards
+
+    def merge_shards(self, step, shards):
+        d = os.path.join(self.state, step)
+        missing, status = [], {}
+        for name, per in shards.items():
+            out = os.path.join(d, name)
+            if self.load_json(out + ".json") is not None:
+                continue
+            files = [os.path.join(d, r[0] + ".json") for r in per]
+            if not all(os.path.exists(f) for f in files):
+                missing.append(name)
+                continue
+            argv = [self.kv, "merge", *files, "--out", out + ".json", "--markdown", out + ".md"]
+            p = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, env=self.environ)
+            status[name] = "merged" if p.returncode == 0 else f"merge FAILED: {p.stderr.strip()}"
+            print(f"[{step}] {name}: {status[name]}", flush=True)
+            if p.returncode != 0:
+                missing.append(name)
         return missing, status
 
     def step_ppl(self):

@@ -79,7 +79,7 @@ for f in pytest_cuda pytest_kvpress; do
   fi
 done
 if [ -f "$OUTDIR/hf_side_by_side.log" ]; then
-  grep -E '^\||^prefill vs HF|^speed-up' "$OUTDIR/hf_side_by_side.log" || tail -5 "$OUTDIR/hf_side_by_side.log"
+  grep -E '^\||^prefill vs HF|^speed-up|^hook:' "$OUTDIR/hf_side_by_side.log" || tail -5 "$OUTDIR/hf_side_by_side.log"
 fi
 if [ -f "$OUTDIR/decode_steps.log" ]; then
   grep -E '^\|' "$OUTDIR/decode_steps.log" || tail -5 "$OUTDIR/decode_steps.log"

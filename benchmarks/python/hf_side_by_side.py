@@ -196,13 +196,15 @@ def time_cuda(fn, repeats, device, calls=50, warmup=10):
     for _ in range(warmup):
         fn()
     sync(device)
-    per_call = []
+    per_call, host = [], []
     for _ in range(repeats):
         if device == "cuda":
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
+            t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
+            host.append((time.perf_counter() - t0) / calls)
             b.record()
             b.synchronize()
             per_call.append(a.elapsed_time(b) / 1e3 / calls)
@@ -211,6 +213,7 @@ def time_cuda(fn, repeats, device, calls=50, warmup=10):
             for _ in range(calls):
                 fn()
             per_call.append((time.perf_counter() - t0) / calls)
+            host.append(per_call[-1])
     lat = []
     for _ in range(max(5, repeats)):
         sync(device)
@@ -218,7 +221,8 @@ def time_cuda(fn, repeats, device, calls=50, warmup=10):
         fn()
         sync(device)
         lat.append(time.perf_counter() - t0)
-    return statistics.median(per_call), min(per_call), max(per_call), statistics.median(lat)
+    return (statistics.median(per_call), min(per_call), max(per_call), statistics.median(lat),
+            statistics.median(host))
 
 
 def scorer_times(model, n, device, repeats):
@@ -342,6 +346,10 @@ def main(argv=None):
             del row_cache
             if device == "cuda":
                 torch.cuda.empty_cache()
+        breakdown = hook_breakdown(model, ids, device, kv_press) if device == "cuda" else None
+        p_holder.pop("press", None)
+        if device == "cuda":
+            torch.cuda.empty_cache()
         scorers = scorer_times(model, n, device, max(7, args.repeats))
 
     base = results[0]
@@ -361,10 +369,13 @@ def main(argv=None):
               f"{r['run']}: median {statistics.median(d):+.2f}% [min {min(d):+.2f}%, max "
               f"{max(d):+.2f}%]")
     print("\n| scorer (one layer, n = %d) | ms per call, back to back (median [min, max]) | "
-          "ms, one call + sync |" % n)
-    print("|---|---|---|")
-    for k, (med, lo, hi, lat) in scorers.items():
-        print(f"| {k} | {1e3 * med:.3f} [{1e3 * lo:.3f}, {1e3 * hi:.3f}] | {1e3 * lat:.3f} |")
+          "ms, one call + sync | host ms per call (issuing) |" % n)
+    print("|---|---|---|---|")
+    for k, (med, lo, hi, lat, host) in scorers.items():
+        print(f"| {k} | {1e3 * med:.3f} [{1e3 * lo:.3f}, {1e3 * hi:.3f}] | {1e3 * lat:.3f} | "
+              f"{1e3 * host:.3f} |")
+    if breakdown:
+        print_breakdown(breakdown, base["prefill_s"])
     ref = scorers.get("kvpress SnapKVPress.score (w=64, avg 5)")
     if ref:
         for k, v in scorers.items():
@@ -379,8 +390,41 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": results, "scorers_s": scorers, "prefill_overhead_pct": overhead,
-                       "prompt": n, "device": name}, f,
+                       "hook_breakdown": breakdown, "prompt": n, "device": name}, f,
                       indent=1)
+
+
+def hook_breakdown(model, ids, device, kv_press):
+    """Where the eviction hook's time goes: one more kvevict prefill (after the timed rounds)
+    with CUDA events and host clock reads between the stages of every layer's eviction
+    (kvevict.hf.cache.hook_timer): score, select (with the device NaN scan), compact (into the
+    packed layout with slack), finish (stats, the deferred NaN check's bookkeeping). Also the
+    whole forward's host time, and the end-of-pass NaN read (one synchronization)."""
+    from kvevict.hf.cache import hook_timer
+
+    with hook_timer() as timer:
+        prefill(model, ids, lambda: None, kv_press, device)
+    sync(device)
+    return timer.summary()
+
+
+def print_breakdown(rows, hf_prefill_s):
+    layers = max((r["count"] for r in rows.values()), default=0)
+    print(f"\n| eviction hook stage ({layers} layers) | device ms per layer | host ms per layer | "
+          "device ms, all layers | % of the HF prefill |")
+    print("|---|---|---|---|---|")
+    total_dev = total_host = 0.0
+    for name, r in rows.items():
+        total_dev += r["device_ms"]
+        total_host += r["host_ms"]
+        print(f"| {name} | {r['device_ms_per_call']:.3f} | {r['host_ms_per_call']:.3f} | "
+              f"{r['device_ms']:.2f} | {100 * r['device_ms'] / 1e3 / hf_prefill_s:.2f}% |")
+    per = max(1, layers)
+    print(f"| whole hook | {total_dev / per:.3f} | {total_host / per:.3f} | {total_dev:.2f} | "
+          f"{100 * total_dev / 1e3 / hf_prefill_s:.2f}% |")
+    print(f"hook: device {total_dev:.2f} ms and host {total_host:.2f} ms over {layers} layers "
+          f"({100 * total_dev / 1e3 / hf_prefill_s:.2f}% of the HF prefill in device time); the "
+          "host time overlaps the device's unless a stage synchronizes")
 
 
 class _Enter:

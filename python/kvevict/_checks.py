@@ -27,8 +27,9 @@ def ndim(name: str, x: Any, dims: int, layout: str) -> None:
 def shape(name: str, x: Any, expected: Sequence[Optional[int]], layout: str) -> None:
     """expected: sizes, None for any."""
     ndim(name, x, len(expected), layout)
-    seen = T.shape_of(x)
+    seen = tuple(x.shape)
     if any(e is not None and e != s for e, s in zip(expected, seen)):
+        seen = T.shape_of(x)
         want = tuple("*" if e is None else e for e in expected)
         raise ValueError(f"{name} has shape {seen}; expected {layout} = {want}".replace("'", ""))
 
@@ -39,18 +40,24 @@ def float_dtype(name: str, x: Any) -> None:
             f"{name} has dtype {T.dtype_name(x)}; expected one of {', '.join(FLOAT_DTYPES)}")
 
 
+def _place(x: Any) -> Any:
+    """What same_place compares: the torch device (cheap to compare), or the type otherwise."""
+    return x.device if T.is_torch(x) else type(x)
+
+
 def same_place(names: Sequence[str], xs: Sequence[Any]) -> None:
-    """All arrays in one framework on one device."""
+    """All arrays in one framework on one device (the message is only formatted on a
+    mismatch: this check runs on every kernel call)."""
     first = None
     for name, x in zip(names, xs):
         if x is None:
             continue
         if first is None:
-            first = (name, T.where(x))
-        elif T.where(x) != first[1]:
+            first = (name, x, _place(x))
+        elif _place(x) != first[2]:
             raise ValueError(
-                f"{name} is a {T.where(x)} array but {first[0]} is {first[1]}; expected every "
-                "input in one framework on one device")
+                f"{name} is a {T.where(x)} array but {first[0]} is {T.where(first[1])}; expected "
+                "every input in one framework on one device")
 
 
 def inner_contiguous(name: str, x: Any) -> None:

@@ -8,6 +8,7 @@ caching allocator included). torch is optional: nothing here imports it unless a
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -69,17 +70,20 @@ def nbytes(x: Any) -> int:
 
 def for_kernel(x: Any) -> Any:
     """What the extension may read: numpy as is, torch detached (DLPack refuses tensors that
-    require grad; detach() is a view, no copy)."""
-    if is_torch(x) and x.requires_grad:
-        return x.detach()
+    require grad; detach() is a view, no copy) and with a negative bit resolved (a
+    ``torch._neg_view`` holds -x in memory; the copy makes it hold x)."""
+    if is_torch(x):
+        if x.requires_grad:
+            x = x.detach()
+        if x.is_neg():
+            x = x.resolve_neg()
     return x
 
 
 def empty(like: Any, shape: Sequence[int], dtype: str) -> Any:
     """An uninitialised array of `shape` and `dtype` in `like`'s framework and device."""
-    if is_torch(like):
-        torch = _torch()
-        return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=like.device)
+    if is_torch(like):  # new_empty: like's device without building a device object
+        return like.new_empty(tuple(shape), dtype=getattr(_torch(), dtype))
     return np.empty(tuple(shape), dtype=_NP_DTYPES[dtype])
 
 
@@ -112,10 +116,47 @@ def workspace(like: Any, nbytes: int) -> Any:
 
 
 def stream_handle(x: Any) -> int:
-    """torch's current CUDA stream on x's device as an integer handle (0 for host arrays)."""
-    if is_cuda(x):
-        return int(_torch().cuda.current_stream(x.device).cuda_stream)
-    return 0
+    """torch's current CUDA stream on x's device as an integer handle (0 for host arrays).
+
+    torch's raw-stream query (what its own Triton launchers call) costs a fraction of building a
+    ``torch.cuda.Stream`` object; the public API is the fallback."""
+    if not is_cuda(x):
+        return 0
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(x.get_device()))
+    return int(torch.cuda.current_stream(x.device).cuda_stream)
+
+
+# Device scratch shared by the CUDA ops, one buffer per (device, stream, thread), grown on
+# demand. A buffer is only ever used by work one thread queues on one stream: those ops run one
+# after another and need their scratch only while they run, so score, select and the others can
+# share it (two threads may queue on one stream concurrently, the binding releases the GIL while
+# it launches: each has its own buffer). The memory comes from torch's caching allocator
+# (allocated while that stream is current, so a replaced buffer is reused only after the
+# stream's queued work).
+_SCRATCH: dict = {}
+
+
+def scratch_key(like: Any, stream: int) -> tuple:
+    return (like.get_device(), stream, threading.get_ident())
+
+
+def scratch(like: Any, stream: int, nbytes: int) -> Any:
+    """A device uint8 tensor of at least `nbytes` for work on `stream` (`like`'s device) by the
+    calling thread."""
+    key = scratch_key(like, stream)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < nbytes:
+        grown = max(int(nbytes), 2 * (0 if buf is None else int(buf.numel())), 1 << 16)
+        buf = _SCRATCH[key] = empty(like, (grown,), "uint8")
+    return buf
+
+
+def release_scratch() -> None:
+    """Drops the cached CUDA scratch buffers (they return to torch's caching allocator)."""
+    _SCRATCH.clear()
 
 
 def cat(parts: Sequence[Any]) -> Any:

@@ -13,6 +13,7 @@ Shapes, for one layer of one sequence: ``q [Hq, m, d]`` (the last m prompt queri
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -106,11 +107,10 @@ def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_f
         for name, x in (("q", q), ("k", k), ("v", v), ("wo", wo)):
             if x is not None:
                 C.inner_contiguous(name, x)
-        if not ext.cuda_score_supported(opts.method):
+        if not _cuda_score_supported(opts.method):
             raise ValueError(f"method {opts.method!r} has no CUDA scoring kernel; score host "
                              "copies with backend='cpu'")
-        ws = T.workspace(k, ext.cuda_score_workspace_bytes(q, k, v, wo, s, opts))
-        ext.cuda_score(q, k, v, wo, s, opts, scores, aux, ws, T.stream_handle(k))
+        _cuda_call(ext.cuda_score, k, q, k, v, wo, s, opts, scores, aux)
         # The host paths reject NaN/Inf inputs while they stream them; the device kernels do
         # not, and NaN would then rank first in the selection: check the (small) output.
         if check_finite:
@@ -119,6 +119,24 @@ def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_f
         ws = T.workspace(k, ext.score_workspace_bytes(q, k, v, wo, s, opts)) if be == "cpu" else None
         ext.score(be, q, k, v, wo, s, opts, scores, aux, ws)
     return scores, aux
+
+
+@functools.lru_cache(maxsize=64)
+def _cuda_score_supported(method: str) -> bool:
+    return bool(ext.cuda_score_supported(method))
+
+
+def _cuda_call(fn, like: Array, *args) -> None:
+    """Calls a CUDA binding ``fn(*args, workspace, stream)`` on torch's current stream of
+    ``like``'s device with the scratch cached for that stream (``_tensors.scratch``). The binding
+    returns 0 once its kernels are queued, or, launching nothing, the bytes it needs when the
+    scratch is smaller: then the scratch grows and the call is repeated (once per new size)."""
+    stream = T.stream_handle(like)
+    need = fn(*args, T._SCRATCH.get(T.scratch_key(like, stream)), stream)
+    if need:
+        need = fn(*args, T.scratch(like, stream, need), stream)
+        if need:  # pragma: no cover - the binding asked for more than it was just given
+            raise RuntimeError(f"{fn.__name__}: workspace of {need} bytes still too small")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,6 +255,19 @@ def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
     aux = None if aux is None else T.contiguous(T.for_kernel(aux))
     if be != "cuda":
         return Selection._from_cpp(ext.select(be, scores, aux, opts), scores)
+    if check_finite:
+        C.no_nan("scores", scores)
+        if aux is not None:
+            C.no_nan("aux", aux)
+    return _select_cuda(scores, aux, opts)
+
+
+def _select_cuda(scores: Array, aux: Optional[Array], opts,
+                 nan_status: Optional[Tuple[Array, int]] = None) -> Selection:
+    """select() on CUDA tensors (checked by the caller) with parsed SelectOptions; nothing waits.
+    ``nan_status (status, slot)``: fold the first NaN element of scores (and aux) into
+    ``status[slot]`` on the device instead of checking on the host (``_nan_scan``). Uniform
+    budgets give the offsets on the host too (every head keeps n_keep): no download later."""
     hkv, n = T.shape_of(scores)
     n_keep = opts.keep_count(n)  # raises naming a count above n
     protected = ext.cuda_protected_count(n, opts.sink, opts.window)
@@ -245,15 +276,23 @@ def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
         warning = (f"budget of {n_keep} tokens is below the {protected} protected tokens (sink "
                    f"{opts.sink}, window {opts.window}); keeping just the protected tokens")
         n_keep = protected
-    if check_finite:
-        C.no_nan("scores", scores)
+    if nan_status is not None:
+        _nan_scan(scores, *nan_status)
         if aux is not None:
-            C.no_nan("aux", aux)
+            _nan_scan(aux, *nan_status)
     kept = T.empty(scores, (hkv * n_keep,), "int32")
     offsets = T.empty(scores, (hkv + 1,), "int64")
-    ws = T.workspace(scores, ext.cuda_select_workspace_bytes(hkv, n, n_keep, aux is not None))
-    ext.cuda_select(scores, aux, n_keep, opts, kept, offsets, ws, T.stream_handle(scores))
-    return Selection(kept, offsets, warning)
+    _cuda_call(ext.cuda_select, scores, scores, aux, n_keep, opts, kept, offsets)
+    host = None
+    if opts.policy == "uniform":
+        host = np.arange(hkv + 1, dtype=np.int64) * n_keep
+    return Selection(kept, offsets, warning, host)
+
+
+def _nan_scan(x: Array, status: Array, slot: int) -> None:
+    """status[slot] = min(status[slot], first NaN element of x) as unsigned 64-bit, on the device
+    (one kernel, no read back; status starts at -1 = none)."""
+    ext.cuda_find_nan(x, status, int(slot), T.stream_handle(x))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -520,16 +559,43 @@ def _compact_cuda(k, v, selection: Selection, pos, slack: int) -> KVCache:
     C.inner_contiguous("v", v)
     if selection.num_kv_heads != hkv:
         raise ValueError(f"selection covers {selection.num_kv_heads} KV heads; expected {hkv}")
+    if slack < 0:
+        raise ValueError(f"slack is {slack}; expected >= 0")
     p = None if pos is None else T.reshape(_positions(k, hkv, n, pos), (hkv, n))
-    rows = selection.total
-    out_k = T.empty(k, (rows, d), T.dtype_name(k))
-    out_v = T.empty(v, (rows, d), T.dtype_name(v))
-    out_pos = T.empty(k, (rows,), "int32")
-    ext.cuda_compact_varlen(T.for_kernel(k), T.for_kernel(v), p, selection.index,
-                            selection.offsets, out_k, out_v, out_pos, T.stream_handle(k))
-    off = selection.offsets_host().copy()
-    cache = KVCache(out_k, out_v, out_pos, off, np.diff(off).astype(np.int64))
-    return cache.with_slack(slack) if slack else cache
+    return _compact_rows_cuda([(k, v, selection)], slack, [p])
+
+
+def _compact_rows_cuda(rows: Sequence[Tuple[Array, Array, Selection]], slack: int,
+                       pos: Optional[Sequence[Optional[Array]]] = None) -> KVCache:
+    """Compacts several layers' worth of heads (e.g. the B rows of a batch: ``(k [Hkv, n, d],
+    v, selection)`` each, any head / row strides) into ONE packed KVCache whose segments follow
+    in order, with ``slack`` spare rows after every head: one row-gather launch per part, no
+    copy of the dense K/V, no host round trip when the selections carry host offsets (uniform
+    budgets; otherwise their offsets are read back once each)."""
+    counts = np.concatenate([np.diff(sel.offsets_host()) for _, _, sel in rows])
+    out = _compact_out(rows[0][0], counts, slack)
+    stream = T.stream_handle(rows[0][0])
+    head = 0
+    for i, (k, v, sel) in enumerate(rows):
+        k, v = T.for_kernel(k), T.for_kernel(v)
+        if tuple(v.stride()) != tuple(k.stride()):  # the row gather reads k and v alike
+            k, v = k.contiguous(), v.contiguous()
+        lo, hi = int(out.offsets[head]), int(out.offsets[head + sel.num_kv_heads])
+        ext.cuda_compact(k, v, None if pos is None else pos[i], sel.index, sel.offsets,
+                         int(slack), out.k[lo:hi], out.v[lo:hi], out.pos[lo:hi], stream)
+        head += sel.num_kv_heads
+    return out
+
+
+def _compact_out(k: Array, counts: np.ndarray, slack: int) -> KVCache:
+    """The empty packed cache that compaction of ``counts[h]`` rows per head fills: offsets
+    with ``slack`` spare rows after every head, lens = counts, spare positions 0."""
+    d = int(k.shape[-1])
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts + slack, out=offsets[1:])
+    rows = int(offsets[-1])
+    return KVCache(T.empty(k, (rows, d), T.dtype_name(k)), T.empty(k, (rows, d), T.dtype_name(k)),
+                   T.zeros(k, (rows,), "int32"), offsets, counts.astype(np.int64))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,8 +38,16 @@ using MutArray = nb::ndarray<>;
 // kvevict knows or the array lives on a device other than the CPU or a CUDA GPU.
 TensorView to_view(const Array& a, const char* what);
 TensorView to_view(const MutArray& a, const char* what);
-// to_view of an optional argument: an empty view for None.
-TensorView to_view_opt(const nb::handle& a, const char* what);
+// to_view of an optional argument: an empty view for None. Any object: an exact torch.Tensor is
+// read through its attributes (torch_view), anything else through nb::ndarray (DLPack);
+// `writable` refuses read-only arrays (outputs).
+TensorView to_view_opt(const nb::handle& a, const char* what, bool writable = false);
+// The same for a required argument (None raises naming `what`).
+TensorView to_view(const nb::handle& a, const char* what, bool writable);
+// An exact torch.Tensor (CPU or CUDA, a dtype kvevict knows, strided) as a view of its memory,
+// read from its attributes without DLPack; false (nothing set) for anything else. Throws naming
+// `what` for more than kMaxDims dims or a negative-bit view. Needs the GIL.
+bool torch_view(PyObject* o, const char* what, TensorView* out);
 
 // Raw pointers of typed 1-D arrays, checked for dtype, contiguity and (when n >= 0) length.
 const int64_t* i64_data(const Array& a, const char* what, int64_t n = -1);
@@ -67,7 +75,7 @@ AttentionProblem attention_problem_of(const Array& q, const Array& q_pos, const 
 void check_on(const TensorView& t, Device device, const char* what);
 // A ScoreProblem over Python-owned arrays (q and wo may be None); with `device`, every tensor must
 // be there.
-ScoreProblem score_problem_of(const nb::handle& q, const Array& k, const Array& v,
+ScoreProblem score_problem_of(const nb::handle& q, const nb::handle& k, const nb::handle& v,
                               const nb::handle& wo, float scale, const Device* device = nullptr);
 
 // A host Selection, as select() and LayerEvictor::plan() return it. Python copies it into arrays

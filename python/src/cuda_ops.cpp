@@ -19,6 +19,9 @@
 #include "kvevict/cuda/select.h"
 // The model runtime's flash-decoding kernel (raw pointers, layer 2): the HF decode fast path.
 #include "cuda/model_launchers.h"
+// The row gather behind every compaction and the NaN scan (src/cuda/launchers.h, layer 2):
+// compaction with decode slack and the NaN check that reads nothing back.
+#include "cuda/launchers.h"
 #endif
 
 namespace kvevict::python {
@@ -34,29 +37,114 @@ void check_device(const TensorView& t, const char* what) {
   check_on(t, Device::kCuda, what);
 }
 
-ScoreProblem device_problem(const nb::handle& q, const Array& k, const Array& v,
+ScoreProblem device_problem(const nb::handle& q, const nb::handle& k, const nb::handle& v,
                             const nb::handle& wo, float scale) {
   const Device cuda = Device::kCuda;
   return score_problem_of(q, k, v, wo, scale, &cuda);
 }
 
+// A caller's workspace (a device byte tensor or None) and its size in bytes.
+Workspace workspace_view(const nb::handle& ws, const char* what) {
+  const TensorView t = to_view_opt(ws, what, true);
+  if (t.empty()) return Workspace{nullptr, 0};
+  check_device(t, what);
+  return Workspace{t.data, static_cast<size_t>(t.numel() * dtype_size(t.dtype))};
+}
+
 Workspace workspace_of(const nb::handle& ws, size_t need, const char* what) {
-  const TensorView t = to_view_opt(ws, what);
-  const auto bytes = static_cast<size_t>(t.empty() ? 0 : t.numel() * dtype_size(t.dtype));
-  KVEVICT_CHECK(bytes >= need, what, " holds ", bytes, " bytes; expected at least ", need);
-  if (!t.empty()) check_device(t, what);
-  return Workspace{t.data, bytes};
+  const Workspace w = workspace_view(ws, what);
+  KVEVICT_CHECK(w.bytes >= need, what, " holds ", w.bytes, " bytes; expected at least ", need);
+  return w;
 }
 
 // A contiguous device tensor of `dtype` with `numel` elements (numel < 0: any).
-TensorView device_flat(const nb::handle& a, DType dtype, int64_t numel, const char* what) {
-  const TensorView t = to_view_opt(a, what);
+TensorView device_flat(const nb::handle& a, DType dtype, int64_t numel, const char* what,
+                       bool writable = false) {
+  const TensorView t = to_view_opt(a, what, writable);
   KVEVICT_CHECK(!t.empty(), what, " is missing; expected a CUDA tensor");
   check_device(t, what);
   KVEVICT_CHECK(t.dtype == dtype && t.is_contiguous() && (numel < 0 || t.numel() == numel), what,
                 " is ", dtype_name(t.dtype), " ", t.shape_str(), "; expected a contiguous ",
                 dtype_name(dtype), " tensor of ", numel, " elements");
   return t;
+}
+
+// Compaction into the packed layout with `slack` spare rows after every head (SPEC section 4):
+// head h's kept rows kept[offsets[h] .. offsets[h + 1]) of k[h], v[h] ([Hkv, n, d], any head and
+// row strides, unit inner stride) land in rows offsets[h] + h * slack .. of out_k / out_v
+// ([rows + Hkv * slack, d]) with their positions (pos [Hkv, n] i32, or None for 0..n-1) in
+// out_pos. One launch of the library's row gather (launchers.h GatherArgs); the public
+// cuda::compact_varlen is the slack = 0 case and has no slack argument.
+void compact_packed(const nb::handle& k, const nb::handle& v, const nb::handle& pos,
+                    const nb::handle& kept, const nb::handle& offsets, int64_t slack,
+                    const nb::handle& out_k, const nb::handle& out_v, const nb::handle& out_pos,
+                    uintptr_t stream) {
+  const TensorView kv = to_view(k, "k", false), vv = to_view(v, "v", false);
+  check_device(kv, "k");
+  check_device(vv, "v");
+  KVEVICT_CHECK(
+      kv.ndim == 3 &&
+          (kv.dtype == DType::kBF16 || kv.dtype == DType::kF16 || kv.dtype == DType::kF32) &&
+          kv.stride[2] == 1,
+      "k is ", dtype_name(kv.dtype), " ", kv.shape_str(),
+      "; expected [Hkv, n, d] bf16, f16 or f32 with a unit inner stride");
+  KVEVICT_CHECK(
+      vv.dtype == kv.dtype && vv.ndim == 3 && vv.shape == kv.shape && vv.stride == kv.stride,
+      "v is ", dtype_name(vv.dtype), " ", vv.shape_str(), "; expected the layout of k ",
+      dtype_name(kv.dtype), " ", kv.shape_str(), " (same strides)");
+  KVEVICT_CHECK(slack >= 0, "slack is ", slack, "; expected >= 0");
+  const int64_t hkv = kv.shape[0], n = kv.shape[1], d = kv.shape[2];
+  const int eb = static_cast<int>(dtype_size(kv.dtype));
+  KVEVICT_CHECK(hkv >= 1 && hkv <= (int64_t{1} << 30) && (d * eb) % 16 == 0, "k has ", hkv,
+                " heads of ", d, " ", dtype_name(kv.dtype),
+                "; expected >= 1 head and rows of a multiple of 16 bytes");
+  const TensorView pv = to_view_opt(pos, "pos");
+  if (!pv.empty()) {
+    check_device(pv, "pos");
+    KVEVICT_CHECK(pv.dtype == DType::kI32 && pv.ndim == 2 && pv.shape[0] == hkv &&
+                      pv.shape[1] == n && pv.stride[1] == 1,
+                  "pos is ", dtype_name(pv.dtype), " ", pv.shape_str(), "; expected int32 [", hkv,
+                  ", ", n, "] with a unit inner stride");
+  }
+  const TensorView keep = device_flat(kept, DType::kI32, -1, "kept");
+  KVEVICT_CHECK(keep.ndim == 1, "kept has shape ", keep.shape_str(), "; expected [rows]");
+  const int64_t rows = keep.numel();
+  const TensorView off = device_flat(offsets, DType::kI64, hkv + 1, "offsets");
+  const int64_t out_rows = rows + hkv * slack;
+  const TensorView ok = to_view(out_k, "out_k", true), ov = to_view(out_v, "out_v", true);
+  for (const TensorView* t : {&ok, &ov}) {
+    check_device(*t, t == &ok ? "out_k" : "out_v");
+    KVEVICT_CHECK(t->dtype == kv.dtype && t->ndim == 2 && t->shape[0] == out_rows &&
+                      t->shape[1] == d && t->is_contiguous(),
+                  t == &ok ? "out_k" : "out_v", " is ", dtype_name(t->dtype), " ", t->shape_str(),
+                  "; expected contiguous ", dtype_name(kv.dtype), " [", out_rows, ", ", d,
+                  "] (kept rows + Hkv * slack)");
+  }
+  const TensorView op = device_flat(out_pos, DType::kI32, out_rows, "out_pos", true);
+  cuda::detail::GatherArgs a;
+  a.k = static_cast<const char*>(kv.data);
+  a.v = static_cast<const char*>(vv.data);
+  a.head_stride_b = kv.stride[0] * eb;
+  a.row_stride_b = kv.stride[1] * eb;
+  a.row_bytes = static_cast<int>(d * eb);
+  a.src_limit = n;
+  a.pos = pv.empty() ? nullptr : pv.ptr<int32_t>();
+  a.pos_head_stride = pv.empty() ? 0 : pv.stride[0];
+  a.kept = keep.ptr<int32_t>();
+  a.kept_offsets = off.ptr<int64_t>();
+  a.dst_slack = slack;
+  a.dst_rows = out_rows;
+  a.out_k = static_cast<char*>(ok.data);
+  a.out_v = static_cast<char*>(ov.data);
+  a.out_pos = op.ptr<int32_t>();
+  a.num_heads = static_cast<int>(hkv);
+  a.rows = rows;
+  cudaError_t err;
+  {
+    nb::gil_scoped_release release;
+    err = cuda::detail::launch_gather_rows(a, reinterpret_cast<cudaStream_t>(stream));
+  }
+  KVEVICT_CHECK(err == cudaSuccess, "compaction launch failed: ", cudaGetErrorString(err));
 }
 
 }  // namespace
@@ -77,7 +165,7 @@ void bind_cuda_ops(nb::module_& m) {
       nb::arg("max_len"), nb::arg("sm_count"));
   m.def(
       "cuda_decode_attention",
-      [](const nb::handle& q, const Array& k, const Array& v, const nb::handle& seg_off,
+      [](const nb::handle& q, const nb::handle& k, const nb::handle& v, const nb::handle& seg_off,
          const nb::handle& seg_len, int B, int Hq, int Hkv, int64_t max_len, float scale,
          const nb::handle& out, const nb::handle& lse, const nb::handle& scratch, int sm_count,
          uintptr_t stream) {
@@ -85,7 +173,7 @@ void bind_cuda_ops(nb::module_& m) {
                       ", ", Hq, " query heads, ", Hkv,
                       " KV heads; expected positive counts with "
                       "the query heads a multiple of the KV heads");
-        const TensorView kt = to_view(k, "cache k"), vt = to_view(v, "cache v");
+        const TensorView kt = to_view(k, "cache k", false), vt = to_view(v, "cache v", false);
         check_device(kt, "cache k");
         check_device(vt, "cache v");
         KVEVICT_CHECK(kt.ndim == 2 && kt.dtype == DType::kBF16 && kt.is_contiguous() &&
@@ -101,9 +189,9 @@ void bind_cuda_ops(nb::module_& m) {
         const TensorView qt = device_flat(q, DType::kBF16, nq * d, "q");
         const TensorView ot = device_flat(seg_off, DType::kI64, int64_t(B) * Hkv + 1, "seg_off");
         const TensorView lt = device_flat(seg_len, DType::kI32, int64_t(B) * Hkv, "seg_len");
-        const TensorView out_t = device_flat(out, DType::kBF16, nq * d, "out");
+        const TensorView out_t = device_flat(out, DType::kBF16, nq * d, "out", true);
         const TensorView lse_t =
-            lse.is_none() ? TensorView() : device_flat(lse, DType::kF32, nq, "lse");
+            lse.is_none() ? TensorView() : device_flat(lse, DType::kF32, nq, "lse", true);
         KVEVICT_CHECK(max_len > 0, "decode attention: max_len is ", max_len,
                       "; expected the longest segment (> 0)");
         const size_t need =
@@ -139,28 +227,25 @@ void bind_cuda_ops(nb::module_& m) {
   m.def("cuda_score_supported",
         [](const std::string& method) { return cuda::score_supported(method_from_name(method)); });
 
-  m.def(
-      "cuda_score_workspace_bytes",
-      [](const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo, float scale,
-         const ScoreOptions& opt) {
-        const ScoreProblem p = device_problem(q, k, v, wo, scale);
-        p.validate(opt, /*check_values=*/false);
-        return cuda::score_workspace_bytes(p, opt);
-      },
-      nb::arg("q").none(), nb::arg("k"), nb::arg("v"), nb::arg("wo").none(), nb::arg("scale"),
-      nb::arg("options"));
+  // One call per score: the workspace size follows from the shapes, so a workspace that is too
+  // small (or None) launches nothing and returns the bytes needed; the caller grows its cached
+  // workspace and calls again. Returns 0 once the kernels are queued on `stream`.
   m.def(
       "cuda_score",
-      [](const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo, float scale,
-         const ScoreOptions& opt, MutArray scores, const nb::handle& aux,
-         const nb::handle& workspace, uintptr_t stream) {
+      [](const nb::handle& q, const nb::handle& k, const nb::handle& v, const nb::handle& wo,
+         float scale, const ScoreOptions& opt, const nb::handle& scores, const nb::handle& aux,
+         const nb::handle& workspace, uintptr_t stream) -> size_t {
         const ScoreProblem p = device_problem(q, k, v, wo, scale);
         p.validate(opt, /*check_values=*/false);
-        const ScoreOutput out{to_view(scores, "scores"), to_view_opt(aux, "aux")};
-        const Workspace ws =
-            workspace_of(workspace, cuda::score_workspace_bytes(p, opt), "score workspace");
+        const size_t need = cuda::score_workspace_bytes(p, opt);
+        const Workspace ws = workspace_view(workspace, "score workspace");
+        if (ws.bytes < need) return need;
+        const ScoreOutput out{to_view(scores, "scores", true), to_view_opt(aux, "aux", true)};
+        check_device(out.scores, "scores");
+        check_device(out.aux, "aux");
         nb::gil_scoped_release release;
         cuda::score(p, opt, out, ws, stream_of(stream));
+        return 0;
       },
       nb::arg("q").none(), nb::arg("k"), nb::arg("v"), nb::arg("wo").none(), nb::arg("scale"),
       nb::arg("options"), nb::arg("scores"), nb::arg("aux").none(), nb::arg("workspace").none(),
@@ -168,44 +253,57 @@ void bind_cuda_ops(nb::module_& m) {
 
   m.def("cuda_protected_count", &cuda::protected_count, nb::arg("n"), nb::arg("sink"),
         nb::arg("window"));
-  m.def("cuda_select_workspace_bytes", &cuda::select_workspace_bytes, nb::arg("num_kv_heads"),
-        nb::arg("n"), nb::arg("n_keep"), nb::arg("two_stage"));
+  // Like cuda_score: returns the workspace bytes needed (nothing launched) when `workspace` is
+  // smaller, else 0 after queueing the selection.
   m.def(
       "cuda_select",
-      [](const Array& scores, const nb::handle& aux, int64_t n_keep, const SelectOptions& opt,
-         MutArray kept, MutArray offsets, const nb::handle& workspace, uintptr_t stream) {
-        const TensorView s = to_view(scores, "scores"), a = to_view_opt(aux, "aux");
+      [](const nb::handle& scores, const nb::handle& aux, int64_t n_keep, const SelectOptions& opt,
+         const nb::handle& kept, const nb::handle& offsets, const nb::handle& workspace,
+         uintptr_t stream) -> size_t {
+        const TensorView s = to_view(scores, "scores", false), a = to_view_opt(aux, "aux");
         check_device(s, "scores");
         check_device(a, "aux");
         KVEVICT_CHECK(s.ndim == 2, "scores has shape ", s.shape_str(), "; expected [Hkv, n]");
-        const TensorView kt = to_view(kept, "kept"), ot = to_view(offsets, "offsets");
-        check_device(kt, "kept");
-        check_device(ot, "offsets");
         const size_t need = cuda::select_workspace_bytes(static_cast<int>(s.shape[0]), s.shape[1],
                                                          n_keep, !a.empty());
-        const Workspace ws = workspace_of(workspace, need, "select workspace");
+        const Workspace ws = workspace_view(workspace, "select workspace");
+        if (ws.bytes < need) return need;
+        const TensorView kt = to_view(kept, "kept", true), ot = to_view(offsets, "offsets", true);
+        check_device(kt, "kept");
+        check_device(ot, "offsets");
         nb::gil_scoped_release release;
         cuda::select(s, a, n_keep, opt.sink, opt.window, opt.policy, opt.alpha, kt, ot, ws,
                      stream_of(stream));
+        return 0;
       },
       nb::arg("scores"), nb::arg("aux").none(), nb::arg("n_keep"), nb::arg("options"),
       nb::arg("kept"), nb::arg("offsets"), nb::arg("workspace").none(), nb::arg("stream"));
 
+  m.def("cuda_compact", &compact_packed, nb::arg("k"), nb::arg("v"), nb::arg("pos").none(),
+        nb::arg("kept"), nb::arg("offsets"), nb::arg("slack"), nb::arg("out_k"), nb::arg("out_v"),
+        nb::arg("out_pos"), nb::arg("stream"));
+
+  // status[slot] = min(status[slot], first NaN element of x) (as unsigned; the caller sets -1
+  // first): a NaN check that queues one kernel and reads nothing back, for callers that raise at
+  // their next synchronization (kvevict.hf reads the word once per forward pass).
   m.def(
-      "cuda_compact_varlen",
-      [](const Array& k, const Array& v, const nb::handle& pos, const Array& kept,
-         const Array& offsets, MutArray out_k, MutArray out_v, MutArray out_pos, uintptr_t stream) {
-        const TensorView kv = to_view(k, "k"), vv = to_view(v, "v"), pv = to_view_opt(pos, "pos");
-        const TensorView keep = to_view(kept, "kept"), off = to_view(offsets, "offsets");
-        const TensorView ok = to_view(out_k, "out_k"), ov = to_view(out_v, "out_v");
-        const TensorView op = to_view(out_pos, "out_pos");
-        for (const TensorView* t : {&kv, &vv, &pv, &keep, &off, &ok, &ov, &op})
-          check_device(*t, "compaction tensor");
-        nb::gil_scoped_release release;
-        cuda::compact_varlen(kv, vv, pv, keep, off, ok, ov, op, stream_of(stream));
+      "cuda_find_nan",
+      [](const nb::handle& x, const nb::handle& status, int64_t slot, uintptr_t stream) {
+        const TensorView xt = device_flat(x, DType::kF32, -1, "x");
+        const TensorView st = device_flat(status, DType::kI64, -1, "status", true);
+        KVEVICT_CHECK(slot >= 0 && slot < st.numel(), "slot ", slot, " is outside the ", st.numel(),
+                      " status words");
+        cudaError_t err;
+        {
+          nb::gil_scoped_release release;
+          err = cuda::detail::launch_find_nan(
+              xt.ptr<float>(), xt.numel(),
+              reinterpret_cast<unsigned long long*>(st.ptr<int64_t>() + slot),
+              reinterpret_cast<cudaStream_t>(stream));
+        }
+        KVEVICT_CHECK(err == cudaSuccess, "NaN check launch failed: ", cudaGetErrorString(err));
       },
-      nb::arg("k"), nb::arg("v"), nb::arg("pos").none(), nb::arg("kept"), nb::arg("offsets"),
-      nb::arg("out_k"), nb::arg("out_v"), nb::arg("out_pos"), nb::arg("stream"));
+      nb::arg("x"), nb::arg("status"), nb::arg("slot"), nb::arg("stream"));
 
   m.def(
       "cuda_attention_workspace_bytes",

@@ -44,8 +44,8 @@ class PyLayerEvictor {
   PyLayerEvictor(const std::string& backend, const ScoreOptions& score, const SelectOptions& select)
       : backend_(make_backend(backend)), evictor_(*backend_, score, select) {}
 
-  Selection plan(const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo,
-                 float scale) {
+  Selection plan(const nb::handle& q, const nb::handle& k, const nb::handle& v,
+                 const nb::handle& wo, float scale) {
     // LayerEvictor::plan checks that every tensor is on the backend's device.
     const ScoreProblem p = score_problem_of(q, k, v, wo, scale);
     nb::gil_scoped_release release;

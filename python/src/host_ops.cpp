@@ -35,8 +35,8 @@ void check_host_f32_out(const TensorView& t, const char* what, int64_t rows, int
                 " must be a contiguous host float32 array; got ", dtype_name(t.dtype));
 }
 
-ScoreProblem host_problem(const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo,
-                          float scale) {
+ScoreProblem host_problem(const nb::handle& q, const nb::handle& k, const nb::handle& v,
+                          const nb::handle& wo, float scale) {
   const Device cpu = Device::kCpu;
   return score_problem_of(q, k, v, wo, scale, &cpu);
 }
@@ -91,8 +91,8 @@ void bind_selection(nb::module_& m) {
 void bind_host_ops(nb::module_& m) {
   m.def(
       "score_workspace_bytes",
-      [](const nb::handle& q, const Array& k, const Array& v, const nb::handle& wo, float scale,
-         const ScoreOptions& opt) {
+      [](const nb::handle& q, const nb::handle& k, const nb::handle& v, const nb::handle& wo,
+         float scale, const ScoreOptions& opt) {
         const ScoreProblem p = host_problem(q, k, v, wo, scale);
         return cpu::score_workspace_bytes(p, opt);
       },
@@ -101,13 +101,13 @@ void bind_host_ops(nb::module_& m) {
 
   m.def(
       "score",
-      [](const std::string& backend, const nb::handle& q, const Array& k, const Array& v,
-         const nb::handle& wo, float scale, const ScoreOptions& opt, MutArray scores,
+      [](const std::string& backend, const nb::handle& q, const nb::handle& k, const nb::handle& v,
+         const nb::handle& wo, float scale, const ScoreOptions& opt, const nb::handle& scores,
          const nb::handle& aux, const nb::handle& workspace) {
         const HostPath path = host_path(backend);
         const ScoreProblem p = host_problem(q, k, v, wo, scale);
-        ScoreOutput out{to_view(scores, "scores"), to_view_opt(aux, "aux")};
-        const TensorView ws = to_view_opt(workspace, "workspace");
+        ScoreOutput out{to_view(scores, "scores", true), to_view_opt(aux, "aux", true)};
+        const TensorView ws = to_view_opt(workspace, "workspace", true);
         nb::gil_scoped_release release;
         if (path == HostPath::kCpu) {
           const size_t need = cpu::score_workspace_bytes(p, opt);

@@ -52,6 +52,119 @@ TensorView view_of(const A& a, const char* what) {
   return t;
 }
 
+// torch tensors without DLPack. torch's __dlpack__ is a Python method (about 5 us a tensor, the
+// larger part of a small kernel call's host time: issue 15); the same metadata read through the
+// C API costs a fraction of that. Only exact torch.Tensor objects on the CPU or a CUDA device
+// with a dtype kvevict knows take this path (negative-bit views raise); everything else
+// (subclasses such as Parameter, sparse, other devices, numpy) goes through nb::ndarray / DLPack.
+struct TorchApi {
+  PyObject* tensor_type = nullptr;
+  PyObject* dtypes[7] = {};
+  DType codes[7] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
+                    DType::kI32, DType::kI64, DType::kU8};
+  PyObject *data_ptr = nullptr, *shape = nullptr, *stride = nullptr, *dtype = nullptr,
+           *is_cuda = nullptr, *is_cpu = nullptr, *is_neg = nullptr;
+};
+
+// The live torch module's types, looked up once torch is imported (never imports it). Held for
+// the life of the process (torch cannot be unloaded). Called with the GIL held.
+const TorchApi* torch_api() {
+  static TorchApi api;
+  static bool ready = false;
+  if (ready) return &api;
+  PyObject* modules = PyImport_GetModuleDict();                                  // borrowed
+  PyObject* torch = modules ? PyDict_GetItemString(modules, "torch") : nullptr;  // borrowed
+  if (torch == nullptr) return nullptr;
+  static const char* names[7] = {"float32", "float64", "float16", "bfloat16",
+                                 "int32",   "int64",   "uint8"};
+  TorchApi t;
+  t.tensor_type = PyObject_GetAttrString(torch, "Tensor");
+  for (int i = 0; i < 7; ++i) t.dtypes[i] = PyObject_GetAttrString(torch, names[i]);
+  bool ok = t.tensor_type != nullptr && PyType_Check(t.tensor_type);
+  for (PyObject* d : t.dtypes) ok = ok && d != nullptr;
+  if (!ok) {  // a partly imported torch: try again at the next call
+    PyErr_Clear();
+    Py_XDECREF(t.tensor_type);
+    for (PyObject* d : t.dtypes) Py_XDECREF(d);
+    return nullptr;
+  }
+  t.data_ptr = PyUnicode_InternFromString("data_ptr");
+  t.shape = PyUnicode_InternFromString("shape");
+  t.stride = PyUnicode_InternFromString("stride");
+  t.dtype = PyUnicode_InternFromString("dtype");
+  t.is_cuda = PyUnicode_InternFromString("is_cuda");
+  t.is_cpu = PyUnicode_InternFromString("is_cpu");
+  t.is_neg = PyUnicode_InternFromString("is_neg");
+  api = t;
+  ready = true;
+  return &api;
+}
+
+// The ints of a tuple (torch.Size or stride()) into `out`; false on anything unexpected.
+bool tuple_ints(PyObject* tup, int64_t* out, Py_ssize_t n) {
+  if (tup == nullptr || !PyTuple_Check(tup) || PyTuple_Size(tup) != n) return false;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out[i] = PyLong_AsLongLong(PyTuple_GetItem(tup, i));
+    if (out[i] == -1 && PyErr_Occurred()) return false;
+  }
+  return true;
+}
+
+bool call_true(PyObject* o, PyObject* name, bool method) {
+  nb::object r =
+      nb::steal(method ? PyObject_CallMethodObjArgs(o, name, nullptr) : PyObject_GetAttr(o, name));
+  return r.is_valid() && r.ptr() == Py_True;
+}
+
+}  // namespace
+
+bool torch_view(PyObject* o, const char* what, TensorView* out) {
+  const TorchApi* api = torch_api();
+  if (api == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(o)) != api->tensor_type) return false;
+  bool ok = false;
+  TensorView t;
+  {
+    nb::object dt = nb::steal(PyObject_GetAttr(o, api->dtype));
+    int which = -1;
+    for (int i = 0; i < 7 && dt.is_valid(); ++i)
+      if (dt.ptr() == api->dtypes[i]) which = i;
+    if (which >= 0) t.dtype = api->codes[which];
+    const bool cuda = which >= 0 && call_true(o, api->is_cuda, false);
+    const bool cpu = which >= 0 && !cuda && call_true(o, api->is_cpu, false);
+    t.device = cuda ? Device::kCuda : Device::kCpu;
+    // A negative-bit view (torch._neg_view, conj of a real tensor) holds -x in memory: reading
+    // it raw would be a silent wrong answer (DLPack exports it raw too).
+    KVEVICT_CHECK(!(cuda || cpu) || !call_true(o, api->is_neg, true), what,
+                  " is a negative-bit torch view; expected its values in memory (call "
+                  ".resolve_neg())");
+    if (cuda || cpu) {
+      nb::object shape = nb::steal(PyObject_GetAttr(o, api->shape));
+      const Py_ssize_t nd =
+          shape.is_valid() && PyTuple_Check(shape.ptr()) ? PyTuple_Size(shape.ptr()) : -1;
+      if (nd > kMaxDims) KVEVICT_FAIL(what, " has ", nd, " dims; expected at most ", kMaxDims);
+      if (nd >= 0) {
+        t.ndim = static_cast<int>(nd);
+        nb::object stride = nb::steal(PyObject_CallMethodObjArgs(o, api->stride, nullptr));
+        nb::object ptr = nb::steal(PyObject_CallMethodObjArgs(o, api->data_ptr, nullptr));
+        ok = tuple_ints(shape.ptr(), t.shape.data(), nd) &&
+             tuple_ints(stride.ptr(), t.stride.data(), nd) && ptr.is_valid();
+        if (ok) {
+          t.data = PyLong_AsVoidPtr(ptr.ptr());
+          ok = !PyErr_Occurred();
+        }
+      }
+    }
+  }
+  if (!ok) {
+    PyErr_Clear();  // sparse (no strides), meta, ...: the DLPack path names what is wrong
+    return false;
+  }
+  *out = t;
+  return true;
+}
+
+namespace {
+
 template <class T, class A>
 T* typed_1d(const A& a, DType want, const char* what, int64_t n) {
   const TensorView t = view_of(a, what);
@@ -71,12 +184,25 @@ TensorView to_view(const MutArray& a, const char* what) {
   return view_of(a, what);
 }
 
-TensorView to_view_opt(const nb::handle& a, const char* what) {
+TensorView to_view_opt(const nb::handle& a, const char* what, bool writable) {
   if (a.is_none()) return TensorView();
+  TensorView t;
+  if (torch_view(a.ptr(), what, &t)) return t;
+  if (writable) {
+    MutArray arr;
+    KVEVICT_CHECK(nb::try_cast(a, arr), what,
+                  " is not a writable array; expected a numpy array or a torch tensor");
+    return view_of(arr, what);
+  }
   Array arr;
   KVEVICT_CHECK(nb::try_cast(a, arr), what,
                 " is not an array; expected a numpy array, a torch tensor or None");
   return view_of(arr, what);
+}
+
+TensorView to_view(const nb::handle& a, const char* what, bool writable) {
+  KVEVICT_CHECK(!a.is_none(), what, " is None; expected a numpy array or a torch tensor");
+  return to_view_opt(a, what, writable);
 }
 
 const int64_t* i64_data(const Array& a, const char* what, int64_t n) {
@@ -146,12 +272,12 @@ void check_on(const TensorView& t, Device device, const char* what) {
                     : " lives on a CUDA device; this host path needs CPU memory");
 }
 
-ScoreProblem score_problem_of(const nb::handle& q, const Array& k, const Array& v,
+ScoreProblem score_problem_of(const nb::handle& q, const nb::handle& k, const nb::handle& v,
                               const nb::handle& wo, float scale, const Device* device) {
   ScoreProblem p;
   p.q = to_view_opt(q, "q");
-  p.k = to_view(k, "k");
-  p.v = to_view(v, "v");
+  p.k = to_view(k, "k", false);
+  p.v = to_view(v, "v", false);
   p.wo = to_view_opt(wo, "wo");
   p.scale = scale;
   if (device) {

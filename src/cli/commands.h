@@ -19,5 +19,6 @@ Runner add_demo_command(CLI::App& app);
 Runner add_eval_command(CLI::App& app);
 Runner add_ppl_command(CLI::App& app);
 Runner add_capture_command(CLI::App& app);
+Runner add_merge_command(CLI::App& app);
 
 }  // namespace kvevict::cli

@@ -1,5 +1,5 @@
 // kvevict: KV-cache eviction for long-context LLM inference.
-//   kvevict score | analyze | generate | demo | eval | ppl | capture    (each takes --help)
+//   kvevict score | analyze | generate | demo | eval | ppl | capture | merge  (each takes --help)
 // Exit codes: 0 success, 1 internal failure, 2 bad input (the message names the bad value).
 #include <CLI/CLI.hpp>
 
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   runners["eval"] = kvevict::cli::add_eval_command(app);
   runners["ppl"] = kvevict::cli::add_ppl_command(app);
   runners["capture"] = kvevict::cli::add_capture_command(app);
+  runners["merge"] = kvevict::cli::add_merge_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

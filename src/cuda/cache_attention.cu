@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(32 * CacheAttentionTraits<T, D>::kWarps)
     for (int i = 0; i < kPer; ++i) dot += q[i] * ElemTraits<T>::to_float(kr[i]);
     float z = warp_sum(dot) * a.scale;
     if (a.softcap > 0.f) z = a.softcap * tanhf(z / a.softcap);
-    const float m_new = fmaxf(m_run, z);
+    const float m_new = nan_max(m_run, z);   // a NaN logit keeps the row NaN (issue 13)
     const float corr = expf(m_run - m_new);  // 0 on the first visible key (m_run = -inf)
     const float p = expf(z - m_new);
     l = l * corr + p;
@@ -71,11 +71,11 @@ __global__ void __launch_bounds__(32 * CacheAttentionTraits<T, D>::kWarps)
     m_run = m_new;
   }
   float* out = a.out + (static_cast<int64_t>(hq) * a.m + t) * D + lane * kPer;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float inv = l == 0.f ? 0.f : 1.f / l;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) out[i] = acc[i] * inv;
   if (a.lse != nullptr && lane == 0)
-    a.lse[static_cast<int64_t>(hq) * a.m + t] = l > 0.f ? m_run + logf(l) : -INFINITY;
+    a.lse[static_cast<int64_t>(hq) * a.m + t] = l == 0.f ? -INFINITY : m_run + logf(l);
 }
 
 template <class T>

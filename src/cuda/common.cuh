@@ -158,6 +158,29 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// max / min that return NaN when either operand is NaN, where fmaxf / fminf return the other
+// operand: one FMNMX.NAN (sm_80+), the cost of fmaxf. The scoring kernels take every running max
+// and clamp with these, so a NaN in q, k or v stays NaN in the scores (issue 13; RELIABILITY.md)
+// instead of dropping out of a max (fmaxf(NaN, x) = x) and leaving finite, wrong scores.
+__device__ __forceinline__ float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+#else
+  return a != a || b != b ? a + b : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float nan_min(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+#else
+  return a != a || b != b ? a + b : fminf(a, b);
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "cuda/common.cuh"
 #include "kvevict/decode_score.h"
 #include "kvevict/method.h"
 #include "score/score_terms.h"
@@ -99,6 +100,8 @@ struct LooSource {
 // The leave-one-out term of segment row j for head h (score_terms.h top_term of `method`). Run by
 // every thread of the block together (blockDim.x a multiple of 32); red_s: shared scratch of
 // (blockDim.x / 32) * (D + 4) floats. Returns the term in every thread; ends with a barrier.
+// A NaN logit among the other rows makes m2 and l2 NaN (nan_max; the guards test "== -inf" /
+// "== 0", which NaN fails), so a_{-j}, rho and the term are NaN, as the row's other terms are.
 template <int D>
 __device__ float leave_one_out_term(const LooSource& src, int64_t j, int h, Method method,
                                     float* red_s) {
@@ -115,7 +118,7 @@ __device__ float leave_one_out_term(const LooSource& src, int64_t j, int h, Meth
   for (int64_t i = warp; i < src.len; i += nw) {
     if (i == j) continue;
     const float z = logit(i);
-    const float mn = fmaxf(m, z);
+    const float mn = cuda::detail::nan_max(m, z);
     l = l * (m == -INFINITY ? 0.f : expf(m - mn)) + expf(z - mn);
     m = mn;
   }
@@ -126,18 +129,18 @@ __device__ float leave_one_out_term(const LooSource& src, int64_t j, int h, Meth
   }
   __syncthreads();
   float m2 = -INFINITY;
-  for (int w = 0; w < nw; ++w) m2 = fmaxf(m2, red_s[2 * w]);
+  for (int w = 0; w < nw; ++w) m2 = cuda::detail::nan_max(m2, red_s[2 * w]);
   float l2 = 0.f;
-  if (m2 > -INFINITY)
+  if (m2 != -INFINITY)
     for (int w = 0; w < nw; ++w)
-      if (red_s[2 * w] > -INFINITY) l2 += red_s[2 * w + 1] * expf(red_s[2 * w] - m2);
+      if (red_s[2 * w] != -INFINITY) l2 += red_s[2 * w + 1] * expf(red_s[2 * w] - m2);
   __syncthreads();
   // 2. a_{-j} = sum_{i != j} exp(z_i - m2) v_i / l2: lanes over the head dim, warps over rows.
   constexpr int kPer = (D + 31) / 32;
   float acc[kPer];
 #pragma unroll
   for (int c = 0; c < kPer; ++c) acc[c] = 0.f;
-  if (m2 > -INFINITY) {
+  if (m2 != -INFINITY) {
     for (int64_t i = warp; i < src.len; i += nw) {
       if (i == j) continue;
       const float wgt = expf(logit(i) - m2);
@@ -159,7 +162,7 @@ __device__ float leave_one_out_term(const LooSource& src, int64_t j, int h, Meth
     for (int c = lane; c < D; c += 32) {
       float a = 0.f;
       for (int w = 0; w < nw; ++w) a += red_s[w * D + c];
-      a = l2 > 0.f ? a / l2 : 0.f;  // no other row: the output without j is 0
+      a = l2 == 0.f ? 0.f : a / l2;  // no other row: the output without j is 0
       const float vt = __bfloat162float(vj[c]), diff = vt - a;
       d2 = fmaf(diff, diff, d2);
       vd = fmaf(vt, diff, vd);
@@ -176,7 +179,7 @@ __device__ float leave_one_out_term(const LooSource& src, int64_t j, int h, Meth
   }
   __syncthreads();
   terms::TopKey<float> tk;
-  const float rho = l2 > 0.f ? l2 * expf(m2 - zj) : 0.f;
+  const float rho = l2 == 0.f ? 0.f : l2 * expf(m2 - zj);
   terms::top_probs(rho, tk.p, tk.omp);
   tk.z = zj;
   tk.d2 = sums[0];

@@ -96,7 +96,7 @@ __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t ro
   mm = warp_sum(mm);
   if (lane == 0) {
     const float den = sqrtf(kk) * sqrtf(mm);
-    scores[warp] = den > 0.f ? -km / den : 0.f;
+    scores[warp] = den == 0.f ? 0.f : -km / den;  // NaN (a NaN key or mean) stays NaN
   }
 }
 
@@ -112,7 +112,7 @@ __global__ void pool_kernel(const float* in, float* out, int rows, int64_t n, in
   for (int o = -half; o <= half; ++o) {
     const int64_t x = j + o;
     if (x < 0 || x >= n) continue;  // max pads -inf, avg pads zeros (counted in the divisor)
-    acc = is_max ? fmaxf(acc, r[x]) : acc + r[x];
+    acc = is_max ? nan_max(acc, r[x]) : acc + r[x];  // a NaN score stays in its window
   }
   const float pooled = is_max ? acc : acc / static_cast<float>(kernel);
   out[i] = mul ? pooled * mul[i] : pooled;

@@ -240,7 +240,7 @@ __device__ __forceinline__ float dropkv_ratio(float x2, float p, float floor) {
     // ||a - v||^2 is pure rounding noise that 1 / (1 - p)^2 (up to 1e24) would blow up: the
     // exact value there is (1 - p)^2 ||a' - v_j||^2 with a' the other keys' mean, which a
     // float forward cannot resolve. Take it as 0, the value at p = 1 (docs/GPU_NOTES.md).
-    return om < 1e-6f ? 0.f : __fdividef(p, fmaxf(om, floor));
+    return om < 1e-6f ? 0.f : __fdividef(p, nan_max(om, floor));
   }
 }
 
@@ -334,11 +334,12 @@ cudaError_t with_pair_term(PairTerm t, F&& f) {
 }
 
 // The score of key j from its summed terms `raw`: clamped at 0 for the squared distance terms,
-// times the row weight, and (h2o) divided by the window queries that see key j.
+// times the row weight, and (h2o) divided by the window queries that see key j. The clamp keeps
+// NaN (a NaN in q, k or v must reach the score: fmaxf(NaN, 0) was 0, issue 13).
 template <PairTerm kTerm>
 __device__ __forceinline__ float finish_key_score(const ScorePassArgs& sa, int64_t j, float raw) {
   float total = raw;
-  if constexpr (TermTraits<kTerm>::kNonNegative) total = fmaxf(total, 0.f);
+  if constexpr (TermTraits<kTerm>::kNonNegative) total = nan_max(total, 0.f);
   total *= sa.row_weight;
   if (sa.h2o_normalize) {
     // Window queries t with n - w + t >= j see key j.

@@ -2,11 +2,13 @@
 // caller's views, carves the workspace, then calls the launchers. Every CUDA call is checked.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 
 #include "cuda/common.cuh"
+#include "cuda/kernel_variants.h"
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
 #include "kvevict/cuda/score.h"
@@ -14,6 +16,8 @@
 
 namespace kvevict::cuda {
 namespace {
+
+std::atomic<int> g_top_keys_mode{0};  // set_window_top_keys (kernel_variants.h)
 
 using detail::Elem;
 using detail::PairTerm;
@@ -299,13 +303,15 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   float* v_l1 = l.v_l1 ? carver.take<float>(l.v_l1) : nullptr;
   const int sms = detail::current_sm_count();
 
-  KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream, top));
+  const int top_mode = g_top_keys_mode.load(std::memory_order_relaxed);
+  KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream,
+                                                   top_mode == 2 ? nullptr : top));
   detail::ScorePassArgs sa;
   sa.win = a;
   sa.term = term;
   sa.out = a_out;
   sa.lse = lse;
-  sa.top = top;
+  sa.top = top_mode == 0 ? top : nullptr;
   sa.one_minus_p_floor = static_cast<float>(opt.one_minus_p_floor);
   sa.row_weight = 1.0f / static_cast<float>(a.num_q_heads / a.num_kv_heads);
   sa.h2o_normalize = opt.aggregate == Aggregate::kAllQueries && opt.h2o_normalize;
@@ -340,6 +346,11 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
         wo.data, static_cast<int>(dtype_size(wo.dtype)), wo.stride[0], wo.shape[0], scores,
         static_cast<float>(opt.criticalkv_eps), final_out, stream));
   }
+}
+
+void set_window_top_keys(int mode) {
+  KVEVICT_CHECK(mode >= 0 && mode <= 2, "top-key mode ", mode, " is invalid; expected 0, 1 or 2");
+  g_top_keys_mode.store(mode);
 }
 
 }  // namespace kvevict::cuda

@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) score_pass_keymajor_kernel(Pa
           for (int i = half * kH; i < (half + 1) * kH; ++i) {
             // The exact form clamps p at 1: where |z| > ~2^24 the logit's rounding against LSE
             // can exceed 0 (the fast form only runs with every p <= 2^-8).
-            const float x = decltype(is_fast)::value ? s[i] : fminf(s[i], 0.f);
+            const float x = decltype(is_fast)::value ? s[i] : nan_min(s[i], 0.f);  // NaN stays
             const float r = dropkv_ratio<decltype(is_fast)::value>(x, fast_exp2(x), floor);
             s[i] = r * r;
           }

@@ -22,6 +22,7 @@
 // values with the forward's usual error (16-bit P, 16-bit partials: ~2^-9 relative), whatever p;
 // 1 - p = rho / (1 + rho) carries the relative error of rho, never 1 - p's cancellation.
 #include <cuda_runtime.h>
+#include <math_constants.h>
 
 #include <climits>
 #include <cmath>
@@ -208,8 +209,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < GK / 8; ++nt) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+      mx[0] = nan_max(mx[0], nan_max(s[nt][0], s[nt][1]));
+      mx[1] = nan_max(mx[1], nan_max(s[nt][2], s[nt][3]));
     }
     float corr[2];
     bool grew_any = false, rescaled = false;
@@ -312,7 +313,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
           best = t;
           who = x;
         }
-        inc = fmaxf(inc, mm[x * RB + row]);
+        inc = nan_max(inc, mm[x * RB + row]);
       }
 #pragma unroll
       for (int x = 0; x < KG; ++x) ties += mt[x * RB + row] == best;
@@ -328,7 +329,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float old = keep[r] ? -INFINITY : top.m_top[r];
-      const float m_new = fmaxf(m_run[r], old);
+      const float m_new = nan_max(m_run[r], old);
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       corr[r] = fast_exp2((m_run[r] - m_use) * sc);
       wb[r] = old > -INFINITY ? fast_exp2((old - m_use) * sc) : 0.f;
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     const int row = idx / kCols, col = idx % kCols;
     float m_all = -INFINITY;
 #pragma unroll
-    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = fmaxf(m_all, mm[x * Tr::kRows + row]);
+    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = nan_max(m_all, mm[x * Tr::kRows + row]);
     float acc = 0.f, l_all = 0.f;
     if (m_all != -INFINITY) {
 #pragma unroll
@@ -391,7 +392,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     }
     if constexpr (kWithV)
       static_cast<T*>(p.part_o)[(part + row) * D + col] =
-          ElemTraits<T>::from_float(l_all > 0.f ? acc / l_all : 0.f);
+          ElemTraits<T>::from_float(l_all == 0.f ? 0.f : acc / l_all);  // NaN stays NaN
     if (col == 0)
       *reinterpret_cast<float4*>(p.part_ml + (part + row) * 4) =
           make_float4(m_all, l_all, blk_mt[row], __int_as_float(blk_id[row]));
@@ -441,7 +442,7 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
       mts[i] = x.z;
       ids[i] = __float_as_int(x.w);
     }
-    m_inc = fmaxf(m_inc, ms[i]);
+    m_inc = nan_max(m_inc, ms[i]);
     if (mts[i] > m_best) {
       m_best = mts[i];
       s_best = s;
@@ -449,14 +450,14 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   }
   for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32) {  // more splits: not held
     const float4 x = part4(s);
-    m_inc = fmaxf(m_inc, x.x);
+    m_inc = nan_max(m_inc, x.x);
     if (x.z > m_best) {
       m_best = x.z;
       s_best = s;
     }
   }
   for (int o = 16; o > 0; o >>= 1) {
-    m_inc = fmaxf(m_inc, __shfl_xor_sync(0xffffffffu, m_inc, o));
+    m_inc = nan_max(m_inc, __shfl_xor_sync(0xffffffffu, m_inc, o));
     const float mb = __shfl_xor_sync(0xffffffffu, m_best, o);
     const int sb = __shfl_xor_sync(0xffffffffu, s_best, o);
     if (mb > m_best || (mb == m_best && sb < s_best)) {
@@ -476,10 +477,10 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   float R = m_inc;
 #pragma unroll
   for (int i = 0; i < kMaxSplitRegs; ++i)
-    if (!(have_top && lane + 32 * i == s_best)) R = fmaxf(R, mts[i]);
+    if (!(have_top && lane + 32 * i == s_best)) R = nan_max(R, mts[i]);
   for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)
-    if (!(have_top && s == s_best)) R = fmaxf(R, part4(s).z);
-  for (int o = 16; o > 0; o >>= 1) R = fmaxf(R, __shfl_xor_sync(0xffffffffu, R, o));
+    if (!(have_top && s == s_best)) R = nan_max(R, part4(s).z);
+  for (int o = 16; o > 0; o >>= 1) R = nan_max(R, __shfl_xor_sync(0xffffffffu, R, o));
   auto weights = [&](float m, float l, float mt, int s, float* f, float* g) {
     *f = (R == -INFINITY || m == -INFINITY) ? 0.f : exp2f((m - R) * sc) * l;
     *g = (R == -INFINITY || mt == -INFINITY || (have_top && s == s_best)) ? 0.f
@@ -504,6 +505,11 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   if (have_top && s_best >= 32) top_idx = __float_as_int(part4(s_best).w);  // uniform branch
   const int qh = hk * p.group + r / a.w, t = r % a.w;
   const int64_t out_row = static_cast<int64_t>(qh) * a.w + t;
+  // A row that saw a NaN logit has NaN maxima and sums (nan_max; exp2 of NaN), and a +inf logit
+  // (an Inf in q or k) leaves no softmax either (exp(inf - inf)): its lse, a and top record are
+  // NaN, so every score it enters is NaN (RELIABILITY.md "NaN and Inf in q, k, v"), where the
+  // comparisons below would drop it (have_top is false for NaN; a +inf top gave p = 1).
+  const bool nan_row = isnan(l_all) || isnan(R) || R == INFINITY || m_best == INFINITY;
   // rho = sum_{others} exp(z - z_top): the others' mass relative to the top (0 without a top).
   const float rho = have_top && l_all > 0.f ? l_all * exp2f((R - m_best) * sc) : 0.f;
   if (lane == 0) {
@@ -512,7 +518,7 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
       x = m_best * sc + log1pf(rho) * kLog2e;
     else
       x = R == -INFINITY ? -INFINITY : R * sc + log2f(l_all);
-    lse[out_row] = R == -INFINITY && !have_top ? -INFINITY : x * kLn2;
+    lse[out_row] = nan_row ? CUDART_NAN_F : R == -INFINITY && !have_top ? -INFINITY : x * kLn2;
   }
   if (out == nullptr) return;
   const T* vhead = static_cast<const T*>(a.v) + hk * a.kv_head_stride;
@@ -587,6 +593,9 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] *= inv_l;
   }
+  if (nan_row)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = CUDART_NAN_F;
   if (s0 == 0) {
     float4* dst = reinterpret_cast<float4*>(out + out_row * a.head_dim + ch * 8);
     dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -600,9 +609,9 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   v2 = warp_sum(first ? v2 : 0.f);
   if (lane == 0) {
     TopRow tr;
-    tr.idx = have_top && rho <= 1.f ? top_idx : -1;  // p_top >= 1/2
-    tr.p = p_top;
-    tr.omp = rho * p_top;
+    tr.idx = have_top && !nan_row && rho <= 1.f ? top_idx : -1;  // p_top >= 1/2
+    tr.p = nan_row ? CUDART_NAN_F : p_top;
+    tr.omp = nan_row ? CUDART_NAN_F : rho * p_top;
     tr.z = m_best * a.scale;
     tr.d2 = d2;
     tr.vdiff = vdiff;

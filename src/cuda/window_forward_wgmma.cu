@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < 32; i += 4) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[i], s[i + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[i + 2], s[i + 3]));
+      mx[0] = nan_max(mx[0], nan_max(s[i], s[i + 1]));  // NaN logits stay (window_params.cuh)
+      mx[1] = nan_max(mx[1], nan_max(s[i + 2], s[i + 3]));
     }
     float corr[2];
     bool grew_any = false, rescaled = false;
@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     }
   }
   if constexpr (kWithV) {
-    const float inv[2] = {l_run[0] > 0.f ? 1.f / l_run[0] : 0.f,
-                          l_run[1] > 0.f ? 1.f / l_run[1] : 0.f};
+    const float inv[2] = {l_run[0] == 0.f ? 0.f : 1.f / l_run[0],  // NaN stays NaN
+                          l_run[1] == 0.f ? 0.f : 1.f / l_run[1]};
     T* po = static_cast<T*>(p.part_o);
 #pragma unroll
     for (int i = 0; i < D / 2; i += 2) {

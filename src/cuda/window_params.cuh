@@ -135,15 +135,17 @@ struct ForwardKeys {
 // moves the running max m_run, rescales the running sum l_run, and returns in m_c the shift of this
 // tile's exponents (max in log2 units, sc = scale log2 e) and in corr the factor for the output
 // accumulators. Returns whether some row's max grew (the caller skips rescaling otherwise).
+// NaN: the maxima propagate it (nan_max), so a row that saw a NaN logit keeps m_run = NaN, every
+// later exponent and l_run NaN, and the merge writes NaN for it (window_forward.cu).
 __device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_run)[2],
                                                 float (&l_run)[2], float sc, float (&m_c)[2],
                                                 float (&corr)[2]) {
   bool grew = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_run[r], mx);
+    float mx = nan_max(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = nan_max(m_run[r], mx);
     grew |= m_new > m_run[r];
     // -inf (nothing visible yet) uses 0, keeping exp2(-inf - m) = 0, never NaN. corr is exactly
     // 1 when the max did not move (l must not drift against the unscaled o).
@@ -173,9 +175,9 @@ __device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_
 // (at q = 1e30 by 2^(1e22)).
 
 // Reductions over the 4 lanes of an accumulator row group (lanes 4 g .. 4 g + 3).
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+__device__ __forceinline__ float quad_max(float x) {  // NaN if any lane's x is NaN
+  x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -230,8 +232,9 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     t1[r] = quad_max(mx[r]);
-    rec[r] = t1[r] > fmaxf(m_run[r], top.m_top[r]);
-    m_new[r] = fmaxf(m_run[r], t1[r]);
+    // A NaN logit (t1) or a row that saw one (m_run) makes no record and keeps m_run NaN.
+    rec[r] = t1[r] > nan_max(m_run[r], top.m_top[r]);
+    m_new[r] = nan_max(m_run[r], t1[r]);
   }
   // A record either joins the accumulators (weak; a former top held apart joins with it: an add
   // back, the usual event after a row's first tile) or is held apart (strong: needs the record's
@@ -268,7 +271,7 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
 #pragma unroll
       for (int i = 0; i < NS; ++i)
         if (((i >> 1) & 1) == r && 8 * (i >> 2) + 2 * t4 + (i & 1) != jstar[r])
-          m2 = fmaxf(m2, s(i));
+          m2 = nan_max(m2, s(i));
       t2[r] = quad_max(m2);
     }
 #pragma unroll
@@ -282,7 +285,7 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
     for (int r = 0; r < 2; ++r) {
       if (!rec[r]) continue;
       const float old = top.m_top[r];  // the former top (if held apart) joins the accumulators
-      const float m_inc = strong[r] ? fmaxf(fmaxf(m_run[r], old), t2[r]) : t1[r];
+      const float m_inc = strong[r] ? nan_max(nan_max(m_run[r], old), t2[r]) : t1[r];
       m_new[r] = m_inc;
       wb[r] = old > -INFINITY ? fast_exp2((old - m_inc) * sc) : 0.f;
       top.m_top[r] = strong[r] ? t1[r] : -INFINITY;

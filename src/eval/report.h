@@ -45,6 +45,15 @@ std::string results_to_json(const EvalResults& r, int indent = 1);
 // row per method setting and a column per task plus the average.
 std::string results_to_markdown(const EvalResults& r);
 
+// A results file (results_to_json's text, version 2) read back: meta, records and batches, every
+// field checked (throws naming `label`, the record and the field). Ablation runs are refused.
+EvalResults results_from_json(const std::string& text, const std::string& label);
+// Several runs as one (`kvevict merge`): records and batches appended, meta from the first plus a
+// note per run. Throws unless every run has the same model file, commit, prompt style, split,
+// device, base seed, bootstrap and comparisons, and no sample of a setting appears twice.
+EvalResults merge_results(const std::vector<EvalResults>& runs,
+                          const std::vector<std::string>& labels);
+
 // Writes text to path all or nothing, never over a non-regular file (io::write_file_atomically);
 // throws naming `label` (e.g. "--out"; default: the quoted path) on failure.
 void write_text_file(const std::string& path, const std::string& text,

@@ -1,5 +1,7 @@
 // The kernel table for this CPU, and the A8 row layout.
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -66,6 +68,12 @@ A8Row a8_row(const uint8_t* buf, int64_t n) {
   p += round_up(static_cast<size_t>(n / kA8Block) * 4);
   r.s16 = reinterpret_cast<const int16_t*>(p);
   return r;
+}
+
+void a8_nonfinite_block(float* d, int8_t* qs, int16_t* s16, int64_t b) {
+  d[b] = std::numeric_limits<float>::quiet_NaN();
+  std::memset(qs + b * kA8Block, 0, kA8Block);
+  s16[2 * b] = s16[2 * b + 1] = 0;
 }
 
 bool takes_a8(GgmlType t) {

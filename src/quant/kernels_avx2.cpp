@@ -65,19 +65,24 @@ void quantize_a8(const float* x, int64_t n, uint8_t* dst) {
   int8_t* qs = const_cast<int8_t*>(r.qs);
   float* d = const_cast<float*>(r.d);
   int16_t* s16 = const_cast<int16_t*>(r.s16);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i abs_bits = _mm256_set1_epi32(0x7fffffff);
   for (int64_t b = 0; b < n / kA8Block; ++b) {
     const float* xb = x + b * kA8Block;
     __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
+    // The absmax on the bits of |x| (quant.h kA8NonFiniteBits): a NaN or Inf cannot drop out.
+    __m256i amax = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
       v[i] = _mm256_loadu_ps(xb + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+      amax = _mm256_max_epi32(amax, _mm256_and_si256(_mm256_castps_si256(v[i]), abs_bits));
     }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float db = _mm_cvtss_f32(m) / 127.0f;
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(amax), _mm256_extracti128_si256(amax, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    if (static_cast<uint32_t>(_mm_cvtsi128_si32(m)) >= kA8NonFiniteBits) {
+      a8_nonfinite_block(d, qs, s16, b);
+      continue;
+    }
+    const float db = _mm_cvtss_f32(_mm_castsi128_ps(m)) / 127.0f;
     const float id = db > 0.0f ? 1.0f / db : 0.0f;
     d[b] = db;
     const __m256 vid = _mm256_set1_ps(id);

@@ -32,6 +32,8 @@
 #endif
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "quant/blocks.h"
 #include "quant/gemm.h"
 #include "quant/simd_local.h"
@@ -92,7 +94,17 @@ void quantize_a8(const float* x, int64_t n, uint8_t* dst) {
   for (int64_t b = 0; b < n / kA8Block; ++b) {
     const float* xb = x + b * kA8Block;
     const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    // The absmax on the bits of |x| (quant.h kA8NonFiniteBits): a NaN or Inf cannot drop out.
+    const __m512i abs_bits = _mm512_set1_epi32(0x7fffffff);
+    const uint32_t amax_bits = static_cast<uint32_t>(_mm512_reduce_max_epi32(
+        _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(v0), abs_bits),
+                         _mm512_and_si512(_mm512_castps_si512(v1), abs_bits))));
+    if (amax_bits >= kA8NonFiniteBits) {
+      a8_nonfinite_block(d, qs, s16, b);
+      continue;
+    }
+    float amax;
+    std::memcpy(&amax, &amax_bits, 4);
     // The scalar kernel's arithmetic, operation for operation: the same d, q and sums.
     const float db = amax / 127.0f;
     const float id = db > 0.0f ? 1.0f / db : 0.0f;

@@ -3,6 +3,7 @@
 // AVX2.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "quant/blocks.h"
 #include "quant/gemm.h"
@@ -20,8 +21,19 @@ void quantize_a8(const float* x, int64_t n, uint8_t* dst) {
   int16_t* s16 = const_cast<int16_t*>(r.s16);
   for (int64_t b = 0; b < n / kA8Block; ++b) {
     const float* xb = x + b * kA8Block;
-    float amax = 0.0f;
-    for (int i = 0; i < kA8Block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    // The absmax on the bits of |x| (quant.h kA8NonFiniteBits): a NaN or Inf cannot drop out.
+    uint32_t amax_bits = 0;
+    for (int i = 0; i < kA8Block; ++i) {
+      uint32_t u;
+      std::memcpy(&u, xb + i, 4);
+      amax_bits = std::max(amax_bits, u & 0x7fffffffu);
+    }
+    if (amax_bits >= kA8NonFiniteBits) {
+      a8_nonfinite_block(d, qs, s16, b);
+      continue;
+    }
+    float amax;
+    std::memcpy(&amax, &amax_bits, 4);
     const float db = amax / 127.0f;
     const float id = db > 0.0f ? 1.0f / db : 0.0f;
     d[b] = db;

@@ -51,6 +51,15 @@ struct A8Row {
   const int16_t* s16 = nullptr;  // [n / 16] sums of qs over each 16
 };
 
+// A NaN or an Inf anywhere in a 32-element block has no int8 form: the quantizers give that block
+// a NaN scale and zero codes and sums, so every product over the row is NaN (a NaN hidden state
+// gives NaN logits, as the float product would, not the finite row an absmax blind to NaN made;
+// issue 13). Every ISA finds such a block from the absmax taken on the bits of |x|: for x >= 0
+// the integer order of the bits is the float order, and NaN / Inf bits lie above every finite
+// value's (kA8NonFiniteBits), so the check costs one compare per block.
+constexpr uint32_t kA8NonFiniteBits = 0x7f800000u;  // |x| bits >= this: Inf or NaN
+void a8_nonfinite_block(float* d, int8_t* qs, int16_t* s16, int64_t b);  // block b of a row
+
 // Bytes of one A8 row of n elements in a buffer (qs, then d, then s16, each 32-byte aligned).
 size_t a8_row_bytes(int64_t n);
 A8Row a8_row(const uint8_t* buf, int64_t n);

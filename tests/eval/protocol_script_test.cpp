@@ -119,16 +119,18 @@ TEST_F(ProtocolScript, TheAblationsChoiceIsPassedExplicitlyToTheSweep) {
   std::string out;
   ASSERT_EQ(protocol("survey,ablate", &out), 0) << out;
   EXPECT_EQ(decisions()["chosen"]["smollm2"]["dropkv"], "dropkv:w=16:pool=max:7") << out;
-  // The sweep's runs name the chosen setting and its comparisons; the fake kvevict fails them,
-  // so the step reports them as failed and missing, and the status says so.
+  // The sweep's runs (one process a task: SWEEP_SHARD=task) name the chosen setting and its
+  // comparisons; the fake kvevict fails them, so the step reports them as failed and missing,
+  // and the status says so.
   EXPECT_NE(protocol("sweep", &out), 0) << out;
-  std::ifstream log(dir_ / "state" / "sweep" / "smollm2_2048_core.log");
+  std::ifstream log(dir_ / "state" / "sweep" / "shards" / "smollm2_2048_core.vt.log");
   std::string first;
   std::getline(log, first);
   EXPECT_NE(first.find("dropkv:w=16:pool=max:7,adadropkv:w=16:pool=max:7"), std::string::npos)
       << first;
   EXPECT_NE(first.find("dropkv:w=16:pool=max:7/snapkv"), std::string::npos) << first;
   EXPECT_NE(first.find("--split test"), std::string::npos) << first;
+  EXPECT_NE(first.find("--tasks vt "), std::string::npos) << first;
   EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
 }
 

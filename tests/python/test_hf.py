@@ -234,3 +234,32 @@ def test_long_decode_equals_masked_reference_past_the_slack(family):
     finally:
         model.set_attn_implementation("sdpa")
         KEEP.clear()
+
+
+@torch.no_grad()
+def test_nan_scores_raise_from_the_forward_pass(monkeypatch):
+    """A NaN score in any layer's prefill eviction raises from the forward pass that evicted
+    (on CUDA the check is read once at the end of the pass, naming the layer; on the host
+    select raises at once), and a clean pass after it works."""
+    model = tiny_model("llama")
+    ids = torch.randint(1, 96, (1, 40)).to(DEVICE)
+    real = kvevict.score
+    calls = []
+
+    def poisoned(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:  # layer 1 of the first pass
+            scores = out[0] if isinstance(out, tuple) else out
+            scores[1, 3] = float("nan")
+        return out
+
+    with kvevict.hf.press(model, budget=0.5) as p:
+        monkeypatch.setattr(kvevict, "score", poisoned)
+        where = r"layer 1: .*NaN \(head 1 row 3" if DEVICE == "cuda" else "NaN"
+        with pytest.raises(ValueError, match=where):
+            model(input_ids=ids, use_cache=True)
+        monkeypatch.setattr(kvevict, "score", real)
+        model(input_ids=ids, use_cache=True)
+        assert all(layer.compacted is not None for layer in p.cache.layers)
+        assert p.cache._pending == []

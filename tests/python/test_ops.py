@@ -396,10 +396,9 @@ def test_decode_attention_equals_attention_on_cuda(fw):
 
 
 @pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
-@pytest.mark.xfail(strict=True, reason="found on the H200 (2026-12-01 night): a NaN in one bf16 "
-                   "key gives finite CUDA dropkv scores, so neither check sees it; open in "
-                   "issue 13 (the kernel must propagate it)")
 def test_cuda_nan_check_can_be_left_to_the_caller():
+    # A NaN in one bf16 key gave finite CUDA dropkv scores on the H200 (2026-12-01 night), so
+    # neither check saw it; the kernels now carry it (tests/cuda/nan_scores_test.cpp).
     rng = np.random.default_rng(23)
     q, k, v = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in qkv(rng, 4, 2, 40, 8, 64))
     k[1, 5, 3] = float("nan")
@@ -407,3 +406,110 @@ def test_cuda_nan_check_can_be_left_to_the_caller():
         kvevict.score(q, k, v, "dropkv")
     s = kvevict.score(q, k, v, "dropkv", check_finite=False)  # no host synchronization
     assert bool(torch.isnan(s).any())
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_torch_tensors_read_without_dlpack_equal_the_dlpack_path():
+    """Exact torch.Tensor objects reach C++ through their attributes (no DLPack); subclasses
+    (nn.Parameter), numpy and views whose memory does not hold their values as they read
+    (negative-bit views) take nanobind's DLPack path or are refused, never read wrongly."""
+    rng = np.random.default_rng(31)
+    q, k, v = qkv(rng, 4, 2, 40, 16, 16)
+    want = kvevict.score(q, k, v, "obcache_vk")
+    qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
+    np.testing.assert_array_equal(kvevict.score(qt, kt, vt, "obcache_vk").numpy(), want)
+    kp = torch.nn.Parameter(kt.clone())  # a subclass: the DLPack path (after detach)
+    np.testing.assert_array_equal(kvevict.score(qt, kp, vt, "obcache_vk").numpy(), want)
+    # A negative-bit view holds -k in memory for the values k: kvevict reads k (the extension
+    # itself refuses the raw view rather than read -k).
+    neg = torch._neg_view(torch.from_numpy(-k))
+    assert neg.is_neg()
+    np.testing.assert_array_equal(kvevict.score(qt, neg, vt, "obcache_vk").numpy(), want)
+    opts = kvevict.ext.score_options("obcache_vk", None, None, None)
+    with pytest.raises(ValueError, match="k is a negative-bit torch view"):
+        kvevict.ext.score_workspace_bytes(qt, neg, vt, None, 0.0, opts)
+    # Offsets into shared storage (a slice) and strides (a transpose) as torch reports them.
+    big = torch.from_numpy(np.concatenate([np.zeros((1, 40, 16), np.float32), k]))
+    np.testing.assert_array_equal(kvevict.score(qt, big[1:], vt, "obcache_vk").numpy(), want)
+    with pytest.raises(ValueError, match="dims; expected at most"):
+        kvevict.ext.score_workspace_bytes(qt, kt[None, None, None, None], vt, None, 0.0, opts)
+
+
+@pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
+def test_cuda_scratch_is_cached_per_stream_and_results_do_not_depend_on_it():
+    from kvevict import _tensors as T
+
+    rng = np.random.default_rng(32)
+    q, k, v = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in qkv(rng, 8, 2, 300, 32, 64))
+    T.release_scratch()
+    a = kvevict.score(q, k, v, "snapkv", pool="max:7")
+    assert len(T._SCRATCH) == 1
+    buf = next(iter(T._SCRATCH.values()))
+    b = kvevict.score(q, k, v, "snapkv", pool="max:7")
+    assert next(iter(T._SCRATCH.values())) is buf  # reused, not reallocated
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        side.wait_stream(torch.cuda.current_stream())
+        c = kvevict.score(q, k, v, "snapkv", pool="max:7")
+    torch.cuda.current_stream().wait_stream(side)
+    assert len(T._SCRATCH) == 2  # one scratch per stream
+    # (row blocks may accumulate with atomics: equal up to the order of float additions)
+    span = float(a.abs().max())
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * span)
+    torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5 * span)
+    # A larger problem grows the scratch and still equals the reference ordering of kept sets.
+    q2, k2, v2 = (torch.from_numpy(x).cuda().to(torch.bfloat16)
+                  for x in qkv(rng, 8, 2, 5000, 32, 64))
+    s2 = kvevict.score(q2, k2, v2, "snapkv", pool="max:7")
+    assert T._SCRATCH[T.scratch_key(k2, T.stream_handle(k2))].numel() >= buf.numel()
+    ref = kvevict.score(*(x.float().cpu().numpy() for x in (q2, k2, v2)), "snapkv",
+                        pool="max:7", backend="reference")
+    assert_close(s2.cpu().numpy(), ref, atol=2e-2 * float(np.abs(ref).max()), rtol=2e-2,
+                 what="snapkv scores after the scratch grew")
+
+
+@pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
+def test_cuda_select_folds_nan_into_a_device_word_without_reading_it():
+    from kvevict import ops
+
+    s = torch.rand((3, 50), device="cuda")
+    opts = kvevict.ext.select_options("uniform", 0.5, None, 0.2, 0, 4)
+    status = torch.full((2,), -1, dtype=torch.int64, device="cuda")
+    clean = ops._select_cuda(s, None, opts, (status, 0))
+    assert status.tolist() == [-1, -1]
+    s[2, 7] = float("nan")
+    s[1, 9] = float("nan")
+    ops._select_cuda(s, None, opts, (status, 1))
+    assert status.tolist() == [-1, 1 * 50 + 9]  # the first NaN element, row-major
+    # Uniform selections carry their offsets on the host: compaction reads nothing back.
+    assert clean._offsets_host is not None and list(clean.offsets_host()) == [0, 25, 50, 75]
+    with pytest.raises(ValueError, match="NaN"):
+        kvevict.select(s, 0.5, window=4)  # the public select still checks at once
+
+
+@pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
+@pytest.mark.parametrize("policy", ["uniform", "adakv"])
+def test_cuda_compaction_with_slack_equals_the_host_compaction(policy):
+    """Compaction straight into the packed layout with slack (one row gather) == the host path:
+    the same rows, positions and segment table, from strided [Hkv, n, d] views."""
+    rng = np.random.default_rng(33)
+    q, k, v = qkv(rng, 8, 4, 120, 8, 64)
+    # [n, Hkv, d] storage viewed as [Hkv, n, d], as transformers' projections give it.
+    kd = torch.from_numpy(np.ascontiguousarray(k.transpose(1, 0, 2))).cuda().to(
+        torch.bfloat16).transpose(0, 1)
+    vd = torch.from_numpy(np.ascontiguousarray(v.transpose(1, 0, 2))).cuda().to(
+        torch.bfloat16).transpose(0, 1)
+    qd = torch.from_numpy(q).cuda().to(torch.bfloat16)
+    assert not kd.is_contiguous()
+    sel = kvevict.select(kvevict.score(qd, kd, vd, "dropkv"), 0.3, policy=policy, window=8)
+    got = kvevict.compact(kd, vd, sel, slack=5)
+    hsel = kvevict.Selection(sel.index.cpu().numpy(), sel.offsets.cpu().numpy())
+    want = kvevict.compact(kd.float().cpu().numpy(), vd.float().cpu().numpy(), hsel, slack=5)
+    np.testing.assert_array_equal(got.offsets, want.offsets)
+    np.testing.assert_array_equal(got.lens, want.lens)
+    for h in range(4):
+        gk, gv, gp = got.head(h)
+        wk, wv, wp = want.head(h)
+        np.testing.assert_array_equal(gp.cpu().numpy(), wp)
+        np.testing.assert_array_equal(gk.float().cpu().numpy(), wk)
+        np.testing.assert_array_equal(gv.float().cpu().numpy(), wv)

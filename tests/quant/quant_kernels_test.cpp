@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -433,6 +435,107 @@ TEST(QuantMatmul, GroupedTargetsMatchReferenceAndIgnoreThreadCount) {
             const Ref e = ref_dot(wf.data(), xa.data(), K);
             EXPECT_NEAR(y1[i][t * (rows[i] + 1) + r], e.dot, 1e-5 * e.mag + 1e-30)
                 << "target " << i << " row " << r << " token " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
+uint32_t float_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+// Issue 13: a NaN or an Inf in an activation block gives that block a NaN scale and zero codes
+// and sums on every ISA; the other blocks are bitwise what the clean row gives.
+TEST(QuantizeA8, NonFiniteBlockGetsANaNScaleAndZeroCodes) {
+  const float bad[] = {
+      std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+      std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  const int64_t n = 96;
+  std::vector<float> clean(n);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (auto& v : clean) v = nd(rng);
+  for (const Kernels* k : all_isas()) {
+    std::vector<uint8_t> want(a8_row_bytes(n)), got(a8_row_bytes(n));
+    k->quantize_a8(clean.data(), n, want.data());
+    const A8Row w = a8_row(want.data(), n);
+    for (int64_t pos = 0; pos < n; ++pos) {
+      for (float v : bad) {
+        SCOPED_TRACE(std::string(isa_name(k->isa)) + " x[" + std::to_string(pos) +
+                     "] = " + std::to_string(v));
+        std::vector<float> x = clean;
+        x[pos] = v;
+        k->quantize_a8(x.data(), n, got.data());
+        const A8Row g = a8_row(got.data(), n);
+        const int64_t hit = pos / kA8Block;
+        for (int64_t b = 0; b < n / kA8Block; ++b) {
+          if (b == hit) {
+            ASSERT_TRUE(std::isnan(g.d[b])) << "block " << b << " d " << g.d[b];
+          } else {
+            ASSERT_EQ(float_bits(g.d[b]), float_bits(w.d[b])) << "block " << b;
+          }
+          for (int i = 0; i < kA8Block; ++i)
+            ASSERT_EQ(g.qs[b * kA8Block + i], b == hit ? 0 : w.qs[b * kA8Block + i])
+                << b << " " << i;
+          for (int h = 0; h < 2; ++h)
+            ASSERT_EQ(g.s16[2 * b + h], b == hit ? 0 : w.s16[2 * b + h]) << b << " " << h;
+        }
+      }
+    }
+  }
+}
+
+// Issue 13: a NaN or an Inf anywhere in one activation row makes every output of that row NaN
+// (block types; float weights: not finite) and leaves every other row's outputs bitwise as they
+// were, for every type and ISA, on the row-by-row path (T = 1, 3) and the GEMM path (T = 6).
+TEST(QuantMatmul, NonFiniteActivationPoisonsItsRowOnly) {
+  const int64_t K = 512, rows = 9;
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (GgmlType t : kAllTypes) {
+    const std::vector<uint8_t> w = random_rows(t, rows, K, 90 + static_cast<int>(t));
+    const MatrixView mv{t, rows, K, gguf::ggml_row_bytes(t, K), w.data()};
+    for (const Kernels* k : all_isas()) {
+      for (int64_t T : {int64_t{1}, int64_t{3}, kGemmMinTokens + 2}) {
+        std::vector<float> clean(T * K);
+        std::mt19937 rng(static_cast<unsigned>(T));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (auto& v : clean) v = nd(rng);
+        std::vector<float> y0(T * rows);
+        const MatmulTarget t0{mv, y0.data(), rows};
+        matmul(clean.data(), T, K, &t0, 1, *k);
+        const int64_t row = T / 2;  // the poisoned token
+        // Every position of the row for one token, a spread of them (each block's ends) for more.
+        std::vector<int64_t> positions;
+        for (int64_t c = 0; c < K; c += T == 1 ? 1 : 31) positions.push_back(c);
+        positions.push_back(K - 1);
+        for (int64_t c : positions) {
+          for (float v : bad) {
+            SCOPED_TRACE(std::string(isa_name(k->isa)) + " " + type_name(t) +
+                         " T=" + std::to_string(T) + " x[" + std::to_string(row) + ", " +
+                         std::to_string(c) + "] = " + std::to_string(v));
+            std::vector<float> x = clean;
+            x[row * K + c] = v;
+            std::vector<float> y(T * rows);
+            const MatmulTarget tg{mv, y.data(), rows};
+            matmul(x.data(), T, K, &tg, 1, *k);
+            for (int64_t tt = 0; tt < T; ++tt)
+              for (int64_t r = 0; r < rows; ++r) {
+                const float got = y[tt * rows + r];
+                if (tt != row)
+                  ASSERT_EQ(float_bits(got), float_bits(y0[tt * rows + r]))
+                      << "token " << tt << " row " << r << ": " << got << " vs "
+                      << y0[tt * rows + r];
+                else if (takes_a8(t))
+                  ASSERT_TRUE(std::isnan(got)) << "row " << r << ": " << got;
+                else
+                  ASSERT_FALSE(std::isfinite(got)) << "row " << r << ": " << got;
+              }
           }
         }
       }

@@ -12,8 +12,10 @@ original length, so ``get_seq_length()`` is the number of tokens seen, not the r
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -30,6 +32,64 @@ LAYER_TAG = "_kvevict_layer"
 # Decode steps on CUDA through kvevict.decode_attention (True) or the general kvevict.attention
 # (False: the path before it, kept for A/B measurements; benchmarks/python/decode_steps.py).
 FAST_DECODE = True
+
+
+class HookTimer:
+    """Where the prefill eviction's time goes: CUDA events (device time) and the host clock
+    between the stages of every CUDA layer's eviction (score, select, compact, finish), for
+    benchmarks (``benchmarks/python/hf_side_by_side.py`` prints it on CUDA). Enable with
+    ``with kvevict.hf.cache.hook_timer() as t: ...``; ``t.summary()`` after a synchronization."""
+
+    class _Mark:
+        def __init__(self, timer: "HookTimer", layer: int):
+            self.timer, self.layer = timer, layer
+            self.event = torch.cuda.Event(enable_timing=True)
+            self.event.record()
+            self.host = time.perf_counter()
+
+        def stage(self, name: str) -> None:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            now = time.perf_counter()
+            self.timer.records.append((self.layer, name, self.event, ev, now - self.host))
+            self.event, self.host = ev, now
+
+    def __init__(self):
+        self.records: List[tuple] = []
+
+    def start(self, layer: int) -> "HookTimer._Mark":
+        return HookTimer._Mark(self, layer)
+
+    def summary(self) -> Dict[str, Dict[str, float]]:
+        """Per stage: device ms and host ms summed over every recorded layer, the number of
+        layers, and the per-layer means (call after torch.cuda.synchronize())."""
+        out: Dict[str, Dict[str, float]] = {}
+        layers = set()
+        for layer, name, a, b, host in self.records:
+            layers.add(layer)
+            row = out.setdefault(name, {"device_ms": 0.0, "host_ms": 0.0, "count": 0})
+            row["device_ms"] += a.elapsed_time(b)
+            row["host_ms"] += 1e3 * host
+            row["count"] += 1
+        for row in out.values():
+            row["device_ms_per_call"] = row["device_ms"] / max(1, row["count"])
+            row["host_ms_per_call"] = row["host_ms"] / max(1, row["count"])
+        return out
+
+
+_TIMER: Optional[HookTimer] = None
+
+
+@contextlib.contextmanager
+def hook_timer() -> Iterator[HookTimer]:
+    """Records HookTimer marks for every CUDA prefill eviction while open (adds events and a
+    clock read per stage; off, the hook pays one global lookup)."""
+    global _TIMER
+    outer, _TIMER = _TIMER, HookTimer()
+    try:
+        yield _TIMER
+    finally:
+        _TIMER = outer
 
 
 @dataclass
@@ -100,9 +160,23 @@ class KVEvictLayer(CacheLayerMixin):
         self.seen = 0  # tokens seen = next original position
         self.batch = 0
         self.num_kv_heads = 0
-        self.selection: Optional[Selection] = None  # of the prefill eviction, B * Hkv heads
+        self._selection: Optional[Selection] = None  # of the prefill eviction, B * Hkv heads
+        self._selection_rows: Optional[List[Selection]] = None  # the same, per batch row
         self.stats = LayerStats()
         self._decoder = None  # DecodeEvictor, built at the first decode step
+        self._nan: Optional[torch.Tensor] = None  # device NaN word of a deferred check
+        self.cache: Optional["KVEvictCache"] = None  # the cache holding this layer
+
+    @property
+    def selection(self) -> Optional[Selection]:
+        """The prefill eviction's Selection over the ``B * Hkv`` heads (batch-major)."""
+        if self._selection is None and self._selection_rows is not None:
+            self._selection = Selection.concat(self._selection_rows)
+        return self._selection
+
+    @selection.setter
+    def selection(self, sel: Optional[Selection]) -> None:
+        self._selection, self._selection_rows = sel, None
 
     # -- CacheLayerMixin ---------------------------------------------------------------------
 
@@ -119,8 +193,13 @@ class KVEvictLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         m = int(key_states.shape[2])
         if self.compacted is None:
-            self.keys = torch.cat([self.keys, key_states], dim=-2)
-            self.values = torch.cat([self.values, value_states], dim=-2)
+            if self.keys.shape[-2] == 0:
+                # The prompt's first chunk is held as given (the dense layer lives only until its
+                # eviction): no copy of K and V per layer.
+                self.keys, self.values = key_states, value_states
+            else:
+                self.keys = torch.cat([self.keys, key_states], dim=-2)
+                self.values = torch.cat([self.values, value_states], dim=-2)
             self.seen += m
             keys = self.keys
         else:
@@ -204,9 +283,68 @@ class KVEvictLayer(CacheLayerMixin):
             if module is None or not hasattr(module, "o_proj"):
                 raise ValueError("criticalkv needs the layer's o_proj weight")
             wo = module.o_proj.weight  # under TP: rowwise, the columns of this rank's heads
+        if self.keys.is_cuda and (self.shard is None or self.shard.size == 1):
+            self._evict_prefill_cuda(query, scaling, wo)
+            return
         self.selection = distributed.plan_layer(query, self.keys, self.values, s, scale=scaling,
                                                 wo=wo, shard=self.shard)
         self._compact_dense(self.selection)
+
+    def _evict_prefill_cuda(self, query: torch.Tensor, scaling: Optional[float],
+                            wo: Optional[torch.Tensor]) -> None:
+        """evict_prefill on one GPU without a host synchronization (uniform budgets; adakv
+        reads its per-head counts back once): per batch row one score, one select and one
+        compaction straight into the packed layout with decode slack, from the dense K/V as they
+        are (any strides). The NaN check of the scores folds into a device word that the press
+        reads once per forward pass (``KVEvictCache.check_finite``), or right here when no press
+        defers it."""
+        s = self.config.settings
+        b, hkv, n, _ = self.keys.shape
+        sc = s.score
+        kw = dict(window=sc.window, pool=sc.pool, aggregate=sc.aggregate, scale=scaling, wo=wo,
+                  return_aux=True, check_finite=False)
+        timer = _TIMER
+        mark = timer.start(self.layer_idx) if timer is not None else None
+        self._nan = torch.full((1,), -1, dtype=torch.int64, device=self.keys.device)
+        parts = []
+        for row in range(b):
+            scores, aux = kvevict.score(query[row], self.keys[row], self.values[row], sc.method,
+                                        **kw)
+            if mark is not None:
+                mark.stage("score")
+            parts.append(kvevict.ops._select_cuda(scores, aux, s.select, (self._nan, 0)))
+            if mark is not None:
+                mark.stage("select")
+        cache = kvevict.ops._compact_rows_cuda(
+            [(self.keys[r], self.values[r], parts[r]) for r in range(b)],
+            max(0, self.config.slack))
+        if mark is not None:
+            mark.stage("compact")
+        self._selection_rows, self._selection = parts, (parts[0] if b == 1 else None)
+        self._finish_compaction(cache, b * hkv * n, sum(p.total for p in parts))
+        deferred = self.cache is not None and self.cache._defer_checks
+        if deferred:
+            self.cache._pending.append(self)
+        else:
+            self.check_finite()
+        if mark is not None:
+            mark.stage("finish")
+
+    def check_finite(self) -> None:
+        """Raises if the scores of this layer's prefill eviction held a NaN (reads the device
+        word of the deferred check: one synchronization)."""
+        word, self._nan = self._nan, None
+        if word is not None:
+            self._raise_if_nan(int(word.item()))
+
+    def _raise_if_nan(self, first: int) -> None:
+        """first: the word of the device NaN check (-1: no NaN)."""
+        if first != -1:
+            n = max(1, int(self.stats.tokens_seen))
+            raise ValueError(
+                f"layer {self.layer_idx}: a score of the prefill eviction was NaN (head "
+                f"{first // n} row {first % n} of a batch row's [Hkv, n] scores, from NaN or Inf "
+                "in q, k or v); expected numbers")
 
     def evict_mask(self, keep: torch.Tensor) -> None:
         """Compacts the dense layer to the rows where ``keep [B, Hkv, n]`` (bool) is True (for
@@ -227,8 +365,12 @@ class KVEvictLayer(CacheLayerMixin):
         cache = kvevict.compact(k, v, sel, slack=max(0, self.config.slack))
         if self.config.decode_budget is not None:
             cache = self._with_score_acc(cache)
-        self.stats = LayerStats(self.seen, b * hkv * n, sel.total,
-                                2 * b * hkv * n * d * self.keys.element_size(), cache.nbytes())
+        self._finish_compaction(cache, b * hkv * n, sel.total)
+
+    def _finish_compaction(self, cache: KVCache, rows_before: int, rows_kept: int) -> None:
+        d = int(self.keys.shape[-1])
+        self.stats = LayerStats(self.seen, rows_before, rows_kept,
+                                2 * rows_before * d * self.keys.element_size(), cache.nbytes())
         self.compacted = cache
         self.keys = self.values = None  # the dense layer is freed here
 
@@ -289,12 +431,42 @@ class KVEvictCache(Cache):
                  shard: Optional["distributed.HeadShard"] = None, **kwargs):
         self.evict_config = config or EvictConfig(**kwargs)
         self.shard = shard
+        self._defer_checks = False
+        self._pending: List[KVEvictLayer] = []
         super().__init__(layers=[])
 
     def _layer(self, layer_idx: int) -> KVEvictLayer:
         while len(self.layers) <= layer_idx:
-            self.layers.append(KVEvictLayer(self.evict_config, len(self.layers), self.shard))
+            layer = KVEvictLayer(self.evict_config, len(self.layers), self.shard)
+            layer.cache = self
+            self.layers.append(layer)
         return self.layers[layer_idx]
+
+    @contextlib.contextmanager
+    def deferred_checks(self) -> Iterator[None]:
+        """While open, CUDA layers evict without reading their NaN check back; on a normal exit
+        the checks of every layer evicted meanwhile are read at once (one synchronization) and
+        the first NaN raises. ``kvevict.hf.press`` wraps each forward pass in it."""
+        outer, self._defer_checks = self._defer_checks, True
+        try:
+            yield
+        finally:
+            self._defer_checks = outer
+        if not outer:
+            self.check_finite()
+
+    def check_finite(self) -> None:
+        """Reads the pending NaN checks of CUDA prefill evictions (one synchronization when any
+        is pending) and raises on the first layer whose scores held a NaN."""
+        pending, self._pending = self._pending, []
+        live = [layer for layer in pending if layer._nan is not None]
+        if not live:
+            return
+        words = torch.cat([layer._nan for layer in live]).cpu().tolist()
+        for layer in live:
+            layer._nan = None
+        for layer, word in zip(live, words):
+            layer._raise_if_nan(word)
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         return self._layer(layer_idx).update(key_states, value_states, *args, **kwargs)

@@ -171,7 +171,13 @@ def press(model, method: str = "dropkv", budget: Optional[_options.BudgetLike] =
         _check_unpadded(kwargs)
         if given_cache(kwargs) is None and kwargs.get("use_cache", True) is not False:
             kwargs[p.kwarg] = p.new_cache()
-        return forward(*args, **kwargs)
+        cache = given_cache(kwargs)
+        if not isinstance(cache, KVEvictCache):
+            return forward(*args, **kwargs)
+        # CUDA layers evict without waiting on their NaN checks; they are read once, at the end
+        # of the pass (one synchronization when a layer evicted), and raise before it returns.
+        with cache.deferred_checks():
+            return forward(*args, **kwargs)
 
     _set_attention(model, _attention.NAMES[base])
     model.generate = generate_with_cache
