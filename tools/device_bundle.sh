@@ -16,7 +16,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 for f in "$build"/tests/test_cuda_* "$build"/tests/test_model_cuda_* "$build"/benchmarks/gpu_* \
-         "$build"/kvevict; do
+         "$build"/benchmarks/sweep_cost_bench "$build"/kvevict; do
   [[ -f "$f" && -x "$f" && "$f" != *.cmake ]] && cp "$f" "$stage/bin/"
 done
 # Each shared library under its SONAME (libkvevict.so.0.1: what the programs ask the loader for).

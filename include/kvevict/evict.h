@@ -34,6 +34,12 @@ class LayerEvictor {
   // backend keep the selection in device memory, so plan() and apply() queue their work on the
   // backend's stream without waiting for it (see Backend::select).
   Selection plan(const ScoreProblem& problem, Residency where = Residency::kHost);
+  // plan() in its two steps, for settings that share a score and differ only in selection
+  // (budget, policy, alpha, sink): score() scores `problem` into the evictor's buffers, select()
+  // selects from the last score() with `select`. plan(p, where) is score(p) then
+  // select(select_options(), where), so every setting's selection is the one it gets alone.
+  void score(const ScoreProblem& problem);
+  Selection select(const SelectOptions& select, Residency where = Residency::kHost);
   // Compacts `in` into `out` (sized by the caller from cache_plan_offsets).
   void apply(const KVLayerView& in, const Selection& selection, const KVLayerView& out);
   // One call for host data: the full cache from problem.k / problem.v (converted to
@@ -46,6 +52,9 @@ class LayerEvictor {
   // The [Hkv, n] f32 scores of the last plan() on the backend's device (empty before).
   TensorView last_scores() const { return scores_view_; }
   std::string describe() const;  // score and select settings in one line
+  // True when `a` and `b` score every problem alike (every field scoring reads is equal), so
+  // one score() serves both.
+  static bool same_scores(const ScoreOptions& a, const ScoreOptions& b);
 
  private:
   Backend& backend_;
@@ -54,6 +63,7 @@ class LayerEvictor {
   std::shared_ptr<void> scores_, aux_, workspace_;
   size_t scores_bytes_ = 0, workspace_bytes_ = 0;
   TensorView scores_view_, aux_view_;
+  bool scored_ = false;  // score() ran: select() has scores to read
 };
 
 }  // namespace kvevict

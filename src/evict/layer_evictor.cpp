@@ -13,6 +13,11 @@ LayerEvictor::LayerEvictor(Backend& backend, ScoreOptions score, SelectOptions s
 }
 
 Selection LayerEvictor::plan(const ScoreProblem& problem, Residency where) {
+  score(problem);
+  return select(select_, where);
+}
+
+void LayerEvictor::score(const ScoreProblem& problem) {
   problem.validate(score_);
   KVEVICT_CHECK(problem.k.device == backend_.device(),
                 "problem tensors live on another device "
@@ -38,7 +43,13 @@ Selection LayerEvictor::plan(const ScoreProblem& problem, Residency where) {
   }
   backend_.score(problem, score_, ScoreOutput{scores_view_, aux_view_},
                  Workspace{workspace_.get(), workspace_bytes_});
-  return backend_.select(scores_view_, aux_view_, select_, where);
+  scored_ = true;
+}
+
+Selection LayerEvictor::select(const SelectOptions& select, Residency where) {
+  KVEVICT_CHECK(scored_, "LayerEvictor::select before score(); expected score() or plan() first");
+  select.validate();
+  return backend_.select(scores_view_, aux_view_, select, where);
 }
 
 void LayerEvictor::apply(const KVLayerView& in, const Selection& selection,
@@ -59,6 +70,13 @@ HostEvictResult LayerEvictor::evict_host(const ScoreProblem& problem, DType cach
   r.bytes_before = full.kv_bytes();
   r.bytes_after = r.cache.kv_bytes();
   return r;
+}
+
+bool LayerEvictor::same_scores(const ScoreOptions& a, const ScoreOptions& b) {
+  return a.method == b.method && a.aggregate == b.aggregate && a.window == b.window &&
+         a.pooling.kind == b.pooling.kind && a.pooling.kernel == b.pooling.kernel &&
+         a.h2o_normalize == b.h2o_normalize && a.one_minus_p_floor == b.one_minus_p_floor &&
+         a.criticalkv_eps == b.criticalkv_eps && a.seed == b.seed && a.scale == b.scale;
 }
 
 std::string LayerEvictor::describe() const {

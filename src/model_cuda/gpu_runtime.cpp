@@ -89,7 +89,8 @@ class GpuRuntime final : public ModelRuntime {
       if (step + 1 < max_new && live > 0) s.decode(ids);
     }
     // The session's event-timed costs: load_rows evicts every row in one pass (each row gets an
-    // equal share); the append and the decode steps are the whole batch's.
+    // equal share; settings that differ only in selection share their layers' score passes, and
+    // the batch's assembly is included); the append and the decode steps are the whole batch's.
     const SessionStats& st = s.stats();
     for (BatchAnswer& a : out) {
       a.evict_seconds = st.evict_seconds / B;
@@ -97,6 +98,7 @@ class GpuRuntime final : public ModelRuntime {
       a.decode_seconds = st.decode_seconds;
       a.decode_steps = st.decode_tokens / B;
       a.rows_in_batch = B;
+      a.batch_evict = st.evict_cost;
     }
     return out;
   }

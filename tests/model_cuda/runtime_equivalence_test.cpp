@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
@@ -222,6 +223,9 @@ TEST(RuntimeEquivalence, Gemma3GreedyTokensMatchCpu) {
 }
 
 // answer_batch: every config's row of one batch gives the answer it gets alone, on both devices.
+// The settings come in budget groups (and adakv / adadropkv beside snapkv / dropkv, whose scores
+// they share), so on the GPU each group scores a layer once: the counts say so, the separate
+// path (KVEVICT_SHARED_SCORES=0) gives the same answers, and the profiled run splits the time.
 void check_batch_equals_single(Device device, const char* file) {
   auto model = load_or_skip(file);
   if (!model) GTEST_SKIP() << "no model file " << file;
@@ -230,9 +234,13 @@ void check_batch_equals_single(Device device, const char* file) {
   const auto rt = ModelRuntime::create(model, o);
   auto tok = Tokenizer::from_gguf(*model->file());
   const auto prompt = prompt_of(*model, 20);
+  const std::vector<const char*> methods = {"dropkv", "adadropkv", "snapkv",     "adakv",
+                                            "h2o",    "tova",      "obcache_vk", "knorm"};
+  const int64_t distinct_scores = 6;  // adadropkv scores as dropkv, adakv as snapkv
+  const std::vector<double> budgets = {0.05, 0.1, 0.3};
   std::vector<EvictConfig> configs(1);  // the full cache first
-  for (const char* m : {"dropkv", "adadropkv", "snapkv", "h2o", "tova", "obcache_vk"})
-    for (double b : {0.1, 0.3})
+  for (const char* m : methods)
+    for (double b : budgets)
       configs.push_back({PrefillEviction::make(method_parse(m), Budget{b}), {}});
   PrefillOptions popt;
   popt.keep_queries = -1;  // h2o reads every query
@@ -251,6 +259,41 @@ void check_batch_equals_single(Device device, const char* file) {
     const GenerateResult one = s->generate(16, greedy, stop);
     EXPECT_EQ(batch[i].result.tokens, one.tokens) << "config " << configs[i].describe();
   }
+  if (device != Device::kCuda) return;
+  const ModelConfig& c = model->config();
+  int64_t full_layers = 0;
+  for (int l = 0; l < c.n_layers; ++l) full_layers += c.is_sliding(l) ? 0 : 1;
+  const int64_t evicted = static_cast<int64_t>(configs.size()) - 1;
+  EXPECT_EQ(batch[0].batch_evict.score_passes, distinct_scores * full_layers);
+  EXPECT_EQ(batch[0].batch_evict.selections, evicted * full_layers);
+  EXPECT_EQ(batch[0].batch_evict.score_seconds, 0.0);  // not profiled
+  // Every config on its own: the same answers, a score pass per config and layer.
+  setenv("KVEVICT_SHARED_SCORES", "0", 1);
+  const auto separate = rt->answer_batch(*snap, configs, question, 16, stop);
+  unsetenv("KVEVICT_SHARED_SCORES");
+  ASSERT_EQ(separate.size(), configs.size());
+  for (size_t i = 0; i < configs.size(); ++i) {
+    EXPECT_EQ(separate[i].result.tokens, batch[i].result.tokens) << configs[i].describe();
+    EXPECT_EQ(separate[i].kept_rows_per_head, batch[i].kept_rows_per_head);
+    EXPECT_EQ(separate[i].kv_bytes, batch[i].kv_bytes) << configs[i].describe();
+  }
+  EXPECT_EQ(separate[0].batch_evict.score_passes, evicted * full_layers);
+  // Profiled: every phase took time, and the phases fit inside the eviction's own timing.
+  setenv("KVEVICT_EVICT_PROFILE", "1", 1);
+  const auto profiled = rt->answer_batch(*snap, configs, question, 16, stop);
+  unsetenv("KVEVICT_EVICT_PROFILE");
+  const EvictCost& p = profiled[0].batch_evict;
+  EXPECT_GT(p.score_seconds, 0.0);
+  EXPECT_GT(p.select_seconds, 0.0);
+  EXPECT_GT(p.compact_seconds, 0.0);
+  EXPECT_GT(p.assemble_seconds, 0.0);
+  const double phases =
+      p.score_seconds + p.select_seconds + p.compact_seconds + p.copy_seconds + p.assemble_seconds;
+  const double total = profiled[0].evict_seconds * profiled[0].rows_in_batch;
+  EXPECT_LE(phases, total * 1.01 + 1e-4);
+  EXPECT_GE(phases, total * 0.5);
+  for (size_t i = 0; i < configs.size(); ++i)
+    EXPECT_EQ(profiled[i].result.tokens, batch[i].result.tokens) << configs[i].describe();
 }
 
 TEST(RuntimeEquivalence, GpuBatchEqualsOneConfigAtATime) {

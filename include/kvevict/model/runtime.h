@@ -51,6 +51,19 @@ struct PrefillSnapshot {
   int64_t kv_bytes() const;
 };
 
+// Where a batch's prefill eviction went (the GPU runtime's answer_batch / from_snapshot): the
+// counts always; the device seconds of each phase only with KVEVICT_EVICT_PROFILE=1 (a CUDA
+// event at every phase boundary, which itself costs a little), else 0. For the sweep's cost table.
+struct EvictCost {
+  int64_t score_passes = 0;     // layer score passes (settings that share a score share one)
+  int64_t selections = 0;       // layer selections (one per evicted setting and layer)
+  double score_seconds = 0;     // the score passes
+  double select_seconds = 0;    // the selections
+  double compact_seconds = 0;   // each evicted layer: its allocation, segment table and gather
+  double copy_seconds = 0;      // layers copied whole (sliding rings, the full cache's rows)
+  double assemble_seconds = 0;  // the synchronization and the batch's layers from the rows
+};
+
 // What a session did, on either device (GPU times are device times from CUDA events).
 struct SessionStats {
   int64_t prefill_tokens = 0;
@@ -63,6 +76,7 @@ struct SessionStats {
   std::vector<int64_t> kv_bytes_before;  // [n_layers] K/V bytes allocated before prefill eviction
   std::vector<int64_t> kv_bytes_after;   // [n_layers] ... after it
   int64_t decode_evictions = 0;          // decode steps of a layer that evicted rows
+  EvictCost evict_cost;                  // the GPU's split of evict_seconds
   std::string warning;                   // the first selection warning (budget below protected)
   double prefill_tokens_per_s() const;
   double decode_tokens_per_s() const;
@@ -138,6 +152,7 @@ struct BatchAnswer {
   double decode_seconds = 0;
   int64_t decode_steps = 0;  // the batch's decode steps
   int rows_in_batch = 1;
+  EvictCost batch_evict;  // the whole batch's eviction by phase (GPU; every row the same)
 };
 
 class ModelRuntime {
