@@ -80,10 +80,14 @@ start=$(date +%s)
 export CLANG_TIDY BUILD WORK
 # One clang-tidy a file, JOBS at a time; each writes its output and its seconds under $WORK.
 # -Wno-unknown-warning-option: the commands are GCC's, whose warning flags clang may not know.
+# --extra-arg-before=-std=gnu++17: CMake leaves -std out where GCC's default (gnu++17) already
+# meets cxx_std_17, and clang 14's default is gnu++14 (no std::variant); a command's own -std,
+# later on the line, still wins.
 # shellcheck disable=SC2016
 printf '%s\n' "${units[@]}" | xargs -P "$JOBS" -I{} sh -c '
   f="{}"; key="$(echo "$f" | tr / _)"; t0=$(date +%s%N)
-  if "$CLANG_TIDY" -p "$BUILD" --quiet --extra-arg=-Wno-unknown-warning-option "$f" \
+  if "$CLANG_TIDY" -p "$BUILD" --quiet --extra-arg-before=-std=gnu++17 \
+       --extra-arg=-Wno-unknown-warning-option "$f" \
        >"$WORK/$key.out" 2>"$WORK/$key.err"; then rc=0; else rc=1; fi
   echo "$rc $((($(date +%s%N) - t0) / 1000000)) $f" >"$WORK/$key.rc"' || true
 failed=0
