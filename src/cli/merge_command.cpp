@@ -3,7 +3,6 @@
 // comparison recomputed over the merged samples, exactly as one run of them all would report.
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,7 +11,6 @@
 #include "cli/output_args.h"
 #include "eval/report.h"
 #include "io/input_file.h"
-#include "kvevict/io/atomic_file.h"
 
 namespace kvevict::cli {
 namespace {
@@ -40,11 +38,7 @@ int run_merge_command(const MergeArgs& a) {
   const eval::EvalResults merged = eval::merge_results(runs, a.inputs);
   const std::string json = eval::results_to_json(merged);
   const std::string md = eval::results_to_markdown(merged);
-  io::StagedFiles files;
-  if (!a.out.empty()) files.add(a.out, "--out", {{json.data(), json.size()}});
-  if (!a.markdown.empty()) files.add(a.markdown, "--markdown", {{md.data(), md.size()}});
-  files.commit();
-  std::printf("%s\n", a.json ? json.c_str() : md.c_str());
+  write_report(a.out, a.markdown, json, md, a.json);
   return 0;
 }
 

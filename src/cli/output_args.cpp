@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -40,6 +41,15 @@ void check_output_dir(const std::string& dir, const char* flag) {
   }
   // A new directory: its parent must exist (the same rule as for a new file).
   io::check_output_path(dir, flag);
+}
+
+void write_report(const std::string& out, const std::string& markdown, const std::string& json,
+                  const std::string& md, bool print_json) {
+  io::StagedFiles files;  // both files or neither
+  if (!out.empty()) files.add(out, "--out", {{json.data(), json.size()}});
+  if (!markdown.empty()) files.add(markdown, "--markdown", {{md.data(), md.size()}});
+  files.commit();
+  std::printf("%s\n", print_json ? json.c_str() : md.c_str());
 }
 
 }  // namespace kvevict::cli

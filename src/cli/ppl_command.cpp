@@ -17,7 +17,6 @@
 #include "eval/report.h"
 #include "eval/session_model.h"
 #include "kvevict/error.h"
-#include "kvevict/io/atomic_file.h"
 
 namespace kvevict::cli {
 namespace {
@@ -93,11 +92,7 @@ int run_ppl_command(const PplArgs& a) {
   const std::string json =
       "{\"kind\": \"kvevict-results\", \"version\": 1, \"ppl\": " + eval::ppl_to_json(run) + "}";
   const std::string md = eval::ppl_to_markdown(run);
-  io::StagedFiles files;  // both files or neither
-  if (!a.out.empty()) files.add(a.out, "--out", {{json.data(), json.size()}});
-  if (!a.markdown.empty()) files.add(a.markdown, "--markdown", {{md.data(), md.size()}});
-  files.commit();
-  std::printf("%s\n", a.json ? json.c_str() : md.c_str());
+  write_report(a.out, a.markdown, json, md, a.json);
   return 0;
 }
 
