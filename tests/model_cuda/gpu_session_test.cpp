@@ -24,6 +24,7 @@
 #include "model/session.h"
 #include "model/tiny_model.h"
 #include "model_cuda/gpu_runtime.h"
+#include "model_cuda/greedy_agreement.h"
 #include "model_cuda/tiny_configs.h"
 #include "support/testing.h"
 
@@ -444,15 +445,22 @@ void check_real_model_matches_cpu(const char* file, const char* label) {
   gpu::GpuSession g(gm, go);
   g.prefill(prompt);
   expect_close_logits(g.logits(), cpu.logits(), 0.05, label);
+  // Free-running text is printed; the CPU's greedy tokens teacher-forced through both sessions
+  // (a second pair) must agree up to near-ties (greedy_agreement.h: the text follows the first
+  // near-tie either way, e.g. SmolLM2's "Red" / "red" on the H200, 2026-12-02).
   Sampler s1, s2;
   const auto ref = cpu.generate(32, s1);
   const auto got = g.generate(32, s2);
   std::printf("cpu: %s\ngpu: %s\n", tok->decode(ref.tokens).c_str(),
               tok->decode(got.tokens).c_str());
-  EXPECT_EQ(tok->decode(got.tokens), tok->decode(ref.tokens));
+  Session cpu2(model);
+  cpu2.prefill(prompt);
+  gpu::GpuSession g2(gm, go);
+  g2.prefill(prompt);
+  testing::expect_greedy_agreement(cpu2, g2, ref.tokens, true, label);
 }
 
-TEST(GpuRuntimeGolden, SmolLM2GreedyTextMatchesCpu) {
+TEST(GpuRuntimeGolden, SmolLM2GreedyTokensAgreeWithCpu) {
   KVEVICT_REQUIRE_GPU();
   check_real_model_matches_cpu(io::kSmolLM2File, "smollm2 prefill");
 }
@@ -764,7 +772,7 @@ TEST(GpuGemma, BatchedDecodeEqualsSingleSequence) {
   }
 }
 
-TEST(GpuRuntimeGolden, Gemma3GreedyTextMatchesCpu) {
+TEST(GpuRuntimeGolden, Gemma3GreedyTokensAgreeWithCpu) {
   KVEVICT_REQUIRE_GPU();
   check_real_model_matches_cpu(io::kGemma3File, "gemma3 prefill");
 }

@@ -8,17 +8,13 @@
 //     on the H200 (keydiff on Gemma 3, 2026-12-01), while a plumbing error (wrong layer, head or
 //     position) changes most of a set. The test checks its own resolving power: the GPU's sets
 //     compared with the CPU's of the NEXT layer must differ at least 3x as much as with their own.
-//   - greedy decoding, 32 tokens at budget 1.0 and at 20% (dropkv): the two runtimes pick the same
-//     greedy token at every step except near-ties, and where they part both continue with the
-//     CPU's token (the CPU's greedy tokens teacher-forced through both). A near-tie: the two
-//     candidates' logits are within kNearTie of each other on BOTH devices. kNearTie = 0.5 nats is
-//     four bf16 spacings of a logit of magnitude 16-32 (spacing 2^-3): the GPU rounds the final
-//     hidden state and the head's weights to bf16, so a gap below that is not resolved by its
-//     arithmetic, and a wrong layer, head or position gives gaps of several nats. At most 1 step
-//     in 8 may be such a tie, and the next-token distributions stay within a mean KL of 0.02 nats.
-//     Free-running greedy text is printed (it follows the first near-tie either way: SmolLM2's
-//     CPU and GPU text part after 18 tokens at the full cache, Gemma 3's 32 are equal,
-//     2026-12-01).
+//   - greedy decoding, 32 tokens, the CPU's tokens teacher-forced through both: the full cache and
+//     streamingllm at 20% (the same rows on both devices) part only at near-ties; dropkv at 20%
+//     (rows may differ at bf16 score ties) keeps the distributions close (greedy_agreement.h has
+//     the rules and their reasons). Free-running greedy text is printed (it follows the first
+//     near-tie either way: SmolLM2's CPU and GPU text part after 18 tokens at the full cache,
+//     Gemma 3's 32 are equal, 2026-12-01; SmolLM2 with dropkv at 20% parts at step 7 with logit
+//     gaps 0.322 on the CPU and 0.514 on the GPU, 2026-12-02).
 //   - answer_batch (one batch of rows on the GPU) gives every config the answer that
 //     from_snapshot + generate gives it alone.
 #include <gtest/gtest.h>
@@ -34,6 +30,7 @@
 #include "io/model_paths.h"
 #include "kvevict/model/runtime.h"
 #include "kvevict/tokenizer.h"
+#include "model_cuda/greedy_agreement.h"
 
 namespace kvevict {
 namespace {
@@ -129,29 +126,6 @@ TEST(RuntimeEquivalence, Gemma3KeptSetsMatchCpu) {
   check_kept_sets(io::kGemma3File);
 }
 
-// KL(p || q) of the softmax distributions of two logit vectors, in nats.
-double softmax_kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
-  auto log_softmax = [](const std::vector<float>& z) {
-    const double mx = *std::max_element(z.begin(), z.end());
-    double sum = 0;
-    for (float v : z) sum += std::exp(v - mx);
-    std::vector<double> out(z.size());
-    for (size_t i = 0; i < z.size(); ++i) out[i] = z[i] - mx - std::log(sum);
-    return out;
-  };
-  const auto lp = log_softmax(p_logits), lq = log_softmax(q_logits);
-  double kl = 0;
-  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-  return kl;
-}
-
-int32_t argmax(const std::vector<float>& z) {
-  return static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
-}
-
-// Logit gap below which the two runtimes' greedy tokens may differ (see the file comment).
-constexpr double kNearTie = 0.5;
-
 void check_greedy(const char* file) {
   auto model = load_or_skip(file);
   if (!model) GTEST_SKIP() << "no model file " << file;
@@ -159,10 +133,23 @@ void check_greedy(const char* file) {
   auto tok = Tokenizer::from_gguf(*model->file());
   const auto prompt = prompt_of(*model, 30);
   constexpr int kSteps = 32;
-  for (double budget : {1.0, 0.2}) {
-    SCOPED_TRACE(budget);
+  // The full cache and streamingllm at 20% (it reads no data: both devices keep the same rows)
+  // take the near-tie rule; dropkv at 20% may keep other rows where bf16 scores tie
+  // (check_kept_sets bounds how many), so its logits differ by those rows too
+  // (greedy_agreement.h).
+  struct Case {
+    const char* method;
+    double budget;
+    bool same_rows;
+  };
+  for (const Case& c :
+       {Case{"full", 1.0, true}, Case{"streamingllm", 0.2, true}, Case{"dropkv", 0.2, false}}) {
+    char label[64];
+    std::snprintf(label, sizeof label, "%s %.1f", c.method, c.budget);
+    SCOPED_TRACE(label);
     EvictConfig cfg;
-    if (budget < 1.0) cfg.prefill = PrefillEviction::make(method_parse("dropkv"), Budget{budget});
+    if (c.budget < 1.0)
+      cfg.prefill = PrefillEviction::make(method_parse(c.method), Budget{c.budget});
     // Free-running greedy text on each device (reported).
     std::vector<std::vector<int32_t>> out;
     for (const auto* r : {rt.cpu.get(), rt.gpu.get()}) {
@@ -173,42 +160,13 @@ void check_greedy(const char* file) {
     }
     size_t same = 0;
     while (same < out[0].size() && same < out[1].size() && out[0][same] == out[1][same]) ++same;
-    std::printf("budget %.1f: %zu of %d free-running greedy tokens equal\n cpu: %s\n gpu: %s\n",
-                budget, same, kSteps, tok->decode(out[0]).c_str(), tok->decode(out[1]).c_str());
-    // The CPU's tokens teacher-forced through both: the distributions at every step.
+    std::printf("%s: %zu of %d free-running greedy tokens equal\n cpu: %s\n gpu: %s\n", label, same,
+                kSteps, tok->decode(out[0]).c_str(), tok->decode(out[1]).c_str());
     auto cs = rt.cpu->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
     auto gs = rt.gpu->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
     cs->prefill(prompt, cfg);
     gs->prefill(prompt, cfg);
-    double kl_sum = 0, kl_max = 0;
-    int top_equal = 0;
-    const int steps = static_cast<int>(std::min<size_t>(kSteps, out[0].size()));
-    ASSERT_GT(steps, 0);
-    for (int t = 0; t < steps; ++t) {
-      const std::vector<float> lc = cs->logits(), lg = gs->logits();
-      ASSERT_EQ(argmax(lc), out[0][t])
-          << "the CPU's teacher-forced step " << t << " is not its greedy";
-      const double kl = softmax_kl(lc, lg);
-      kl_sum += kl;
-      kl_max = std::max(kl_max, kl);
-      const int32_t cpu_top = out[0][t], gpu_top = argmax(lg);
-      if (gpu_top == cpu_top) {
-        ++top_equal;
-      } else {
-        const double cpu_gap = lc[cpu_top] - lc[gpu_top], gpu_gap = lg[gpu_top] - lg[cpu_top];
-        std::printf("budget %.1f step %d: cpu %d, gpu %d; logit gaps cpu %.3f, gpu %.3f\n", budget,
-                    t, cpu_top, gpu_top, cpu_gap, gpu_gap);
-        EXPECT_LT(cpu_gap, kNearTie) << "step " << t << ": the runtimes part at no near-tie";
-        EXPECT_LT(gpu_gap, kNearTie) << "step " << t << ": the runtimes part at no near-tie";
-      }
-      cs->decode(out[0][t]);
-      gs->decode(out[0][t]);
-    }
-    std::printf(
-        "budget %.1f teacher-forced: mean KL %.2e nats, max %.2e, top token equal at %d of %d\n",
-        budget, kl_sum / steps, kl_max, top_equal, steps);
-    EXPECT_LE(kl_sum / steps, 0.02);
-    EXPECT_GE(top_equal, steps - steps / 8);
+    testing::expect_greedy_agreement(*cs, *gs, out[0], c.same_rows, label);
   }
 }
 
