@@ -24,7 +24,10 @@ case "$mode" in
       cat "$kv"/parts/models.part-* >"$kv/models.stream"
       off=0
       while read -r name size; do
-        tail -c +$((off + 1)) "$kv/models.stream" | head -c "$size" >"$kv/models/$name"
+        # dd, not tail | head: head closing the pipe early fails tail (SIGPIPE), and with
+        # pipefail that stopped the script after the first model.
+        dd if="$kv/models.stream" of="$kv/models/$name" bs=4M iflag=skip_bytes,count_bytes \
+          skip="$off" count="$size" status=none
         off=$((off + size))
       done <"$kv/models.sizes"
       rm -f "$kv/models.stream"
