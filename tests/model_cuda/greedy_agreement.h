@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvevict/model/runtime.h"
+#include "kvevict/model/sampler.h"  // argmax: the greedy token, ties toward the lower id
 
 namespace kvevict::testing {
 
@@ -41,10 +42,6 @@ inline double softmax_kl(const std::vector<float>& p_logits, const std::vector<f
   double kl = 0;
   for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
   return kl;
-}
-
-inline int32_t argmax(const std::vector<float>& z) {
-  return static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
 }
 
 // `cpu` and `gpu` hold the same prefilled prompt; `cpu_tokens` are the CPU's free-running greedy
