@@ -57,6 +57,15 @@ for t in $tests; do
   if timeout 300 "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then pass=$((pass + 1)); else
     fail=$((fail + 1)); note "test FAILED: $name"; tail -40 "$out/$name.log"; fi
 done
+# The decode attention's NaN test again on the CUDA-core kernel (KVEVICT_DECODE_SIMT is read once a
+# process, so a second process).
+for t in $tests; do
+  [[ "$(basename "$t")" == test_cuda_decode_attention_nan_test ]] || continue
+  if KVEVICT_DECODE_SIMT=1 timeout 300 "$t" --gtest_brief=1 >"$out/$(basename "$t").simt.log" 2>&1
+  then pass=$((pass + 1)); else
+    fail=$((fail + 1)); note "test FAILED: $(basename "$t") (KVEVICT_DECODE_SIMT=1)"
+    tail -40 "$out/$(basename "$t").simt.log"; fi
+done
 note "gpu tests: $pass binaries passed, $fail failed"
 
 if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_score_bench" ]]; then

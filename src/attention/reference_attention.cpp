@@ -34,9 +34,11 @@ void attention(const AttentionProblem& pb, std::vector<double>& out, std::vector
         for (int i = 0; i < d; ++i) dot += pb.q.load(h, t, i) * kh.load(j, i);
         z[j] = dot * scale;
         if (pb.softcap > 0) z[j] = pb.softcap * std::tanh(z[j] / pb.softcap);
-        zmax = std::max(zmax, z[j]);
+        // NaN-propagating max (std::max drops a NaN after the first key): a NaN logit, or a +inf
+        // one (exp(inf - inf)), makes the row NaN, as in every fast path.
+        zmax = zmax > z[j] || zmax != zmax ? zmax : z[j];
       }
-      if (!std::isfinite(zmax)) continue;  // sees no key: zeros, lse -inf
+      if (zmax == -std::numeric_limits<double>::infinity()) continue;  // sees no key: zeros, -inf
       double sum = 0;
       double* o = out.data() + (static_cast<size_t>(h) * m + t) * d;
       for (int64_t j = 0; j < len; ++j) {
@@ -45,7 +47,7 @@ void attention(const AttentionProblem& pb, std::vector<double>& out, std::vector
         sum += e;
         for (int i = 0; i < d; ++i) o[i] += e * vh.load(j, i);
       }
-      for (int i = 0; i < d; ++i) o[i] /= sum;
+      for (int i = 0; i < d; ++i) o[i] /= sum;  // sum >= 1: the max's own term
       if (lse) (*lse)[static_cast<size_t>(h) * m + t] = zmax + std::log(sum);
     }
   }

@@ -114,6 +114,11 @@ void to_f32(const void* src, DType t, int64_t count, float* dst) {
   }
 }
 
+// max that keeps NaN (std::max(a, NaN) returns a).
+inline float nan_max(float a, float b) {
+  return a > b || a != a ? a : b;
+}
+
 // e^x for finite x <= 0 (softmax arguments z - max), relative error ~2e-7: Cephes' expf range
 // reduction and polynomial, written branch-free so the loop over a key tile vectorizes (std::exp
 // does not without -ffast-math). Below -87 it returns ~1e-38 instead of 0, harmless next to the
@@ -248,15 +253,16 @@ void row_pv_any(const float* p, const float* vt, int tk, int d, float* acc) {
 }
 
 // Normalizes one row's softmax state into out (and lse); a row that saw nothing gets zeros / -inf.
+// A NaN sum (the row saw a NaN or +inf logit) gives NaN output and lse.
 void write_row(const AttentionOutput& out, int h, int64_t t, float mx, float sum, const float* acc,
                int d) {
-  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+  const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
   float* o = out.out.ptr<float>() + out.out.offset(h, t);
   const int64_t os = out.out.stride[2];
   for (int i = 0; i < d; ++i) o[i * os] = acc[i] * inv;
   if (!out.lse.empty())
     out.lse.ptr<float>()[out.lse.offset(h, t)] =
-        sum > 0 ? mx + std::log(sum) : -std::numeric_limits<float>::infinity();
+        sum == 0.0f ? -std::numeric_limits<float>::infinity() : mx + std::log(sum);
 }
 
 // Writes the normalized output of one tile of queries (splits == 1), or its partial softmax state
@@ -349,21 +355,27 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
         for (int j = 0; j < tk; ++j) sr[j] = cap * std::tanh(sr[j] / cap);
       // The reductions below are `omp simd` so they vectorize without -ffast-math; the lane
       // order is fixed at compile time, so results stay independent of the thread count.
+      // A max reduction drops NaN (its lanes keep the other operand), so visible NaN logits (a NaN
+      // in q or k) are counted beside it and turn the tile max into NaN: the row's sum, output and
+      // lse then come out NaN, as in the reference, never finite and wrong (issue 13).
       float tile_max = neg_inf;
+      int nan_logits = 0;
       const int32_t* kpos = pos + j0;
       const int32_t qp32 = static_cast<int32_t>(qp);
-#pragma omp simd reduction(max : tile_max)
+#pragma omp simd reduction(max : tile_max) reduction(+ : nan_logits)
       for (int j = 0; j < tk; ++j) {
         const int32_t kp = kpos[j];
         const bool vis = kp <= qp32 && (window == 0 || qp32 - kp < window);
         sr[j] = vis ? sr[j] : neg_inf;
         tile_max = tile_max > sr[j] ? tile_max : sr[j];
+        nan_logits += sr[j] != sr[j];
       }
+      if (nan_logits > 0) tile_max = std::numeric_limits<float>::quiet_NaN();
       if (tile_max == neg_inf) {  // this row sees nothing in this tile
         std::fill(sr, sr + tk, 0.0f);
         continue;
       }
-      const float new_max = std::max(s.mx[r], tile_max);
+      const float new_max = nan_max(s.mx[r], tile_max);
       const float correction = std::exp(s.mx[r] - new_max);  // exp(-inf) = 0 on the first tile
       s.mx[r] = new_max;
       float tile_sum = 0.0f;
@@ -418,7 +430,7 @@ void merge_splits(const AttentionProblem& pb, const AttentionOutput& out, const 
   for (int r = 0; r < p.group * tq; ++r) {
     float mx = neg_inf;
     for (int64_t sp = 0; sp < p.splits; ++sp)
-      mx = std::max(mx, partial[((tile * p.splits + sp) * p.rows() + r) * (d + 2)]);
+      mx = nan_max(mx, partial[((tile * p.splits + sp) * p.rows() + r) * (d + 2)]);
     // Accumulate into split 0's slot (scaled first, so nothing is read after being overwritten).
     float* acc = partial + (tile * p.splits * p.rows() + r) * (d + 2) + 2;
     float sum = 0.0f;

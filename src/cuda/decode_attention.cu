@@ -24,6 +24,11 @@
 namespace kvevict::gpu::detail {
 namespace {
 
+// Every running max below is NaN-propagating (common.cuh): a NaN logit (a NaN in q or a cached k)
+// keeps its row NaN through the splits and the merge instead of dropping out of fmaxf, so the
+// output, lse and step scores of that head come out NaN, not finite and wrong (issue 13).
+using kvevict::cuda::detail::nan_max;
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -68,8 +73,8 @@ __device__ void merge_head(const Params& p, int seg, int hq, int lane, float* a_
   const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
   auto prow = [&](int s) { return (static_cast<int64_t>(seg) * p.splits + s) * p.group + hq; };
   float m_all = -INFINITY;
-  for (int s = lane; s < p.splits; s += 32) m_all = fmaxf(m_all, __ldcg(p.part_ml + prow(s) * 2));
-  for (int o = 16; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
+  for (int s = lane; s < p.splits; s += 32) m_all = nan_max(m_all, __ldcg(p.part_ml + prow(s) * 2));
+  for (int o = 16; o > 0; o >>= 1) m_all = nan_max(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
   float l_all = 0.f;
   if (m_all != -INFINITY)
     for (int s = lane; s < p.splits; s += 32)
@@ -80,7 +85,7 @@ __device__ void merge_head(const Params& p, int seg, int hq, int lane, float* a_
     if (p.lse != nullptr) p.lse[h] = lse_h;
     if (lse_s != nullptr) lse_s[hq] = lse_h;
   }
-  const float inv_l = l_all > 0.f ? 1.f / l_all : 0.f;
+  const float inv_l = l_all == 0.f ? 0.f : 1.f / l_all;  // a NaN sum stays NaN
   for (int c = lane; c < a.d; c += 32) {
     float acc = 0.f;
     if (m_all != -INFINITY)
@@ -173,10 +178,10 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
     // Online softmax, one warp per head.
     for (int hq = warp; hq < G; hq += Tr::kThreads / 32) {
       const float x0 = p_s[hq][lane], x1 = p_s[hq][lane + 32];
-      float mx = fmaxf(x0, x1);
-      for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+      float mx = nan_max(x0, x1);
+      for (int o2 = 16; o2 > 0; o2 >>= 1) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
       const float m_old = m_s[hq];
-      const float m_new = fmaxf(m_old, mx);
+      const float m_new = nan_max(m_old, mx);
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
       const float e0 = exp2f(x0 - m_use), e1 = exp2f(x1 - m_use);
       p_s[hq][lane] = e0;
@@ -351,15 +356,15 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
           if (j < key_end && row < G) a.z_out[(base + j) * G + row] = sc[nt][c] * a.scale;
         }
         sc[nt][c] = j < key_end ? sc[nt][c] * p.scale_log2 : -INFINITY;
-        mx[c >> 1] = fmaxf(mx[c >> 1], sc[nt][c]);
+        mx[c >> 1] = nan_max(mx[c >> 1], sc[nt][c]);
       }
     }
     float m_use[2], corr[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float m_new = fmaxf(m_run[i], mx[i]);
+      mx[i] = nan_max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = nan_max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float m_new = nan_max(m_run[i], mx[i]);
       m_use[i] = m_new == -INFINITY ? 0.f : m_new;
       corr[i] = exp2f(m_run[i] - m_use[i]);
       m_run[i] = m_new;
@@ -430,7 +435,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     const int row = idx / D, col = idx % D;
     float m_all = -INFINITY;
 #pragma unroll
-    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = fmaxf(m_all, mm[x * Tr::kRows + row]);
+    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = nan_max(m_all, mm[x * Tr::kRows + row]);
     float acc = 0.f, l_all = 0.f;
     if (m_all != -INFINITY) {
 #pragma unroll

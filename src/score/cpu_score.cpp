@@ -313,7 +313,7 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
       float* o0 = plan.needs_output ? lay.part_o + (g * C) * R * d + r * d : nullptr;
       if (!plan.needs_output) {
         float mx = kNegInf;
-        for (int64_t c = 0; c < C; ++c) mx = std::max(mx, lay.part_m[at(c)]);
+        for (int64_t c = 0; c < C; ++c) mx = terms::max_of(mx, lay.part_m[at(c)]);
         float total = 0.0f;
         for (int64_t c = 0; c < C; ++c)  // exp(-inf) = 0 for an empty chunk
           total += std::exp(lay.part_m[at(c)] - mx) * lay.part_s[at(c)];
@@ -328,8 +328,8 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
         if (lay.part_mt[at(c)] > lay.part_mt[at(best)]) best = c;
       float m2 = kNegInf;
       for (int64_t c = 0; c < C; ++c) {
-        m2 = std::max(m2, lay.part_m[at(c)]);
-        if (c != best) m2 = std::max(m2, lay.part_mt[at(c)]);
+        m2 = terms::max_of(m2, lay.part_m[at(c)]);
+        if (c != best) m2 = terms::max_of(m2, lay.part_mt[at(c)]);
       }
       float l = 0.0f;
       if (m2 > kNegInf) {
@@ -630,7 +630,7 @@ void query_free_scores(const ScoreProblem& p, const ScoreOptions& opt, const Pla
               dot += row[e] * mean[e];
             }
             const double denom = std::sqrt(sq) * mean_norm;
-            out[j0 + jj] = denom > 0 ? static_cast<float>(-dot / denom) : 0.0f;
+            out[j0 + jj] = denom == 0 ? 0.0f : static_cast<float>(-dot / denom);
           }
         }
         if (!ok) finite = false;

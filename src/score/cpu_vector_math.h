@@ -15,8 +15,9 @@ inline float exp_poly(float x) {
   const float kLn2Hi = 0.693359375f;
   const float kLn2Lo = -2.12194440e-4f;
   const bool underflow = x < -87.0f;
-  // Clamped so the exponent below stays in [1, 254]; written so NaN lands on -87 too (NaN inputs
-  // are reported by the loaders; here they must not reach an out-of-range float -> int cast).
+  // Clamped so the exponent below stays in [1, 254]; written so NaN lands on -87 too (it must not
+  // reach an out-of-range float -> int cast) and is given back as NaN at the end (a select, so the
+  // loop still vectorizes): e^NaN = NaN, not e^-87, or a NaN logit would weigh as a finite key.
   const float xc = (x > -87.0f) ? ((x < 88.0f) ? x : 88.0f) : -87.0f;
   // x = k ln2 + r, |r| <= ln2 / 2; e^x = 2^k e^r.
   // Round to nearest by the 1.5 * 2^23 trick (plain adds, so the loop vectorizes; no -ffast-math
@@ -34,7 +35,7 @@ inline float exp_poly(float x) {
   p = p * r * r + r + 1.0f;
   const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(kf) + 127) << 23;
   const float scale = __builtin_bit_cast(float, bits);
-  return underflow ? 0.0f : p * scale;
+  return underflow ? 0.0f : (x == x ? p * scale : x);
 }
 
 // e^x - 1, exact to a few ulp near 0 (where exp_poly(x) - 1 would cancel): dropkv needs

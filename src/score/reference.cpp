@@ -178,7 +178,7 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
           for (int64_t c = 0; c < d; ++c) s += keys[j * d + c] * keys[j * d + c];
           norm[j] = std::sqrt(s);
           // A zero key has no direction; it adds nothing to the mean direction.
-          if (norm[j] > 0)
+          if (norm[j] != 0)  // NaN: a NaN key poisons the mean, as on the GPU
             for (int64_t c = 0; c < d; ++c) mean[c] += keys[j * d + c] / norm[j] / n;
         }
         double mean_norm = 0;
@@ -188,7 +188,7 @@ Scores score(const ScoreProblem& problem, const ScoreOptions& opt) {
           double dot = 0;
           for (int64_t c = 0; c < d; ++c) dot += keys[j * d + c] * mean[c];
           const double denom = norm[j] * mean_norm;
-          scores[g * n + j] = denom > 0 ? -dot / denom : 0.0;
+          scores[g * n + j] = denom == 0 ? 0.0 : -dot / denom;
         }
       }
       return out;

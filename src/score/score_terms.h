@@ -64,9 +64,11 @@ KVEVICT_HD inline double log1p_of(double x) {
   return log1p(x);
 }
 
+// max that returns NaN when either operand is NaN (a > b ? a : b returns b for a NaN a, so a NaN
+// ||a - v||^2 or 1 - p would come out of a clamp as the clamp: a finite, wrong score; issue 13).
 template <class T>
 KVEVICT_HD inline T max_of(T a, T b) {
-  return a > b ? a : b;
+  return a > b || a != a ? a : b;
 }
 
 // p = softmax probability of the token for this query.

@@ -22,8 +22,15 @@ TEST(CpuVectorMath, ExpRelativeErrorIsFloatLevel) {
 TEST(CpuVectorMath, ExpUnderflowsToZeroForMaskedLogits) {
   EXPECT_EQ(exp_poly(-INFINITY), 0.0f);
   EXPECT_EQ(exp_poly(-100.0f), 0.0f);
-  EXPECT_EQ(exp_poly(0.0f), 1.0f);            // p = 1 exactly for a query that sees one key
-  EXPECT_TRUE(std::isfinite(exp_poly(NAN)));  // no UB on NaN; loaders report NaN inputs
+  EXPECT_EQ(exp_poly(0.0f), 1.0f);  // p = 1 exactly for a query that sees one key
+}
+
+// NaN in, NaN out, without UB on the way (the float -> int exponent cast sees a clamped value):
+// e^NaN as e^-87 would weigh a NaN logit as a finite key (issue 13).
+TEST(CpuVectorMath, NanStaysNan) {
+  EXPECT_TRUE(std::isnan(exp_poly(NAN)));
+  EXPECT_TRUE(std::isnan(exp_poly(-NAN)));
+  EXPECT_TRUE(std::isnan(expm1_poly(NAN)));
 }
 
 TEST(CpuVectorMath, Expm1KeepsRelativePrecisionNearZero) {

@@ -76,6 +76,27 @@ TEST(ScoreTerms, LseMerge) {
   EXPECT_EQ(terms::lse_merge(-HUGE_VAL, -HUGE_VAL), -HUGE_VAL);
 }
 
+// Every clamp and max of the terms keeps NaN: `a > b ? a : b` returned the clamp for a NaN a, so
+// a NaN distance or 1 - p became a finite, wrong score on the GPU decode path (issue 13).
+TEST(ScoreTerms, ClampsAndMaximaKeepNan) {
+  const double nan = std::nan("");
+  const float nanf = std::nanf("");
+  EXPECT_TRUE(std::isnan(terms::max_of(nan, 0.0)));
+  EXPECT_TRUE(std::isnan(terms::max_of(0.0, nan)));
+  EXPECT_TRUE(std::isnan(terms::max_of(nanf, -INFINITY)));
+  EXPECT_EQ(terms::max_of(2.0, 1.0), 2.0);
+  EXPECT_EQ(terms::max_of(-1.0, 1.0), 1.0);
+  EXPECT_TRUE(std::isnan(terms::dist2(nan, 1.0, 0.5)));
+  EXPECT_TRUE(std::isnan(terms::dist2(1.0, 1.0, nan)));
+  EXPECT_TRUE(std::isnan(terms::dist2<float>(1.0f, nanf, 0.5f)));
+  EXPECT_TRUE(std::isnan(terms::one_minus_prob(nan, 0.0, 1e-12)));
+  EXPECT_TRUE(std::isnan(terms::one_minus_prob(0.0, nan, 1e-12)));
+  EXPECT_TRUE(std::isnan(terms::one_minus_prob<float>(nanf, 0.0f, 1e-12f)));
+  EXPECT_TRUE(std::isnan(terms::lse_merge(nan, 0.5)));
+  EXPECT_TRUE(std::isnan(terms::lse_merge(0.5, nan)));
+  EXPECT_TRUE(std::isnan(terms::lse_merge(-HUGE_VAL, nan)));
+}
+
 TEST(ScoreTerms, RandomIsUniformCounterBasedAndExactInFloat) {
   // Reference value of splitmix64 for state 0 (the generator's published first output).
   EXPECT_EQ(terms::splitmix64(0), 0xE220A8397B1DCDAFull);
