@@ -2,12 +2,17 @@
 // checkpoints (skipped when the model files are absent): the same code drives both, so what
 // differs is only the device's arithmetic (GPU: bf16 weights, activations and cache; CPU: f32
 // activations, here with a bf16 cache).
-//   - every method and policy keeps the same number of rows per layer, and the same positions up
-//     to near-ties: at most 10% of a layer's kept rows differ. The bound is set by what it must
-//     tell apart, not by the measured noise: bf16 activations moved at most 6.1% of a layer's rows
-//     on the H200 (keydiff on Gemma 3, 2026-12-01), while a plumbing error (wrong layer, head or
-//     position) changes most of a set. The test checks its own resolving power: the GPU's sets
-//     compared with the CPU's of the NEXT layer must differ at least 3x as much as with their own.
+//   - on the same activations (one GPU prefill snapshot evicted by both devices): the same rows
+//     per layer and the same positions up to float-rounding ties, at most 1% of a layer's rows.
+//     This is the check of the GPU's scoring, selection and compaction.
+//   - each device on its own prefill: the same number of rows per layer, and positions that
+//     differ only as much as bf16 activations move scores: at most 10% of all kept rows and 25% of
+//     any one layer's. The bounds are set by what they must tell apart, a plumbing error (wrong
+//     layer, head or position) that changes most of a set, not by the measured noise: bf16
+//     activations moved 6.1% of a layer's rows for keydiff on Gemma 3 (2026-12-01) and 11.6% of
+//     layer 11's for obcache_k (2026-12-02, where a 10% per-layer bound failed). The test checks
+//     its own resolving power: the GPU's sets compared with the CPU's of the NEXT layer must
+//     differ at least 3x as much as with their own.
 //   - greedy decoding, 32 tokens, the CPU's tokens teacher-forced through both: the full cache and
 //     streamingllm at 20% (the same rows on both devices) part only at near-ties; dropkv at 20%
 //     (rows may differ at bf16 score ties) keeps the distributions close (greedy_agreement.h has
@@ -16,7 +21,8 @@
 //     Gemma 3's 32 are equal, 2026-12-01; SmolLM2 with dropkv at 20% parts at step 7 with logit
 //     gaps 0.322 on the CPU and 0.514 on the GPU, 2026-12-02).
 //   - answer_batch (one batch of rows on the GPU) gives every config the answer that
-//     from_snapshot + generate gives it alone.
+//     from_snapshot + generate gives it alone, up to a near-tie parting on the GPU (its batched
+//     projections round by the batch's shape).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,7 +94,7 @@ void check_kept_sets(const char* file) {
     auto gs = rt.gpu->session(static_cast<int64_t>(prompt.size()) + 4);
     cs->prefill(prompt, cfg);
     gs->prefill(prompt, cfg);
-    int64_t differ_all = 0, shifted_all = 0;
+    int64_t differ_all = 0, shifted_all = 0, kept_all = 0;
     for (int l = 0; l < c.n_layers; ++l) {
       ASSERT_EQ(gs->kv_rows(l), cs->kv_rows(l)) << "layer " << l;
       int64_t differ = 0, kept = 0;
@@ -101,19 +107,74 @@ void check_kept_sets(const char* file) {
         kept += static_cast<int64_t>(a.size());
       }
       differ_all += differ;
+      kept_all += kept;
       std::printf("%s layer %d: %lld of %lld kept positions differ\n", m, l,
                   static_cast<long long>(differ), static_cast<long long>(kept));
       if (name == "random" || name == "streamingllm")  // read no data: exact
         EXPECT_EQ(differ, 0) << "layer " << l;
       else
-        EXPECT_LE(differ, std::max<int64_t>(1, kept / 10))
+        EXPECT_LE(differ, std::max<int64_t>(1, kept / 4))
             << "layer " << l << ": " << differ << " of " << kept << " kept positions differ";
     }
+    EXPECT_LE(differ_all, std::max<int64_t>(1, kept_all / 10))
+        << differ_all << " of " << kept_all << " kept positions differ over the layers";
     std::printf("%s: %lld positions differ from the CPU's own layer, %lld from its next layer\n", m,
                 static_cast<long long>(differ_all), static_cast<long long>(shifted_all));
     if (name != "random" && name != "streamingllm")
       EXPECT_GE(shifted_all, 3 * differ_all) << "the comparison cannot tell layers apart";
   }
+}
+
+// The GPU's prefill eviction against the CPU's on the SAME activations: one GPU prefill snapshot
+// (K, V and every prompt query, bf16 on the device), evicted by the GPU and, through its host copy,
+// by the CPU (cpu_runtime.cpp reads another device's snapshot with to_host). Both score identical
+// bf16 inputs in float, so only the order of float sums differs and a position may flip only at a
+// score tie to float rounding (relative ~1e-6): at most 1% of a layer's kept rows. This isolates
+// the GPU's scoring, selection and compaction from the activations' precision, which the test
+// above bounds loosely.
+void check_kept_sets_on_gpu_activations(const char* file) {
+  auto model = load_or_skip(file);
+  if (!model) GTEST_SKIP() << "no model file " << file;
+  const Runtimes rt = both(model);
+  const auto prompt = prompt_of(*model, 40);
+  const ModelConfig& c = model->config();
+  PrefillOptions popt;
+  popt.keep_queries = -1;  // h2o reads every prompt query
+  const auto snap = rt.gpu->prefill_snapshot(prompt, popt);
+  for (const char* m :
+       {"dropkv", "adadropkv", "obcache_v", "obcache_k", "obcache_vk", "snapkv", "adakv", "h2o",
+        "tova", "knorm", "keydiff", "vatp", "criticalkv", "streamingllm", "random"}) {
+    SCOPED_TRACE(m);
+    const EvictConfig cfg{PrefillEviction::make(method_parse(m), Budget{0.2}), {}};
+    auto gs = rt.gpu->from_snapshot(*snap, cfg, 4);
+    auto cs = rt.cpu->from_snapshot(*snap, cfg, 4);
+    int64_t differ_all = 0, kept_all = 0;
+    for (int l = 0; l < c.n_layers; ++l) {
+      ASSERT_EQ(gs->kv_rows(l), cs->kv_rows(l)) << "layer " << l;
+      int64_t differ = 0, kept = 0;
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const auto a = cs->kept_positions(l, h), b = gs->kept_positions(l, h);
+        differ += positions_missing(a, b);
+        kept += static_cast<int64_t>(a.size());
+      }
+      differ_all += differ;
+      kept_all += kept;
+      EXPECT_LE(differ, std::max<int64_t>(1, kept / 100))
+          << "layer " << l << ": " << differ << " of " << kept << " kept positions differ";
+    }
+    std::printf("%s on the GPU's activations: %lld of %lld kept positions differ\n", m,
+                static_cast<long long>(differ_all), static_cast<long long>(kept_all));
+  }
+}
+
+TEST(RuntimeEquivalence, SmolLM2KeptSetsMatchCpuOnTheSameActivations) {
+  KVEVICT_REQUIRE_GPU();
+  check_kept_sets_on_gpu_activations(io::kSmolLM2File);
+}
+
+TEST(RuntimeEquivalence, Gemma3KeptSetsMatchCpuOnTheSameActivations) {
+  KVEVICT_REQUIRE_GPU();
+  check_kept_sets_on_gpu_activations(io::kGemma3File);
 }
 
 TEST(RuntimeEquivalence, SmolLM2KeptSetsMatchCpu) {
@@ -207,6 +268,7 @@ void check_batch_equals_single(Device device, const char* file) {
   auto stop = [&](int32_t id) { return tok->is_end_of_generation(id); };
   const auto batch = rt->answer_batch(*snap, configs, question, 16, stop);
   ASSERT_EQ(batch.size(), configs.size());
+  int partings = 0;
   for (size_t i = 0; i < configs.size(); ++i) {
     auto s = rt->from_snapshot(*snap, configs[i], static_cast<int64_t>(question.size()) + 17);
     s->append(question);
@@ -215,8 +277,32 @@ void check_batch_equals_single(Device device, const char* file) {
     if (i > 0) EXPECT_LT(batch[i].kv_bytes, batch[0].kv_bytes) << configs[i].describe();
     Sampler greedy;
     const GenerateResult one = s->generate(16, greedy, stop);
-    EXPECT_EQ(batch[i].result.tokens, one.tokens) << "config " << configs[i].describe();
+    if (device == Device::kCpu || batch[i].result.tokens == one.tokens) {
+      EXPECT_EQ(batch[i].result.tokens, one.tokens) << "config " << configs[i].describe();
+      continue;
+    }
+    // On the GPU a batch's decode runs its projections with M = rows, and cuBLAS picks kernels by
+    // shape, so a row's bf16 rounding depends on the batch it is in: the batch and the lone
+    // session may part, but only where the lone one's logits nearly tie (greedy_agreement.h's
+    // kNearTie). Replayed: the lone session's logits at the first parting step.
+    const auto& bt = batch[i].result.tokens;
+    size_t k = 0;
+    while (k < bt.size() && k < one.tokens.size() && bt[k] == one.tokens[k]) ++k;
+    ASSERT_TRUE(k < bt.size() && k < one.tokens.size()) << configs[i].describe();
+    auto r = rt->from_snapshot(*snap, configs[i], static_cast<int64_t>(question.size()) + 17);
+    r->append(question);
+    for (size_t t = 0; t < k; ++t) r->decode(one.tokens[t]);
+    const std::vector<float>& lg = r->logits();
+    const double gap = lg[one.tokens[k]] - lg[bt[k]];
+    std::printf("%s: batch and lone session part at step %zu (%d vs %d), lone logit gap %.3f\n",
+                configs[i].describe().c_str(), k, bt[k], one.tokens[k], gap);
+    EXPECT_LT(gap, testing::kNearTie) << configs[i].describe() << " parts at step " << k
+                                      << " where the lone session's logits do not nearly tie";
+    ++partings;
   }
+  // A parting is a rare event (one config in 25 on SmolLM2, 2026-12-02); many would mean the
+  // batch changes more than rounding.
+  EXPECT_LE(partings, 2) << "batch rows part from their lone sessions too often";
   if (device != Device::kCuda) return;
   const ModelConfig& c = model->config();
   int64_t full_layers = 0;
