@@ -231,6 +231,48 @@ void check_greedy(const char* file) {
   }
 }
 
+// Greedy decoding after dropkv at 20% on ONE prefill, the GPU's: both devices evict its snapshot
+// (their kept rows are asserted equal: on the same activations dropkv's sets agreed to the
+// position, 2026-12-02 (c)), so the caches hold the same rows and the near-tie rule applies
+// (greedy_agreement.h). This is the check the own-prefill dropkv case above cannot make, since
+// there the rows may differ at bf16 score ties.
+void check_greedy_on_gpu_prefill(const char* file) {
+  auto model = load_or_skip(file);
+  if (!model) GTEST_SKIP() << "no model file " << file;
+  const Runtimes rt = both(model);
+  const auto prompt = prompt_of(*model, 30);
+  const ModelConfig& c = model->config();
+  constexpr int kSteps = 32;
+  EvictConfig cfg;
+  cfg.prefill = PrefillEviction::make(method_parse("dropkv"), Budget{0.2});
+  PrefillOptions popt;
+  popt.keep_queries = cfg.prefill.score.queries_needed(static_cast<int64_t>(prompt.size()));
+  const auto snap = rt.gpu->prefill_snapshot(prompt, popt);
+  auto cpu_free = rt.cpu->from_snapshot(*snap, cfg, kSteps + 8);
+  {
+    auto gs = rt.gpu->from_snapshot(*snap, cfg, 4);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        ASSERT_EQ(cpu_free->kept_positions(l, h), gs->kept_positions(l, h))
+            << "layer " << l << " head " << h << ": the devices kept other rows of one snapshot";
+  }
+  Sampler greedy;
+  const std::vector<int32_t> cpu_tokens = cpu_free->generate(kSteps, greedy).tokens;
+  auto cs = rt.cpu->from_snapshot(*snap, cfg, kSteps + 8);
+  auto gs = rt.gpu->from_snapshot(*snap, cfg, kSteps + 8);
+  testing::expect_greedy_agreement(*cs, *gs, cpu_tokens, true, "dropkv 0.2 on the GPU's prefill");
+}
+
+TEST(RuntimeEquivalence, SmolLM2GreedyOnOnePrefillPartsOnlyAtNearTies) {
+  KVEVICT_REQUIRE_GPU();
+  check_greedy_on_gpu_prefill(io::kSmolLM2File);
+}
+
+TEST(RuntimeEquivalence, Gemma3GreedyOnOnePrefillPartsOnlyAtNearTies) {
+  KVEVICT_REQUIRE_GPU();
+  check_greedy_on_gpu_prefill(io::kGemma3File);
+}
+
 TEST(RuntimeEquivalence, SmolLM2GreedyTokensMatchCpu) {
   KVEVICT_REQUIRE_GPU();
   check_greedy(io::kSmolLM2File);
