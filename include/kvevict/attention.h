@@ -36,17 +36,17 @@ struct AttentionOutput {
 
 namespace ref {
 // Double precision, one query at a time, two passes (max, then sums). out [Hq*m*d], lse [Hq*m].
-void attention(const AttentionProblem& problem, std::vector<double>& out,
+void attention(const AttentionProblem& pb, std::vector<double>& out,
                std::vector<double>* lse = nullptr);
 }  // namespace ref
 
 namespace cpu {
 // The float path: tiles of queries x keys with online softmax, threads over (query head, query
 // tile); cache f32, f16 or bf16. Fixed work split, so results are identical for any thread count.
-size_t attention_workspace_bytes(const AttentionProblem& problem);
-void attention(const AttentionProblem& problem, const AttentionOutput& output, Workspace ws);
+size_t attention_workspace_bytes(const AttentionProblem& pb);
+void attention(const AttentionProblem& pb, const AttentionOutput& out, Workspace ws);
 // Convenience that allocates its own workspace.
-void attention(const AttentionProblem& problem, const AttentionOutput& output);
+void attention(const AttentionProblem& pb, const AttentionOutput& out);
 }  // namespace cpu
 
 }  // namespace kvevict

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/nan_max.h"
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
 
@@ -34,9 +35,9 @@ void attention(const AttentionProblem& pb, std::vector<double>& out, std::vector
         for (int i = 0; i < d; ++i) dot += pb.q.load(h, t, i) * kh.load(j, i);
         z[j] = dot * scale;
         if (pb.softcap > 0) z[j] = pb.softcap * std::tanh(z[j] / pb.softcap);
-        // NaN-propagating max (std::max drops a NaN after the first key): a NaN logit, or a +inf
-        // one (exp(inf - inf)), makes the row NaN, as in every fast path.
-        zmax = zmax > z[j] || zmax != zmax ? zmax : z[j];
+        // nan_max: a NaN logit, or a +inf one (exp(inf - inf)), makes the row NaN, as in every
+        // fast path.
+        zmax = nan_max(zmax, z[j]);
       }
       if (zmax == -std::numeric_limits<double>::infinity()) continue;  // sees no key: zeros, -inf
       double sum = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/parallel_if_large.h"
+#include "core/nan_max.h"
 #include "core/parallel.h"
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
@@ -112,11 +113,6 @@ void to_f32(const void* src, DType t, int64_t count, float* dst) {
   } else {
     std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
   }
-}
-
-// max that keeps NaN (std::max(a, NaN) returns a).
-inline float nan_max(float a, float b) {
-  return a > b || a != a ? a : b;
 }
 
 // e^x for finite x <= 0 (softmax arguments z - max), relative error ~2e-7: Cephes' expf range

@@ -325,7 +325,7 @@ bool load_rows(const TensorView& t, int64_t head, int64_t row0, int64_t count, f
 }
 
 void add_key(float z, const float* vrow, int64_t d, float& m, float& s, float* o) {
-  const float m_new = terms::max_of(m, z);
+  const float m_new = nan_max(m, z);
   const float corr = m == kNegInf ? 0.0f : std::exp(m - m_new);
   const float w = std::exp(z - m_new);
   s = s * corr + w;
@@ -406,8 +406,8 @@ bool forward_range(const RowBlock& rows, const TensorView& k, const TensorView& 
           }
         }
         float tile_max = add_old ? old_z : kNegInf;
-        for (int jj = 0; jj < kTile; ++jj) tile_max = terms::max_of(tile_max, z[jj]);
-        const float m_new = terms::max_of(m[row], tile_max);
+        for (int jj = 0; jj < kTile; ++jj) tile_max = nan_max(tile_max, z[jj]);
+        const float m_new = nan_max(m[row], tile_max);
         if (m_new == kNegInf) {
           // Nothing but the top seen yet: the others' state stays empty.
           std::fill(z, z + kTile, 0.0f);

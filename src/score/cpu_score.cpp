@@ -223,8 +223,8 @@ Slot slot_at(const Plan& plan, const Layout& lay, int index) {
   s.tile.kt = take(static_cast<size_t>(d * kTile));
   s.tile.vt = take(static_cast<size_t>(d * kTile));
   s.tile.vn = take(static_cast<size_t>(d * kTile));
-  s.tile.z = take(static_cast<size_t>(score_detail::kRowBlock * kTile));
-  s.tile.av = take(static_cast<size_t>(score_detail::kRowBlock * kTile));
+  s.tile.z = take(static_cast<size_t>(score_detail::kRowBlock) * kTile);
+  s.tile.av = take(static_cast<size_t>(score_detail::kRowBlock) * kTile);
   s.tile.v2 = take(kTile);
   s.tile.vrow = take(static_cast<size_t>(d));
   return s;
@@ -313,7 +313,7 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
       float* o0 = plan.needs_output ? lay.part_o + (g * C) * R * d + r * d : nullptr;
       if (!plan.needs_output) {
         float mx = kNegInf;
-        for (int64_t c = 0; c < C; ++c) mx = terms::max_of(mx, lay.part_m[at(c)]);
+        for (int64_t c = 0; c < C; ++c) mx = nan_max(mx, lay.part_m[at(c)]);
         float total = 0.0f;
         for (int64_t c = 0; c < C; ++c)  // exp(-inf) = 0 for an empty chunk
           total += std::exp(lay.part_m[at(c)] - mx) * lay.part_s[at(c)];
@@ -328,8 +328,8 @@ void window_scores(const ScoreProblem& p, const ScoreOptions& opt, const Plan& p
         if (lay.part_mt[at(c)] > lay.part_mt[at(best)]) best = c;
       float m2 = kNegInf;
       for (int64_t c = 0; c < C; ++c) {
-        m2 = terms::max_of(m2, lay.part_m[at(c)]);
-        if (c != best) m2 = terms::max_of(m2, lay.part_mt[at(c)]);
+        m2 = nan_max(m2, lay.part_m[at(c)]);
+        if (c != best) m2 = nan_max(m2, lay.part_mt[at(c)]);
       }
       float l = 0.0f;
       if (m2 > kNegInf) {

@@ -1,15 +1,15 @@
 // 1-D pooling along tokens (method.h Pooling): stride 1, "same" padding of kernel/2 on each side.
 // Max pads with -inf (padding never wins); avg divides by the full kernel, zeros padded
 // (PyTorch's count_include_pad default, which SnapKV and kvpress use). Shared by the reference
-// (double) and the CPU path (float). Max keeps a NaN score (terms::max_of), as the CUDA pooling
+// (double) and the CPU path (float). Max keeps a NaN score (nan_max), as the CUDA pooling
 // does.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "core/nan_max.h"
 #include "kvevict/method.h"
-#include "score/score_terms.h"
 
 namespace kvevict::score_detail {
 
@@ -26,7 +26,7 @@ void pool_tokens(const T* in, T* out, int64_t n, const Pooling& pooling) {
     const int64_t hi = std::min<int64_t>(n - 1, j + r);
     if (pooling.kind == PoolKind::kMax) {
       T best = in[lo];
-      for (int64_t i = lo + 1; i <= hi; ++i) best = terms::max_of(best, in[i]);
+      for (int64_t i = lo + 1; i <= hi; ++i) best = nan_max(best, in[i]);
       out[j] = best;
     } else {
       T sum = 0;
@@ -51,7 +51,7 @@ void pool_tokens_inplace(T* x, int64_t n, const Pooling& pooling, T* ring) {
     T sum = 0;
     for (int64_t i = lo; i <= hi; ++i) {
       const T xi = i < j ? ring[i % k] : x[i];
-      best = terms::max_of(best, xi);
+      best = nan_max(best, xi);
       sum += xi;
     }
     ring[j % k] = x[j];

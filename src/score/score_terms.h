@@ -28,13 +28,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/nan_max.h"  // nan_max, KVEVICT_HD
 #include "kvevict/method.h"
-
-#if defined(__CUDACC__)
-#define KVEVICT_HD __host__ __device__
-#else
-#define KVEVICT_HD
-#endif
 
 namespace kvevict {
 
@@ -64,13 +59,6 @@ KVEVICT_HD inline double log1p_of(double x) {
   return log1p(x);
 }
 
-// max that returns NaN when either operand is NaN (a > b ? a : b returns b for a NaN a, so a NaN
-// ||a - v||^2 or 1 - p would come out of a clamp as the clamp: a finite, wrong score; issue 13).
-template <class T>
-KVEVICT_HD inline T max_of(T a, T b) {
-  return a > b || a != a ? a : b;
-}
-
 // p = softmax probability of the token for this query.
 template <class T>
 KVEVICT_HD inline T prob(T z, T lse) {
@@ -81,13 +69,13 @@ KVEVICT_HD inline T prob(T z, T lse) {
 // to 0 and make dropkv's p / (1 - p) blow up. Clamped at `floor` (SPEC: 1e-12).
 template <class T>
 KVEVICT_HD inline T one_minus_prob(T z, T lse, T floor) {
-  return max_of(-expm1_of(z - lse), floor);
+  return nan_max(-expm1_of(z - lse), floor);
 }
 
 // ||a - v||^2 from the norm identity, clamped at 0.
 template <class T>
 KVEVICT_HD inline T dist2(T a2, T v2, T av) {
-  return max_of(a2 + v2 - T(2) * av, T(0));
+  return nan_max(a2 + v2 - T(2) * av, T(0));
 }
 
 // The terms come in two spellings. The *_dist forms take ||a - v||^2 (`dist2`) and
@@ -265,7 +253,7 @@ KVEVICT_HD inline T pair_term_dist(Method m, T z, T lse, T v2, T dist2, T vdiff,
 template <class T>
 KVEVICT_HD inline T lse_merge(T lse_a, T lse_b) {
   // log(exp(a) + exp(b)) = max + log1p(exp(min - max)); -inf on both sides stays -inf.
-  const T hi = max_of(lse_a, lse_b);
+  const T hi = nan_max(lse_a, lse_b);
   const T lo = lse_a > lse_b ? lse_b : lse_a;
   if (!(hi > -INFINITY)) return hi;
   return hi + log1p_of(exp_of(lo - hi));

@@ -81,11 +81,11 @@ TEST(ScoreTerms, LseMerge) {
 TEST(ScoreTerms, ClampsAndMaximaKeepNan) {
   const double nan = std::nan("");
   const float nanf = std::nanf("");
-  EXPECT_TRUE(std::isnan(terms::max_of(nan, 0.0)));
-  EXPECT_TRUE(std::isnan(terms::max_of(0.0, nan)));
-  EXPECT_TRUE(std::isnan(terms::max_of(nanf, -INFINITY)));
-  EXPECT_EQ(terms::max_of(2.0, 1.0), 2.0);
-  EXPECT_EQ(terms::max_of(-1.0, 1.0), 1.0);
+  EXPECT_TRUE(std::isnan(nan_max(nan, 0.0)));
+  EXPECT_TRUE(std::isnan(nan_max(0.0, nan)));
+  EXPECT_TRUE(std::isnan(nan_max(nanf, -INFINITY)));
+  EXPECT_EQ(nan_max(2.0, 1.0), 2.0);
+  EXPECT_EQ(nan_max(-1.0, 1.0), 1.0);
   EXPECT_TRUE(std::isnan(terms::dist2(nan, 1.0, 0.5)));
   EXPECT_TRUE(std::isnan(terms::dist2(1.0, 1.0, nan)));
   EXPECT_TRUE(std::isnan(terms::dist2<float>(1.0f, nanf, 0.5f)));
