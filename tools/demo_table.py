@@ -9,6 +9,11 @@ cell, the row with more samples wins (then the later run). For each (model, task
 and setting the table also records the demo's default budget by the rule of docs/EVAL.md
 ("Demo"): the smallest measured budget at which the setting (dropkv: the demo's default) scores
 within 10 points of the full cache of the same run (the same samples); null when none does.
+
+Settings are named as the library names them now: dropkv, adadropkv and obcache_vk default to the
+measured w=32 pinned + max-pooling 11 (kvevict/method.h), so rows of earlier runs are renamed by
+their recorded options: "dropkv:w=32:pool=max:11" -> "dropkv", and "dropkv" with SPEC pooling
+(none; obcache_vk max:7) -> "dropkv:spec".
 """
 import argparse
 import json
@@ -16,6 +21,21 @@ import os
 import sys
 
 RULE_POINTS = 10.0
+MEASURED = "w=32:pool=max:11"  # kvevict's measured default (kvevict/method.h)
+SPEC_POOLING = {"dropkv": "none", "adadropkv": "none", "obcache_vk": "max:7"}
+
+
+def canonical_setting(row):
+    """The row's setting under today's names (see the module's note); others unchanged."""
+    name = row["method"]
+    base = name.split(":", 1)[0]
+    if base not in SPEC_POOLING:
+        return name
+    if name == f"{base}:{MEASURED}":
+        return base
+    if name == base and row.get("pooling") == SPEC_POOLING[base]:
+        return f"{base}:spec"
+    return name
 
 
 def load(path):
@@ -38,12 +58,17 @@ def source_of(path, meta):
 
 
 def default_budget(runs, model, task, length, mode, method):
-    """The rule over every run that measured the full cache and the method on the same samples
-    (one file); None when no run measured the full cache here."""
+    """The rule over the runs that measured the full cache and the method on the same samples
+    (one file) with the most samples (a 2-sample run does not outvote a 100-sample one); None
+    when no run measured the full cache here."""
     best, full_seen = None, None
+    measured = [c for c in runs if (model, task, length, mode, "full", "1") in c and
+                any(k[:5] == (model, task, length, mode, method) for k in c)]
+    most = max((c[(model, task, length, mode, "full", "1")]["samples"] for c in measured),
+               default=0)
     for cells in runs:
         full = cells.get((model, task, length, mode, "full", "1"))
-        if not full:
+        if not full or (measured and (cells not in measured or full["samples"] < most)):
             continue
         full_seen = full_seen or full
         for (m, t, L, md, s, b), row in cells.items():
@@ -81,7 +106,8 @@ def main(argv=None):
                 continue
             if keep and a["task"] not in keep:
                 continue
-            key = (model, a["task"], a["target_length"], a["mode"], a["method"], str(a["budget"]))
+            key = (model, a["task"], a["target_length"], a["mode"], canonical_setting(a),
+                   str(a["budget"]))
             row = {"score": a["score"], "ci_low": a.get("ci_low"), "ci_high": a.get("ci_high"),
                    "samples": a["samples"], "source": src}
             run[key] = row

@@ -12,8 +12,9 @@ it is called again):
            scan, stops at the first length below it; eviction lengths at most EVICT_MAX_LENGTH)
   ablate   the window x pooling ablation of ABLATE_METHODS on DEV seeds (kvevict eval --ablate),
            at the longest useful length; prints each model's grid and the chosen setting
-  sweep    the TEST sweep at the useful lengths: group core (SPEC defaults + the ablation's
-           chosen settings, passed explicitly, and the main baselines) and group coverage
+  sweep    the TEST sweep at the useful lengths: group core (kvevict's measured defaults, the
+           SPEC defaults as METHOD:spec, a model's own DEV choice where it differs, and the main
+           baselines) and group coverage
            (every other method of SPEC 2, the h2o / tova aggregations, kvpress's variants, the
            adakv variants), BUDGETS, both query modes, paired comparisons; the full cache alone
            at the survey lengths beyond the useful ones
@@ -492,18 +493,23 @@ class Protocol:
         def mods(base):
             s = ch.get(base, "")
             return s[len(base):] if s.startswith(base + ":") else ""
+        # kvevict's measured defaults (kvevict/method.h) are the plain names; the SPEC ones are
+        # METHOD:spec; a model's own DEV choice is added where it differs from the library's.
+        lib = ":w=32:pool=max:11"
         dk, ob = mods("dropkv"), mods("obcache_vk")
-        core = ["full", "dropkv", "adadropkv", "obcache_vk", "snapkv", "adakv", "h2o", "tova",
-                "streamingllm", "knorm"]
+        dk, ob = ("" if dk == lib else dk), ("" if ob == lib else ob)
+        core = ["full", "dropkv", "adadropkv", "obcache_vk", "dropkv:spec", "adadropkv:spec",
+                "obcache_vk:spec", "snapkv", "adakv", "h2o", "tova", "streamingllm", "knorm"]
         extra_core, extra_cov = [], []
         if dk:
             extra_core += ["dropkv" + dk, "adadropkv" + dk]
         if ob:
             extra_core += ["obcache_vk" + ob]
-            extra_cov += ["obcache_v" + ob, "obcache_k" + ob, "obcache_vk:adakv" + ob]
+        extra_cov += ["obcache_v" + (ob or lib), "obcache_k" + (ob or lib)]
         coverage = ["full", "snapkv", "h2o", "tova", "obcache_v", "obcache_k", "keydiff", "vatp",
                     "criticalkv", "random", "aggregations", "kvpress", "adakv-variants"]
-        compare_core = ["dropkv/snapkv", "adadropkv/adakv", "obcache_vk/snapkv"]
+        compare_core = ["dropkv/snapkv", "adadropkv/adakv", "obcache_vk/snapkv",
+                        "dropkv:spec/snapkv", "dropkv/dropkv:spec", "obcache_vk/obcache_vk:spec"]
         if dk:
             compare_core += [f"dropkv{dk}/snapkv", f"adadropkv{dk}/adakv", f"dropkv{dk}/dropkv"]
         if ob:

@@ -200,7 +200,9 @@ typedef struct kvevict_evict_options {
   uint32_t struct_size; /* sizeof(kvevict_evict_options), set by kvevict_evict_options_init */
   const char* method;   /* "dropkv" (init), "adadropkv", "obcache_v", "obcache_k", "obcache_vk",
                            "snapkv", "adakv", "h2o", "tova", "knorm", "keydiff", "vatp",
-                           "criticalkv", "streamingllm", "random": sets the SPEC defaults */
+                           "criticalkv", "streamingllm", "random": sets the method's defaults
+                           (kvevict/method.h: measured for dropkv, adadropkv and obcache_vk;
+                           "METHOD:spec" for SPEC section 2's) */
   double budget;        /* <= 1: the kept fraction; > 1: a token count (integer). 0.1 by init */
   /* Overrides of the method's defaults; the values init sets keep them. */
   const char* policy;    /* NULL, or "uniform" | "adakv" */

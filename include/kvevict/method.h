@@ -106,10 +106,24 @@ struct MethodSpec {
   ScoreOptions score;
   Policy policy = Policy::kUniform;
   int sink = 0;  // streamingllm defaults to 4
+  // The window is score.window in both query modes; otherwise a query-aware prompt's question is
+  // the window (PrefillEviction::make). True for the measured defaults below.
+  bool pin_window = false;
 };
+
+// kvevict's defaults where they were chosen by measurement (docs/RESULTS.md, "Defaults chosen by
+// measurement"): DropKV's window {8, 16, 32} x pooling {none, max:7, max:11, avg:7} ablation on
+// DEV seeds of the RULER tasks picked w = 32 (pinned in both modes) and max-pooling 11 for dropkv
+// and obcache_vk; adadropkv is dropkv's score under the adakv policy and takes it too.
+// "METHOD:spec" keeps SPEC section 2's defaults.
+constexpr int kMeasuredWindow = 32;
+constexpr int kMeasuredPoolKernel = 11;
+bool has_measured_default(Method m);  // dropkv, obcache_vk
+
 // Parses "dropkv", "adadropkv", "obcache_vk", "snapkv", "adakv" (= snapkv scores + adakv policy),
-// "h2o", "tova", "knorm", "keydiff", "vatp", "criticalkv", "streamingllm", "random".
-// Throws naming the bad value and listing the valid ones.
+// "h2o", "tova", "knorm", "keydiff", "vatp", "criticalkv", "streamingllm", "random", each
+// optionally followed by ":spec" (SPEC section 2's defaults instead of the measured ones; the
+// same for methods without measured defaults). Throws naming the bad value and the valid ones.
 MethodSpec method_parse(const std::string& name);
 Method method_from_name(const std::string& name);  // plain method names only
 const char* method_name(Method m);

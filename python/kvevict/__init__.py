@@ -12,8 +12,8 @@ Errors from the library are ``kvevict.Error`` (a ValueError) with the C++ messag
 
 from kvevict._ext import Error, ext
 from kvevict.evictors import DecodeEvictor, LayerEvictor
-from kvevict.ops import (KVCache, Selection, attention, compact, decode_attention, method_names,
-                         score, select)
+from kvevict.ops import (KVCache, Selection, attention, compact, decode_attention,
+                         method_defaults, method_names, score, select)
 
 __version__ = "0.1.0"
 
@@ -33,6 +33,7 @@ __all__ = [
     "compact",
     "cuda_available",
     "decode_attention",
+    "method_defaults",
     "method_names",
     "score",
     "select",

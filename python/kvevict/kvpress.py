@@ -3,6 +3,7 @@
     from kvpress import AdaKVPress
     from kvevict.kvpress import DropKVPress, OBCachePress
     press = DropKVPress(compression_ratio=0.9)               # or OBCachePress(score="vk")
+    press = DropKVPress(compression_ratio=0.9, window_size=8, pool="none")  # SPEC section 2's
     with AdaKVPress(press)(model):                           # per-head budgets (AdaDropKV)
         model(input_ids, past_key_values=cache)
 
@@ -12,7 +13,10 @@ RoPE, as kvpress's SnapKVPress does) and calls ``kvevict.score`` on the cache's 
 place: on CUDA tensors that is the flash-style window forward plus one streaming pass, never the
 ``[B, H, w, n]`` attention matrix, and nothing waits for the device (no NaN check: NaN inputs give
 NaN scores, as kvpress's own scorers do). The observation window is protected (its scores are set above
-every other, as SnapKVPress does), which is SPEC section 3's protected window.
+every other, as SnapKVPress does), which is SPEC section 3's protected window. ``window_size`` and
+``pool`` left None take kvevict's defaults for the method (``kvevict.method_defaults``): measured
+for dropkv and obcache_vk (32 queries, max-pooling 11; docs/RESULTS.md), SPEC section 2's for
+obcache_v / obcache_k (16, max:7).
 
 kvpress is optional (``pip install kvevict[kvpress]``); tested with kvpress 0.5.5 on transformers
 5.2 (kvpress 0.5.5 requires transformers < 5.3).
@@ -53,12 +57,13 @@ class KVEvictScorerPress(ScorerPress):
     """A ScorerPress computing ``method``'s SPEC scores with kvevict (the base of the two below).
 
     Fields: compression_ratio (kvpress's evicted fraction), window_size (queries scored and
-    protected), pool ("max:7", "avg:5" or None), aggregate ("snapkv" window sums, "tova" last
-    query), protect_window (give the window the top scores, as SnapKVPress does).
+    protected; None: the method's default), pool ("none", "max:7", "avg:5"; None: the method's
+    default), aggregate ("snapkv" window sums, "tova" last query), protect_window (give the window
+    the top scores, as SnapKVPress does).
     """
 
     compression_ratio: float = 0.0
-    window_size: int = 8
+    window_size: Optional[int] = None
     pool: Optional[str] = None
     aggregate: Optional[str] = None
     protect_window: bool = True
@@ -67,10 +72,13 @@ class KVEvictScorerPress(ScorerPress):
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
         """keys, values ``[B, Hkv, n, d]`` -> scores ``[B, Hkv, n]`` (higher = keep)."""
         b, _, n, _ = keys.shape
-        w = min(self.window_size, n)
+        defaults = kvevict.method_defaults(self.method)[0]
+        window = defaults.window if self.window_size is None else self.window_size
+        pool = defaults.pool if self.pool is None else self.pool
+        w = min(window, n)
         q = window_queries(module, hidden_states, w, kwargs).to(keys.dtype)
         scores = kvevict.score(q.contiguous(), keys, values, self.method, window=w,
-                               pool=self.pool or "none", aggregate=self.aggregate,
+                               pool=pool, aggregate=self.aggregate,
                                scale=getattr(module, "scaling", None), check_finite=False)
         if self.protect_window and w > 0:
             top = scores.amax() + 1
@@ -88,14 +96,13 @@ class DropKVPress(KVEvictScorerPress):
 @dataclass  # keeps the __init__ below (it takes `score=`, the name of ScorerPress's method)
 class OBCachePress(KVEvictScorerPress):
     """OBCache's Optimal-Brain-Damage scores: ``score="v"`` (value), ``"k"`` (key) or ``"vk"``
-    (joint); SPEC defaults window 16, max pooling over 7 tokens."""
+    (joint); window_size / pool None: the method's defaults (see the module's note)."""
 
     score_kind: str = "vk"
-    window_size: int = 16
-    pool: Optional[str] = "max:7"
 
-    def __init__(self, compression_ratio: float = 0.0, score: str = "vk", window_size: int = 16,
-                 pool: Optional[str] = "max:7", aggregate: Optional[str] = None,
+    def __init__(self, compression_ratio: float = 0.0, score: str = "vk",
+                 window_size: Optional[int] = None, pool: Optional[str] = None,
+                 aggregate: Optional[str] = None,
                  protect_window: bool = True):
         if score not in ("v", "k", "vk"):
             raise ValueError(f"score is {score!r}; expected 'v', 'k' or 'vk'")

@@ -59,7 +59,7 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
             batch dim ``[B, Hq, m, d]``.
         k, v: ``[Hkv, n, d]`` keys (after RoPE) and values, or ``[B, Hkv, n, d]``.
         method: any name of ``kvevict.method_names()`` (dropkv, obcache_vk, snapkv, h2o, ...).
-        window, pool, aggregate: override the method's SPEC defaults (``pool="max:7"``,
+        window, pool, aggregate: override the method's defaults (``pool="max:7"``,
             ``aggregate="snapkv" | "h2o" | "tova"``).
         scale: logit scale; None = 1/sqrt(d).
         wo: ``[D, Hq * d]`` output projection (o_proj.weight), criticalkv only.
@@ -723,3 +723,11 @@ def decode_attention(q: Array, cache: KVCache, *, scale: Optional[float] = None,
 def method_names() -> List[str]:
     """Every method name ``score`` / ``LayerEvictor`` accept."""
     return list(ext.method_names())
+
+
+def method_defaults(method: str):
+    """``(ScoreOptions, policy, sink)`` a method name stands for, as the CLI parses it: kvevict's
+    measured defaults for dropkv, adadropkv and obcache_vk (window 32, max-pooling 11),
+    ``"METHOD:spec"`` for SPEC section 2's. ``ScoreOptions`` has ``window``, ``pool`` and
+    ``aggregate``."""
+    return ext.method_defaults(method)

@@ -1,4 +1,4 @@
-// Keyword arguments of the Python API -> ScoreOptions / SelectOptions / Budget. The method's SPEC
+// Keyword arguments of the Python API -> ScoreOptions / SelectOptions / Budget. The method's
 // defaults come from method_parse (kvevict/method.h); only what the caller passed overrides them,
 // so Python and the CLI agree on every default.
 #include <nanobind/stl/string.h>
@@ -83,8 +83,8 @@ void bind_options(nb::module_& m) {
   m.def("score_options", &make_score_options, nb::arg("method"), nb::arg("aggregate").none(),
         nb::arg("window").none(), nb::arg("pool").none(), nb::arg("h2o_normalize") = false,
         nb::arg("seed") = 0, nb::arg("scale") = 0.0f,
-        "The method's SPEC defaults (method_parse) with the given overrides; raises naming a bad "
-        "value.");
+        "The method's defaults (method_parse: measured for dropkv, adadropkv and obcache_vk, "
+        "'METHOD:spec' for SPEC section 2's) with the given overrides; raises naming a bad value.");
   m.def(
       "select_options",
       [](const std::string& policy, const nb::handle& budget, const nb::handle& ratio, double alpha,

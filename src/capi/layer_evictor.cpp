@@ -10,7 +10,7 @@
 namespace kvevict::capi {
 namespace {
 
-// The C options over the method's SPEC defaults (method_parse), as the CLI's overrides are.
+// The C options over the method's defaults (method_parse), as the CLI's overrides are.
 void evict_options_from_c(const kvevict_evict_options& o, ScoreOptions& score,
                           SelectOptions& select) {
   check_struct_size(o, "kvevict_evict_options_init");

@@ -1,5 +1,6 @@
-// kvevict demo: the main job. Builds a long needle-in-a-haystack prompt (RULER's niah_single_2:
-// a number hidden in Jane Austen's prose), prefills it once, then answers it with the full cache
+// kvevict demo: the main job. Builds a long needle-in-a-haystack prompt (RULER's niah_single_1
+// by default: a number hidden in a repeated filler text; --task niah_single_2 hides it in Jane
+// Austen's prose), prefills it once, then answers it with the full cache
 // and with an evicted cache (DropKV by default), printing both answers, whether each is right,
 // the KV memory each needed, and beside each the accuracy measured for that setting on this task,
 // length and query mode by a committed evaluation run (the results table, cli/demo_table.h), so
@@ -34,7 +35,7 @@ struct DemoArgs {
   ModelArgs model;
   std::string method = "dropkv";
   std::string budget = "auto";
-  std::string task = "niah_single_2";
+  std::string task = "niah_single_1";
   int64_t length = 2048;
   std::string results_table;
   double depth = 50.0;
@@ -133,7 +134,8 @@ int run_demo(const DemoArgs& a) {
         "kvevict demo: %s, %s, %lld-token prompt (%s)\nneedle   %s (depth %.0f%%)\n"
         "question %s\nexpected %s\n\n",
         info.config.name.c_str(), a.task.c_str(),
-        static_cast<long long>(context.size() + question.size()), eval::query_mode_name(mode),
+        static_cast<long long>(context.size()) + static_cast<long long>(question.size()),
+        eval::query_mode_name(mode),
         one_line(sample.needles.empty() ? "" : sample.needles[0].text).c_str(), a.depth,
         one_line(sample.question).c_str(), sample.answers.at(0).c_str());
 

@@ -102,8 +102,8 @@ DecodeEviction decode_config(const GenerateArgs& a, const eval::MethodConfig& me
 
 // The eviction the flags ask for (the library's one mapping, PrefillEviction::make) on a prompt
 // whose prefill holds `prefilled` tokens (`of` names them, for a token budget's message):
-// query-aware mode makes the question the observation window; --decode-budget adds decode-time
-// eviction.
+// query-aware mode makes the question the observation window of an unpinned windowed score;
+// --decode-budget adds decode-time eviction.
 EvictConfig evict_config(const GenerateArgs& a, eval::QueryMode mode, int64_t question_tokens,
                          int64_t prefilled, const std::string& of) {
   const eval::MethodConfig method = method_config(a, prefilled, of);
@@ -149,6 +149,7 @@ int run_session(const GenerateArgs& a, const ModelRuntime& rt, const std::string
   for (auto b : st.kv_bytes_after) after += b;
   const ModelConfig& mc = rt.config();
   std::vector<int64_t> kept;
+  kept.reserve(mc.n_layers);
   for (int l = 0; l < mc.n_layers; ++l) kept.push_back(session->kv_rows(l) / mc.n_kv_heads);
   nlohmann::json j;
   j["model"] = model_name;
@@ -296,7 +297,9 @@ Runner add_generate_command(CLI::App& app) {
   add_integer(*cmd, "-n,--max-new", a->max_new, 0, 1 << 24,
               "Tokens to generate (prompt + n must fit the model's context)")
       ->capture_default_str();
-  cmd->add_option("--method", a->method, "Eviction method, or full for none")
+  cmd->add_option("--method", a->method,
+                  "Eviction method, or full for none; METHOD[:MOD]... as eval spells settings "
+                  "(dropkv:spec: SPEC section 2's defaults; see eval --help)")
       ->capture_default_str();
   a->budget_opt =
       cmd->add_option("--budget", a->budget,
@@ -310,7 +313,9 @@ Runner add_generate_command(CLI::App& app) {
       cmd->add_option("--pool", a->pool, "Pooling: none, max:K, avg:K (default: the method's)");
   cmd->add_flag(
       "--query-aware", a->query_aware,
-      "Prefill context + question together; the question is the window (needs --question)");
+      "Prefill context + question together; the question is the window of windowed scores "
+      "unless it is pinned (dropkv, adadropkv, obcache_vk pin 32; METHOD:w=q uses the question) "
+      "(needs --question)");
   add_integer(*cmd, "--decode-budget", a->decode_budget, int64_t{0}, kMaxTokens,
               "Decode-time eviction: keep this many tokens per head while generating (0 = off)");
   add_integer(*cmd, "--decode-slack", a->decode_slack, 0, 1 << 24,

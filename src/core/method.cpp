@@ -74,20 +74,31 @@ Method method_from_name(const std::string& name) {
   KVEVICT_FAIL("unknown method '", name, "'; expected one of ", join_names());
 }
 
+bool has_measured_default(Method m) {
+  return m == Method::kDropKV || m == Method::kObcacheVK;
+}
+
 MethodSpec method_parse(const std::string& name) {
+  const std::string suffix = ":spec";
+  const bool spec_defaults = name.size() > suffix.size() &&
+                             name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string base = spec_defaults ? name.substr(0, name.size() - suffix.size()) : name;
   MethodSpec spec;
-  if (name == "adadropkv") {
+  if (base == "adadropkv") {
     spec.score = ScoreOptions::defaults(Method::kDropKV);
     spec.policy = Policy::kAdaKV;
-    return spec;
-  }
-  if (name == "adakv") {
+  } else if (base == "adakv") {
     spec.score = ScoreOptions::defaults(Method::kSnapKV);
     spec.policy = Policy::kAdaKV;
-    return spec;
+  } else {
+    spec.score = ScoreOptions::defaults(method_from_name(base));
+    if (spec.score.method == Method::kStreamingLLM) spec.sink = 4;
   }
-  spec.score = ScoreOptions::defaults(method_from_name(name));
-  if (spec.score.method == Method::kStreamingLLM) spec.sink = 4;
+  if (!spec_defaults && has_measured_default(spec.score.method)) {
+    spec.score.window = kMeasuredWindow;
+    spec.score.pooling = Pooling{PoolKind::kMax, kMeasuredPoolKernel};
+    spec.pin_window = true;
+  }
   return spec;
 }
 

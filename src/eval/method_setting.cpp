@@ -68,7 +68,10 @@ const char* kModifiers =
     "  keep_last             h2o / tova aggregation: always keep the last prompt token\n"
     "  sink=N                always keep the first N tokens\n"
     "  kvpress               kvpress's default: snapkv = w=64:pool=avg:5, h2o = norm,\n"
-    "                        tova = keep_last\n";
+    "                        tova = keep_last\n"
+    "  spec                  SPEC section 2's defaults instead of kvevict's measured ones\n"
+    "                        (dropkv, adadropkv, obcache_vk: w=32 pinned, pool=max:11; SPEC:\n"
+    "                        dropkv w=8 no pooling, obcache_vk w=16 max:7)\n";
 
 struct Group {
   const char* name;
@@ -110,7 +113,8 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
   }
   KVEVICT_CHECK(window >= 0, "window ", window, " is negative; expected >= 1 (0 = defaults)");
   const std::vector<std::string> parts = split_setting(name);
-  m.spec = method_parse(parts[0]);
+  const bool spec_defaults = std::find(parts.begin() + 1, parts.end(), "spec") != parts.end();
+  m.spec = method_parse(spec_defaults ? parts[0] + ":spec" : parts[0]);
   m.budget = budget;
   ScoreOptions& s = m.spec.score;
   const std::vector<std::string> mods(parts.begin() + 1, parts.end());
@@ -125,6 +129,7 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
       // h2o / tova aggregations score every (or the last) query and protect no window (SPEC 3).
       s.window = 0;
       s.pooling = Pooling{};
+      m.spec.pin_window = false;
     }
   }
   const bool windowed = s.aggregate == Aggregate::kWindow;
@@ -135,7 +140,7 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
     const size_t eq = mod.find('=');
     const std::string key = mod.substr(0, eq);
     const std::string val = eq == std::string::npos ? "" : mod.substr(eq + 1);
-    if (key == "snapkv" || key == "h2o" || key == "tova") {
+    if (key == "snapkv" || key == "h2o" || key == "tova" || mod == "spec") {
       continue;
     } else if (key == "adakv" || key == "uniform") {
       m.spec.policy = policy_parse(key);
@@ -152,10 +157,10 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
       if (val == "q" || val == "question") {
         KVEVICT_CHECK(s.needs_queries(), "setting '", name, "': w=q needs a query score; ",
                       parts[0], " reads no queries");
-        m.pin_window = false;
+        m.spec.pin_window = false;
       } else {
         s.window = parse_count(name, "w=", val, 1);
-        m.pin_window = true;
+        m.spec.pin_window = true;
       }
     } else if (key == "pool" && eq != std::string::npos) {
       s.pooling = Pooling::parse(pooling_spelling(val));
@@ -174,7 +179,7 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
       if (s.method == Method::kSnapKV && windowed) {
         s.window = 64;
         s.pooling = Pooling{PoolKind::kAvg, 5};
-        m.pin_window = true;
+        m.spec.pin_window = true;
       } else if (s.method == Method::kH2O) {
         s.h2o_normalize = true;
       } else if (s.method == Method::kTOVA) {
@@ -199,7 +204,7 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
 EvictConfig MethodConfig::evict_config(int question) const {
   EvictConfig cfg;
   if (is_full()) return cfg;
-  cfg.prefill = PrefillEviction::make(spec, budget, pin_window ? 0 : question);
+  cfg.prefill = PrefillEviction::make(spec, budget, question);
   cfg.prefill.select.alpha = alpha;
   if (keep_last) {
     // The h2o / tova aggregations protect no window (observation_window is 0); keeping the last
@@ -216,7 +221,7 @@ int MethodConfig::window_for(int question) const {
 }
 
 bool MethodConfig::window_is_question(int question) const {
-  return question > 0 && !is_full() && !pin_window && spec.score.needs_queries() &&
+  return question > 0 && !is_full() && !spec.pin_window && spec.score.needs_queries() &&
          spec.score.aggregate == Aggregate::kWindow;
 }
 

@@ -49,15 +49,15 @@ QueryMode query_mode_parse(const std::string& s);  // also "aware" | "agnostic"
 // (method_parse names), then modifiers that change its aggregation ("obcache_k:h2o"), policy
 // ("obcache_vk:adakv", "adakv:alpha=0.5"), window ("dropkv:w=16", pinned: used in both query
 // modes), pooling ("dropkv:pool=max:7"), h2o's normalisation ("h2o:norm"), TOVA keeping the last
-// token ("tova:keep_last"), or kvpress's defaults ("snapkv:kvpress" = w=64:pool=avg:5). The
-// spelling is the setting's name in every results table.
+// token ("tova:keep_last"), kvpress's defaults ("snapkv:kvpress" = w=64:pool=avg:5), or SPEC
+// section 2's defaults instead of kvevict's measured ones ("dropkv:spec"). The spelling is the
+// setting's name in every results table.
 struct MethodConfig {
-  std::string name;         // as the user spelled it (see above) or "full" for no eviction
-  MethodSpec spec;          // scoring, policy and sinks; ignored for "full"
-  Budget budget;            // 1.0 for "full"
-  double alpha = 0.2;       // adakv: B_h = f_h (1 - alpha) + alpha B (SelectOptions::alpha)
-  bool pin_window = false;  // w=N: the window is N in both modes (never the question)
-  bool keep_last = false;   // the last prompt token is always kept (kvpress's TOVA)
+  std::string name;        // as the user spelled it (see above) or "full" for no eviction
+  MethodSpec spec;         // scoring, policy and sinks; ignored for "full"
+  Budget budget;           // 1.0 for "full"
+  double alpha = 0.2;      // adakv: B_h = f_h (1 - alpha) + alpha B (SelectOptions::alpha)
+  bool keep_last = false;  // the last prompt token is always kept (kvpress's TOVA)
 
   bool is_full() const { return name == "full"; }
   // Parses the spelling at `budget`; window > 0 and a non-empty pooling ("none", "max:7")
@@ -66,7 +66,8 @@ struct MethodConfig {
                            const std::string& pooling = "");
   int window() const { return is_full() ? 0 : spec.score.window; }
   // The eviction of this method (none for "full"); question > 0: query-aware with the question as
-  // the observation window of windowed scores (PrefillEviction::make), unless pin_window.
+  // the observation window of windowed scores (PrefillEviction::make), unless spec.pin_window
+  // (w=N, or the measured defaults of dropkv / obcache_vk).
   EvictConfig evict_config(int question = 0) const;
   // The observation window this method scores and protects with that question.
   int window_for(int question) const;

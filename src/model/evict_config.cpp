@@ -13,8 +13,10 @@ PrefillEviction PrefillEviction::make(const MethodSpec& spec, const Budget& budg
   e.select.policy = spec.policy;
   e.select.sink = spec.sink;
   e.select.budget = budget;
-  // Query-aware: the question ends the prompt and is the observation window (SPEC section 5).
-  if (question > 0 && spec.score.aggregate == Aggregate::kWindow && spec.score.needs_queries())
+  // Query-aware: the question ends the prompt and is the observation window (SPEC section 5),
+  // unless the method's window is pinned (its measured default, or a user's w=N).
+  if (question > 0 && !spec.pin_window && spec.score.aggregate == Aggregate::kWindow &&
+      spec.score.needs_queries())
     e.score.window = question;
   e.select.window = observation_window(e.score);
   return e;

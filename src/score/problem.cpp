@@ -73,7 +73,10 @@ void ScoreProblem::validate(const ScoreOptions& opt, bool check_values) const {
     const int64_t need = opt.queries_needed(n);
     KVEVICT_CHECK(m >= need, "q holds ", m, " queries but ", method_name(opt.method), " with ",
                   aggregate_name(opt.aggregate), " aggregation needs ", need, " (n = ", n,
-                  "); expected at least ", need);
+                  "); expected at least ", need,
+                  opt.aggregate == Aggregate::kWindow
+                      ? " (the window: set it to the queries you have, e.g. --window / window=)"
+                      : "");
     KVEVICT_CHECK(m <= n, "q holds ", m, " queries but the layer has only ", n,
                   " tokens; expected the queries of the last m <= n prompt tokens");
     if (opt.method == Method::kCriticalKV) {

@@ -281,7 +281,9 @@ void write_qkv(const TempDir& dir) {
 }
 
 std::vector<std::string> score_args(const TempDir& dir) {
-  return {"score", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")};
+  // 8 queries: the window of dropkv's SPEC setting (the measured default reads 32).
+  return {"score",           "--method", "dropkv:spec",    "--q", dir.file("q.npy"), "--k",
+          dir.file("k.npy"), "--v",      dir.file("v.npy")};
 }
 
 std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -676,7 +678,8 @@ TEST_F(HostileInput, SilentWrongAnswersAreErrors) {
       {{"eval", "-m", m, "--lengths", ""}, {"--lengths is empty"}},
       {{"ppl", "-m", m, "--methods", ""}, {"--methods is empty"}},
       {cat(an, {"--k", dir.file("k_nan.npy")}), {"k holds a non-finite value (nan)"}},
-      {{"score", "--q", dir.file("q.npy"), "--k", dir.file("k_nan.npy"), "--v", dir.file("v.npy")},
+      {{"score", "--window", "8", "--q", dir.file("q.npy"), "--k", dir.file("k_nan.npy"), "--v",
+        dir.file("v.npy")},
        {"k holds a non-finite value (nan)"}},
       {{"analyze", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
         dir.file("v_inf.npy")},
@@ -729,7 +732,8 @@ TEST_F(HostileInput, LenientParsingBecomesClearMessages) {
     f.write(reinterpret_cast<const char*>(a.data()), 5120);
     f.write(reinterpret_cast<const char*>(a.data()), 5120);
   }
-  const std::vector<std::string> sc = {"score", "--q", dir.file("q.npy"), "--v", dir.file("v.npy")};
+  const std::vector<std::string> sc = {"score", "--window",       "8", "--q", dir.file("q.npy"),
+                                       "--v",   dir.file("v.npy")};
   std::vector<Rejected> cases = {
       {{"generate", "-m", m, "-p", "caf\xe9"}, {"-p: byte 0xe9 at offset 3 is not valid UTF-8"}},
       {{"generate", "-m", m, "-f", dir.file("latin1.txt")},

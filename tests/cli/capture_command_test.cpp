@@ -62,7 +62,7 @@ TEST(CaptureCommand, WritesTheLayerThatScoreAndAnalyzeRead) {
     return head;
   };
   for (const auto& args :
-       {with({"score", "--method", "dropkv"},
+       {with({"score", "--method", "dropkv", "--window", "8"},
              {"--budget", "0.5", "--out", dir.file("s.npy"), "--keep", dir.file("keep.npy")}),
         with({"score", "--method", "snapkv", "--window", "8"}, {"--compression-ratio", "0.5"}),
         with({"score", "--method", "criticalkv", "--window", "8"},

@@ -34,7 +34,7 @@ bool have_corpus() {
 std::string write_table(const TempDir& dir) {
   const std::string m = "SmolLM2-135M-Instruct.Q4_1";
   auto row = [&](const char* setting, const char* budget, double score, int n) {
-    return nlohmann::json{{"model", m},           {"task", "niah_single_2"},
+    return nlohmann::json{{"model", m},           {"task", "niah_single_1"},
                           {"target_length", 512}, {"mode", "query-aware"},
                           {"setting", setting},   {"budget", budget},
                           {"score", score},       {"ci_low", score - 5},
@@ -50,7 +50,7 @@ std::string write_table(const TempDir& dir) {
                         row("dropkv", "0.5", 95.0, 4), row("snapkv", "0.1", 25.0, 4)}},
                       {"defaults",
                        {{{"model", m},
-                         {"task", "niah_single_2"},
+                         {"task", "niah_single_1"},
                          {"target_length", 512},
                          {"mode", "query-aware"},
                          {"setting", "dropkv"},
@@ -61,7 +61,7 @@ std::string write_table(const TempDir& dir) {
                          {"samples", 4},
                          {"source", 0}},
                         {{"model", m},
-                         {"task", "niah_single_2"},
+                         {"task", "niah_single_1"},
                          {"target_length", 512},
                          {"mode", "query-aware"},
                          {"setting", "snapkv"},

@@ -54,6 +54,39 @@ TEST(Method, UnknownNameListsChoices) {
   }
 }
 
+// kvevict's measured defaults (method.h) for dropkv, adadropkv and obcache_vk: w = 32 pinned and
+// max-pooling 11; ":spec" gives SPEC section 2's, and changes nothing for the other methods.
+TEST(Method, MeasuredDefaultsAndTheSpecSuffix) {
+  for (const char* name : {"dropkv", "adadropkv", "obcache_vk"}) {
+    const MethodSpec m = method_parse(name);
+    EXPECT_EQ(m.score.window, kMeasuredWindow) << name;
+    EXPECT_EQ(m.score.pooling.str(), "max:11") << name;
+    EXPECT_TRUE(m.pin_window) << name;
+    const MethodSpec s = method_parse(std::string(name) + ":spec");
+    EXPECT_EQ(s.score.window, ScoreOptions::defaults(s.score.method).window) << name;
+    EXPECT_EQ(s.score.pooling.str(), ScoreOptions::defaults(s.score.method).pooling.str()) << name;
+    EXPECT_FALSE(s.pin_window) << name;
+    EXPECT_EQ(s.policy, m.policy) << name;
+  }
+  EXPECT_EQ(method_parse("dropkv:spec").score.window, 8);
+  EXPECT_EQ(method_parse("dropkv:spec").score.pooling.str(), "none");
+  EXPECT_EQ(method_parse("adadropkv:spec").policy, Policy::kAdaKV);
+  for (const char* name : {"obcache_v", "obcache_k", "snapkv", "adakv", "h2o", "streamingllm"}) {
+    const MethodSpec m = method_parse(name), s = method_parse(std::string(name) + ":spec");
+    EXPECT_FALSE(m.pin_window) << name;
+    EXPECT_EQ(m.score.describe(), s.score.describe()) << name;
+    EXPECT_EQ(m.sink, s.sink) << name;
+  }
+  for (const char* bad : {"dropkv:", ":spec", "dropkv:spec:spec", "spec", "dropkv:SPEC"}) {
+    try {
+      method_parse(bad);
+      FAIL() << "expected an error for '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("unknown method"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Method, Defaults) {
   EXPECT_EQ(ScoreOptions::defaults(Method::kDropKV).window, 8);
   EXPECT_EQ(ScoreOptions::defaults(Method::kSnapKV).window, 32);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/cuda_testing.h"
+#include "cuda/decode_inputs.h"
 #include "cuda/model_launchers.h"
 #include "support/testing.h"
 
@@ -48,37 +49,18 @@ struct Layout {
 void launch(const Layout& L, const std::vector<float>& q, const std::vector<float>& k,
             const std::vector<float>& v, int sm_count, Outputs& out) {
   const int S = L.B * L.Hkv;
-  DeviceBuffer<uint16_t> q_d(q.size()), k_d(k.size()), v_d(v.size());
-  DeviceBuffer<int64_t> off_d(S + 1);
-  DeviceBuffer<int32_t> len_d(S);
-  DeviceBuffer<float> z_d(L.rows * L.G), acc_d(L.rows), lse_d(static_cast<size_t>(L.B) * L.Hq()),
+  testing::DecodeInputs in({L.B, L.Hq(), L.Hkv, L.d, L.max_len}, q, k, v, L.off, L.lens);
+  DeviceBuffer<float> acc_d(L.rows), lse_d(static_cast<size_t>(L.B) * L.Hq()),
       a_d(static_cast<size_t>(L.B) * L.Hq() * L.d);
   DeviceBuffer<uint16_t> o_d(static_cast<size_t>(L.B) * L.Hq() * L.d);
   DeviceBuffer<uint32_t> counters_d(S);
   const size_t scratch_bytes =
       detail::decode_attention_scratch_bytes(L.B, L.Hq(), L.Hkv, L.d, L.max_len, sm_count);
   DeviceBuffer<unsigned char> scratch_d(scratch_bytes);
-  ASSERT_TRUE(q_d.ok() && k_d.ok() && v_d.ok() && acc_d.ok() && scratch_d.ok());
-  q_d.upload(cuda::testing::encode16(q, DType::kBF16));
-  k_d.upload(cuda::testing::encode16(k, DType::kBF16));
-  v_d.upload(cuda::testing::encode16(v, DType::kBF16));
-  off_d.upload(L.off);
-  len_d.upload(L.lens);
+  ASSERT_TRUE(in.ok() && acc_d.ok() && scratch_d.ok());
   acc_d.upload(std::vector<float>(L.rows, 0.5f));
   KVEVICT_ASSERT_CUDA(cudaMemset(counters_d.data(), 0, S * sizeof(uint32_t)));
-  detail::DecodeAttentionArgs da;
-  da.q = reinterpret_cast<const bf16*>(q_d.data());
-  da.k = reinterpret_cast<const bf16*>(k_d.data());
-  da.v = reinterpret_cast<const bf16*>(v_d.data());
-  da.seg_off = off_d.data();
-  da.seg_len = len_d.data();
-  da.B = L.B;
-  da.Hq = L.Hq();
-  da.Hkv = L.Hkv;
-  da.d = L.d;
-  da.max_len = L.max_len;
-  da.scale = 1.0f / std::sqrt(static_cast<float>(L.d));
-  da.z_out = z_d.data();
+  const detail::DecodeAttentionArgs da = in.args();
   // Unscored first (the separate merge kernel), then scored (the merge fused in the last block).
   KVEVICT_ASSERT_CUDA(detail::launch_decode_attention(da, reinterpret_cast<bf16*>(o_d.data()),
                                                       lse_d.data(), a_d.data(), scratch_d.data(),

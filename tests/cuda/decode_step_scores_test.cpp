@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_testing.h"
+#include "cuda/decode_inputs.h"
 #include "cuda/model_launchers.h"
 #include "score/score_terms.h"
 #include "support/testing.h"
@@ -202,37 +203,18 @@ void run_case(const Case& c, int sm_count) {
       kvevict::testing::normal_floats(rows * d, c.seed + 2, 1.0f), DType::kBF16);
   const auto acc0 = kvevict::testing::random_floats(rows, c.seed + 3, 2.0f);
 
-  DeviceBuffer<uint16_t> q_d(q.size()), k_d(k.size()), v_d(v.size());
-  DeviceBuffer<int64_t> off_d(S + 1);
-  DeviceBuffer<int32_t> len_d(S);
-  DeviceBuffer<float> z_d(rows * c.G), acc_d(rows), lse_d(static_cast<size_t>(c.B) * Hq),
+  testing::DecodeInputs in({c.B, Hq, c.Hkv, d, max_len, scale}, q, k, v, off, c.lens);
+  DeviceBuffer<float> acc_d(rows), lse_d(static_cast<size_t>(c.B) * Hq),
       out_f32_d(static_cast<size_t>(c.B) * Hq * d);
   DeviceBuffer<uint16_t> out_d(static_cast<size_t>(c.B) * Hq * d);
   DeviceBuffer<uint32_t> counters_d(S);
   const size_t scratch_bytes =
       detail::decode_attention_scratch_bytes(c.B, Hq, c.Hkv, d, max_len, sm_count);
   DeviceBuffer<unsigned char> scratch_d(scratch_bytes);
-  ASSERT_TRUE(q_d.ok() && k_d.ok() && v_d.ok() && z_d.ok() && acc_d.ok() && scratch_d.ok());
-  q_d.upload(cuda::testing::encode16(q, DType::kBF16));
-  k_d.upload(cuda::testing::encode16(k, DType::kBF16));
-  v_d.upload(cuda::testing::encode16(v, DType::kBF16));
-  off_d.upload(off);
-  len_d.upload(c.lens);
+  ASSERT_TRUE(in.ok() && acc_d.ok() && scratch_d.ok());
   KVEVICT_ASSERT_CUDA(cudaMemset(counters_d.data(), 0, S * sizeof(uint32_t)));
-
-  detail::DecodeAttentionArgs da;
-  da.q = reinterpret_cast<const bf16*>(q_d.data());
-  da.k = reinterpret_cast<const bf16*>(k_d.data());
-  da.v = reinterpret_cast<const bf16*>(v_d.data());
-  da.seg_off = off_d.data();
-  da.seg_len = len_d.data();
-  da.B = c.B;
-  da.Hq = Hq;
-  da.Hkv = c.Hkv;
-  da.d = d;
-  da.max_len = max_len;
-  da.scale = scale;
-  da.z_out = z_d.data();
+  DeviceBuffer<float>& z_d = in.z();
+  detail::DecodeAttentionArgs da = in.args();
   ASSERT_TRUE(detail::decode_step_scores_fusable(d, c.G));
 
   // The unscored launch (attention + merge kernel): the fused merge must give the same bits.
@@ -375,13 +357,13 @@ void run_case(const Case& c, int sm_count) {
       // (q.k recomputed: its own z, so only the double reference applies there).
       for (bool with_z : {true, false}) {
         detail::DecodeScoreArgs sa;
-        sa.q = reinterpret_cast<const bf16*>(q_d.data());
+        sa.q = reinterpret_cast<const bf16*>(in.q().data());
         sa.out = out_f32_d.data();
         sa.lse = lse_d.data();
         sa.k = da.k;
         sa.v = da.v;
-        sa.seg_off = off_d.data();
-        sa.seg_len = len_d.data();
+        sa.seg_off = in.off().data();
+        sa.seg_len = in.len().data();
         sa.acc = acc_d.data();
         sa.z = with_z ? z_d.data() : nullptr;
         sa.B = c.B;

@@ -85,10 +85,10 @@ class TempCorpus {
         std::string w = make_word(rng, 1 + static_cast<int>(rng.uniform(3)));
         if (in_sentence == 0) {
           w[0] = static_cast<char>(w[0] - 'a' + 'A');
-          if (rng.uniform(7) == 0) w = "Mr. " + w;
-          if (rng.uniform(11) == 0) w = "\"" + w;
+          if (rng.uniform(7) == 0) w.insert(0, "Mr. ");
+          if (rng.uniform(11) == 0) w.insert(0, "\"");
         }
-        if (rng.uniform(13) == 0) w = "_" + w + "_";
+        if (rng.uniform(13) == 0) w.insert(0, "_").append("_");
         out << w;
         ++written;
         ++in_sentence;

@@ -237,7 +237,7 @@ TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {
   samples[1].question = "A much longer question with more tokens in it?";
   format_prompt(samples[1], PromptStyle::kRaw, nullptr);
   RunOptions opt;
-  opt.methods = expand_methods({"dropkv"}, {Budget{0.5}});
+  opt.methods = expand_methods({"dropkv:spec"}, {Budget{0.5}});  // unpinned: the question
   EvalResults res = run_eval(model, samples, opt);
   ASSERT_EQ(res.records.size(), 2u);
   EXPECT_NE(res.records[0].window, res.records[1].window);
@@ -247,7 +247,7 @@ TEST(Runner, QuestionWindowsOfDifferentLengthsShareOneRow) {
   EXPECT_EQ(rows[0].window, 0);  // the count varies by sample: one row, window 0
   EXPECT_TRUE(rows[0].window_is_question);
   EXPECT_EQ(rows[0].samples, 2);
-  EXPECT_NE(results_to_markdown(res).find("| dropkv | 0.5 | question |"), std::string::npos)
+  EXPECT_NE(results_to_markdown(res).find("| dropkv:spec | 0.5 | question |"), std::string::npos)
       << results_to_markdown(res);
 }
 
@@ -256,7 +256,7 @@ TEST(Runner, QuestionWindowCanBeTurnedOff) {
   model.current_answers = {"q"};
   std::vector<Sample> samples = {sample("niah_single_1", {"q"}, 4096)};
   RunOptions opt;
-  opt.methods = expand_methods({"dropkv"}, {Budget{0.5}});
+  opt.methods = expand_methods({"dropkv:spec"}, {Budget{0.5}});
   opt.question_window = false;
   EvalResults res = run_eval(model, samples, opt);
   ASSERT_EQ(res.records.size(), 1u);
@@ -264,6 +264,11 @@ TEST(Runner, QuestionWindowCanBeTurnedOff) {
   opt.question_window = true;
   res = run_eval(model, samples, opt);
   EXPECT_EQ(res.records[0].window, res.records[0].question_tokens);
+  // The measured default pins its window: 32 in both modes.
+  opt.methods = expand_methods({"dropkv"}, {Budget{0.5}});
+  res = run_eval(model, samples, opt);
+  EXPECT_EQ(res.records[0].window, kMeasuredWindow);
+  EXPECT_FALSE(res.records[0].window_is_question);
   // h2o sums over all queries: no observation window to replace.
   opt.methods = expand_methods({"h2o"}, {Budget{0.5}});
   res = run_eval(model, samples, opt);

@@ -298,7 +298,7 @@ TEST(Ablation, ChoosesTheBestDevSettingAndNeverReadsTest) {
   EXPECT_THROW(choose_ablation(res, opt), Error);
   // Settings the grid parses as: pinned windows and the pooling.
   const MethodConfig m = MethodConfig::make(grid[3], Budget{0.1});
-  EXPECT_TRUE(m.pin_window);
+  EXPECT_TRUE(m.spec.pin_window);
   EXPECT_EQ(m.window_for(40), 16);  // pinned: not the question's 40 tokens
   EXPECT_EQ(m.pooling(), "max:7");
   opt.windows = {0};
@@ -327,6 +327,32 @@ TEST(Settings, KvpressVariantsAndModifiers) {
   EXPECT_EQ(all.front(), "full");
   EXPECT_EQ(std::set<std::string>(all.begin(), all.end()).size(), all.size());
   for (const auto& n : all) MethodConfig::make(n, Budget{0.1});  // every member parses
+}
+
+// The measured defaults pin dropkv's / obcache_vk's window at 32 in both modes; ":spec" and
+// ":w=q" give query-aware prompts the question as the window again.
+TEST(Settings, MeasuredDefaultsArePinnedAndSpecIsNot) {
+  const int question = 20;
+  for (const char* name : {"dropkv", "adadropkv", "obcache_vk", "dropkv:adakv"}) {
+    const MethodConfig m = MethodConfig::make(name, Budget{0.1});
+    EXPECT_EQ(m.window_for(question), kMeasuredWindow) << name;
+    EXPECT_FALSE(m.window_is_question(question)) << name;
+    EXPECT_EQ(m.pooling(), "max:11") << name;
+    const EvictConfig cfg = m.evict_config(question);
+    EXPECT_EQ(cfg.prefill.score.window, kMeasuredWindow) << name;
+    EXPECT_EQ(cfg.prefill.select.window, kMeasuredWindow) << name;
+  }
+  for (const char* name : {"dropkv:spec", "dropkv:w=q", "obcache_vk:spec", "adadropkv:spec"}) {
+    const MethodConfig m = MethodConfig::make(name, Budget{0.1});
+    EXPECT_EQ(m.window_for(question), question) << name;
+    EXPECT_TRUE(m.window_is_question(question)) << name;
+  }
+  EXPECT_EQ(MethodConfig::make("dropkv:spec", Budget{0.1}).window_for(0), 8);
+  EXPECT_EQ(MethodConfig::make("dropkv:spec", Budget{0.1}).pooling(), "none");
+  EXPECT_EQ(MethodConfig::make("dropkv:w=q", Budget{0.1}).pooling(), "max:11");
+  EXPECT_EQ(MethodConfig::make("obcache_vk:spec:pool=avg:5", Budget{0.1}).pooling(), "avg:5");
+  // The h2o aggregation has no window to pin.
+  EXPECT_EQ(MethodConfig::make("dropkv:h2o", Budget{0.1}).window_for(question), 0);
 }
 
 TEST(Provenance, Sha256KnownVectorsAndBuildInfo) {

@@ -95,7 +95,7 @@ TEST(Backend, CpuEvictorKeepsNearlyTheReferenceScoreMass) {
   const int64_t n = 301;
   testing::ProblemBuilder b(testing::make_shape(hkv, group, 8, n, d), 31);
   const ScoreProblem& pb = b.problem();
-  const MethodSpec spec = method_parse("adadropkv");
+  const MethodSpec spec = method_parse("adadropkv:spec");
   SelectOptions sel;
   sel.policy = spec.policy;
   sel.budget.value = 0.2;

@@ -79,7 +79,7 @@ TEST(SharedScores, SameScoresComparesEveryScoringField) {
 
 TEST(SharedScores, SelectBeforeScoreThrows) {
   auto backend = make_cpu_backend();
-  const MethodSpec spec = method_parse("dropkv");
+  const MethodSpec spec = method_parse("dropkv:spec");  // w = 8: the 8 queries below
   LayerEvictor ev(*backend, spec.score, select_of(spec, 0.3));
   EXPECT_THROW(ev.select(select_of(spec, 0.3)), Error);
   SelectOptions bad = select_of(spec, 0.3);

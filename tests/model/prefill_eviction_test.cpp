@@ -40,7 +40,7 @@ TEST(PrefillEviction, FullBudgetReproducesNoEvictionBitwise) {
   popt.keep_queries = 8;
   const PrefillSnapshot snap = Session::prefill_snapshot(t.model, prompt, popt);
   Session plain = Session::from_snapshot(t.model, snap, EvictConfig::none());
-  Session full = Session::from_snapshot(t.model, snap, prefill_config("dropkv", 1.0));
+  Session full = Session::from_snapshot(t.model, snap, prefill_config("dropkv:spec", 1.0));
   EXPECT_EQ(plain.kv_bytes_total(), full.kv_bytes_total());
   plain.append(question);
   full.append(question);
@@ -168,7 +168,7 @@ TEST(PrefillEviction, SnapshotWithTooFewQueriesIsAnError) {
   popt.keep_queries = 2;
   const auto snap = Session::prefill_snapshot(t.model, tokens_for(12, 50, 7), popt);
   try {
-    Session::from_snapshot(t.model, snap, prefill_config("dropkv", 0.5));  // needs w = 8
+    Session::from_snapshot(t.model, snap, prefill_config("dropkv:spec", 0.5));  // needs w = 8
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("keep_queries"), std::string::npos) << e.what();

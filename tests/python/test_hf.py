@@ -87,7 +87,7 @@ def test_logits_equal_masked_full_attention(family, method, policy):
     kw = cache_kwarg(model)
     ids = torch.randint(1, 96, (2, 48), generator=torch.Generator().manual_seed(1)).to(DEVICE)
     nxt = torch.randint(1, 96, (2, 3), generator=torch.Generator().manual_seed(2)).to(DEVICE)
-    window = 8 if method != "obcache_vk" else None
+    window = 8 if method != "obcache_vk" else 16
     with kvevict.hf.press(model, method=method, budget=0.5, policy=policy, window=window) as p:
         pre = model(ids).logits
         cache = p.cache
@@ -121,7 +121,8 @@ def test_logits_equal_masked_full_attention(family, method, policy):
 def test_generate_runs_and_memory_shrinks(family):
     model = tiny_model(family)
     ids = torch.randint(1, 96, (1, 200), generator=torch.Generator().manual_seed(3)).to(DEVICE)
-    with kvevict.hf.press(model, method="dropkv", budget=0.1, policy="adakv", slack=8) as p:
+    with kvevict.hf.press(model, method="dropkv", budget=0.1, policy="adakv", slack=8,
+                          window=8) as p:
         out = model.generate(ids, max_new_tokens=6, do_sample=False)
     assert out.shape == (1, 206)
     d = HEAD_DIM * torch.empty((), dtype=DTYPE).element_size()

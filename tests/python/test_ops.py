@@ -92,8 +92,8 @@ def test_16bit_inputs_match_reference(dtype):
     q, k, v = qkv(rng, 8, 2, 300, 8, 32)
     fw = Framework("torch" if dtype == "bfloat16" else "numpy")
     qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
-    s = kvevict.score(qd, kd, vd, "dropkv")
-    ref = kvevict.score(*(Framework.host(x) for x in (qd, kd, vd)), "dropkv", backend="reference")
+    s = kvevict.score(qd, kd, vd, "dropkv:spec")
+    ref = kvevict.score(*(Framework.host(x) for x in (qd, kd, vd)), "dropkv:spec", backend="reference")
     assert_close(Framework.host(s), ref, atol=1e-4 * np.abs(ref).max(), rtol=1e-3, what=dtype)
 
 
@@ -102,9 +102,9 @@ def test_batched_scores_equal_per_row(fw):
     rows = [qkv(rng, 4, 2, 50, 8, 64 if fw.is_cuda else 16) for _ in range(3)]
     dtype = "bfloat16" if fw.is_cuda else None
     qs, ks, vs = (fw.put(np.stack([r[i] for r in rows]), dtype) for i in range(3))
-    batched = Framework.host(kvevict.score(qs, ks, vs, "dropkv"))
+    batched = Framework.host(kvevict.score(qs, ks, vs, "dropkv:spec"))
     for b in range(3):
-        one = Framework.host(kvevict.score(qs[b], ks[b], vs[b], "dropkv"))
+        one = Framework.host(kvevict.score(qs[b], ks[b], vs[b], "dropkv:spec"))
         np.testing.assert_array_equal(batched[b], one)
 
 
@@ -118,8 +118,8 @@ def test_non_contiguous_host_inputs_give_the_same_scores():
     kt = torch.from_numpy(np.ascontiguousarray(k.transpose(1, 0, 2))).transpose(0, 1)
     vt = torch.from_numpy(np.ascontiguousarray(v.transpose(1, 0, 2))).transpose(0, 1)
     assert not kt.is_contiguous()
-    a = kvevict.score(qt, kt, vt, "obcache_vk").numpy()
-    b = kvevict.score(q, k, v, "obcache_vk")
+    a = kvevict.score(qt, kt, vt, "obcache_vk:spec").numpy()
+    b = kvevict.score(q, k, v, "obcache_vk:spec")
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * np.abs(b).max())
 
 
@@ -148,7 +148,7 @@ def test_attention_over_compacted_cache_equals_masked_full_attention(fw, policy)
     q, k, v = qkv(rng, hq, hkv, n, 8, d)
     dtype = "bfloat16" if fw.is_cuda else None
     qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
-    scores = kvevict.score(qd, kd, vd, "dropkv")
+    scores = kvevict.score(qd, kd, vd, "dropkv:spec")
     sel = kvevict.select(scores, 0.25, policy=policy, window=8)
     cache = kvevict.compact(kd, vd, sel, slack=3)
     assert cache.total_len() == sel.total == hkv * int(0.25 * n)
@@ -204,10 +204,10 @@ def test_layer_evictor_equals_the_functional_pipeline(fw):
     q, k, v = qkv(rng, 8, 4, 200, 8, 64 if fw.is_cuda else 32)
     dtype = "bfloat16" if fw.is_cuda else None
     qd, kd, vd = fw.put(q, dtype), fw.put(k, dtype), fw.put(v, dtype)
-    ev = kvevict.LayerEvictor("adadropkv", budget=0.1, backend="cuda" if fw.is_cuda else "cpu")
+    ev = kvevict.LayerEvictor("adadropkv:spec", budget=0.1, backend="cuda" if fw.is_cuda else "cpu")
     assert "policy=adakv" in ev.describe()
     cache = ev.evict(qd, kd, vd)
-    sel = kvevict.select(kvevict.score(qd, kd, vd, "dropkv"), 0.1, policy="adakv", window=8)
+    sel = kvevict.select(kvevict.score(qd, kd, vd, "dropkv:spec"), 0.1, policy="adakv", window=8)
     assert kvevict_sets(ev.plan(qd, kd, vd)) == kvevict_sets(sel)
     assert cache.total_len() == sel.total == 4 * 20
     for h in range(4):
@@ -282,7 +282,7 @@ def test_shape_errors_name_the_argument():
 def test_library_errors_keep_the_cpp_message():
     rng = np.random.default_rng(11)
     q, k, v = qkv(rng, 4, 2, 20, 8, 16)
-    s = kvevict.score(q, k, v)
+    s = kvevict.score(q, k, v, window=8)
     with pytest.raises(kvevict.Error, match="budget of 40 tokens exceeds the 20 tokens"):
         kvevict.select(s, 40)
     with pytest.raises(ValueError, match="unknown method|expected one of"):
@@ -301,7 +301,7 @@ def test_nan_inputs_raise_instead_of_ranking_first():
     q, k, v = qkv(rng, 4, 2, 20, 8, 16)
     k[1, 5, 3] = np.nan
     with pytest.raises(ValueError, match="NaN|finite"):
-        kvevict.score(q, k, v)
+        kvevict.score(q, k, v, window=8)
     s = np.ones((2, 20), np.float32)
     s[0, 4] = np.nan
     with pytest.raises(ValueError, match="NaN"):
@@ -313,11 +313,11 @@ def test_wrong_backend_for_the_device_is_an_error():
     rng = np.random.default_rng(13)
     q, k, v = (torch.from_numpy(x) for x in qkv(rng, 4, 2, 20, 8, 16))
     with pytest.raises(ValueError, match="backend 'cuda' cannot read torch cpu"):
-        kvevict.score(q, k, v, backend="cuda")
+        kvevict.score(q, k, v, backend="cuda", window=8)
     with pytest.raises(ValueError, match="k is a torch cpu array but q is numpy"):
-        kvevict.score(q.numpy(), k, v)
+        kvevict.score(q.numpy(), k, v, window=8)
     qg = q.clone().requires_grad_(True)  # detached for the kernel, no copy
-    assert kvevict.score(qg, k, v).shape == (2, 20)
+    assert kvevict.score(qg, k, v, window=8).shape == (2, 20)
 
 
 def test_appends_past_the_slack_keep_rows_positions_and_the_device_table(fw):
@@ -403,8 +403,8 @@ def test_cuda_nan_check_can_be_left_to_the_caller():
     q, k, v = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in qkv(rng, 4, 2, 40, 8, 64))
     k[1, 5, 3] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
-        kvevict.score(q, k, v, "dropkv")
-    s = kvevict.score(q, k, v, "dropkv", check_finite=False)  # no host synchronization
+        kvevict.score(q, k, v, "dropkv:spec")
+    s = kvevict.score(q, k, v, "dropkv:spec", check_finite=False)  # no host synchronization
     assert bool(torch.isnan(s).any())
 
 
@@ -415,22 +415,22 @@ def test_torch_tensors_read_without_dlpack_equal_the_dlpack_path():
     (negative-bit views) take nanobind's DLPack path or are refused, never read wrongly."""
     rng = np.random.default_rng(31)
     q, k, v = qkv(rng, 4, 2, 40, 16, 16)
-    want = kvevict.score(q, k, v, "obcache_vk")
+    want = kvevict.score(q, k, v, "obcache_vk:spec")
     qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
-    np.testing.assert_array_equal(kvevict.score(qt, kt, vt, "obcache_vk").numpy(), want)
+    np.testing.assert_array_equal(kvevict.score(qt, kt, vt, "obcache_vk:spec").numpy(), want)
     kp = torch.nn.Parameter(kt.clone())  # a subclass: the DLPack path (after detach)
-    np.testing.assert_array_equal(kvevict.score(qt, kp, vt, "obcache_vk").numpy(), want)
+    np.testing.assert_array_equal(kvevict.score(qt, kp, vt, "obcache_vk:spec").numpy(), want)
     # A negative-bit view holds -k in memory for the values k: kvevict reads k (the extension
     # itself refuses the raw view rather than read -k).
     neg = torch._neg_view(torch.from_numpy(-k))
     assert neg.is_neg()
-    np.testing.assert_array_equal(kvevict.score(qt, neg, vt, "obcache_vk").numpy(), want)
-    opts = kvevict.ext.score_options("obcache_vk", None, None, None)
+    np.testing.assert_array_equal(kvevict.score(qt, neg, vt, "obcache_vk:spec").numpy(), want)
+    opts = kvevict.ext.score_options("obcache_vk:spec", None, None, None)
     with pytest.raises(ValueError, match="k is a negative-bit torch view"):
         kvevict.ext.score_workspace_bytes(qt, neg, vt, None, 0.0, opts)
     # Offsets into shared storage (a slice) and strides (a transpose) as torch reports them.
     big = torch.from_numpy(np.concatenate([np.zeros((1, 40, 16), np.float32), k]))
-    np.testing.assert_array_equal(kvevict.score(qt, big[1:], vt, "obcache_vk").numpy(), want)
+    np.testing.assert_array_equal(kvevict.score(qt, big[1:], vt, "obcache_vk:spec").numpy(), want)
     with pytest.raises(ValueError, match="dims; expected at most"):
         kvevict.ext.score_workspace_bytes(qt, kt[None, None, None, None], vt, None, 0.0, opts)
 
@@ -501,7 +501,7 @@ def test_cuda_compaction_with_slack_equals_the_host_compaction(policy):
         torch.bfloat16).transpose(0, 1)
     qd = torch.from_numpy(q).cuda().to(torch.bfloat16)
     assert not kd.is_contiguous()
-    sel = kvevict.select(kvevict.score(qd, kd, vd, "dropkv"), 0.3, policy=policy, window=8)
+    sel = kvevict.select(kvevict.score(qd, kd, vd, "dropkv:spec"), 0.3, policy=policy, window=8)
     got = kvevict.compact(kd, vd, sel, slack=5)
     hsel = kvevict.Selection(sel.index.cpu().numpy(), sel.offsets.cpu().numpy())
     want = kvevict.compact(kd.float().cpu().numpy(), vd.float().cpu().numpy(), hsel, slack=5)

@@ -17,9 +17,10 @@ struct PrefillEviction {
   bool enabled = false;
   ScoreOptions score;    // method, aggregate, window, pooling
   SelectOptions select;  // policy, budget, sink; select.window = observation_window(score)
-  // A method's SPEC defaults (MethodSpec) at `budget`. question > 0: query-aware mode, the last
-  // `question` prompt tokens are the question and, for windowed scores, the observation window
-  // (h2o's all queries and tova's last query keep their own).
+  // A method (MethodSpec) at `budget`. question > 0: query-aware mode, the last `question`
+  // prompt tokens are the question and, for windowed scores whose window is not pinned
+  // (MethodSpec::pin_window), the observation window (h2o's all queries and tova's last query
+  // keep their own).
   static PrefillEviction make(const MethodSpec& spec, const Budget& budget, int question = 0);
   // make(method_parse(method), budget).
   static PrefillEviction from_method(const std::string& method, const Budget& budget);
