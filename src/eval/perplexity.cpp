@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kvevict/error.h"
+#include "kvevict/model/evict_config.h"
 
 namespace kvevict::eval {
 
@@ -119,8 +120,11 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
     PplResult r;
     r.method = m.name;
     r.budget = m.budget.str();
-    r.window = m.window();
-    r.pooling = m.pooling();
+    // streamingllm keeps its sinks and the most recent rows: no score decides its cut.
+    r.decode_score = m.is_full() ? "none"
+                     : m.spec.score.method == Method::kStreamingLLM
+                         ? "recent"
+                         : decode_score_name(DecodeEviction::make(m.spec, 1 << 20).options.score);
     r.policy = m.policy();
     r.chunks = static_cast<int64_t>(chunks.size());
     r.chunk_tokens = chunks.front().size();
@@ -145,8 +149,7 @@ std::string ppl_to_json(const PplRun& run, int indent) {
                    {"seed", run.seed},
                    {"method", r.method},
                    {"budget", r.budget},
-                   {"window", r.window},
-                   {"pooling", r.pooling},
+                   {"decode_score", r.decode_score},
                    {"policy", r.policy},
                    {"slack", run.decode.slack},
                    {"recent", run.decode.recent},
@@ -167,14 +170,14 @@ std::string ppl_to_markdown(const PplRun& run) {
   md << "- model: " << run.model << "\n- text: " << run.source << "\n- seed: " << run.seed
      << "\n- decode eviction: slack " << run.decode.slack << ", recent " << run.decode.recent
      << ", sink " << run.decode.sink << "\n- query mode: query-agnostic (decode-time)\n\n";
-  md << "| method | budget | window | pooling | policy | chunk tokens | chunks | tokens | ppl |\n";
-  md << "|---|---|---|---|---|---|---|---|---|\n";
+  md << "| method | budget | decode score | policy | chunk tokens | chunks | tokens | ppl |\n";
+  md << "|---|---|---|---|---|---|---|---|\n";
   char buf[64];
   for (const auto& r : run.results) {
     std::snprintf(buf, sizeof(buf), "%.3f", r.ppl);
-    md << "| " << r.method << " | " << r.budget << " | " << r.window << " | " << r.pooling << " | "
-       << r.policy << " | " << r.chunk_tokens << " | " << r.chunks << " | " << r.evaluated_tokens
-       << " | " << buf << " |\n";
+    md << "| " << r.method << " | " << r.budget << " | " << r.decode_score << " | " << r.policy
+       << " | " << r.chunk_tokens << " | " << r.chunks << " | " << r.evaluated_tokens << " | "
+       << buf << " |\n";
   }
   return md.str();
 }

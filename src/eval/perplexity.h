@@ -75,8 +75,10 @@ class PplModel {
 };
 
 struct PplResult {
-  std::string method, budget, pooling, policy;
-  int window = 0;
+  std::string method, budget, policy;
+  // The step score that decides the cut ("dropkv", "attention_sum", ...; "none" for full): the
+  // decode-time form of the method (DecodeEviction::make), not its prefill window or pooling.
+  std::string decode_score;
   int64_t chunks = 0;
   int64_t chunk_tokens = 0;
   int64_t evaluated_tokens = 0;
@@ -100,7 +102,7 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
                const ProgressFn& progress = nullptr);
 
 // The "ppl" section of the results JSON (see report.h) as a JSON array text, and a markdown table
-// naming model, chunk length, budget, method, window, pooling, decode settings and seed.
+// naming model, chunk length, budget, method, decode score, decode settings and seed.
 std::string ppl_to_json(const PplRun& run, int indent = 1);
 std::string ppl_to_markdown(const PplRun& run);
 

@@ -129,7 +129,8 @@ void check_kept_sets(const char* file) {
 // (K, V and every prompt query, bf16 on the device), evicted by the GPU and, through its host copy,
 // by the CPU (cpu_runtime.cpp reads another device's snapshot with to_host). Both score identical
 // bf16 inputs in float, so only the order of float sums differs and a position may flip only at a
-// score tie to float rounding (relative ~1e-6): at most 1% of a layer's kept rows. This isolates
+// score tie to float rounding (relative ~1e-6): at most 1% of a layer's kept rows, or one tie's
+// pooling span. This isolates
 // the GPU's scoring, selection and compaction from the activations' precision, which the test
 // above bounds loosely.
 void check_kept_sets_on_gpu_activations(const char* file) {
@@ -159,7 +160,10 @@ void check_kept_sets_on_gpu_activations(const char* file) {
       }
       differ_all += differ;
       kept_all += kept;
-      EXPECT_LE(differ, std::max<int64_t>(1, kept / 100))
+      // One tie flips one raw score; pooling over K tokens carries it into up to K pooled ones,
+      // so one tie may move up to K positions (dropkv's max:11: 6 in one SmolLM2 layer).
+      const int64_t tie_span = cfg.prefill.score.pooling.kernel;
+      EXPECT_LE(differ, std::max<int64_t>(tie_span, kept / 100))
           << "layer " << l << ": " << differ << " of " << kept << " kept positions differ";
     }
     std::printf("%s on the GPU's activations: %lld of %lld kept positions differ\n", m,
