@@ -40,8 +40,6 @@
 #include "kvevict/error.h"
 #include "kvevict/io/atomic_file.h"
 
-extern char** environ;
-
 namespace kvevict::cli {
 namespace {
 
@@ -71,6 +69,8 @@ struct EvalArgs {
   bool one_at_a_time = false;
   double progress_every = 0;
   bool json = false;
+  bool list_tasks = false;
+  bool list_methods = false;
 };
 
 // Every option value, typed, for the results file (RunMeta::options_json).
@@ -128,6 +128,7 @@ std::vector<std::pair<std::string, std::string>> parse_pairs(const std::string& 
 // Runs a program (no shell: arguments cannot be split or quoted wrongly); true when it exits 0.
 bool run_program(std::vector<std::string> args) {
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
@@ -173,7 +174,82 @@ class StagedPlots {
   std::string dir_, tmp_;
 };
 
+const char* haystack_name(eval::Haystack h) {
+  switch (h) {
+    case eval::Haystack::kRepeat: return "repeated filler";
+    case eval::Haystack::kEssay: return "prose (Austen)";
+    case eval::Haystack::kNeedle: return "distractor needles";
+    case eval::Haystack::kNone: return "own text";
+  }
+  return "?";
+}
+
+// --list-tasks: the 11 tasks with what distinguishes them; --json for scripts.
+int list_tasks(bool as_json) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& name : eval::ruler_task_names()) {
+    const eval::TaskConfig& c = eval::ruler_task_config(name);
+    j.push_back({{"task", name},
+                 {"haystack", haystack_name(c.haystack)},
+                 {"keys", eval::needle_type_name(c.key_type)},
+                 {"values", eval::needle_type_name(c.value_type)},
+                 {"num_keys", c.num_keys},
+                 {"num_values", c.num_values},
+                 {"num_queries", c.num_queries},
+                 {"max_new_tokens", c.max_new_tokens}});
+  }
+  if (as_json) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("%-16s %-19s %-8s %-8s %5s %6s %7s %7s\n", "task", "haystack", "keys", "values",
+              "keys", "values", "queries", "max new");
+  for (const auto& t : j)
+    std::printf("%-16s %-19s %-8s %-8s %5d %6d %7d %7d\n", t["task"].get<std::string>().c_str(),
+                t["haystack"].get<std::string>().c_str(), t["keys"].get<std::string>().c_str(),
+                t["values"].get<std::string>().c_str(), t["num_keys"].get<int>(),
+                t["num_values"].get<int>(), t["num_queries"].get<int>(),
+                t["max_new_tokens"].get<int>());
+  return 0;
+}
+
+// --list-methods: what --methods expands to (groups included) and what each setting resolves to:
+// window (pinned or the question in query-aware mode), pooling, policy, aggregation.
+int list_methods(const EvalArgs& a) {
+  const std::vector<std::string> names = split_list(a.methods, "--methods");
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& n : eval::expand_method_groups(names)) {
+    const eval::MethodConfig m =
+        eval::MethodConfig::make(n, Budget{0.5}, a.window.value_or(0), a.pool);
+    const bool windowed = !m.is_full() && m.spec.score.needs_queries() &&
+                          m.spec.score.aggregate == Aggregate::kWindow;
+    j.push_back({{"setting", n},
+                 {"window", m.window()},
+                 {"window_in_query_aware", !windowed           ? "none"
+                                           : m.spec.pin_window ? "same"
+                                                               : "question"},
+                 {"pooling", m.pooling()},
+                 {"policy", m.policy()},
+                 {"aggregate", m.aggregate()},
+                 {"sink", m.is_full() ? 0 : m.spec.sink}});
+  }
+  if (a.json) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("%-26s %6s %-10s %-8s %-8s %-8s %4s\n", "setting", "window", "query-aware", "pooling",
+              "policy", "aggr.", "sink");
+  for (const auto& m : j)
+    std::printf("%-26s %6d %-10s %-8s %-8s %-8s %4d\n", m["setting"].get<std::string>().c_str(),
+                m["window"].get<int>(), m["window_in_query_aware"].get<std::string>().c_str(),
+                m["pooling"].get<std::string>().c_str(), m["policy"].get<std::string>().c_str(),
+                m["aggregate"].get<std::string>().c_str(), m["sink"].get<int>());
+  return 0;
+}
+
 int run_eval_command(const EvalArgs& a) {
+  if (a.list_tasks) return list_tasks(a.json);
+  if (a.list_methods) return list_methods(a);
   // Every name, number and path is checked before the model and the corpus are read.
   const eval::PromptStyle style = eval::prompt_style_parse(a.style);
   std::vector<std::string> tasks = split_list(a.tasks, "--tasks");
@@ -389,13 +465,22 @@ Runner add_eval_command(CLI::App& app) {
                   "Also print a progress line to stderr every S seconds (for logs; 0 = off)")
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the results JSON instead of the tables");
-  cmd->footer("Setting modifiers (--methods dropkv:w=16, obcache_k:h2o, snapkv:kvpress):\n" +
-              eval::method_setting_help() + "Method groups (--methods all):\n" +
-              eval::method_groups_help() +
-              "--tasks all: the 11 offline RULER tasks. Budgets: fractions (0.05) or tokens per "
-              "head (2048).\nThe defaults' windows and poolings are SPEC section 2's; --ablate "
-              "measures alternatives\n(docs/EVAL.md). Results files name the kvevict commit, "
-              "device, model sha256 and every option.");
+  cmd->add_flag("--list-tasks", a->list_tasks,
+                "Print the RULER tasks (haystack, needles, answer cap) and exit; with --json as "
+                "JSON");
+  cmd->add_flag("--list-methods", a->list_methods,
+                "Print what --methods expands to (groups included) and each setting's window, "
+                "pooling, policy and aggregation, and exit; with --json as JSON")
+      ->excludes(cmd->get_option("--list-tasks"));
+  cmd->footer(
+      "Setting modifiers (--methods dropkv:w=16, obcache_k:h2o, snapkv:kvpress):\n" +
+      eval::method_setting_help() + "Method groups (--methods all):\n" +
+      eval::method_groups_help() +
+      "--tasks all: the 11 offline RULER tasks. Budgets: fractions (0.05) or tokens per "
+      "head (2048).\nDefaults: SPEC section 2's, except dropkv / adadropkv / obcache_vk (w=32 "
+      "pinned, max:11,\nchosen on DEV seeds; :spec for SPEC's); --ablate measures "
+      "alternatives (docs/EVAL.md). Results files name the kvevict commit, "
+      "device, model sha256 and every option.");
   return [a] { return run_eval_command(*a); };
 }
 

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "cli/tiny_cli_model.h"
 #include "support/cli_runner.h"
@@ -81,6 +83,47 @@ TEST_F(EvalOutputs, ASuccessfulRunWritesEveryOutput) {
   // Only the three outputs: no staging leftovers.
   EXPECT_EQ(testing::list_dir(dir_.file("out")),
             (std::vector<std::string>{"plots", "r.json", "r.md"}));
+}
+
+}  // namespace
+}  // namespace kvevict
+
+namespace kvevict {
+namespace {
+
+// --list-tasks / --list-methods print what a run would use and exit, without a model file.
+TEST(EvalLists, TasksAndResolvedSettingsAsJson) {
+  const auto t = testing::run_cli(KVEVICT_CLI_PATH, {"eval", "--list-tasks", "--json"});
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const auto tasks = nlohmann::json::parse(t.out);
+  ASSERT_EQ(tasks.size(), 11u);
+  EXPECT_EQ(tasks[0]["task"], "niah_single_1");
+  EXPECT_EQ(tasks[0]["haystack"], "repeated filler");
+  EXPECT_EQ(tasks[1]["haystack"], "prose (Austen)");
+
+  const auto m = testing::run_cli(
+      KVEVICT_CLI_PATH,
+      {"eval", "-m", "/nonexistent.gguf", "--list-methods", "--methods", "all", "--json"});
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  std::map<std::string, nlohmann::json> by;
+  for (const auto& s : nlohmann::json::parse(m.out)) by[s["setting"]] = s;
+  ASSERT_TRUE(by.count("dropkv") && by.count("snapkv") && by.count("h2o:kvpress"));
+  EXPECT_EQ(by["dropkv"]["window"], 32);
+  EXPECT_EQ(by["dropkv"]["pooling"], "max:11");
+  EXPECT_EQ(by["dropkv"]["window_in_query_aware"], "same");
+  EXPECT_EQ(by["snapkv"]["window_in_query_aware"], "question");
+  EXPECT_EQ(by["h2o"]["aggregate"], "h2o");
+  const auto spec = testing::run_cli(
+      KVEVICT_CLI_PATH, {"eval", "--list-methods", "--methods", "dropkv:spec,full", "--json"});
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  const auto s = nlohmann::json::parse(spec.out);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0]["window"], 8);
+  EXPECT_EQ(s[0]["pooling"], "none");
+  const auto bad =
+      testing::run_cli(KVEVICT_CLI_PATH, {"eval", "--list-methods", "--methods", "dropkv:bogus"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown modifier 'bogus'"), std::string::npos) << bad.err;
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ inline SpmVocabulary spm_byte_vocabulary(const std::vector<std::pair<std::string
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    v.tokens.push_back(name);
+    v.tokens.emplace_back(name);
     v.scores.push_back(0);
     v.types.push_back(6);
   }
