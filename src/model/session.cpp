@@ -180,14 +180,19 @@ static void reserve_rows(std::vector<HostKVCache>& caches, const ModelConfig& c,
   }
 }
 
-// Sliding-window layers keep exactly their window: no later query can see older keys.
-static void trim_sliding(std::vector<HostKVCache>& caches, const ModelConfig& c) {
+// Sliding-window layers keep their window (no later query can see older keys) plus at most
+// `slack` rows of room: decode passes the rows its reserve_rows added, so a step neither copies
+// the window back down nor up again (two copies of every sliding layer a token, before); the
+// room fills over the next steps and the one reallocation then drops the rows past the window.
+// Attention masks sliding layers by position, so the extra rows change nothing it reads.
+static void trim_sliding(std::vector<HostKVCache>& caches, const ModelConfig& c,
+                         int64_t slack = 0) {
   for (int l = 0; l < c.n_layers; ++l) {
     if (!c.is_sliding(l)) continue;
     const KVLayerView v = caches[l].view();
     bool over = false;
     for (int h = 0; h < v.num_kv_heads; ++h)
-      over = over || v.offsets[h + 1] - v.offsets[h] > c.sliding_window;
+      over = over || v.offsets[h + 1] - v.offsets[h] > c.sliding_window + slack;
     if (over)
       caches[l] = rebuild(caches[l], keep_last(v, c.sliding_window), 0, v.score_acc != nullptr);
   }
@@ -406,7 +411,7 @@ void Session::decode(int32_t token) {
                            decode_ ? &hook : nullptr);
   ++position_;
   tokens_.push_back(token);
-  trim_sliding(caches_, c);
+  trim_sliding(caches_, c, 1 + spare);
   stats_.decode_tokens += 1;
   stats_.decode_seconds += seconds_since(t0);
 }
