@@ -29,8 +29,11 @@ constexpr int64_t kMaxChunks = 64;  // workspace slices; items are dealt round-r
 // (decode: Hkv items), each head's keys are cut into `splits` ranges of >= kSplitKeys rows whose
 // partial softmax states merge afterwards. The split depends only on the shapes, never on the
 // thread count, so results stay identical for any number of threads.
+// 256 keys a split (1024 before): Gemma 3's decode has one KV head and 512-row sliding layers, so
+// at 1024 every layer's attention ran on one thread; at 256 a 2-thread decode is 0.88x the wall
+// time, a 1-thread one ~1.04x (the merge), docs/RESULTS.md 2026-12-03.
 constexpr int64_t kSplitBelowItems = 64;
-constexpr int64_t kSplitKeys = 1024;
+constexpr int64_t kSplitKeys = 256;
 constexpr int64_t kMaxSplits = 64;
 
 struct Plan {
