@@ -61,6 +61,36 @@ def test_kvpress_keeps_what_kvevict_hf_keeps(family, press_cls, method):
         assert_same_kept(got, layer.selection, scores.numpy(), 1e-4, f"layer {i}")
 
 
+@pytest.mark.parametrize("press_cls,method", [(DropKVPress, "dropkv"),
+                                              (lambda **kw: OBCachePress(score="vk", **kw),
+                                               "obcache_vk")])
+@torch.no_grad()
+def test_press_defaults_are_the_librarys_measured_ones(press_cls, method):
+    """window_size / pool left None: the method's defaults (32 queries, max-pooling 11), the
+    same rows as kvevict.hf.press with its defaults."""
+    defaults = kvevict.method_defaults(method)[0]
+    assert (defaults.window, defaults.pool) == (32, "max:11")
+    assert kvevict.method_defaults(method + ":spec")[0].window in (8, 16)
+    model = tiny_model("llama")
+    if model.device.type == "cuda":
+        pytest.skip("the cross-check compares host float32 runs")
+    ids = torch.randint(1, 96, (1, 80), generator=torch.Generator().manual_seed(9))
+    full = DynamicCache()
+    model(ids, past_key_values=full, use_cache=True)
+    cache = DynamicCache()
+    with press_cls(compression_ratio=0.5)(model):
+        model(ids, past_key_values=cache, use_cache=True)
+    with kvevict.hf.press(model, method=method, compression_ratio=0.5) as p:
+        model(ids)
+    for i, layer in enumerate(p.cache.layers):
+        assert cache.layers[i].keys.shape[2] == 40
+        got = kept_rows(full.layers[i].keys, cache.layers[i].keys)
+        scores = kvevict.score(layer_queries(model, i, ids)[:, -32:], full.layers[i].keys[0],
+                               full.layers[i].values[0], method,
+                               scale=model.model.layers[i].self_attn.scaling)
+        assert_same_kept(got, layer.selection, scores.numpy(), 1e-4, f"layer {i}")
+
+
 def layer_queries(model, i, ids):
     """Post-RoPE queries of layer i for the prompt, captured from the attention call."""
     seen = {}
