@@ -37,12 +37,33 @@ double logits_nll(const std::vector<float>& logits, int32_t target) {
   return mx + std::log(sum) - logits[static_cast<size_t>(target)];
 }
 
+namespace {
+
+// The first index of the largest value; a NaN never wins, except a NaN first element.
+int32_t argmax_scalar(const float* x, size_t n) {
+  int32_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+}  // namespace
+
 int32_t argmax(const std::vector<float>& logits) {
   KVEVICT_CHECK(!logits.empty(), "argmax of empty logits");
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  return best;
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  // Two passes that vectorize (the maximum, then its first index) instead of one loop whose
+  // every step depends on the last: a greedy step scans the whole vocabulary (262K for Gemma).
+  // Where a NaN could make the reduction's answer differ from argmax_scalar's (a NaN first, or a
+  // maximum no element equals), the scalar loop answers.
+  if (std::isnan(x[0])) return argmax_scalar(x, n);
+  float mx = x[0];
+#pragma omp simd reduction(max : mx)
+  for (size_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  for (size_t i = 0; i < n; ++i)
+    if (x[i] == mx) return static_cast<int32_t>(i);
+  return argmax_scalar(x, n);
 }
 
 Sampler::Sampler(SamplerOptions opt) : opt_(opt), rng_(opt.seed) {

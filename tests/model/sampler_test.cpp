@@ -18,6 +18,32 @@ TEST(Sampler, GreedyIsArgmaxWithLowerIdTies) {
   EXPECT_EQ(argmax({-5.0f}), 0);
 }
 
+// The vectorized argmax answers what the one-pass loop answers: ties to the lowest id, +-0 and
+// -inf alike, and a NaN anywhere never wins (a NaN first element stays the answer, as before).
+TEST(Sampler, ArgmaxEqualsTheScalarLoopWithTiesInfAndNan) {
+  auto scalar = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (x[i] > x[best]) best = static_cast<int32_t>(i);
+    return best;
+  };
+  const float nan = std::nanf(""), inf = INFINITY;
+  std::vector<std::vector<float>> cases = {
+      {1},         {-inf, -inf},   {0.0f, -0.0f, 0.0f}, {-0.0f, 0.0f},     {nan, 5, 7},
+      {3, nan, 7}, {3, 7, nan, 7}, {nan, nan},          {-inf, nan, -inf}, {2, inf, inf, 1}};
+  uint32_t state = 12345;
+  for (int c = 0; c < 40; ++c) {
+    std::vector<float> x(1 + (c * 977) % 3001);
+    for (auto& v : x) {
+      state = state * 1664525u + 1013904223u;
+      v = static_cast<float>(state >> 24) / 16.0f;  // many ties
+    }
+    if (c % 4 == 1) x[(c * 31) % x.size()] = nan;
+    cases.push_back(x);
+  }
+  for (const auto& x : cases) EXPECT_EQ(argmax(x), scalar(x)) << "size " << x.size();
+}
+
 TEST(Sampler, SeededRunsRepeatAndSeedsDiffer) {
   const std::vector<float> logits = {1.0f, 1.2f, 0.7f, 1.1f, 0.9f, 1.05f, 0.8f};
   SamplerOptions o;
