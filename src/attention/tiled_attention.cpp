@@ -29,11 +29,13 @@ constexpr int64_t kMaxChunks = 64;  // workspace slices; items are dealt round-r
 // (decode: Hkv items), each head's keys are cut into `splits` ranges of >= kSplitKeys rows whose
 // partial softmax states merge afterwards. The split depends only on the shapes, never on the
 // thread count, so results stay identical for any number of threads.
-// 256 keys a split (1024 before): Gemma 3's decode has one KV head and 512-row sliding layers, so
-// at 1024 every layer's attention ran on one thread; at 256 a 2-thread decode is 0.88x the wall
-// time, a 1-thread one ~1.04x (the merge), docs/RESULTS.md 2026-12-03.
+// One query tile (decode) splits every 256 keys: Gemma 3's decode has one KV head and 512-row
+// sliding layers, so at 1024 every layer's attention ran on one thread (at 256 a 2-thread decode
+// is 0.88x the wall time, a 1-thread one ~1.04x: the merge; docs/RESULTS.md 2026-12-03). Several
+// query tiles (prefill chunks) keep 1024: more splits there only grow the partial buffers.
 constexpr int64_t kSplitBelowItems = 64;
-constexpr int64_t kSplitKeys = 256;
+constexpr int64_t kSplitKeys = 1024;
+constexpr int64_t kSplitKeysOneTile = 256;
 constexpr int64_t kMaxSplits = 64;
 
 struct Plan {
@@ -65,7 +67,8 @@ Plan make_plan(const AttentionProblem& pb) {
   if (p.hkv * p.q_tiles < kSplitBelowItems) {
     int64_t longest = 0;
     for (int h = 0; h < p.hkv; ++h) longest = std::max(longest, pb.cache.lens[h]);
-    p.splits = std::clamp<int64_t>(longest / kSplitKeys, 1, kMaxSplits);
+    const int64_t keys = p.q_tiles == 1 ? kSplitKeysOneTile : kSplitKeys;
+    p.splits = std::clamp<int64_t>(longest / keys, 1, kMaxSplits);
   }
   p.items = p.hkv * p.q_tiles * p.splits;
   p.chunks = std::min(p.items, kMaxChunks);
