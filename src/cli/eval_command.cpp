@@ -221,13 +221,13 @@ int list_methods(const EvalArgs& a) {
   for (const auto& n : eval::expand_method_groups(names)) {
     const eval::MethodConfig m =
         eval::MethodConfig::make(n, Budget{0.5}, a.window.value_or(0), a.pool);
-    const bool windowed = !m.is_full() && m.spec.score.needs_queries() &&
-                          m.spec.score.aggregate == Aggregate::kWindow;
+    // A windowed query score takes the question as its window in query-aware mode unless pinned.
+    const char* aware = m.window_is_question(1)     ? "question"
+                        : m.aggregate() == "snapkv" ? "same"
+                                                    : "none";
     j.push_back({{"setting", n},
                  {"window", m.window()},
-                 {"window_in_query_aware", !windowed           ? "none"
-                                           : m.spec.pin_window ? "same"
-                                                               : "question"},
+                 {"window_in_query_aware", aware},
                  {"pooling", m.pooling()},
                  {"policy", m.policy()},
                  {"aggregate", m.aggregate()},

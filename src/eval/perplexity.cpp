@@ -124,7 +124,7 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
     r.decode_score = m.is_full() ? "none"
                      : m.spec.score.method == Method::kStreamingLLM
                          ? "recent"
-                         : decode_score_name(DecodeEviction::make(m.spec, 1 << 20).options.score);
+                         : decode_score_name(DecodeEviction::score_of(m.spec));
     r.policy = m.policy();
     r.chunks = static_cast<int64_t>(chunks.size());
     r.chunk_tokens = chunks.front().size();

@@ -37,6 +37,23 @@ std::string PrefillEviction::describe() const {
   return score.describe() + " " + select.describe();
 }
 
+DecodeScore DecodeEviction::score_of(const MethodSpec& spec) {
+  switch (spec.score.method) {
+    case Method::kDropKV: return DecodeScore::kDropKV;
+    case Method::kObcacheV: return DecodeScore::kObcacheV;
+    case Method::kObcacheK: return DecodeScore::kObcacheK;
+    case Method::kObcacheVK: return DecodeScore::kObcacheVK;
+    case Method::kH2O:
+    case Method::kSnapKV:
+    case Method::kStreamingLLM: return DecodeScore::kAttentionSum;
+    case Method::kTOVA: return DecodeScore::kTOVA;
+    default:
+      KVEVICT_FAIL("method ", method_name(spec.score.method),
+                   " has no decode-time form; expected one of dropkv, obcache_v, obcache_k, "
+                   "obcache_vk, h2o, snapkv, adakv, tova, streamingllm");
+  }
+}
+
 DecodeEviction DecodeEviction::make(const MethodSpec& spec, int64_t budget_tokens,
                                     const DecodeEvictionOptions& opt) {
   DecodeEviction ev;
@@ -46,26 +63,13 @@ DecodeEviction DecodeEviction::make(const MethodSpec& spec, int64_t budget_token
   o.slack = opt.slack;
   o.recent = opt.recent;
   o.sink = opt.sink;
-  switch (spec.score.method) {
-    case Method::kDropKV: o.score = DecodeScore::kDropKV; break;
-    case Method::kObcacheV: o.score = DecodeScore::kObcacheV; break;
-    case Method::kObcacheK: o.score = DecodeScore::kObcacheK; break;
-    case Method::kObcacheVK: o.score = DecodeScore::kObcacheVK; break;
-    case Method::kH2O:
-    case Method::kSnapKV: o.score = DecodeScore::kAttentionSum; break;
-    case Method::kTOVA: o.score = DecodeScore::kTOVA; break;
-    case Method::kStreamingLLM:
-      // Sinks + the most recent: every kept row is protected, so the score never decides.
-      o.score = DecodeScore::kAttentionSum;
-      o.sink = spec.sink;
-      KVEVICT_CHECK(o.budget > o.sink, "streamingllm decode budget ", o.budget, " must exceed its ",
-                    o.sink, " sink tokens");
-      o.recent = static_cast<int>(o.budget - o.sink);
-      break;
-    default:
-      KVEVICT_FAIL("method ", method_name(spec.score.method),
-                   " has no decode-time form; expected one of dropkv, obcache_v, obcache_k, "
-                   "obcache_vk, h2o, snapkv, adakv, tova, streamingllm");
+  o.score = score_of(spec);
+  if (spec.score.method == Method::kStreamingLLM) {
+    // Sinks + the most recent: every kept row is protected, so the score never decides.
+    o.sink = spec.sink;
+    KVEVICT_CHECK(o.budget > o.sink, "streamingllm decode budget ", o.budget, " must exceed its ",
+                  o.sink, " sink tokens");
+    o.recent = static_cast<int>(o.budget - o.sink);
   }
   o.validate();
   return ev;

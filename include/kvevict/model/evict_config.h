@@ -47,6 +47,9 @@ struct DecodeEviction {
   // Other methods have no decode-time form: throws naming them.
   static DecodeEviction make(const MethodSpec& spec, int64_t budget_tokens,
                              const DecodeEvictionOptions& opt = {});
+  // The step score of that form (streamingllm: attention sum, though its protected rows mean the
+  // score never decides); throws as make() does for methods without a decode-time form.
+  static DecodeScore score_of(const MethodSpec& spec);
   std::string describe() const;
 };
 
