@@ -49,7 +49,7 @@ merged by `kvevict merge`; none: one a run]; SWEEP_CALLS [1] device calls the sw
 (call the step that many times); CORE_SHARE [0.65] of the sweep's time for group core;
 PPL_MODELS [gemma3]; PPL_METHODS [full,dropkv,obcache_v,obcache_k,obcache_vk,h2o,tova,
 streamingllm]; PPL_BUDGETS [128,256,512,1024,2048]; PPL_CHUNK [8192, at most the model's
-context]; PPL_CHUNKS [1]; ANALYZE_LENGTHS [1024,2048,4096,8192]; ANALYZE_QUERIES [4].
+context]; PPL_CHUNKS [32 on cuda: one batch; 1 on cpu]; ANALYZE_LENGTHS [1024,2048,4096,8192]; ANALYZE_QUERIES [4].
 "auto" sample counts are sized from the costs measured by the earlier steps of this state
 (the results' cost tables and each run's wall time), else from the first GPU sweep's costs.
 """
@@ -624,7 +624,7 @@ class Protocol:
     def step_ppl(self):
         methods = env("PPL_METHODS", "full,dropkv,obcache_v,obcache_k,obcache_vk,h2o,tova,streamingllm")
         budgets = env("PPL_BUDGETS", "128,256,512,1024,2048")
-        chunks = env("PPL_CHUNKS", "1")
+        chunks = env("PPL_CHUNKS", "32" if self.device == "cuda" else "1")
         d = os.path.join(self.state, "ppl")
         runs = []
         for m in env_list("PPL_MODELS", "gemma3"):
@@ -633,7 +633,10 @@ class Protocol:
             for meth in methods.split(","):
                 n_set = 1 if meth == "full" else len(budgets.split(","))
                 name = f"{m}_{meth}"
-                est = self.overhead(m) + n_set * int(chunks) * chunk * step_s * 1.5
+                # The GPU decodes up to 32 chunks as one batch (SessionModel::kGpuPplRows): a
+                # batch step costs about one step of a single chunk (launch-bound).
+                batches = math.ceil(int(chunks) / 32) if self.device == "cuda" else int(chunks)
+                est = self.overhead(m) + n_set * batches * chunk * step_s * 1.5
                 runs.append((name, [self.kv, "ppl", "-m", self.model_file(m), "--device", self.device,
                                     "--methods", meth, "--budgets", budgets, "--chunk", str(chunk),
                                     "--chunks", chunks, "--out", os.path.join(d, name + ".json"),

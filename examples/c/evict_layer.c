@@ -8,7 +8,7 @@
 
 #include "kvevict/kvevict.h"
 
-enum { HQ = 8, HKV = 2, N = 1000, W = 8, D = 64 };
+enum { HQ = 8, HKV = 2, N = 1000, W = 32, D = 64 }; /* W: adadropkv's measured window */
 
 /* Uniform(-1, 1) from a 64-bit LCG: reproducible everywhere. */
 static float next_uniform(uint64_t* s) {

@@ -14,7 +14,7 @@
 int main(int argc, char** argv) {
   const std::string backend_name = argc > 1 ? argv[1] : "cpu";
   const int hq = 8, hkv = 2, d = 64;  // GQA: 4 query heads a KV head
-  const int64_t n = 1000, w = 8;      // tokens in the cache, window queries kept
+  const int64_t n = 1000, w = 32;     // tokens in the cache, window queries kept
   std::mt19937 rng(0);
   std::normal_distribution<float> normal;
   std::vector<float> q(hq * w * d), k(hkv * n * d), v(hkv * n * d);
@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   try {
     auto backend = backend_name == "reference" ? kvevict::make_reference_backend()
                                                : kvevict::make_cpu_backend();
-    kvevict::MethodSpec m = kvevict::method_parse("adadropkv");  // SPEC defaults: w 8, adakv
+    kvevict::MethodSpec m =
+        kvevict::method_parse("adadropkv");  // measured defaults: w 32, max:11, adakv
     kvevict::SelectOptions sel;
     sel.policy = m.policy;
     sel.budget = kvevict::Budget::parse("0.1");

@@ -10,7 +10,7 @@ import numpy as np
 import kvevict
 
 rng = np.random.default_rng(0)
-hq, hkv, n, d, w = 32, 8, 4096, 128, 8  # the Llama-3.1-8B layer shape, a 4K prompt
+hq, hkv, n, d, w = 32, 8, 4096, 128, 32  # the Llama-3.1-8B layer shape, a 4K prompt, dropkv's window
 q = rng.standard_normal((hq, w, d), dtype=np.float32)
 k = rng.standard_normal((hkv, n, d), dtype=np.float32)
 v = rng.standard_normal((hkv, n, d), dtype=np.float32)

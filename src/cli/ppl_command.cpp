@@ -30,6 +30,8 @@ struct PplArgs {
   int slack = 0;
   int recent = 32;
   int64_t bucket = 512;
+  int bootstrap = 2000;
+  uint64_t bootstrap_seed = 2026;
   std::string out, markdown;
   bool json = false;
 };
@@ -46,6 +48,10 @@ int run_ppl_command(const PplArgs& a) {
   dopt.slack = a.slack;
   dopt.recent = a.recent;
   for (const auto& m : methods) eval::decode_eviction_for(m, dopt);  // checks names
+  eval::BootstrapOptions boot;
+  boot.resamples = a.bootstrap;
+  boot.seed = a.bootstrap_seed;
+  boot.validate();
   check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
   ModelInfo info = a.model.inspect();
   KVEVICT_CHECK(a.chunk <= info.config.context_length, "--chunk ", a.chunk, " exceeds ",
@@ -84,8 +90,9 @@ int run_ppl_command(const PplArgs& a) {
   eval::SessionModel runner(a.model.runtime(model), std::move(info.tokenizer), methods,
                             model->config().name);
   ProgressBar bar("ppl", static_cast<int64_t>(spans.size() * methods.size()), !a.json);
-  eval::PplRun run = eval::run_ppl(runner, tokens, spans, methods, dopt, a.bucket,
-                                   [&](const eval::Progress& p) { bar.update(p.done); });
+  eval::PplRun run = eval::run_ppl(
+      runner, tokens, spans, methods, dopt, a.bucket,
+      [&](const eval::Progress& p) { bar.update(p.done); }, boot);
   bar.finish();
   run.model = runner.name();
   run.source = "austen (6 novels, r-cran-janeaustenr)";
@@ -117,6 +124,12 @@ Runner add_ppl_command(CLI::App& app) {
       ->capture_default_str();
   add_integer(*cmd, "--bucket", a->bucket, int64_t{1}, kMaxTokens,
               "Report ppl per position bucket of this many tokens")
+      ->capture_default_str();
+  cmd->add_option("--bootstrap", a->bootstrap,
+                  "Bootstrap resamples of the 95% intervals over chunks (0 = none; needs "
+                  ">= 2 chunks)")
+      ->capture_default_str();
+  cmd->add_option("--bootstrap-seed", a->bootstrap_seed, "Seed of the bootstrap resamples")
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Write the results JSON here");
   cmd->add_option("--markdown", a->markdown, "Write the markdown table here");

@@ -223,6 +223,55 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   }
 }
 
+// One block a row: nll[r] = logsumexp(logits[r, :V]) - logits[r, targets[r]] (logits_nll's value),
+// from per-thread online (max, sum) pairs merged by shuffles. Any NaN in the row gives NaN.
+__global__ void __launch_bounds__(kArgmaxThreads)
+    row_nll_kernel(const float* logits, int64_t V, const int32_t* targets, float* nll) {
+  __shared__ float part_m[32], part_s[32];
+  __shared__ int part_nan[32];
+  const float* row = logits + blockIdx.x * V;
+  float m = -INFINITY, sum = 0.f;
+  int nan = 0;
+  for (int64_t i = threadIdx.x; i < V; i += kArgmaxThreads) {
+    const float x = row[i];
+    nan |= isnan(x);
+    if (x > m) {
+      sum = sum * expf(m - x) + 1.f;
+      m = x;
+    } else if (x != -INFINITY) {  // -inf adds nothing (and -inf - -inf would be NaN)
+      sum += expf(x - m);
+    }
+  }
+  auto merge = [](float& m0, float& s0, float m1, float s1) {
+    const float mm = fmaxf(m0, m1);
+    if (mm == -INFINITY) return;  // both empty
+    s0 = s0 * expf(m0 - mm) + s1 * expf(m1 - mm);
+    m0 = mm;
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, o);
+    const float os = __shfl_xor_sync(0xffffffffu, sum, o);
+    nan |= __shfl_xor_sync(0xffffffffu, nan, o);
+    merge(m, sum, om, os);
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) part_m[warp] = m, part_s[warp] = sum, part_nan[warp] = nan;
+  __syncthreads();
+  if (warp == 0) {
+    constexpr int kWarps = kArgmaxThreads / 32;
+    m = lane < kWarps ? part_m[lane] : -INFINITY;
+    sum = lane < kWarps ? part_s[lane] : 0.f;
+    nan = lane < kWarps ? part_nan[lane] : 0;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float om = __shfl_xor_sync(0xffffffffu, m, o);
+      const float os = __shfl_xor_sync(0xffffffffu, sum, o);
+      nan |= __shfl_xor_sync(0xffffffffu, nan, o);
+      merge(m, sum, om, os);
+    }
+    if (lane == 0) nll[blockIdx.x] = nan ? NAN : m + logf(sum) - row[targets[blockIdx.x]];
+  }
+}
+
 // splitmix64, as in src/model/weights.cpp: element i of a tensor depends only on (seed, i).
 __device__ __forceinline__ uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -318,6 +367,13 @@ cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids,
                           cudaStream_t stream) {
   if (R <= 0) return cudaSuccess;
   argmax_kernel<<<R, kArgmaxThreads, 0, stream>>>(logits, V, ids);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_row_nll(const float* logits, int R, int64_t V, const int32_t* targets,
+                           float* nll, cudaStream_t stream) {
+  if (R <= 0) return cudaSuccess;
+  row_nll_kernel<<<R, kArgmaxThreads, 0, stream>>>(logits, V, targets, nll);
   return cudaGetLastError();
 }
 

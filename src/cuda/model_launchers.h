@@ -71,6 +71,10 @@ cudaError_t launch_heads_to_rows(const float* in, int Hq, int T, int d, bf16* ou
                                  cudaStream_t stream);
 // ids[r] = argmax of logits[r, :V] (ties toward the lower id); rows r < R.
 cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids, cudaStream_t stream);
+// nll[r] = logsumexp(logits[r, :V]) - logits[r, targets[r]] (NaN when the row holds a NaN);
+// rows r < R, targets device [R] in [0, V).
+cudaError_t launch_row_nll(const float* logits, int R, int64_t V, const int32_t* targets,
+                           float* nll, cudaStream_t stream);
 // The values of Model::random's random_tensor(seed, stddev) for elements [0, n), as bf16, into
 // out[0, n) (or as f32 into out_f32 when non-null).
 cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* out, float* out_f32,

@@ -1,5 +1,6 @@
 #include "eval/perplexity.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -86,35 +87,49 @@ std::vector<PplAccumulator::Bucket> PplAccumulator::buckets() const {
 PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
                const std::vector<TokenSpan>& chunks, const std::vector<MethodConfig>& methods,
                const DecodeEvictionOptions& decode, int64_t bucket_tokens,
-               const ProgressFn& progress) {
+               const ProgressFn& progress, const BootstrapOptions& bootstrap) {
+  bootstrap.validate();
   KVEVICT_CHECK(!chunks.empty(), "no perplexity chunks; expected at least one");
   KVEVICT_CHECK(!methods.empty(), "no methods for perplexity; expected at least one");
   PplRun run;
   run.model = model.name();
   run.decode = decode;
+  run.bootstrap = bootstrap;
   Progress pr;
   pr.total = static_cast<int64_t>(chunks.size() * methods.size());
   const auto start = std::chrono::steady_clock::now();
   for (const auto& m : methods) {
     PplAccumulator acc(bucket_tokens);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      const TokenSpan& span = chunks[c];
-      KVEVICT_CHECK(
-          span.begin >= 0 && span.end <= static_cast<int64_t>(tokens.size()) && span.size() >= 2,
-          "chunk [", span.begin, ", ", span.end, ") is outside the ", tokens.size(),
-          " tokens or shorter than 2; expected spans from ppl_chunks()");
-      const std::vector<int32_t> chunk(tokens.begin() + span.begin, tokens.begin() + span.end);
-      const std::vector<double> nlls = model.token_nlls(chunk, m, decode);
-      KVEVICT_CHECK(static_cast<int64_t>(nlls.size()) == span.size() - 1, "the model returned ",
-                    nlls.size(), " NLLs for a chunk of ", span.size(), " tokens; expected ",
-                    span.size() - 1);
-      acc.add_chunk(nlls);
-      ++pr.done;
+    std::vector<double> chunk_nll;
+    const size_t group = static_cast<size_t>(std::max(1, model.texts_per_call()));
+    for (size_t c0 = 0; c0 < chunks.size(); c0 += group) {
+      std::vector<std::vector<int32_t>> texts;
+      for (size_t c = c0; c < std::min(chunks.size(), c0 + group); ++c) {
+        const TokenSpan& span = chunks[c];
+        KVEVICT_CHECK(
+            span.begin >= 0 && span.end <= static_cast<int64_t>(tokens.size()) && span.size() >= 2,
+            "chunk [", span.begin, ", ", span.end, ") is outside the ", tokens.size(),
+            " tokens or shorter than 2; expected spans from ppl_chunks()");
+        texts.emplace_back(tokens.begin() + span.begin, tokens.begin() + span.end);
+      }
+      const std::vector<std::vector<double>> nlls = model.token_nlls(texts, m, decode);
+      KVEVICT_CHECK(nlls.size() == texts.size(), "the model returned NLLs of ", nlls.size(),
+                    " chunks for ", texts.size(), "; expected one list a chunk");
+      for (size_t t = 0; t < texts.size(); ++t) {
+        KVEVICT_CHECK(nlls[t].size() + 1 == texts[t].size(), "the model returned ", nlls[t].size(),
+                      " NLLs for a chunk of ", texts[t].size(), " tokens; expected ",
+                      texts[t].size() - 1);
+        acc.add_chunk(nlls[t]);
+        double sum = 0;
+        for (double x : nlls[t]) sum += x;
+        chunk_nll.push_back(sum / static_cast<double>(nlls[t].size()));
+      }
+      pr.done += static_cast<int64_t>(texts.size());
       pr.elapsed_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       pr.eta_s =
           pr.elapsed_s / static_cast<double>(pr.done) * static_cast<double>(pr.total - pr.done);
-      pr.current = "ppl chunk " + std::to_string(c) + " " + m.label();
+      pr.current = "ppl chunk " + std::to_string(c0 + texts.size() - 1) + " " + m.label();
       if (progress) progress(pr);
     }
     PplResult r;
@@ -132,15 +147,75 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
     r.nll = acc.mean_nll();
     r.ppl = acc.ppl();
     r.buckets = acc.buckets();
+    r.chunk_nll = chunk_nll;
+    if (chunk_nll.size() >= 2 && bootstrap.resamples > 0) {
+      const Interval nll = bootstrap_mean(chunk_nll, bootstrap, stream_key("ppl " + m.label()));
+      r.ppl_interval = {std::exp(nll.estimate), std::exp(nll.low), std::exp(nll.high), nll.n};
+    } else {
+      r.ppl_interval.estimate = r.ppl;
+      r.ppl_interval.n = static_cast<int64_t>(chunk_nll.size());
+    }
     run.results.push_back(r);
   }
   return run;
 }
 
+namespace {
+nlohmann::json finite_or_null(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nullptr;
+}
+
+std::string interval_text(const BootstrapOptions& b) {
+  if (b.resamples == 0) return "none (bootstrap off)";
+  std::ostringstream os;
+  os << b.level * 100 << "% percentile bootstrap over chunks (paired by chunk for ratios), "
+     << b.resamples << " resamples, seed " << b.seed << "; none with one chunk";
+  return os.str();
+}
+}  // namespace
+
+std::vector<PplPaired> ppl_paired(const PplRun& run, const std::string& baseline) {
+  std::vector<PplPaired> out;
+  for (const PplResult& a : run.results) {
+    if (a.method == baseline || a.method == "full") continue;
+    for (const PplResult& b : run.results) {
+      if (b.method != baseline || b.budget != a.budget ||
+          b.chunk_nll.size() != a.chunk_nll.size() || a.chunk_nll.size() < 2)
+        continue;
+      std::vector<std::vector<std::pair<double, double>>> pairs(1);
+      for (size_t c = 0; c < a.chunk_nll.size(); ++c)
+        pairs[0].emplace_back(a.chunk_nll[c], b.chunk_nll[c]);
+      PplPaired p;
+      p.method = a.method;
+      p.baseline = baseline;
+      p.budget = a.budget;
+      const PairedDifference d = paired_difference(
+          pairs, run.bootstrap, stream_key("ppl paired " + a.method + " " + a.budget));
+      p.ratio = {std::exp(d.diff.estimate), std::exp(d.diff.low), std::exp(d.diff.high), d.diff.n};
+      p.chunks_better = d.b_better;  // the method's NLL below the baseline's: a lower ppl
+      p.chunks_equal = d.equal;
+      p.chunks_worse = d.a_better;
+      out.push_back(p);
+    }
+  }
+  return out;
+}
+
 std::string ppl_to_json(const PplRun& run, int indent) {
   using nlohmann::json;
   json arr = json::array();
+  const std::vector<PplPaired> paired = ppl_paired(run);
   for (const auto& r : run.results) {
+    json vs = nullptr;
+    for (const PplPaired& p : paired)
+      if (p.method == r.method && p.budget == r.budget)
+        vs = {{"baseline", p.baseline},
+              {"ppl_ratio", p.ratio.estimate},
+              {"low", finite_or_null(p.ratio.low)},
+              {"high", finite_or_null(p.ratio.high)},
+              {"chunks_better", p.chunks_better},
+              {"chunks_equal", p.chunks_equal},
+              {"chunks_worse", p.chunks_worse}};
     json buckets = json::array();
     for (const auto& b : r.buckets)
       buckets.push_back({{"start", b.start}, {"end", b.end}, {"tokens", b.count}, {"ppl", b.ppl}});
@@ -159,6 +234,11 @@ std::string ppl_to_json(const PplRun& run, int indent) {
                    {"evaluated_tokens", r.evaluated_tokens},
                    {"nll", r.nll},
                    {"ppl", r.ppl},
+                   {"ppl_low", finite_or_null(r.ppl_interval.low)},
+                   {"ppl_high", finite_or_null(r.ppl_interval.high)},
+                   {"interval", interval_text(run.bootstrap)},
+                   {"chunk_nll", r.chunk_nll},
+                   {"paired", vs},
                    {"buckets", buckets}});
   }
   return arr.dump(indent) + "\n";
@@ -169,15 +249,35 @@ std::string ppl_to_markdown(const PplRun& run) {
   md << "# Perplexity with decode-time eviction\n\n";
   md << "- model: " << run.model << "\n- text: " << run.source << "\n- seed: " << run.seed
      << "\n- decode eviction: slack " << run.decode.slack << ", recent " << run.decode.recent
-     << ", sink " << run.decode.sink << "\n- query mode: query-agnostic (decode-time)\n\n";
-  md << "| method | budget | decode score | policy | chunk tokens | chunks | tokens | ppl |\n";
-  md << "|---|---|---|---|---|---|---|---|\n";
-  char buf[64];
+     << ", sink " << run.decode.sink << "\n- query mode: query-agnostic (decode-time)\n";
+  md << "- intervals: " << interval_text(run.bootstrap) << "\n\n";
+  md << "| method | budget | decode score | policy | chunk tokens | chunks | tokens | ppl | 95% "
+        "interval |\n";
+  md << "|---|---|---|---|---|---|---|---|---|\n";
+  char buf[64], ci[96];
   for (const auto& r : run.results) {
     std::snprintf(buf, sizeof(buf), "%.3f", r.ppl);
+    if (r.ppl_interval.has_interval())
+      std::snprintf(ci, sizeof(ci), "[%.3f, %.3f]", r.ppl_interval.low, r.ppl_interval.high);
+    else
+      std::snprintf(ci, sizeof(ci), "-");
     md << "| " << r.method << " | " << r.budget << " | " << r.decode_score << " | " << r.policy
        << " | " << r.chunk_tokens << " | " << r.chunks << " | " << r.evaluated_tokens << " | "
-       << buf << " |\n";
+       << buf << " | " << ci << " |\n";
+  }
+  const std::vector<PplPaired> paired = ppl_paired(run);
+  if (!paired.empty()) {
+    md << "\nPaired by chunk against " << paired.front().baseline
+       << " at the same budget (ppl ratio = exp of the mean per-chunk NLL difference; < 1: "
+          "the method predicts better):\n\n";
+    md << "| method | budget | ppl ratio | 95% interval | chunks better / equal / worse |\n";
+    md << "|---|---|---|---|---|\n";
+    for (const PplPaired& p : paired) {
+      std::snprintf(buf, sizeof(buf), "%.4f", p.ratio.estimate);
+      std::snprintf(ci, sizeof(ci), "[%.4f, %.4f]", p.ratio.low, p.ratio.high);
+      md << "| " << p.method << " | " << p.budget << " | " << buf << " | " << ci << " | "
+         << p.chunks_better << " / " << p.chunks_equal << " / " << p.chunks_worse << " |\n";
+    }
   }
   return md.str();
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "eval/runner.h"
+#include "eval/stats.h"
 #include "kvevict/model/evict_config.h"
 #include "kvevict/tokenizer.h"
 
@@ -66,12 +67,14 @@ class PplModel {
  public:
   virtual ~PplModel() = default;
   virtual std::string name() const = 0;
-  // Feeds tokens[0..n) one at a time from an empty cache, evicting with `method` (the budget is a
-  // token count per head; "full" never evicts), and returns the NLL of tokens[i + 1] given
-  // tokens[0..i] for i = 0..n-2 (n - 1 values).
-  virtual std::vector<double> token_nlls(const std::vector<int32_t>& tokens,
-                                         const MethodConfig& method,
-                                         const DecodeEvictionOptions& decode) = 0;
+  // Feeds each text one token at a time from an empty cache, evicting with `method` (the budget
+  // is a token count per head; "full" never evicts), and returns per text the NLL of
+  // texts[t][i + 1] given texts[t][0..i] for i = 0..n-2 (n - 1 values).
+  virtual std::vector<std::vector<double>> token_nlls(
+      const std::vector<std::vector<int32_t>>& texts, const MethodConfig& method,
+      const DecodeEvictionOptions& decode) = 0;
+  // How many texts one token_nlls call should get (a GPU decodes them as one batch).
+  virtual int texts_per_call() const { return 1; }
 };
 
 struct PplResult {
@@ -84,6 +87,11 @@ struct PplResult {
   int64_t evaluated_tokens = 0;
   double nll = 0.0;  // mean
   double ppl = 0.0;
+  // Each chunk's mean NLL, in chunk order (every method runs the same chunks, so two methods'
+  // lists pair up), and ppl's 95% interval: exp of the bootstrap interval of the mean of the
+  // chunk means (equal-length chunks: that mean is `nll`), resampling chunks. NaN with one chunk.
+  std::vector<double> chunk_nll;
+  Interval ppl_interval;
   std::vector<PplAccumulator::Bucket> buckets;
 };
 
@@ -92,14 +100,28 @@ struct PplRun {
   std::string source;  // "austen (6 novels, r-cran-janeaustenr)"
   uint64_t seed = 0;
   DecodeEvictionOptions decode;
+  BootstrapOptions bootstrap;
   std::vector<PplResult> results;
 };
 
-// Runs every method on the same chunks; progress counts chunks x methods.
+// Runs every method on the same chunks, model.texts_per_call() chunks a call; progress counts
+// chunks x methods.
 PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
                const std::vector<TokenSpan>& chunks, const std::vector<MethodConfig>& methods,
                const DecodeEvictionOptions& decode, int64_t bucket_tokens = 1024,
-               const ProgressFn& progress = nullptr);
+               const ProgressFn& progress = nullptr, const BootstrapOptions& bootstrap = {});
+
+// A method against a baseline at the same budget on the same chunks: the ratio of their ppl
+// (exp of the mean per-chunk NLL difference) with the paired bootstrap interval, and how many
+// chunks the method predicts better (lower NLL), equally, worse. Needs >= 2 chunks.
+struct PplPaired {
+  std::string method, baseline, budget;
+  Interval ratio;
+  int64_t chunks_better = 0, chunks_equal = 0, chunks_worse = 0;
+};
+// Every evicting method but the baseline against the baseline (streamingllm: the most recent
+// tokens, which any score must beat to be worth computing), where both ran at that budget.
+std::vector<PplPaired> ppl_paired(const PplRun& run, const std::string& baseline = "streamingllm");
 
 // The "ppl" section of the results JSON (see report.h) as a JSON array text, and a markdown table
 // naming model, chunk length, budget, method, decode score, decode settings and seed.

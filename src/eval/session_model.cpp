@@ -95,21 +95,16 @@ Generation SessionModel::answer(PrefillState& state, const MethodConfig& method,
   return answer_all(state, {method}, question_tokens, mode, max_new_tokens, question)[0];
 }
 
-std::vector<double> SessionModel::token_nlls(const std::vector<int32_t>& tokens,
-                                             const MethodConfig& method,
-                                             const DecodeEvictionOptions& decode) {
-  KVEVICT_CHECK(tokens.size() >= 2, "perplexity needs at least 2 tokens; got ", tokens.size());
+std::vector<std::vector<double>> SessionModel::token_nlls(
+    const std::vector<std::vector<int32_t>>& texts, const MethodConfig& method,
+    const DecodeEvictionOptions& decode) {
   EvictConfig cfg;
   cfg.decode = decode_eviction_for(method, decode);
-  auto session = runtime_->session(static_cast<int64_t>(tokens.size()));
-  session->prefill({tokens[0]}, cfg);
-  std::vector<double> nlls;
-  nlls.reserve(tokens.size() - 1);
-  for (size_t i = 0; i + 1 < tokens.size(); ++i) {
-    nlls.push_back(session->nll(tokens[i + 1]));
-    if (i + 2 < tokens.size()) session->decode(tokens[i + 1]);
-  }
-  return nlls;
+  return runtime_->token_nlls(texts, cfg);
+}
+
+int SessionModel::texts_per_call() const {
+  return runtime_->device() == Device::kCuda ? kGpuPplRows : 1;
 }
 
 }  // namespace kvevict::eval

@@ -39,8 +39,12 @@ class SessionModel : public EvalModel, public PplModel {
   std::vector<Generation> answer_all(PrefillState& state, const std::vector<MethodConfig>& methods,
                                      const std::vector<int32_t>& question_tokens, QueryMode mode,
                                      int max_new_tokens, int question_window) override;
-  std::vector<double> token_nlls(const std::vector<int32_t>& tokens, const MethodConfig& method,
-                                 const DecodeEvictionOptions& decode) override;
+  std::vector<std::vector<double>> token_nlls(const std::vector<std::vector<int32_t>>& texts,
+                                              const MethodConfig& method,
+                                              const DecodeEvictionOptions& decode) override;
+  // The GPU decodes kGpuPplRows chunks as one batch (a row each); the CPU one at a time.
+  int texts_per_call() const override;
+  static constexpr int kGpuPplRows = 32;
 
  private:
   std::shared_ptr<const ModelRuntime> runtime_;

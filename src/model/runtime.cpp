@@ -94,19 +94,40 @@ std::vector<BatchAnswer> ModelRuntime::answer_batch(
   return out;
 }
 
-int64_t kept_rows_per_head(const ModelConfig& cfg,
+std::vector<std::vector<double>> ModelRuntime::token_nlls(
+    const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const {
+  KVEVICT_CHECK(!evict.prefill.enabled,
+                "token_nlls evicts while decoding only; expected no prefill eviction");
+  std::vector<std::vector<double>> out;
+  out.reserve(texts.size());
+  for (const auto& tokens : texts) {
+    KVEVICT_CHECK(tokens.size() >= 2, "perplexity needs at least 2 tokens a text; got ",
+                  tokens.size());
+    auto session = this->session(static_cast<int64_t>(tokens.size()));
+    session->prefill({tokens[0]}, evict);
+    std::vector<double>& nlls = out.emplace_back();
+    nlls.reserve(tokens.size() - 1);
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      nlls.push_back(session->nll(tokens[i + 1]));
+      if (i + 2 < tokens.size()) session->decode(tokens[i + 1]);
+    }
+  }
+  return out;
+}
+
+int64_t kept_rows_per_head(const ModelConfig& config,
                            const std::function<int64_t(int layer)>& rows_of_layer) {
   int64_t rows = 0, layers = 0;
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    if (cfg.is_sliding(l)) continue;
+  for (int l = 0; l < config.n_layers; ++l) {
+    if (config.is_sliding(l)) continue;
     rows += rows_of_layer(l);
     ++layers;
   }
-  return layers == 0 ? 0 : rows / (layers * cfg.n_kv_heads);
+  return layers == 0 ? 0 : rows / (layers * config.n_kv_heads);
 }
 
-int64_t kept_rows_per_head(const InferenceSession& s, const ModelConfig& cfg) {
-  return kept_rows_per_head(cfg, [&s](int l) { return s.kv_rows(l); });
+int64_t kept_rows_per_head(const InferenceSession& session, const ModelConfig& config) {
+  return kept_rows_per_head(config, [&session](int l) { return session.kv_rows(l); });
 }
 
 }  // namespace kvevict

@@ -137,10 +137,22 @@ int64_t Session::kv_bytes_total() const {
   return b;
 }
 
+// A sliding layer may hold a few rows older than its window (decode trims it only every so many
+// steps, trim_sliding); they are masked by position, so the rows in use, here and in
+// kept_positions, are those the next token can see: positions >= position_ - window.
 int64_t Session::kv_rows(int layer) const {
   const KVLayerView v = caches_[layer].view();
+  const bool sliding = model_->config().is_sliding(layer);
+  const int64_t first_visible = position_ - model_->config().sliding_window;
   int64_t r = 0;
-  for (int h = 0; h < v.num_kv_heads; ++h) r += v.lens[h];
+  for (int h = 0; h < v.num_kv_heads; ++h) {
+    if (!sliding) {
+      r += v.lens[h];
+      continue;
+    }
+    const int32_t* pos = v.pos + v.offsets[h];
+    r += std::count_if(pos, pos + v.lens[h], [&](int32_t p) { return p >= first_visible; });
+  }
   return r;
 }
 
@@ -152,6 +164,11 @@ std::vector<int32_t> Session::kept_positions(int layer, int kv_head) const {
                 " is out of range; expected 0 .. ", v.num_kv_heads - 1);
   std::vector<int32_t> out(v.pos + v.offsets[kv_head],
                            v.pos + v.offsets[kv_head] + v.lens[kv_head]);
+  if (model_->config().is_sliding(layer)) {
+    const int64_t first_visible = position_ - model_->config().sliding_window;
+    out.erase(std::remove_if(out.begin(), out.end(), [&](int32_t p) { return p < first_visible; }),
+              out.end());
+  }
   std::sort(out.begin(), out.end());
   return out;
 }

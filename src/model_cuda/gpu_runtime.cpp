@@ -1,6 +1,7 @@
 // The GPU runtime behind ModelRuntime (runtime.h): one GpuContext (stream + cuda backend) per
 // runtime, a GpuSession per request, GPU snapshots, and answer_batch as one batch of rows.
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "cuda/check.h"
@@ -99,6 +100,30 @@ class GpuRuntime final : public ModelRuntime {
       a.decode_steps = st.decode_tokens / B;
       a.rows_in_batch = B;
       a.batch_evict = st.evict_cost;
+    }
+    return out;
+  }
+
+  // The texts as one batch, a row each (ModelRuntime::token_nlls); texts of unequal lengths go
+  // one length group at a time.
+  std::vector<std::vector<double>> token_nlls(const std::vector<std::vector<int32_t>>& texts,
+                                              const EvictConfig& evict) const override {
+    KVEVICT_CHECK(!evict.prefill.enabled,
+                  "token_nlls evicts while decoding only; expected no prefill eviction");
+    std::vector<std::vector<double>> out(texts.size());
+    std::map<size_t, std::vector<size_t>> by_length;  // length -> text indices
+    for (size_t t = 0; t < texts.size(); ++t) {
+      KVEVICT_CHECK(texts[t].size() >= 2, "perplexity needs at least 2 tokens a text; got ",
+                    texts[t].size());
+      by_length[texts[t].size()].push_back(t);
+    }
+    for (const auto& [n, idx] : by_length) {
+      std::vector<std::vector<int32_t>> group;
+      for (size_t t : idx) group.push_back(texts[t]);
+      // Room for the n - 2 tokens decoded after the first (the last one is only predicted).
+      GpuSession s(ctx_, options(static_cast<int>(group.size()), 1, static_cast<int64_t>(n) - 1));
+      std::vector<std::vector<double>> nlls = s.token_nlls(group, evict);
+      for (size_t j = 0; j < idx.size(); ++j) out[idx[j]] = std::move(nlls[j]);
     }
     return out;
   }

@@ -174,6 +174,12 @@ class GpuSession final : public InferenceSession {
   // `steps` greedy steps entirely on the device (argmax feeds the next step); returns the last
   // tokens. For throughput runs: one host sync at the end.
   std::vector<int32_t> decode_greedy(int steps);
+  // Teacher-forced NLLs of equal-length texts, a row each (texts.size() = batch): prefill_rows
+  // of their first tokens with `evict`, then each step feeds every row its next token;
+  // out[r][i] = NLL of texts[r][i + 1] (ModelRuntime::token_nlls). The NLLs are computed on the
+  // device and download once at the end.
+  std::vector<std::vector<double>> token_nlls(const std::vector<std::vector<int32_t>>& texts,
+                                              const EvictConfig& evict);
   std::vector<float> logits(int row);     // [V] of one row (downloaded)
   int64_t kv_bytes_per_sequence() const;  // row 0
   int64_t position(int row) const;

@@ -973,6 +973,55 @@ std::vector<int32_t> GpuSession::decode_greedy(int steps) {
   return argmax();
 }
 
+std::vector<std::vector<double>> GpuSession::token_nlls(
+    const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) {
+  Impl& s = *impl_;
+  const int B = s.opt.batch;
+  const int64_t V = s.c().vocab_size;
+  KVEVICT_CHECK(static_cast<int>(texts.size()) == B, "token_nlls got ", texts.size(),
+                " texts for a batch of ", B, "; expected one a row");
+  const size_t n = texts[0].size();
+  KVEVICT_CHECK(n >= 2, "perplexity needs at least 2 tokens a text; got ", n);
+  std::vector<std::vector<int32_t>> firsts;
+  for (const auto& t : texts) {
+    KVEVICT_CHECK(t.size() == n, "token_nlls got texts of ", n, " and ", t.size(),
+                  " tokens; expected one length for the batch");
+    s.check_tokens(t);
+    firsts.push_back({t[0]});
+  }
+  prefill_rows(firsts, evict);
+  // targets [steps, B]: step i predicts every row's token i + 1, which step i then feeds.
+  const int64_t steps = static_cast<int64_t>(n) - 1;
+  std::vector<int32_t> targets(static_cast<size_t>(steps) * B);
+  for (int64_t i = 0; i < steps; ++i)
+    for (int b = 0; b < B; ++b) targets[i * B + b] = texts[b][i + 1];
+  DeviceBuffer targets_dev(targets.size() * 4, "nll targets", s.stream(), true);
+  DeviceBuffer nll_dev(targets.size() * 4, "nlls", s.stream(), true);  // [steps, B] f32
+  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(targets_dev.get(), targets.data(), targets.size() * 4,
+                                     cudaMemcpyHostToDevice, s.stream()));
+  EventTimer timer(s.stream());
+  // No host round trip a step: the NLLs stay on the device until the end.
+  for (int64_t i = 0; i < steps; ++i) {
+    const int32_t* step_targets = targets_dev.as<int32_t>() + i * B;
+    KVEVICT_CUDA_CHECK(detail::launch_row_nll(s.logits.as<float>(), B, V, step_targets,
+                                              nll_dev.as<float>() + i * B, s.stream()));
+    if (i + 1 == steps) break;  // the last token's logits predict nothing here
+    KVEVICT_CUDA_CHECK(cudaMemcpyAsync(s.ids.get(), step_targets, static_cast<size_t>(B) * 4,
+                                       cudaMemcpyDeviceToDevice, s.stream()));
+    s.decode_step(s.ids.as<int32_t>(), /*score=*/true);
+  }
+  s.stats.decode_seconds += timer.seconds();
+  s.stats.decode_tokens += (steps - 1) * B;
+  std::vector<float> nll(targets.size());
+  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(nll.data(), nll_dev.get(), nll.size() * 4,
+                                     cudaMemcpyDeviceToHost, s.stream()));
+  KVEVICT_CUDA_CHECK(cudaStreamSynchronize(s.stream()));
+  std::vector<std::vector<double>> out(B, std::vector<double>(static_cast<size_t>(steps)));
+  for (int64_t i = 0; i < steps; ++i)
+    for (int b = 0; b < B; ++b) out[b][i] = nll[i * B + b];
+  return out;
+}
+
 std::vector<float> GpuSession::logits(int row) {
   const Impl& s = *impl_;
   KVEVICT_CHECK(row >= 0 && row < s.opt.batch, "row ", row, " is out of range; expected 0 .. ",

@@ -67,12 +67,19 @@ TEST(PplAccumulator, MatchesHandComputedPerplexity) {
 class FakePplModel : public PplModel {
  public:
   std::string name() const override { return "fake"; }
-  std::vector<double> token_nlls(const std::vector<int32_t>& tokens, const MethodConfig& m,
-                                 const DecodeEvictionOptions& d) override {
+  std::vector<std::vector<double>> token_nlls(const std::vector<std::vector<int32_t>>& texts,
+                                              const MethodConfig& m,
+                                              const DecodeEvictionOptions& d) override {
     EXPECT_EQ(d.recent, 7);
+    EXPECT_LE(static_cast<int>(texts.size()), per_call);
     const double nll = m.is_full() ? 1.0 : 1.0 + 1.0 / m.budget.value;
-    return std::vector<double>(tokens.size() - 1, nll);
+    std::vector<std::vector<double>> out;
+    out.reserve(texts.size());
+    for (const auto& t : texts) out.emplace_back(t.size() - 1, nll);
+    return out;
   }
+  int texts_per_call() const override { return per_call; }
+  int per_call = 1;
 };
 
 TEST(PplRun, EveryMethodOnTheSameChunks) {
@@ -100,6 +107,79 @@ TEST(PplRun, EveryMethodOnTheSameChunks) {
   const std::string md = ppl_to_markdown(run);
   EXPECT_NE(md.find("| h2o | 128 |"), std::string::npos) << md;
   EXPECT_NE(md.find("recent 7"), std::string::npos) << md;
+}
+
+// A model that takes several chunks a call (the GPU's batch) gets each chunk once, in groups of at
+// most texts_per_call, and the run's numbers do not depend on the grouping.
+TEST(PplRun, ChunksGoInGroupsOfTextsPerCall) {
+  std::vector<int32_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 97);
+  const auto chunks = ppl_chunks(1000, 301);  // 3 chunks
+  DecodeEvictionOptions d;
+  d.recent = 7;
+  const auto methods = expand_methods({"full", "h2o"}, {Budget{64}});
+  std::vector<int64_t> done;
+  FakePplModel one, two;
+  two.per_call = 2;
+  const PplRun a = run_ppl(one, tokens, chunks, methods, d, 100);
+  const PplRun b = run_ppl(two, tokens, chunks, methods, d, 100,
+                           [&](const Progress& p) { done.push_back(p.done); });
+  EXPECT_EQ(done, (std::vector<int64_t>{2, 3, 5, 6}));  // 2 + 1 chunks a method
+  ASSERT_EQ(a.results.size(), b.results.size());
+  for (size_t i = 0; i < a.results.size(); ++i) {
+    EXPECT_EQ(a.results[i].evaluated_tokens, b.results[i].evaluated_tokens);
+    EXPECT_DOUBLE_EQ(a.results[i].ppl, b.results[i].ppl);
+  }
+}
+
+// Chunk-level statistics: each chunk's mean NLL in order, ppl's bootstrap interval over chunks
+// (around the estimate; none with a single chunk), and the paired ratio against streamingllm at
+// the same budget (a constant per-chunk NLL gap gives exactly its exp, every chunk better).
+class ChunkVaryingModel : public PplModel {
+ public:
+  std::string name() const override { return "varying"; }
+  std::vector<std::vector<double>> token_nlls(const std::vector<std::vector<int32_t>>& texts,
+                                              const MethodConfig& m,
+                                              const DecodeEvictionOptions&) override {
+    std::vector<std::vector<double>> out;
+    out.reserve(texts.size());
+    for (const auto& t : texts) {
+      const double base = m.is_full() ? 1.0 : m.name == "streamingllm" ? 1.2 : 1.1;
+      out.emplace_back(t.size() - 1, base + 0.05 * (t[0] % 7));
+    }
+    return out;
+  }
+};
+
+TEST(PplRun, ChunkIntervalsAndPairedRatios) {
+  std::vector<int32_t> tokens(1200);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 97);
+  ChunkVaryingModel model;
+  const auto methods = expand_methods({"full", "h2o", "streamingllm"}, {Budget{64}});
+  const PplRun run = run_ppl(model, tokens, ppl_chunks(1200, 100), methods, {}, 100);
+  ASSERT_EQ(run.results.size(), 3u);
+  const PplResult& h2o = run.results[1];
+  ASSERT_EQ(h2o.chunk_nll.size(), 12u);
+  EXPECT_NEAR(h2o.chunk_nll[1], 1.1 + 0.05 * (100 % 97 % 7), 1e-12);  // chunk 1 starts at token 100
+  ASSERT_TRUE(h2o.ppl_interval.has_interval());
+  EXPECT_LT(h2o.ppl_interval.low, h2o.ppl);
+  EXPECT_GT(h2o.ppl_interval.high, h2o.ppl);
+  const auto paired = ppl_paired(run);
+  ASSERT_EQ(paired.size(), 1u);  // h2o vs streamingllm (full has no budget pair)
+  EXPECT_EQ(paired[0].method, "h2o");
+  EXPECT_NEAR(paired[0].ratio.estimate, std::exp(-0.1), 1e-12);
+  EXPECT_NEAR(paired[0].ratio.low, std::exp(-0.1), 1e-12);
+  EXPECT_EQ(paired[0].chunks_better, 12);
+  const auto doc = nlohmann::json::parse(ppl_to_json(run));
+  EXPECT_EQ(doc[1].at("chunk_nll").size(), 12u);
+  EXPECT_NEAR(doc[1].at("paired").at("ppl_ratio").get<double>(), std::exp(-0.1), 1e-12);
+  EXPECT_TRUE(doc[0].at("paired").is_null());
+  EXPECT_NE(ppl_to_markdown(run).find("| h2o | 64 | 0.9048 |"), std::string::npos)
+      << ppl_to_markdown(run);
+  // One chunk: no interval, no pairing.
+  const PplRun one = run_ppl(model, tokens, ppl_chunks(1200, 100, 1), methods, {}, 100);
+  EXPECT_FALSE(one.results[1].ppl_interval.has_interval());
+  EXPECT_TRUE(ppl_paired(one).empty());
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "kvevict/decode_evict.h"
 #include "kvevict/io/gguf.h"
 #include "kvevict/model/model.h"
+#include "kvevict/model/runtime.h"
 #include "kvevict/tokenizer.h"
 #include "model/session.h"
 #include "model/tiny_model.h"
@@ -336,6 +337,53 @@ TEST(GpuRuntimeDecodeEviction, TovaMatchesCpu) {
   check_decode_eviction("tova");
 }
 
+// Perplexity's teacher-forced NLLs (ModelRuntime::token_nlls) with decode-time eviction cutting
+// every step: the GPU's batch (a row a text, NLLs on the device) against each text alone through
+// the session interface on the GPU, and against the CPU runtime. The first NLL of a text follows
+// its own one-token prefill, before any batching or eviction: it must equal the host's
+// double-precision logits_nll to float rounding. Later steps round by the batch's shape (and the
+// CPU by its f32 activations), so each text's mean NLL is compared.
+TEST(GpuRuntimeTokenNlls, BatchEqualsOneAtATimeAndTheCpu) {
+  KVEVICT_REQUIRE_GPU();
+  const ModelConfig c = tiny_config(Arch::kLlama);
+  auto model = bf16_model(c, 51);
+  RuntimeOptions go, co;
+  go.device = Device::kCuda;
+  co.kv_dtype = DType::kBF16;
+  const auto gpu_rt = ModelRuntime::create(model, go);
+  const auto cpu_rt = ModelRuntime::create(model, co);
+  std::vector<std::vector<int32_t>> texts;
+  for (uint64_t seed : {61, 62, 63}) texts.push_back(prompt_ids(160, c.vocab_size, seed));
+  EvictConfig ev;
+  ev.decode.enabled = true;
+  ev.decode.options.score = decode_score_parse("h2o");
+  ev.decode.options.budget = 48;
+  ev.decode.options.slack = 0;  // every step past 48 rows cuts
+  ev.decode.options.recent = 8;
+  const auto batch = gpu_rt->token_nlls(texts, ev);
+  const auto alone = gpu_rt->ModelRuntime::token_nlls(texts, ev);  // batch-1 sessions, host NLLs
+  const auto cpu = cpu_rt->token_nlls(texts, ev);
+  ASSERT_EQ(batch.size(), texts.size());
+  auto mean = [](const std::vector<double>& x) {
+    double s = 0;
+    for (double v : x) s += v;
+    return s / static_cast<double>(x.size());
+  };
+  for (size_t t = 0; t < texts.size(); ++t) {
+    SCOPED_TRACE(t);
+    ASSERT_EQ(batch[t].size(), texts[t].size() - 1);
+    EXPECT_NEAR(batch[t][0], alone[t][0], 1e-5 * (1 + alone[t][0]));
+    EXPECT_NEAR(mean(batch[t]), mean(alone[t]), 0.01 * mean(alone[t]));
+    EXPECT_NEAR(mean(batch[t]), mean(cpu[t]), 0.02 * mean(cpu[t]));
+    std::printf("text %zu: mean NLL batch %.5f, alone %.5f, cpu %.5f\n", t, mean(batch[t]),
+                mean(alone[t]), mean(cpu[t]));
+  }
+  // A text of another length runs as its own group; a one-token text is refused.
+  texts.push_back(prompt_ids(40, c.vocab_size, 64));
+  EXPECT_EQ(gpu_rt->token_nlls(texts, ev).back().size(), 39u);
+  EXPECT_THROW(gpu_rt->token_nlls({{1}}, ev), Error);
+}
+
 // The step scores three ways: inside the decode attention launch (the default), in a second
 // kernel reading the logits the attention exported, and in a second kernel recomputing q.k from
 // K: the same rows are cut at the same steps and the logits stay together, for a term of each
@@ -436,27 +484,29 @@ void check_real_model_matches_cpu(const char* file, const char* label) {
       tok->encode(tok->apply_chat_template(
                       {{"user", "Name three primary colors and say why the sky is blue."}}),
                   true);
-  Session cpu(model);
-  cpu.prefill(prompt);
+  // One prefill a device (a snapshot), and two sessions from each: the free-running pair and the
+  // teacher-forced pair below.
+  const PrefillSnapshot cpu_snap = Session::prefill_snapshot(model, prompt);
+  Session cpu = Session::from_snapshot(model, cpu_snap, EvictConfig::none());
   auto gm = gpu::GpuModel::upload(*model);
   gpu::GpuSessionOptions go;
   go.max_prompt = static_cast<int64_t>(prompt.size());
   go.decode_room = 48;
   gpu::GpuSession g(gm, go);
-  g.prefill(prompt);
+  const auto gpu_snap = g.prefill_snapshot(prompt, PrefillOptions{});
+  g.load_rows(*gpu_snap, {EvictConfig::none()});
   expect_close_logits(g.logits(), cpu.logits(), 0.05, label);
   // Free-running text is printed; the CPU's greedy tokens teacher-forced through both sessions
-  // (a second pair) must agree up to near-ties (greedy_agreement.h: the text follows the first
+  // (the second pair) must agree up to near-ties (greedy_agreement.h: the text follows the first
   // near-tie either way, e.g. SmolLM2's "Red" / "red" on the H200, 2026-12-02).
   Sampler s1, s2;
   const auto ref = cpu.generate(32, s1);
   const auto got = g.generate(32, s2);
   std::printf("cpu: %s\ngpu: %s\n", tok->decode(ref.tokens).c_str(),
               tok->decode(got.tokens).c_str());
-  Session cpu2(model);
-  cpu2.prefill(prompt);
+  Session cpu2 = Session::from_snapshot(model, cpu_snap, EvictConfig::none());
   gpu::GpuSession g2(gm, go);
-  g2.prefill(prompt);
+  g2.load_rows(*gpu_snap, {EvictConfig::none()});
   testing::expect_greedy_agreement(cpu2, g2, ref.tokens, true, label);
 }
 

@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <utility>
 
 #include "cuda/cuda_testing.h"
 #include "io/model_paths.h"
@@ -207,6 +208,12 @@ void check_greedy(const char* file) {
     double budget;
     bool same_rows;
   };
+  // One prefill a device (a snapshot holding every prompt query, so each case's window is in
+  // it); each case evicts it twice a device: the free-running pair and the teacher-forced pair.
+  PrefillOptions popt;
+  popt.keep_queries = -1;
+  const auto cpu_snap = rt.cpu->prefill_snapshot(prompt, popt);
+  const auto gpu_snap = rt.gpu->prefill_snapshot(prompt, popt);
   for (const Case& c :
        {Case{"full", 1.0, true}, Case{"streamingllm", 0.2, true}, Case{"dropkv", 0.2, false}}) {
     char label[64];
@@ -217,9 +224,9 @@ void check_greedy(const char* file) {
       cfg.prefill = PrefillEviction::make(method_parse(c.method), Budget{c.budget});
     // Free-running greedy text on each device (reported).
     std::vector<std::vector<int32_t>> out;
-    for (const auto* r : {rt.cpu.get(), rt.gpu.get()}) {
-      auto s = r->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
-      s->prefill(prompt, cfg);
+    for (const auto& [r, snap] :
+         {std::pair{rt.cpu.get(), cpu_snap.get()}, std::pair{rt.gpu.get(), gpu_snap.get()}}) {
+      auto s = r->from_snapshot(*snap, cfg, kSteps + 8);
       Sampler greedy;
       out.push_back(s->generate(kSteps, greedy).tokens);
     }
@@ -227,10 +234,8 @@ void check_greedy(const char* file) {
     while (same < out[0].size() && same < out[1].size() && out[0][same] == out[1][same]) ++same;
     std::printf("%s: %zu of %d free-running greedy tokens equal\n cpu: %s\n gpu: %s\n", label, same,
                 kSteps, tok->decode(out[0]).c_str(), tok->decode(out[1]).c_str());
-    auto cs = rt.cpu->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
-    auto gs = rt.gpu->session(static_cast<int64_t>(prompt.size()) + kSteps + 8);
-    cs->prefill(prompt, cfg);
-    gs->prefill(prompt, cfg);
+    auto cs = rt.cpu->from_snapshot(*cpu_snap, cfg, kSteps + 8);
+    auto gs = rt.gpu->from_snapshot(*gpu_snap, cfg, kSteps + 8);
     testing::expect_greedy_agreement(*cs, *gs, out[0], c.same_rows, label);
   }
 }

@@ -190,6 +190,14 @@ class ModelRuntime {
                                                 const std::vector<EvictConfig>& configs,
                                                 const std::vector<int32_t>& append, int max_new,
                                                 const std::function<bool(int32_t)>& is_stop) const;
+  // Teacher-forced NLLs (perplexity): each text is fed one token at a time from an empty cache
+  // (its first token prefilled) with `evict`'s decode-time eviction, and out[t][i] is the NLL
+  // (natural log) of texts[t][i + 1] given texts[t][0 .. i]: texts[t].size() - 1 values. Every
+  // text must hold at least 2 tokens. The GPU runtime decodes the texts as one batch (a row
+  // each, all of one length); the CPU runtime one after another. A row equals a session of its
+  // own up to the batch's rounding (batched projections round by the batch's shape).
+  virtual std::vector<std::vector<double>> token_nlls(
+      const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const;
 };
 
 // Whether `device` can run models in this build and on this machine; `why` says what is missing.
