@@ -9,7 +9,9 @@
 #
 # llama.cpp is built ONCE from the vendored source of the llama-cpp-python sdist (pip download
 # --no-binary :all: --no-deps llama-cpp-python==$LLAMACPP_PY_VERSION), with GGML_NATIVE=ON, into
-# $LLAMACPP_CACHE (default ~/.cache/kvevict/llama.cpp-<version>): nothing of it lands in the repo.
+# $LLAMACPP_CACHE (default ~/.cache/kvevict/llama.cpp-<version>): nothing of it lands in the repo
+# (and once more without AMX where its AMX build crashes: see build_llamacpp). llama.cpp runs with
+# flash attention on and off, and each of its numbers is the better of the two (run_llama).
 #
 # Each row runs kvevict and llama.cpp in turn, A B A B ..., on a prompt of at most N tokens
 # (Austen prose cut at a word by the GGUF's tokenizer) and decodes up to 64 tokens (llama.cpp
@@ -37,11 +39,42 @@ KV="${KVEVICT_BIN:-$ROOT/build/release/kvevict}"
 KV_DTYPE="${KV_DTYPE:-f16}"  # llama.cpp's default cache type
 OUT="${OUT:-$ROOT/out/cpu_vs_llamacpp}"
 
+# A model name of kvevict's (smollm2, gemma3-270m) as its file; a path stays itself.
+resolve_model() {
+  case "$1" in
+    smollm2) echo "$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
+    gemma3-270m | gemma3) echo "$ROOT/models/gemma-3-270m-q4_k_m.gguf" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# llama.cpp's own build of this CPU (GGML_NATIVE=ON) into $CACHE/$1, with extra compiler flags $2.
+build_llamacpp_in() {  # build_dir extra_flags
+  echo "cpu_vs_llamacpp: building llama.cpp (GGML_NATIVE=ON${2:+ $2}) in $CACHE/$1" >&2
+  cmake -S "$CACHE/src" -B "$CACHE/$1" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DGGML_OPENMP=ON -DCMAKE_C_FLAGS="$2" -DCMAKE_CXX_FLAGS="$2" >&2
+  cmake --build "$CACHE/$1" -j"${JOBS:-2}" --target llama-completion llama-tokenize llama-bench >&2
+}
+
+# Two tokens after a 30-word prompt on the first model (a prompt batch: what the AMX kernels run
+# on; a one-token prompt does not reach them): does this build run on this machine?
+llamacpp_runs() {  # bin_dir
+  local model
+  model="$(resolve_model "${MODELS%%,*}")"
+  [ -r "$model" ] || return 0  # nothing to try it on: assume it runs
+  "$1/llama-completion" -m "$model" -p "$(printf 'the river runs to the sea %.0s' 1 2 3 4 5)" \
+    -n 2 -no-cnv -t 1 -c 128 --temp 0 --no-warmup \
+    >/dev/null 2>&1 </dev/null
+}
+
+# LLAMA_BIN: the build used. A CPU that lists AMX but whose VM does not let a process use the tile
+# registers crashes llama.cpp's AMX kernels (SIGSEGV in ggml_backend_amx_mul_mat, seen on an
+# AMX-listing 2-vCPU VM, 2026-12-03): then llama.cpp is rebuilt without AMX (-mno-amx-*), and the
+# tool says so. kvevict uses no AMX either.
 build_llamacpp() {
-  local bin="$CACHE/build/bin"
-  if [ -x "$bin/llama-completion" ] && [ -x "$bin/llama-tokenize" ]; then return; fi
-  mkdir -p "$CACHE"
   if [ ! -d "$CACHE/src" ]; then
+    mkdir -p "$CACHE"
     echo "cpu_vs_llamacpp: fetching the llama-cpp-python $VERSION sdist into $CACHE" >&2
     python3 -m pip download --no-binary :all: --no-deps "llama-cpp-python==$VERSION" \
       -d "$CACHE/dl" >&2
@@ -50,17 +83,22 @@ build_llamacpp() {
     mv "$CACHE/src.tmp/llama_cpp_python-$VERSION/vendor/llama.cpp" "$CACHE/src"
     rm -rf "$CACHE/src.tmp"
   fi
-  echo "cpu_vs_llamacpp: building llama.cpp (GGML_NATIVE=ON) in $CACHE/build" >&2
-  cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-    -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DGGML_OPENMP=ON >&2
-  cmake --build "$CACHE/build" -j"${JOBS:-2}" --target llama-completion llama-tokenize llama-bench >&2
+  LLAMA_BIN="$CACHE/build/bin"
+  [ -x "$LLAMA_BIN/llama-completion" ] && [ -x "$LLAMA_BIN/llama-tokenize" ] ||
+    build_llamacpp_in build ""
+  if ! llamacpp_runs "$LLAMA_BIN" && grep -qw amx_tile /proc/cpuinfo; then
+    LLAMA_BIN="$CACHE/build-noamx/bin"
+    [ -x "$LLAMA_BIN/llama-completion" ] && [ -x "$LLAMA_BIN/llama-tokenize" ] ||
+      build_llamacpp_in build-noamx "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    echo "cpu_vs_llamacpp: llama.cpp's AMX build crashes on this machine; using the build without AMX" >&2
+  fi
+  llamacpp_runs "$LLAMA_BIN" || { echo "cpu_vs_llamacpp: llama.cpp in $LLAMA_BIN does not run" >&2; exit 2; }
 }
-
 build_llamacpp
 [ "$BUILD_ONLY" = 1 ] && exit 0
-LLAMA="$CACHE/build/bin/llama-completion"
-TOKENIZE="$CACHE/build/bin/llama-tokenize"
+
+LLAMA="$LLAMA_BIN/llama-completion"
+TOKENIZE="$LLAMA_BIN/llama-tokenize"
 [ -x "$KV" ] || { echo "cpu_vs_llamacpp: $KV not built (scripts/build.sh release)" >&2; exit 2; }
 BOOK="$ROOT/data/corpus/austen/emma.txt"
 [ -r "$BOOK" ] || { echo "cpu_vs_llamacpp: $BOOK missing (scripts/prepare_corpus.sh)" >&2; exit 2; }
@@ -81,21 +119,30 @@ print(j["prefill_tokens_per_s"], j["decode_tokens_per_s"], peak, j["prompt_token
 EOF
 }
 
-# One run of llama.cpp on the same prompt text: the same GGUF tokenizer gives the same N tokens.
+# One run of llama.cpp on the same prompt text (the same GGUF tokenizer gives the same N tokens),
+# once per flash-attention mode of LLAMA_FA (default "on off"): each metric is llama.cpp's best of
+# them, its peak RSS the smaller. Its default (auto = on) is not always its fastest: on an
+# AVX512-BF16 VM (2026-12-03) SmolLM2's decode at 4096 tokens ran 12.6 tok/s with -fa on and 32.0
+# with -fa off, while its prefill was faster with it on (183 vs 151 tok/s).
 run_llama() {  # model_path prompt threads tag prompt_tokens
-  local log="$OUT/$4.ll"
-  # The context holds the prompt and the new tokens (a larger -c would allocate more KV cache).
-  "$TIME" -f 'PEAK_KIB %M' "$LLAMA" -m "$1" -f "$2" -n "$NEW" --ignore-eos -no-cnv -t "$3" \
-    -tb "$3" -c "$(($5 + NEW + 8))" --temp 0 --no-warmup --no-display-prompt -s 0 \
-    >"$log.out" 2>"$log.err" </dev/null
-  python3 - "$log.err" <<'EOF'
+  local log="$OUT/$4.ll" fa
+  for fa in ${LLAMA_FA:-on off}; do
+    # The context holds the prompt and the new tokens (a larger -c would allocate more KV cache).
+    "$TIME" -f 'PEAK_KIB %M' "$LLAMA" -m "$1" -f "$2" -n "$NEW" --ignore-eos -no-cnv -t "$3" \
+      -tb "$3" -c "$(($5 + NEW + 8))" --temp 0 --no-warmup --no-display-prompt -s 0 -fa "$fa" \
+      >"$log.$fa.out" 2>"$log.$fa.err" </dev/null
+  done
+  python3 - "$log" ${LLAMA_FA:-on off} <<'EOF'
 import re, sys
-t = open(sys.argv[1]).read()
-p = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", t)
-e = re.search(r"\s eval time =\s*([\d.]+) ms /\s*(\d+) runs", t)
-peak = re.findall(r"PEAK_KIB (\d+)", t)[-1]
-print(1000 * int(p.group(2)) / float(p.group(1)), 1000 * int(e.group(2)) / float(e.group(1)),
-      peak, p.group(2))
+rows = []
+for fa in sys.argv[2:]:
+    t = open(f"{sys.argv[1]}.{fa}.err").read()
+    p = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", t)
+    e = re.search(r"\s eval time =\s*([\d.]+) ms /\s*(\d+) runs", t)
+    peak = re.findall(r"PEAK_KIB (\d+)", t)[-1]
+    rows.append((1000 * int(p.group(2)) / float(p.group(1)),
+                 1000 * int(e.group(2)) / float(e.group(1)), int(peak), p.group(2)))
+print(max(r[0] for r in rows), max(r[1] for r in rows), min(r[2] for r in rows), rows[0][3])
 EOF
 }
 
@@ -125,11 +172,7 @@ IFS=, read -ra models <<<"$MODELS"
 IFS=, read -ra lengths <<<"$LENGTHS"
 IFS=, read -ra threads <<<"$THREADS"
 for model in "${models[@]}"; do
-  path="$model"
-  case "$model" in
-    smollm2) path="$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf" ;;
-    gemma3-270m | gemma3) path="$ROOT/models/gemma-3-270m-q4_k_m.gguf" ;;
-  esac
+  path="$(resolve_model "$model")"
   for n in "${lengths[@]}"; do
     prompt="$OUT/$(basename "$path" .gguf)_$n.txt"
     [ -s "$prompt" ] || make_prompt "$path" "$n" "$prompt"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "cache/parallel_if_large.h"
@@ -160,12 +161,61 @@ inline void store8(float* x, Vec8 v) {
 inline float hsum8(Vec8 v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
+typedef int32_t Vec8i __attribute__((vector_size(32)));
+typedef float Vec4 __attribute__((vector_size(16)));
+
+// The lane sums of four vectors, {hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3)} to the bit (the same
+// additions in the same order: halves first, then pairs), by a transpose-and-add tree instead of
+// four horizontal sums (the decode logits spent about half their instructions in hsum8's shuffles).
+inline Vec4 hsum4x8(Vec8 a0, Vec8 a1, Vec8 a2, Vec8 a3) {
+  auto halves = [](Vec8 v) -> Vec4 {  // {v0 + v4, v1 + v5, v2 + v6, v3 + v7}
+    return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+  };
+  const Vec4 h0 = halves(a0), h1 = halves(a1), h2 = halves(a2), h3 = halves(a3);
+  // {h0_0 + h0_1, h0_2 + h0_3, h1_0 + h1_1, h1_2 + h1_3}, and the same of h2, h3.
+  const Vec4 p01 =
+      __builtin_shufflevector(h0, h1, 0, 2, 4, 6) + __builtin_shufflevector(h0, h1, 1, 3, 5, 7);
+  const Vec4 p23 =
+      __builtin_shufflevector(h2, h3, 0, 2, 4, 6) + __builtin_shufflevector(h2, h3, 1, 3, 5, 7);
+  return __builtin_shufflevector(p01, p23, 0, 2, 4, 6) +
+         __builtin_shufflevector(p01, p23, 1, 3, 5, 7);
+}
+
+// exp_nonpositive on 8 lanes, the same steps (clamp at -87, n = floor(x log2 e + 1/2), Cephes'
+// polynomial, 2^n from the exponent bits). Written with vector types because GCC kept the
+// `omp simd` loop over exp_nonpositive scalar (its floor and bit cast): that scalar exp was
+// most of a decode's attention time (docs/RESULTS.md 2026-12-03 (b)). A NaN lane stays NaN.
+inline Vec8 exp_nonpositive8(Vec8 x) {
+  const Vec8 lo = {-87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f};
+  x = x < lo ? lo : x;
+  const Vec8 t = x * 1.44269504088896341f + 0.5f;
+  const Vec8 zero = {};
+  // floor(t) for t in [-126, 1): truncate, then step down where truncation went up. A NaN
+  // lane converts 0 instead (no float -> int conversion of NaN); its y below stays NaN.
+  const Vec8i ti =
+      __builtin_convertvector(t == t ? t : zero, Vec8i);  // NOLINT(misc-redundant-expression)
+  const Vec8 tf = __builtin_convertvector(ti, Vec8);
+  const Vec8 n = tf > t ? tf - 1.0f : tf;
+  const Vec8 r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  Vec8 y = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const Vec8i bits = (__builtin_convertvector(n, Vec8i) + 127) << 23;
+  Vec8 scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
 
 // Logits of up to two query rows against the keys of a tile ([tk, d] f32; d a multiple of 8):
-// 2 rows x 4 keys of accumulators share every load of q and k.
-void rows_logits(const float* q0, const float* q1, const float* kt, int tk, int d, float* out0,
-                 float* out1) {
-  const bool two = q1 != nullptr;
+// 2 rows x 4 keys of accumulators share every load of q and k. One row (kTwo false: the odd row
+// of a GQA group of 3) compiles without the second row's work.
+template <bool kTwo>
+void rows_logits_n(const float* q0, const float* q1, const float* kt, int tk, int d, float* out0,
+                   float* out1) {
+  constexpr bool two = kTwo;
   int j = 0;
   for (; j + 4 <= tk; j += 4) {
     const float* k0 = kt + static_cast<size_t>(j) * d;
@@ -179,9 +229,11 @@ void rows_logits(const float* q0, const float* q1, const float* kt, int tk, int 
         a[1][u] += x1 * kv;
       }
     }
-    for (int u = 0; u < 4; ++u) {
-      out0[j + u] = hsum8(a[0][u]);
-      if (two) out1[j + u] = hsum8(a[1][u]);
+    const Vec4 s0 = hsum4x8(a[0][0], a[0][1], a[0][2], a[0][3]);
+    std::memcpy(out0 + j, &s0, sizeof s0);
+    if (two) {
+      const Vec4 s1 = hsum4x8(a[1][0], a[1][1], a[1][2], a[1][3]);
+      std::memcpy(out1 + j, &s1, sizeof s1);
     }
   }
   for (; j < tk; ++j) {
@@ -197,12 +249,21 @@ void rows_logits(const float* q0, const float* q1, const float* kt, int tk, int 
   }
 }
 
+void rows_logits(const float* q0, const float* q1, const float* kt, int tk, int d, float* out0,
+                 float* out1) {
+  if (q1 != nullptr)
+    rows_logits_n<true>(q0, q1, kt, tk, d, out0, out1);
+  else
+    rows_logits_n<false>(q0, q1, kt, tk, d, out0, out1);
+}
+
 // acc_r[0, d) += sum_j p_r[j] v_j over a tile for up to two rows (d a multiple of 8): blocks of
 // 32 elements of both rows (8 registers) stay in registers across the key loop, and each loaded
 // value vector feeds both rows. Each element adds the keys in order j = 0, 1, ...
-void rows_pv(const float* p0, const float* p1, const float* vt, int tk, int d, float* acc0,
-             float* acc1) {
-  const bool two = p1 != nullptr;
+template <bool kTwo>
+void rows_pv_n(const float* p0, const float* p1, const float* vt, int tk, int d, float* acc0,
+               float* acc1) {
+  constexpr bool two = kTwo;
   int i0 = 0;
   for (; i0 + 32 <= d; i0 += 32) {
     Vec8 a[2][4];
@@ -234,6 +295,14 @@ void rows_pv(const float* p0, const float* p1, const float* vt, int tk, int d, f
     store8(acc0 + i0, a0);
     if (two) store8(acc1 + i0, a1);
   }
+}
+
+void rows_pv(const float* p0, const float* p1, const float* vt, int tk, int d, float* acc0,
+             float* acc1) {
+  if (p1 != nullptr)
+    rows_pv_n<true>(p0, p1, vt, tk, d, acc0, acc1);
+  else
+    rows_pv_n<false>(p0, p1, vt, tk, d, acc0, acc1);
 }
 
 // Any d: the plain loops (d not a multiple of 8 is rare: every model here has 64 .. 256).
@@ -380,10 +449,19 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
       const float new_max = nan_max(s.mx[r], tile_max);
       const float correction = std::exp(s.mx[r] - new_max);  // exp(-inf) = 0 on the first tile
       s.mx[r] = new_max;
-      float tile_sum = 0.0f;
-#pragma omp simd reduction(+ : tile_sum)
-      for (int j = 0; j < tk; ++j) {
-        // Masked keys (-inf) must weigh exactly 0.
+      // Masked keys (-inf) must weigh exactly 0.
+      Vec8 sum8 = {};
+      int j = 0;
+      const Vec8 ninf = {neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf};
+      const Vec8 zero8 = {};
+      for (; j + 8 <= tk; j += 8) {
+        const Vec8 z = load8(sr + j);
+        const Vec8 e = z == ninf ? zero8 : exp_nonpositive8(z - new_max);
+        store8(sr + j, e);
+        sum8 += e;
+      }
+      float tile_sum = hsum8(sum8);
+      for (; j < tk; ++j) {
         sr[j] = sr[j] == neg_inf ? 0.0f : exp_nonpositive(sr[j] - new_max);
         tile_sum += sr[j];
       }
@@ -494,8 +572,17 @@ void attention(const AttentionProblem& pb, const AttentionOutput& out, Workspace
 }
 
 void attention(const AttentionProblem& pb, const AttentionOutput& out) {
-  std::vector<uint8_t> ws(attention_workspace_bytes(pb) + 256);
-  attention(pb, out, Workspace{ws.data(), ws.size()});
+  // The calling thread's workspace, kept between calls and grown when a call needs more: a fresh
+  // zero-filled vector a call was 3.7% of a 2-thread SmolLM2 decode at 4K tokens (up to 64
+  // chunks of scratch, zeroed every layer of every token; nothing reads it before writing it).
+  thread_local std::unique_ptr<uint8_t[]> buffer;
+  thread_local size_t capacity = 0;
+  const size_t need = attention_workspace_bytes(pb) + 256;
+  if (need > capacity) {
+    buffer.reset(new uint8_t[need]);  // default-initialized: not zeroed
+    capacity = need;
+  }
+  attention(pb, out, Workspace{buffer.get(), capacity});
 }
 
 }  // namespace kvevict::cpu

@@ -436,11 +436,7 @@ Runner add_eval_command(CLI::App& app) {
   cmd->add_option("--split", a->split,
                   "Sample seeds: test (reported numbers) or dev (tuning); disjoint, docs/EVAL.md")
       ->capture_default_str();
-  cmd->add_option("--bootstrap", a->bootstrap,
-                  "Bootstrap resamples of every 95% interval (0 = no intervals)")
-      ->capture_default_str();
-  cmd->add_option("--bootstrap-seed", a->bootstrap_seed, "Seed of the bootstrap resamples")
-      ->capture_default_str();
+  add_bootstrap(*cmd, a->bootstrap, a->bootstrap_seed, "over the samples of a cell");
   cmd->add_option("--compare", a->compare,
                   "Paired comparisons A/B at equal budget on the same samples (pairs absent from "
                   "the run are skipped; '' for none)")

@@ -48,6 +48,16 @@ CLI::Option* add_seed(CLI::App& app, uint64_t& seed, const std::string& help) {
       ->capture_default_str();
 }
 
+void add_bootstrap(CLI::App& app, int& resamples, uint64_t& seed, const std::string& what) {
+  add_integer(app, "--bootstrap", resamples, 0, 1000000,
+              "Bootstrap resamples of every 95% interval, " + what + " (0 = no intervals)")
+      ->capture_default_str();
+  app.add_option("--bootstrap-seed", seed,
+                 "Seed of the bootstrap resamples (an unsigned 64-bit integer)")
+      ->transform(decimal_integer_text(false))
+      ->capture_default_str();
+}
+
 CLI::Option* add_threads(CLI::App& app, int& threads) {
   return add_integer(app, "--threads", threads, 0, max_threads(),
                      "CPU threads: 0 = all hardware threads, at most " +

@@ -50,6 +50,9 @@ CLI::Option* add_number(CLI::App& app, const std::string& name, Var& var, const 
 CLI::Option* add_seed(CLI::App& app, uint64_t& seed, const std::string& help);
 CLI::Option* add_threads(CLI::App& app, int& threads);
 CLI::Option* add_window(CLI::App& app, std::optional<int>& window, const std::string& help);
+// --bootstrap N (resamples, 0 .. 1000000; 0 = no intervals) and --bootstrap-seed N (unsigned
+// 64-bit), for the commands that report 95% intervals; `what` says what is resampled.
+void add_bootstrap(CLI::App& app, int& resamples, uint64_t& seed, const std::string& what);
 
 // Token counts and lengths a command accepts at most (the longest context any model may claim).
 constexpr int64_t kMaxTokens = int64_t{1} << 24;

@@ -125,12 +125,7 @@ Runner add_ppl_command(CLI::App& app) {
   add_integer(*cmd, "--bucket", a->bucket, int64_t{1}, kMaxTokens,
               "Report ppl per position bucket of this many tokens")
       ->capture_default_str();
-  cmd->add_option("--bootstrap", a->bootstrap,
-                  "Bootstrap resamples of the 95% intervals over chunks (0 = none; needs "
-                  ">= 2 chunks)")
-      ->capture_default_str();
-  cmd->add_option("--bootstrap-seed", a->bootstrap_seed, "Seed of the bootstrap resamples")
-      ->capture_default_str();
+  add_bootstrap(*cmd, a->bootstrap, a->bootstrap_seed, "over the chunks (needs >= 2 chunks)");
   cmd->add_option("--out", a->out, "Write the results JSON here");
   cmd->add_option("--markdown", a->markdown, "Write the markdown table here");
   cmd->add_flag("--json", a->json, "Print JSON");

@@ -73,9 +73,18 @@ Sampler::Sampler(SamplerOptions opt) : opt_(opt), rng_(opt.seed) {
 int32_t Sampler::sample(const std::vector<float>& logits) {
   // A NaN would break the sort's ordering below (undefined behaviour) and make greedy pick an
   // arbitrary id: refuse it (non-finite weights reach here; the loader does not scan values).
-  for (size_t i = 0; i < logits.size(); ++i)
-    KVEVICT_CHECK(!std::isnan(logits[i]), "logit ", i, " is NaN; expected finite logits (does the ",
-                  "model hold non-finite weights?)");
+  // One vectorized pass finds whether any is NaN (x != x); only then is the first one located.
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  int any_nan = 0;
+#pragma omp simd reduction(| : any_nan)
+  for (size_t i = 0; i < n; ++i) any_nan |= static_cast<int>(x[i] != x[i]);  // NOLINT: NaN test
+  if (any_nan != 0) {
+    const size_t i =
+        static_cast<size_t>(std::find_if(x, x + n, [](float v) { return std::isnan(v); }) - x);
+    KVEVICT_FAIL("logit ", i, " is NaN; expected finite logits (does the model hold ",
+                 "non-finite weights?)");
+  }
   if (opt_.temperature == 0) return argmax(logits);
   const int32_t V = static_cast<int32_t>(logits.size());
   KVEVICT_CHECK(V > 0, "sampling from empty logits");

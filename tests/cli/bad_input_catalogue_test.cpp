@@ -151,6 +151,13 @@ TEST_F(BadInputWithModel, BudgetsOutOfRange) {
   cases.push_back({{"ppl", "-m", model_, "--budgets", "0"}, "budget"});
   cases.push_back({{"ppl", "-m", model_, "--budgets", "-3"}, "budget -3"});
   cases.push_back({{"generate", "-m", model_, "-p", "hi", "--decode-budget", "-1"}, "-1"});
+  // The bootstrap options of eval and ppl (one helper): a range, strict decimal text.
+  for (const char* cmd : {"eval", "ppl"}) {
+    cases.push_back({{cmd, "-m", model_, "--bootstrap", "-1"}, "--bootstrap"});
+    cases.push_back({{cmd, "-m", model_, "--bootstrap", "2000000"}, "2000000"});
+    cases.push_back({{cmd, "-m", model_, "--bootstrap", "0x10"}, "0x10"});
+    cases.push_back({{cmd, "-m", model_, "--bootstrap-seed", "-1"}, "-1"});
+  }
   expect_all_rejected(cases, dir);
 }
 
@@ -266,7 +273,7 @@ void expect_rejected(const std::vector<Rejected>& cases, const TempDir& dir) {
   }
 }
 
-void save_npy(const std::string& path, std::vector<int64_t> shape, uint64_t seed) {
+void save_npy(const std::string& path, const std::vector<int64_t>& shape, uint64_t seed) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   const auto v = testing::normal_floats(static_cast<size_t>(n), seed);

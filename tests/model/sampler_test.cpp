@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "kvevict/error.h"
 
@@ -106,6 +108,34 @@ TEST(Sampler, BadOptionsAreErrors) {
   o = {};
   o.top_k = -3;
   EXPECT_THROW(Sampler{o}, Error);
+}
+
+// A NaN logit anywhere is refused with its index (greedy and sampled alike), at odd vocabulary
+// sizes and positions that end the vectorized scan's blocks.
+TEST(Sampler, NanLogitIsRefusedWithItsIndex) {
+  for (size_t n : {1u, 7u, 16u, 1001u, 262144u}) {
+    for (size_t at : {size_t{0}, n / 2, n - 1}) {
+      std::vector<float> logits(n, 0.5f);
+      logits[at] = std::nanf("");
+      for (float temperature : {0.0f, 1.0f}) {
+        SamplerOptions o;
+        o.temperature = temperature;
+        Sampler s(o);
+        try {
+          s.sample(logits);
+          ADD_FAILURE() << "no error for a NaN at " << at << " of " << n;
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("logit " + std::to_string(at) + " is NaN"),
+                    std::string::npos)
+              << e.what();
+        }
+      }
+    }
+  }
+  std::vector<float> fine(1001, 0.25f);
+  fine[500] = 3.0f;
+  Sampler greedy;
+  EXPECT_EQ(greedy.sample(fine), 500);
 }
 
 }  // namespace
