@@ -249,14 +249,6 @@ void rows_logits_n(const float* q0, const float* q1, const float* kt, int tk, in
   }
 }
 
-void rows_logits(const float* q0, const float* q1, const float* kt, int tk, int d, float* out0,
-                 float* out1) {
-  if (q1 != nullptr)
-    rows_logits_n<true>(q0, q1, kt, tk, d, out0, out1);
-  else
-    rows_logits_n<false>(q0, q1, kt, tk, d, out0, out1);
-}
-
 // acc_r[0, d) += sum_j p_r[j] v_j over a tile for up to two rows (d a multiple of 8): blocks of
 // 32 elements of both rows (8 registers) stay in registers across the key loop, and each loaded
 // value vector feeds both rows. Each element adds the keys in order j = 0, 1, ...
@@ -295,14 +287,6 @@ void rows_pv_n(const float* p0, const float* p1, const float* vt, int tk, int d,
     store8(acc0 + i0, a0);
     if (two) store8(acc1 + i0, a1);
   }
-}
-
-void rows_pv(const float* p0, const float* p1, const float* vt, int tk, int d, float* acc0,
-             float* acc1) {
-  if (p1 != nullptr)
-    rows_pv_n<true>(p0, p1, vt, tk, d, acc0, acc1);
-  else
-    rows_pv_n<false>(p0, p1, vt, tk, d, acc0, acc1);
 }
 
 // Any d: the plain loops (d not a multiple of 8 is rare: every model here has 64 .. 256).
@@ -409,9 +393,10 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
     // Logits, two rows at a time.
     for (int r = 0; r < rows; r += 2) {
       const bool two = r + 1 < rows;
-      if (vec)
-        rows_logits(qrow(r), two ? qrow(r + 1) : nullptr, kt, tk, d, srow(r),
-                    two ? srow(r + 1) : nullptr);
+      if (vec && two)
+        rows_logits_n<true>(qrow(r), qrow(r + 1), kt, tk, d, srow(r), srow(r + 1));
+      else if (vec)
+        rows_logits_n<false>(qrow(r), nullptr, kt, tk, d, srow(r), nullptr);
       else
         for (int rr = r; rr < r + (two ? 2 : 1); ++rr)
           row_logits_any(qrow(rr), kt, tk, d, srow(rr));
@@ -473,9 +458,10 @@ void run_item(const AttentionProblem& pb, const AttentionOutput& out, const Plan
     // P V, two rows at a time.
     for (int r = 0; r < rows; r += 2) {
       const bool two = r + 1 < rows;
-      if (vec)
-        rows_pv(srow(r), two ? srow(r + 1) : nullptr, vt, tk, d, arow(r),
-                two ? arow(r + 1) : nullptr);
+      if (vec && two)
+        rows_pv_n<true>(srow(r), srow(r + 1), vt, tk, d, arow(r), arow(r + 1));
+      else if (vec)
+        rows_pv_n<false>(srow(r), nullptr, vt, tk, d, arow(r), nullptr);
       else
         for (int rr = r; rr < r + (two ? 2 : 1); ++rr) row_pv_any(srow(rr), vt, tk, d, arow(rr));
     }
