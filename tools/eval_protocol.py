@@ -37,7 +37,7 @@ DECISIONS='{...}' (JSON, as a step prints it) overrides decisions.json's entries
 Environment (defaults in brackets): DEVICE [cuda]; MODELS [smollm2 gemma3]; TASKS [all];
 MAX_NEW [32]; BUDGETS [0.05,0.1,0.2,0.3]; BOOTSTRAP [2000]; TOTAL_S [540] seconds this call
 may take (runs that would not end in time are not started; a run is stopped at the box);
-JOBS [2] kvevict processes at a time (<STEP>_JOBS for one step; PPL_JOBS [4]);
+JOBS [2] kvevict processes at a time (<STEP>_JOBS for one step; PPL_JOBS [24 on cuda, 4]);
 <STEP>_S seconds of the call for that step [the call's time left, shared by weight among the
 steps still to run]; SURVEY_LENGTHS [2048,4096,8192,16384]; NIAH_MIN [40];
 EVICT_MAX_LENGTH [8192]; SURVEY_SAMPLES [auto, at most 100]; ABLATE_METHODS
@@ -49,7 +49,7 @@ merged by `kvevict merge`; none: one a run]; SWEEP_CALLS [1] device calls the sw
 (call the step that many times); CORE_SHARE [0.65] of the sweep's time for group core;
 PPL_MODELS [gemma3]; PPL_METHODS [full,dropkv,obcache_v,obcache_k,obcache_vk,h2o,tova,
 streamingllm]; PPL_BUDGETS [128,256,512,1024,2048]; PPL_CHUNK [8192, at most the model's
-context]; PPL_CHUNKS [32 on cuda: one batch; 1 on cpu]; ANALYZE_LENGTHS [1024,2048,4096,8192]; ANALYZE_QUERIES [4].
+context]; PPL_CHUNKS [16 on cuda: one batch; 1 on cpu]; ANALYZE_LENGTHS [1024,2048,4096,8192]; ANALYZE_QUERIES [4].
 "auto" sample counts are sized from the costs measured by the earlier steps of this state
 (the results' cost tables and each run's wall time), else from the first GPU sweep's costs.
 """
@@ -73,6 +73,7 @@ KNOWN_MODELS = {  # key: (file, context tokens)
 # measured costs of its own.
 DEFAULT_COST = {"prefill_s": 0.011, "evict_s_per_setting": 0.0034, "decode_s_per_batch": 0.061,
                 "append_s_per_batch": 0.08, "settings": 15.0, "target_length": 4096}
+PPL_SETTING_S = 17.5  # GPU seconds a ppl setting of 16 x 8192 tokens (H200, step_ppl)
 DEFAULT_OVERHEAD_S = 10.0  # model load, samples, tokenization, bootstrap: per run
 PACK_RESERVE_S = 25.0
 PART_BYTES = 15 * 1024 * 1024
@@ -622,33 +623,58 @@ class Protocol:
         return missing, status
 
     def step_ppl(self):
+        """One kvevict ppl run per (model, method, budget), side by side, merged per model by
+        `kvevict merge` (pairs against streamingllm are recomputed by chunk across the runs)."""
         methods = env("PPL_METHODS", "full,dropkv,obcache_v,obcache_k,obcache_vk,h2o,tova,streamingllm")
         budgets = env("PPL_BUDGETS", "128,256,512,1024,2048")
-        chunks = env("PPL_CHUNKS", "32" if self.device == "cuda" else "1")
+        chunks = env("PPL_CHUNKS", "16" if self.device == "cuda" else "1")
         d = os.path.join(self.state, "ppl")
+        cuda = self.device == "cuda"
+        jobs = env_int("PPL_JOBS", 24 if cuda else 4)
+        per_model = {}
         runs = []
         for m in env_list("PPL_MODELS", "gemma3"):
             chunk = min(env_int("PPL_CHUNK", 8192), self.context(m))
             step_s = self.measured_cost(m, chunk)["decode_s_per_batch"] / 31.0
-            for meth in methods.split(","):
-                n_set = 1 if meth == "full" else len(budgets.split(","))
-                name = f"{m}_{meth}"
-                # The GPU decodes up to 32 chunks as one batch (SessionModel::kGpuPplRows): a
-                # batch step costs about one step of a single chunk (launch-bound).
-                batches = math.ceil(int(chunks) / 32) if self.device == "cuda" else int(chunks)
-                est = self.overhead(m) + n_set * batches * chunk * step_s * 1.5
+            settings = [(meth, b) for meth in methods.split(",")
+                        for b in (budgets.split(",")[:1] if meth == "full" else budgets.split(","))]
+            for meth, b in settings:
+                name = f"{m}_{meth}_{b}"
+                if cuda:
+                    # Measured on the H200 (2026-12-03): 22 settings of 16 x 8192-token chunks side
+                    # by side took 386 s, ~17.5 s of the GPU a setting; runs share the GPU.
+                    est = (self.overhead(m) + min(jobs, len(settings)) * PPL_SETTING_S
+                           * (chunk / 8192) * (int(chunks) / 16))
+                else:
+                    est = self.overhead(m) + int(chunks) * chunk * step_s * 1.5
                 runs.append((name, [self.kv, "ppl", "-m", self.model_file(m), "--device", self.device,
-                                    "--methods", meth, "--budgets", budgets, "--chunk", str(chunk),
+                                    "--methods", meth, "--budgets", b, "--chunk", str(chunk),
                                     "--chunks", chunks, "--out", os.path.join(d, name + ".json"),
                                     "--markdown", os.path.join(d, name + ".md")], est))
-        missing, status = self.run_all("ppl", runs, default_jobs=4)
+                per_model.setdefault(m, []).append(name)
+        missing, status = self.run_all("ppl", runs, default_jobs=jobs)
         lines = ["## Perplexity under decode-time eviction (Austen prose)", "",
-                 "| model | method | budget | chunk tokens x chunks | ppl |", "|---|---|---|---|---|"]
-        for path in sorted(glob.glob(os.path.join(d, "*.json"))):
-            doc = self.load_json(path) or {}
+                 "| model | method | budget | chunk tokens x chunks | ppl [95%] | ppl / streamingllm [95%] "
+                 "| chunks better / worse |", "|---|---|---|---|---|---|---|"]
+        for m, names in per_model.items():
+            files = [os.path.join(d, n + ".json") for n in names]
+            merged = os.path.join(d, f"{m}.json")
+            have = [f for f in files if os.path.exists(f)]
+            if len(have) >= 2:
+                p = subprocess.run([self.kv, "merge", *have, "--out", merged, "--markdown",
+                                    os.path.join(d, f"{m}.md")], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True, env=self.environ)
+                status[m] = "merged" if p.returncode == 0 else f"merge FAILED: {p.stderr.strip()}"
+            doc = self.load_json(merged if os.path.exists(merged) else (have or [""])[0]) or {}
             for r in doc.get("ppl") or []:
-                lines.append(f"| {os.path.basename(path).split('_')[0]} | {r['method']} | {r['budget']} | "
-                             f"{r['chunk_tokens']} x {r['chunks']} | {r['ppl']:.3f} |")
+                ci = (f" [{r['ppl_low']:.2f}, {r['ppl_high']:.2f}]" if r.get("ppl_low") is not None
+                      else "")
+                pr = r.get("paired") or {}
+                ratio = (f"{pr['ppl_ratio']:.3f} [{pr['low']:.3f}, {pr['high']:.3f}]"
+                         if pr.get("low") is not None else "-")
+                sign = f"{pr['chunks_better']} / {pr['chunks_worse']}" if pr else "-"
+                lines.append(f"| {m} | {r['method']} | {r['budget']} | {r['chunk_tokens']} x "
+                             f"{r['chunks']} | {r['ppl']:.2f}{ci} | {ratio} | {sign} |")
         self.write_summary("ppl", lines)
         return missing, status
 

@@ -4,12 +4,14 @@
   tools/plot_results.py results.json [more.json ...] --out plots/
 
 Each input may be a full results document ({"aggregate": ..., "ppl": ..., "diagnostics": ...}),
-the bare array that `kvevict ppl` writes (rows with "ppl"), or a diagnostics document
+the bare array that `kvevict ppl` wrote before version 2 (rows with "ppl"), or a diagnostics document
 ({"cone": [...]} or {"diagnostics": {"cone": [...]}}). Sections that are missing are skipped with a
 note; nothing is required. Figures written:
   accuracy_vs_budget_<length>_<mode>.png   score (task average, or --task) per method vs budget
   accuracy_vs_length_<mode>_<budget>.png   score per method vs context length
   ppl_vs_budget.png                        perplexity per method vs decode budget
+  ppl_ratio_vs_budget.png                  each method's ppl / streamingllm's, paired by chunk,
+                                           with its 95% interval (runs of >= 2 chunks)
   accuracy_heatmap_<length>_<mode>_<budget>.png  score per setting (rows) and task (columns)
   cone_constant_hist.png                   histogram of the cone constant c* per layer
   cone_per_layer.png                       median c*, share c* > 0, F(J^)/F(J*) per layer
@@ -313,11 +315,16 @@ def plot_ppl_vs_budget(plt, merged, out_dir, written):
             continue
         b = budget_value(r.get("budget"))
         if b is not None and r.get("ppl") is not None:
-            lines[setting_label(r)].append((b, r["ppl"]))
+            lines[setting_label(r)].append((b, r["ppl"], r.get("ppl_low"), r.get("ppl_high")))
     fig, ax = line_axes(plt)
     for label, pts in sorted(lines.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        pts.sort(key=lambda p: p[0])
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        # The 95% interval over chunks, where the run had more than one chunk.
+        band = [p for p in pts if p[2] is not None and p[3] is not None]
+        if len(band) == len(pts) and len(pts) > 1:
+            ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts],
+                            color=line.get_color(), alpha=0.12, linewidth=0)
     if full is not None:
         ax.axhline(full, color="black", linestyle="--", linewidth=1, label="full cache")
     budgets = [p[0] for pts in lines.values() for p in pts]
@@ -326,10 +333,50 @@ def plot_ppl_vs_budget(plt, merged, out_dir, written):
     ax.set_xlabel("decode budget (tokens per head)")
     r0 = rows[0]
     model = r0.get("model") or model_name(merged)
+    bands = any(r.get("ppl_low") is not None for r in rows)
     finish_axes(ax, "perplexity",
-                f"{model} | chunk {r0.get('chunk_tokens', '?')} tokens | "
-                f"recent {r0.get('recent', '?')} slack {r0.get('slack', '?')}")
+                f"{model} | {r0.get('chunks', '?')} chunks of {r0.get('chunk_tokens', '?')} tokens | "
+                f"recent {r0.get('recent', '?')} slack {r0.get('slack', '?')}"
+                + (" | bands: 95% over chunks" if bands else ""))
     save_figure(plt, fig, os.path.join(out_dir, "ppl_vs_budget.png"), written)
+
+
+def plot_ppl_ratio(plt, merged, out_dir, written):
+    """The paired view: a method's ppl over the baseline's on the same chunks. Chunk-to-chunk
+    spread makes the unpaired bands overlap; the pairing removes it."""
+    lines = defaultdict(list)
+    for r in merged["ppl"]:
+        pr = r.get("paired") or {}
+        b = budget_value(r.get("budget"))
+        if b is not None and pr.get("low") is not None and pr.get("high") is not None:
+            lines[(setting_label(r), pr.get("baseline"))].append(
+                (b, pr["ppl_ratio"], pr["low"], pr["high"]))
+    if not lines:
+        print("note: no paired ppl rows (one chunk, or no streamingllm); skipping ppl ratio",
+              file=sys.stderr)
+        return
+    fig, ax = line_axes(plt)
+    for (label, _), pts in sorted(lines.items()):
+        pts.sort(key=lambda p: p[0])
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        if len(pts) > 1:
+            ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts],
+                            color=line.get_color(), alpha=0.15, linewidth=0)
+        else:
+            ax.errorbar([pts[0][0]], [pts[0][1]], yerr=[[pts[0][1] - pts[0][2]],
+                        [pts[0][3] - pts[0][1]]], color=line.get_color(), capsize=3)
+    baseline = sorted(lines)[0][1]
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label=baseline)
+    budgets = [p[0] for pts in lines.values() for p in pts]
+    if budgets and max(budgets) > 1:
+        log2_ticks(ax, budgets)
+    ax.set_xlabel("decode budget (tokens per head)")
+    r0 = merged["ppl"][0]
+    model = r0.get("model") or model_name(merged)
+    finish_axes(ax, f"ppl / {baseline} ppl (paired by chunk; < 1: better)",
+                f"{model} | {r0.get('chunks', '?')} chunks of {r0.get('chunk_tokens', '?')} "
+                "tokens | bands: 95% paired bootstrap")
+    save_figure(plt, fig, os.path.join(out_dir, "ppl_ratio_vs_budget.png"), written)
 
 
 def plot_cone_hist(plt, merged, out_dir, written):
@@ -431,6 +478,7 @@ def main(argv=None):
     plot_accuracy_vs_length(plt, merged, args.task, args.out, written)
     plot_task_heatmap(plt, merged, args.out, written)
     plot_ppl_vs_budget(plt, merged, args.out, written)
+    plot_ppl_ratio(plt, merged, args.out, written)
     plot_cone_hist(plt, merged, args.out, written)
     plot_cone_per_layer(plt, merged, args.out, written)
     for p in written:

@@ -17,7 +17,9 @@
 #include "cli/progress.h"
 #include "cli/prompt_args.h"
 #include "cli/tensor_args.h"
+#include "eval/provenance.h"
 #include "eval/report.h"
+#include "eval/results_format.h"
 #include "kvevict/diagnostics.h"
 #include "kvevict/error.h"
 #include "kvevict/model/runtime.h"
@@ -103,7 +105,13 @@ int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base
   nlohmann::json j;
   j["kind"] = "kvevict-results";
   j["version"] = 1;
-  j["meta"] = {{"model", model->path()}, {"prompt_tokens", tokens.size()}};
+  // Provenance as every results file has it (model file sha256, commit, command, date, device),
+  // plus the prompt's length.
+  eval::RunMeta meta;
+  meta.model = model->path();  // as before: the plot script names the model by its file
+  eval::fill_provenance(meta, model->path(), rt->describe());
+  j["meta"] = eval::meta_to_json(meta);
+  j["meta"]["prompt_tokens"] = tokens.size();
   j["diagnostics"] = {
       {"options",
        {{"pool_size", opt.pool_size},

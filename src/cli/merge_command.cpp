@@ -1,6 +1,8 @@
 // kvevict merge: several `kvevict eval --out` results files of one protocol (e.g. one run per task,
 // run side by side on one GPU) as one results file, with every cell, interval and paired
-// comparison recomputed over the merged samples, exactly as one run of them all would report.
+// comparison recomputed over the merged samples, exactly as one run of them all would report;
+// likewise several `kvevict ppl --out` files (e.g. one run per method and budget) as one, paired
+// against streamingllm by chunk across the files.
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -9,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/output_args.h"
+#include "eval/ppl_report.h"
 #include "eval/report.h"
 #include "io/input_file.h"
 
@@ -31,14 +34,26 @@ int run_merge_command(const MergeArgs& a) {
   KVEVICT_CHECK(!a.out.empty() || !a.markdown.empty() || a.json,
                 "merge: nothing to write; give --out, --markdown or --json");
   check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
+  // The first file says what is merged: sweeps (kvevict eval) or perplexity runs (kvevict ppl).
+  const std::string first = io::read_text_input(a.inputs[0], "results file", kMaxResultsBytes);
+  auto text_of = [&](size_t i) {
+    return i == 0 ? first : io::read_text_input(a.inputs[i], "results file", kMaxResultsBytes);
+  };
+  if (eval::results_kind(first, a.inputs[0]) == eval::ResultsKind::kPpl) {
+    std::vector<eval::PplRun> runs;
+    for (size_t i = 0; i < a.inputs.size(); ++i)
+      runs.push_back(eval::ppl_from_json(text_of(i), a.inputs[i]));
+    const eval::PplRun merged = eval::merge_ppl(runs, a.inputs);
+    write_report(a.out, a.markdown, eval::ppl_to_json(merged), eval::ppl_to_markdown(merged),
+                 a.json);
+    return 0;
+  }
   std::vector<eval::EvalResults> runs;
-  for (const std::string& path : a.inputs)
-    runs.push_back(
-        eval::results_from_json(io::read_text_input(path, "results file", kMaxResultsBytes), path));
+  for (size_t i = 0; i < a.inputs.size(); ++i)
+    runs.push_back(eval::results_from_json(text_of(i), a.inputs[i]));
   const eval::EvalResults merged = eval::merge_results(runs, a.inputs);
-  const std::string json = eval::results_to_json(merged);
-  const std::string md = eval::results_to_markdown(merged);
-  write_report(a.out, a.markdown, json, md, a.json);
+  write_report(a.out, a.markdown, eval::results_to_json(merged), eval::results_to_markdown(merged),
+               a.json);
   return 0;
 }
 
@@ -48,7 +63,8 @@ Runner add_merge_command(CLI::App& app) {
   auto a = std::make_shared<MergeArgs>();
   auto* cmd = app.add_subcommand(
       "merge", "Merge results files of one protocol (e.g. one eval run per task) into one");
-  cmd->add_option("inputs", a->inputs, "Results files (kvevict eval --out), at least 2")
+  cmd->add_option("inputs", a->inputs,
+                  "Results files (kvevict eval --out, or kvevict ppl --out), at least 2")
       ->required()
       ->expected(2, 1 << 20);
   cmd->add_option("--out", a->out, "Write the merged results JSON here");
@@ -58,7 +74,10 @@ Runner add_merge_command(CLI::App& app) {
       "The runs must share the model file (sha256), kvevict commit, prompt style, split, device,\n"
       "base seed, bootstrap and --compare; their samples must be disjoint (each (task, length,\n"
       "mode, sample, setting) once). Cells, 95% intervals and paired comparisons are recomputed\n"
-      "over all samples, so the merge reports what one run of them all would.");
+      "over all samples, so the merge reports what one run of them all would.\n"
+      "ppl files must share the model file, commit, device, seed, bootstrap, text, decode\n"
+      "settings and chunks; each (method, budget) once; pairs against streamingllm are\n"
+      "recomputed by chunk across the files.");
   return [a] { return run_merge_command(*a); };
 }
 

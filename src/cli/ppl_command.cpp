@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/corpus_arg.h"
@@ -14,6 +15,8 @@
 #include "cli/progress.h"
 #include "eval/corpus.h"
 #include "eval/perplexity.h"
+#include "eval/ppl_report.h"
+#include "eval/provenance.h"
 #include "eval/report.h"
 #include "eval/session_model.h"
 #include "kvevict/error.h"
@@ -35,6 +38,27 @@ struct PplArgs {
   std::string out, markdown;
   bool json = false;
 };
+
+// Every option value, typed, for the results file (RunMeta::options_json).
+std::string options_json(const PplArgs& a) {
+  nlohmann::json j = {{"model", a.model.model},
+                      {"device", a.model.device},
+                      {"kv_dtype", a.model.kv_dtype},
+                      {"threads", a.model.threads},
+                      {"methods", a.methods},
+                      {"budgets", a.budgets},
+                      {"chunk", a.chunk},
+                      {"chunks", a.chunks},
+                      {"slack", a.slack},
+                      {"recent", a.recent},
+                      {"bucket", a.bucket},
+                      {"bootstrap", a.bootstrap},
+                      {"bootstrap_seed", a.bootstrap_seed},
+                      {"out", a.out},
+                      {"markdown", a.markdown},
+                      {"json", a.json}};
+  return j.dump();
+}
 
 int run_ppl_command(const PplArgs& a) {
   // Options and outputs first, then the model's metadata (context, tokenizer), then the weights.
@@ -87,19 +111,18 @@ int run_ppl_command(const PplArgs& a) {
       static_cast<long long>(methods.size() * spans.size()) * static_cast<long long>(a.chunk - 1));
 
   const auto model = a.model.load();
-  eval::SessionModel runner(a.model.runtime(model), std::move(info.tokenizer), methods,
-                            model->config().name);
+  const auto rt = a.model.runtime(model);
+  eval::SessionModel runner(rt, std::move(info.tokenizer), methods, model->config().name);
   ProgressBar bar("ppl", static_cast<int64_t>(spans.size() * methods.size()), !a.json);
   eval::PplRun run = eval::run_ppl(
       runner, tokens, spans, methods, dopt, a.bucket,
       [&](const eval::Progress& p) { bar.update(p.done); }, boot);
   bar.finish();
-  run.model = runner.name();
+  run.meta.model = runner.name();
+  eval::fill_provenance(run.meta, model->path(), rt->describe());
+  run.meta.options_json = options_json(a);
   run.source = "austen (6 novels, r-cran-janeaustenr)";
-  const std::string json =
-      "{\"kind\": \"kvevict-results\", \"version\": 1, \"ppl\": " + eval::ppl_to_json(run) + "}";
-  const std::string md = eval::ppl_to_markdown(run);
-  write_report(a.out, a.markdown, json, md, a.json);
+  write_report(a.out, a.markdown, eval::ppl_to_json(run), eval::ppl_to_markdown(run), a.json);
   return 0;
 }
 

@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "kvevict/error.h"
 #include "kvevict/model/evict_config.h"
@@ -92,9 +89,9 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
   KVEVICT_CHECK(!chunks.empty(), "no perplexity chunks; expected at least one");
   KVEVICT_CHECK(!methods.empty(), "no methods for perplexity; expected at least one");
   PplRun run;
-  run.model = model.name();
+  run.meta.model = model.name();
   run.decode = decode;
-  run.bootstrap = bootstrap;
+  run.meta.bootstrap = bootstrap;
   Progress pr;
   pr.total = static_cast<int64_t>(chunks.size() * methods.size());
   const auto start = std::chrono::steady_clock::now();
@@ -160,20 +157,6 @@ PplRun run_ppl(PplModel& model, const std::vector<int32_t>& tokens,
   return run;
 }
 
-namespace {
-nlohmann::json finite_or_null(double x) {
-  return std::isfinite(x) ? nlohmann::json(x) : nullptr;
-}
-
-std::string interval_text(const BootstrapOptions& b) {
-  if (b.resamples == 0) return "none (bootstrap off)";
-  std::ostringstream os;
-  os << b.level * 100 << "% percentile bootstrap over chunks (paired by chunk for ratios), "
-     << b.resamples << " resamples, seed " << b.seed << "; none with one chunk";
-  return os.str();
-}
-}  // namespace
-
 std::vector<PplPaired> ppl_paired(const PplRun& run, const std::string& baseline) {
   std::vector<PplPaired> out;
   for (const PplResult& a : run.results) {
@@ -190,7 +173,7 @@ std::vector<PplPaired> ppl_paired(const PplRun& run, const std::string& baseline
       p.baseline = baseline;
       p.budget = a.budget;
       const PairedDifference d = paired_difference(
-          pairs, run.bootstrap, stream_key("ppl paired " + a.method + " " + a.budget));
+          pairs, run.meta.bootstrap, stream_key("ppl paired " + a.method + " " + a.budget));
       p.ratio = {std::exp(d.diff.estimate), std::exp(d.diff.low), std::exp(d.diff.high), d.diff.n};
       p.chunks_better = d.b_better;  // the method's NLL below the baseline's: a lower ppl
       p.chunks_equal = d.equal;
@@ -199,87 +182,6 @@ std::vector<PplPaired> ppl_paired(const PplRun& run, const std::string& baseline
     }
   }
   return out;
-}
-
-std::string ppl_to_json(const PplRun& run, int indent) {
-  using nlohmann::json;
-  json arr = json::array();
-  const std::vector<PplPaired> paired = ppl_paired(run);
-  for (const auto& r : run.results) {
-    json vs = nullptr;
-    for (const PplPaired& p : paired)
-      if (p.method == r.method && p.budget == r.budget)
-        vs = {{"baseline", p.baseline},
-              {"ppl_ratio", p.ratio.estimate},
-              {"low", finite_or_null(p.ratio.low)},
-              {"high", finite_or_null(p.ratio.high)},
-              {"chunks_better", p.chunks_better},
-              {"chunks_equal", p.chunks_equal},
-              {"chunks_worse", p.chunks_worse}};
-    json buckets = json::array();
-    for (const auto& b : r.buckets)
-      buckets.push_back({{"start", b.start}, {"end", b.end}, {"tokens", b.count}, {"ppl", b.ppl}});
-    arr.push_back({{"model", run.model},
-                   {"source", run.source},
-                   {"seed", run.seed},
-                   {"method", r.method},
-                   {"budget", r.budget},
-                   {"decode_score", r.decode_score},
-                   {"policy", r.policy},
-                   {"slack", run.decode.slack},
-                   {"recent", run.decode.recent},
-                   {"sink", run.decode.sink},
-                   {"chunks", r.chunks},
-                   {"chunk_tokens", r.chunk_tokens},
-                   {"evaluated_tokens", r.evaluated_tokens},
-                   {"nll", r.nll},
-                   {"ppl", r.ppl},
-                   {"ppl_low", finite_or_null(r.ppl_interval.low)},
-                   {"ppl_high", finite_or_null(r.ppl_interval.high)},
-                   {"interval", interval_text(run.bootstrap)},
-                   {"chunk_nll", r.chunk_nll},
-                   {"paired", vs},
-                   {"buckets", buckets}});
-  }
-  return arr.dump(indent) + "\n";
-}
-
-std::string ppl_to_markdown(const PplRun& run) {
-  std::ostringstream md;
-  md << "# Perplexity with decode-time eviction\n\n";
-  md << "- model: " << run.model << "\n- text: " << run.source << "\n- seed: " << run.seed
-     << "\n- decode eviction: slack " << run.decode.slack << ", recent " << run.decode.recent
-     << ", sink " << run.decode.sink << "\n- query mode: query-agnostic (decode-time)\n";
-  md << "- intervals: " << interval_text(run.bootstrap) << "\n\n";
-  md << "| method | budget | decode score | policy | chunk tokens | chunks | tokens | ppl | 95% "
-        "interval |\n";
-  md << "|---|---|---|---|---|---|---|---|---|\n";
-  char buf[64], ci[96];
-  for (const auto& r : run.results) {
-    std::snprintf(buf, sizeof(buf), "%.3f", r.ppl);
-    if (r.ppl_interval.has_interval())
-      std::snprintf(ci, sizeof(ci), "[%.3f, %.3f]", r.ppl_interval.low, r.ppl_interval.high);
-    else
-      std::snprintf(ci, sizeof(ci), "-");
-    md << "| " << r.method << " | " << r.budget << " | " << r.decode_score << " | " << r.policy
-       << " | " << r.chunk_tokens << " | " << r.chunks << " | " << r.evaluated_tokens << " | "
-       << buf << " | " << ci << " |\n";
-  }
-  const std::vector<PplPaired> paired = ppl_paired(run);
-  if (!paired.empty()) {
-    md << "\nPaired by chunk against " << paired.front().baseline
-       << " at the same budget (ppl ratio = exp of the mean per-chunk NLL difference; < 1: "
-          "the method predicts better):\n\n";
-    md << "| method | budget | ppl ratio | 95% interval | chunks better / equal / worse |\n";
-    md << "|---|---|---|---|---|\n";
-    for (const PplPaired& p : paired) {
-      std::snprintf(buf, sizeof(buf), "%.4f", p.ratio.estimate);
-      std::snprintf(ci, sizeof(ci), "[%.4f, %.4f]", p.ratio.low, p.ratio.high);
-      md << "| " << p.method << " | " << p.budget << " | " << buf << " | " << ci << " | "
-         << p.chunks_better << " / " << p.chunks_equal << " / " << p.chunks_worse << " |\n";
-    }
-  }
-  return md.str();
 }
 
 }  // namespace kvevict::eval

@@ -96,11 +96,11 @@ struct PplResult {
 };
 
 struct PplRun {
-  std::string model;
+  // The model's name, the bootstrap of every interval, the seed (meta.base_seed: 0, the text is
+  // read in order) and, filled by the command, the provenance and option values (RunMeta).
+  RunMeta meta;
   std::string source;  // "austen (6 novels, r-cran-janeaustenr)"
-  uint64_t seed = 0;
   DecodeEvictionOptions decode;
-  BootstrapOptions bootstrap;
   std::vector<PplResult> results;
 };
 
@@ -122,10 +122,5 @@ struct PplPaired {
 // Every evicting method but the baseline against the baseline (streamingllm: the most recent
 // tokens, which any score must beat to be worth computing), where both ran at that budget.
 std::vector<PplPaired> ppl_paired(const PplRun& run, const std::string& baseline = "streamingllm");
-
-// The "ppl" section of the results JSON (see report.h) as a JSON array text, and a markdown table
-// naming model, chunk length, budget, method, decode score, decode settings and seed.
-std::string ppl_to_json(const PplRun& run, int indent = 1);
-std::string ppl_to_markdown(const PplRun& run);
 
 }  // namespace kvevict::eval

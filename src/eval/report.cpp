@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "eval/results_format.h"
 #include "eval/summary.h"
 #include "kvevict/error.h"
 #include "kvevict/io/atomic_file.h"
@@ -17,46 +18,11 @@ namespace kvevict::eval {
 
 using nlohmann::json;
 
-namespace {
-
-json interval_or_null(double x) {
-  return std::isfinite(x) ? json(x) : json(nullptr);
-}
-
-json meta_json(const RunMeta& m) {
-  json options = json::object();
-  if (!m.options_json.empty()) options = json::parse(m.options_json);
-  json pairs = json::array();
-  for (const auto& [a, b] : m.comparisons) pairs.push_back({a, b});
-  return {{"model", m.model},
-          {"prompt_style", m.prompt_style},
-          {"base_seed", m.base_seed},
-          {"split", m.split},
-          {"notes", m.notes},
-          {"kvevict_version", m.kvevict_version},
-          {"git_commit", m.git_commit},
-          {"git_modified", m.git_modified},
-          {"command_line", m.command_line},
-          {"date_utc", m.date_utc},
-          {"device", m.device},
-          {"model_path", m.model_path},
-          {"model_sha256", m.model_sha256},
-          {"options", options},
-          {"bootstrap",
-           {{"resamples", m.bootstrap.resamples},
-            {"seed", m.bootstrap.seed},
-            {"level", m.bootstrap.level},
-            {"method", m.bootstrap.describe()}}},
-          {"comparisons", pairs}};
-}
-
-}  // namespace
-
 std::string results_to_json(const EvalResults& r, int indent) {
   json doc;
   doc["kind"] = "kvevict-results";
   doc["version"] = 2;
-  doc["meta"] = meta_json(r.meta);
+  doc["meta"] = meta_to_json(r.meta);
   json records = json::array();
   for (const auto& x : r.records) {
     records.push_back({{"split", x.split},
@@ -104,8 +70,8 @@ std::string results_to_json(const EvalResults& r, int indent) {
                    {"keep_last", a.keep_last},
                    {"samples", a.samples},
                    {"score", a.score},
-                   {"ci_low", interval_or_null(a.ci_low)},
-                   {"ci_high", interval_or_null(a.ci_high)}});
+                   {"ci_low", finite_or_null(a.ci_low)},
+                   {"ci_high", finite_or_null(a.ci_high)}});
   }
   doc["aggregate"] = agg;
   json cmp = json::array();
@@ -120,14 +86,14 @@ std::string results_to_json(const EvalResults& r, int indent) {
                    {"b", c.b},
                    {"samples", d.diff.n},
                    {"a_score", d.a.estimate},
-                   {"a_ci_low", interval_or_null(d.a.low)},
-                   {"a_ci_high", interval_or_null(d.a.high)},
+                   {"a_ci_low", finite_or_null(d.a.low)},
+                   {"a_ci_high", finite_or_null(d.a.high)},
                    {"b_score", d.b.estimate},
-                   {"b_ci_low", interval_or_null(d.b.low)},
-                   {"b_ci_high", interval_or_null(d.b.high)},
+                   {"b_ci_low", finite_or_null(d.b.low)},
+                   {"b_ci_high", finite_or_null(d.b.high)},
                    {"diff", d.diff.estimate},
-                   {"diff_ci_low", interval_or_null(d.diff.low)},
-                   {"diff_ci_high", interval_or_null(d.diff.high)},
+                   {"diff_ci_low", finite_or_null(d.diff.low)},
+                   {"diff_ci_high", finite_or_null(d.diff.high)},
                    {"a_better", d.a_better},
                    {"equal", d.equal},
                    {"b_better", d.b_better}});
@@ -177,7 +143,7 @@ std::string results_to_json(const EvalResults& r, int indent) {
                    {"chosen", c.chosen},
                    {"dev_score", c.dev_score},
                    {"default_setting", c.default_setting},
-                   {"default_dev_score", interval_or_null(c.default_dev_score)},
+                   {"default_dev_score", finite_or_null(c.default_dev_score)},
                    {"cells", c.cells}});
   doc["ablation"] = abl;
   return doc.dump(indent, ' ', false, json::error_handler_t::replace) + "\n";
@@ -278,15 +244,7 @@ std::string results_to_markdown(const EvalResults& r) {
   const RunMeta& m = r.meta;
   std::ostringstream md;
   md << "# Evaluation results\n\n";
-  md << "- model: " << (m.model.empty() ? "(unnamed)" : m.model) << "\n";
-  if (!m.model_sha256.empty())
-    md << "- model file: " << m.model_path << " (sha256 " << m.model_sha256 << ")\n";
-  if (!m.device.empty()) md << "- device: " << m.device << "\n";
-  if (!m.kvevict_version.empty())
-    md << "- kvevict " << m.kvevict_version << ", commit " << m.git_commit
-       << (m.git_modified ? " (modified)" : "") << "\n";
-  if (!m.date_utc.empty()) md << "- date: " << m.date_utc << "\n";
-  if (!m.command_line.empty()) md << "- command: `" << m.command_line << "`\n";
+  write_meta_markdown(md, m);
   md << "- prompt style: " << (m.prompt_style.empty() ? "raw" : m.prompt_style) << "\n";
   md << "- seeds: base seed " << m.base_seed << " (sample i of task t uses sample_seed(base, t, i)";
   if (!m.split.empty()) md << "; split " << m.split << ", docs/EVAL.md";

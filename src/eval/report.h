@@ -27,8 +27,12 @@
 //                   prefill_seconds, answer_seconds, evict_seconds, append_seconds,
 //                   decode_seconds, decode_steps, batches}],
 //    "ablation":  [{method, chosen, dev_score, default_setting, default_dev_score, cells}],
-//    "ppl":       [{method, budget, window, pooling, policy, context_tokens, chunk_tokens,
-//                   evaluated_tokens, nll, ppl, seed, source, buckets: [{start, end, ppl}]}],
+//    "ppl":       [{model, source, seed, method, budget, decode_score, policy, slack, recent, sink,
+//                   chunks, chunk_tokens, evaluated_tokens, nll, ppl, ppl_low, ppl_high,
+//                   interval, chunk_nll: [..], paired: {baseline, ppl_ratio, low, high,
+//                   chunks_better, chunks_equal, chunks_worse} or null,
+//                   buckets: [{start, end, tokens, ppl}]}]   (kvevict ppl: meta + ppl only,
+//                   eval/ppl_report.h)
 //    "diagnostics": {"cone": [{"layer": int, "c_star": [float, ...]}], ...}}
 // Version 1 files (before issue 20) had "window" as a string ("question" or a count) in
 // "aggregate" and no intervals; the plot script reads both.
@@ -48,6 +52,10 @@ std::string results_to_markdown(const EvalResults& r);
 // A results file (results_to_json's text, version 2) read back: meta, records and batches, every
 // field checked (throws naming `label`, the record and the field). Ablation runs are refused.
 EvalResults results_from_json(const std::string& text, const std::string& label);
+// What a results file holds: the records of a sweep (kvevict eval) or perplexity rows (kvevict
+// ppl). Parses the text; throws naming `label` when it is neither.
+enum class ResultsKind { kEval, kPpl };
+ResultsKind results_kind(const std::string& text, const std::string& label);
 // Several runs as one (`kvevict merge`): records and batches appended, meta from the first plus a
 // note per run. Throws unless every run has the same model file, commit, prompt style, split,
 // device, base seed, bootstrap and comparisons, and no sample of a setting appears twice.

@@ -8,6 +8,7 @@
 
 #include "eval/metrics.h"
 #include "eval/report.h"
+#include "eval/results_format.h"
 #include "kvevict/error.h"
 
 namespace kvevict::eval {
@@ -16,72 +17,9 @@ using nlohmann::json;
 
 namespace {
 
-// Typed access that names the file, the place and the field on any mismatch.
-class Reader {
- public:
-  Reader(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {
-    KVEVICT_CHECK(obj_.is_object(), where_, " is ", obj_.type_name(), "; expected an object");
-  }
-  const json& field(const char* key) const {
-    auto it = obj_.find(key);
-    KVEVICT_CHECK(it != obj_.end(), where_, ": field '", key, "' is missing");
-    return *it;
-  }
-  std::string str(const char* key) const {
-    const json& v = field(key);
-    KVEVICT_CHECK(v.is_string(), where_, ": '", key, "' is ", v.type_name(), "; expected a string");
-    return v.get<std::string>();
-  }
-  bool boolean(const char* key) const {
-    const json& v = field(key);
-    KVEVICT_CHECK(v.is_boolean(), where_, ": '", key, "' is ", v.type_name(),
-                  "; expected true or false");
-    return v.get<bool>();
-  }
-  int64_t integer(const char* key) const {
-    const json& v = field(key);
-    KVEVICT_CHECK(v.is_number_integer(), where_, ": '", key, "' is ", v.dump(),
-                  "; expected an integer");
-    return v.get<int64_t>();
-  }
-  uint64_t unsigned_integer(const char* key) const {
-    const json& v = field(key);
-    KVEVICT_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
-                  where_, ": '", key, "' is ", v.dump(), "; expected a non-negative integer");
-    return v.get<uint64_t>();
-  }
-  double number(const char* key) const {
-    const json& v = field(key);
-    KVEVICT_CHECK(v.is_number(), where_, ": '", key, "' is ", v.type_name(), "; expected a number");
-    return v.get<double>();
-  }
-  // A number written as null when it was not reported (results_to_json's `reported`): -1.
-  double reported(const char* key) const { return field(key).is_null() ? -1.0 : number(key); }
-  int64_t reported_integer(const char* key) const {
-    return field(key).is_null() ? -1 : integer(key);
-  }
-  std::vector<std::string> strings(const char* key) const {
-    const json& v = field(key);
-    KVEVICT_CHECK(v.is_array(), where_, ": '", key, "' is ", v.type_name(),
-                  "; expected an array of strings");
-    std::vector<std::string> out;
-    for (const json& e : v) {
-      KVEVICT_CHECK(e.is_string(), where_, ": an element of '", key, "' is ", e.type_name(),
-                    "; expected a string");
-      out.push_back(e.get<std::string>());
-    }
-    return out;
-  }
-  const std::string& where() const { return where_; }
-
- private:
-  const json& obj_;
-  std::string where_;
-};
-
 // An enum field through its parser; the parser's message is prefixed with where it was read.
 template <typename Parse>
-auto parse_named(const Reader& r, const char* key, Parse parse) {
+auto parse_named(const JsonReader& r, const char* key, Parse parse) {
   const std::string text = r.str(key);
   try {
     return parse(text);
@@ -98,46 +36,8 @@ const json& array_field(const json& doc, const char* key, const std::string& lab
   return *it;
 }
 
-RunMeta read_meta(const json& doc, const std::string& label) {
-  auto it = doc.find("meta");
-  KVEVICT_CHECK(it != doc.end(), label, ": field 'meta' is missing");
-  const Reader m(*it, label + " meta");
-  RunMeta meta;
-  meta.model = m.str("model");
-  meta.prompt_style = m.str("prompt_style");
-  meta.base_seed = m.unsigned_integer("base_seed");
-  meta.split = m.str("split");
-  meta.notes = m.strings("notes");
-  meta.kvevict_version = m.str("kvevict_version");
-  meta.git_commit = m.str("git_commit");
-  meta.git_modified = m.boolean("git_modified");
-  meta.command_line = m.str("command_line");
-  meta.date_utc = m.str("date_utc");
-  meta.device = m.str("device");
-  meta.model_path = m.str("model_path");
-  meta.model_sha256 = m.str("model_sha256");
-  const json& options = m.field("options");
-  KVEVICT_CHECK(options.is_object(), label, " meta: 'options' is ", options.type_name(),
-                "; expected an object");
-  meta.options_json = options.dump();
-  const Reader b(m.field("bootstrap"), label + " meta.bootstrap");
-  meta.bootstrap.resamples = static_cast<int>(b.integer("resamples"));
-  meta.bootstrap.seed = b.unsigned_integer("seed");
-  meta.bootstrap.level = b.number("level");
-  meta.bootstrap.validate();
-  const json& pairs = m.field("comparisons");
-  KVEVICT_CHECK(pairs.is_array(), label, " meta: 'comparisons' is ", pairs.type_name(),
-                "; expected an array of [A, B] pairs");
-  for (const json& p : pairs) {
-    KVEVICT_CHECK(p.is_array() && p.size() == 2 && p[0].is_string() && p[1].is_string(), label,
-                  " meta: comparison ", p.dump(), " is not an [A, B] pair");
-    meta.comparisons.emplace_back(p[0].get<std::string>(), p[1].get<std::string>());
-  }
-  return meta;
-}
-
 SampleRecord read_record(const json& j, const std::string& where) {
-  const Reader r(j, where);
+  const JsonReader r(j, where);
   SampleRecord x;
   x.split = r.str("split");
   x.task = r.str("task");
@@ -171,7 +71,7 @@ SampleRecord read_record(const json& j, const std::string& where) {
 }
 
 BatchRecord read_batch(const json& j, const std::string& where) {
-  const Reader r(j, where);
+  const JsonReader r(j, where);
   BatchRecord b;
   b.split = r.str("split");
   b.task = r.str("task");
@@ -206,7 +106,7 @@ EvalResults results_from_json(const std::string& text, const std::string& label)
   KVEVICT_CHECK(version == 2, label, ": results version ", version.dump(),
                 "; this kvevict reads version 2");
   EvalResults r;
-  r.meta = read_meta(doc, label);
+  r.meta = meta_from_json(doc, label);
   const json& records = array_field(doc, "records", label);
   r.records.reserve(records.size());
   for (size_t i = 0; i < records.size(); ++i)
@@ -218,6 +118,22 @@ EvalResults results_from_json(const std::string& text, const std::string& label)
   KVEVICT_CHECK(ablation.empty(), label, ": an ablation run (", ablation.size(),
                 " choices); only sweeps can be read back and merged");
   return r;
+}
+
+ResultsKind results_kind(const std::string& text, const std::string& label) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    KVEVICT_FAIL(label, ": not valid JSON (", e.what(), ")");
+  }
+  KVEVICT_CHECK(doc.is_object() && doc.value("kind", json()) == "kvevict-results", label,
+                ": not a kvevict results file (expected \"kind\": \"kvevict-results\", as "
+                "kvevict eval / ppl --out write)");
+  if (doc.contains("records")) return ResultsKind::kEval;
+  if (doc.contains("ppl")) return ResultsKind::kPpl;
+  KVEVICT_FAIL(label, ": a results file with neither 'records' (kvevict eval) nor 'ppl' (kvevict ",
+               "ppl); expected one of those to merge");
 }
 
 EvalResults merge_results(const std::vector<EvalResults>& runs,
@@ -238,13 +154,9 @@ EvalResults merge_results(const std::vector<EvalResults>& runs,
   merged.meta.notes.push_back("merged from " + std::to_string(runs.size()) + " runs:");
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunMeta& m = runs[i].meta;
-    same("model_sha256", first.model_sha256, m.model_sha256, i);
-    same("git_commit", first.git_commit, m.git_commit, i);
+    check_mergeable(first, labels[0], m, labels[i]);
     same("prompt_style", first.prompt_style, m.prompt_style, i);
     same("split", first.split, m.split, i);
-    same("device", first.device, m.device, i);
-    same("bootstrap", first.bootstrap.describe(), m.bootstrap.describe(), i);
-    same("base_seed", std::to_string(first.base_seed), std::to_string(m.base_seed), i);
     KVEVICT_CHECK(m.comparisons == first.comparisons, "merge: ", labels[i],
                   " compares other settings than ", labels[0],
                   "; expected the same --compare in every run");

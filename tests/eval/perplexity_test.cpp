@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/eval_fixtures.h"
+#include "eval/ppl_report.h"
+#include "eval/report.h"
 #include "kvevict/error.h"
 
 namespace kvevict::eval {
@@ -101,9 +103,11 @@ TEST(PplRun, EveryMethodOnTheSameChunks) {
   EXPECT_EQ(run.results[2].evaluated_tokens, 3 * 300);
   EXPECT_EQ(run.results[2].buckets.size(), 4u);  // positions 1..300 in buckets of 100
   const auto doc = nlohmann::json::parse(ppl_to_json(run));
-  ASSERT_EQ(doc.size(), 3u);
-  EXPECT_EQ(doc[2].at("method"), "h2o");
-  EXPECT_EQ(doc[2].at("recent"), 7);
+  EXPECT_EQ(doc.at("version"), 2);
+  EXPECT_EQ(doc.at("meta").at("model"), "fake");
+  ASSERT_EQ(doc.at("ppl").size(), 3u);
+  EXPECT_EQ(doc.at("ppl")[2].at("method"), "h2o");
+  EXPECT_EQ(doc.at("ppl")[2].at("recent"), 7);
   const std::string md = ppl_to_markdown(run);
   EXPECT_NE(md.find("| h2o | 128 |"), std::string::npos) << md;
   EXPECT_NE(md.find("recent 7"), std::string::npos) << md;
@@ -170,7 +174,7 @@ TEST(PplRun, ChunkIntervalsAndPairedRatios) {
   EXPECT_NEAR(paired[0].ratio.estimate, std::exp(-0.1), 1e-12);
   EXPECT_NEAR(paired[0].ratio.low, std::exp(-0.1), 1e-12);
   EXPECT_EQ(paired[0].chunks_better, 12);
-  const auto doc = nlohmann::json::parse(ppl_to_json(run));
+  const auto doc = nlohmann::json::parse(ppl_to_json(run)).at("ppl");
   EXPECT_EQ(doc[1].at("chunk_nll").size(), 12u);
   EXPECT_NEAR(doc[1].at("paired").at("ppl_ratio").get<double>(), std::exp(-0.1), 1e-12);
   EXPECT_TRUE(doc[0].at("paired").is_null());
@@ -180,6 +184,94 @@ TEST(PplRun, ChunkIntervalsAndPairedRatios) {
   const PplRun one = run_ppl(model, tokens, ppl_chunks(1200, 100, 1), methods, {}, 100);
   EXPECT_FALSE(one.results[1].ppl_interval.has_interval());
   EXPECT_TRUE(ppl_paired(one).empty());
+}
+
+// A run written, read back and written again gives the same text; runs of one method each,
+// merged, give the file of one run of them all (the pairs against streamingllm recomputed
+// across the files); runs of other protocols are refused, naming the field.
+TEST(PplReport, MergedRunsEqualOneRunOfThemAll) {
+  std::vector<int32_t> tokens(1200);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 97);
+  ChunkVaryingModel model;
+  auto run_of = [&](const std::vector<std::string>& names, int64_t n_chunks = 0) {
+    PplRun r = run_ppl(model, tokens, ppl_chunks(1200, 100, n_chunks),
+                       expand_methods(names, {Budget{64}}), {}, 100);
+    r.source = "test prose";
+    r.meta.model_sha256 = "abc";
+    r.meta.git_commit = "c0ffee";
+    r.meta.command_line = "kvevict ppl --methods " + names[0];
+    return r;
+  };
+  const PplRun all = run_of({"full", "h2o", "streamingllm"});
+  const std::string text = ppl_to_json(all);
+  EXPECT_EQ(ppl_to_json(ppl_from_json(text, "all.json")), text);
+
+  const std::vector<PplRun> parts = {run_of({"full"}), run_of({"h2o"}), run_of({"streamingllm"})};
+  const PplRun merged = merge_ppl(parts, {"a.json", "b.json", "c.json"});
+  ASSERT_EQ(merged.results.size(), 3u);
+  auto rows = [](const std::string& t) { return nlohmann::json::parse(t).at("ppl"); };
+  EXPECT_EQ(rows(ppl_to_json(merged)), rows(text));
+  EXPECT_NE(ppl_to_markdown(merged).find("| h2o | 64 | 0.9048 |"), std::string::npos);
+  EXPECT_NE(ppl_to_markdown(merged).find("merged from 3 runs"), std::string::npos);
+
+  auto refused = [&](PplRun other, const std::string& needle) {
+    try {
+      merge_ppl({parts[0], other}, {"a.json", "b.json"});
+      ADD_FAILURE() << "merged runs that differ in " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused(parts[0], "repeats full at budget");
+  PplRun other_model = parts[1];
+  other_model.meta.model_sha256 = "def";
+  refused(other_model, "model_sha256 'def'");
+  PplRun other_decode = parts[1];
+  other_decode.decode.recent = 5;
+  refused(other_decode, "recent 5");
+  refused(run_of({"h2o"}, 6), "6 chunks of 100 tokens");
+}
+
+// Broken ppl files name the file, the row and the field.
+TEST(PplReport, BrokenFilesAreRefusedByName) {
+  std::vector<int32_t> tokens(600);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 97);
+  ChunkVaryingModel model;
+  const PplRun run =
+      run_ppl(model, tokens, ppl_chunks(600, 100), expand_methods({"h2o"}, {Budget{64}}), {}, 100);
+  auto doc = nlohmann::json::parse(ppl_to_json(run));
+  auto refused = [](const nlohmann::json& d, const std::string& needle) {
+    try {
+      ppl_from_json(d.dump(), "p.json");
+      ADD_FAILURE() << "read a file with " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto d = doc;
+  d["ppl"][0]["chunk_nll"].push_back(1.0);
+  refused(d, "p.json ppl[0]: 7 chunk NLLs for 'chunks' 6");
+  d = doc;
+  d["ppl"][0]["ppl"] = "12";
+  refused(d, "p.json ppl[0]: 'ppl' is string");
+  d = doc;
+  d["version"] = 3;
+  refused(d, "results version 3");
+  // Version 1 (no meta): read with no provenance and the default bootstrap its rows name.
+  d = doc;
+  d["version"] = 1;
+  d.erase("meta");
+  const PplRun v1 = ppl_from_json(d.dump(), "v1.json");
+  EXPECT_EQ(v1.meta.model, "varying");
+  EXPECT_TRUE(v1.meta.git_commit.empty());
+  EXPECT_EQ(v1.results.at(0).chunk_nll, run.results.at(0).chunk_nll);
+  d["ppl"][0]["interval"] = "90% percentile bootstrap";
+  refused(d, "is not the file's bootstrap");
+  d = doc;
+  d.erase("ppl");
+  refused(d, "'ppl' is missing");
+  EXPECT_THROW(results_kind("{\"kind\": \"kvevict-results\", \"version\": 2}", "x.json"), Error);
+  EXPECT_EQ(results_kind(doc.dump(), "p.json"), ResultsKind::kPpl);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "eval/perplexity.h"
+#include "eval/ppl_report.h"
 #include "eval/report.h"
 
 namespace kvevict::eval {
@@ -59,7 +60,7 @@ class PlotScript : public ::testing::Test {
 TEST_F(PlotScript, DrawsEveryFigureFromTheReports) {
   write_text_file((dir_ / "eval.json").string(), results_to_json(fake_results()));
   PplRun ppl;
-  ppl.model = "plot-test";
+  ppl.meta.model = "plot-test";
   for (const char* m : {"full", "h2o"})
     for (double b : {256.0, 1024.0}) {
       PplResult r;

@@ -492,7 +492,10 @@ void check_real_model_matches_cpu(const char* file, const char* label) {
   gpu::GpuSessionOptions go;
   go.max_prompt = static_cast<int64_t>(prompt.size());
   go.decode_room = 48;
-  gpu::GpuSession g(gm, go);
+  // Both GPU sessions on one context: a snapshot loads only into sessions of the context that
+  // made it.
+  auto ctx = std::make_shared<gpu::GpuContext>(gm);
+  gpu::GpuSession g(ctx, go);
   const auto gpu_snap = g.prefill_snapshot(prompt, PrefillOptions{});
   g.load_rows(*gpu_snap, {EvictConfig::none()});
   expect_close_logits(g.logits(), cpu.logits(), 0.05, label);
@@ -505,7 +508,7 @@ void check_real_model_matches_cpu(const char* file, const char* label) {
   std::printf("cpu: %s\ngpu: %s\n", tok->decode(ref.tokens).c_str(),
               tok->decode(got.tokens).c_str());
   Session cpu2 = Session::from_snapshot(model, cpu_snap, EvictConfig::none());
-  gpu::GpuSession g2(gm, go);
+  gpu::GpuSession g2(ctx, go);
   g2.load_rows(*gpu_snap, {EvictConfig::none()});
   testing::expect_greedy_agreement(cpu2, g2, ref.tokens, true, label);
 }
