@@ -122,6 +122,17 @@ void to_f32(const void* src, DType t, int64_t count, float* dst) {
   }
 }
 
+// Cephes' expf constants, shared by the scalar and the 8-lane forms: the clamp, log2(e), ln(2) in
+// two parts (exact high bits + the rest) and the degree-5 polynomial of e^r on [-ln2/2, ln2/2].
+namespace cephes_exp {
+constexpr float kMin = -87.0f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
+                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+}  // namespace cephes_exp
+
 // e^x for finite x <= 0 (softmax arguments z - max), relative error ~2e-7: Cephes' expf range
 // reduction and polynomial, written branch-free so the loop over a key tile vectorizes (std::exp
 // does not without -ffast-math). Below -87 it returns ~1e-38 instead of 0, harmless next to the
@@ -129,16 +140,17 @@ void to_f32(const void* src, DType t, int64_t count, float* dst) {
 // out NaN, and never reaches a float -> int cast of NaN (undefined; found by
 // fuzz/gguf_model_fuzzer, issue 13).
 inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n_raw = std::floor(x * 1.44269504088896341f + 0.5f);
+  using namespace cephes_exp;
+  x = x < kMin ? kMin : x;
+  const float n_raw = std::floor(x * kLog2e + 0.5f);
   const float n = n_raw == n_raw ? n_raw : 0.0f;  // NaN: y below is NaN, any exponent will do
-  const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
+  const float r = x - n * kLn2Hi - n * kLn2Lo;
+  float y = kP0;
+  y = y * r + kP1;
+  y = y * r + kP2;
+  y = y * r + kP3;
+  y = y * r + kP4;
+  y = y * r + kP5;
   y = y * (r * r) + r + 1.0f;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
@@ -186,9 +198,10 @@ inline Vec4 hsum4x8(Vec8 a0, Vec8 a1, Vec8 a2, Vec8 a3) {
 // `omp simd` loop over exp_nonpositive scalar (its floor and bit cast): that scalar exp was
 // most of a decode's attention time (docs/RESULTS.md 2026-12-03 (b)). A NaN lane stays NaN.
 inline Vec8 exp_nonpositive8(Vec8 x) {
-  const Vec8 lo = {-87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f};
+  using namespace cephes_exp;
+  const Vec8 lo = {kMin, kMin, kMin, kMin, kMin, kMin, kMin, kMin};
   x = x < lo ? lo : x;
-  const Vec8 t = x * 1.44269504088896341f + 0.5f;
+  const Vec8 t = x * kLog2e + 0.5f;
   const Vec8 zero = {};
   // floor(t) for t in [-126, 1): truncate, then step down where truncation went up. A NaN
   // lane converts 0 instead (no float -> int conversion of NaN); its y below stays NaN.
@@ -196,12 +209,12 @@ inline Vec8 exp_nonpositive8(Vec8 x) {
       __builtin_convertvector(t == t ? t : zero, Vec8i);  // NOLINT(misc-redundant-expression)
   const Vec8 tf = __builtin_convertvector(ti, Vec8);
   const Vec8 n = tf > t ? tf - 1.0f : tf;
-  const Vec8 r = x - n * 0.693359375f - n * -2.12194440e-4f;
-  Vec8 y = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
+  const Vec8 r = x - n * kLn2Hi - n * kLn2Lo;
+  Vec8 y = r * kP0 + kP1;
+  y = y * r + kP2;
+  y = y * r + kP3;
+  y = y * r + kP4;
+  y = y * r + kP5;
   y = y * (r * r) + r + 1.0f;
   const Vec8i bits = (__builtin_convertvector(n, Vec8i) + 127) << 23;
   Vec8 scale;

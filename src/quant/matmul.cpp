@@ -85,10 +85,12 @@ void matmul(const float* x, int64_t T, int64_t K, const MatmulTarget* targets, i
         for (int64_t r = it.r0; r < it.r1; ++r) {
           // Decode streams the weights once from DRAM: software prefetch kPrefetchAhead bytes
           // ahead carries the stream across the 4 KiB page boundaries of the file mapping,
-          // where the hardware prefetchers stop.
+          // where the hardware prefetchers stop. Into L2 (locality 1: prefetcht2), not
+          // non-temporal: on an AVX512-BF16 Xeon VM prefetchnta made Gemma 3's one-thread decode
+          // 1.5x slower (19.8 vs 31.4 tok/s; docs/RESULTS.md 2026-12-03 (c)).
           if (t == 0) {
             const uint8_t* ahead = w.row(r) + kPrefetchAhead;
-            for (int64_t o = 0; o < w.row_bytes; o += 64) __builtin_prefetch(ahead + o, 0, 0);
+            for (int64_t o = 0; o < w.row_bytes; o += 64) __builtin_prefetch(ahead + o, 0, 1);
           }
           y[r] = dot(w.row(r), a, K);
         }
