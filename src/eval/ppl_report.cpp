@@ -119,15 +119,7 @@ std::string ppl_to_json(const PplRun& run, int indent) {
 }
 
 PplRun ppl_from_json(const std::string& text, const std::string& label) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    KVEVICT_FAIL(label, ": not valid JSON (", e.what(), ")");
-  }
-  KVEVICT_CHECK(doc.is_object() && doc.value("kind", json()) == "kvevict-results", label,
-                ": not a kvevict results file (expected \"kind\": \"kvevict-results\", as kvevict "
-                "ppl --out writes)");
+  const json doc = parse_results_json(text, label);
   const json version = doc.value("version", json());
   KVEVICT_CHECK(version == 1 || version == 2, label, ": results version ", version.dump(),
                 "; this kvevict reads ppl files of version 1 and 2");

@@ -10,6 +10,19 @@ json finite_or_null(double x) {
   return std::isfinite(x) ? json(x) : json(nullptr);
 }
 
+json parse_results_json(const std::string& text, const std::string& label) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    KVEVICT_FAIL(label, ": not valid JSON (", e.what(), ")");
+  }
+  KVEVICT_CHECK(doc.is_object() && doc.value("kind", json()) == "kvevict-results", label,
+                ": not a kvevict results file (expected \"kind\": \"kvevict-results\", as "
+                "kvevict eval / ppl --out write)");
+  return doc;
+}
+
 json meta_to_json(const RunMeta& m) {
   json options = json::object();
   if (!m.options_json.empty()) options = json::parse(m.options_json);

@@ -20,6 +20,10 @@ namespace kvevict::eval {
 // A number that is unknown or not finite (an interval of one sample) as null, never a string.
 nlohmann::json finite_or_null(double x);
 
+// A results file's text as a JSON document whose "kind" is "kvevict-results"; throws naming
+// `label` when it is not valid JSON or not a kvevict results file.
+nlohmann::json parse_results_json(const std::string& text, const std::string& label);
+
 // The "meta" object of a results file, and read back from a document's "meta" (every field
 // checked; throws naming `label` and the field).
 nlohmann::json meta_to_json(const RunMeta& meta);

@@ -93,15 +93,7 @@ BatchRecord read_batch(const json& j, const std::string& where) {
 }  // namespace
 
 EvalResults results_from_json(const std::string& text, const std::string& label) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    KVEVICT_FAIL(label, ": not valid JSON (", e.what(), ")");
-  }
-  KVEVICT_CHECK(doc.is_object() && doc.value("kind", json()) == "kvevict-results", label,
-                ": not a kvevict results file (expected \"kind\": ",
-                "\"kvevict-results\", as kvevict eval --out writes)");
+  const json doc = parse_results_json(text, label);
   const json version = doc.value("version", json());
   KVEVICT_CHECK(version == 2, label, ": results version ", version.dump(),
                 "; this kvevict reads version 2");
@@ -121,15 +113,7 @@ EvalResults results_from_json(const std::string& text, const std::string& label)
 }
 
 ResultsKind results_kind(const std::string& text, const std::string& label) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    KVEVICT_FAIL(label, ": not valid JSON (", e.what(), ")");
-  }
-  KVEVICT_CHECK(doc.is_object() && doc.value("kind", json()) == "kvevict-results", label,
-                ": not a kvevict results file (expected \"kind\": \"kvevict-results\", as "
-                "kvevict eval / ppl --out write)");
+  const json doc = parse_results_json(text, label);
   if (doc.contains("records")) return ResultsKind::kEval;
   if (doc.contains("ppl")) return ResultsKind::kPpl;
   KVEVICT_FAIL(label, ": a results file with neither 'records' (kvevict eval) nor 'ppl' (kvevict ",

@@ -94,16 +94,25 @@ std::vector<BatchAnswer> ModelRuntime::answer_batch(
   return out;
 }
 
-std::vector<std::vector<double>> ModelRuntime::token_nlls(
-    const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const {
+namespace {
+
+void check_token_nll_inputs(const std::vector<std::vector<int32_t>>& texts,
+                            const EvictConfig& evict) {
   KVEVICT_CHECK(!evict.prefill.enabled,
                 "token_nlls evicts while decoding only; expected no prefill eviction");
+  for (const auto& tokens : texts)
+    KVEVICT_CHECK(tokens.size() >= 2, "perplexity needs at least 2 tokens a text; got ",
+                  tokens.size());
+}
+
+// One session a text: its first token prefilled, then every token predicted and fed.
+std::vector<std::vector<double>> nlls_one_by_one(const ModelRuntime& rt,
+                                                 const std::vector<std::vector<int32_t>>& texts,
+                                                 const EvictConfig& evict) {
   std::vector<std::vector<double>> out;
   out.reserve(texts.size());
   for (const auto& tokens : texts) {
-    KVEVICT_CHECK(tokens.size() >= 2, "perplexity needs at least 2 tokens a text; got ",
-                  tokens.size());
-    auto session = this->session(static_cast<int64_t>(tokens.size()));
+    auto session = rt.session(static_cast<int64_t>(tokens.size()));
     session->prefill({tokens[0]}, evict);
     std::vector<double>& nlls = out.emplace_back();
     nlls.reserve(tokens.size() - 1);
@@ -113,6 +122,25 @@ std::vector<std::vector<double>> ModelRuntime::token_nlls(
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> ModelRuntime::token_nlls(
+    const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const {
+  check_token_nll_inputs(texts, evict);
+  return checked_token_nlls(texts, evict);
+}
+
+std::vector<std::vector<double>> ModelRuntime::token_nlls_one_at_a_time(
+    const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const {
+  check_token_nll_inputs(texts, evict);
+  return nlls_one_by_one(*this, texts, evict);
+}
+
+std::vector<std::vector<double>> ModelRuntime::checked_token_nlls(
+    const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const {
+  return nlls_one_by_one(*this, texts, evict);
 }
 
 int64_t kept_rows_per_head(const ModelConfig& config,

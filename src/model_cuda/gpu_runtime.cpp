@@ -104,19 +104,14 @@ class GpuRuntime final : public ModelRuntime {
     return out;
   }
 
-  // The texts as one batch, a row each (ModelRuntime::token_nlls); texts of unequal lengths go
-  // one length group at a time.
-  std::vector<std::vector<double>> token_nlls(const std::vector<std::vector<int32_t>>& texts,
-                                              const EvictConfig& evict) const override {
-    KVEVICT_CHECK(!evict.prefill.enabled,
-                  "token_nlls evicts while decoding only; expected no prefill eviction");
+ protected:
+  // The texts as one batch, a row each (ModelRuntime::token_nlls, which checked them); texts of
+  // unequal lengths go one length group at a time.
+  std::vector<std::vector<double>> checked_token_nlls(
+      const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const override {
     std::vector<std::vector<double>> out(texts.size());
     std::map<size_t, std::vector<size_t>> by_length;  // length -> text indices
-    for (size_t t = 0; t < texts.size(); ++t) {
-      KVEVICT_CHECK(texts[t].size() >= 2, "perplexity needs at least 2 tokens a text; got ",
-                    texts[t].size());
-      by_length[texts[t].size()].push_back(t);
-    }
+    for (size_t t = 0; t < texts.size(); ++t) by_length[texts[t].size()].push_back(t);
     for (const auto& [n, idx] : by_length) {
       std::vector<std::vector<int32_t>> group;
       for (size_t t : idx) group.push_back(texts[t]);

@@ -361,7 +361,7 @@ TEST(GpuRuntimeTokenNlls, BatchEqualsOneAtATimeAndTheCpu) {
   ev.decode.options.slack = 0;  // every step past 48 rows cuts
   ev.decode.options.recent = 8;
   const auto batch = gpu_rt->token_nlls(texts, ev);
-  const auto alone = gpu_rt->ModelRuntime::token_nlls(texts, ev);  // batch-1 sessions, host NLLs
+  const auto alone = gpu_rt->token_nlls_one_at_a_time(texts, ev);  // batch-1 sessions, host NLLs
   const auto cpu = cpu_rt->token_nlls(texts, ev);
   ASSERT_EQ(batch.size(), texts.size());
   auto mean = [](const std::vector<double>& x) {

@@ -195,8 +195,18 @@ class ModelRuntime {
   // (natural log) of texts[t][i + 1] given texts[t][0 .. i]: texts[t].size() - 1 values. Every
   // text must hold at least 2 tokens. The GPU runtime decodes the texts as one batch (a row
   // each, all of one length); the CPU runtime one after another. A row equals a session of its
-  // own up to the batch's rounding (batched projections round by the batch's shape).
-  virtual std::vector<std::vector<double>> token_nlls(
+  // own up to the batch's rounding (batched projections round by the batch's shape). Checks the
+  // inputs here (no prefill eviction, >= 2 tokens a text), then runs the runtime's way.
+  std::vector<std::vector<double>> token_nlls(const std::vector<std::vector<int32_t>>& texts,
+                                              const EvictConfig& evict) const;
+  // The same, one text at a time through session(): the CPU runtime's way, and on the GPU the
+  // reference its batch is compared with.
+  std::vector<std::vector<double>> token_nlls_one_at_a_time(
+      const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const;
+
+ protected:
+  // token_nlls after its checks; the default is token_nlls_one_at_a_time.
+  virtual std::vector<std::vector<double>> checked_token_nlls(
       const std::vector<std::vector<int32_t>>& texts, const EvictConfig& evict) const;
 };
 
