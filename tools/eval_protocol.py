@@ -579,11 +579,18 @@ class Protocol:
     # tests/eval/results_merge_test.cpp). One process leaves most of the GPU idle (host work
     # between launches), and a run of 11 x 100 samples would not fit one device call.
     def task_names(self):
+        """The tasks of a run: TASKS, or every task `kvevict eval --list-tasks` prints (the C++
+        task table is the one list)."""
         if self.tasks != "all":
             return self.tasks.split(",")
-        return ["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
-                "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",
-                "vt", "cwe", "fwe"]
+        if not hasattr(self, "_all_tasks"):
+            p = subprocess.run([self.kv, "eval", "--list-tasks"], capture_output=True, text=True,
+                               env=self.environ)
+            if p.returncode != 0:
+                die(f"'{self.kv} eval --list-tasks' failed: {p.stderr.strip()}")
+            self._all_tasks = [ln.split()[0] for ln in p.stdout.splitlines()[1:]
+                               if ln.strip() and not ln.startswith("-")]
+        return self._all_tasks
 
     def shard_by_task(self, runs):
         shards = {}
