@@ -7,6 +7,8 @@
 #   tools/device_bundle.sh BUILD_DIR OUT_DIR        -> OUT_DIR/bins.tar.xz, OUT_DIR/models.part-*,
 #                                                     OUT_DIR/models.sha256
 #   BUNDLE_MODELS=0 tools/device_bundle.sh ...      binaries only
+#   BUNDLE_FIRST_PART=BYTES, BUNDLE_PART=BYTES       the first model part's size and the others'
+#                                                    (default 60 MB each)
 set -euo pipefail
 build="${1:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
 out="${2:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
@@ -33,8 +35,15 @@ if [[ "${BUNDLE_MODELS:-1}" == 1 ]]; then
   (cd "$root/models" && sha256sum "$(basename "${models[0]}")" "$(basename "${models[1]}")") \
     >"$out/models.sha256"
   rm -f "$out"/models.part-*
-  # One stream of both files (sizes in the manifest), cut at 60 MB: a part a call.
+  # One stream of both files (sizes in the manifest), cut at 60 MB (BUNDLE_PART): a part a call. The first part
+  # travels beside bins.tar.xz, so it can be cut smaller (BUNDLE_FIRST_PART bytes, e.g. 48000000:
+  # 48 MB + the binaries + the tree stay under a call's 64 MiB).
   stat -c '%n %s' "${models[@]}" | sed "s|$root/models/||" >"$out/models.sizes"
-  cat "${models[@]}" | split -b 60000000 -d - "$out/models.part-"
+  first="${BUNDLE_FIRST_PART:-60000000}"
+  cat "${models[@]}" >"$stage/models.stream"
+  dd if="$stage/models.stream" of="$out/models.part-00" bs=4M iflag=count_bytes count="$first" \
+    status=none
+  dd if="$stage/models.stream" bs=4M iflag=skip_bytes skip="$first" status=none |
+    split -b "${BUNDLE_PART:-60000000}" -d --numeric-suffixes=1 - "$out/models.part-"
   echo "device_bundle: models in $(ls "$out"/models.part-* | wc -l) parts"
 fi

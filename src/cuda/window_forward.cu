@@ -213,10 +213,10 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       mx[1] = nan_max(mx[1], nan_max(s[nt][2], s[nt][3]));
     }
     float corr[2];
-    bool grew_any = false, rescaled = false;
+    bool grew = false, rescaled = false;
     if constexpr (!kTop) {
       float m_c[2];
-      grew_any = online_max_step(mx, m_run, l_run, sc, m_c, corr);
+      grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
       for (int nt = 0; nt < GK / 8; ++nt) {
 #pragma unroll
@@ -234,14 +234,14 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
           [&](int key, int col) {
             return *reinterpret_cast<const uint32_t*>(vgroup + key * S + col);
           },
-          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew_any, &rescaled);
+          top, m_run, l_run, mx, sc, t4, key0, p.top_every_record, m_use, corr, &grew, &rescaled);
       forward_exp_tile<GK / 2>(s_at, m_use, sc, top.extreme, l_run);
     }
 
     if constexpr (kWithV) {
       // The running max of a row stops growing after the first few tiles: the rescale of the
       // accumulators (D / 2 multiplies a thread) runs only when some row of the warp grew.
-      if (grew_any && !rescaled) {
+      if (grew && !rescaled) {
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) {
           o[dt][0] *= corr[0];
@@ -456,8 +456,12 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
       s_best = s;
     }
   }
+  // Most rows hold no top in any split (v12's tile test holds one only where a key outweighs its
+  // split): then the row's top search, its ties and the others' max over the tops are skipped.
+  const bool any_top = __any_sync(0xffffffffu, m_best > -INFINITY);
   for (int o = 16; o > 0; o >>= 1) {
     m_inc = nan_max(m_inc, __shfl_xor_sync(0xffffffffu, m_inc, o));
+    if (!any_top) continue;  // warp-uniform
     const float mb = __shfl_xor_sync(0xffffffffu, m_best, o);
     const int sb = __shfl_xor_sync(0xffffffffu, s_best, o);
     if (mb > m_best || (mb == m_best && sb < s_best)) {
@@ -466,21 +470,24 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
     }
   }
   int ties = 0;
+  float R = m_inc;  // the others' max (see below)
+  bool have_top = false;
+  if (any_top) {
 #pragma unroll
-  for (int i = 0; i < kMaxSplitRegs; ++i) ties += mts[i] == m_best && m_best > -INFINITY;
-  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)
-    ties += part4(s).z == m_best && m_best > -INFINITY;
-  for (int o = 16; o > 0; o >>= 1) ties += __shfl_xor_sync(0xffffffffu, ties, o);
-  const bool have_top = m_best > -INFINITY && m_best > m_inc && ties == 1;
-  // The others' max R and their weights: (o, l) of split s by f = exp2((m - R) sc) l, the top of
-  // a split other than the row's top by g = exp2((m_top - R) sc).
-  float R = m_inc;
+    for (int i = 0; i < kMaxSplitRegs; ++i) ties += mts[i] == m_best && m_best > -INFINITY;
+    for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)
+      ties += part4(s).z == m_best && m_best > -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) ties += __shfl_xor_sync(0xffffffffu, ties, o);
+    have_top = m_best > -INFINITY && m_best > m_inc && ties == 1;
+    // The others' max R and their weights: (o, l) of split s by f = exp2((m - R) sc) l, the top
+    // of a split other than the row's top by g = exp2((m_top - R) sc).
 #pragma unroll
-  for (int i = 0; i < kMaxSplitRegs; ++i)
-    if (!(have_top && lane + 32 * i == s_best)) R = nan_max(R, mts[i]);
-  for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)
-    if (!(have_top && s == s_best)) R = nan_max(R, part4(s).z);
-  for (int o = 16; o > 0; o >>= 1) R = nan_max(R, __shfl_xor_sync(0xffffffffu, R, o));
+    for (int i = 0; i < kMaxSplitRegs; ++i)
+      if (!(have_top && lane + 32 * i == s_best)) R = nan_max(R, mts[i]);
+    for (int s = lane + 32 * kMaxSplitRegs; s < p.splits; s += 32)
+      if (!(have_top && s == s_best)) R = nan_max(R, part4(s).z);
+    for (int o = 16; o > 0; o >>= 1) R = nan_max(R, __shfl_xor_sync(0xffffffffu, R, o));
+  }
   auto weights = [&](float m, float l, float mt, int s, float* f, float* g) {
     *f = (R == -INFINITY || m == -INFINITY) ? 0.f : exp2f((m - R) * sc) * l;
     *g = (R == -INFINITY || mt == -INFINITY || (have_top && s == s_best)) ? 0.f
@@ -603,10 +610,12 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   }
   if (p.top == nullptr) return;
   // The chunks' sums live in lanes 0 .. chunks - 1 (and their copies): sum over those.
-  const bool first = s0 == 0;
-  d2 = warp_sum(first ? d2 : 0.f);
-  vdiff = warp_sum(first ? vdiff : 0.f);
-  v2 = warp_sum(first ? v2 : 0.f);
+  if (have_top) {  // warp-uniform; without a top the three stay 0
+    const bool first = s0 == 0;
+    d2 = warp_sum(first ? d2 : 0.f);
+    vdiff = warp_sum(first ? vdiff : 0.f);
+    v2 = warp_sum(first ? v2 : 0.f);
+  }
   if (lane == 0) {
     TopRow tr;
     tr.idx = have_top && !nan_row && rho <= 1.f ? top_idx : -1;  // p_top >= 1/2
@@ -718,7 +727,7 @@ size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_c
 
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  TopRow* top) {
+                                  TopRow* top, bool top_every_record) {
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
       a.q_rows < a.w)
     return cudaErrorInvalidValue;
@@ -743,6 +752,7 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;
   p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
   p.top = top;
+  p.top_every_record = top_every_record;
   // Blocks of 64+ rows run the wgmma kernel where this binary has it (sm_90a).
   const int block_rows = 16 * plan.slabs;
   if (window_wgmma_enabled() && block_rows >= 64 && wgmma_forward_supported(a, block_rows)) {

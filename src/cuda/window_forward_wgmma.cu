@@ -149,10 +149,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       mx[1] = nan_max(mx[1], nan_max(s[i + 2], s[i + 3]));
     }
     float corr[2];
-    bool grew_any = false, rescaled = false;
+    bool grew = false, rescaled = false;
     if constexpr (!kTop) {
       float m_c[2];
-      grew_any = online_max_step(mx, m_run, l_run, sc, m_c, corr);
+      grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         s[i] = fast_exp2(fmaf(s[i], sc, -m_c[(i >> 1) & 1]));
@@ -166,12 +166,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
           [&](int key, int col) {
             return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
           },
-          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew_any, &rescaled);
+          top, m_run, l_run, mx, sc, t4, key0, p.top_every_record, m_use, corr, &grew, &rescaled);
       forward_exp_tile<32>([&](int i) -> float& { return s[i]; }, m_use, sc, top.extreme, l_run);
     }
 
     if constexpr (kWithV) {
-      if (grew_any && !rescaled) {
+      if (grew && !rescaled) {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
       }

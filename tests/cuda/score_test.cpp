@@ -224,6 +224,85 @@ TEST(CudaScore, DominantKeysTakeTheExactPath) {
 // forward's 16-bit P and partials, a rounded to bf16 in the pass); the kept sets must agree
 // wherever the reference clears the cut by more than that, and under dropkv the dominant key
 // must be kept at a budget of one token.
+// Scores of every spec (at each window of `windows`) for `methods` through the three scoring passes
+// and both forwards under each top-key mode of `top_modes` (kernel_variants.h), against the double
+// reference: the tolerance, kept-set and dominant-key checks described above.
+void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedSpec>& specs,
+                                     std::initializer_list<int> windows,
+                                     std::initializer_list<Method> methods,
+                                     std::initializer_list<int> top_modes) {
+  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync };
+  for (int w : windows) {
+    for (kvevict::testing::PeakedSpec spec : specs) {
+      spec.w = w;
+      kvevict::testing::PeakedProblem pp(spec);
+      const ScoreProblem host = pp.host_view();
+      const int hq = spec.hkv * spec.group;
+      const int64_t n = spec.n;
+      DeviceBuffer<uint16_t> dq(pp.q.size()), dk(pp.k.size()), dv(pp.v.size());
+      DeviceBuffer<float> ds(static_cast<size_t>(spec.hkv) * n);
+      dq.upload(testing::encode16(pp.q, DType::kBF16));
+      dk.upload(testing::encode16(pp.k, DType::kBF16));
+      dv.upload(testing::encode16(pp.v, DType::kBF16));
+      ScoreProblem p;
+      p.q = TensorView(dq.data(), DType::kBF16, {hq, w, spec.d}, Device::kCuda);
+      p.k = TensorView(dk.data(), DType::kBF16, {spec.hkv, n, spec.d}, Device::kCuda);
+      p.v = TensorView(dv.data(), DType::kBF16, {spec.hkv, n, spec.d}, Device::kCuda);
+      p.scale = pp.scale;
+      for (Method m : methods) {
+        ScoreOptions opt = ScoreOptions::defaults(m);
+        opt.window = w;
+        opt.pooling = Pooling{};
+        const std::vector<double> ref = ref::score(host, opt).scores;
+        for (int mode : top_modes) {
+          for (Kernels kern : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync}) {
+            SCOPED_TRACE(spec.str() + " " + method_name(m) + " top mode " + std::to_string(mode) +
+                         (kern == Kernels::kKeyMajor   ? ", key-major pass"
+                          : kern == Kernels::kRowMajor ? ", row-major wgmma pass"
+                                                       : ", mma.sync kernels"));
+            set_window_top_keys(mode);
+            set_window_wgmma(kern != Kernels::kMmaSync);
+            set_window_keymajor(kern == Kernels::kKeyMajor);
+            ds.poison();
+            ScoreOutput out;
+            out.scores = TensorView(ds.data(), DType::kF32, {spec.hkv, n}, Device::kCuda);
+            const size_t ws_bytes = score_workspace_bytes(p, opt);
+            DeviceBuffer<char> ws(ws_bytes);
+            score(p, opt, out, {ws.data(), ws_bytes});
+            KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+            const std::vector<float> got = ds.download();
+            EXPECT_TRUE(ds.sentinels_intact());
+            for (int g = 0; g < spec.hkv; ++g) {
+              const double* r = ref.data() + g * n;
+              const float* s = got.data() + g * n;
+              double top = 0;
+              for (int64_t j = 0; j < n; ++j) top = std::max(top, std::abs(r[j]));
+              const double atol = 1e-3 * top + 1e-30, rtol = 3e-2;
+              EXPECT_TRUE(kvevict::testing::all_close(s, r, n, atol, rtol,
+                                                      "scores head " + std::to_string(g)));
+              for (int64_t keep : {int64_t{1}, int64_t{8}, n / 10})
+                EXPECT_TRUE(kvevict::testing::kept_sets_agree(s, r, n, keep, atol, rtol,
+                                                              "keep " + std::to_string(keep)));
+              if (m == Method::kDropKV) {
+                // The key holding the most attention of the head's rows (the sink, planted as
+                // the top of half of them) has the largest removal change whenever it dominates.
+                const auto [best, clear] = kvevict::testing::clear_max(r, n, 0.1);
+                if (clear)
+                  EXPECT_TRUE(kvevict::testing::kept_mask(s, n, 1)[best])
+                      << "head " << g << ": key " << best << " (ref " << r[best] << ") scored "
+                      << s[best];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  set_window_top_keys(0);
+  set_window_wgmma(true);
+  set_window_keymajor(true);
+}
+
 TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
   KVEVICT_REQUIRE_GPU();
   std::vector<kvevict::testing::PeakedSpec> specs;
@@ -248,72 +327,37 @@ TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
   for (int k = 1; k <= 12; ++k)
     if (!sanitizer || k == 12) add(0, 1 - std::pow(10.0, -k), 1);
   add(30, 0, 1e30);
-  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync };
-  for (int w : {8, 32}) {  // 32 rows (wgmma forward, mma.sync pass) and 128 (wgmma both)
-    for (kvevict::testing::PeakedSpec spec : specs) {
-      spec.w = w;
-      kvevict::testing::PeakedProblem pp(spec);
-      const ScoreProblem host = pp.host_view();
-      const int hq = spec.hkv * spec.group;
-      const int64_t n = spec.n;
-      DeviceBuffer<uint16_t> dq(pp.q.size()), dk(pp.k.size()), dv(pp.v.size());
-      DeviceBuffer<float> ds(static_cast<size_t>(spec.hkv) * n);
-      dq.upload(testing::encode16(pp.q, DType::kBF16));
-      dk.upload(testing::encode16(pp.k, DType::kBF16));
-      dv.upload(testing::encode16(pp.v, DType::kBF16));
-      ScoreProblem p;
-      p.q = TensorView(dq.data(), DType::kBF16, {hq, w, spec.d}, Device::kCuda);
-      p.k = TensorView(dk.data(), DType::kBF16, {spec.hkv, n, spec.d}, Device::kCuda);
-      p.v = TensorView(dv.data(), DType::kBF16, {spec.hkv, n, spec.d}, Device::kCuda);
-      p.scale = pp.scale;
-      for (Method m : {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK}) {
-        ScoreOptions opt = ScoreOptions::defaults(m);
-        opt.window = w;
-        opt.pooling = Pooling{};
-        const std::vector<double> ref = ref::score(host, opt).scores;
-        for (Kernels kern : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync}) {
-          SCOPED_TRACE(spec.str() + " " + method_name(m) +
-                       (kern == Kernels::kKeyMajor   ? ", key-major pass"
-                        : kern == Kernels::kRowMajor ? ", row-major wgmma pass"
-                                                     : ", mma.sync kernels"));
-          set_window_wgmma(kern != Kernels::kMmaSync);
-          set_window_keymajor(kern == Kernels::kKeyMajor);
-          ds.poison();
-          ScoreOutput out;
-          out.scores = TensorView(ds.data(), DType::kF32, {spec.hkv, n}, Device::kCuda);
-          const size_t ws_bytes = score_workspace_bytes(p, opt);
-          DeviceBuffer<char> ws(ws_bytes);
-          score(p, opt, out, {ws.data(), ws_bytes});
-          KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-          const std::vector<float> got = ds.download();
-          EXPECT_TRUE(ds.sentinels_intact());
-          for (int g = 0; g < spec.hkv; ++g) {
-            const double* r = ref.data() + g * n;
-            const float* s = got.data() + g * n;
-            double top = 0;
-            for (int64_t j = 0; j < n; ++j) top = std::max(top, std::abs(r[j]));
-            const double atol = 1e-3 * top + 1e-30, rtol = 3e-2;
-            EXPECT_TRUE(kvevict::testing::all_close(s, r, n, atol, rtol,
-                                                    "scores head " + std::to_string(g)));
-            for (int64_t keep : {int64_t{1}, int64_t{8}, n / 10})
-              EXPECT_TRUE(kvevict::testing::kept_sets_agree(s, r, n, keep, atol, rtol,
-                                                            "keep " + std::to_string(keep)));
-            if (m == Method::kDropKV) {
-              // The key holding the most attention of the head's rows (the sink, planted as the
-              // top of half of them) has the largest removal change whenever it dominates.
-              const auto [best, clear] = kvevict::testing::clear_max(r, n, 0.1);
-              if (clear)
-                EXPECT_TRUE(kvevict::testing::kept_mask(s, n, 1)[best])
-                    << "head " << g << ": key " << best << " (ref " << r[best] << ") scored "
-                    << s[best];
-            }
-          }
-        }
-      }
-    }
+  // 32 rows (wgmma forward, mma.sync pass) and 128 (wgmma both).
+  expect_top_keys_match_reference(specs, {8, 32},
+                                  {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK}, {0});
+}
+
+// The forward's tile test (v12) where it decides: splits of 8 tiles (n = 30,011 over 59
+// splits), the other keys' logits 2 nats apart (as the benchmark's), and each row's top key deep
+// inside a split for half of the rows, so that a top is found after the row's lse bound has risen
+// and passed over tiles whose maxima stay below it. Both the tile test (mode 0) and v10's trigger
+// (mode 3) must match the reference.
+TEST(CudaScore, TopKeysDeepInLongSplits) {
+  KVEVICT_REQUIRE_GPU();
+  std::vector<kvevict::testing::PeakedSpec> specs;
+  uint64_t seed = 1700;
+  const bool sanitizer = std::getenv("KVEVICT_SANITIZER") != nullptr;
+  for (const auto& [gap, p_top] : std::vector<std::pair<double, double>>{
+           {0.5, 0}, {10, 0}, {100, 0}, {0, 0.6}, {0, 1 - 1e-9}}) {
+    if (sanitizer && gap != 100) continue;
+    kvevict::testing::PeakedSpec s;
+    s.hkv = 2;
+    s.group = 4;
+    s.d = 128;
+    s.n = 30011;
+    s.gap = gap;
+    s.p_top = p_top;
+    s.spread = 2;
+    s.dtype = DType::kBF16;
+    s.seed = ++seed;
+    specs.push_back(s);
   }
-  set_window_wgmma(true);
-  set_window_keymajor(true);
+  expect_top_keys_match_reference(specs, {8, 32}, {Method::kDropKV, Method::kObcacheVK}, {0, 3});
 }
 
 TEST(CudaScore, PoolingWindowsAndHalf) {
