@@ -331,6 +331,7 @@ int main(int argc, char** argv) {
   bool profile = false;  // one shape, few reps: for running under ncu
   bool top_ab = false;   // issue 13: where the top keys cost time (set_window_top_keys)
   int profile_reps = 3;
+  int top_mode = 0;  // --profile under another top-key mode (kernel_variants.h)
   std::string json;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -341,6 +342,8 @@ int main(int argc, char** argv) {
       profile = true;
     } else if (!std::strcmp(argv[i], "--top-ab")) {
       top_ab = true;
+    } else if (!std::strcmp(argv[i], "--top-mode") && i + 1 < argc) {
+      top_mode = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       profile_reps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
@@ -357,7 +360,9 @@ int main(int argc, char** argv) {
           "               v9's kernels), 3 (v10's trigger: every record takes the exact step),\n"
           "               5 rounds interleaved, --reps N each (default 30); on the random layer,\n"
           "               then with an attention sink (key 0 holds p ~ 0.9 of every row)\n"
-          "  --reps N     repetitions of --profile (default 3)\n");
+          "  --reps N     repetitions of --profile (default 3)\n"
+          "  --top-mode M --profile under top-key mode M (kernel_variants.h "
+          "set_window_top_keys)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -414,6 +419,7 @@ int main(int argc, char** argv) {
     if (profile) {
       Layer L{32, 8, 128, 131072};
       L.alloc(32, 99);
+      cuda::set_window_top_keys(top_mode);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, profile_reps, 0);

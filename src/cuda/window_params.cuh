@@ -219,7 +219,7 @@ struct ForwardTop {
   // -inf: nothing known yet). The tile test's threshold while no top is held.
   float lse_lb[2] = {-INFINITY, -INFINITY};
   uint32_t v[NO / 2];    // value pairs at o[2 k], o[2 k + 1]
-  bool extreme = false;  // quad-uniform: one of the thread's rows has |m c| > 2^12
+  bool extreme = false;  // warp-uniform: some row's |m c| > 2^12
   __device__ __forceinline__ ForwardTop() {
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) v[k] = 0u;
@@ -241,8 +241,8 @@ __device__ __forceinline__ float lse_lower_bound(float m, float l, float sc) {
 // references; v_at(key, col) the tile's 16-bit value pair (col, col + 1) of a key, as uint32.
 // mx: the thread's row maxima of s (masked keys -inf). Updates m_run / l_run (thread-partial sums)
 // and the top; zeroes a new strong top's logit (-inf) in s; rescales o itself when a former top
-// joins (then *rescaled = true), else leaves o to the caller: o *= corr when *grew (this thread's
-// rows; quad-uniform). m_use: the rows' shifts (raw units). every_record: v10's trigger (the exact
+// joins (then *rescaled = true), else leaves o to the caller: o *= corr when *grew (some row of
+// the warp grew). m_use: the rows' shifts (raw units). every_record: v10's trigger (the exact
 // step for every new running max; kernel_variants.h set_window_top_keys mode 3, a timing
 // reference), else the tile test above.
 template <class T, int NS, int NO, class SAt, class OAt, class VAt>
@@ -264,12 +264,13 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
     exact[r] = t1[r] > thr;
     m_new[r] = nan_max(m_run[r], t1[r]);
   }
-  bool any_join = false;
+  bool any_join = false, any_strong = false, strong[2] = {false, false};
+  int jstar[2] = {0, 0};
   if (__any_sync(0xffffffffu, exact[0] || exact[1])) {
     // A record above the threshold (some row of the warp has one; the others pass through with
     // rec false). It joins the accumulators (weak; a former top held apart joins with it: an add
     // back) or is held apart (strong: the record's key and the tile's second max are needed).
-    bool rec[2], strong[2], join[2];
+    bool rec[2], join[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       rec[r] = t1[r] > nan_max(m_run[r], top.m_top[r]);
@@ -293,9 +294,8 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
       if (rec[r] && !strong[r]) lb = nan_max(lb, lse_lower_bound(t1[r], tile, sc));
       top.lse_lb[r] = lb;
     }
-    const bool any_strong = __any_sync(0xffffffffu, strong[0] || strong[1]);
+    any_strong = __any_sync(0xffffffffu, strong[0] || strong[1]);
     any_join = __any_sync(0xffffffffu, join[0] || join[1]);
-    int jstar[2] = {0, 0};
     float t2[2] = {-INFINITY, -INFINITY};
     if (any_strong) {
 #pragma unroll
@@ -333,13 +333,6 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
         top.idx[r] = strong[r] ? key0 + jstar[r] : -1;
       }
     }
-    if (any_strong) {
-#pragma unroll
-      for (int k = 0; k < NO / 2; ++k) {
-        const int r = k & 1;
-        if (strong[r]) top.v[k] = v_at(jstar[r], 8 * (k >> 1) + 2 * t4);
-      }
-    }
   }
   bool grew_here = false;
 #pragma unroll
@@ -352,8 +345,11 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
     m_run[r] = m_new[r];
     l_run[r] = l_run[r] * corr[r] + (t4 == 0 ? wb[r] : 0.f);
   }
-  *grew = grew_here;
-  top.extreme = fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f;
+  // Warp-uniform, so the rescale of o and the exponent form below are uniform branches.
+  *grew = __any_sync(0xffffffffu, grew_here);
+  if (*grew)
+    top.extreme =
+        __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
   *rescaled = any_join;
   if (any_join) {  // o = o corr + w_b v_former (the rescale the record needs anyway, plus the add)
 #pragma unroll
@@ -362,6 +358,13 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
       const float2 f = unpack2<T>(top.v[k]);
       o(2 * k) = fmaf(wb[r], f.x, o(2 * k) * corr[r]);
       o(2 * k + 1) = fmaf(wb[r], f.y, o(2 * k + 1) * corr[r]);
+    }
+  }
+  if (any_strong) {  // after the add back, which read the former top's stash
+#pragma unroll
+    for (int k = 0; k < NO / 2; ++k) {
+      const int r = k & 1;
+      if (strong[r]) top.v[k] = v_at(jstar[r], 8 * (k >> 1) + 2 * t4);
     }
   }
 }
