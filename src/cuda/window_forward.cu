@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
           [&](int key, int col) {
             return *reinterpret_cast<const uint32_t*>(vgroup + key * S + col);
           },
-          top, m_run, l_run, mx, sc, t4, key0, p.top_every_record, m_use, corr, &grew, &rescaled);
+          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew, &rescaled);
       forward_exp_tile<GK / 2>(s_at, m_use, sc, top.extreme, l_run);
     }
 
@@ -456,8 +456,8 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
       s_best = s;
     }
   }
-  // Most rows hold no top in any split (v12's tile test holds one only where a key outweighs its
-  // split): then the row's top search, its ties and the others' max over the tops are skipped.
+  // A row whose splits hold no top (where no key ever outweighed the keys before it in its split,
+  // and in the lse-only forwards) skips the top search, its ties and the others' max over tops.
   const bool any_top = __any_sync(0xffffffffu, m_best > -INFINITY);
   for (int o = 16; o > 0; o >>= 1) {
     m_inc = nan_max(m_inc, __shfl_xor_sync(0xffffffffu, m_inc, o));
@@ -727,7 +727,7 @@ size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_c
 
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  TopRow* top, bool top_every_record) {
+                                  TopRow* top) {
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
       a.q_rows < a.w)
     return cudaErrorInvalidValue;
@@ -752,7 +752,6 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;
   p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
   p.top = top;
-  p.top_every_record = top_every_record;
   // Blocks of 64+ rows run the wgmma kernel where this binary has it (sm_90a).
   const int block_rows = 16 * plan.slabs;
   if (window_wgmma_enabled() && block_rows >= 64 && wgmma_forward_supported(a, block_rows)) {

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
           [&](int key, int col) {
             return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
           },
-          top, m_run, l_run, mx, sc, t4, key0, p.top_every_record, m_use, corr, &grew, &rescaled);
+          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew, &rescaled);
       forward_exp_tile<32>([&](int i) -> float& { return s[i]; }, m_use, sc, top.extreme, l_run);
     }
 

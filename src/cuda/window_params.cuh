@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <math_constants.h>
 
 #include <cstdint>
 
@@ -36,9 +35,6 @@ struct ForwardParams {
   // none) and its key index (int bits, -1: none)
   float* part_ml = nullptr;
   TopRow* top = nullptr;  // [Hq, w] written by the merge (null: not wanted)
-  // With top: every new running max takes the exact step (v10's trigger; a timing reference,
-  // kernel_variants.h set_window_top_keys mode 3), else the tile test (forward_top_step).
-  bool top_every_record = false;
 };
 
 struct PassParams {
@@ -166,23 +162,17 @@ __device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_
 // dropkv / obcache need a_{-top}, the output WITHOUT a row's top key, where that key holds p -> 1:
 // a - p v_top cancels, so a_{-top} must be accumulated apart. The forward keeps each row's running
 // top key out of its accumulators (o, l, running max m) once it outweighs everything the row has
-// seen, its own tile's other keys included (a "strong" record): its P is zeroed before P V, its
-// value row is stashed in registers (16-bit pairs, the layout of o), and the accumulators are then
-// shifted by the OTHER keys' own max, so they do not underflow however far the top dominates (1000
-// nats, q = 1e30). When a later key beats it, the former top is ADDED to the accumulators from the
-// stash (nothing is ever subtracted). A record that does not outweigh what was seen stays in the
-// accumulators: its row's top then has p < 1/2 and needs no leave-one-out (score_terms.h). With
-// |max logit scale log2 e| > 2^12 the exponents are formed as (s - m) c instead of fma(s, c, -m c),
-// whose rounding of m c would move p by more than 2^-12 (at q = 1e30 by 2^(1e22)).
-//
-// The tile test (v12, docs/GPU_NOTES.md). Only a key above a threshold T can need the exact step:
-// T = the held top's logit while a top is held (a key above it is a new record: a join or a new
-// top), else lse_lb, a lower bound of the log-sum of the accumulators' weights (raw logit units):
-// a key at or below it cannot outweigh what was seen. lse_lb is refreshed in every exact step from
-// the row's sums (quad-uniform, never lowered: the accumulators only gain keys). So the common tile
-// is v9's online step plus one compare and one vote; the exact step (a quad sum, a vote, the key
-// search) runs about once a row at its first tile and then only where a key really stands out:
-// v10 took it for every new running max, and some row of a 16-row warp set one in most tiles.
+// seen (l exp2((m - t1) c) + the former top's weight < 1, a "strong" record): its P is zeroed
+// before P V, its value row is stashed in registers (16-bit pairs, the layout of o), and the
+// accumulators are then shifted by the OTHER keys' own max, so they do not underflow however far
+// the top dominates (1000 nats, q = 1e30). When a later key beats it, the former top is ADDED to
+// the accumulators from the stash (nothing is ever subtracted). A record that does not outweigh
+// what was seen stays in the accumulators: its row's top then has p < 1/2 and needs no leave-one-
+// out (score_terms.h). Records are rare after a row's first tiles, so the extra work (finding the
+// record's key and the tile's second max, the stash) runs in a warp-uniform branch; the per-tile
+// cost is a compare and a vote. With |max logit scale log2 e| > 2^12 the exponents are formed as
+// (s - m) c instead of fma(s, c, -m c), whose rounding of m c would move p by more than 2^-12
+// (at q = 1e30 by 2^(1e22)).
 
 // Reductions over the 4 lanes of an accumulator row group (lanes 4 g .. 4 g + 3).
 __device__ __forceinline__ float quad_max(float x) {  // NaN if any lane's x is NaN
@@ -215,25 +205,13 @@ template <int NO>
 struct ForwardTop {
   float m_top[2] = {-INFINITY, -INFINITY};  // raw logit q.k; -inf: none held apart
   int idx[2] = {-1, -1};                    // key index relative to the split's first key
-  // Raw logit units: the log-sum of the accumulators' weights is at least this (quad-uniform;
-  // -inf: nothing known yet). The tile test's threshold while no top is held.
-  float lse_lb[2] = {-INFINITY, -INFINITY};
-  uint32_t v[NO / 2];    // value pairs at o[2 k], o[2 k + 1]
-  bool extreme = false;  // warp-uniform: some row's |m c| > 2^12
+  uint32_t v[NO / 2];                       // value pairs at o[2 k], o[2 k + 1]
+  bool extreme = false;                     // warp-uniform: some row's |m c| > 2^12
   __device__ __forceinline__ ForwardTop() {
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) v[k] = 0u;
   }
 };
-
-// lse_lb of weight sum l at shift m (raw units), lowered by a margin that covers the rounding of
-// l, log2 and the product (1.4% of the weight, and 2^-20 of |m c| for huge logits), so it stays a
-// true lower bound: a bound slightly low only sends a tile to the exact step, never a top past it.
-__device__ __forceinline__ float lse_lower_bound(float m, float l, float sc) {
-  if (!(l > 0.f) || m == -INFINITY) return isnan(l) || isnan(m) ? CUDART_NAN_F : -INFINITY;
-  const float x = m * sc + __log2f(l);
-  return (x - 0.02f - 0x1p-20f * fabsf(x)) / sc;
-}
 
 // One tile of the online softmax with the top key kept apart, before P = exp2(...). Accumulator
 // layout of mma.sync / wgmma: element i of s (NS of them) is row (i >> 1) & 1, tile key
@@ -241,113 +219,92 @@ __device__ __forceinline__ float lse_lower_bound(float m, float l, float sc) {
 // references; v_at(key, col) the tile's 16-bit value pair (col, col + 1) of a key, as uint32.
 // mx: the thread's row maxima of s (masked keys -inf). Updates m_run / l_run (thread-partial sums)
 // and the top; zeroes a new strong top's logit (-inf) in s; rescales o itself when a former top
-// joins (then *rescaled = true), else leaves o to the caller: o *= corr when *grew (some row of
-// the warp grew). m_use: the rows' shifts (raw units). every_record: v10's trigger (the exact
-// step for every new running max; kernel_variants.h set_window_top_keys mode 3, a timing
-// reference), else the tile test above.
+// joins (then *rescaled = true), else leaves o to the caller: o *= corr when grew_any. m_use: the
+// rows' shifts (raw units), m_c = m_use * sc.
 template <class T, int NS, int NO, class SAt, class OAt, class VAt>
 __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
                                                  float (&m_run)[2], float (&l_run)[2],
                                                  const float (&mx)[2], float sc, int t4, int key0,
-                                                 bool every_record, float (&m_use)[2],
-                                                 float (&corr)[2], bool* grew, bool* rescaled) {
+                                                 float (&m_use)[2], float (&corr)[2],
+                                                 bool* grew_any, bool* rescaled) {
   float t1[2], m_new[2], wb[2] = {0.f, 0.f};
-  bool exact[2];
+  bool rec[2], strong[2] = {false, false};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     t1[r] = quad_max(mx[r]);
-    // A NaN logit (t1) or a row that saw one (m_run, lse_lb) never takes the exact step and keeps
-    // m_run NaN through nan_max.
-    const float held = top.m_top[r];
-    const float thr =
-        held > -INFINITY ? held : (every_record ? m_run[r] : nan_max(m_run[r], top.lse_lb[r]));
-    exact[r] = t1[r] > thr;
+    // A NaN logit (t1) or a row that saw one (m_run) makes no record and keeps m_run NaN.
+    rec[r] = t1[r] > nan_max(m_run[r], top.m_top[r]);
     m_new[r] = nan_max(m_run[r], t1[r]);
   }
-  bool any_join = false, any_strong = false, strong[2] = {false, false};
-  int jstar[2] = {0, 0};
-  if (__any_sync(0xffffffffu, exact[0] || exact[1])) {
-    // A record above the threshold (some row of the warp has one; the others pass through with
-    // rec false). It joins the accumulators (weak; a former top held apart joins with it: an add
-    // back) or is held apart (strong: the record's key and the tile's second max are needed).
-    bool rec[2], join[2];
+  // A record either joins the accumulators (weak; a former top held apart joins with it: an add
+  // back, the usual event after a row's first tile) or is held apart (strong: needs the record's
+  // key and the tile's second max, rare after the first tile).
+  bool any_strong = false, any_join = false;
+  if (__any_sync(0xffffffffu, rec[0] || rec[1])) {
+    bool join[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      rec[r] = t1[r] > nan_max(m_run[r], top.m_top[r]);
-      // Mass of everything the row has seen, relative to the record key's weight 1: the
-      // accumulators, the top held apart and this tile's keys (the record itself counts 1).
+      // Mass of everything the row has seen, relative to the record key's weight 1.
       const float l = quad_sum(l_run[r]);
-      float tile = 0.f;
-      if (rec[r]) {
-#pragma unroll
-        for (int i = 0; i < NS; ++i)
-          if (((i >> 1) & 1) == r) tile += fast_exp2((s(i) - t1[r]) * sc);
-      }
-      tile = quad_sum(tile);
       const bool held = top.m_top[r] > -INFINITY;
       const float mass = l * fast_exp2((m_run[r] - t1[r]) * sc) +
-                         (held ? fast_exp2((top.m_top[r] - t1[r]) * sc) : 0.f) + (tile - 1.f);
+                         (held ? fast_exp2((top.m_top[r] - t1[r]) * sc) : 0.f);
       strong[r] = rec[r] && mass < 1.f;
       join[r] = rec[r] && held;  // the former top joins the accumulators
-      // The refreshed bound: the accumulators before this tile, and a weak record with its tile.
-      float lb = nan_max(top.lse_lb[r], lse_lower_bound(m_run[r], l, sc));
-      if (rec[r] && !strong[r]) lb = nan_max(lb, lse_lower_bound(t1[r], tile, sc));
-      top.lse_lb[r] = lb;
     }
     any_strong = __any_sync(0xffffffffu, strong[0] || strong[1]);
     any_join = __any_sync(0xffffffffu, join[0] || join[1]);
-    float t2[2] = {-INFINITY, -INFINITY};
-    if (any_strong) {
+  }
+  int jstar[2] = {0, 0};
+  float t2[2] = {-INFINITY, -INFINITY};
+  if (any_strong) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // The record key: the first of the row's keys equal to the tile max; t2: the max of the
-        // tile's other keys.
-        int cand = 1 << 20;
+    for (int r = 0; r < 2; ++r) {
+      // The record key: the first of the row's keys equal to the tile max; t2: the max of the
+      // tile's other keys.
+      int cand = 1 << 20;
 #pragma unroll
-        for (int i = 0; i < NS; ++i)
-          if (((i >> 1) & 1) == r && s(i) == t1[r])
-            cand = min(cand, 8 * (i >> 2) + 2 * t4 + (i & 1));
-        jstar[r] = quad_min(cand);
-        float m2 = -INFINITY;
+      for (int i = 0; i < NS; ++i)
+        if (((i >> 1) & 1) == r && s(i) == t1[r]) cand = min(cand, 8 * (i >> 2) + 2 * t4 + (i & 1));
+      jstar[r] = quad_min(cand);
+      float m2 = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < NS; ++i)
-          if (((i >> 1) & 1) == r && 8 * (i >> 2) + 2 * t4 + (i & 1) != jstar[r])
-            m2 = nan_max(m2, s(i));
-        t2[r] = quad_max(m2);
-      }
-#pragma unroll
-      for (int i = 0; i < NS; ++i) {
-        const int r = (i >> 1) & 1;
-        if (strong[r] && 8 * (i >> 2) + 2 * t4 + (i & 1) == jstar[r]) s(i) = -INFINITY;
-      }
+      for (int i = 0; i < NS; ++i)
+        if (((i >> 1) & 1) == r && 8 * (i >> 2) + 2 * t4 + (i & 1) != jstar[r])
+          m2 = nan_max(m2, s(i));
+      t2[r] = quad_max(m2);
     }
-    if (any_strong || any_join) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (!rec[r]) continue;
-        const float old = top.m_top[r];  // the former top (if held apart) joins the accumulators
-        const float m_inc = strong[r] ? nan_max(nan_max(m_run[r], old), t2[r]) : t1[r];
-        m_new[r] = m_inc;
-        wb[r] = old > -INFINITY ? fast_exp2((old - m_inc) * sc) : 0.f;
-        top.m_top[r] = strong[r] ? t1[r] : -INFINITY;
-        top.idx[r] = strong[r] ? key0 + jstar[r] : -1;
-      }
+    for (int i = 0; i < NS; ++i) {
+      const int r = (i >> 1) & 1;
+      if (strong[r] && 8 * (i >> 2) + 2 * t4 + (i & 1) == jstar[r]) s(i) = -INFINITY;
     }
   }
-  bool grew_here = false;
+  if (any_strong || any_join) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!rec[r]) continue;
+      const float old = top.m_top[r];  // the former top (if held apart) joins the accumulators
+      const float m_inc = strong[r] ? nan_max(nan_max(m_run[r], old), t2[r]) : t1[r];
+      m_new[r] = m_inc;
+      wb[r] = old > -INFINITY ? fast_exp2((old - m_inc) * sc) : 0.f;
+      top.m_top[r] = strong[r] ? t1[r] : -INFINITY;
+      top.idx[r] = strong[r] ? key0 + jstar[r] : -1;
+    }
+  }
+  bool grew[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // -inf (nothing in the accumulators yet) shifts by 0, keeping exp2(-inf - m) = 0; corr is
     // exactly 1 when the max did not move.
     m_use[r] = m_new[r] == -INFINITY ? 0.f : m_new[r];
     corr[r] = fast_exp2((m_run[r] - m_use[r]) * sc);
-    grew_here |= m_new[r] > m_run[r];
+    grew[r] = m_new[r] > m_run[r];
     m_run[r] = m_new[r];
     l_run[r] = l_run[r] * corr[r] + (t4 == 0 ? wb[r] : 0.f);
   }
-  // Warp-uniform, so the rescale of o and the exponent form below are uniform branches.
-  *grew = __any_sync(0xffffffffu, grew_here);
-  if (*grew)
+  *grew_any = __any_sync(0xffffffffu, grew[0] || grew[1]);
+  if (*grew_any)
     top.extreme =
         __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
   *rescaled = any_join;
@@ -360,7 +317,7 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
       o(2 * k + 1) = fmaf(wb[r], f.y, o(2 * k + 1) * corr[r]);
     }
   }
-  if (any_strong) {  // after the add back, which read the former top's stash
+  if (any_strong) {
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) {
       const int r = k & 1;

@@ -1,9 +1,44 @@
 // DecodeGraph (decode_graph.h): record, update or instantiate, replay.
 #include "model_cuda/decode_graph.h"
 
+#include <utility>
+
 #include "cuda/check.h"
 
 namespace kvevict::gpu {
+namespace {
+
+// What an in-place update needs unchanged: the node count, each node's type (one stream's
+// capture is a chain, so equal counts are equal edges; kernels may change function and
+// arguments), a memset's element size and dimensions, a copy's extent and kind. Comparing it first
+// keeps cudaGraphExecUpdate from being called where it must fail.
+std::vector<int64_t> graph_shape(cudaGraph_t graph) {
+  size_t n = 0;
+  KVEVICT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) KVEVICT_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  std::vector<int64_t> shape{static_cast<int64_t>(n)};
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    KVEVICT_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    shape.push_back(static_cast<int64_t>(type));
+    if (type == cudaGraphNodeTypeMemset) {
+      cudaMemsetParams m{};
+      KVEVICT_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &m));
+      shape.insert(shape.end(), {static_cast<int64_t>(m.elementSize), static_cast<int64_t>(m.width),
+                                 static_cast<int64_t>(m.height)});
+    } else if (type == cudaGraphNodeTypeMemcpy) {
+      cudaMemcpy3DParms c{};
+      KVEVICT_CUDA_CHECK(cudaGraphMemcpyNodeGetParams(node, &c));
+      shape.insert(shape.end(),
+                   {static_cast<int64_t>(c.extent.width), static_cast<int64_t>(c.extent.height),
+                    static_cast<int64_t>(c.extent.depth), static_cast<int64_t>(c.kind)});
+    }
+  }
+  return shape;
+}
+
+}  // namespace
 
 DecodeGraph::~DecodeGraph() {
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
@@ -13,6 +48,7 @@ void DecodeGraph::reset() {
   if (exec_ != nullptr) KVEVICT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
   exec_ = nullptr;
   key_.clear();
+  shape_.clear();
 }
 
 void DecodeGraph::run(const std::vector<int64_t>& key, cudaStream_t stream,
@@ -33,7 +69,19 @@ void DecodeGraph::run(const std::vector<int64_t>& key, cudaStream_t stream,
       throw;
     }
     KVEVICT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    std::vector<int64_t> shape;
+    try {
+      shape = graph_shape(graph);
+    } catch (...) {
+      cudaGraphDestroy(graph);
+      reset();
+      throw;
+    }
     bool updated = false;
+    if (exec_ != nullptr && shape != shape_) {  // another topology: a new executable
+      cudaGraphExecDestroy(exec_);
+      exec_ = nullptr;
+    }
     if (exec_ != nullptr) {
       cudaGraphExecUpdateResultInfo info;
       if (cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess) {
@@ -50,6 +98,7 @@ void DecodeGraph::run(const std::vector<int64_t>& key, cudaStream_t stream,
     if (err != cudaSuccess) exec_ = nullptr;
     KVEVICT_CUDA_CHECK(err);
     key_ = key;
+    shape_ = std::move(shape);
     ++stats_.captures;
     if (updated) ++stats_.updates;
   }

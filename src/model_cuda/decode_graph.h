@@ -4,9 +4,10 @@
 // The caller describes those values as a key (batch, buffer and cache pointers, the split plan's
 // length bound, the scoring config: everything a launch argument depends on besides what the
 // kernels read from device memory). A step whose key equals the held one replays the graph (one
-// launch); any other key records the step again and updates the executable graph in place where
-// CUDA allows it (same topology), else instantiates a new one. The graph is exactly the launches
-// the eager path makes, so replays give the eager step's results bit for bit.
+// launch); any other key records the step again and updates the executable graph in place when
+// the recording has the held one's topology (node count and types), else instantiates a new one.
+// The graph is exactly the launches the eager path makes, so replays give the eager step's results
+// bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,6 +43,7 @@ class DecodeGraph {
 
  private:
   std::vector<int64_t> key_;
+  std::vector<int64_t> shape_;  // the held executable's node count and node types
   cudaGraphExec_t exec_ = nullptr;
   DecodeGraphStats stats_;
 };

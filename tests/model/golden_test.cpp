@@ -11,9 +11,9 @@
 // Two references (see the tool):
 //  - "cases": llama.cpp on an F32 copy of the checkpoint (same dequantized weights, f32
 //    matmuls). Required: same top-1, the reference's top-10 inside our top-20, every top-50
-//    logit within 2e-3 + 1e-3 |ref|, and the same 32 greedy tokens. Measured max abs error over
-//    the top 50: SmolLM2 <= 2e-5 (summation order only); Gemma 3 <= 6.1e-3 (ggml evaluates GELU
-//    through an f16 table, kvevict in f32).
+//    logit within 2e-3 + 1e-3 |ref| (Gemma 3: 2e-3 |ref|), and the same 32 greedy tokens. Measured
+//    max abs error over the top 50: SmolLM2 <= 2e-5 (summation order only); Gemma 3 <= 6.1e-3 (ggml
+//    evaluates GELU through an f16 table, kvevict in f32).
 //  - "quantized_cases": llama.cpp on the Q4 file, which quantizes activations to 8 bits for its
 //    quantized matmuls; kvevict keeps them in f32, so logits differ by ~1e-2 relative. Required:
 //    same top-1 and every top-50 logit within 0.15 |ref| (measured max abs error 0.26-0.52,
@@ -110,7 +110,11 @@ TEST_P(Golden, LastLogitsAndGreedyContinuationMatchLlamaCpp) {
   s.prefill(tokens);
   ASSERT_EQ(static_cast<int64_t>(s.logits().size()), g->model->config().vocab_size);
   const std::string what = name + " prompt " + std::to_string(index);
-  check_logits(s.logits(), c, 2e-3, 1e-3, what + " vs llama.cpp f32");
+  // Gemma's relative bound is 2e-3: ggml's f16 GELU table moves its logits by up to 1.5e-3 of
+  // their size (max abs error 6.1e-3 at |ref| ~ 4 on an AMD EPYC VM, 2026-12-04; within 1e-3 |ref|
+  // on the machines before), far below what a wrong weight, norm or RoPE would give (> 0.1).
+  const double rtol = name.rfind("gemma3", 0) == 0 ? 2e-3 : 1e-3;
+  check_logits(s.logits(), c, 2e-3, rtol, what + " vs llama.cpp f32");
   check_logits(s.logits(), cq, 0.0, 0.15, what + " vs llama.cpp quantized");
   // The reference's top-10 are all among our top-20.
   const std::vector<float>& lg = s.logits();
@@ -216,6 +220,7 @@ TEST_P(Golden, NativeWeightsStayWithinTheQuantizedYardstick) {
     EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), ref_ids[0])
         << what << " (prefill chunk " << chunk << "): top-1 differs from llama.cpp f32";
     std::vector<double> got;
+    got.reserve(ref_ids.size());
     for (int32_t id : ref_ids) got.push_back(lg[id]);
     ours.add(ref_logits, got);
   }
