@@ -10,6 +10,7 @@
 #include "kvevict/evict.h"
 #include "kvevict/select.h"
 #include "model/forward.h"
+#include "model/generate_loop.h"
 
 namespace kvevict {
 
@@ -442,19 +443,9 @@ GenerateResult Session::generate(int max_new, Sampler& sampler,
                                  const std::function<void(int32_t)>& on_token) {
   KVEVICT_CHECK(max_new >= 0, "max_new ", max_new, " is negative; expected >= 0");
   KVEVICT_CHECK(position_ > 0, "generate on an empty session; expected prefill first");
-  GenerateResult r;
-  for (int i = 0; i < max_new; ++i) {
-    const int32_t tok = sampler.sample(logits_);
-    r.tokens.push_back(tok);
-    if (on_token) on_token(tok);
-    if (is_stop && is_stop(tok)) {
-      r.stopped = true;
-      break;
-    }
-    // The last token is not fed: nothing would read its logits.
-    if (i + 1 < max_new) decode(tok);
-  }
-  return r;
+  return generate_tokens(
+      max_new, [&] { return sampler.sample(logits_); }, [&](int32_t tok) { decode(tok); }, is_stop,
+      on_token);
 }
 
 }  // namespace kvevict

@@ -16,6 +16,7 @@
 #include "kvevict/cuda/backend.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/evict.h"
+#include "model/generate_loop.h"
 #include "model_cuda/gpu_forward.h"
 #include "model_cuda/gpu_model_impl.h"
 #include "model_cuda/gpu_runtime.h"
@@ -233,18 +234,9 @@ GenerateResult GpuSession::generate(int max_new, Sampler& sampler,
   const bool greedy = so.temperature <= 0.0f;
   std::mt19937_64 rng(so.seed);  // the generator a fresh Sampler(so) draws from
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  GenerateResult r;
-  for (int i = 0; i < max_new; ++i) {
-    const int32_t tok = greedy ? argmax()[0] : sample(so, {unit(rng)})[0];
-    r.tokens.push_back(tok);
-    if (on_token) on_token(tok);
-    if (is_stop && is_stop(tok)) {
-      r.stopped = true;
-      break;
-    }
-    if (i + 1 < max_new) decode(tok);
-  }
-  return r;
+  return generate_tokens(
+      max_new, [&] { return greedy ? argmax()[0] : sample(so, {unit(rng)})[0]; },
+      [&](int32_t tok) { decode(tok); }, is_stop, on_token);
 }
 
 }  // namespace kvevict::gpu

@@ -224,6 +224,24 @@ TEST(CudaScore, DominantKeysTakeTheExactPath) {
 // forward's 16-bit P and partials, a rounded to bf16 in the pass); the kept sets must agree
 // wherever the reference clears the cut by more than that, and under dropkv the dominant key
 // must be kept at a budget of one token.
+// A bf16 problem of 2 KV heads x 4 query heads, d = 128, whose rows' top keys stand `gap` nats
+// above the others (or hold p_top); the others' logits have std `spread` nats.
+kvevict::testing::PeakedSpec top_key_spec(int64_t n, double gap, double p_top, double q_scale,
+                                          double spread, uint64_t seed) {
+  kvevict::testing::PeakedSpec s;
+  s.hkv = 2;
+  s.group = 4;
+  s.d = 128;
+  s.n = n;
+  s.gap = gap;
+  s.p_top = p_top;
+  s.q_scale = q_scale;
+  s.spread = spread;
+  s.dtype = DType::kBF16;
+  s.seed = seed;
+  return s;
+}
+
 // Scores of every spec (at each window of `windows`) for `methods` through the three scoring passes
 // and both forwards under each top-key mode of `top_modes` (kernel_variants.h), against the double
 // reference: the tolerance, kept-set and dominant-key checks described above.
@@ -308,17 +326,7 @@ TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
   std::vector<kvevict::testing::PeakedSpec> specs;
   uint64_t seed = 1600;
   auto add = [&](double gap, double p_top, double q_scale) {
-    kvevict::testing::PeakedSpec s;
-    s.hkv = 2;
-    s.group = 4;
-    s.d = 128;
-    s.n = 1501;
-    s.gap = gap;
-    s.p_top = p_top;
-    s.q_scale = q_scale;
-    s.dtype = DType::kBF16;
-    s.seed = ++seed;
-    specs.push_back(s);
+    specs.push_back(top_key_spec(1501, gap, p_top, q_scale, 1.0, ++seed));
   };
   // Under compute-sanitizer (KVEVICT_SANITIZER) the three extremes only.
   const bool sanitizer = std::getenv("KVEVICT_SANITIZER") != nullptr;
@@ -345,17 +353,7 @@ TEST(CudaScore, TopKeysDeepInLongSplits) {
   for (const auto& [gap, p_top] : std::vector<std::pair<double, double>>{
            {0.5, 0}, {10, 0}, {100, 0}, {0, 0.6}, {0, 1 - 1e-9}}) {
     if (sanitizer && gap != 100) continue;
-    kvevict::testing::PeakedSpec s;
-    s.hkv = 2;
-    s.group = 4;
-    s.d = 128;
-    s.n = 30011;
-    s.gap = gap;
-    s.p_top = p_top;
-    s.spread = 2;
-    s.dtype = DType::kBF16;
-    s.seed = ++seed;
-    specs.push_back(s);
+    specs.push_back(top_key_spec(30011, gap, p_top, 1.0, 2.0, ++seed));
   }
   expect_top_keys_match_reference(specs, {8, 32}, {Method::kDropKV, Method::kObcacheVK}, {0});
 }
