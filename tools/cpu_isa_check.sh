@@ -12,7 +12,7 @@
 #       the quant tests (KVEVICT_EXPECT_ISA=avx512 turns the AVX-512 skip into a failure), the
 #       kernel benchmarks on 1 and 4 threads, and `kvevict generate` (32 new tokens) on both
 #       checkpoints on 1 thread (AVX-512 also on 2 and 4); prints one table last. Checkpoints from
-#       $KVEVICT_MODEL_DIR (default /tmp/kv/models, where tools/device_unpack.sh puts them);
+#       $KVEVICT_MODEL_DIR (default /tmp/kv/models, where tools/device_session.sh puts them);
 #       without them the generate rows and the real-weights test are skipped, saying so.
 #       Logs in ${OUT:-/tmp/kvisa/out} (the device tool's $OUT when set).
 set -uo pipefail

@@ -2,10 +2,12 @@
 # Packs what a GPU run on a lent machine needs, built here (the device image has no GoogleTest,
 # CLI11 or nlohmann): the GPU test binaries, the GPU benchmarks, the kvevict tool and the shared
 # libraries, stripped and xz-packed, plus the two checkpoints cut into parts that fit one call's
-# transfer each. On the device, tools/device_unpack.sh puts them back together under /tmp.
+# transfer each, laid out one folder a device call. On the device, tools/device_session.sh runs
+# each call's step and puts them back together under /tmp/kv.
 #
-#   tools/device_bundle.sh BUILD_DIR OUT_DIR        -> OUT_DIR/bins.tar.xz, OUT_DIR/models.part-*,
-#                                                     OUT_DIR/models.sha256
+#   tools/device_bundle.sh BUILD_DIR OUT_DIR        -> OUT_DIR/c0 (bins.tar.xz, models.part-00,
+#                                                     the manifests), OUT_DIR/c1 .. (a part each;
+#                                                     the last with corpus.tar.xz)
 #   BUNDLE_MODELS=0 tools/device_bundle.sh ...      binaries only
 #   BUNDLE_FIRST_PART=BYTES, BUNDLE_PART=BYTES       the first model part's size and the others'
 #                                                    (default 60 MB each)
@@ -47,3 +49,23 @@ if [[ "${BUNDLE_MODELS:-1}" == 1 ]]; then
     split -b "${BUNDLE_PART:-60000000}" -d --numeric-suffixes=1 - "$out/models.part-"
   echo "device_bundle: models in $(ls "$out"/models.part-* | wc -l) parts"
 fi
+# One folder a device call, for tools/device_session.sh: c0 = the binaries, the first part and the
+# manifests; c1 .. = one part each; the last also the corpus (scripts/prepare_corpus.sh's output,
+# xz-packed) and the manifests. Carry one folder a call (and keep docs/results out of the tree).
+rm -rf "$out"/c[0-9]*
+mkdir -p "$out/c0"
+mv "$out/bins.tar.xz" "$out/c0/"
+i=0
+for p in "$out"/models.part-*; do
+  [[ -f "$p" ]] || continue
+  mkdir -p "$out/c$i"
+  mv "$p" "$out/c$i/"
+  last="$out/c$i"
+  i=$((i + 1))
+done
+if [[ -n "${last:-}" ]]; then
+  cp "$out/models.sha256" "$out/models.sizes" "$out/c0/"
+  cp "$out/models.sha256" "$out/models.sizes" "$last/"
+  [[ -d "$root/data/corpus" ]] && tar -C "$root/data" -cJf "$last/corpus.tar.xz" corpus
+fi
+du -sh "$out"/c* | sed 's/^/device_bundle: /'

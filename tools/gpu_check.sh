@@ -16,7 +16,8 @@
 #                                      sanitizers (default: all that ran)
 #   GPU_PEERS_DIR=DIR                  where dropkv_peers.py and gpu_table.py are (default
 #                                      tools/peers of this checkout)
-# Full logs go to $OUT (or out/gpu_check when OUT is unset).
+# Full logs go to $OUT (or out/gpu_check when OUT is unset). On a lent machine reached one call at a
+# time, tools/device_bundle.sh + tools/device_session.sh split the same work across calls.
 set -u -o pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/out/gpu_check}"

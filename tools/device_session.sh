@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, from the repository root, one verb a device call: the steps of a device
+# session in the order the calls carry them (tools/device_bundle.sh lays out one folder a call:
+# c0 = the binaries and the first model part, c1.. = the other parts, the last with the corpus).
+# Everything lands under /tmp/kv (kept while the machine stays warm between calls); each verb
+# packs its logs into $OUT (one .tar.xz) and prints a short summary last.
+#
+#   tools/device_session.sh first DIR         unpack DIR/bins.tar.xz and DIR's model part; the
+#                                             top-key A/B (gpu_score_bench --top-ab, medians per
+#                                             mode), then every test_cuda_* binary (the decode NaN
+#                                             test again under KVEVICT_DECODE_SIMT=1)
+#   tools/device_session.sh part DIR [TOOL:TEST ...]
+#                                             DIR's model part; meanwhile compute-sanitizer TOOL
+#                                             (memcheck, racecheck, ...) on each test binary TEST
+#   tools/device_session.sh models DIR        the last part and the corpus: both checkpoints
+#                                             assembled and checked by sha256, then every
+#                                             test_model_cuda_* binary
+#   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES ..." BOX_S
+#                                             issue 20's coverage group on TEST seeds: one kvevict
+#                                             eval a (model, task), side by side, each stopped at
+#                                             BOX_S seconds, merged per model by kvevict merge
+#                                             (MODEL: smollm2 or gemma3); MEMCHECK_MODEL_TESTS=1
+#                                             runs memcheck over the test_model_cuda_* binaries
+#                                             beside it
+# Environment: KVEVICT_SANITIZER=1 is set for the sanitizer runs (the tests then shrink their
+# largest cases); TASKS (default: the 11 RULER tasks) for coverage.
+set -u
+verb="${1:-}"
+K=/tmp/kv
+export LD_LIBRARY_PATH=$K/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export KVEVICT_CORPUS_DIR=$K/corpus KVEVICT_MODEL_DIR=$K/models
+OUT="${OUT:-$K/out}"
+mkdir -p $K/parts $K/logs $K/models "$OUT"
+
+copy_part() {
+  cp "$1"/models.part-* $K/parts/ 2>/dev/null
+  cp "$1"/models.sha256 "$1"/models.sizes $K/ 2>/dev/null
+  echo "parts here: $(ls $K/parts | tr '\n' ' ')"
+}
+pack() { tar -C $K/logs -cJf "$OUT/$1.tar.xz" . && echo "logs: $OUT/$1.tar.xz"; }
+# Runs a test binary, one line: name, exit code, seconds, gtest's verdict.
+run_test() {
+  local t=$1 n s rc
+  n=$(basename "$t")
+  s=$(date +%s)
+  timeout 300 "$t" --gtest_brief=1 >"$K/logs/$n.log" 2>&1
+  rc=$?
+  echo "$n rc=$rc $(($(date +%s) - s)) s $(grep -E '^\[  (PASSED|FAILED)' "$K/logs/$n.log" | tr '\n' ' ')"
+}
+sanitize() {  # TOOL TEST [BOX_S]
+  local s rc
+  s=$(date +%s)
+  KVEVICT_SANITIZER=1 timeout "${3:-420}" compute-sanitizer --tool "$1" --error-exitcode 9 \
+    "$K/bin/$2" --gtest_brief=1 >"$K/logs/$1_$2.log" 2>&1
+  rc=$?
+  echo "$1 $2 rc=$rc $(($(date +%s) - s)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$K/logs/$1_$2.log" | tr '\n' ' ')"
+}
+
+case "$verb" in
+  first)
+    dir="${2:?usage: device_session.sh first DIR}"
+    xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3
+    copy_part "$dir"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    s=$(date +%s)
+    timeout 240 $K/bin/gpu_score_bench --top-ab >$K/logs/topab.txt 2>&1
+    echo "top-ab rc=$? $(($(date +%s) - s)) s"
+    python3 - $K/logs/topab.txt <<'PY' | tee $K/logs/topab_medians.txt
+import collections, re, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    m = re.match(r"(.*?)\s+(\d+\.\d+) ms\s+floor", line)
+    if m:
+        rows[m.group(1).strip()].append(float(m.group(2)))
+med = {k: statistics.median(v) for k, v in rows.items()}
+for k in sorted(med):
+    base = re.sub(r"top mode \d", "top mode 2", k)
+    r = med[k] / med[base] - 1 if base in med else float("nan")
+    print(f"{k:64s} {med[k]:.4f} ms ({len(rows[k])} rounds), vs mode 2 {100 * r:+.1f}%")
+PY
+    for t in $K/bin/test_cuda_*; do run_test "$t"; done
+    KVEVICT_DECODE_SIMT=1 timeout 300 $K/bin/test_cuda_decode_attention_nan_test --gtest_brief=1 \
+      >$K/logs/nan_simt.log 2>&1
+    echo "decode NaN test under KVEVICT_DECODE_SIMT=1 rc=$?"
+    pack first_logs
+    ;;
+  part)
+    dir="${2:?usage: device_session.sh part DIR [TOOL:TEST ...]}"
+    copy_part "$dir"
+    shift 2
+    for job in "$@"; do sanitize "${job%%:*}" "${job#*:}"; done
+    pack "part_logs_$(basename "$dir")"
+    ;;
+  models)
+    dir="${2:?usage: device_session.sh models DIR}"
+    copy_part "$dir"
+    [ -f "$dir/corpus.tar.xz" ] && tar -C $K -xJf "$dir/corpus.tar.xz"
+    cat $K/parts/models.part-* >$K/models.stream
+    off=0
+    # dd, not tail | head: head closing the pipe early fails tail (SIGPIPE) under pipefail.
+    while read -r name size; do
+      dd if=$K/models.stream of="$K/models/$name" bs=4M iflag=skip_bytes,count_bytes skip=$off \
+        count="$size" status=none
+      off=$((off + size))
+    done <$K/models.sizes
+    rm -f $K/models.stream
+    (cd $K/models && sha256sum -c $K/models.sha256) || exit 3
+    for t in $K/bin/test_model_cuda_*; do run_test "$t"; done
+    pack models_logs
+    ;;
+  coverage)
+    specs="${2:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES ...\" BOX_S}"
+    box="${3:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES ...\" BOX_S}"
+    tasks="${TASKS:-cwe fwe niah_multikey_1 niah_multikey_2 niah_multikey_3 niah_multiquery niah_multivalue niah_single_1 niah_single_2 niah_single_3 vt}"
+    # The coverage group of tools/eval_protocol.py (its sweep_methods), with the measured window
+    # for obcache_v / obcache_k beside SPEC's, and its paired comparisons.
+    methods=full,snapkv,h2o,tova,obcache_v,obcache_k,keydiff,vatp,criticalkv,random,aggregations,kvpress,adakv-variants,obcache_v:w=32:pool=max:11,obcache_k:w=32:pool=max:11
+    compare=obcache_vk:h2o/h2o,obcache_vk:tova/tova,dropkv:h2o/h2o,dropkv:tova/tova,obcache_vk:adakv/adakv,snapkv:kvpress/snapkv,h2o:kvpress/h2o,tova:kvpress/tova
+    mkdir -p $K/cov
+    t0=$(date +%s)
+    if [ "${MEMCHECK_MODEL_TESTS:-0}" = 1 ]; then
+      (for t in $K/bin/test_model_cuda_*; do sanitize memcheck "$(basename "$t")" "$box"; done \
+         >$K/logs/memcheck_summary.txt) &
+    fi
+    for spec in $specs; do
+      IFS=: read -r m L N <<<"$spec"
+      case $m in
+        smollm2) f=$K/models/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+        gemma3) f=$K/models/gemma-3-270m-q4_k_m.gguf ;;
+        *) echo "device_session: unknown model '$m'; expected smollm2 or gemma3" >&2; exit 2 ;;
+      esac
+      for t in $tasks; do
+        [ -f "$K/cov/${m}_${L}_$t.json" ] && continue  # a call cut short goes on where it stopped
+        timeout "$box" $K/bin/kvevict eval -m "$f" --device cuda --tasks "$t" --lengths "$L" \
+          --samples "$N" --methods $methods --budgets 0.05,0.1,0.2,0.3 --modes aware,agnostic \
+          --split test --max-new 32 --bootstrap 2000 --compare $compare \
+          --out "$K/cov/${m}_${L}_$t.json" >"$K/cov/${m}_${L}_$t.log" 2>&1 &
+      done
+    done
+    wait
+    echo "eval: $(($(date +%s) - t0)) s"
+    cat $K/logs/memcheck_summary.txt 2>/dev/null
+    for spec in $specs; do
+      IFS=: read -r m L N <<<"$spec"
+      files=$(ls $K/cov/${m}_${L}_*.json 2>/dev/null)
+      echo "$m $L: $(echo "$files" | grep -c json) of $(echo $tasks | wc -w) tasks"
+      [ "$(echo "$files" | grep -c json)" -eq "$(echo $tasks | wc -w)" ] || continue
+      name="${m}_${L}_coverage$N"
+      # shellcheck disable=SC2086
+      $K/bin/kvevict merge --out "$OUT/$name.json" --markdown "$OUT/$name.md" $files \
+        >$K/logs/merge_$name.log 2>&1 && xz -T4 -f "$OUT/$name.json"
+      echo "merged: $OUT/$name.md"
+    done
+    tar -C $K/cov -cJf "$OUT/coverage_logs.tar.xz" $(cd $K/cov && ls *.log)
+    pack coverage_logs_session
+    ;;
+  *)
+    sed -n 2,27p "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
