@@ -8,32 +8,27 @@
 namespace kvevict::gpu {
 namespace {
 
-// What an in-place update needs unchanged: the node count, each node's type (one stream's
-// capture is a chain, so equal counts are equal edges; kernels may change function and
-// arguments), a memset's element size and dimensions, a copy's extent and kind. Comparing it first
-// keeps cudaGraphExecUpdate from being called where it must fail.
+// The topology an in-place update needs unchanged: the node count and each node's type (one
+// stream's capture is a chain, so equal counts are equal edges; kernels may change function and
+// arguments). Comparing it first keeps cudaGraphExecUpdate from being called where it must fail
+// (a batch of another size records more or fewer launches); an update refused for another
+// reason still falls back to a new instantiation. Empty when a query fails (the error is
+// cleared): then the step instantiates anew, which is always right.
 std::vector<int64_t> graph_shape(cudaGraph_t graph) {
+  auto failed = [](cudaError_t e) {
+    if (e == cudaSuccess) return false;
+    cudaGetLastError();
+    return true;
+  };
   size_t n = 0;
-  KVEVICT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  if (failed(cudaGraphGetNodes(graph, nullptr, &n))) return {};
   std::vector<cudaGraphNode_t> nodes(n);
-  if (n > 0) KVEVICT_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  if (n > 0 && failed(cudaGraphGetNodes(graph, nodes.data(), &n))) return {};
   std::vector<int64_t> shape{static_cast<int64_t>(n)};
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type{};
-    KVEVICT_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (failed(cudaGraphNodeGetType(node, &type))) return {};
     shape.push_back(static_cast<int64_t>(type));
-    if (type == cudaGraphNodeTypeMemset) {
-      cudaMemsetParams m{};
-      KVEVICT_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &m));
-      shape.insert(shape.end(), {static_cast<int64_t>(m.elementSize), static_cast<int64_t>(m.width),
-                                 static_cast<int64_t>(m.height)});
-    } else if (type == cudaGraphNodeTypeMemcpy) {
-      cudaMemcpy3DParms c{};
-      KVEVICT_CUDA_CHECK(cudaGraphMemcpyNodeGetParams(node, &c));
-      shape.insert(shape.end(),
-                   {static_cast<int64_t>(c.extent.width), static_cast<int64_t>(c.extent.height),
-                    static_cast<int64_t>(c.extent.depth), static_cast<int64_t>(c.kind)});
-    }
   }
   return shape;
 }
@@ -69,16 +64,9 @@ void DecodeGraph::run(const std::vector<int64_t>& key, cudaStream_t stream,
       throw;
     }
     KVEVICT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    std::vector<int64_t> shape;
-    try {
-      shape = graph_shape(graph);
-    } catch (...) {
-      cudaGraphDestroy(graph);
-      reset();
-      throw;
-    }
+    std::vector<int64_t> shape = graph_shape(graph);
     bool updated = false;
-    if (exec_ != nullptr && shape != shape_) {  // another topology: a new executable
+    if (exec_ != nullptr && (shape.empty() || shape != shape_)) {  // another topology: instantiate
       cudaGraphExecDestroy(exec_);
       exec_ = nullptr;
     }

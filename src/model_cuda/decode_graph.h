@@ -5,7 +5,8 @@
 // length bound, the scoring config: everything a launch argument depends on besides what the
 // kernels read from device memory). A step whose key equals the held one replays the graph (one
 // launch); any other key records the step again and updates the executable graph in place when
-// the recording has the held one's topology (node count and types), else instantiates a new one.
+// the recording has the held one's topology (node count and node types), else instantiates a new
+// one.
 // The graph is exactly the launches the eager path makes, so replays give the eager step's results
 // bit for bit.
 #pragma once
