@@ -40,10 +40,12 @@ constexpr int wg_forward_stages() {
 
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
-template <class Tr, bool kWithV, bool kTop>
+// kFast (with kTop): forward_top_tile's tile test in front of v9's step (top mode 3).
+template <class Tr, bool kWithV, bool kTop, bool kFast>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p) {
   static_assert(kWithV || !kTop, "the top keys need V");
+  static_assert(kTop || !kFast, "the fast tile is a top-key step");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
@@ -101,9 +103,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   auto kdim_bytes = [](int ks, int rows) {
     return static_cast<uint32_t>(sizeof(T) * ((ks >> 2) * rows * 64 + (ks & 3) * 16));
   };
-  const uint64_t q_desc = wgmma_desc(q_s + wg * 64 * 64, 16, 1024);
-  const uint64_t k_desc = wgmma_desc(k_s, 16, 1024);
-  const uint64_t v_desc = wgmma_desc(v_s, TK * 64 * sizeof(T), 1024);
+  uint64_t q_desc = wgmma_desc(q_s + wg * 64 * 64, 16, 1024);
+  uint64_t k_desc = wgmma_desc(k_s, 16, 1024);
+  uint64_t v_desc = wgmma_desc(v_s, TK * 64 * sizeof(T), 1024);
   constexpr uint32_t kStageBytes = sizeof(T) * TK * D;
 
   float o[kWithV ? D / 2 : 1];
@@ -123,6 +125,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
 
     // S = Q K^T (64 rows x 64 keys a warpgroup).
     float s[32];
+    // kFast: the descriptors stay in registers across the loop; left to itself the compiler
+    // rebuilt the Q descriptor from the CTA's shared-memory base every tile in the top kernel (+17
+    // instructions a tile; tools/sass_loop_blocks.py, docs/GPU_NOTES.md).
+    if constexpr (kFast) asm volatile("" : "+l"(q_desc), "+l"(k_desc), "+l"(v_desc));
     const uint64_t kt_desc = wgmma_desc_add(k_desc, stage * kStageBytes);
     wgmma_fence();
 #pragma unroll
@@ -158,6 +164,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
         s[i] = fast_exp2(fmaf(s[i], sc, -m_c[(i >> 1) & 1]));
         l_run[(i >> 1) & 1] += s[i];
       }
+    } else if constexpr (kFast) {
+      const T* vtile = v_s + stage * TK * D;
+      forward_top_tile<T, 32, D / 2>(
+          [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
+          [&](int key, int col) {
+            return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
+          },
+          top, m_run, l_run, mx, sc, t4, key0, corr, &grew, &rescaled);
     } else {
       const T* vtile = v_s + stage * TK * D;
       float m_use[2];
@@ -241,10 +255,10 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV, bool kTop>
+template <class Tr, bool kWithV, bool kTop, bool kFast = false>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kFast>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -255,11 +269,14 @@ cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
 template <class T, int D>
 cudaError_t dispatch_rows(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
+  const bool fast = top && p.fast_top;
   if (rows_per_block == 64)
-    return top      ? launch_config<WgWindowTraits<T, D, 1>, true, true>(p, stream)
+    return fast     ? launch_config<WgWindowTraits<T, D, 1>, true, true, true>(p, stream)
+           : top    ? launch_config<WgWindowTraits<T, D, 1>, true, true>(p, stream)
            : with_v ? launch_config<WgWindowTraits<T, D, 1>, true, false>(p, stream)
                     : launch_config<WgWindowTraits<T, D, 1>, false, false>(p, stream);
-  return top      ? launch_config<WgWindowTraits<T, D, 2>, true, true>(p, stream)
+  return fast     ? launch_config<WgWindowTraits<T, D, 2>, true, true, true>(p, stream)
+         : top    ? launch_config<WgWindowTraits<T, D, 2>, true, true>(p, stream)
          : with_v ? launch_config<WgWindowTraits<T, D, 2>, true, false>(p, stream)
                   : launch_config<WgWindowTraits<T, D, 2>, false, false>(p, stream);
 }
