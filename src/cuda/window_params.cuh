@@ -134,21 +134,20 @@ struct ForwardKeys {
 };
 
 // One online-softmax step for a thread's two rows (lo, hi) of an mma / wgmma accumulator tile:
-// tile_max holds the thread's max of each row's raw logits; reduced over the row's 4 lanes, it
-// moves the running max m_run, rescales the running sum l_run, and returns in m_c the shift of this
-// tile's exponents (max in log2 units, sc = scale log2 e) and in corr the factor for the output
+// row_max holds each row's max of its raw logits (reduced over the row's 4 lanes); it moves the
+// running max m_run, rescales the running sum l_run, and returns in m_c the shift of this tile's
+// exponents (max in log2 units, sc = scale log2 e) and in corr the factor for the output
 // accumulators. Returns whether some row's max grew (the caller skips rescaling otherwise).
+// online_max_step: the same from tile_max, the thread's own maxima (reduced here).
 // NaN: the maxima propagate it (nan_max), so a row that saw a NaN logit keeps m_run = NaN, every
 // later exponent and l_run NaN, and the merge writes NaN for it (window_forward.cu).
-__device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_run)[2],
-                                                float (&l_run)[2], float sc, float (&m_c)[2],
-                                                float (&corr)[2]) {
+__device__ __forceinline__ bool shift_step(const float (&row_max)[2], float (&m_run)[2],
+                                           float (&l_run)[2], float sc, float (&m_c)[2],
+                                           float (&corr)[2]) {
   bool grew = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = nan_max(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-    mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = nan_max(m_run[r], mx);
+    const float m_new = nan_max(m_run[r], row_max[r]);
     grew |= m_new > m_run[r];
     // -inf (nothing visible yet) uses 0, keeping exp2(-inf - m) = 0, never NaN. corr is exactly
     // 1 when the max did not move (l must not drift against the unscaled o).
@@ -159,6 +158,17 @@ __device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_
     l_run[r] *= corr[r];
   }
   return grew;
+}
+__device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_run)[2],
+                                                float (&l_run)[2], float sc, float (&m_c)[2],
+                                                float (&corr)[2]) {
+  float row_max[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = nan_max(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    row_max[r] = nan_max(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+  }
+  return shift_step(row_max, m_run, l_run, sc, m_c, corr);
 }
 
 // --- The forward's top key (issue 13) ------------------------------------------------------------
@@ -403,18 +413,7 @@ __device__ __forceinline__ void forward_top_tile(SAt&& s, OAt&& o, VAt&& v_at, F
   }
   if (!__any_sync(0xffffffffu, ex[0] || ex[1] || top.extreme)) {
     float m_c[2];
-    bool g = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = nan_max(m_run[r], t1[r]);
-      g |= m_new > m_run[r];
-      // -inf (nothing visible yet) shifts by 0; corr is exactly 1 when the max did not move.
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      m_c[r] = m_use * sc;
-      corr[r] = fast_exp2((m_run[r] - m_use) * sc);
-      m_run[r] = m_new;
-      l_run[r] *= corr[r];
-    }
+    const bool g = shift_step(t1, m_run, l_run, sc, m_c, corr);
     top.extreme = fabsf(m_c[0]) > 4096.f || fabsf(m_c[1]) > 4096.f;  // exact steps from the next
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
