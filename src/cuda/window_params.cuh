@@ -443,6 +443,8 @@ cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block, cud
 bool wgmma_pass_supported(const ScorePassArgs& s, int rows_per_block);
 cudaError_t launch_pass_wgmma(const PassParams& p, int rows_per_block, int chunks,
                               cudaStream_t stream);
+// The mma.sync pass (score_pass.cu): blocks of 16 * slabs rows, any head dim and dtype.
+cudaError_t launch_pass_mma(const PassParams& p, int slabs, int chunks, cudaStream_t stream);
 // The key-major pass (score_pass_keymajor.cu): every term but obcache_vk (and not vatp's ||v||_1),
 // bf16, 64 or 128 rows a block of two warpgroups (one block per SM), head dim 64 or 128; off by
 // cuda::set_window_keymajor.

@@ -1,0 +1,85 @@
+// Which scoring pass runs a layer (launchers.h launch_score_pass): the key-major wgmma pass
+// (score_pass_keymajor.cu), the row-major wgmma pass (score_pass_wgmma.cu) or the mma.sync pass
+// (score_pass.cu), with the split plan each wants. The candidates are kernels; the choice is here,
+// in none of them.
+#include <cuda_runtime.h>
+
+#include "cuda/launchers.h"
+#include "cuda/window_params.cuh"
+#include "cuda/window_plan.h"
+
+namespace kvevict::cuda::detail {
+namespace {
+
+constexpr int kPassBlocksPerSm = 2;
+// At most 64 rows a block: 128-row blocks (w = 32, G = 4) held 170 registers and 143 KB of shared
+// memory, one block of 8 warps per SM, and the pass ran at 0.93 ms, latency-bound (ncu, v2). Two
+// 64-row blocks per SM re-read K/V for the second row block, mostly from L2 (they run together).
+constexpr int kPassSlabCap = 4;
+
+PassParams pass_params(const ScorePassArgs& sa, int group, const WindowPlan& plan, float* scores) {
+  PassParams p;
+  p.s = sa;
+  p.group = group;
+  p.rows = plan.rows;
+  p.row_blocks = plan.row_blocks;
+  p.keys_per_chunk = plan.keys_per_split;
+  p.accumulate = plan.row_blocks > 1;
+  p.scores = scores;
+  return p;
+}
+// Several row blocks add into the same keys: zero the scores first.
+cudaError_t zero_if_accumulating(const PassParams& p, cudaStream_t stream) {
+  if (!p.accumulate) return cudaSuccess;
+  return cudaMemsetAsync(
+      p.scores, 0, sizeof(float) * static_cast<size_t>(p.s.win.num_kv_heads) * p.s.win.n, stream);
+}
+
+}  // namespace
+
+cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_count,
+                              cudaStream_t stream) {
+  const WindowArgs& a = sa.win;
+  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
+      a.q_rows < a.w || sa.lse == nullptr || a.v == nullptr)
+    return cudaErrorInvalidValue;
+  const bool needs_out = sa.term == PairTerm::kDropKV || sa.term == PairTerm::kObcacheK ||
+                         sa.term == PairTerm::kObcacheVK;
+  if (needs_out && sa.out == nullptr) return cudaErrorInvalidValue;
+  if (sa.v_l1 != nullptr && sa.term != PairTerm::kProb) return cudaErrorInvalidValue;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  WindowPlan plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
+                                     kPassBlocksPerSm, kPassSlabCap);
+  // Blocks of 33-128 rows run a wgmma pass (sm_90a builds). bf16 inputs take the key-major pass
+  // (score_pass_keymajor.cu) for every term but obcache_vk (and vatp's ||v||_1): one block of 64 or
+  // 128 rows per SM. The rest take the row-major wgmma pass, 64 or 128 rows a block: one block of
+  // two warpgroups per SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one
+  // 128-row block 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320
+  // against the mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
+  enum class Pass { kMmaSync, kRowMajor, kKeyMajor } pass = Pass::kMmaSync;
+  if (window_wgmma_enabled() && plan.rows > 32) {
+    WindowPlan wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
+    if (keymajor_pass_supported(sa, 16 * wp.slabs)) {
+      plan = wp;
+      pass = Pass::kKeyMajor;
+    } else {
+      if (16 * wp.slabs <= 64) {
+        wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 2, 8);
+        wp.slabs = 4;
+        wp.row_blocks = 1;
+      }
+      if (wgmma_pass_supported(sa, 16 * wp.slabs)) {
+        plan = wp;
+        pass = Pass::kRowMajor;
+      }
+    }
+  }
+  const PassParams p = pass_params(sa, group, plan, scores);
+  const cudaError_t err = zero_if_accumulating(p, stream);
+  if (err != cudaSuccess) return err;
+  if (pass == Pass::kKeyMajor) return launch_pass_keymajor(p, 16 * plan.slabs, plan.splits, stream);
+  if (pass == Pass::kRowMajor) return launch_pass_wgmma(p, 16 * plan.slabs, plan.splits, stream);
+  return launch_pass_mma(p, plan.slabs, plan.splits, stream);
+}
+
+}  // namespace kvevict::cuda::detail
