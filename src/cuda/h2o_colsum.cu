@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/launchers.h"
 
 namespace kvevict::cuda::detail {
@@ -161,16 +162,6 @@ cudaError_t launch_typed(const ColsumParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class T>
-cudaError_t dispatch(const ColsumParams& p, int d, cudaStream_t stream) {
-  switch (d) {
-    case 64: return launch_typed<T, 64>(p, stream);
-    case 128: return launch_typed<T, 128>(p, stream);
-    case 256: return launch_typed<T, 256>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normalize, float* scores,
@@ -196,8 +187,11 @@ cudaError_t launch_h2o_colsum(const WindowArgs& a, const float* lse, bool normal
   p.row_weight = 1.0f / static_cast<float>(p.group);
   p.normalize = normalize;
   p.scores = scores;
-  return a.elem == Elem::kBF16 ? dispatch<__nv_bfloat16>(p, a.head_dim, stream)
-                               : dispatch<__half>(p, a.head_dim, stream);
+  return with_elem(a.elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    return with_int<64, 128, 256>(
+        a.head_dim, [&](auto d) { return launch_typed<T, decltype(d)::value>(p, stream); });
+  });
 }
 
 }  // namespace kvevict::cuda::detail

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
 #include "cuda/pass_terms.cuh"
@@ -375,38 +376,23 @@ cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) 
   });
 }
 
-template <class T, int D>
-cudaError_t dispatch_slabs(const PassParams& p, int slabs, int chunks, cudaStream_t stream) {
-  switch (slabs) {
-#define KVEVICT_PASS_CASE(S)                                          \
-  case S:                                                             \
-    if constexpr (S <= max_slabs(D)) {                                \
-      return dispatch_term<WindowTraits<T, D, S>>(p, chunks, stream); \
-    }                                                                 \
-    break;
-    KVEVICT_PASS_CASE(1)
-    KVEVICT_PASS_CASE(2)
-    KVEVICT_PASS_CASE(4)
-#undef KVEVICT_PASS_CASE
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <class T>
-cudaError_t dispatch_dim(const PassParams& p, int slabs, int chunks, cudaStream_t stream) {
-  switch (p.s.win.head_dim) {
-    case 64: return dispatch_slabs<T, 64>(p, slabs, chunks, stream);
-    case 128: return dispatch_slabs<T, 128>(p, slabs, chunks, stream);
-    case 256: return dispatch_slabs<T, 256>(p, slabs, chunks, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 cudaError_t launch_pass_mma(const PassParams& p, int slabs, int chunks, cudaStream_t stream) {
-  return p.s.win.elem == Elem::kBF16 ? dispatch_dim<__nv_bfloat16>(p, slabs, chunks, stream)
-                                     : dispatch_dim<__half>(p, slabs, chunks, stream);
+  return with_elem(p.s.win.elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    return with_int<64, 128, 256>(p.s.win.head_dim, [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      return with_int<1, 2, 4>(slabs, [&](auto sl) -> cudaError_t {
+        constexpr int S = decltype(sl)::value;
+        if constexpr (S <= max_slabs(D)) {
+          return dispatch_term<WindowTraits<T, D, S>>(p, chunks, stream);
+        } else {
+          return cudaErrorInvalidValue;
+        }
+      });
+    });
+  });
 }
 
 }  // namespace kvevict::cuda::detail

@@ -40,6 +40,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/pass_terms.cuh"
 #include "cuda/wgmma.cuh"
@@ -387,13 +388,6 @@ cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) 
   });
 }
 
-template <int D>
-cudaError_t dispatch_rows(const PassParams& p, int rows_per_block, int chunks,
-                          cudaStream_t stream) {
-  if (rows_per_block == 64) return dispatch_term<D, 64>(p, chunks, stream);
-  return dispatch_term<D, 128>(p, chunks, stream);
-}
-
 std::atomic<bool> g_keymajor_enabled{true};
 
 }  // namespace
@@ -408,8 +402,11 @@ bool keymajor_pass_supported(const ScorePassArgs& s, int rows_per_block) {
 cudaError_t launch_pass_keymajor(const PassParams& p, int rows_per_block, int chunks,
                                  cudaStream_t stream) {
   if (!keymajor_pass_supported(p.s, rows_per_block)) return cudaErrorNotSupported;
-  if (p.s.win.head_dim == 64) return dispatch_rows<64>(p, rows_per_block, chunks, stream);
-  return dispatch_rows<128>(p, rows_per_block, chunks, stream);
+  return with_int<64, 128>(p.s.win.head_dim, [&](auto d) {
+    return with_int<64, 128>(rows_per_block, [&](auto r) {
+      return dispatch_term<decltype(d)::value, decltype(r)::value>(p, chunks, stream);
+    });
+  });
 }
 
 }  // namespace kvevict::cuda::detail

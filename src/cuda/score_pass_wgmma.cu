@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/pass_terms.cuh"
 #include "cuda/wgmma.cuh"
@@ -274,13 +275,6 @@ cudaError_t dispatch_term(const PassParams& p, int chunks, cudaStream_t stream) 
   });
 }
 
-template <class T, int D>
-cudaError_t dispatch_rows(const PassParams& p, int rows_per_block, int chunks,
-                          cudaStream_t stream) {
-  if (rows_per_block == 64) return dispatch_term<WgWindowTraits<T, D, 1>>(p, chunks, stream);
-  return dispatch_term<WgWindowTraits<T, D, 2>>(p, chunks, stream);
-}
-
 }  // namespace
 
 bool wgmma_pass_supported(const ScorePassArgs& s, int rows_per_block) {
@@ -290,12 +284,15 @@ bool wgmma_pass_supported(const ScorePassArgs& s, int rows_per_block) {
 cudaError_t launch_pass_wgmma(const PassParams& p, int rows_per_block, int chunks,
                               cudaStream_t stream) {
   if (!wgmma_pass_supported(p.s, rows_per_block)) return cudaErrorNotSupported;
-  const bool bf16 = p.s.win.elem == Elem::kBF16;
-  if (p.s.win.head_dim == 64)
-    return bf16 ? dispatch_rows<__nv_bfloat16, 64>(p, rows_per_block, chunks, stream)
-                : dispatch_rows<__half, 64>(p, rows_per_block, chunks, stream);
-  return bf16 ? dispatch_rows<__nv_bfloat16, 128>(p, rows_per_block, chunks, stream)
-              : dispatch_rows<__half, 128>(p, rows_per_block, chunks, stream);
+  return with_elem(p.s.win.elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    return with_int<64, 128>(p.s.win.head_dim, [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      return with_int<64, 128>(rows_per_block, [&](auto r) {
+        return dispatch_term<WgWindowTraits<T, D, decltype(r)::value / 64>>(p, chunks, stream);
+      });
+    });
+  });
 }
 
 }  // namespace kvevict::cuda::detail

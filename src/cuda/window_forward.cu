@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
 #include "cuda/window_params.cuh"
@@ -655,38 +656,27 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
   return launch_merge(p, Tr::kRows, out, lse, stream);
 }
 
-template <class T, int D>
-cudaError_t dispatch_slabs(const ForwardParams& p, int slabs, float* out, float* lse,
-                           cudaStream_t stream) {
+// The mma.sync forward of slabs x 16 rows a block, its merge behind it.
+cudaError_t launch_forward_mma(const ForwardParams& p, int slabs, float* out, float* lse,
+                               cudaStream_t stream) {
   const bool with_v = out != nullptr, top = with_v && p.top != nullptr;
-  switch (slabs) {
-#define KVEVICT_FWD_CASE(S)                                                           \
-  case S:                                                                             \
-    if constexpr (S <= max_slabs(D)) {                                                \
-      using Tr = WindowTraits<T, D, S>;                                               \
-      return top      ? launch_forward_config<Tr, true, true>(p, out, lse, stream)    \
-             : with_v ? launch_forward_config<Tr, true, false>(p, out, lse, stream)   \
-                      : launch_forward_config<Tr, false, false>(p, out, lse, stream); \
-    }                                                                                 \
-    break;
-    KVEVICT_FWD_CASE(1)
-    KVEVICT_FWD_CASE(2)
-    KVEVICT_FWD_CASE(4)
-    KVEVICT_FWD_CASE(8)
-#undef KVEVICT_FWD_CASE
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <class T>
-cudaError_t dispatch_dim(const ForwardParams& p, int slabs, float* out, float* lse,
-                         cudaStream_t stream) {
-  switch (p.a.head_dim) {
-    case 64: return dispatch_slabs<T, 64>(p, slabs, out, lse, stream);
-    case 128: return dispatch_slabs<T, 128>(p, slabs, out, lse, stream);
-    case 256: return dispatch_slabs<T, 256>(p, slabs, out, lse, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_elem(p.a.elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    return with_int<64, 128, 256>(p.a.head_dim, [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      return with_int<1, 2, 4, 8>(slabs, [&](auto sl) -> cudaError_t {
+        constexpr int S = decltype(sl)::value;
+        if constexpr (S <= max_slabs(D)) {
+          using Tr = WindowTraits<T, D, S>;
+          return top      ? launch_forward_config<Tr, true, true>(p, out, lse, stream)
+                 : with_v ? launch_forward_config<Tr, true, false>(p, out, lse, stream)
+                          : launch_forward_config<Tr, false, false>(p, out, lse, stream);
+        } else {
+          return cudaErrorInvalidValue;
+        }
+      });
+    });
+  });
 }
 
 // Splits fill ONE wave of the blocks that really fit: two per SM up to 2 slabs, one beyond
@@ -760,8 +750,7 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
     if (err != cudaSuccess) return err;
     return launch_merge(p, block_rows, out, lse, stream);
   }
-  return a.elem == Elem::kBF16 ? dispatch_dim<__nv_bfloat16>(p, plan.slabs, out, lse, stream)
-                               : dispatch_dim<__half>(p, plan.slabs, out, lse, stream);
+  return launch_forward_mma(p, plan.slabs, out, lse, stream);
 }
 
 }  // namespace kvevict::cuda::detail

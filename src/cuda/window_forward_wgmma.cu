@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda/window_params.cuh"
@@ -266,19 +267,15 @@ cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <class T, int D>
-cudaError_t dispatch_rows(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
+// The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
+// outputs, the outputs with top keys (v10's step or the fast tile).
+template <class Tr>
+cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
-  const bool fast = top && p.fast_top;
-  if (rows_per_block == 64)
-    return fast     ? launch_config<WgWindowTraits<T, D, 1>, true, true, true>(p, stream)
-           : top    ? launch_config<WgWindowTraits<T, D, 1>, true, true>(p, stream)
-           : with_v ? launch_config<WgWindowTraits<T, D, 1>, true, false>(p, stream)
-                    : launch_config<WgWindowTraits<T, D, 1>, false, false>(p, stream);
-  return fast     ? launch_config<WgWindowTraits<T, D, 2>, true, true, true>(p, stream)
-         : top    ? launch_config<WgWindowTraits<T, D, 2>, true, true>(p, stream)
-         : with_v ? launch_config<WgWindowTraits<T, D, 2>, true, false>(p, stream)
-                  : launch_config<WgWindowTraits<T, D, 2>, false, false>(p, stream);
+  return top && p.fast_top ? launch_config<Tr, true, true, true>(p, stream)
+         : top             ? launch_config<Tr, true, true>(p, stream)
+         : with_v          ? launch_config<Tr, true, false>(p, stream)
+                           : launch_config<Tr, false, false>(p, stream);
 }
 
 std::atomic<bool> g_wgmma_enabled{true};
@@ -309,12 +306,15 @@ bool wgmma_forward_supported(const WindowArgs& a, int rows_per_block) {
 
 cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block, cudaStream_t stream) {
   if (!wgmma_forward_supported(p.a, rows_per_block)) return cudaErrorNotSupported;
-  const bool bf16 = p.a.elem == Elem::kBF16;
-  if (p.a.head_dim == 64)
-    return bf16 ? dispatch_rows<__nv_bfloat16, 64>(p, rows_per_block, stream)
-                : dispatch_rows<__half, 64>(p, rows_per_block, stream);
-  return bf16 ? dispatch_rows<__nv_bfloat16, 128>(p, rows_per_block, stream)
-              : dispatch_rows<__half, 128>(p, rows_per_block, stream);
+  return with_elem(p.a.elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    return with_int<64, 128>(p.a.head_dim, [&](auto d) {
+      return with_int<64, 128>(rows_per_block, [&](auto r) {
+        return launch_variant<WgWindowTraits<T, decltype(d)::value, decltype(r)::value / 64>>(
+            p, stream);
+      });
+    });
+  });
 }
 
 }  // namespace kvevict::cuda::detail
