@@ -328,8 +328,9 @@ void bench_h2o(const char* model, int hq, int hkv, int64_t n, int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  bool profile = false;  // one shape, few reps: for running under ncu
-  bool top_ab = false;   // issue 13: where the top keys cost time (set_window_top_keys)
+  bool profile = false;      // one shape, few reps: for running under ncu
+  bool top_ab = false;       // issue 13: where the top keys cost time (set_window_top_keys)
+  bool select_only = false;  // the radix select alone, up to the multi-launch sizes
   int profile_reps = 3;
   int top_mode = 0;  // --profile under another top-key mode (kernel_variants.h)
   std::string json;
@@ -342,6 +343,8 @@ int main(int argc, char** argv) {
       profile = true;
     } else if (!std::strcmp(argv[i], "--top-ab")) {
       top_ab = true;
+    } else if (!std::strcmp(argv[i], "--select")) {
+      select_only = true;
     } else if (!std::strcmp(argv[i], "--top-mode") && i + 1 < argc) {
       top_mode = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -360,6 +363,9 @@ int main(int argc, char** argv) {
           "               v9's kernels), 3 (the fast top tile), 5 rounds interleaved, --reps N\n"
           "               each (default 30); on the random layer, then with an attention sink\n"
           "               (key 0 holds p ~ 0.9 of every row)\n"
+          "  --select     Llama only: select + compaction at 5%% (single and multi launch, adakv,\n"
+          "               two stages) on dropkv scores at n = 4K, 32K, 128K and 1M (1M takes the\n"
+          "               multi-launch path either way)\n"
           "  --reps N     repetitions of --profile (default 3)\n"
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n");
       return 0;
@@ -413,6 +419,16 @@ int main(int argc, char** argv) {
       }
       cuda::set_window_top_keys(0);
       L.release();
+      return 0;
+    }
+    if (select_only) {
+      for (const int64_t n : {4096, 32768, 131072, 1048576}) {
+        Layer L{32, 8, 128, n};
+        L.alloc(32, 1234 + n);
+        bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 5, 0);  // leaves dropkv scores
+        bench_select_compact(L, "llama3.1-8b", 0.05, 50);
+        L.release();
+      }
       return 0;
     }
     if (profile) {

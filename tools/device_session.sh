@@ -12,6 +12,9 @@
 #   tools/device_session.sh part DIR [TOOL:TEST ...]
 #                                             DIR's model part; meanwhile compute-sanitizer TOOL
 #                                             (memcheck, racecheck, ...) on each test binary TEST
+#   tools/device_session.sh select-ab DIR     gpu_score_bench --select with this build's
+#                                             libkvevict_cuda and with DIR/lib_base.tar.xz's (an
+#                                             earlier radix select), interleaved A B A B
 #   tools/device_session.sh models DIR        the last part and the corpus: both checkpoints
 #                                             assembled and checked by sha256, then every
 #                                             test_model_cuda_* binary
@@ -90,6 +93,34 @@ PY
     shift 2
     for job in "$@"; do sanitize "${job%%:*}" "${job#*:}"; done
     pack "part_logs_$(basename "$dir")"
+    ;;
+  select-ab)
+    dir="${2:?usage: device_session.sh select-ab DIR}"
+    mkdir -p $K/lib_base && xz -dc "$dir/lib_base.tar.xz" | tar -xf - -C $K/lib_base || exit 3
+    for round in 1 2; do
+      for v in new base; do
+        lib=$K/lib
+        [ $v = base ] && lib=$K/lib_base:$K/lib
+        LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 200 $K/bin/gpu_score_bench --select \
+          >$K/logs/select_${v}_$round.txt 2>&1
+        echo "select $v round $round rc=$?"
+      done
+    done
+    python3 - $K/logs <<'PY' | tee $K/logs/select_ab.txt
+import collections, glob, re, statistics, sys
+rows = collections.defaultdict(lambda: collections.defaultdict(list))
+for f in sorted(glob.glob(sys.argv[1] + "/select_*_[12].txt")):
+    v = re.search(r"select_(new|base)_", f).group(1)
+    for line in open(f):
+        m = re.match(r"(.*?select.*?)\s+(\d+\.\d+) ms", line)
+        if m:
+            rows[m.group(1).strip()][v].append(float(m.group(2)))
+for k, d in rows.items():
+    if d["new"] and d["base"]:
+        a, b = statistics.median(d["new"]), statistics.median(d["base"])
+        print(f"{k:58s} new {a:.4f} ms  base {b:.4f} ms  {100 * (a / b - 1):+.1f}%")
+PY
+    pack select_ab_logs
     ;;
   models)
     dir="${2:?usage: device_session.sh models DIR}"

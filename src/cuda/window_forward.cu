@@ -218,14 +218,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     if constexpr (!kTop) {
       float m_c[2];
       grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
-#pragma unroll
-      for (int nt = 0; nt < GK / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt][e] = fast_exp2(fmaf(s[nt][e], sc, -m_c[e >> 1]));
-          l_run[e >> 1] += s[nt][e];
-        }
-      }
+      forward_exp_tile_fma<GK / 2>([&](int i) -> float& { return s[i >> 2][i & 3]; }, m_c, sc,
+                                   l_run);
     } else {
       const T* vgroup = v_s + (stage * TK + kg * GK) * S;  // this warp's keys of the tile
       auto s_at = [&](int i) -> float& { return s[i >> 2][i & 3]; };

@@ -160,11 +160,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     if constexpr (!kTop) {
       float m_c[2];
       grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        s[i] = fast_exp2(fmaf(s[i], sc, -m_c[(i >> 1) & 1]));
-        l_run[(i >> 1) & 1] += s[i];
-      }
+      forward_exp_tile_fma<32>([&](int i) -> float& { return s[i]; }, m_c, sc, l_run);
     } else if constexpr (kFast) {
       const T* vtile = v_s + stage * TK * D;
       forward_top_tile<T, 32, D / 2>(

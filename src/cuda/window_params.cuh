@@ -133,6 +133,20 @@ struct ForwardKeys {
   }
 };
 
+// Reductions over the 4 lanes of an accumulator row group (lanes 4 g .. 4 g + 3).
+__device__ __forceinline__ float quad_max(float x) {  // NaN if any lane's x is NaN
+  x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ int quad_min(int x) {
+  x = min(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return min(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
 // One online-softmax step for a thread's two rows (lo, hi) of an mma / wgmma accumulator tile:
 // row_max holds each row's max of its raw logits (reduced over the row's 4 lanes); it moves the
 // running max m_run, rescales the running sum l_run, and returns in m_c the shift of this tile's
@@ -162,12 +176,7 @@ __device__ __forceinline__ bool shift_step(const float (&row_max)[2], float (&m_
 __device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_run)[2],
                                                 float (&l_run)[2], float sc, float (&m_c)[2],
                                                 float (&corr)[2]) {
-  float row_max[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_max[r] = nan_max(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-    row_max[r] = nan_max(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
-  }
+  const float row_max[2] = {quad_max(tile_max[0]), quad_max(tile_max[1])};
   return shift_step(row_max, m_run, l_run, sc, m_c, corr);
 }
 
@@ -186,20 +195,6 @@ __device__ __forceinline__ bool online_max_step(float (&tile_max)[2], float (&m_
 // cost is a compare and a vote. With |max logit scale log2 e| > 2^12 the exponents are formed as
 // (s - m) c instead of fma(s, c, -m c), whose rounding of m c would move p by more than 2^-12
 // (at q = 1e30 by 2^(1e22)).
-
-// Reductions over the 4 lanes of an accumulator row group (lanes 4 g .. 4 g + 3).
-__device__ __forceinline__ float quad_max(float x) {  // NaN if any lane's x is NaN
-  x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-__device__ __forceinline__ int quad_min(int x) {
-  x = min(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return min(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
 
 // Two 16-bit values (lo = the lower address) as floats.
 template <class T>
@@ -370,16 +365,22 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
 
 // P = exp2((s - m) c) of the tile in place (see the top-key comment above for the two forms),
 // summed into the thread's l_run.
+// forward_exp_tile_fma: the common form from the shifts m_c = m_use sc (log2 units).
+template <int NS, class SAt>
+__device__ __forceinline__ void forward_exp_tile_fma(SAt&& s, const float (&m_c)[2], float sc,
+                                                     float (&l_run)[2]) {
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    s(i) = fast_exp2(fmaf(s(i), sc, -m_c[(i >> 1) & 1]));
+    l_run[(i >> 1) & 1] += s(i);
+  }
+}
 template <int NS, class SAt>
 __device__ __forceinline__ void forward_exp_tile(SAt&& s, const float (&m_use)[2], float sc,
                                                  bool extreme, float (&l_run)[2]) {
   if (!extreme) {
     const float m_c[2] = {m_use[0] * sc, m_use[1] * sc};
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-      s(i) = fast_exp2(fmaf(s(i), sc, -m_c[(i >> 1) & 1]));
-      l_run[(i >> 1) & 1] += s(i);
-    }
+    forward_exp_tile_fma<NS>(s, m_c, sc, l_run);
   } else {
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
@@ -415,11 +416,7 @@ __device__ __forceinline__ void forward_top_tile(SAt&& s, OAt&& o, VAt&& v_at, F
     float m_c[2];
     const bool g = shift_step(t1, m_run, l_run, sc, m_c, corr);
     top.extreme = fabsf(m_c[0]) > 4096.f || fabsf(m_c[1]) > 4096.f;  // exact steps from the next
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-      s(i) = fast_exp2(fmaf(s(i), sc, -m_c[(i >> 1) & 1]));
-      l_run[(i >> 1) & 1] += s(i);
-    }
+    forward_exp_tile_fma<NS>(s, m_c, sc, l_run);
     *grew = g;
     *rescaled = false;
     return;
