@@ -18,6 +18,7 @@
 #include "cuda/common.cuh"
 #include "cuda/decode_step_scores.cuh"
 #include "cuda/kv_tile_copy.cuh"
+#include "cuda/mma_tile.cuh"
 #include "cuda/model_launchers.h"
 #include "cuda/window_traits.cuh"
 
@@ -275,6 +276,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
   const int b = seg / a.Hkv, hk = seg % a.Hkv;
   const int tid = threadIdx.x, lane = tid & 31, kg = tid >> 5;
   const int gq = lane >> 2, t4 = lane & 3;
+  const MmaLane ln(lane);
   const int64_t len = a.seg_len[seg], base = a.seg_off[seg];
   const int64_t key_begin = split * p.keys_per_split;
   const int64_t key_end = min(len, key_begin + p.keys_per_split);
@@ -311,14 +313,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    auto q_frag = [&](int ks, uint32_t(&f)[4]) {
-      const T* r_lo = q_s + gq * S + ks * 16 + 2 * t4;
-      const T* r_hi = q_s + (gq + 8) * S + ks * 16 + 2 * t4;
-      f[0] = *reinterpret_cast<const uint32_t*>(r_lo);
-      f[1] = *reinterpret_cast<const uint32_t*>(r_hi);
-      f[2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
-      f[3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
-    };
+    auto q_frag = [&](int ks, uint32_t(&f)[4]) { a_fragment<T, S>(f, q_s, gq, ks, t4); };
     if constexpr (kQInRegs) {
       if (tile == 0) {
 #pragma unroll
@@ -337,12 +332,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
       } else {
         q_frag(ks, af);
       }
-#pragma unroll
-      for (int nt = 0; nt < GK / 8; ++nt) {
-        const T* kr = kt + (nt * 8 + gq) * S + ks * 16 + 2 * t4;
-        mma_16816<T>(sc[nt], af, *reinterpret_cast<const uint32_t*>(kr),
-                     *reinterpret_cast<const uint32_t*>(kr + 8));
-      }
+      mma_rows_k16<T, S>(sc, af, kt, ks * 16, ln);
     }
     const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
     float mx[2] = {-INFINITY, -INFINITY};
@@ -362,8 +352,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     float m_use[2], corr[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      mx[i] = nan_max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = nan_max(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      mx[i] = quad_max(mx[i]);
       const float m_new = nan_max(m_run[i], mx[i]);
       m_use[i] = m_new == -INFINITY ? 0.f : m_new;
       corr[i] = exp2f(m_run[i] - m_use[i]);
@@ -378,38 +367,13 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
         l_run[c >> 1] += sc[nt][c];
       }
     }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      o[dt][0] *= corr[0];
-      o[dt][1] *= corr[0];
-      o[dt][2] *= corr[1];
-      o[dt][3] *= corr[1];
-    }
-    const T* vt = v_s + (stage * TK + kg * GK) * S;
-    const int ld_key = (lane & 7) + ((lane >> 3) & 1) * 8, ld_col = (lane >> 4) * 8;
-#pragma unroll
-    for (int kk = 0; kk < GK / 16; ++kk) {
-      uint32_t pa[4];
-      pa[0] = ElemTraits<T>::pack(sc[2 * kk][0], sc[2 * kk][1]);
-      pa[1] = ElemTraits<T>::pack(sc[2 * kk][2], sc[2 * kk][3]);
-      pa[2] = ElemTraits<T>::pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-      pa[3] = ElemTraits<T>::pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-#pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
-        uint32_t bv[4];
-        ldmatrix_x4_trans(bv, vt + (kk * 16 + ld_key) * S + dt * 16 + ld_col);
-        mma_16816<T>(o[2 * dt], pa, bv[0], bv[1]);
-        mma_16816<T>(o[2 * dt + 1], pa, bv[2], bv[3]);
-      }
-    }
+    scale_rows(o, corr);
+    mma_pv<T, S>(o, sc, v_s + (stage * TK + kg * GK) * S, ln);  // O += P V
     __syncthreads();
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-  }
+  l_run[0] = quad_sum(l_run[0]);
+  l_run[1] = quad_sum(l_run[1]);
   // Merge the 4 key groups through shared memory, then one partial per (segment, split).
   __syncthreads();
   float* mo = reinterpret_cast<float*>(k_s);        // [KG][16][D]

@@ -28,6 +28,7 @@
 #include "cuda/dispatch.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
+#include "cuda/mma_tile.cuh"
 #include "cuda/pass_terms.cuh"
 #include "cuda/window_params.cuh"
 #include "cuda/window_plan.h"
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   const float floor = sa.one_minus_p_floor;
   // ldmatrix lane addresses: A fragments (query / a rows) and B fragments (key / value rows).
   const int a_row = slab * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
-  const int b_key = ((lane >> 4) << 3) + (lane & 7), b_col = ((lane >> 3) & 1) << 3;
+  const MmaLane ln(lane);
 
   // Key totals of one tile from the per-slab sums of buffer `buf`: sum_i u + ||v||^2 sum_i w,
   // written once per key (added when several row blocks share the keys).
@@ -278,23 +279,11 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
       } else {
         ldmatrix_x4(af, q_s + a_row * S + ks * 16 + a_col);
       }
-#pragma unroll
-      for (int nt = 0; nt < NT; nt += 2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kt + (nt * 8 + b_key) * S + ks * 16 + b_col);
-        mma_16816<T>(s[nt], af, b[0], b[1]);
-        mma_16816<T>(s[nt + 1], af, b[2], b[3]);
-      }
+      mma_rows_k16<T, S>(s, af, kt, ks * 16, ln);
       if constexpr (kNeedsOut) {
         uint32_t hf[4];
         ldmatrix_x4(hf, ahi_s + swz<D>(a_row, ks * 16 + a_col));
-#pragma unroll
-        for (int nt = 0; nt < NT; nt += 2) {
-          uint32_t b[4];
-          ldmatrix_x4(b, vt + (nt * 8 + b_key) * S + ks * 16 + b_col);
-          mma_16816<T>(av[nt], hf, b[0], b[1]);
-          mma_16816<T>(av[nt + 1], hf, b[2], b[3]);
-        }
+        mma_rows_k16<T, S>(av, hf, vt, ks * 16, ln);
       }
     }
 

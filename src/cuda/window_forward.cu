@@ -32,6 +32,7 @@
 #include "cuda/dispatch.cuh"
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/launchers.h"
+#include "cuda/mma_tile.cuh"
 #include "cuda/window_params.cuh"
 #include "cuda/window_plan.h"
 #include "cuda/window_traits.cuh"
@@ -79,7 +80,6 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr bool kQInRegs = D <= 128;  // 32 registers at d = 128; d = 256 reads Q from smem
   static_assert(forward_smem_bytes<Tr, kWithV>() <= 227 * 1024, "shared memory budget");
-  static_assert((GK / 8) % 2 == 0, "K fragments come in pairs of n8 tiles (ldmatrix x4)");
 
   // Every block of this grid is resident from the start (one wave): the merge kernel may be
   // scheduled as blocks finish; it waits for this grid's writes (grid_dependency_wait).
@@ -142,16 +142,8 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   ForwardTop<kTop ? D / 2 : 2> top;
 
-  auto q_frag = [&](int ks, uint32_t(&f)[4]) {
-    const T* r_lo = q_s + rl_lo * S + ks * 16 + 2 * t4;
-    const T* r_hi = q_s + rl_hi * S + ks * 16 + 2 * t4;
-    f[0] = *reinterpret_cast<const uint32_t*>(r_lo);
-    f[1] = *reinterpret_cast<const uint32_t*>(r_hi);
-    f[2] = *reinterpret_cast<const uint32_t*>(r_lo + 8);
-    f[3] = *reinterpret_cast<const uint32_t*>(r_hi + 8);
-  };
-  // ldmatrix row address of this lane inside a [16 keys x 16 dims] block (see ldmatrix_x4).
-  const int kb_key = ((lane >> 4) << 3) + (lane & 7), kb_col = ((lane >> 3) & 1) << 3;
+  auto q_frag = [&](int ks, uint32_t(&f)[4]) { a_fragment<T, S>(f, q_s, rl_lo, ks, t4); };
+  const MmaLane ln(lane);
 
   // One barrier per tile: after it, tile `tile` is visible to all and every warp is done with
   // tile - 1, whose stage then takes the copy of tile + kForwardStages - 1.
@@ -185,13 +177,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
       } else {
         q_frag(ks, af);
       }
-#pragma unroll
-      for (int nt = 0; nt < GK / 8; nt += 2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kt + (nt * 8 + kb_key) * S + ks * 16 + kb_col);
-        mma_16816<T>(s[nt], af, b[0], b[1]);
-        mma_16816<T>(s[nt + 1], af, b[2], b[3]);
-      }
+      mma_rows_k16<T, S>(s, af, kt, ks * 16, ln);
     }
 
     // Mask keys a row cannot see (causal, sliding window, split end); tiles every row sees in
@@ -236,43 +222,13 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
     if constexpr (kWithV) {
       // The running max of a row stops growing after the first few tiles: the rescale of the
       // accumulators (D / 2 multiplies a thread) runs only when some row of the warp grew.
-      if (grew && !rescaled) {
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o[dt][0] *= corr[0];
-          o[dt][1] *= corr[0];
-          o[dt][2] *= corr[1];
-          o[dt][3] *= corr[1];
-        }
-      }
-      // O += P V: the C fragments of two adjacent n8 tiles of S are exactly the A fragment of one
-      // k16 step (FlashAttention-2's register reuse); V's B fragments come from ldmatrix.trans.
-      const T* vt = v_s + (stage * TK + kg * GK) * S;
-      const int ld_key = (lane & 7) + ((lane >> 3) & 1) * 8, ld_col = (lane >> 4) * 8;
-#pragma unroll
-      for (int kk = 0; kk < GK / 16; ++kk) {
-        uint32_t pa[4];
-        pa[0] = ElemTraits<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = ElemTraits<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = ElemTraits<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = ElemTraits<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int dt = 0; dt < D / 16; ++dt) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vt + (kk * 16 + ld_key) * S + dt * 16 + ld_col);
-          mma_16816<T>(o[2 * dt], pa, b[0], b[1]);
-          mma_16816<T>(o[2 * dt + 1], pa, b[2], b[3]);
-        }
-      }
+      if (grew && !rescaled) scale_rows(o, corr);
+      mma_pv<T, S>(o, s, v_s + (stage * TK + kg * GK) * S, ln);  // O += P V
     }
   }
   cp_async_wait<0>();
-
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 1);
-    l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], 2);
-  }
+  l_run[0] = quad_sum(l_run[0]);
+  l_run[1] = quad_sum(l_run[1]);
 
   // Merge the key groups of the block through shared memory (the K/V tiles are dead now).
   __syncthreads();

@@ -9,6 +9,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/launchers.h"
+#include "cuda/mma_tile.cuh"
 
 namespace kvevict::cuda::detail {
 
@@ -132,20 +133,6 @@ struct ForwardKeys {
     return static_cast<int>(min(max(first, int64_t{0}), static_cast<int64_t>(keys)));
   }
 };
-
-// Reductions over the 4 lanes of an accumulator row group (lanes 4 g .. 4 g + 3).
-__device__ __forceinline__ float quad_max(float x) {  // NaN if any lane's x is NaN
-  x = nan_max(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return nan_max(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-__device__ __forceinline__ int quad_min(int x) {
-  x = min(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return min(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
 
 // One online-softmax step for a thread's two rows (lo, hi) of an mma / wgmma accumulator tile:
 // row_max holds each row's max of its raw logits (reduced over the row's 4 lanes); it moves the
