@@ -17,7 +17,8 @@
 #                                             earlier radix select), interleaved A B A B
 #   tools/device_session.sh models DIR        the last part and the corpus: both checkpoints
 #                                             assembled and checked by sha256, then every
-#                                             test_model_cuda_* binary
+#                                             test_model_cuda_* binary (MODELS_MEMCHECK="NAME
+#                                             ...": those under memcheck, side by side)
 #   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES ..." BOX_S
 #                                             issue 20's coverage group on TEST seeds: one kvevict
 #                                             eval a (model, task), side by side, each stopped at
@@ -136,7 +137,14 @@ PY
     done <$K/models.sizes
     rm -f $K/models.stream
     (cd $K/models && sha256sum -c $K/models.sha256) || exit 3
-    for t in $K/bin/test_model_cuda_*; do run_test "$t"; done
+    # MODELS_MEMCHECK="NAME ...": those test binaries run under memcheck instead, side by side
+    # with the others (each its own process on the one GPU).
+    for name in ${MODELS_MEMCHECK:-}; do sanitize memcheck "$name" 540 & done
+    for t in $K/bin/test_model_cuda_*; do
+      case " ${MODELS_MEMCHECK:-} " in *" $(basename "$t") "*) continue ;; esac
+      run_test "$t"
+    done
+    wait
     pack models_logs
     ;;
   coverage)
