@@ -3,9 +3,9 @@
 // indices. Per-head budgets (head_keep / out_offsets) serve adakv and criticalkv's stage 1;
 // adakv's budgets come from the same radix machinery run over the whole layer (layer_*), and
 // criticalkv's stage 2 reruns the select on a copy of the scores with stage-1 rows at +inf.
-// Both run as phases of one kernel body (select_phases): ONE cooperative launch with grid
-// barriers between the phases when the (segments x heads) grid fits on the GPU at once, else one
-// launch a phase (docs/GPU_NOTES.md v6).
+// When the (segments x heads) grid fits on the GPU at once, each phase is ONE cooperative
+// launch (select_single_kernel, layer_single_kernel) with grid barriers between passes;
+// otherwise the multi-launch kernels below run the same passes (docs/GPU_NOTES.md v6).
 //
 // Scores map to unsigned keys whose order is the float order (flip all bits of negatives, set
 // the sign bit of positives), so "k-th largest float" is "k-th largest key", found digit by digit
@@ -44,7 +44,6 @@ struct SelectState {
 
 struct SelectParams {
   const float* scores;  // [H, n]
-  int heads;            // H
   int64_t n, n_keep, n_protected;
   int sink, window;
   int segments;
@@ -112,6 +111,204 @@ __device__ void resolve_one(const int* hist, int pass, typename Scan::TempStorag
     *s_need = need - before - h0;
   }
   __syncthreads();
+}
+
+// Walks passes 0..passes-1 of one histogram set (pass `i` at hist0 + i * pass_stride): prefix of
+// the threshold and the rank still needed inside it, starting from rank need0. Block-wide; every
+// thread returns the same values.
+__device__ void resolve_hist(const int* hist0, int64_t pass_stride, int need0, int passes,
+                             typename Scan::TempStorage& tmp, uint32_t* s_prefix, int* s_need) {
+  if (threadIdx.x == 0) {
+    *s_prefix = 0;
+    *s_need = need0;
+  }
+  __syncthreads();
+  for (int pass = 0; pass < passes; ++pass)
+    resolve_one(hist0 + pass * pass_stride, pass, tmp, s_prefix, s_need);
+}
+
+// Per-head histograms (layer = false) or the one histogram of the whole layer (adakv).
+__device__ void resolve(const SelectParams& p, int h, int passes, bool layer,
+                        typename Scan::TempStorage& tmp, uint32_t* s_prefix, int* s_need) {
+  if (layer)
+    resolve_hist(p.layer_hist, kBins, static_cast<int>(p.layer_need), passes, tmp, s_prefix,
+                 s_need);
+  else
+    resolve_hist(p.hist + static_cast<int64_t>(h) * kBins, static_cast<int64_t>(gridDim.y) * kBins,
+                 static_cast<int>(keep_of(p, h) - p.n_protected), passes, tmp, s_prefix, s_need);
+}
+
+__global__ void __launch_bounds__(kThreads) histogram_kernel(SelectParams p, int pass, bool layer) {
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ int hist_s[kBins];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  const int h = blockIdx.y, tid = threadIdx.x;
+  if (!layer) {
+    const HeadMode mode = head_mode(p, h);
+    if (mode.keep_none || mode.keep_all) return;  // the whole block: no threshold to find
+  }
+  for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
+  resolve(p, h, pass, layer, tmp, &s_prefix, &s_need);  // syncs
+  const uint32_t prefix = s_prefix;
+  const int shift = kShift[pass];
+  const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
+  const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
+  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kSegment;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t j = base + i * kThreads + tid;  // coalesced
+    uint32_t bin = 0xffffffffu;
+    if (j < p.n && !is_protected(j, p.n, p.sink, p.window)) {
+      const uint32_t key = order_key(row[j]);
+      if ((key & high_mask) == (prefix & high_mask)) bin = (key >> shift) & digit_mask;
+    }
+    // Scores cluster in few bins (the top bits are sign and exponent): aggregate equal bins of a
+    // warp into one shared atomic instead of 32 colliding ones.
+    const unsigned peers = __match_any_sync(0xffffffffu, bin);
+    if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
+      atomicAdd(&hist_s[bin], __popc(peers));
+  }
+  __syncthreads();
+  int* hist = layer ? p.layer_hist + pass * kBins
+                    : p.hist + (static_cast<int64_t>(pass) * gridDim.y + h) * kBins;
+  for (int b = tid; b < (1 << kWidth[pass]); b += kThreads)
+    if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+}
+
+// Keep flags of one token given the threshold: 1 = kept unconditionally, 2 = tie candidate.
+__device__ __forceinline__ int classify(const SelectParams& p, const float* row, int64_t j,
+                                        bool keep_all, bool keep_none, uint32_t threshold) {
+  if (j >= p.n) return 0;
+  if (is_protected(j, p.n, p.sink, p.window)) return 1;
+  if (keep_none) return 0;
+  if (keep_all) return 1;
+  const uint32_t key = order_key(row[j]);
+  return key > threshold ? 1 : (key == threshold ? 2 : 0);
+}
+
+__global__ void __launch_bounds__(kThreads) count_kernel(SelectParams p) {
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  const int h = blockIdx.y, tid = threadIdx.x;
+  const HeadMode mode = head_mode(p, h);
+  const bool keep_all = mode.keep_all, keep_none = mode.keep_none;
+  uint32_t threshold = 0;
+  if (!keep_all && !keep_none) {
+    resolve(p, h, kPasses, false, tmp, &s_prefix, &s_need);
+    threshold = s_prefix;
+    if (blockIdx.x == 0 && tid == 0) p.state[h] = SelectState{threshold, s_need};
+  }
+  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kSegment;
+  int keep = 0, eq = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int c = classify(p, row, base + i * kThreads + tid, keep_all, keep_none, threshold);
+    keep += c == 1;
+    eq += c == 2;
+  }
+  __syncthreads();
+  int keep_total, eq_total, dummy;
+  Scan(tmp).ExclusiveSum(keep, dummy, keep_total);
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(eq, dummy, eq_total);
+  if (tid == 0) {
+    p.seg_keep[h * p.segments + blockIdx.x] = keep_total;
+    p.seg_eq[h * p.segments + blockIdx.x] = eq_total;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) write_kernel(SelectParams p) {
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ int64_t s_out, s_eq_before;
+  const int h = blockIdx.y, tid = threadIdx.x, seg = blockIdx.x;
+  const HeadMode mode = head_mode(p, h);
+  const bool keep_all = mode.keep_all, keep_none = mode.keep_none;
+  const int64_t head_keep = keep_of(p, h);
+  uint32_t threshold = 0;
+  int need = 0;
+  if (!keep_all && !keep_none) {
+    threshold = p.state[h].threshold;
+    need = p.state[h].need_equal;
+  }
+  if (tid == 0) {  // slots used by earlier segments
+    int64_t out = 0, eq_before = 0;
+    for (int s = 0; s < seg; ++s) {
+      const int e = p.seg_eq[h * p.segments + s];
+      const int64_t left = need - eq_before;
+      out += p.seg_keep[h * p.segments + s] + (left <= 0 ? 0 : (left < e ? left : e));
+      eq_before += e;
+    }
+    s_out = out;
+    s_eq_before = eq_before;
+  }
+  __syncthreads();
+  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
+  const int64_t base = static_cast<int64_t>(seg) * kSegment + static_cast<int64_t>(tid) * kItems;
+  int cls[kItems], eq = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {  // blocked: thread owns kItems consecutive tokens (order)
+    cls[i] = classify(p, row, base + i, keep_all, keep_none, threshold);
+    eq += cls[i] == 2;
+  }
+  int eq_rank;
+  Scan(tmp).ExclusiveSum(eq, eq_rank);
+  int64_t rank = s_eq_before + eq_rank;
+  int keep = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    if (cls[i] == 2) cls[i] = rank++ < need ? 1 : 0;
+    keep += cls[i] == 1;
+  }
+  __syncthreads();
+  int slot_in_block;
+  Scan(tmp).ExclusiveSum(keep, slot_in_block);
+  int64_t slot = s_out + slot_in_block;
+  const int64_t out_start = out_base(p, h);
+  int32_t* out = p.kept + out_start;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    if (cls[i] == 1) {
+      if (slot < head_keep) out[slot] = static_cast<int32_t>(base + i);
+      ++slot;
+    }
+  }
+}
+
+// adakv, after the layer histograms: per (segment, head) the free tokens above the layer
+// threshold (summed per head) and equal to it (kept per segment for the tie walk).
+__global__ void __launch_bounds__(kThreads) layer_count_kernel(SelectParams p) {
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  const int h = blockIdx.y, tid = threadIdx.x;
+  resolve(p, h, kPasses, true, tmp, &s_prefix, &s_need);
+  const uint32_t threshold = s_prefix;
+  if (blockIdx.x == 0 && h == 0 && tid == 0) *p.layer_state = SelectState{threshold, s_need};
+  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kSegment;
+  int gt = 0, eq = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t j = base + i * kThreads + tid;
+    if (j < p.n && !is_protected(j, p.n, p.sink, p.window)) {
+      const uint32_t key = order_key(row[j]);
+      gt += key > threshold;
+      eq += key == threshold;
+    }
+  }
+  __syncthreads();
+  int gt_total, eq_total, dummy;
+  Scan(tmp).ExclusiveSum(gt, dummy, gt_total);
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(eq, dummy, eq_total);
+  if (tid == 0) {
+    if (gt_total != 0) atomicAdd(&p.head_gt[h], gt_total);  // integer sums: order-free
+    p.seg_eq[h * p.segments + blockIdx.x] = eq_total;
+  }
 }
 
 constexpr int kMaxLayerHeads = 256;
@@ -219,259 +416,99 @@ __device__ void layer_budget_block(const SelectParams& p, int num_heads, int64_t
   out_offsets[num_heads] = off;
 }
 
-// How a selection's phases run: ONE cooperative launch with grid barriers between them (kSingle,
-// when the segments x heads grid fits on the GPU at once: the scores are read once into
-// registers and the launch gaps vanish; at a 5% budget of n = 128K the multi-launch path spent
-// 0.041 ms, mostly in those gaps), or one launch a phase (kMulti, any grid). Both run the body
-// below; kMulti re-reads the keys and re-walks the earlier passes' digits in every launch.
-enum class Launch { kSingle, kMulti };
-
-// The phases in order: zero the global histograms and counts, one histogram a radix pass, the
-// counts at the threshold, then the ordered write (per head) or the budgets (the layer).
-constexpr int kZero = 0;
-constexpr int kHist = 1;  // kHist + pass
-constexpr int kCount = kHist + kPasses;
-constexpr int kWrite = kCount + 1;
-
-// adakv's layer phase: the budgets it writes (block (0, 0) of its last phase).
-struct LayerBudget {
-  int64_t B = 0;  // free tokens a head keeps on average
-  double alpha = 0.0;
-  int64_t* head_keep = nullptr;    // [H]
-  int64_t* out_offsets = nullptr;  // [H + 1]
-};
-
-// A block's tokens (blocked: a thread owns kItems consecutive ones, the order the ordered write
-// needs; the histograms and counts are order-free) as order keys, and which of them are free (in
-// range, unprotected: bit i) or protected (bit 16 + i).
-struct BlockKeys {
-  uint32_t key[kItems];
-  uint32_t kind = 0;
-  __device__ bool is_free(int i) const { return (kind >> i) & 1u; }
-  __device__ bool is_protected(int i) const { return (kind >> (16 + i)) & 1u; }
-};
-__device__ __forceinline__ void load_keys(const SelectParams& p, int h, int64_t first,
-                                          BlockKeys& b) {
-  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    const int64_t j = first + i;
-    b.key[i] = 0;
-    if (j < p.n) {
-      if (is_protected(j, p.n, p.sink, p.window)) {
-        b.kind |= 1u << (16 + i);
-      } else {
-        b.kind |= 1u << i;
-        b.key[i] = order_key(row[j]);
-      }
-    }
-  }
+__global__ void __launch_bounds__(kThreads)
+    layer_budget_kernel(SelectParams p, int num_heads, int64_t B, double alpha, int64_t* head_keep,
+                        int64_t* out_offsets) {
+  layer_budget_block(p, num_heads, B, alpha, head_keep, out_offsets);
 }
 
-// Zeroes the histograms and counts the atomics of later phases add to (every block a slice).
-template <bool kLayer>
-__device__ void zero_phase(const SelectParams& p) {
-  const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
-  const int64_t bid = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  const int64_t hist_ints = kLayer ? int64_t{kPasses} * kBins : int64_t{kPasses} * p.heads * kBins;
-  const int64_t total = hist_ints + (kLayer ? p.heads : 0);
-  int* hist = kLayer ? p.layer_hist : p.hist;
-  for (int64_t i = bid * kThreads + threadIdx.x; i < total; i += blocks * kThreads) {
-    if (i < hist_ints)
-      hist[i] = 0;
-    else
-      p.head_gt[i - hist_ints] = 0;
-  }
-}
-
-// One radix pass: the histogram of the pass's digit over the free keys whose higher digits equal
-// the threshold's found so far (prefix), added to the global histogram hist.
-__device__ void histogram_phase(const BlockKeys& b, int pass, uint32_t prefix, int* hist_s,
-                                int* hist) {
-  const int tid = threadIdx.x;
-  const int shift = kShift[pass];
-  const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
-  const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    uint32_t bin = 0xffffffffu;
-    if (b.is_free(i) && (b.key[i] & high_mask) == (prefix & high_mask))
-      bin = (b.key[i] >> shift) & digit_mask;
-    // Scores cluster in few bins (the top bits are sign and exponent): aggregate equal bins of a
-    // warp into one shared atomic instead of 32 colliding ones.
-    const unsigned peers = __match_any_sync(0xffffffffu, bin);
-    if (bin != 0xffffffffu && (tid & 31) == __ffs(peers) - 1)
-      atomicAdd(&hist_s[bin], __popc(peers));
-  }
-  __syncthreads();
-  for (int bin = tid; bin < (1 << kWidth[pass]); bin += kThreads)
-    if (hist_s[bin] != 0) atomicAdd(&hist[bin], hist_s[bin]);
-}
-
-// A head's keep flags given its threshold: cls[i] = 1 kept unconditionally, 2 tie candidate;
-// keep_total / eq_total over the block, eq_rank this thread's ties before its own.
-struct BlockClasses {
-  int cls[kItems];
-  int keep_total, eq_total, eq_rank;
-};
-__device__ void classify_phase(const BlockKeys& b, HeadMode mode, uint32_t threshold,
-                               typename Scan::TempStorage& tmp, BlockClasses& c) {
-  int keep = 0, eq = 0;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    c.cls[i] = 0;
-    if (b.is_protected(i))
-      c.cls[i] = 1;
-    else if (b.is_free(i) && !mode.keep_none)
-      c.cls[i] = mode.keep_all ? 1 : (b.key[i] > threshold ? 1 : (b.key[i] == threshold ? 2 : 0));
-    keep += c.cls[i] == 1;
-    eq += c.cls[i] == 2;
-  }
-  __syncthreads();  // tmp may still be read by an earlier scan
-  int unused;
-  Scan(tmp).ExclusiveSum(keep, unused, c.keep_total);
-  __syncthreads();
-  Scan(tmp).ExclusiveSum(eq, c.eq_rank, c.eq_total);
-}
-
-// The ordered write of head h's segment: the slots used by earlier segments (their kept tokens
-// and the ties they took), then every kept token of the block in position order.
-__device__ void write_phase(const SelectParams& p, int h, int seg, int64_t first, int need,
-                            BlockClasses& c, typename Scan::TempStorage& tmp, int64_t* s_out,
-                            int64_t* s_eq_before) {
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    int64_t out = 0, eq_before = 0;
-    for (int sg = 0; sg < seg; ++sg) {
-      const int e = p.seg_eq[h * p.segments + sg];
-      const int64_t left = need - eq_before;
-      out += p.seg_keep[h * p.segments + sg] + (left <= 0 ? 0 : (left < e ? left : e));
-      eq_before += e;
-    }
-    *s_out = out;
-    *s_eq_before = eq_before;
-  }
-  __syncthreads();
-  int64_t rank = *s_eq_before + c.eq_rank;
-  int kept_here = 0;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    if (c.cls[i] == 2) c.cls[i] = rank++ < need ? 1 : 0;
-    kept_here += c.cls[i] == 1;
-  }
-  __syncthreads();
-  int slot_in_block;
-  Scan(tmp).ExclusiveSum(kept_here, slot_in_block);
-  int64_t slot = *s_out + slot_in_block;
-  const int64_t head_keep = keep_of(p, h);
-  int32_t* out = p.kept + out_base(p, h);
-#pragma unroll
-  for (int i = 0; i < kItems; ++i)
-    if (c.cls[i] == 1) {
-      if (slot < head_keep) out[slot] = static_cast<int32_t>(first + i);
-      ++slot;
-    }
-}
-
-// Phases first..last of a selection (per head: kLayer = false; adakv's layer budgets: true) on
-// block (segment, head). The threshold's digits are walked in shared memory: a block walks each
-// pass's histogram once it is complete (kSingle keeps the walk across phases; a kMulti launch
-// starts over from the global histograms).
-template <Launch L, bool kLayer>
-__device__ __forceinline__ void select_phases(const SelectParams& p, const LayerBudget& lb,
-                                              int first, int last) {
+// adakv's layer phase in ONE cooperative launch (as select_single_kernel for the per-head
+// phase): zero the layer histogram and counts, three histogram passes over register-resident
+// keys, the per-head counts above / at the threshold, then block (0, 0) runs the tie walk and the
+// budgets. Replaces two memsets and five launches.
+__global__ void __launch_bounds__(kThreads)
+    layer_single_kernel(SelectParams p, int num_heads, int64_t B, double alpha, int64_t* head_keep,
+                        int64_t* out_offsets) {
+  namespace cg = cooperative_groups;
+  cg::grid_group grid = cg::this_grid();
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int hist_s[kBins];
   __shared__ uint32_t s_prefix;
   __shared__ int s_need;
-  __shared__ int64_t s_out, s_eq_before;
   const int h = blockIdx.y, tid = threadIdx.x, seg = blockIdx.x;
-  const HeadMode mode = kLayer ? HeadMode{false, false} : head_mode(p, h);
-  const bool find = !(mode.keep_none || mode.keep_all);  // this head has a threshold to find
-  int* hist0 = kLayer ? p.layer_hist : p.hist + static_cast<int64_t>(h) * kBins;
-  const int64_t pass_stride = kLayer ? kBins : static_cast<int64_t>(p.heads) * kBins;
-  const int64_t first_token =
-      static_cast<int64_t>(seg) * kSegment + static_cast<int64_t>(tid) * kItems;
-  BlockKeys keys;
-  if (last >= kHist && !(kLayer && first == kWrite)) load_keys(p, h, first_token, keys);
+  {
+    const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
+    const int64_t bid = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    for (int64_t i = bid * kThreads + tid; i < kPasses * kBins + num_heads;
+         i += blocks * kThreads) {
+      if (i < kPasses * kBins)
+        p.layer_hist[i] = 0;
+      else
+        p.head_gt[i - kPasses * kBins] = 0;
+    }
+  }
+  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
+  const int64_t base = static_cast<int64_t>(seg) * kSegment;
+  uint32_t key[kItems];
+  uint32_t free_mask = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t j = base + i * kThreads + tid;  // strided: the counts are order-free
+    key[i] = 0;
+    if (j < p.n && !is_protected(j, p.n, p.sink, p.window)) {
+      free_mask |= 1u << i;
+      key[i] = order_key(row[j]);
+    }
+  }
   if (tid == 0) {
     s_prefix = 0;
-    s_need = static_cast<int>(kLayer ? p.layer_need : keep_of(p, h) - p.n_protected);
+    s_need = static_cast<int>(p.layer_need);
   }
-  __syncthreads();
-  int walked = 0;  // passes whose digits s_prefix holds (block-uniform)
-  auto walk_to = [&](int passes) {
-    for (; walked < passes; ++walked)
-      resolve_one(hist0 + walked * pass_stride, walked, tmp, &s_prefix, &s_need);
-  };
-  uint32_t threshold = 0;
-  int need = 0;
-  BlockClasses c;
-  for (int phase = first; phase <= last; ++phase) {
-    if (phase == kZero) {
-      zero_phase<kLayer>(p);
-    } else if (phase < kCount) {
-      const int pass = phase - kHist;
-      if (find) {
-        for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
-        walk_to(pass);  // syncs
-        __syncthreads();
-        histogram_phase(keys, pass, s_prefix, hist_s, hist0 + pass * pass_stride);
-      }
-    } else if (phase == kCount) {
-      if (find) {
-        walk_to(kPasses);
-        threshold = s_prefix;
-        need = s_need;
-        if (seg == 0 && tid == 0 && (!kLayer || h == 0))
-          *(kLayer ? p.layer_state : p.state + h) = {threshold, need};
-      }
-      if constexpr (kLayer) {  // per head: free tokens above the layer threshold, and equal to it
-        int gt = 0, eq = 0;
+  grid.sync();
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
+    if (pass > 0) resolve_one(p.layer_hist + (pass - 1) * kBins, pass - 1, tmp, &s_prefix, &s_need);
+    __syncthreads();
+    const uint32_t prefix = s_prefix;
+    const int shift = kShift[pass];
+    const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
+    const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
 #pragma unroll
-        for (int i = 0; i < kItems; ++i)
-          if (keys.is_free(i)) {
-            gt += keys.key[i] > threshold;
-            eq += keys.key[i] == threshold;
-          }
-        int gt_total, eq_total, unused;
-        Scan(tmp).ExclusiveSum(gt, unused, gt_total);
-        __syncthreads();
-        Scan(tmp).ExclusiveSum(eq, unused, eq_total);
-        if (tid == 0) {
-          if (gt_total != 0) atomicAdd(&p.head_gt[h], gt_total);  // integer sums: order-free
-          p.seg_eq[h * p.segments + seg] = eq_total;
-        }
-      } else {
-        classify_phase(keys, mode, threshold, tmp, c);
-        if (tid == 0) {
-          p.seg_keep[h * p.segments + seg] = c.keep_total;
-          p.seg_eq[h * p.segments + seg] = c.eq_total;
-        }
-      }
-    } else if constexpr (kLayer) {
-      if (seg == 0 && h == 0)
-        layer_budget_block(p, p.heads, lb.B, lb.alpha, lb.head_keep, lb.out_offsets);
-    } else {
-      if constexpr (L == Launch::kMulti) {  // the count phase ran in another launch
-        if (find) {
-          threshold = p.state[h].threshold;
-          need = p.state[h].need_equal;
-        }
-        classify_phase(keys, mode, threshold, tmp, c);
-      }
-      write_phase(p, h, seg, first_token, need, c, tmp, &s_out, &s_eq_before);
+    for (int i = 0; i < kItems; ++i) {
+      uint32_t bin = 0xffffffffu;
+      if (((free_mask >> i) & 1u) && (key[i] & high_mask) == (prefix & high_mask))
+        bin = (key[i] >> shift) & digit_mask;
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
+        atomicAdd(&hist_s[bin], __popc(peers));
     }
-    if constexpr (L == Launch::kSingle) {
-      if (phase < last) cooperative_groups::this_grid().sync();
-    }
+    __syncthreads();
+    int* hist = p.layer_hist + pass * kBins;
+    for (int b = tid; b < (1 << kWidth[pass]); b += kThreads)
+      if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+    grid.sync();
   }
-}
-
-template <Launch L, bool kLayer>
-__global__ void __launch_bounds__(kThreads)
-    select_kernel(SelectParams p, LayerBudget lb, int first, int last) {
-  select_phases<L, kLayer>(p, lb, first, last);
+  resolve_one(p.layer_hist + (kPasses - 1) * kBins, kPasses - 1, tmp, &s_prefix, &s_need);
+  const uint32_t threshold = s_prefix;
+  if (blockIdx.x == 0 && h == 0 && tid == 0) *p.layer_state = SelectState{threshold, s_need};
+  int gt = 0, eq = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i)
+    if ((free_mask >> i) & 1u) {
+      gt += key[i] > threshold;
+      eq += key[i] == threshold;
+    }
+  int gt_total, eq_total, dummy;
+  Scan(tmp).ExclusiveSum(gt, dummy, gt_total);
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(eq, dummy, eq_total);
+  if (tid == 0) {
+    if (gt_total != 0) atomicAdd(&p.head_gt[h], gt_total);
+    p.seg_eq[h * p.segments + seg] = eq_total;
+  }
+  grid.sync();
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    layer_budget_block(p, num_heads, B, alpha, head_keep, out_offsets);
 }
 
 // Uniform budgets as per-head arrays (what the general path reads).
@@ -520,22 +557,161 @@ __global__ void mark_kept_kernel(float* scores, int64_t n, int num_heads, const 
   scores[static_cast<int64_t>(h) * n + kept[r]] = __int_as_float(0x7f800000);
 }
 
+// The whole per-head selection in ONE launch when the (segments x heads) grid fits on the GPU at
+// once (cooperative launch; 128 blocks of 1024 threads at Hkv = 8, n = 128K on 132 SMs). Each
+// block reads its kSegment scores once into registers (blocked: a thread owns kItems consecutive
+// tokens, the order the ordered write needs) and grid barriers replace the six launches of the
+// multi-pass path (histogram memset, three histogram passes, counts, write): at a 5% budget of
+// n = 128K that path spent 0.041 ms, mostly in launch gaps and re-reading the scores.
+__global__ void __launch_bounds__(kThreads) select_single_kernel(SelectParams p) {
+  namespace cg = cooperative_groups;
+  cg::grid_group grid = cg::this_grid();
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ int hist_s[kBins];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  __shared__ int64_t s_out, s_eq_before;
+  const int h = blockIdx.y, tid = threadIdx.x, seg = blockIdx.x;
+  const HeadMode mode = head_mode(p, h);
+  const bool find = !(mode.keep_none || mode.keep_all);
+  {  // zero the global histograms (every block a slice)
+    const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
+    const int64_t bid = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    const int64_t total = static_cast<int64_t>(kPasses) * gridDim.y * kBins;
+    for (int64_t i = bid * kThreads + tid; i < total; i += blocks * kThreads) p.hist[i] = 0;
+  }
+  const float* row = p.scores + static_cast<int64_t>(h) * p.n;
+  const int64_t base = static_cast<int64_t>(seg) * kSegment + static_cast<int64_t>(tid) * kItems;
+  uint32_t key[kItems];
+  uint32_t kind = 0;  // bit i: token i is free (in range, unprotected); bit 16 + i: protected
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t j = base + i;
+    key[i] = 0;
+    if (j < p.n) {
+      if (is_protected(j, p.n, p.sink, p.window)) {
+        kind |= 1u << (16 + i);
+      } else {
+        kind |= 1u << i;
+        key[i] = order_key(row[j]);
+      }
+    }
+  }
+  if (tid == 0) {
+    s_prefix = 0;
+    s_need = static_cast<int>(keep_of(p, h) - p.n_protected);
+  }
+  const int* head_hist = p.hist + static_cast<int64_t>(h) * kBins;
+  const int64_t pass_stride = static_cast<int64_t>(gridDim.y) * kBins;
+  grid.sync();
+  for (int pass = 0; pass < kPasses; ++pass) {
+    if (find) {
+      for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
+      // The digits of passes < pass-1 are already in s_prefix: only the last pass is walked
+      // (the multi-launch kernels re-walk every earlier pass).
+      if (pass > 0)
+        resolve_one(head_hist + (pass - 1) * pass_stride, pass - 1, tmp, &s_prefix, &s_need);
+      __syncthreads();
+      const uint32_t prefix = s_prefix;
+      const int shift = kShift[pass];
+      const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
+      const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        uint32_t bin = 0xffffffffu;
+        if (((kind >> i) & 1u) && (key[i] & high_mask) == (prefix & high_mask))
+          bin = (key[i] >> shift) & digit_mask;
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
+        if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
+          atomicAdd(&hist_s[bin], __popc(peers));
+      }
+      __syncthreads();
+      int* hist = p.hist + (static_cast<int64_t>(pass) * gridDim.y + h) * kBins;
+      for (int b = tid; b < (1 << kWidth[pass]); b += kThreads)
+        if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+    }
+    grid.sync();
+  }
+  uint32_t threshold = 0;
+  int need = 0;
+  if (find) {
+    resolve_one(head_hist + (kPasses - 1) * pass_stride, kPasses - 1, tmp, &s_prefix, &s_need);
+    threshold = s_prefix;
+    need = s_need;
+  }
+  // cls: 1 kept unconditionally, 2 tie candidate (as classify()).
+  int cls[kItems], keep = 0, eq = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    cls[i] = 0;
+    if ((kind >> (16 + i)) & 1u)
+      cls[i] = 1;
+    else if ((kind >> i) & 1u) {
+      if (mode.keep_all)
+        cls[i] = 1;
+      else if (!mode.keep_none)
+        cls[i] = key[i] > threshold ? 1 : (key[i] == threshold ? 2 : 0);
+    }
+    keep += cls[i] == 1;
+    eq += cls[i] == 2;
+  }
+  __syncthreads();
+  int keep_total, eq_total, eq_rank;
+  Scan(tmp).ExclusiveSum(keep, eq_rank, keep_total);  // eq_rank reused below
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(eq, eq_rank, eq_total);
+  if (tid == 0) {
+    p.seg_keep[h * p.segments + seg] = keep_total;
+    p.seg_eq[h * p.segments + seg] = eq_total;
+  }
+  grid.sync();
+  if (tid == 0) {  // slots used by earlier segments (as write_kernel)
+    int64_t out = 0, eq_before = 0;
+    for (int sg = 0; sg < seg; ++sg) {
+      const int e = p.seg_eq[h * p.segments + sg];
+      const int64_t left = need - eq_before;
+      out += p.seg_keep[h * p.segments + sg] + (left <= 0 ? 0 : (left < e ? left : e));
+      eq_before += e;
+    }
+    s_out = out;
+    s_eq_before = eq_before;
+  }
+  __syncthreads();
+  int64_t rank = s_eq_before + eq_rank;
+  int kept_here = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    if (cls[i] == 2) cls[i] = rank++ < need ? 1 : 0;
+    kept_here += cls[i] == 1;
+  }
+  __syncthreads();
+  int slot_in_block;
+  Scan(tmp).ExclusiveSum(kept_here, slot_in_block);
+  int64_t slot = s_out + slot_in_block;
+  const int64_t head_keep = keep_of(p, h);
+  int32_t* out = p.kept + out_base(p, h);
+#pragma unroll
+  for (int i = 0; i < kItems; ++i)
+    if (cls[i] == 1) {
+      if (slot < head_keep) out[slot] = static_cast<int32_t>(base + i);
+      ++slot;
+    }
+}
+
 std::atomic<bool> g_single_launch{true};
 
-// Blocks of select_kernel<kSingle, kLayer> that fit on the current device at once (0: no
-// cooperative launch). Cached per device.
-template <bool kLayer>
-int64_t single_launch_capacity() {
-  static int64_t cached[64];
-  static bool known[64] = {};
+// Blocks of select_single_kernel that fit on the current device at once (0: no cooperative
+// launch). Cached per device.
+template <class Kernel>
+int64_t coop_capacity(Kernel kernel, int64_t (&cached)[64], bool (&known)[64]) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   if (!known[dev]) {
     int coop = 0, sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, select_kernel<Launch::kSingle, kLayer>, kThreads, 0) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 0;
     }
@@ -544,41 +720,45 @@ int64_t single_launch_capacity() {
   }
   return cached[dev];
 }
+int64_t single_launch_capacity() {
+  static int64_t cached[64];
+  static bool known[64] = {};
+  return coop_capacity(select_single_kernel, cached, known);
+}
+int64_t layer_single_capacity() {
+  static int64_t cached[64];
+  static bool known[64] = {};
+  return coop_capacity(layer_single_kernel, cached, known);
+}
 
 int segments_of(int64_t n) {
   return static_cast<int>((n + kSegment - 1) / kSegment);
 }
 
-// Phases first..kWrite of a selection (kLayer: adakv's layer budgets) over the segments x heads
-// grid: one cooperative launch when it fits at once, else one launch a phase (the layer's budget
-// phase on one block).
-template <bool kLayer>
-cudaError_t run_phases(const SelectParams& p, const LayerBudget& lb, int first,
-                       cudaStream_t stream) {
-  const dim3 grid(p.segments, p.heads);
-  if (g_single_launch.load(std::memory_order_relaxed) &&
-      static_cast<int64_t>(p.segments) * p.heads <= single_launch_capacity<kLayer>()) {
+// Threshold passes (when `hist`: some head has a threshold to find), counts, ordered write. One
+// cooperative launch when the grid fits at once.
+cudaError_t run_passes(const SelectParams& p, int num_heads, bool hist, cudaStream_t stream) {
+  const dim3 grid(p.segments, num_heads);
+  cudaError_t err;
+  if (hist && g_single_launch.load(std::memory_order_relaxed) &&
+      static_cast<int64_t>(p.segments) * num_heads <= single_launch_capacity()) {
     SelectParams args = p;
-    LayerBudget budget = lb;
-    int from = first, to = kWrite;
-    void* kargs[] = {&args, &budget, &from, &to};
-    return cudaLaunchCooperativeKernel(
-        reinterpret_cast<const void*>(&select_kernel<Launch::kSingle, kLayer>), grid,
-        dim3(kThreads), kargs, 0, stream);
+    void* kargs[] = {&args};
+    return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&select_single_kernel), grid,
+                                       dim3(kThreads), kargs, 0, stream);
   }
-  for (int phase = first; phase <= kWrite; ++phase) {
-    const dim3 g = kLayer && phase == kWrite ? dim3(1, 1) : grid;
-    select_kernel<Launch::kMulti, kLayer><<<g, kThreads, 0, stream>>>(p, lb, phase, phase);
-    const cudaError_t err = cudaGetLastError();
+  if (hist) {
+    err = cudaMemsetAsync(p.hist, 0, sizeof(int) * kPasses * num_heads * kBins, stream);
     if (err != cudaSuccess) return err;
+    for (int pass = 0; pass < kPasses; ++pass) {
+      histogram_kernel<<<grid, kThreads, 0, stream>>>(p, pass, false);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
   }
-  return cudaSuccess;
-}
-
-// The per-head selection: from the threshold passes when `hist` (some head has a threshold to
-// find), else from the counts.
-cudaError_t run_passes(const SelectParams& p, bool hist, cudaStream_t stream) {
-  return run_phases<false>(p, LayerBudget{}, hist ? kZero : kCount, stream);
+  count_kernel<<<grid, kThreads, 0, stream>>>(p);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  write_kernel<<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -602,7 +782,6 @@ cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n,
   if (scratch_bytes < select_uniform_scratch_bytes(num_heads, n)) return cudaErrorInvalidValue;
   SelectParams p;
   p.scores = scores;
-  p.heads = num_heads;
   p.n = n;
   p.n_keep = n_keep;
   p.n_protected = n_protected;
@@ -617,7 +796,7 @@ cudaError_t launch_select_uniform(const float* scores, int num_heads, int64_t n,
   p.state = reinterpret_cast<SelectState*>((st + 15) / 16 * 16);
   p.kept = kept;
   const int64_t k_free = n_keep - n_protected, n_free = n - n_protected;
-  return run_passes(p, /*hist=*/k_free > 0 && k_free < n_free, stream);
+  return run_passes(p, num_heads, /*hist=*/k_free > 0 && k_free < n_free, stream);
 }
 
 namespace {
@@ -681,7 +860,6 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
   cudaError_t err;
   SelectParams p;
   p.scores = scores;
-  p.heads = num_heads;
   p.n = n;
   p.n_keep = n_keep;
   p.n_protected = n_protected;
@@ -694,6 +872,7 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
   const uintptr_t st =
       reinterpret_cast<uintptr_t>(p.seg_eq + static_cast<size_t>(num_heads) * p.segments);
   p.state = reinterpret_cast<SelectState*>((st + 15) / 16 * 16);
+  const dim3 grid(p.segments, num_heads);
   const int64_t B = n_keep - n_protected, n_free = n - n_protected;
   if (n == 0) return cudaMemsetAsync(offsets, 0, sizeof(int64_t) * (num_heads + 1), stream);
   if (adakv && B > 0 && B < n_free) {
@@ -702,8 +881,30 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
     p.layer_need = static_cast<int64_t>(num_heads) * B;
     p.layer_state = g.layer_state;
     p.head_gt = g.head_gt;
-    err = run_phases<true>(p, LayerBudget{B, alpha, g.head_keep, offsets}, kZero, stream);
-    if (err != cudaSuccess) return err;
+    if (g_single_launch.load(std::memory_order_relaxed) &&
+        static_cast<int64_t>(p.segments) * num_heads <= layer_single_capacity()) {
+      SelectParams args = p;
+      int heads = num_heads;
+      int64_t b = B;
+      double al = alpha;
+      int64_t* keep_out = g.head_keep;
+      void* kargs[] = {&args, &heads, &b, &al, &keep_out, &offsets};
+      err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&layer_single_kernel), grid,
+                                        dim3(kThreads), kargs, 0, stream);
+      if (err != cudaSuccess) return err;
+    } else {
+      if ((err = cudaMemsetAsync(g.layer_hist, 0, sizeof(int) * kPasses * kBins, stream)) !=
+              cudaSuccess ||
+          (err = cudaMemsetAsync(g.head_gt, 0, sizeof(int) * num_heads, stream)) != cudaSuccess)
+        return err;
+      for (int pass = 0; pass < kPasses; ++pass) {
+        histogram_kernel<<<grid, kThreads, 0, stream>>>(p, pass, true);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+      }
+      layer_count_kernel<<<grid, kThreads, 0, stream>>>(p);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+      layer_budget_kernel<<<1, kThreads, 0, stream>>>(p, num_heads, B, alpha, g.head_keep, offsets);
+    }
   } else {
     // Uniform budgets (adakv with B <= 0 or B >= the free tokens gives every head the same).
     uniform_budget_kernel<<<1, 256, 0, stream>>>(num_heads, n_keep, g.head_keep, offsets);
@@ -720,7 +921,7 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
     stage1_budget_kernel<<<1, 32, 0, stream>>>(num_heads, n_protected, g.head_keep, g.keep1,
                                                g.off1);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    if ((err = run_passes(s1, true, stream)) != cudaSuccess) return err;
+    if ((err = run_passes(s1, num_heads, true, stream)) != cudaSuccess) return err;
     if ((err = cudaMemcpyAsync(g.scores_copy, scores, sizeof(float) * num_heads * n,
                                cudaMemcpyDeviceToDevice, stream)) != cudaSuccess)
       return err;
@@ -733,7 +934,7 @@ cudaError_t launch_select(const float* scores, const float* aux, int num_heads, 
     p.scores = g.scores_copy;
   }
   p.kept = kept;
-  return run_passes(p, true, stream);
+  return run_passes(p, num_heads, true, stream);
 }
 
 void set_select_single_launch(bool enabled) {
