@@ -19,11 +19,14 @@
 #                                             assembled and checked by sha256, then every
 #                                             test_model_cuda_* binary (MODELS_MEMCHECK="NAME
 #                                             ...": those under memcheck, side by side)
-#   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES ..." BOX_S
+#   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES[:FIRST] ..." BOX_S
 #                                             issue 20's coverage group on TEST seeds: one kvevict
 #                                             eval a (model, task), side by side, each stopped at
-#                                             BOX_S seconds, merged per model by kvevict merge
-#                                             (MODEL: smollm2 or gemma3); MEMCHECK_MODEL_TESTS=1
+#                                             BOX_S seconds, merged per model and length by kvevict
+#                                             merge (MODEL: smollm2 or gemma3; FIRST: the first
+#                                             sample, --first-sample, so that a later call of the
+#                                             same build adds samples FIRST.. and the merge takes
+#                                             every shard); MEMCHECK_MODEL_TESTS=1
 #                                             runs memcheck over the test_model_cuda_* binaries
 #                                             beside it
 # Environment: KVEVICT_SANITIZER=1 is set for the sanitizer runs (the tests then shrink their
@@ -148,8 +151,8 @@ PY
     pack models_logs
     ;;
   coverage)
-    specs="${2:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES ...\" BOX_S}"
-    box="${3:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES ...\" BOX_S}"
+    specs="${2:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES[:FIRST] ...\" BOX_S}"
+    box="${3:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES[:FIRST] ...\" BOX_S}"
     tasks="${TASKS:-cwe fwe niah_multikey_1 niah_multikey_2 niah_multikey_3 niah_multiquery niah_multivalue niah_single_1 niah_single_2 niah_single_3 vt}"
     # The coverage group of tools/eval_protocol.py (its sweep_methods), with the measured window
     # for obcache_v / obcache_k beside SPEC's, and its paired comparisons.
@@ -162,29 +165,32 @@ PY
          >$K/logs/memcheck_summary.txt) &
     fi
     for spec in $specs; do
-      IFS=: read -r m L N <<<"$spec"
+      IFS=: read -r m L N F <<<"$spec"
+      F=${F:-0}
       case $m in
         smollm2) f=$K/models/SmolLM2-135M-Instruct.Q4_1.gguf ;;
         gemma3) f=$K/models/gemma-3-270m-q4_k_m.gguf ;;
         *) echo "device_session: unknown model '$m'; expected smollm2 or gemma3" >&2; exit 2 ;;
       esac
       for t in $tasks; do
-        [ -f "$K/cov/${m}_${L}_$t.json" ] && continue  # a call cut short goes on where it stopped
+        out="$K/cov/${m}_${L}_${t}_from$F.json"
+        [ -f "$out" ] && continue  # a call cut short goes on where it stopped
         timeout "$box" $K/bin/kvevict eval -m "$f" --device cuda --tasks "$t" --lengths "$L" \
-          --samples "$N" --methods $methods --budgets 0.05,0.1,0.2,0.3 --modes aware,agnostic \
+          --samples "$N" --first-sample "$F" --methods $methods --budgets 0.05,0.1,0.2,0.3 --modes aware,agnostic \
           --split test --max-new 32 --bootstrap 2000 --compare $compare \
-          --out "$K/cov/${m}_${L}_$t.json" >"$K/cov/${m}_${L}_$t.log" 2>&1 &
+          --out "$out" >"${out%.json}.log" 2>&1 &
       done
     done
     wait
     echo "eval: $(($(date +%s) - t0)) s"
     cat $K/logs/memcheck_summary.txt 2>/dev/null
     for spec in $specs; do
-      IFS=: read -r m L N <<<"$spec"
+      IFS=: read -r m L N F <<<"$spec"
       files=$(ls $K/cov/${m}_${L}_*.json 2>/dev/null)
-      echo "$m $L: $(echo "$files" | grep -c json) of $(echo $tasks | wc -w) tasks"
-      [ "$(echo "$files" | grep -c json)" -eq "$(echo $tasks | wc -w)" ] || continue
-      name="${m}_${L}_coverage$N"
+      done_tasks=$(for t in $tasks; do ls $K/cov/${m}_${L}_${t}_from*.json >/dev/null 2>&1 && echo "$t"; done | wc -l)
+      echo "$m $L: $done_tasks of $(echo $tasks | wc -w) tasks, $(echo "$files" | grep -c json) files"
+      [ "$done_tasks" -eq "$(echo $tasks | wc -w)" ] || continue
+      name="${m}_${L}_coverage"
       # shellcheck disable=SC2086
       $K/bin/kvevict merge --out "$OUT/$name.json" --markdown "$OUT/$name.md" $files \
         >$K/logs/merge_$name.log 2>&1 && xz -T4 -f "$OUT/$name.json"

@@ -48,6 +48,8 @@ struct EvalArgs {
   std::string tasks = "niah_single_1,niah_single_2,niah_multikey_1,vt";
   std::string lengths = "2048";
   int samples = 5;
+  int first_sample =
+      0;  // generated samples first_sample .. first_sample + samples - 1 of the split
   std::string methods = "full,dropkv,snapkv";
   std::string budgets = "0.1,0.2";
   std::string modes = "aware";
@@ -82,6 +84,7 @@ std::string options_json(const EvalArgs& a) {
                       {"tasks", a.tasks},
                       {"lengths", a.lengths},
                       {"samples", a.samples},
+                      {"first_sample", a.first_sample},
                       {"methods", a.methods},
                       {"budgets", a.budgets},
                       {"modes", a.modes},
@@ -264,7 +267,9 @@ int run_eval_command(const EvalArgs& a) {
   for (const auto& m : split_list(a.modes, "--modes"))
     ropt.modes.push_back(eval::query_mode_parse(m));
   const eval::SeedSplit split = eval::split_parse(a.split);
-  eval::check_split_size(a.samples);
+  eval::check_split_range(a.first_sample, a.samples);
+  KVEVICT_CHECK(a.first_sample == 0 || a.data.empty(), "--first-sample ", a.first_sample,
+                " picks generated samples; expected 0 with --data (its rows are the samples)");
   ropt.bootstrap.resamples = a.bootstrap;
   ropt.bootstrap.seed = a.bootstrap_seed;
   ropt.bootstrap.validate();
@@ -315,12 +320,14 @@ int run_eval_command(const EvalArgs& a) {
         gopt.target_length = len;
         gopt.style = style;
         for (const auto& t : tasks) {
-          const uint64_t first_seed = eval::sample_seed(a.seed, t, eval::split_first_index(which));
+          const uint64_t first_seed =
+              eval::sample_seed(a.seed, t, eval::split_first_index(which) + a.first_sample);
           if (a.skip_unfit && gen.smallest_length(t, gopt, first_seed) > len) {
             skipped.insert(t + " at " + std::to_string(len));
             continue;
           }
-          auto set = gen.generate_set(t, gopt, a.samples, a.seed, eval::split_first_index(which));
+          auto set = gen.generate_set(t, gopt, a.samples, a.seed,
+                                      eval::split_first_index(which) + a.first_sample);
           out.insert(out.end(), set.begin(), set.end());
         }
       }
@@ -414,6 +421,10 @@ Runner add_eval_command(CLI::App& app) {
   cmd->add_option("--lengths", a->lengths, "Comma-separated target lengths in tokens")
       ->capture_default_str();
   add_integer(*cmd, "--samples", a->samples, 1, 1 << 20, "Samples per task and length")
+      ->capture_default_str();
+  add_integer(*cmd, "--first-sample", a->first_sample, 0, (1 << 20) - 1,
+              "Index of the first generated sample of each task and length in its split (runs "
+              "from disjoint ranges merge with kvevict merge)")
       ->capture_default_str();
   cmd->add_option("--methods", a->methods,
                   "Comma-separated settings METHOD[:MOD]... or groups (full = no eviction); "

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "eval/ruler.h"
+#include "eval/split.h"
 #include "kvevict/error.h"
 #include "kvevict/tokenizer.h"
 
@@ -120,8 +121,10 @@ std::vector<Sample> RulerGenerator::generate_set(const std::string& task,
   KVEVICT_CHECK(first_index >= 0, "first sample index ", first_index, " is negative");
   std::vector<Sample> out;
   out.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < n; ++i) {
     out.push_back(generate(task, opt, sample_seed(base_seed, task, first_index + i)));
+    out.back().index = index_in_split(first_index + i);
+  }
   return out;
 }
 
@@ -142,6 +145,7 @@ std::vector<Sample> RulerGenerator::generate_suite(
     for (const auto& t : tasks)
       for (int i = 0; i < n; ++i) {
         out.push_back(generate(t, opt, sample_seed(base_seed, t, i)));
+        out.back().index = i;
         if (done) done(static_cast<int64_t>(out.size()), total);
       }
   }

@@ -112,7 +112,10 @@ std::vector<TokenizedSample> tokenize_samples(const Tokenizer& tok,
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
     TokenizedSample& t = out[i];
-    t.index = group_count[{s.task, s.target_length}]++;
+    // Generated samples keep their index in the split (a run from --first-sample K starts at K);
+    // external data counts its rows per (task, length).
+    const int64_t counted = group_count[{s.task, s.target_length}]++;
+    t.index = s.index >= 0 ? s.index : counted;
     const std::string name = sample_name(s, t.index);
     KVEVICT_CHECK(!s.input.empty(), name,
                   " has no prompt; expected format_prompt() to have filled Sample::input");

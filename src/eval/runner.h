@@ -308,7 +308,7 @@ EvalResults run_eval(EvalModel& model, const std::vector<Sample>& samples, const
 
 // A sample's prompt as token ids, split where the context ends.
 struct TokenizedSample {
-  int64_t index = 0;  // among the samples of its (task, target length)
+  int64_t index = 0;  // Sample::index, or (external data) its place among its (task, length)
   std::vector<int32_t> context, question;
 };
 // Tokenizes every sample and checks each one before any prefill: its prompt plus its answer

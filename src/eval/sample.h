@@ -35,6 +35,7 @@ struct Sample {
 
   // Filled by the generators; empty or zero for external data.
   int64_t target_length = 0;    // the length the sample was sized to, in tokens
+  int64_t index = -1;           // its index in its split (eval/split.h), -1 for external data
   int64_t length = 0;           // tokens of the sized quantity (see GenerateOptions)
   int64_t haystack_amount = 0;  // haystack units used (words, sentences, repeats, list words)
   std::vector<NeedlePlacement> needles;

@@ -20,6 +20,17 @@ int64_t split_first_index(SeedSplit s) {
   return s == SeedSplit::kDev ? kDevFirstIndex : 0;
 }
 
+int64_t index_in_split(int64_t seed_index) {
+  return seed_index >= kDevFirstIndex ? seed_index - kDevFirstIndex : seed_index;
+}
+
+void check_split_range(int64_t first, int64_t n) {
+  check_split_size(n);
+  KVEVICT_CHECK(first >= 0 && first <= kSplitSpan - n, "samples ", first, " .. ", first + n - 1,
+                " do not fit a split; expected first sample 0 .. ", kSplitSpan - n, " for ", n,
+                " samples");
+}
+
 void check_split_size(int64_t n) {
   KVEVICT_CHECK(n >= 1 && n <= kSplitSpan, n,
                 " samples per task do not fit a split; expected 1 .. ", kSplitSpan);

@@ -26,5 +26,9 @@ SeedSplit split_parse(const std::string& s);  // throws naming the value
 int64_t split_first_index(SeedSplit s);
 // Throws unless n samples fit the split (1 <= n <= kSplitSpan).
 void check_split_size(int64_t n);
+// Throws unless samples [first, first + n) of a split fit it (first >= 0, first + n <= kSplitSpan).
+void check_split_range(int64_t first, int64_t n);
+// A sample's index inside its split from its seed index (first_index + i): i.
+int64_t index_in_split(int64_t seed_index);
 
 }  // namespace kvevict::eval

@@ -365,8 +365,13 @@ TEST_F(HostileInput, NumericOptionsHaveOneValidationLayer) {
                                                         {"--prompt-tokens", "0"}})
     cases.push_back({cat(gen, {opt, v}), {opt}});
   const std::vector<std::string> ev = {"eval", "-m", missing};
-  for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{
-           {"--samples", "0"}, {"--samples", "-1"}, {"--max-new", "-1"}, {"--samples", "1e2"}})
+  for (const auto& [opt, v] :
+       std::vector<std::pair<const char*, const char*>>{{"--samples", "0"},
+                                                        {"--samples", "-1"},
+                                                        {"--max-new", "-1"},
+                                                        {"--samples", "1e2"},
+                                                        {"--first-sample", "-1"},
+                                                        {"--first-sample", "1048576"}})
     cases.push_back({cat(ev, {opt, v}), {opt}});
   const std::vector<std::string> pp = {"ppl", "-m", missing};
   for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{{"--chunk", "1"},

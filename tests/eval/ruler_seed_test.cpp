@@ -7,6 +7,7 @@
 #include "eval/eval_fixtures.h"
 #include "eval/rng.h"
 #include "eval/ruler.h"
+#include "eval/split.h"
 #include "kvevict/error.h"
 
 namespace kvevict::eval {
@@ -46,6 +47,29 @@ TEST(RulerSeeds, GenerateSetUsesDerivedSeedsThatRegenerate) {
   EXPECT_EQ(answers.size(), 5u) << "samples of a set must differ";
   EXPECT_NE(sample_seed(42, "vt", 0), sample_seed(42, "cwe", 0));
   EXPECT_NE(sample_seed(42, "vt", 0), sample_seed(43, "vt", 0));
+}
+
+TEST(RulerSeeds, SetsFromAnOffsetContinueTheSetAndKnowTheirIndex) {
+  testing::WhitespaceTokenizer tok;
+  RulerGenerator gen(testing::test_corpus(), tok);
+  GenerateOptions opt;
+  opt.target_length = 2999;
+  const auto whole = gen.generate_set("vt", opt, 5, 42);
+  const auto tail = gen.generate_set("vt", opt, 3, 42, 2);
+  ASSERT_EQ(tail.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(tail[i].seed, whole[i + 2].seed);
+    EXPECT_EQ(tail[i].input, whole[i + 2].input);
+    EXPECT_EQ(tail[i].index, i + 2);
+    EXPECT_EQ(whole[i].index, i);
+  }
+  // DEV's samples count from the start of their own range (split.h).
+  const auto dev = gen.generate_set("vt", opt, 2, 42, split_first_index(SeedSplit::kDev) + 7);
+  EXPECT_EQ(dev[0].index, 7);
+  EXPECT_EQ(dev[1].seed, sample_seed(42, "vt", kDevFirstIndex + 8));
+  EXPECT_NO_THROW(check_split_range(kSplitSpan - 5, 5));
+  EXPECT_THROW(check_split_range(kSplitSpan - 4, 5), Error);
+  EXPECT_THROW(check_split_range(-1, 5), Error);
 }
 
 TEST(RulerSeeds, SuiteCoversTasksAndLengthsWithTheSetSeeds) {

@@ -146,6 +146,36 @@ TEST(Runner, PrefillsOncePerSampleAndModeAndScoresEveryMethod) {
   EXPECT_EQ(res.records[5].kept_tokens, res.records[5].context_tokens);
 }
 
+// kvevict eval --first-sample K: generated samples carry their index in the split, records keep
+// it, and runs over disjoint ranges merge into what one run over them all reports.
+TEST(Runner, SamplesFromAnOffsetKeepTheirIndexAndMergeWithTheRest) {
+  FakeModel model;
+  model.current_answers = {"x", "y"};
+  std::vector<Sample> all;
+  for (int i = 0; i < 4; ++i) {
+    all.push_back(sample("vt", {"x", "y"}, 4096));
+    all.back().index = i;
+    all.back().seed = 100 + i;
+  }
+  RunOptions opt;
+  opt.methods = expand_methods({"full", "snapkv"}, {Budget{0.5}});
+  opt.modes = {QueryMode::kAware};
+  opt.base_seed = 99;
+  const EvalResults whole = run_eval(model, all, opt);
+  const EvalResults first = run_eval(model, {all[0], all[1]}, opt);
+  const EvalResults second = run_eval(model, {all[2], all[3]}, opt);
+  ASSERT_EQ(second.records.size(), 4u);
+  EXPECT_EQ(second.records[0].sample_index, 2);
+  EXPECT_EQ(second.records[3].sample_index, 3);
+  const EvalResults merged = merge_results({first, second}, {"first.json", "second.json"});
+  const auto json_of = [](const EvalResults& r) {
+    return nlohmann::json::parse(results_to_json(r));
+  };
+  EXPECT_EQ(json_of(merged)["aggregate"], json_of(whole)["aggregate"]);
+  EXPECT_EQ(json_of(merged)["records"].size(), json_of(whole)["records"].size());
+  EXPECT_THROW(merge_results({first, first}, {"first.json", "again.json"}), Error);
+}
+
 TEST(Runner, AverageRowIsTheMeanOverTasks) {
   EvalResults res;
   auto rec = [](const std::string& task, double score) {
