@@ -373,6 +373,11 @@ TEST_F(HostileInput, NumericOptionsHaveOneValidationLayer) {
                                                         {"--first-sample", "-1"},
                                                         {"--first-sample", "1048576"}})
     cases.push_back({cat(ev, {opt, v}), {opt}});
+  // A sample range past the split's end, and a range of generated samples with --data.
+  cases.push_back({cat(ev, {"--samples", "10", "--first-sample", "1048570"}),
+                   {"samples 1048570 .. 1048579", "do not fit a split"}});
+  cases.push_back({cat(ev, {"--data", "rows.jsonl", "--first-sample", "2"}),
+                   {"--first-sample 2", "expected 0 with --data"}});
   const std::vector<std::string> pp = {"ppl", "-m", missing};
   for (const auto& [opt, v] : std::vector<std::pair<const char*, const char*>>{{"--chunk", "1"},
                                                                                {"--chunk", "0x100"},
