@@ -184,8 +184,11 @@ PY
     wait
     echo "eval: $(($(date +%s) - t0)) s"
     cat $K/logs/memcheck_summary.txt 2>/dev/null
+    merged_keys=" "
     for spec in $specs; do
       IFS=: read -r m L N F <<<"$spec"
+      case "$merged_keys" in *" ${m}_$L "*) continue ;; esac  # shards of one model and length
+      merged_keys="$merged_keys${m}_$L "
       files=$(ls $K/cov/${m}_${L}_*.json 2>/dev/null)
       done_tasks=$(for t in $tasks; do ls $K/cov/${m}_${L}_${t}_from*.json >/dev/null 2>&1 && echo "$t"; done | wc -l)
       echo "$m $L: $done_tasks of $(echo $tasks | wc -w) tasks, $(echo "$files" | grep -c json) files"
