@@ -48,8 +48,8 @@ struct EvalArgs {
   std::string tasks = "niah_single_1,niah_single_2,niah_multikey_1,vt";
   std::string lengths = "2048";
   int samples = 5;
-  int first_sample =
-      0;  // generated samples first_sample .. first_sample + samples - 1 of the split
+  // Generated samples first_sample .. first_sample + samples - 1 of the split.
+  int first_sample = 0;
   std::string methods = "full,dropkv,snapkv";
   std::string budgets = "0.1,0.2";
   std::string modes = "aware";
@@ -315,19 +315,18 @@ int run_eval_command(const EvalArgs& a) {
     eval::RulerGenerator gen(corpus, *info.tokenizer);
     auto generate = [&](eval::SeedSplit which) {
       std::vector<eval::Sample> out;
+      const int64_t first = eval::split_first_index(which) + a.first_sample;  // seed index
       for (int64_t len : lengths) {
         eval::GenerateOptions gopt;
         gopt.target_length = len;
         gopt.style = style;
         for (const auto& t : tasks) {
-          const uint64_t first_seed =
-              eval::sample_seed(a.seed, t, eval::split_first_index(which) + a.first_sample);
+          const uint64_t first_seed = eval::sample_seed(a.seed, t, first);
           if (a.skip_unfit && gen.smallest_length(t, gopt, first_seed) > len) {
             skipped.insert(t + " at " + std::to_string(len));
             continue;
           }
-          auto set = gen.generate_set(t, gopt, a.samples, a.seed,
-                                      eval::split_first_index(which) + a.first_sample);
+          auto set = gen.generate_set(t, gopt, a.samples, a.seed, first);
           out.insert(out.end(), set.begin(), set.end());
         }
       }

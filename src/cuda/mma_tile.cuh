@@ -10,16 +10,19 @@
 
 namespace kvevict::cuda::detail {
 
-// The lane's ldmatrix.x4 row address inside a [16 rows x 16 columns] block of B rows (keys or
-// dims), for the B fragments of two adjacent n8 tiles.
+// The lane's ldmatrix.x4 row address inside a [16 rows x 16 columns] block, in two orders:
+// b_*: the four 8x8 matrices as (rows 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15): the B
+//      fragments of two adjacent n8 tiles from B rows x k (keys x dims for S = Q K^T, A V^T);
+// a_*: (0-7, 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15): an A fragment of rows x k (the query
+//      slab), and with ldmatrix.trans the B fragments of two n8 tiles from k x columns (O += P V).
 struct MmaLane {
-  int b_row, b_col;  // B = rows x k (S = Q K^T, A V^T): ldmatrix_x4
-  int t_row, t_col;  // B = k x columns (O += P V): ldmatrix_x4_trans
+  int b_row, b_col;
+  int a_row, a_col;
   __device__ explicit MmaLane(int lane)
       : b_row(((lane >> 4) << 3) + (lane & 7)),
         b_col(((lane >> 3) & 1) << 3),
-        t_row((lane & 7) + ((lane >> 3) & 1) * 8),
-        t_col((lane >> 4) * 8) {}
+        a_row((lane & 7) + ((lane >> 3) & 1) * 8),
+        a_col((lane >> 4) * 8) {}
 };
 
 // acc[nt] += A B^T over one k16 step (columns k0 .. k0 + 15) for the NT n8 tiles of 8 B rows
@@ -54,7 +57,7 @@ __device__ __forceinline__ void mma_pv(float (&o)[ND][4], const float (&p)[NP][4
 #pragma unroll
     for (int dt = 0; dt < ND / 2; ++dt) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, v_rows + (kk * 16 + ln.t_row) * S + dt * 16 + ln.t_col);
+      ldmatrix_x4_trans(b, v_rows + (kk * 16 + ln.a_row) * S + dt * 16 + ln.a_col);
       mma_16816<T>(o[2 * dt], pa, b[0], b[1]);
       mma_16816<T>(o[2 * dt + 1], pa, b[2], b[3]);
     }

@@ -187,8 +187,8 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
   const float c2 = a.scale * kLog2e;
   const float floor = sa.one_minus_p_floor;
   // ldmatrix lane addresses: A fragments (query / a rows) and B fragments (key / value rows).
-  const int a_row = slab * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
   const MmaLane ln(lane);
+  const int a_row = slab * 16 + ln.a_row, a_col = ln.a_col;
 
   // Key totals of one tile from the per-slab sums of buffer `buf`: sum_i u + ||v||^2 sum_i w,
   // written once per key (added when several row blocks share the keys).

@@ -350,9 +350,8 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
   }
 }
 
-// P = exp2((s - m) c) of the tile in place (see the top-key comment above for the two forms),
-// summed into the thread's l_run.
-// forward_exp_tile_fma: the common form from the shifts m_c = m_use sc (log2 units).
+// forward_exp_tile_fma: P = exp2(s c - m_c) of the tile in place from the shifts m_c = m_use c
+// (log2 units), summed into the thread's l_run: the common form.
 template <int NS, class SAt>
 __device__ __forceinline__ void forward_exp_tile_fma(SAt&& s, const float (&m_c)[2], float sc,
                                                      float (&l_run)[2]) {
@@ -362,6 +361,8 @@ __device__ __forceinline__ void forward_exp_tile_fma(SAt&& s, const float (&m_c)
     l_run[(i >> 1) & 1] += s(i);
   }
 }
+// P = exp2((s - m) c) of the tile in place (see the top-key comment above for the two forms),
+// summed into the thread's l_run.
 template <int NS, class SAt>
 __device__ __forceinline__ void forward_exp_tile(SAt&& s, const float (&m_use)[2], float sc,
                                                  bool extreme, float (&l_run)[2]) {
