@@ -81,6 +81,31 @@ cudaError_t launch_random_uniform(uint64_t seed, float stddev, int64_t n, bf16* 
                                   cudaStream_t stream);
 cudaError_t launch_fill(float* out, int64_t n, float value, cudaStream_t stream);
 
+// --- decode_gemv.cu ----------------------------------------------------------------------------
+// y[B, N] = x[B, K] W^T at small batch (the decode step's projections), W [N, K] bf16 row-major,
+// f32 accumulation, launched as a programmatic dependent of the stream's previous kernel.
+constexpr int kGemvMaxBatch = 8;
+enum class GemvOut {
+  kBf16,    // y bf16 [B, N]
+  kF32,     // y f32 [B, N]
+  kF32Add,  // y f32 [B, N] += (the residual add)
+  kGated,   // y bf16 [B, N] = act(x W_j^T) * (x W_{N + j}^T): W is [2N, K], gate rows then up rows
+};
+struct GemvArgs {
+  const void* x = nullptr;        // [B, K] bf16; f32 when norm_w is set
+  const float* norm_w = nullptr;  // [K]: x is RMS-normed with these weights first (eps below)
+  float eps = 0.0f;
+  const bf16* w = nullptr;  // [N, K] ([2N, K] for kGated)
+  int B = 0, N = 0, K = 0;
+  GemvOut out = GemvOut::kBf16;
+  bool gelu_tanh = false;  // kGated: GELU-tanh (gemma3) instead of SiLU
+  void* y = nullptr;
+};
+// Whether launch_gemv covers the shape: 1 <= B <= kGemvMaxBatch, K a multiple of 8, x / w /
+// norm_w 16-byte aligned.
+bool gemv_supported(const GemvArgs& a);
+cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream);
+
 // --- sampling.cu ---------------------------------------------------------------------------------
 // Sampler's temperature / top-k / top-p rule on R rows of logits [R, V] f32, one uniform draw
 // uniforms[r] in [0, 1) per row (device). temperature must be > 0 (0 is argmax: launch_argmax).

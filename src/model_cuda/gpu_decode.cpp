@@ -76,21 +76,25 @@ void GpuSession::append(const std::vector<int32_t>& tokens) {
   Impl& s = *impl_;
   KVEVICT_CHECK(s.have_rows, "append on an empty GPU session; expected prefill first");
   s.check_tokens(tokens);
+  if (tokens.empty()) return;
+  const int B = s.opt.batch;
+  // [steps, B]: every row gets the same token a step. One upload, then a device-to-device copy a
+  // step (as token_nlls): a copy from pageable host memory would wait for the stream every token,
+  // and the steps of the append would no longer overlap the host's work on the next one.
+  std::vector<int32_t> rows(tokens.size() * B);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    std::fill(rows.begin() + static_cast<int64_t>(i) * B,
+              rows.begin() + static_cast<int64_t>(i + 1) * B, tokens[i]);
+  DeviceBuffer rows_dev(rows.size() * 4, "appended tokens", s.stream(), true);
+  KVEVICT_CUDA_CHECK(cudaMemcpyAsync(rows_dev.get(), rows.data(), rows.size() * 4,
+                                     cudaMemcpyHostToDevice, s.stream()));
   EventTimer timer(s.stream());
-  std::vector<int32_t> row(s.opt.batch);
-  s.appending = true;
-  try {
-    for (int32_t t : tokens) {
-      std::fill(row.begin(), row.end(), t);
-      KVEVICT_CUDA_CHECK(cudaMemcpyAsync(s.ids.get(), row.data(), row.size() * 4,
-                                         cudaMemcpyHostToDevice, s.stream()));
-      s.decode_step(s.ids.as<int32_t>(), /*score=*/false);
-    }
-  } catch (...) {
-    s.appending = false;
-    throw;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    KVEVICT_CUDA_CHECK(cudaMemcpyAsync(s.ids.get(), rows_dev.as<int32_t>() + i * B,
+                                       static_cast<size_t>(B) * 4, cudaMemcpyDeviceToDevice,
+                                       s.stream()));
+    s.decode_step(s.ids.as<int32_t>(), /*score=*/false);  // appended tokens are not scored
   }
-  s.appending = false;
   s.stats.append_seconds += timer.seconds();
   s.stats.append_tokens += static_cast<int64_t>(tokens.size());
 }

@@ -29,6 +29,11 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   // KVEVICT_DECODE_GRAPH=0: every decode step launches eagerly (the fallback, and the A/B).
   const char* e = std::getenv("KVEVICT_DECODE_GRAPH");
   graph_on_ = !(e != nullptr && e[0] == '0');
+  // KVEVICT_DECODE_GEMV=1: the projections of batches up to 8 rows through decode_gemv.cu (norm
+  // and activation fused) instead of cuBLAS and the separate kernels. Off by default until its
+  // first GPU run (docs/GPU_NOTES.md "Small-batch GEMV").
+  const char* g = std::getenv("KVEVICT_DECODE_GEMV");
+  gemv_on_ = g != nullptr && g[0] == '1';
 }
 
 GpuForward::~GpuForward() {
@@ -79,16 +84,59 @@ void GpuForward::gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int6
                    static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// The small-batch GEMV of decode_gemv.cu for y = x W^T (x RMS-normed first when a.norm_w is set)
+// where it covers the pass; false: the caller runs the cuBLAS path.
+bool GpuForward::try_gemv(const detail::GemvArgs& a) {
+  if (!gemv_on_ || !detail::gemv_supported(a)) return false;
+  KVEVICT_CUDA_CHECK(detail::launch_gemv(a, stream_));
+  return true;
+}
+
+// xn[T, D] = rms_norm(x) with `norm`, then y[T, out] = xn W^T (bf16).
+void GpuForward::norm_and_project(const float* norm, const bf16* w, int64_t out, void* y,
+                                  int64_t T) {
+  const ModelConfig& m = c();
+  const int64_t D = m.n_embd;
+  detail::GemvArgs a;
+  a.x = x_.get();
+  a.norm_w = norm;
+  a.eps = m.rms_eps;
+  a.w = w;
+  a.B = static_cast<int>(T);
+  a.N = static_cast<int>(out);
+  a.K = static_cast<int>(D);
+  a.out = detail::GemvOut::kBf16;
+  a.y = y;
+  if (try_gemv(a)) return;
+  KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
+                                             static_cast<int>(D), norm, m.rms_eps, xn_.as<bf16>(),
+                                             stream_));
+  gemm(xn_.as<bf16>(), T, w, out, D, y, false, 0.0f);
+}
+
 void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd, F = m.ffn_dim;
-  KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
-                                             static_cast<int>(D), L.ffn_norm, m.rms_eps,
-                                             xn_.as<bf16>(), stream_));
-  gemm(xn_.as<bf16>(), T, L.w_gu, 2 * F, D, gu_.get(), false, 0.0f);
-  KVEVICT_CUDA_CHECK(detail::launch_gated_act(
-      gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F),
-      m.activation == FfnActivation::kGeluTanh, hbuf_.as<bf16>(), stream_));
+  const bool gelu = m.activation == FfnActivation::kGeluTanh;
+  detail::GemvArgs a;  // norm, gate|up and the activation in one launch
+  a.x = x_.get();
+  a.norm_w = L.ffn_norm;
+  a.eps = m.rms_eps;
+  a.w = L.w_gu;
+  a.B = static_cast<int>(T);
+  a.N = static_cast<int>(F);
+  a.K = static_cast<int>(D);
+  a.out = detail::GemvOut::kGated;
+  a.gelu_tanh = gelu;
+  a.y = hbuf_.get();
+  if (!try_gemv(a)) {
+    KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
+                                               static_cast<int>(D), L.ffn_norm, m.rms_eps,
+                                               xn_.as<bf16>(), stream_));
+    gemm(xn_.as<bf16>(), T, L.w_gu, 2 * F, D, gu_.get(), false, 0.0f);
+    KVEVICT_CUDA_CHECK(detail::launch_gated_act(
+        gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F), gelu, hbuf_.as<bf16>(), stream_));
+  }
   project_into_residual(hbuf_.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
 }
 
@@ -97,11 +145,22 @@ void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt
                                        const float* post_norm) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
-  if (post_norm == nullptr) {
-    gemm(in, T, wt, D, in_dim, x_.get(), true, 1.0f);
-    return;
+  detail::GemvArgs a;
+  a.x = in;
+  a.w = wt;
+  a.B = static_cast<int>(T);
+  a.N = static_cast<int>(D);
+  a.K = static_cast<int>(in_dim);
+  a.out = post_norm == nullptr ? detail::GemvOut::kF32Add : detail::GemvOut::kF32;
+  a.y = post_norm == nullptr ? x_.get() : o_f_.get();
+  if (!try_gemv(a)) {
+    if (post_norm == nullptr) {
+      gemm(in, T, wt, D, in_dim, x_.get(), true, 1.0f);
+      return;
+    }
+    gemm(in, T, wt, D, in_dim, o_f_.get(), true, 0.0f);
   }
-  gemm(in, T, wt, D, in_dim, o_f_.get(), true, 0.0f);
+  if (post_norm == nullptr) return;
   KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
                                                  static_cast<int>(D), post_norm, m.rms_eps,
                                                  x_.as<float>(), stream_));
@@ -112,10 +171,23 @@ void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt
 void GpuForward::final_logits(int64_t rows, int64_t stride, float* logits) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
-  KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>() + (stride - 1) * D, stride * D,
-                                             static_cast<int>(rows), static_cast<int>(D),
-                                             w_.output_norm, m.rms_eps, xn_.as<bf16>(), stream_));
-  gemm(xn_.as<bf16>(), rows, w_.output, m.vocab_size, D, logits, true, 0.0f);
+  const float* x_last = x_.as<float>() + (stride - 1) * D;
+  detail::GemvArgs a;
+  a.x = x_last;
+  a.norm_w = w_.output_norm;
+  a.eps = m.rms_eps;
+  a.w = w_.output;
+  a.B = static_cast<int>(rows);
+  a.N = static_cast<int>(m.vocab_size);
+  a.K = static_cast<int>(D);
+  a.out = detail::GemvOut::kF32;
+  a.y = logits;
+  if (!((rows == 1 || stride == 1) && try_gemv(a))) {
+    KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_last, stride * D, static_cast<int>(rows),
+                                               static_cast<int>(D), w_.output_norm, m.rms_eps,
+                                               xn_.as<bf16>(), stream_));
+    gemm(xn_.as<bf16>(), rows, w_.output, m.vocab_size, D, logits, true, 0.0f);
+  }
   if (m.final_logit_softcap > 0)
     KVEVICT_CUDA_CHECK(
         detail::launch_softcap(logits, rows * m.vocab_size, m.final_logit_softcap, stream_));
@@ -178,10 +250,7 @@ void GpuForward::prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int se
   for (int il = 0; il < m.n_layers; ++il) {
     const GpuModel::Impl::Layer& L = w_.layers[il];
     LayerCache& C = layers[il];
-    KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
-                                               static_cast<int>(D), L.attn_norm, m.rms_eps,
-                                               xn_.as<bf16>(), stream_));
-    gemm(xn_.as<bf16>(), T, L.wqkv, W, D, qkv_.get(), false, 0.0f);
+    norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), T);
     detail::RopeAppendArgs ra =
         rope_args(w_, L, C, il, static_cast<int>(T), qkv_.get(), pos_.as<int32_t>(), qh_.get());
     ra.head_major = true;
@@ -329,6 +398,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   };
   key.push_back(B);
   key.push_back(argmax_first);
+  key.push_back(gemv_on_);
   ptr(tokens_dev);
   ptr(logits);
   key.push_back(scoring != nullptr);
@@ -368,9 +438,7 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     const GpuModel::Impl::Layer& L = w_.layers[il];
     LayerCache& C = layers[il];
     const DecodeLayerPlan& P = plans_[il];
-    KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, B, static_cast<int>(D),
-                                               L.attn_norm, m.rms_eps, xn_.as<bf16>(), stream_));
-    gemm(xn_.as<bf16>(), B, L.wqkv, W, D, qkv_.get(), false, 0.0f);
+    norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), B);
     detail::RopeAppendArgs ra =
         rope_args(w_, L, C, il, B, qkv_.get(), pos_.as<int32_t>(), qh_.get());
     ra.head_major = false;

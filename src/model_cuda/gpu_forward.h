@@ -1,11 +1,12 @@
 // The decoder's forward pass on the GPU (internal to the GPU runtime): llama / qwen2 / gemma3 in
-// bf16 with cuBLAS projections (bf16 in, f32 accumulation), fused q/k/v and gate/up weights,
-// RoPE + cache append in one kernel, a causal flash-style prefill attention (the window kernel
-// of src/cuda with the whole chunk as its window) and a tensor-core decode attention over the
-// per-head variable-length compacted cache. It owns the activations (scratch of one pass, grown as
-// passes need) and the cuBLAS handle, and runs on its context's stream; one GpuForward serves
-// every session of a runtime, one pass at a time. The caches and logits it writes belong to the
-// caller.
+// bf16 with cuBLAS projections (bf16 in, f32 accumulation; with KVEVICT_DECODE_GEMV=1, batches up
+// to 8 rows take the GEMV of src/cuda/decode_gemv.cu, norm and activation fused), fused q/k/v and
+// gate/up weights, RoPE + cache append in one kernel, a causal flash-style prefill attention (the
+// window kernel of src/cuda with the whole chunk as its window) and a tensor-core decode attention
+// over the per-head variable-length compacted cache. It owns the activations (scratch of one pass,
+// grown as passes need) and the cuBLAS handle, and runs on its context's stream; one GpuForward
+// serves every session of a runtime, one pass at a time. The caches and logits it writes belong to
+// the caller.
 #pragma once
 
 #include <cublas_v2.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
+#include "cuda/model_launchers.h"
 #include "kvevict/decode_evict.h"
 #include "model_cuda/decode_graph.h"
 #include "model_cuda/gpu_model_impl.h"
@@ -60,6 +62,9 @@ class GpuForward {
                    std::vector<LayerCache>& layers, const StepScoring* scoring, float* logits);
   void set_decode_graph(bool on) { graph_on_ = on; }
   bool decode_graph() const { return graph_on_; }
+  // Batches up to 8 rows through decode_gemv.cu (KVEVICT_DECODE_GEMV=1 sets it at construction).
+  void set_decode_gemv(bool on) { gemv_on_ = on; }
+  bool decode_gemv() const { return gemv_on_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
@@ -69,6 +74,8 @@ class GpuForward {
   const ModelConfig& c() const { return w_.config; }
   float embed_mul() const;
   void ensure_batch(int T);
+  bool try_gemv(const detail::GemvArgs& a);
+  void norm_and_project(const float* norm, const bf16* w, int64_t out, void* y, int64_t T);
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
   void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
                              const float* post_norm);
@@ -109,6 +116,7 @@ class GpuForward {
   int32_t* pos_pinned_ = nullptr;     // [t_max] pinned staging of decode positions
   cudaEvent_t pos_staged_ = nullptr;  // recorded after the last staged upload
   bool graph_on_ = true;
+  bool gemv_on_ = false;  // small batches' projections through decode_gemv.cu
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)

@@ -128,7 +128,6 @@ struct GpuSession::Impl {
   std::vector<int64_t> positions;          // [batch] next position of each row
   std::unique_ptr<DecodeEvictor> evictor;  // decode-time eviction, when configured
   StepScoring scoring;
-  bool appending = false;       // append(): tokens are not scored (as Session::append)
   bool have_rows = false;       // prefill or load_rows ran
   std::vector<float> logits_h;  // [V] row 0's logits, downloaded on demand
   bool logits_h_valid = false;

@@ -1,0 +1,200 @@
+// The decode step's projections at small batch: y[B, N] = x[B, K] W^T for B <= kGemvMaxBatch rows,
+// W [N, K] bf16 row-major (the model's layout; cuBLAS reads it with OP_T), f32 accumulation. A warp
+// owns two output rows and reads 16 bytes of each per lane and step, so every weight byte is read
+// once per step whatever B is. Fused around the product, so a decode layer launches fewer kernels:
+//   - in front, the RMSNorm of f32 rows, rounded as the rms_norm kernel rounds: bf16(x inv_rms w);
+//   - behind a gate|up weight, the gated activation of the row pair (j, F + j): both rounded to
+//     bf16 first, as the separate kernel reads them;
+//   - behind the o / down projections, the residual add (y += x W^T, cuBLAS's beta = 1).
+// Launched as a programmatic dependent (common.cuh launch_pdl): each warp prefetches its weight
+// rows into L2 while the step's previous kernel finishes, then waits for it before it reads or
+// writes anything that kernel touches.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/model_launchers.h"
+
+namespace kvevict::gpu::detail {
+namespace {
+
+using cuda::detail::grid_dependency_wait;
+using cuda::detail::launch_dependents;
+using cuda::detail::launch_pdl;
+
+constexpr int kGemvWarps = 4;
+constexpr int kGemvThreads = 32 * kGemvWarps;
+constexpr int kChunk = 8;  // bf16 elements in 16 bytes
+
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kChunk]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+template <bool kGeluTanh>
+__device__ __forceinline__ float gated(float g, float u) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi), as dense_ops.cu gated_act_kernel
+  const float act = kGeluTanh ? 0.5f * g * (1.0f + tanhf(kC * (g + 0.044715f * g * g * g)))
+                              : g / (1.0f + __expf(-g));
+  return act * u;
+}
+
+// Element k .. k + 7 of input row b as the product's bf16 operand (kNorm: normed f32 row).
+template <bool kNorm>
+__device__ __forceinline__ void input_chunk(const GemvArgs& a, int b, int k, float inv_rms,
+                                            float (&xf)[kChunk]) {
+  if constexpr (!kNorm) {
+    const bf16* x = static_cast<const bf16*>(a.x) + static_cast<int64_t>(b) * a.K + k;
+    unpack8(*reinterpret_cast<const uint4*>(x), xf);
+  } else {
+    const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K + k;
+    const float4 x0 = *reinterpret_cast<const float4*>(x);
+    const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
+    const float4 w0 = *reinterpret_cast<const float4*>(a.norm_w + k);
+    const float4 w1 = *reinterpret_cast<const float4*>(a.norm_w + k + 4);
+    const float xs[kChunk] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const float ws[kChunk] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) xf[i] = round_bf16(xs[i] * inv_rms * ws[i]);
+  }
+}
+
+// Grid: one warp per output row pair (rows 2 p, 2 p + 1; kGated: rows p and F + p of W).
+template <bool kNorm, GemvOut kOut, bool kGeluTanh>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
+  __shared__ float inv_rms[kGemvMaxBatch];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int pair = blockIdx.x * kGemvWarps + warp;
+  constexpr bool kGated = kOut == GemvOut::kGated;
+  const int pairs = kGated ? a.N : (a.N + 1) / 2;
+  const bool live = pair < pairs;
+  const int r0 = kGated ? pair : 2 * pair;
+  const int r1 = kGated ? a.N + pair : 2 * pair + 1;
+  const bool has_r1 = kGated || r1 < a.N;
+  const bf16* w0 = a.w + static_cast<int64_t>(r0) * a.K;
+  const bf16* w1 = a.w + static_cast<int64_t>(has_r1 ? r1 : r0) * a.K;
+
+  // The weights do not depend on the previous kernel: start their way into L2 now.
+  if (live) {
+    const int lines = (a.K * 2 + 127) / 128;
+    for (int i = lane; i < lines; i += 32) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w0) + 128 * i));
+      if (has_r1)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w1) + 128 * i));
+    }
+  }
+  launch_dependents();
+  grid_dependency_wait();
+
+  if constexpr (kNorm) {
+    // 1 / sqrt(mean(x^2) + eps) of every input row, a warp a row (as dense_ops.cu row_inv_rms).
+    for (int b = warp; b < a.B; b += kGemvWarps) {
+      const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K;
+      float ss = 0.f;
+      for (int k = lane; k < a.K; k += 32) ss += x[k] * x[k];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) inv_rms[b] = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
+    }
+    __syncthreads();
+  }
+  if (!live) return;
+
+  float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
+#pragma unroll
+  for (int b = 0; b < kGemvMaxBatch; ++b) acc0[b] = acc1[b] = 0.f;
+  for (int k = lane * kChunk; k < a.K; k += 32 * kChunk) {
+    float wf0[kChunk], wf1[kChunk];
+    unpack8(*reinterpret_cast<const uint4*>(w0 + k), wf0);
+    unpack8(*reinterpret_cast<const uint4*>(w1 + k), wf1);
+#pragma unroll
+    for (int b = 0; b < kGemvMaxBatch; ++b) {
+      if (b >= a.B) break;
+      float xf[kChunk];
+      input_chunk<kNorm>(a, b, k, kNorm ? inv_rms[b] : 1.f, xf);
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        acc0[b] = fmaf(wf0[i], xf[i], acc0[b]);
+        acc1[b] = fmaf(wf1[i], xf[i], acc1[b]);
+      }
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < kGemvMaxBatch; ++b) {
+    if (b >= a.B) break;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      acc0[b] += __shfl_xor_sync(0xffffffffu, acc0[b], o);
+      acc1[b] += __shfl_xor_sync(0xffffffffu, acc1[b], o);
+    }
+  }
+  if (lane != 0) return;
+  for (int b = 0; b < a.B; ++b) {
+    const int64_t row = static_cast<int64_t>(b) * a.N;
+    if constexpr (kGated) {
+      static_cast<bf16*>(a.y)[row + r0] =
+          __float2bfloat16_rn(gated<kGeluTanh>(round_bf16(acc0[b]), round_bf16(acc1[b])));
+    } else if constexpr (kOut == GemvOut::kBf16) {
+      bf16* y = static_cast<bf16*>(a.y) + row;
+      y[r0] = __float2bfloat16_rn(acc0[b]);
+      if (has_r1) y[r1] = __float2bfloat16_rn(acc1[b]);
+    } else if constexpr (kOut == GemvOut::kF32) {
+      float* y = static_cast<float*>(a.y) + row;
+      y[r0] = acc0[b];
+      if (has_r1) y[r1] = acc1[b];
+    } else {  // kF32Add
+      float* y = static_cast<float*>(a.y) + row;
+      y[r0] += acc0[b];
+      if (has_r1) y[r1] += acc1[b];
+    }
+  }
+}
+
+template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
+cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
+  const int pairs = kOut == GemvOut::kGated ? a.N : (a.N + 1) / 2;
+  const dim3 grid((pairs + kGemvWarps - 1) / kGemvWarps);
+  return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), 0, stream, a);
+}
+
+template <bool kNorm>
+cudaError_t launch_out(const GemvArgs& a, cudaStream_t stream) {
+  switch (a.out) {
+    case GemvOut::kBf16: return launch_variant<kNorm, GemvOut::kBf16>(a, stream);
+    case GemvOut::kF32: return launch_variant<kNorm, GemvOut::kF32>(a, stream);
+    case GemvOut::kF32Add: return launch_variant<kNorm, GemvOut::kF32Add>(a, stream);
+    case GemvOut::kGated:
+      return a.gelu_tanh ? launch_variant<kNorm, GemvOut::kGated, true>(a, stream)
+                         : launch_variant<kNorm, GemvOut::kGated, false>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool gemv_supported(const GemvArgs& a) {
+  return a.B >= 1 && a.B <= kGemvMaxBatch && a.N >= 1 && a.K >= kChunk && a.K % kChunk == 0 &&
+         aligned16(a.w) && aligned16(a.x) && (a.norm_w == nullptr || aligned16(a.norm_w));
+}
+
+cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream) {
+  if (!gemv_supported(a) || a.y == nullptr) return cudaErrorInvalidValue;
+  return a.norm_w != nullptr ? launch_out<true>(a, stream) : launch_out<false>(a, stream);
+}
+
+}  // namespace kvevict::gpu::detail
