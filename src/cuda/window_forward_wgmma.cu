@@ -9,7 +9,8 @@
 // fragment reads per 64-key tile). No key groups, so no in-block merge: each warpgroup writes its
 // rows' (o / l, m, l) partial directly in window_forward.cu's layout, whose merge kernel follows.
 // With V, each row's top key is kept apart from (o, m, l) (window_params.cuh ForwardTop): the
-// partial then also holds that key's logit and index.
+// partial then also holds that key's logit and index, unless at the split's end the top weighs
+// less than half of the split's other keys (fold_weak_tops: it joins them).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -214,6 +215,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
   }
+  if constexpr (kTop)
+    fold_weak_tops<T, D / 2>([&](int i) -> float& { return o[i]; }, top, m_run, l_run, sc);
   // This split's partial of the thread's two rows (window_forward.cu's layout, kRows = R).
   const int64_t part = ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * R;
   if (t4 == 0) {

@@ -350,6 +350,41 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
   }
 }
 
+// At the end of a split: a held top whose weight is under half of the split's other keys' (its p
+// within the split below 1/3, so below 1/3 over the row too) joins the accumulators, so that the
+// merge neither reads its value row nor resolves it; only a top that may hold p >= 1/2 over the
+// row stays apart. l_run: the rows' full sums (quad-reduced), shifted by m_run like o. A row
+// without other keys (m_run = -inf) or with NaN keeps its top (the comparisons are false).
+template <class T, int NO, class OAt>
+__device__ __forceinline__ void fold_weak_tops(OAt&& o, ForwardTop<NO>& top,
+                                               const float (&m_run)[2], float (&l_run)[2],
+                                               float sc) {
+  float wt[2];
+  bool fold[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool held = top.m_top[r] > -INFINITY && m_run[r] > -INFINITY;
+    wt[r] = held ? fast_exp2((top.m_top[r] - m_run[r]) * sc) : 0.f;
+    fold[r] = held && wt[r] < 0.5f * l_run[r];
+  }
+  if (!__any_sync(0xffffffffu, fold[0] || fold[1])) return;
+#pragma unroll
+  for (int k = 0; k < NO / 2; ++k) {
+    const int r = k & 1;
+    if (!fold[r]) continue;
+    const float2 f = unpack2<T>(top.v[k]);
+    o(2 * k) = fmaf(wt[r], f.x, o(2 * k));
+    o(2 * k + 1) = fmaf(wt[r], f.y, o(2 * k + 1));
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!fold[r]) continue;
+    l_run[r] += wt[r];
+    top.m_top[r] = -INFINITY;
+    top.idx[r] = -1;
+  }
+}
+
 // forward_exp_tile_fma: P = exp2(s c - m_c) of the tile in place from the shifts m_c = m_use c
 // (log2 units), summed into the thread's l_run: the common form.
 template <int NS, class SAt>
