@@ -19,8 +19,8 @@
 #                                             assembled and checked by sha256, then every
 #                                             test_model_cuda_* binary (MODELS_MEMCHECK="NAME
 #                                             ...": those under memcheck, side by side)
-#   tools/device_session.sh gemv-ab           the small-batch GEMV (KVEVICT_DECODE_GEMV=1) against
-#                                             cuBLAS, A B A B: gpu_e2e_bench --decode-ab on random
+#   tools/device_session.sh fused-ab          the fused decode step (KVEVICT_DECODE_FUSED=1) against
+#                                             the default, A B A B: gpu_e2e_bench --decode-ab on random
 #                                             SmolLM2 / Gemma 3 weights (batches 1, 4, 8) and the
 #                                             Llama-3.1-8B batch-1 decode at 32K against its floor
 #   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES[:FIRST] ..." BOX_S
@@ -154,22 +154,22 @@ PY
     wait
     pack models_logs
     ;;
-  gemv-ab)
+  fused-ab)
     for round in 1 2; do
       for v in 1 0; do
         for p in smollm2-135m gemma3-270m; do
           echo "== $p gemv=$v round $round"
-          KVEVICT_DECODE_GEMV=$v timeout 90 $K/bin/gpu_e2e_bench --preset $p --decode-ab \
+          KVEVICT_DECODE_FUSED=$v timeout 90 $K/bin/gpu_e2e_bench --preset $p --decode-ab \
             --batches 1,4,8 2>&1 | grep -E "^[0-9]+ +(graph|eager)"
         done
       done
-    done | tee $K/logs/gemv_ab.txt
+    done | tee $K/logs/fused_ab.txt
     for v in 1 0; do
       echo "== llama-3.1-8b gemv=$v"
-      KVEVICT_DECODE_GEMV=$v timeout 120 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --lengths 32768 \
+      KVEVICT_DECODE_FUSED=$v timeout 120 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --lengths 32768 \
         --pair-max 0 --budgets 0.1 2>&1 | tail -4
-    done | tee $K/logs/gemv_llama.txt
-    pack gemv_ab_logs
+    done | tee $K/logs/fused_llama.txt
+    pack fused_ab_logs
     ;;
   coverage)
     specs="${2:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES[:FIRST] ...\" BOX_S}"

@@ -415,7 +415,23 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
       p.part_ml[(part + row) * 2 + 1] = l_all;
     }
   }
-  if constexpr (kScoreG > 0) {
+  if constexpr (kScoreG == 0) {
+    // The merge in this launch (a.merge_counters): the same arrival as the fused scores' below;
+    // the segment's last block merges its G heads, a warp a head, as decode_merge_kernel would.
+    if (a.merge_counters == nullptr) return;
+    __shared__ bool last_m;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned prev = atomicAdd(a.merge_counters + seg, 1u);
+      last_m = prev == static_cast<unsigned>(p.splits - 1);
+      if (last_m) atomicExch(a.merge_counters + seg, 0u);
+    }
+    __syncthreads();
+    if (!last_m) return;
+    __threadfence();
+    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head(p, seg, hq, lane, nullptr, nullptr);
+  } else {
     // Arrival: every thread's partial and logit stores are made visible device-wide before the
     // block counts itself; the block that brings the count to `splits` is the last one of its
     // segment (every other split has published), resets the counter for the next launch, merges
@@ -522,6 +538,7 @@ cudaError_t launch_d(const Params& p, cudaStream_t stream) {
   if (!use_simt() && p.group <= 16) {
     err = p.a.z_out != nullptr ? launch_mma<Tr, true, 0>(p, stream)
                                : launch_mma<Tr, false, 0>(p, stream);
+    if (err != cudaSuccess || p.a.merge_counters != nullptr) return err;  // merged in the launch
   } else if constexpr (D <= 128) {
     if (p.group <= 4) {
       decode_attention_kernel<DecodeTraits<D, 4>><<<grid, 128, 0, stream>>>(p);

@@ -138,6 +138,11 @@ struct DecodeAttentionArgs {
   // [rows, G] f32, or null: when set, every cached row's logit z = q.k * scale for each of the G
   // query heads of its KV head (row-major by cache row), for the decode-time step scores.
   float* z_out = nullptr;
+  // [B Hkv] arrival counters (zero before the first launch; every complete launch leaves them
+  // zero), or null. When set, the tensor-core kernel's last split block of each segment merges
+  // the segment's splits in the same launch instead of a separate merge kernel (one launch a
+  // layer fewer; same arithmetic, so the same bits). The fused step scores use their own.
+  uint32_t* merge_counters = nullptr;
 };
 // The decode-time step scores fused into the decode attention (one launch: attention, split merge,
 // the w = 1 score of every row as launch_decode_scores computes it). The last split block of each

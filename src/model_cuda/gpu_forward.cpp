@@ -29,11 +29,12 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   // KVEVICT_DECODE_GRAPH=0: every decode step launches eagerly (the fallback, and the A/B).
   const char* e = std::getenv("KVEVICT_DECODE_GRAPH");
   graph_on_ = !(e != nullptr && e[0] == '0');
-  // KVEVICT_DECODE_GEMV=1: the projections of batches up to 8 rows through decode_gemv.cu (norm
-  // and activation fused) instead of cuBLAS and the separate kernels. Off by default until its
-  // first GPU run (docs/GPU_NOTES.md "Small-batch GEMV").
-  const char* g = std::getenv("KVEVICT_DECODE_GEMV");
-  gemv_on_ = g != nullptr && g[0] == '1';
+  // KVEVICT_DECODE_FUSED=1: the fused decode step (set_decode_fused): batches up to 8 rows project
+  // through decode_gemv.cu instead of cuBLAS and the separate norm and activation kernels, and the
+  // decode attention merges in its own launch. Off by default until its first GPU run
+  // (docs/GPU_NOTES.md "the fused decode step").
+  const char* g = std::getenv("KVEVICT_DECODE_FUSED");
+  fused_on_ = g != nullptr && g[0] == '1';
 }
 
 GpuForward::~GpuForward() {
@@ -87,7 +88,7 @@ void GpuForward::gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int6
 // The small-batch GEMV of decode_gemv.cu for y = x W^T (x RMS-normed first when a.norm_w is set)
 // where it covers the pass; false: the caller runs the cuBLAS path.
 bool GpuForward::try_gemv(const detail::GemvArgs& a) {
-  if (!gemv_on_ || !detail::gemv_supported(a)) return false;
+  if (!fused_on_ || !detail::gemv_supported(a)) return false;
   KVEVICT_CUDA_CHECK(detail::launch_gemv(a, stream_));
   return true;
 }
@@ -364,7 +365,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
                                               static_cast<int>(d), P.plan_len, sm_count_));
     if (P.fused)
       need_z = std::max(need_z, static_cast<size_t>(std::max<int64_t>(C.rows, 1)) * (Hq / Hkv) * 4);
-    if (P.in_attention) need_counters = static_cast<size_t>(B) * Hkv * 4;
+    if (P.in_attention || fused_on_) need_counters = static_cast<size_t>(B) * Hkv * 4;
   }
   if (scratch_.bytes() < need_scratch || zbuf_.bytes() < need_z ||
       step_counters_.bytes() < need_counters) {
@@ -398,7 +399,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   };
   key.push_back(B);
   key.push_back(argmax_first);
-  key.push_back(gemv_on_);
+  key.push_back(fused_on_);
   ptr(tokens_dev);
   ptr(logits);
   key.push_back(scoring != nullptr);
@@ -458,6 +459,8 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     da.max_len = P.plan_len;
     da.scale = m.logit_scale();
     if (P.fused) da.z_out = zbuf_.as<float>();
+    // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
+    if (fused_on_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
     const DecodeScore kind = P.score ? scoring->score : DecodeScore::kAttentionSum;
     const bool replace = P.score && scoring->replace;
     detail::DecodeStepScoreArgs fs;

@@ -1,5 +1,5 @@
 // The decoder's forward pass on the GPU (internal to the GPU runtime): llama / qwen2 / gemma3 in
-// bf16 with cuBLAS projections (bf16 in, f32 accumulation; with KVEVICT_DECODE_GEMV=1, batches up
+// bf16 with cuBLAS projections (bf16 in, f32 accumulation; with KVEVICT_DECODE_FUSED=1, batches up
 // to 8 rows take the GEMV of src/cuda/decode_gemv.cu, norm and activation fused), fused q/k/v and
 // gate/up weights, RoPE + cache append in one kernel, a causal flash-style prefill attention (the
 // window kernel of src/cuda with the whole chunk as its window) and a tensor-core decode attention
@@ -62,9 +62,11 @@ class GpuForward {
                    std::vector<LayerCache>& layers, const StepScoring* scoring, float* logits);
   void set_decode_graph(bool on) { graph_on_ = on; }
   bool decode_graph() const { return graph_on_; }
-  // Batches up to 8 rows through decode_gemv.cu (KVEVICT_DECODE_GEMV=1 sets it at construction).
-  void set_decode_gemv(bool on) { gemv_on_ = on; }
-  bool decode_gemv() const { return gemv_on_; }
+  // The fused decode step (KVEVICT_DECODE_FUSED=1 sets it at construction): batches up to 8 rows
+  // project through decode_gemv.cu (norm and activation fused) and the decode attention merges
+  // its splits inside its own launch. An experiment until measured (docs/GPU_NOTES.md).
+  void set_decode_fused(bool on) { fused_on_ = on; }
+  bool decode_fused() const { return fused_on_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
@@ -111,12 +113,12 @@ class GpuForward {
   cuda::DeviceBuffer pos_;      // [T] i32
   cuda::DeviceBuffer scratch_;  // attention split partials (grow-only)
   cuda::DeviceBuffer zbuf_;     // [rows, G] f32 step logits of the layer being scored (grow-only)
-  cuda::DeviceBuffer step_counters_;  // [B Hkv] u32 arrival counters of the fused step scores
+  cuda::DeviceBuffer step_counters_;  // [B Hkv] u32 arrival counters (fused step scores, merge)
   cuda::DeviceBuffer blas_ws_;        // cuBLAS workspace
   int32_t* pos_pinned_ = nullptr;     // [t_max] pinned staging of decode positions
   cudaEvent_t pos_staged_ = nullptr;  // recorded after the last staged upload
   bool graph_on_ = true;
-  bool gemv_on_ = false;  // small batches' projections through decode_gemv.cu
+  bool fused_on_ = false;  // the fused decode step (set_decode_fused)
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)

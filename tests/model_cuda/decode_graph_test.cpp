@@ -220,12 +220,12 @@ TEST(DecodeGraph, GreedyDeviceLoopEqualsEager) {
   EXPECT_EQ(captures(p), 1);
 }
 
-// The small-batch GEMV (KVEVICT_DECODE_GEMV=1, decode_gemv.cu): recorded and replayed like every
-// other launch (graph = eager bit for bit, programmatic dependent launches included), and close to
-// the cuBLAS path on every architecture: the logits of each step whose inputs are still the same
-// tokens (a near-tie may change a greedy token, after which the traces part) within bf16 rounding
-// of the activations.
-TEST(DecodeGraph, SmallBatchGemvReplaysBitwiseAndTracksCublas) {
+// The fused decode step (KVEVICT_DECODE_FUSED=1: decode_gemv.cu's small-batch projections and the
+// attention's merge in its own launch): recorded and replayed like every other launch (graph =
+// eager bit for bit, programmatic dependent launches included), and close to the default path on
+// every architecture: the logits of each step whose inputs are still the same tokens (a near-tie
+// may change a greedy token, after which the traces part) within bf16 rounding of the activations.
+TEST(DecodeGraph, FusedStepReplaysBitwiseAndTracksTheDefault) {
   KVEVICT_REQUIRE_GPU();
   struct Arch3 {
     ModelConfig config;
@@ -235,16 +235,16 @@ TEST(DecodeGraph, SmallBatchGemvReplaysBitwiseAndTracksCublas) {
        {Arch3{tiny_config(Arch::kLlama), "llama"}, Arch3{tiny_config(Arch::kQwen2), "qwen2"},
         Arch3{tiny_gemma(), "gemma3"}}) {
     SCOPED_TRACE(a.what);
-    const Pair gemv = contexts(a.config, 21), blas = contexts(a.config, 21);
-    gemv.eager->forward().set_decode_gemv(true);
-    gemv.graph->forward().set_decode_gemv(true);
+    const Pair fused = contexts(a.config, 21), plain = contexts(a.config, 21);
+    fused.eager->forward().set_decode_fused(true);
+    fused.graph->forward().set_decode_fused(true);
     Case k;
     k.batch = 3;
     k.lengths = {40, 130, 77};
     k.steps = 24;
-    const Trace e = run(gemv.eager, k), g = run(gemv.graph, k), ref = run(blas.graph, k);
-    expect_bitwise(e, g, std::string(a.what) + " gemv");
-    EXPECT_EQ(captures(gemv), 1);
+    const Trace e = run(fused.eager, k), g = run(fused.graph, k), ref = run(plain.graph, k);
+    expect_bitwise(e, g, std::string(a.what) + " fused");
+    EXPECT_EQ(captures(fused), 1);
     const size_t V = static_cast<size_t>(a.config.vocab_size), B = k.batch;
     double worst = 0, scale = 0;
     for (int step = 0; step < k.steps; ++step) {
@@ -256,7 +256,7 @@ TEST(DecodeGraph, SmallBatchGemvReplaysBitwiseAndTracksCublas) {
       }
     }
     EXPECT_GT(scale, 0.0);
-    EXPECT_LE(worst, 0.03 * scale + 1e-3) << "largest logit difference against the cuBLAS path";
+    EXPECT_LE(worst, 0.03 * scale + 1e-3) << "largest logit difference against the default path";
   }
 }
 
@@ -269,11 +269,11 @@ TEST(DecodeGraph, EnvironmentSwitchesToEager) {
   gpu::GpuContext on(model);
   EXPECT_FALSE(off.forward().decode_graph());
   EXPECT_TRUE(on.forward().decode_graph());
-  ::setenv("KVEVICT_DECODE_GEMV", "1", 1);
-  gpu::GpuContext gemv(model);
-  ::unsetenv("KVEVICT_DECODE_GEMV");
-  EXPECT_TRUE(gemv.forward().decode_gemv());
-  EXPECT_FALSE(on.forward().decode_gemv());
+  ::setenv("KVEVICT_DECODE_FUSED", "1", 1);
+  gpu::GpuContext fused(model);
+  ::unsetenv("KVEVICT_DECODE_FUSED");
+  EXPECT_TRUE(fused.forward().decode_fused());
+  EXPECT_FALSE(on.forward().decode_fused());
 }
 
 }  // namespace
