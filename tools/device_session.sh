@@ -20,9 +20,10 @@
 #                                             test_model_cuda_* binary (MODELS_MEMCHECK="NAME
 #                                             ...": those under memcheck, side by side)
 #   tools/device_session.sh fused-ab          the fused decode step (KVEVICT_DECODE_FUSED=1) against
-#                                             the default, A B A B: gpu_e2e_bench --decode-ab on random
-#                                             SmolLM2 / Gemma 3 weights (batches 1, 4, 8) and the
-#                                             Llama-3.1-8B batch-1 decode at 32K against its floor
+#                                             the default: the model tests with it on, then A B A B
+#                                             gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3
+#                                             weights (batches 1, 4, 8) and the Llama-3.1-8B batch-1
+#                                             decode at 32K against its floor (after models)
 #   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES[:FIRST] ..." BOX_S
 #                                             issue 20's coverage group on TEST seeds: one kvevict
 #                                             eval a (model, task), side by side, each stopped at
@@ -155,6 +156,11 @@ PY
     pack models_logs
     ;;
   fused-ab)
+    # The model tests on the fused step first (GPU greedy text against the CPU's, the sessions).
+    for t in test_model_cuda_gpu_session_test test_model_cuda_runtime_equivalence_test; do
+      KVEVICT_DECODE_FUSED=1 timeout 300 $K/bin/$t --gtest_brief=1 >$K/logs/fused_$t.log 2>&1
+      echo "$t (KVEVICT_DECODE_FUSED=1) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $K/logs/fused_$t.log | tr '\n' ' ')"
+    done
     for round in 1 2; do
       for v in 1 0; do
         for p in smollm2-135m gemma3-270m; do
@@ -224,7 +230,7 @@ PY
     pack coverage_logs_session
     ;;
   *)
-    sed -n 2,37p "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n 2,38p "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
