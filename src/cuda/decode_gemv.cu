@@ -114,6 +114,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
 #pragma unroll
   for (int b = 0; b < kGemvMaxBatch; ++b) acc0[b] = acc1[b] = 0.f;
+  // Unrolled so that a lane has several 16-byte weight loads in flight (K = 4096: 16 steps).
+#pragma unroll 4
   for (int k = lane * kChunk; k < a.K; k += 32 * kChunk) {
     float wf0[kChunk], wf1[kChunk];
     unpack8(*reinterpret_cast<const uint4*>(w0 + k), wf0);
