@@ -113,7 +113,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
 
   float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
 #pragma unroll
-  for (int b = 0; b < kGemvMaxBatch; ++b) acc0[b] = acc1[b] = 0.f;
+  for (int b = 0; b < kGemvMaxBatch; ++b) {
+    acc0[b] = 0.f;
+    acc1[b] = 0.f;
+  }
   // Unrolled so that a lane has several 16-byte weight loads in flight (K = 4096: 16 steps).
 #pragma unroll 4
   for (int k = lane * kChunk; k < a.K; k += 32 * kChunk) {
