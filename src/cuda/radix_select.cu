@@ -5,7 +5,10 @@
 // criticalkv's stage 2 reruns the select on a copy of the scores with stage-1 rows at +inf.
 // When the (segments x heads) grid fits on the GPU at once, each phase is ONE cooperative
 // launch (select_single_kernel, layer_single_kernel) with grid barriers between passes;
-// otherwise the multi-launch kernels below run the same passes (docs/GPU_NOTES.md v6).
+// otherwise the multi-launch kernels below run the same passes (docs/GPU_NOTES.md v6). Both launch
+// modes are built from the same inlined block steps (add_to_histogram, flush_histogram,
+// block_totals, slots_before, write_kept); they differ in where the keys live between passes
+// (registers across grid barriers, or re-read from global memory each launch).
 //
 // Scores map to unsigned keys whose order is the float order (flip all bits of negatives, set
 // the sign bit of positives), so "k-th largest float" is "k-th largest key", found digit by digit
@@ -138,6 +141,88 @@ __device__ void resolve(const SelectParams& p, int h, int passes, bool layer,
                  static_cast<int>(keep_of(p, h) - p.n_protected), passes, tmp, s_prefix, s_need);
 }
 
+// --- The phases' block steps, shared by the multi-launch kernels (one launch a phase, the keys
+// re-read from global memory) and the single-launch ones (the keys held in registers across grid
+// barriers). Inlined: each kernel compiles as if written out.
+
+// Adds the thread's kItems keys whose digits above this pass's equal `prefix` into the block's
+// histogram hist_s (a warp's equal bins in one shared atomic: scores cluster in few bins, the top
+// bits being sign and exponent). key_at(i, &key): whether item i is a free token, and its key.
+template <class KeyAt>
+__device__ __forceinline__ void add_to_histogram(int pass, uint32_t prefix, int* hist_s,
+                                                 KeyAt key_at) {
+  const int shift = kShift[pass];
+  const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
+  const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    uint32_t key = 0, bin = 0xffffffffu;
+    if (key_at(i, &key) && (key & high_mask) == (prefix & high_mask))
+      bin = (key >> shift) & digit_mask;
+    const unsigned peers = __match_any_sync(0xffffffffu, bin);
+    if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
+      atomicAdd(&hist_s[bin], __popc(peers));
+  }
+}
+
+// The block's histogram of one pass into the global one (after a barrier).
+__device__ __forceinline__ void flush_histogram(int pass, const int* hist_s, int* hist) {
+  for (int b = threadIdx.x; b < (1 << kWidth[pass]); b += kThreads)
+    if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+}
+
+// Block totals of two per-thread counts (two scans; the second's exclusive prefix in *b_rank).
+__device__ __forceinline__ void block_totals(typename Scan::TempStorage& tmp, int a, int b,
+                                             int* a_total, int* b_total, int* b_rank) {
+  int dummy;
+  Scan(tmp).ExclusiveSum(a, dummy, *a_total);
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(b, *b_rank, *b_total);
+}
+
+// Thread 0: the output slots and the tie candidates of head h's segments before `seg`, from the
+// counts phase's per-segment totals (the first `need` candidates are kept).
+__device__ __forceinline__ void slots_before(const SelectParams& p, int h, int seg, int need,
+                                             int64_t* s_out, int64_t* s_eq_before) {
+  int64_t out = 0, eq_before = 0;
+  for (int s = 0; s < seg; ++s) {
+    const int e = p.seg_eq[h * p.segments + s];
+    const int64_t left = need - eq_before;
+    out += p.seg_keep[h * p.segments + s] + (left <= 0 ? 0 : (left < e ? left : e));
+    eq_before += e;
+  }
+  *s_out = out;
+  *s_eq_before = eq_before;
+}
+
+// The ordered write of the thread's kItems consecutive tokens from `base` (cls: 1 kept, 2 tie
+// candidate, 0 not; eq_rank: the thread's first candidate's rank in the segment): candidates of
+// rank < need are kept, every kept token gets the next slot of head h's output.
+__device__ __forceinline__ void write_kept(const SelectParams& p, int h, int (&cls)[kItems],
+                                           int eq_rank, int need, int64_t out_before,
+                                           int64_t eq_before, int64_t base,
+                                           typename Scan::TempStorage& tmp) {
+  int64_t rank = eq_before + eq_rank;
+  int keep = 0;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    if (cls[i] == 2) cls[i] = rank++ < need ? 1 : 0;
+    keep += cls[i] == 1;
+  }
+  __syncthreads();
+  int slot_in_block;
+  Scan(tmp).ExclusiveSum(keep, slot_in_block);
+  int64_t slot = out_before + slot_in_block;
+  const int64_t head_keep = keep_of(p, h);
+  int32_t* out = p.kept + out_base(p, h);
+#pragma unroll
+  for (int i = 0; i < kItems; ++i)
+    if (cls[i] == 1) {
+      if (slot < head_keep) out[slot] = static_cast<int32_t>(base + i);
+      ++slot;
+    }
+}
+
 __global__ void __launch_bounds__(kThreads) histogram_kernel(SelectParams p, int pass, bool layer) {
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int hist_s[kBins];
@@ -150,31 +235,18 @@ __global__ void __launch_bounds__(kThreads) histogram_kernel(SelectParams p, int
   }
   for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
   resolve(p, h, pass, layer, tmp, &s_prefix, &s_need);  // syncs
-  const uint32_t prefix = s_prefix;
-  const int shift = kShift[pass];
-  const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
-  const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
   const float* row = p.scores + static_cast<int64_t>(h) * p.n;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * kSegment;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
+  add_to_histogram(pass, s_prefix, hist_s, [&](int i, uint32_t* key) {
     const int64_t j = base + i * kThreads + tid;  // coalesced
-    uint32_t bin = 0xffffffffu;
-    if (j < p.n && !is_protected(j, p.n, p.sink, p.window)) {
-      const uint32_t key = order_key(row[j]);
-      if ((key & high_mask) == (prefix & high_mask)) bin = (key >> shift) & digit_mask;
-    }
-    // Scores cluster in few bins (the top bits are sign and exponent): aggregate equal bins of a
-    // warp into one shared atomic instead of 32 colliding ones.
-    const unsigned peers = __match_any_sync(0xffffffffu, bin);
-    if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
-      atomicAdd(&hist_s[bin], __popc(peers));
-  }
+    if (j >= p.n || is_protected(j, p.n, p.sink, p.window)) return false;
+    *key = order_key(row[j]);
+    return true;
+  });
   __syncthreads();
-  int* hist = layer ? p.layer_hist + pass * kBins
-                    : p.hist + (static_cast<int64_t>(pass) * gridDim.y + h) * kBins;
-  for (int b = tid; b < (1 << kWidth[pass]); b += kThreads)
-    if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+  flush_histogram(pass, hist_s,
+                  layer ? p.layer_hist + pass * kBins
+                        : p.hist + (static_cast<int64_t>(pass) * gridDim.y + h) * kBins);
 }
 
 // Keep flags of one token given the threshold: 1 = kept unconditionally, 2 = tie candidate.
@@ -211,10 +283,8 @@ __global__ void __launch_bounds__(kThreads) count_kernel(SelectParams p) {
     eq += c == 2;
   }
   __syncthreads();
-  int keep_total, eq_total, dummy;
-  Scan(tmp).ExclusiveSum(keep, dummy, keep_total);
-  __syncthreads();
-  Scan(tmp).ExclusiveSum(eq, dummy, eq_total);
+  int keep_total, eq_total, eq_rank;
+  block_totals(tmp, keep, eq, &keep_total, &eq_total, &eq_rank);
   if (tid == 0) {
     p.seg_keep[h * p.segments + blockIdx.x] = keep_total;
     p.seg_eq[h * p.segments + blockIdx.x] = eq_total;
@@ -227,24 +297,13 @@ __global__ void __launch_bounds__(kThreads) write_kernel(SelectParams p) {
   const int h = blockIdx.y, tid = threadIdx.x, seg = blockIdx.x;
   const HeadMode mode = head_mode(p, h);
   const bool keep_all = mode.keep_all, keep_none = mode.keep_none;
-  const int64_t head_keep = keep_of(p, h);
   uint32_t threshold = 0;
   int need = 0;
   if (!keep_all && !keep_none) {
     threshold = p.state[h].threshold;
     need = p.state[h].need_equal;
   }
-  if (tid == 0) {  // slots used by earlier segments
-    int64_t out = 0, eq_before = 0;
-    for (int s = 0; s < seg; ++s) {
-      const int e = p.seg_eq[h * p.segments + s];
-      const int64_t left = need - eq_before;
-      out += p.seg_keep[h * p.segments + s] + (left <= 0 ? 0 : (left < e ? left : e));
-      eq_before += e;
-    }
-    s_out = out;
-    s_eq_before = eq_before;
-  }
+  if (tid == 0) slots_before(p, h, seg, need, &s_out, &s_eq_before);
   __syncthreads();
   const float* row = p.scores + static_cast<int64_t>(h) * p.n;
   const int64_t base = static_cast<int64_t>(seg) * kSegment + static_cast<int64_t>(tid) * kItems;
@@ -256,26 +315,7 @@ __global__ void __launch_bounds__(kThreads) write_kernel(SelectParams p) {
   }
   int eq_rank;
   Scan(tmp).ExclusiveSum(eq, eq_rank);
-  int64_t rank = s_eq_before + eq_rank;
-  int keep = 0;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    if (cls[i] == 2) cls[i] = rank++ < need ? 1 : 0;
-    keep += cls[i] == 1;
-  }
-  __syncthreads();
-  int slot_in_block;
-  Scan(tmp).ExclusiveSum(keep, slot_in_block);
-  int64_t slot = s_out + slot_in_block;
-  const int64_t out_start = out_base(p, h);
-  int32_t* out = p.kept + out_start;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    if (cls[i] == 1) {
-      if (slot < head_keep) out[slot] = static_cast<int32_t>(base + i);
-      ++slot;
-    }
-  }
+  write_kept(p, h, cls, eq_rank, need, s_out, s_eq_before, base, tmp);
 }
 
 // adakv, after the layer histograms: per (segment, head) the free tokens above the layer
@@ -301,10 +341,8 @@ __global__ void __launch_bounds__(kThreads) layer_count_kernel(SelectParams p) {
     }
   }
   __syncthreads();
-  int gt_total, eq_total, dummy;
-  Scan(tmp).ExclusiveSum(gt, dummy, gt_total);
-  __syncthreads();
-  Scan(tmp).ExclusiveSum(eq, dummy, eq_total);
+  int gt_total, eq_total, eq_rank;
+  block_totals(tmp, gt, eq, &gt_total, &eq_total, &eq_rank);
   if (tid == 0) {
     if (gt_total != 0) atomicAdd(&p.head_gt[h], gt_total);  // integer sums: order-free
     p.seg_eq[h * p.segments + blockIdx.x] = eq_total;
@@ -469,23 +507,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int b = tid; b < kBins; b += kThreads) hist_s[b] = 0;
     if (pass > 0) resolve_one(p.layer_hist + (pass - 1) * kBins, pass - 1, tmp, &s_prefix, &s_need);
     __syncthreads();
-    const uint32_t prefix = s_prefix;
-    const int shift = kShift[pass];
-    const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
-    const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      uint32_t bin = 0xffffffffu;
-      if (((free_mask >> i) & 1u) && (key[i] & high_mask) == (prefix & high_mask))
-        bin = (key[i] >> shift) & digit_mask;
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
-        atomicAdd(&hist_s[bin], __popc(peers));
-    }
+    add_to_histogram(pass, s_prefix, hist_s, [&](int i, uint32_t* k) {
+      *k = key[i];
+      return ((free_mask >> i) & 1u) != 0;
+    });
     __syncthreads();
-    int* hist = p.layer_hist + pass * kBins;
-    for (int b = tid; b < (1 << kWidth[pass]); b += kThreads)
-      if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+    flush_histogram(pass, hist_s, p.layer_hist + pass * kBins);
     grid.sync();
   }
   resolve_one(p.layer_hist + (kPasses - 1) * kBins, kPasses - 1, tmp, &s_prefix, &s_need);
@@ -498,10 +525,8 @@ __global__ void __launch_bounds__(kThreads)
       gt += key[i] > threshold;
       eq += key[i] == threshold;
     }
-  int gt_total, eq_total, dummy;
-  Scan(tmp).ExclusiveSum(gt, dummy, gt_total);
-  __syncthreads();
-  Scan(tmp).ExclusiveSum(eq, dummy, eq_total);
+  int gt_total, eq_total, eq_rank;
+  block_totals(tmp, gt, eq, &gt_total, &eq_total, &eq_rank);
   if (tid == 0) {
     if (gt_total != 0) atomicAdd(&p.head_gt[h], gt_total);
     p.seg_eq[h * p.segments + seg] = eq_total;
@@ -612,23 +637,12 @@ __global__ void __launch_bounds__(kThreads) select_single_kernel(SelectParams p)
       if (pass > 0)
         resolve_one(head_hist + (pass - 1) * pass_stride, pass - 1, tmp, &s_prefix, &s_need);
       __syncthreads();
-      const uint32_t prefix = s_prefix;
-      const int shift = kShift[pass];
-      const uint32_t high_mask = pass == 0 ? 0u : (0xffffffffu << (shift + kWidth[pass]));
-      const uint32_t digit_mask = (1u << kWidth[pass]) - 1;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) {
-        uint32_t bin = 0xffffffffu;
-        if (((kind >> i) & 1u) && (key[i] & high_mask) == (prefix & high_mask))
-          bin = (key[i] >> shift) & digit_mask;
-        const unsigned peers = __match_any_sync(0xffffffffu, bin);
-        if (bin != 0xffffffffu && (threadIdx.x & 31) == __ffs(peers) - 1)
-          atomicAdd(&hist_s[bin], __popc(peers));
-      }
+      add_to_histogram(pass, s_prefix, hist_s, [&](int i, uint32_t* k) {
+        *k = key[i];
+        return ((kind >> i) & 1u) != 0;
+      });
       __syncthreads();
-      int* hist = p.hist + (static_cast<int64_t>(pass) * gridDim.y + h) * kBins;
-      for (int b = tid; b < (1 << kWidth[pass]); b += kThreads)
-        if (hist_s[b] != 0) atomicAdd(&hist[b], hist_s[b]);
+      flush_histogram(pass, hist_s, p.hist + (static_cast<int64_t>(pass) * gridDim.y + h) * kBins);
     }
     grid.sync();
   }
@@ -657,45 +671,15 @@ __global__ void __launch_bounds__(kThreads) select_single_kernel(SelectParams p)
   }
   __syncthreads();
   int keep_total, eq_total, eq_rank;
-  Scan(tmp).ExclusiveSum(keep, eq_rank, keep_total);  // eq_rank reused below
-  __syncthreads();
-  Scan(tmp).ExclusiveSum(eq, eq_rank, eq_total);
+  block_totals(tmp, keep, eq, &keep_total, &eq_total, &eq_rank);
   if (tid == 0) {
     p.seg_keep[h * p.segments + seg] = keep_total;
     p.seg_eq[h * p.segments + seg] = eq_total;
   }
   grid.sync();
-  if (tid == 0) {  // slots used by earlier segments (as write_kernel)
-    int64_t out = 0, eq_before = 0;
-    for (int sg = 0; sg < seg; ++sg) {
-      const int e = p.seg_eq[h * p.segments + sg];
-      const int64_t left = need - eq_before;
-      out += p.seg_keep[h * p.segments + sg] + (left <= 0 ? 0 : (left < e ? left : e));
-      eq_before += e;
-    }
-    s_out = out;
-    s_eq_before = eq_before;
-  }
+  if (tid == 0) slots_before(p, h, seg, need, &s_out, &s_eq_before);
   __syncthreads();
-  int64_t rank = s_eq_before + eq_rank;
-  int kept_here = 0;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    if (cls[i] == 2) cls[i] = rank++ < need ? 1 : 0;
-    kept_here += cls[i] == 1;
-  }
-  __syncthreads();
-  int slot_in_block;
-  Scan(tmp).ExclusiveSum(kept_here, slot_in_block);
-  int64_t slot = s_out + slot_in_block;
-  const int64_t head_keep = keep_of(p, h);
-  int32_t* out = p.kept + out_base(p, h);
-#pragma unroll
-  for (int i = 0; i < kItems; ++i)
-    if (cls[i] == 1) {
-      if (slot < head_keep) out[slot] = static_cast<int32_t>(base + i);
-      ++slot;
-    }
+  write_kept(p, h, cls, eq_rank, need, s_out, s_eq_before, base, tmp);
 }
 
 std::atomic<bool> g_single_launch{true};
