@@ -5,7 +5,10 @@
 //   - in front, the RMSNorm of f32 rows, rounded as the rms_norm kernel rounds: bf16(x inv_rms w);
 //   - behind a gate|up weight, the gated activation of the row pair (j, F + j): both rounded to
 //     bf16 first, as the separate kernel reads them;
-//   - behind the o / down projections, the residual add (y += x W^T, cuBLAS's beta = 1).
+//   - behind the o / down projections, the residual add (y += x W^T, cuBLAS's beta = 1);
+//   - behind the q|k|v projection of a decode step, RoPE and the cache append (the rope_append
+//     kernel's decode mode: a warp's row pair is a rotated pair of a q / k head, or two adjacent
+//     v columns), the segment lengths advanced by the last block to finish.
 // Launched as a programmatic dependent (common.cuh launch_pdl): each warp prefetches its weight
 // rows into L2 while the step's previous kernel finishes, then waits for it before it reads or
 // writes anything that kernel touches.
@@ -70,47 +73,101 @@ __device__ __forceinline__ void input_chunk(const GemvArgs& a, int b, int k, flo
   }
 }
 
-// Grid: one warp per output row pair (rows 2 p, 2 p + 1; kGated: rows p and F + p of W).
+// The two rows of W that output pair p computes (kGated: rows p and N + p; kRopeAppend: the
+// rotated pair (ia, ib) of a q / k head, or two adjacent v columns; else rows 2 p and 2 p + 1).
+template <GemvOut kOut>
+__device__ __forceinline__ void pair_rows(const GemvArgs& a, int p, int* r0, int* r1) {
+  if constexpr (kOut == GemvOut::kGated) {
+    *r0 = p;
+    *r1 = a.N + p;
+  } else if constexpr (kOut == GemvOut::kRopeAppend) {
+    const RopeAppendArgs& ra = a.rope;
+    const int d = ra.d, half = d / 2, qk_pairs = (ra.Hq + ra.Hkv) * half;
+    if (p < qk_pairs) {
+      const int h = p / half, i = p % half;
+      *r0 = h * d + (ra.neox ? i : 2 * i);
+      *r1 = h * d + (ra.neox ? i + half : 2 * i + 1);
+    } else {
+      *r0 = (ra.Hq + ra.Hkv) * d + 2 * (p - qk_pairs);
+      *r1 = *r0 + 1;
+    }
+  } else {
+    *r0 = 2 * p;
+    *r1 = 2 * p + 1;
+  }
+}
+
+// kRopeAppend's outputs of pair p for batch row b (one lane), as rope_append_kernel computes them
+// from the bf16-rounded projection: bias, RoPE with the angle formed in double, bf16 stores.
+__device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int b, float acc0,
+                                                  float acc1) {
+  const RopeAppendArgs& ra = a.rope;
+  const int d = ra.d, half = d / 2, Hq = ra.Hq, Hkv = ra.Hkv;
+  const int32_t pos = ra.pos[b];
+  auto value = [&](float acc, int col) {
+    float v = round_bf16(acc);
+    if (ra.bias != nullptr) v += ra.bias[col];
+    return v;
+  };
+  auto cache_row = [&](int g) {
+    const int seg = b * Hkv + g;
+    const int64_t slot = ra.ring > 0 ? pos % ra.ring : ra.seg_len[seg];
+    return ra.seg_off[seg] + slot;
+  };
+  if (p < (Hq + Hkv) * half) {
+    const int h = p / half, i = p % half;
+    const int ia = ra.neox ? i : 2 * i, ib = ra.neox ? i + half : 2 * i + 1;
+    const float x0 = value(acc0, h * d + ia), x1 = value(acc1, h * d + ib);
+    double sn, cs;
+    sincos(static_cast<double>(pos) * ra.inv_freq[i], &sn, &cs);
+    const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+    bf16* dst = h < Hq ? ra.q_out + (static_cast<int64_t>(b) * Hq + h) * d
+                       : ra.k_cache + cache_row(h - Hq) * d;
+    dst[ia] = __float2bfloat16_rn(x0 * c - x1 * s);
+    dst[ib] = __float2bfloat16_rn(x0 * s + x1 * c);
+  } else {
+    const int col = 2 * (p - (Hq + Hkv) * half);  // within v
+    const int g = col / d, i = col % d, src = (Hq + Hkv) * d + col;
+    const int64_t row = cache_row(g);
+    ra.v_cache[row * d + i] = __float2bfloat16_rn(value(acc0, src));
+    ra.v_cache[row * d + i + 1] = __float2bfloat16_rn(value(acc1, src + 1));
+    if (i == 0) {
+      ra.pos_cache[row] = pos;
+      if (ra.acc_cache != nullptr) ra.acc_cache[row] = 0.0f;  // as cache_append_rows
+    }
+  }
+}
+
+// kRopeAppend, every thread of every block: the block counts itself once its stores are visible;
+// the last one advances every segment's length (ring layers: up to the ring) and resets the
+// counter. Every block read the lengths before it counted itself, so none sees a moved one.
+__device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned prev = atomicAdd(a.arrivals, 1u);
+    last = prev == gridDim.x - 1;
+    if (last) atomicExch(a.arrivals, 0u);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const RopeAppendArgs& ra = a.rope;
+  for (int s = threadIdx.x; s < a.B * ra.Hkv; s += blockDim.x) {
+    int32_t& len = ra.seg_len[s];
+    len = ra.ring > 0 && len + 1 > ra.ring ? static_cast<int32_t>(ra.ring) : len + 1;
+  }
+}
+
+// A live warp's products of its two rows for every batch row, reduced over the lanes, and the
+// stores of kOut by lane 0.
 template <bool kNorm, GemvOut kOut, bool kGeluTanh>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
-  __shared__ float inv_rms[kGemvMaxBatch];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int pair = blockIdx.x * kGemvWarps + warp;
+__device__ __forceinline__ void warp_rows(const GemvArgs& a, const bf16* w0, const bf16* w1,
+                                          int pair, int r0, int r1, bool has_r1,
+                                          const float* inv_rms) {
+  const int lane = threadIdx.x & 31;
   constexpr bool kGated = kOut == GemvOut::kGated;
-  const int pairs = kGated ? a.N : (a.N + 1) / 2;
-  const bool live = pair < pairs;
-  const int r0 = kGated ? pair : 2 * pair;
-  const int r1 = kGated ? a.N + pair : 2 * pair + 1;
-  const bool has_r1 = kGated || r1 < a.N;
-  const bf16* w0 = a.w + static_cast<int64_t>(r0) * a.K;
-  const bf16* w1 = a.w + static_cast<int64_t>(has_r1 ? r1 : r0) * a.K;
-
-  // The weights do not depend on the previous kernel: start their way into L2 now.
-  if (live) {
-    const int lines = (a.K * 2 + 127) / 128;
-    for (int i = lane; i < lines; i += 32) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w0) + 128 * i));
-      if (has_r1)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w1) + 128 * i));
-    }
-  }
-  launch_dependents();
-  grid_dependency_wait();
-
-  if constexpr (kNorm) {
-    // 1 / sqrt(mean(x^2) + eps) of every input row, a warp a row (as dense_ops.cu row_inv_rms).
-    for (int b = warp; b < a.B; b += kGemvWarps) {
-      const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K;
-      float ss = 0.f;
-      for (int k = lane; k < a.K; k += 32) ss += x[k] * x[k];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) inv_rms[b] = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
-    }
-    __syncthreads();
-  }
-  if (!live) return;
-
   float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
 #pragma unroll
   for (int b = 0; b < kGemvMaxBatch; ++b) {
@@ -158,18 +215,66 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
       float* y = static_cast<float*>(a.y) + row;
       y[r0] = acc0[b];
       if (has_r1) y[r1] = acc1[b];
-    } else {  // kF32Add
+    } else if constexpr (kOut == GemvOut::kF32Add) {
       float* y = static_cast<float*>(a.y) + row;
       y[r0] += acc0[b];
       if (has_r1) y[r1] += acc1[b];
+    } else {  // kRopeAppend
+      store_rope_append(a, pair, b, acc0[b], acc1[b]);
     }
   }
 }
 
+// Output pairs of a launch (kGated: N; kRopeAppend: N / 2, N even; else ceil(N / 2)).
+__host__ __device__ __forceinline__ int output_pairs(const GemvArgs& a) {
+  return a.out == GemvOut::kGated ? a.N : (a.N + 1) / 2;
+}
+
+// Grid: one warp per output row pair (pair_rows).
+template <bool kNorm, GemvOut kOut, bool kGeluTanh>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
+  __shared__ float inv_rms[kGemvMaxBatch];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int pair = blockIdx.x * kGemvWarps + warp;
+  constexpr bool kGated = kOut == GemvOut::kGated;
+  const bool live = pair < output_pairs(a);
+  int r0, r1;
+  pair_rows<kOut>(a, live ? pair : 0, &r0, &r1);
+  const bool has_r1 = kGated || r1 < a.N;
+  const bf16* w0 = a.w + static_cast<int64_t>(r0) * a.K;
+  const bf16* w1 = a.w + static_cast<int64_t>(has_r1 ? r1 : r0) * a.K;
+
+  // The weights do not depend on the previous kernel: start their way into L2 now.
+  if (live) {
+    const int lines = (a.K * 2 + 127) / 128;
+    for (int i = lane; i < lines; i += 32) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w0) + 128 * i));
+      if (has_r1)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w1) + 128 * i));
+    }
+  }
+  launch_dependents();
+  grid_dependency_wait();
+
+  if constexpr (kNorm) {
+    // 1 / sqrt(mean(x^2) + eps) of every input row, a warp a row (as dense_ops.cu row_inv_rms).
+    for (int b = warp; b < a.B; b += kGemvWarps) {
+      const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K;
+      float ss = 0.f;
+      for (int k = lane; k < a.K; k += 32) ss += x[k] * x[k];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) inv_rms[b] = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
+    }
+    __syncthreads();
+  }
+  if (live) warp_rows<kNorm, kOut, kGeluTanh>(a, w0, w1, pair, r0, r1, has_r1, inv_rms);
+  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a);
+}
+
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
-  const int pairs = kOut == GemvOut::kGated ? a.N : (a.N + 1) / 2;
-  const dim3 grid((pairs + kGemvWarps - 1) / kGemvWarps);
+  const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
   return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), 0, stream, a);
 }
 
@@ -182,6 +287,7 @@ cudaError_t launch_out(const GemvArgs& a, cudaStream_t stream) {
     case GemvOut::kGated:
       return a.gelu_tanh ? launch_variant<kNorm, GemvOut::kGated, true>(a, stream)
                          : launch_variant<kNorm, GemvOut::kGated, false>(a, stream);
+    case GemvOut::kRopeAppend: return launch_variant<kNorm, GemvOut::kRopeAppend>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -193,12 +299,21 @@ bool aligned16(const void* p) {
 }  // namespace
 
 bool gemv_supported(const GemvArgs& a) {
-  return a.B >= 1 && a.B <= kGemvMaxBatch && a.N >= 1 && a.K >= kChunk && a.K % kChunk == 0 &&
-         aligned16(a.w) && aligned16(a.x) && (a.norm_w == nullptr || aligned16(a.norm_w));
+  const bool shape = a.B >= 1 && a.B <= kGemvMaxBatch && a.N >= 1 && a.K >= kChunk &&
+                     a.K % kChunk == 0 && aligned16(a.w) && aligned16(a.x) &&
+                     (a.norm_w == nullptr || aligned16(a.norm_w));
+  if (a.out != GemvOut::kRopeAppend) return shape;
+  const RopeAppendArgs& r = a.rope;
+  return shape && r.decode && !r.head_major && r.q_norm == nullptr && r.k_norm == nullptr &&
+         r.d >= 2 && r.d % 2 == 0 && r.Hq >= 1 && r.Hkv >= 1 && a.N == (r.Hq + 2 * r.Hkv) * r.d &&
+         a.arrivals != nullptr && r.pos != nullptr && r.inv_freq != nullptr && r.q_out != nullptr &&
+         r.k_cache != nullptr && r.v_cache != nullptr && r.pos_cache != nullptr &&
+         r.seg_off != nullptr && r.seg_len != nullptr;
 }
 
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream) {
-  if (!gemv_supported(a) || a.y == nullptr) return cudaErrorInvalidValue;
+  if (!gemv_supported(a) || (a.y == nullptr && a.out != GemvOut::kRopeAppend))
+    return cudaErrorInvalidValue;
   return a.norm_w != nullptr ? launch_out<true>(a, stream) : launch_out<false>(a, stream);
 }
 

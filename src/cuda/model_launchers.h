@@ -90,6 +90,11 @@ enum class GemvOut {
   kF32,     // y f32 [B, N]
   kF32Add,  // y f32 [B, N] += (the residual add)
   kGated,   // y bf16 [B, N] = act(x W_j^T) * (x W_{N + j}^T): W is [2N, K], gate rows then up rows
+  // The decode step's q|k|v projection (N = (Hq + 2 Hkv) d) with the rope_append kernel's decode
+  // mode fused behind it (GemvArgs::rope; y unused): RoPE of q and k, q to rope.q_out [B, Hq, d],
+  // k / v / pos / acc appended to each row's segments, then the segment lengths advance (the last
+  // block to finish does it, counted by GemvArgs::arrivals). Not for per-head q / k norms (gemma3).
+  kRopeAppend,
 };
 struct GemvArgs {
   const void* x = nullptr;        // [B, K] bf16; f32 when norm_w is set
@@ -100,9 +105,12 @@ struct GemvArgs {
   GemvOut out = GemvOut::kBf16;
   bool gelu_tanh = false;  // kGated: GELU-tanh (gemma3) instead of SiLU
   void* y = nullptr;
+  RopeAppendArgs rope;           // kRopeAppend (decode = true, head_major = false; qkv unused)
+  uint32_t* arrivals = nullptr;  // kRopeAppend: one counter, zero before and after each launch
 };
 // Whether launch_gemv covers the shape: 1 <= B <= kGemvMaxBatch, K a multiple of 8, x / w /
-// norm_w 16-byte aligned.
+// norm_w 16-byte aligned (kRopeAppend: the decode mode, no q / k norms, even d, N = (Hq + 2 Hkv)
+// d, an arrival counter).
 bool gemv_supported(const GemvArgs& a);
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream);
 

@@ -365,7 +365,9 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
                                               static_cast<int>(d), P.plan_len, sm_count_));
     if (P.fused)
       need_z = std::max(need_z, static_cast<size_t>(std::max<int64_t>(C.rows, 1)) * (Hq / Hkv) * 4);
-    if (P.in_attention || fused_on_) need_counters = static_cast<size_t>(B) * Hkv * 4;
+    // The fused step's in-launch merges use B Hkv counters and its q|k|v append one more.
+    if (P.in_attention || fused_on_)
+      need_counters = (static_cast<size_t>(B) * Hkv + (fused_on_ ? 1 : 0)) * 4;
   }
   if (scratch_.bytes() < need_scratch || zbuf_.bytes() < need_z ||
       step_counters_.bytes() < need_counters) {
@@ -439,13 +441,29 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     const GpuModel::Impl::Layer& L = w_.layers[il];
     LayerCache& C = layers[il];
     const DecodeLayerPlan& P = plans_[il];
-    norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), B);
     detail::RopeAppendArgs ra =
         rope_args(w_, L, C, il, B, qkv_.get(), pos_.as<int32_t>(), qh_.get());
     ra.head_major = false;
     ra.decode = true;
     ra.ring = C.ring;
-    KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
+    // The fused step: norm, q|k|v, RoPE and the append in one launch where it covers the layer
+    // (not gemma3's per-head q / k norms); the arrival counter follows the attention's B Hkv.
+    detail::GemvArgs qa;
+    qa.x = x_.get();
+    qa.norm_w = L.attn_norm;
+    qa.eps = m.rms_eps;
+    qa.w = L.wqkv;
+    qa.B = B;
+    qa.N = static_cast<int>(W);
+    qa.K = static_cast<int>(D);
+    qa.out = detail::GemvOut::kRopeAppend;
+    qa.rope = ra;
+    qa.arrivals =
+        fused_on_ ? step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv : nullptr;
+    if (!try_gemv(qa)) {
+      norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), B);
+      KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
+    }
     detail::DecodeAttentionArgs da;
     da.q = qh_.as<bf16>();
     da.k = C.k.as<bf16>();

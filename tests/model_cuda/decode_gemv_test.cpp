@@ -23,6 +23,7 @@ namespace {
 using cuda::testing::DeviceBuffer;
 using gpu::detail::GemvArgs;
 using gpu::detail::GemvOut;
+using gpu::detail::RopeAppendArgs;
 
 struct Case {
   int B, N, K;
@@ -164,6 +165,146 @@ TEST(DecodeGemv, ModelShapesAndTheGeluActivation) {
   check({1, 640, 2048, false, GemvOut::kF32Add}, 14);
   check({8, 1, 64, false, GemvOut::kF32}, 15);
   check({1, 49152, 576, true, GemvOut::kF32}, 16);
+}
+
+// kRopeAppend against the two launches it replaces (the kBf16 projection, then rope_append's
+// decode mode) on the same inputs and two copies of the same cache: every store equal (q and k may
+// differ by the contraction of the rotation into FMAs: at most 1 bf16 ulp), the lengths advanced
+// once, ring layers included.
+void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed) {
+  SCOPED_TRACE("B=" + std::to_string(B) + (neox ? " neox" : " interleaved") +
+               (with_bias ? " bias" : "") + " ring=" + std::to_string(ring));
+  const int Hq = 6, Hkv = 2, d = 64, K = 256, W = (Hq + 2 * Hkv) * d, S = B * Hkv, cap = 16;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(B) * K), nw(K), w(static_cast<size_t>(W) * K), bias(W);
+  for (auto& e : x) e = 2.f * nd(rng);
+  for (auto& e : nw) e = 1.f + 0.2f * nd(rng);
+  for (auto& e : w) e = round_bf16(nd(rng) / 16.f);
+  for (auto& e : bias) e = 0.1f * nd(rng);
+  std::vector<double> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.0, -2.0 * i / d);
+  std::vector<int32_t> pos(B), len(S);
+  std::vector<int64_t> off(S + 1);
+  for (int b = 0; b < B; ++b) pos[b] = 1000 + 37 * b;
+  for (int s = 0; s < S; ++s) {
+    len[s] = ring > 0 ? static_cast<int32_t>(s % (ring + 1)) : static_cast<int32_t>(3 + 2 * s);
+    off[s + 1] = off[s] + cap;
+  }
+  const int64_t rows = off.back();
+  std::vector<uint16_t> kv0(static_cast<size_t>(rows) * d);
+  for (auto& e : kv0) e = static_cast<uint16_t>(rng());
+
+  DeviceBuffer<float> dx(x.size()), dnw(K), dbias(W);
+  DeviceBuffer<uint16_t> dw(w.size()), dqkv(static_cast<size_t>(B) * W);
+  DeviceBuffer<double> dfreq(inv_freq.size());
+  DeviceBuffer<int32_t> dpos(B);
+  DeviceBuffer<int64_t> doff(off.size());
+  DeviceBuffer<uint32_t> arrivals(1);
+  dx.upload(x);
+  dnw.upload(nw);
+  dbias.upload(bias);
+  dw.upload(cuda::testing::encode16(w, DType::kBF16));
+  dfreq.upload(inv_freq);
+  dpos.upload(pos);
+  doff.upload(off);
+  KVEVICT_ASSERT_CUDA(cudaMemset(arrivals.data(), 0, 4));
+  struct Cache {
+    DeviceBuffer<uint16_t> q, k, v;
+    DeviceBuffer<int32_t> pos, len;
+    DeviceBuffer<float> acc;
+    Cache(size_t qn, size_t kvn, size_t rows, size_t segs)
+        : q(qn), k(kvn), v(kvn), pos(rows), len(segs), acc(rows) {}
+  };
+  const size_t qn = static_cast<size_t>(B) * Hq * d;
+  Cache ref(qn, kv0.size(), rows, S), fused(qn, kv0.size(), rows, S);
+  for (Cache* c : {&ref, &fused}) {
+    c->q.poison();
+    c->k.upload(kv0);
+    c->v.upload(kv0);
+    c->pos.upload(std::vector<int32_t>(rows, -7));
+    c->acc.upload(std::vector<float>(rows, 0.5f));
+    c->len.upload(len);
+  }
+  auto rope_of = [&](Cache& c) {
+    RopeAppendArgs ra;
+    ra.qkv = reinterpret_cast<const __nv_bfloat16*>(dqkv.data());
+    ra.bias = with_bias ? dbias.data() : nullptr;
+    ra.pos = dpos.data();
+    ra.inv_freq = dfreq.data();
+    ra.T = B;
+    ra.Hq = Hq;
+    ra.Hkv = Hkv;
+    ra.d = d;
+    ra.neox = neox;
+    ra.q_out = reinterpret_cast<__nv_bfloat16*>(c.q.data());
+    ra.head_major = false;
+    ra.k_cache = reinterpret_cast<__nv_bfloat16*>(c.k.data());
+    ra.v_cache = reinterpret_cast<__nv_bfloat16*>(c.v.data());
+    ra.pos_cache = c.pos.data();
+    ra.acc_cache = c.acc.data();
+    ra.seg_off = doff.data();
+    ra.seg_len = c.len.data();
+    ra.decode = true;
+    ra.ring = ring;
+    return ra;
+  };
+  GemvArgs a;
+  a.x = dx.data();
+  a.norm_w = dnw.data();
+  a.eps = 1e-6f;
+  a.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
+  a.B = B;
+  a.N = W;
+  a.K = K;
+  a.out = GemvOut::kBf16;
+  a.y = dqkv.data();
+  KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(a, nullptr));
+  KVEVICT_ASSERT_CUDA(gpu::detail::launch_rope_append(rope_of(ref), nullptr));
+  a.out = GemvOut::kRopeAppend;
+  a.y = nullptr;
+  a.rope = rope_of(fused);
+  a.arrivals = arrivals.data();
+  ASSERT_TRUE(gpu::detail::gemv_supported(a));
+  for (int round = 0; round < 2; ++round) {  // the second round appends at the next rows
+    if (round == 1) {
+      KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(
+          [&] {
+            GemvArgs r = a;
+            r.out = GemvOut::kBf16;
+            r.y = dqkv.data();
+            return r;
+          }(),
+          nullptr));
+      KVEVICT_ASSERT_CUDA(gpu::detail::launch_rope_append(rope_of(ref), nullptr));
+    }
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(a, nullptr));
+    KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(fused.len.download(), ref.len.download()) << "round " << round;
+    EXPECT_EQ(fused.v.download(), ref.v.download()) << "round " << round;
+    EXPECT_EQ(fused.pos.download(), ref.pos.download()) << "round " << round;
+    EXPECT_EQ(fused.acc.download(), ref.acc.download()) << "round " << round;
+    EXPECT_EQ(arrivals.download(), std::vector<uint32_t>{0u}) << "round " << round;
+    for (auto* pr : {&fused.q, &fused.k}) {
+      const auto got = pr->download();
+      const auto want = (pr == &fused.q ? ref.q : ref.k).download();
+      int far = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const float g = bf16_to_float(got[i]), e = bf16_to_float(want[i]);
+        if (!(g == e || std::fabs(g - e) <= std::fabs(e) * 0x1p-7f)) ++far;
+      }
+      EXPECT_EQ(far, 0) << (pr == &fused.q ? "q" : "k cache") << " round " << round;
+    }
+  }
+}
+
+TEST(DecodeGemv, RopeAppendEqualsTheProjectionThenRopeAppend) {
+  KVEVICT_REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (int B : {1, 3})
+    for (bool neox : {false, true})
+      for (bool bias : {false, true})
+        for (int ring : {0, 5}) check_rope_append(B, neox, bias, ring, seed++);
 }
 
 TEST(DecodeGemv, RefusesShapesItDoesNotCover) {
