@@ -277,6 +277,11 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
   const int tid = threadIdx.x, lane = tid & 31, kg = tid >> 5;
   const int gq = lane >> 2, t4 = lane & 3;
   const MmaLane ln(lane);
+  // Launched as a programmatic dependent (a.pdl): wait for the append that wrote this step's row
+  // and length; let the next kernel (the o projection) start fetching its weights meanwhile.
+  // Both are no-ops in a normal launch.
+  grid_dependency_wait();
+  launch_dependents();
   const int64_t len = a.seg_len[seg], base = a.seg_off[seg];
   const int64_t key_begin = split * p.keys_per_split;
   const int64_t key_end = min(len, key_begin + p.keys_per_split);
@@ -520,7 +525,10 @@ cudaError_t launch_mma(const Params& p, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  kernel<<<dim3(p.a.B * p.a.Hkv, p.splits), Tr::kThreads, smem, stream>>>(p);
+  const dim3 grid(p.a.B * p.a.Hkv, p.splits);
+  if (p.a.pdl)
+    return kvevict::cuda::detail::launch_pdl(kernel, grid, dim3(Tr::kThreads), smem, stream, p);
+  kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

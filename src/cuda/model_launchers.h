@@ -151,6 +151,10 @@ struct DecodeAttentionArgs {
   // the segment's splits in the same launch instead of a separate merge kernel (one launch a
   // layer fewer; same arithmetic, so the same bits). The fused step scores use their own.
   uint32_t* merge_counters = nullptr;
+  // The tensor-core kernel launched as a programmatic dependent of the stream's previous kernel
+  // (the fused decode step: its prologue overlaps the append, and the o projection after it may
+  // start fetching its weights while it runs). Same results.
+  bool pdl = false;
 };
 // The decode-time step scores fused into the decode attention (one launch: attention, split merge,
 // the w = 1 score of every row as launch_decode_scores computes it). The last split block of each

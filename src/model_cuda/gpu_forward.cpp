@@ -479,6 +479,7 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     if (P.fused) da.z_out = zbuf_.as<float>();
     // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
     if (fused_on_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
+    da.pdl = fused_on_;
     const DecodeScore kind = P.score ? scoring->score : DecodeScore::kAttentionSum;
     const bool replace = P.score && scoring->replace;
     detail::DecodeStepScoreArgs fs;
