@@ -19,7 +19,7 @@ set(KVEVICT_PKGCONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 # is listed here.
 set(KVEVICT_PUBLIC_HEADERS_CORE
   kvevict.h error.h dtype.h tensor.h workspace.h method.h score.h select.h cache.h attention.h
-  backend.h evict.h decode_evict.h decode_score.h diagnostics.h io/atomic_file.h io/npy.h
+  backend.h threads.h evict.h decode_evict.h decode_score.h diagnostics.h io/atomic_file.h io/npy.h
   io/safetensors.h)
 set(KVEVICT_PUBLIC_HEADERS_MODEL
   tokenizer.h io/gguf.h model/config.h model/weights.h model/model.h model/sampler.h

@@ -11,6 +11,7 @@
 #include "kvevict/cache.h"
 #include "kvevict/score.h"
 #include "kvevict/select.h"
+#include "kvevict/threads.h"  // max_threads, set_num_threads, num_threads
 #include "kvevict/workspace.h"
 
 namespace kvevict {
@@ -81,16 +82,6 @@ class Backend {
 // The multithreaded float path (cpu::score, select, cache_compact, cpu::attention).
 std::unique_ptr<Backend> make_cpu_backend();
 
-// Threads of every CPU fast path (the CPU backend's, cpu::score's, the CPU model runtime's).
-// Work is split into fixed chunks that do not depend on the thread count and reduced in a fixed
-// order, so results are bitwise identical for any count.
-// The most threads set_num_threads accepts: 4 x the hardware threads, at most 1024. More threads
-// than that only oversubscribe the cores, and libgomp itself fails (exit 1, or a segfault at
-// 100000) long before the thread count's int range ends (issue 13).
-int max_threads();
-// 0 = use every hardware thread (the default). Throws naming n unless 0 <= n <= max_threads().
-void set_num_threads(int n);
-int num_threads();
 // The double-precision ground truth (ref::score, ref::select, cache_compact, ref::attention),
 // results rounded to f32 on output. Slow: for tests and small checks.
 std::unique_ptr<Backend> make_reference_backend();

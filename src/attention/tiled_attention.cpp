@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
-#include "cache/parallel_if_large.h"
 #include "core/nan_max.h"
 #include "core/parallel.h"
+#include "core/parallel_if_large.h"
 #include "kvevict/attention.h"
 #include "kvevict/error.h"
 

@@ -1,8 +1,8 @@
 // Compaction (SPEC section 4): copy the kept rows into a smaller cache, and decode appends.
 #include <cstring>
 
-#include "cache/parallel_if_large.h"
 #include "core/parallel.h"
+#include "core/parallel_if_large.h"
 #include "kvevict/cache.h"
 #include "kvevict/error.h"
 

@@ -1,11 +1,11 @@
 // How the CPU fast paths split work over threads. The thread-count knobs (set_num_threads,
-// num_threads, max_threads) are public, in kvevict/backend.h; parallel_for is internal.
+// num_threads, max_threads) are public, in kvevict/threads.h; parallel_for is internal.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 
-#include "kvevict/backend.h"
+#include "kvevict/threads.h"
 
 namespace kvevict {
 

@@ -5,8 +5,8 @@
 #include <sstream>
 #include <vector>
 
-#include "cache/parallel_if_large.h"
 #include "core/parallel.h"
+#include "core/parallel_if_large.h"
 #include "kvevict/backend.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
@@ -92,13 +92,13 @@ DecodeEvictor& DecodeEvictor::operator=(DecodeEvictor&&) noexcept = default;
 // (score_terms.h top_term, issue 13) when it holds p >= 1/2, with a_{-top} accumulated here over
 // the other rows (their own max, so no underflow however far the top dominates): the identity
 // would divide the rounding of a - v_top by (1 - p)^2.
-void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int kvh,
+void DecodeEvictor::step_scores(const KVLayerView& cache, const DecodeStep& step, int kv_head,
                                 float* out) const {
-  const int d = c.head_dim;
-  const int hq = static_cast<int>(st.q.shape[0]);
-  const int group = hq / c.num_kv_heads;
-  const int64_t len = c.lens[kvh];
-  const int64_t base = c.offsets[kvh];
+  const int d = cache.head_dim;
+  const int hq = static_cast<int>(step.q.shape[0]);
+  const int group = hq / cache.num_kv_heads;
+  const int64_t len = cache.lens[kv_head];
+  const int64_t base = cache.offsets[kv_head];
   const float scale = opt_.scale != 0.0f ? opt_.scale : 1.0f / std::sqrt(static_cast<float>(d));
   const bool uses_a = opt_.score == DecodeScore::kDropKV || opt_.score == DecodeScore::kObcacheK ||
                       opt_.score == DecodeScore::kObcacheVK;
@@ -110,14 +110,14 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
   std::vector<double> acc(len, 0.0), z(len);
   std::vector<double> a_oth(d);
   for (int g = 0; g < group; ++g) {
-    const int h = kvh * group + g;
-    const float* q = st.q.ptr<float>() + st.q.offset(h);
-    const float* a = st.a.ptr<float>() + st.a.offset(h);
+    const int h = kv_head * group + g;
+    const float* q = step.q.ptr<float>() + step.q.offset(h);
+    const float* a = step.a.ptr<float>() + step.a.offset(h);
     int64_t top = 0;
     for (int64_t j = 0; j < len; ++j) {
       const int64_t row = (base + j) * d;
       float dot = 0.0f;
-      for (int i = 0; i < d; ++i) dot += q[i] * load_f(c.k, c.dtype, row + i);
+      for (int i = 0; i < d; ++i) dot += q[i] * load_f(cache.k, cache.dtype, row + i);
       z[j] = static_cast<double>(dot) * scale;
       if (opt_.softcap > 0) z[j] = opt_.softcap * std::tanh(z[j] / opt_.softcap);
       if (z[j] > z[top]) top = j;
@@ -137,10 +137,11 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
       for (int64_t j = 0; j < len && l_oth > 0; ++j) {
         if (j == top) continue;
         const double w = std::exp(z[j] - m2) / l_oth;
-        for (int i = 0; i < d; ++i) a_oth[i] += w * load_f(c.v, c.dtype, (base + j) * d + i);
+        for (int i = 0; i < d; ++i)
+          a_oth[i] += w * load_f(cache.v, cache.dtype, (base + j) * d + i);
       }
       for (int i = 0; i < d; ++i) {
-        const double vt = load_f(c.v, c.dtype, (base + top) * d + i), diff = vt - a_oth[i];
+        const double vt = load_f(cache.v, cache.dtype, (base + top) * d + i), diff = vt - a_oth[i];
         tk.d2 += diff * diff;
         tk.vdiff += vt * diff;
         tk.v2 += vt * vt;
@@ -157,7 +158,7 @@ void DecodeEvictor::step_scores(const KVLayerView& c, const DecodeStep& st, int 
       double v2 = 0, av = 0;
       if (opt_.score != DecodeScore::kAttentionSum && opt_.score != DecodeScore::kTOVA) {
         for (int i = 0; i < d; ++i) {
-          const double vi = load_f(c.v, c.dtype, row + i);
+          const double vi = load_f(cache.v, cache.dtype, row + i);
           v2 += vi * vi;
           av += a[i] * vi;
         }

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "cache/parallel_if_large.h"
+#include "core/parallel_if_large.h"
 #include "evict/host_memory.h"
 #include "kvevict/error.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cache/parallel_if_large.h"
+#include "core/parallel_if_large.h"
 #include "kvevict/error.h"
 #include "quant/gemm.h"
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "cache/parallel_if_large.h"
 #include "core/parallel.h"
+#include "core/parallel_if_large.h"
 #include "kvevict/error.h"
 
 namespace kvevict {
@@ -121,24 +121,24 @@ bool select_head(const float* scores, const float* aux, int64_t len, int64_t n_k
   return below;
 }
 
-Selection select(const SelectProblem& pb, const SelectOptions& opt) {
-  pb.validate();
+Selection select(const SelectProblem& problem, const SelectOptions& opt) {
+  problem.validate();
   opt.validate();
-  const int hkv = pb.num_kv_heads;
+  const int hkv = problem.num_kv_heads;
   std::vector<int64_t> n_keep(hkv), bh(hkv, -1);
-  for (int h = 0; h < hkv; ++h) n_keep[h] = opt.budget.keep_count(pb.lens[h]);
+  for (int h = 0; h < hkv; ++h) n_keep[h] = opt.budget.keep_count(problem.lens[h]);
 
   Selection sel;
   sel.num_kv_heads = hkv;
   if (opt.policy == Policy::kAdaKV) {
-    const int64_t n = pb.lens[0];
+    const int64_t n = problem.lens[0];
     for (int h = 1; h < hkv; ++h)
-      KVEVICT_CHECK(pb.lens[h] == n, "adakv needs equal head lengths; head ", h, " has ",
-                    pb.lens[h], ", head 0 has ", n);
+      KVEVICT_CHECK(problem.lens[h] == n, "adakv needs equal head lengths; head ", h, " has ",
+                    problem.lens[h], ", head 0 has ", n);
     const Protected p = protected_rows(n, opt.sink, opt.window);
     const int64_t B = n_keep[0] - p.count(n);
     if (B > 0) {
-      bh = adakv_budgets(pb, p, n, B, opt.alpha);
+      bh = adakv_budgets(problem, p, n, B, opt.alpha);
       for (int h = 0; h < hkv; ++h) n_keep[h] = p.count(n) + bh[h];
     }
   }
@@ -146,20 +146,20 @@ Selection select(const SelectProblem& pb, const SelectOptions& opt) {
   std::vector<std::vector<int32_t>> per_head(hkv);
   std::vector<char> below(hkv, 0);
   int64_t rows = 0;
-  for (int h = 0; h < hkv; ++h) rows += pb.lens[h];
+  for (int h = 0; h < hkv; ++h) rows += problem.lens[h];
   detail::parallel_for_if_large(hkv, rows * 8, [&](int64_t h) {
-    const int64_t s = pb.starts[h];
+    const int64_t s = problem.starts[h];
     per_head[h].reserve(n_keep[h]);
-    below[h] = select_head(pb.scores + s, pb.aux ? pb.aux + s : nullptr, pb.lens[h], n_keep[h],
-                           opt.sink, opt.window, per_head[h]);
+    below[h] = select_head(problem.scores + s, problem.aux ? problem.aux + s : nullptr,
+                           problem.lens[h], n_keep[h], opt.sink, opt.window, per_head[h]);
   });
   sel.offsets.assign(hkv + 1, 0);
   for (int h = 0; h < hkv; ++h) {
     sel.offsets[h + 1] = sel.offsets[h] + static_cast<int64_t>(per_head[h].size());
     sel.index.insert(sel.index.end(), per_head[h].begin(), per_head[h].end());
     if (below[h] && sel.warning.empty()) {
-      const Protected p = protected_rows(pb.lens[h], opt.sink, opt.window);
-      sel.warning = protected_warning(n_keep[h], p.count(pb.lens[h]), opt.sink, opt.window);
+      const Protected p = protected_rows(problem.lens[h], opt.sink, opt.window);
+      sel.warning = protected_warning(n_keep[h], p.count(problem.lens[h]), opt.sink, opt.window);
     }
   }
   return sel;

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "cache/parallel_if_large.h"
+#include "core/parallel.h"
+#include "core/parallel_if_large.h"
 #include "kvevict/dtype.h"
 #include "kvevict/io/gguf.h"
-#include "core/parallel.h"
 #include "quant/gemm.h"
 #include "quant/matmul.h"
 

@@ -1,7 +1,7 @@
-// parallel_for for the host ops of select/, cache/, attention/ and evict/, run serially when the
-// whole job is small: waking the thread pool costs more than a decode step's work, and on a busy
-// machine spinning OpenMP workers turn microseconds into milliseconds. Each index's arithmetic is
-// the same either way, so results do not depend on the choice.
+// parallel_for for the host ops of select/, cache/, attention/, evict/ and quant/, run serially
+// when the whole job is small: waking the thread pool costs more than a decode step's work, and on
+// a busy machine spinning OpenMP workers turn microseconds into milliseconds. Each index's
+// arithmetic is the same either way, so results do not depend on the choice.
 #pragma once
 
 #include <cstdint>
