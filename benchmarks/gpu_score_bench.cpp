@@ -99,13 +99,20 @@ struct Result {
 };
 std::vector<Result> results;
 double copy_gbps = 0;  // bytes read + written per second / 1e9
+// The targets are the H200's (issue tables); on another card they are printed, not judged.
+bool judge_targets = true;
 
 void report(const Result& r) {
   results.push_back(r);
-  std::printf(
-      "%-48s %9.4f ms  floor %8.4f ms  x%5.2f  scratch %8.2f MiB%s\n", r.name.c_str(), r.ms,
-      r.floor_ms, r.floor_ms > 0 ? r.ms / r.floor_ms : 0.0, r.scratch / 1048576.0,
-      r.target_ms > 0 ? (r.ms <= r.target_ms ? "  (target met)" : "  (TARGET MISSED)") : "");
+  char verdict[96] = "";
+  if (r.target_ms > 0 && judge_targets)
+    std::snprintf(verdict, sizeof(verdict), "%s",
+                  r.ms <= r.target_ms ? "  (target met)" : "  (TARGET MISSED)");
+  else if (r.target_ms > 0)
+    std::snprintf(verdict, sizeof(verdict), "  (H200 target %.2f ms: not judged here)",
+                  r.target_ms);
+  std::printf("%-48s %9.4f ms  floor %8.4f ms  x%5.2f  scratch %8.2f MiB%s\n", r.name.c_str(), r.ms,
+              r.floor_ms, r.floor_ms > 0 ? r.ms / r.floor_ms : 0.0, r.scratch / 1048576.0, verdict);
   std::fflush(stdout);
 }
 
@@ -382,6 +389,7 @@ int main(int argc, char** argv) {
     const cuda::DeviceInfo info = cuda::device_info();
     std::printf("device: %s, %d SMs, L2 %d MiB, wgmma kernels %s\n", info.name, info.sm_count,
                 info.l2_bytes >> 20, cuda::window_wgmma_available() ? "yes" : "no (mma.sync)");
+    judge_targets = std::strstr(info.name, "H200") != nullptr;
     BENCH_CUDA(cudaMalloc(&flush_buf, kFlushBytes));
 
     {  // copy bandwidth: 1 GiB device-to-device, counting bytes read + written
