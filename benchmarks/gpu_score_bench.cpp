@@ -338,6 +338,7 @@ int main(int argc, char** argv) {
   bool profile = false;      // one shape, few reps: for running under ncu
   bool top_ab = false;       // issue 13: where the top keys cost time (set_window_top_keys)
   bool select_only = false;  // the radix select alone, up to the multi-launch sizes
+  bool small_n = false;      // where scoring time goes at n = 4K and 32K (issues 15, 16)
   int profile_reps = 3;
   int top_mode = 0;  // --profile under another top-key mode (kernel_variants.h)
   std::string json;
@@ -352,6 +353,8 @@ int main(int argc, char** argv) {
       top_ab = true;
     } else if (!std::strcmp(argv[i], "--select")) {
       select_only = true;
+    } else if (!std::strcmp(argv[i], "--small-n")) {
+      small_n = true;
     } else if (!std::strcmp(argv[i], "--top-mode") && i + 1 < argc) {
       top_mode = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -374,7 +377,10 @@ int main(int argc, char** argv) {
           "               two stages) on dropkv scores at n = 4K, 32K, 128K and 1M (1M takes the\n"
           "               multi-launch path either way)\n"
           "  --reps N     repetitions of --profile (default 3)\n"
-          "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n");
+          "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
+          "  --small-n    Llama at n = 4K and 32K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
+          "               score), its forward + merge alone, the same score under top mode 2,\n"
+          "               and knorm (one small launch: the floor a launch costs)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -427,6 +433,22 @@ int main(int argc, char** argv) {
       }
       cuda::set_window_top_keys(0);
       L.release();
+      return 0;
+    }
+    if (small_n) {  // score - forward = the pass; knorm = what one launch costs at this n
+      for (const int64_t n : {4096, 32768}) {
+        Layer L{32, 8, 128, n};
+        L.alloc(32, 1234 + n);
+        for (int round = 0; round < 3; ++round) {
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
+          bench_forward(L, "llama3.1-8b", 8, 100);
+          cuda::set_window_top_keys(2);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");
+          cuda::set_window_top_keys(0);
+          bench_score(L, "llama3.1-8b", Method::kKNorm, 8, false, 100, 0);
+        }
+        L.release();
+      }
       return 0;
     }
     if (select_only) {

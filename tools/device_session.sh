@@ -7,8 +7,9 @@
 #
 #   tools/device_session.sh first DIR         unpack DIR/bins.tar.xz and DIR's model part; the
 #                                             top-key A/B (gpu_score_bench --top-ab, medians per
-#                                             mode), then every test_cuda_* binary (the decode NaN
-#                                             test again under KVEVICT_DECODE_SIMT=1)
+#                                             mode), gpu_score_bench --small-n, then every
+#                                             test_cuda_* binary (the decode NaN test again under
+#                                             KVEVICT_DECODE_SIMT=1)
 #   tools/device_session.sh part DIR [TOOL:TEST ...]
 #                                             DIR's model part; meanwhile compute-sanitizer TOOL
 #                                             (memcheck, racecheck, ...) on each test binary TEST
@@ -90,6 +91,8 @@ for k in sorted(med):
     r = med[k] / med[base] - 1 if base in med else float("nan")
     print(f"{k:64s} {med[k]:.4f} ms ({len(rows[k])} rounds), vs mode 2 {100 * r:+.1f}%")
 PY
+    timeout 120 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
+    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8, its forward, top mode 2, knorm at 4K / 32K)"
     for t in $K/bin/test_cuda_*; do run_test "$t"; done
     KVEVICT_DECODE_SIMT=1 timeout 300 $K/bin/test_cuda_decode_attention_nan_test --gtest_brief=1 \
       >$K/logs/nan_simt.log 2>&1
@@ -230,7 +233,7 @@ PY
     pack coverage_logs_session
     ;;
   *)
-    sed -n 2,38p "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n 2,39p "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
