@@ -26,9 +26,10 @@
 #                                             weights (batches 1, 4, 8) and the Llama-3.1-8B batch-1
 #                                             decode at 32K against its floor (after models)
 #   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES[:FIRST] ..." BOX_S
-#                                             issue 20's coverage group on TEST seeds: one kvevict
-#                                             eval a (model, task), side by side, each stopped at
-#                                             BOX_S seconds, merged per model and length by kvevict
+#                                             issue 20's coverage group on TEST seeds: one process
+#                                             a (model, task), side by side, running kvevict eval
+#                                             on chunks of COVERAGE_CHUNK (10) samples until BOX_S
+#                                             seconds, merged per model and length by kvevict
 #                                             merge (MODEL: smollm2 or gemma3; FIRST: the first
 #                                             sample, --first-sample, so that a later call of the
 #                                             same build adds samples FIRST.. and the merge takes
@@ -194,6 +195,11 @@ PY
       (for t in $K/bin/test_model_cuda_*; do sanitize memcheck "$(basename "$t")" "$box"; done \
          >$K/logs/memcheck_summary.txt) &
     fi
+    # One process a (model, length, task), evaluating CHUNK samples an eval (COVERAGE_CHUNK, default
+    # 10), each chunk saved on its own: a call stopped by BOX_S loses at most the chunk under way,
+    # and the next call of the same build goes on from the first missing chunk.
+    chunk="${COVERAGE_CHUNK:-10}"
+    deadline=$((t0 + box))
     for spec in $specs; do
       IFS=: read -r m L N F <<<"$spec"
       F=${F:-0}
@@ -203,12 +209,22 @@ PY
         *) echo "device_session: unknown model '$m'; expected smollm2 or gemma3" >&2; exit 2 ;;
       esac
       for t in $tasks; do
-        out="$K/cov/${m}_${L}_${t}_from$F.json"
-        [ -f "$out" ] && continue  # a call cut short goes on where it stopped
-        timeout "$box" $K/bin/kvevict eval -m "$f" --device cuda --tasks "$t" --lengths "$L" \
-          --samples "$N" --first-sample "$F" --methods $methods --budgets 0.05,0.1,0.2,0.3 --modes aware,agnostic \
-          --split test --max-new 32 --bootstrap 2000 --compare $compare \
-          --out "$out" >"${out%.json}.log" 2>&1 &
+        (
+          last=20  # seconds the previous chunk took: the next starts only if that much is left
+          for ((s = F; s < F + N; s += chunk)); do
+            n=$((F + N - s < chunk ? F + N - s : chunk))
+            out="$K/cov/${m}_${L}_${t}_from$s.json"
+            [ -f "$out" ] && continue
+            start=$(date +%s)
+            left=$((deadline - start))
+            [ "$left" -gt $((last + last / 10 + 10)) ] || break
+            timeout "$left" $K/bin/kvevict eval -m "$f" --device cuda --tasks "$t" --lengths "$L" \
+              --samples "$n" --first-sample "$s" --methods $methods --budgets 0.05,0.1,0.2,0.3 \
+              --modes aware,agnostic --split test --max-new 32 --bootstrap 2000 --compare $compare \
+              --out "$out" >"${out%.json}.log" 2>&1 || break
+            last=$(($(date +%s) - start))
+          done
+        ) &
       done
     done
     wait
@@ -219,10 +235,22 @@ PY
       IFS=: read -r m L N F <<<"$spec"
       case "$merged_keys" in *" ${m}_$L "*) continue ;; esac  # shards of one model and length
       merged_keys="$merged_keys${m}_$L "
+      # Every chunk of every spec of this model and length must be there before the merge.
+      want=0 have=0
+      for spec2 in $specs; do
+        IFS=: read -r m2 L2 N2 F2 <<<"$spec2"
+        [ "$m2" = "$m" ] && [ "$L2" = "$L" ] || continue
+        F2=${F2:-0}
+        for t in $tasks; do
+          for ((s = F2; s < F2 + N2; s += chunk)); do
+            want=$((want + 1))
+            [ -f "$K/cov/${m}_${L}_${t}_from$s.json" ] && have=$((have + 1))
+          done
+        done
+      done
       files=$(ls $K/cov/${m}_${L}_*.json 2>/dev/null)
-      done_tasks=$(for t in $tasks; do ls $K/cov/${m}_${L}_${t}_from*.json >/dev/null 2>&1 && echo "$t"; done | wc -l)
-      echo "$m $L: $done_tasks of $(echo $tasks | wc -w) tasks, $(echo "$files" | grep -c json) files"
-      [ "$done_tasks" -eq "$(echo $tasks | wc -w)" ] || continue
+      echo "$m $L: $have of $want chunks of $chunk samples ($(echo "$files" | grep -c json) files here)"
+      [ "$have" -eq "$want" ] || continue
       name="${m}_${L}_coverage"
       # shellcheck disable=SC2086
       $K/bin/kvevict merge --out "$OUT/$name.json" --markdown "$OUT/$name.md" $files \
@@ -233,7 +261,7 @@ PY
     pack coverage_logs_session
     ;;
   *)
-    sed -n 2,39p "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n 2,40p "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
