@@ -326,19 +326,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
       }
     }
     float sc[GK / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < GK / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
-    const T* kt = k_s + (stage * TK + kg * GK) * S;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t af[4];
-      if constexpr (kQInRegs) {
-        af[0] = qf[ks][0], af[1] = qf[ks][1], af[2] = qf[ks][2], af[3] = qf[ks][3];
-      } else {
-        q_frag(ks, af);
-      }
-      mma_rows_k16<T, S>(sc, af, kt, ks * 16, ln);
-    }
+    qk_tile<T, S, D, kQInRegs>(sc, qf, k_s + (stage * TK + kg * GK) * S, ln, q_frag, [](int) {});
     const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll

@@ -40,6 +40,32 @@ __device__ __forceinline__ void mma_rows_k16(float (&acc)[NT][4], const uint32_t
   }
 }
 
+// s = Q K^T of a warp's 8 NT keys over the head dim D, zeroed first: k16 step ks takes its A
+// fragment from qf[ks] (kQInRegs: the queries held in registers) or from frag(ks, af) (shared
+// memory), and after(ks) runs after each step (a second product sharing the step, or nothing).
+// b_rows as mma_rows_k16's.
+template <class T, int S, int D, bool kQInRegs, int NT, int NQ, class Frag, class After>
+__device__ __forceinline__ void qk_tile(float (&s)[NT][4], const uint32_t (&qf)[NQ][4],
+                                        const T* b_rows, const MmaLane& ln, Frag&& frag,
+                                        After&& after) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t af[4];
+    if constexpr (kQInRegs) {
+      af[0] = qf[ks][0];
+      af[1] = qf[ks][1];
+      af[2] = qf[ks][2];
+      af[3] = qf[ks][3];
+    } else {
+      frag(ks, af);
+    }
+    mma_rows_k16<T, S>(s, af, b_rows, ks * 16, ln);
+    after(ks);
+  }
+}
+
 // o += P V for a warp's GK = 8 NP keys: the C fragments of two adjacent n8 tiles of P are the A
 // fragment of one k16 step (FlashAttention-2's register reuse; P rounded to T); V: [GK keys][S]
 // with ND / 2 16-column blocks (head dim 8 ND), its B fragments from ldmatrix.trans.

@@ -262,30 +262,18 @@ __global__ void __launch_bounds__(Tr::kThreads, pass_min_blocks<Tr>())
 
     float s[NT][4], av[NT][4];  // av stays unused (and is removed) for terms without a
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-      av[nt][0] = av[nt][1] = av[nt][2] = av[nt][3] = 0.f;
-    }
-    const T* kt = k_s + (stage * TK + kg * GK) * S;
+    for (int nt = 0; nt < NT; ++nt) av[nt][0] = av[nt][1] = av[nt][2] = av[nt][3] = 0.f;
     const T* vt = vtile + kg * GK * S;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t af[4];
-      if constexpr (kQInRegs) {
-        af[0] = qf[ks][0];
-        af[1] = qf[ks][1];
-        af[2] = qf[ks][2];
-        af[3] = qf[ks][3];
-      } else {
-        ldmatrix_x4(af, q_s + a_row * S + ks * 16 + a_col);
-      }
-      mma_rows_k16<T, S>(s, af, kt, ks * 16, ln);
-      if constexpr (kNeedsOut) {
-        uint32_t hf[4];
-        ldmatrix_x4(hf, ahi_s + swz<D>(a_row, ks * 16 + a_col));
-        mma_rows_k16<T, S>(av, hf, vt, ks * 16, ln);
-      }
-    }
+    qk_tile<T, S, D, kQInRegs>(
+        s, qf, k_s + (stage * TK + kg * GK) * S, ln,
+        [&](int ks, uint32_t(&af)[4]) { ldmatrix_x4(af, q_s + a_row * S + ks * 16 + a_col); },
+        [&](int ks) {
+          if constexpr (kNeedsOut) {  // a V^T over the same k16 step
+            uint32_t hf[4];
+            ldmatrix_x4(hf, ahi_s + swz<D>(a_row, ks * 16 + a_col));
+            mma_rows_k16<T, S>(av, hf, vt, ks * 16, ln);
+          }
+        });
 
     // p = exp2(s c - lse2) for every pair; keys a row cannot see get p = 0 (tiles every row of
     // the block sees in full skip the check).

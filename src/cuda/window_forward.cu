@@ -163,22 +163,7 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
 
     // S = Q K^T for this warp's GK keys.
     float s[GK / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < GK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-    const T* kt = k_s + (stage * TK + kg * GK) * S;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t af[4];
-      if constexpr (kQInRegs) {
-        af[0] = qf[ks][0];
-        af[1] = qf[ks][1];
-        af[2] = qf[ks][2];
-        af[3] = qf[ks][3];
-      } else {
-        q_frag(ks, af);
-      }
-      mma_rows_k16<T, S>(s, af, kt, ks * 16, ln);
-    }
+    qk_tile<T, S, D, kQInRegs>(s, qf, k_s + (stage * TK + kg * GK) * S, ln, q_frag, [](int) {});
 
     // Mask keys a row cannot see (causal, sliding window, split end); tiles every row sees in
     // full skip it.
