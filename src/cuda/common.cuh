@@ -110,6 +110,25 @@ __device__ __forceinline__ void launch_dependents() {
 #endif
 }
 
+// Arrival of a block at `counter` (every thread of the block calls it once, after its stores):
+// the stores are made visible device-wide, thread 0 counts the block, and the block that brings
+// the count to `blocks` (every other one has published) resets the counter to zero for the next
+// launch and gets true. No block waits for another, so residency does not matter.
+__device__ __forceinline__ bool last_block_to_arrive(unsigned* counter, unsigned blocks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned prev = atomicAdd(counter, 1u);
+    last = prev == blocks - 1;
+    if (last) atomicExch(counter, 0u);
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the
 // stream's previous kernel (see grid_dependency_wait).
 template <class... KArgs, class... Args>

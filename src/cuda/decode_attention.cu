@@ -409,37 +409,14 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     }
   }
   if constexpr (kScoreG == 0) {
-    // The merge in this launch (a.merge_counters): the same arrival as the fused scores' below;
-    // the segment's last block merges its G heads, a warp a head, as decode_merge_kernel would.
-    if (a.merge_counters == nullptr) return;
-    __shared__ bool last_m;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const unsigned prev = atomicAdd(a.merge_counters + seg, 1u);
-      last_m = prev == static_cast<unsigned>(p.splits - 1);
-      if (last_m) atomicExch(a.merge_counters + seg, 0u);
-    }
-    __syncthreads();
-    if (!last_m) return;
-    __threadfence();
+    // The merge in this launch (a.merge_counters): the segment's last block to arrive merges its G
+    // heads, a warp a head, as decode_merge_kernel would.
+    if (a.merge_counters == nullptr || !last_block_to_arrive(a.merge_counters + seg, p.splits))
+      return;
     for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head(p, seg, hq, lane, nullptr, nullptr);
   } else {
-    // Arrival: every thread's partial and logit stores are made visible device-wide before the
-    // block counts itself; the block that brings the count to `splits` is the last one of its
-    // segment (every other split has published), resets the counter for the next launch, merges
-    // and scores. No block ever waits for another, so residency does not matter.
-    __shared__ bool last_s;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      const unsigned prev = atomicAdd(p.score.counters + seg, 1u);
-      last_s = prev == static_cast<unsigned>(p.splits - 1);
-      if (last_s) atomicExch(p.score.counters + seg, 0u);
-    }
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence();
+    // The segment's last block to arrive (every other split has published) merges and scores.
+    if (!last_block_to_arrive(p.score.counters + seg, p.splits)) return;
     float* a_s = reinterpret_cast<float*>(smem);  // [G][D]: q_s and k_s are dead
     float* lse_s = a_s + kScoreG * D;             // [G]
     TopPairs* tops = reinterpret_cast<TopPairs*>(lse_s + kScoreG);

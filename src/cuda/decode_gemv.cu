@@ -142,17 +142,7 @@ __device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int 
 // the last one advances every segment's length (ring layers: up to the ring) and resets the
 // counter. Every block read the lengths before it counted itself, so none sees a moved one.
 __device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned prev = atomicAdd(a.arrivals, 1u);
-    last = prev == gridDim.x - 1;
-    if (last) atomicExch(a.arrivals, 0u);
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!cuda::detail::last_block_to_arrive(a.arrivals, gridDim.x)) return;
   const RopeAppendArgs& ra = a.rope;
   for (int s = threadIdx.x; s < a.B * ra.Hkv; s += blockDim.x) {
     int32_t& len = ra.seg_len[s];

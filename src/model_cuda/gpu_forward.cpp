@@ -93,20 +93,27 @@ bool GpuForward::try_gemv(const detail::GemvArgs& a) {
   return true;
 }
 
+// The GEMV arguments of y = rms_norm(x) W^T over the T rows of x (row stride D), W [n_out, D].
+detail::GemvArgs GpuForward::normed_gemv(const float* x, const float* norm, const bf16* w,
+                                         int64_t n_out, int64_t T, detail::GemvOut out) const {
+  detail::GemvArgs a;
+  a.x = x;
+  a.norm_w = norm;
+  a.eps = c().rms_eps;
+  a.w = w;
+  a.B = static_cast<int>(T);
+  a.N = static_cast<int>(n_out);
+  a.K = static_cast<int>(c().n_embd);
+  a.out = out;
+  return a;
+}
+
 // xn[T, D] = rms_norm(x) with `norm`, then y[T, out] = xn W^T (bf16).
 void GpuForward::norm_and_project(const float* norm, const bf16* w, int64_t out, void* y,
                                   int64_t T) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
-  detail::GemvArgs a;
-  a.x = x_.get();
-  a.norm_w = norm;
-  a.eps = m.rms_eps;
-  a.w = w;
-  a.B = static_cast<int>(T);
-  a.N = static_cast<int>(out);
-  a.K = static_cast<int>(D);
-  a.out = detail::GemvOut::kBf16;
+  detail::GemvArgs a = normed_gemv(x_.as<float>(), norm, w, out, T, detail::GemvOut::kBf16);
   a.y = y;
   if (try_gemv(a)) return;
   KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
@@ -117,24 +124,16 @@ void GpuForward::norm_and_project(const float* norm, const bf16* w, int64_t out,
 
 void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
   const ModelConfig& m = c();
-  const int64_t D = m.n_embd, F = m.ffn_dim;
+  const int64_t F = m.ffn_dim;
   const bool gelu = m.activation == FfnActivation::kGeluTanh;
-  detail::GemvArgs a;  // norm, gate|up and the activation in one launch
-  a.x = x_.get();
-  a.norm_w = L.ffn_norm;
-  a.eps = m.rms_eps;
-  a.w = L.w_gu;
-  a.B = static_cast<int>(T);
-  a.N = static_cast<int>(F);
-  a.K = static_cast<int>(D);
-  a.out = detail::GemvOut::kGated;
+  // Norm, gate|up and the activation in one launch, else the norm and gate|up, then the
+  // activation.
+  detail::GemvArgs a =
+      normed_gemv(x_.as<float>(), L.ffn_norm, L.w_gu, F, T, detail::GemvOut::kGated);
   a.gelu_tanh = gelu;
   a.y = hbuf_.get();
   if (!try_gemv(a)) {
-    KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
-                                               static_cast<int>(D), L.ffn_norm, m.rms_eps,
-                                               xn_.as<bf16>(), stream_));
-    gemm(xn_.as<bf16>(), T, L.w_gu, 2 * F, D, gu_.get(), false, 0.0f);
+    norm_and_project(L.ffn_norm, L.w_gu, 2 * F, gu_.get(), T);
     KVEVICT_CUDA_CHECK(detail::launch_gated_act(
         gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F), gelu, hbuf_.as<bf16>(), stream_));
   }
@@ -154,17 +153,11 @@ void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt
   a.K = static_cast<int>(in_dim);
   a.out = post_norm == nullptr ? detail::GemvOut::kF32Add : detail::GemvOut::kF32;
   a.y = post_norm == nullptr ? x_.get() : o_f_.get();
-  if (!try_gemv(a)) {
-    if (post_norm == nullptr) {
-      gemm(in, T, wt, D, in_dim, x_.get(), true, 1.0f);
-      return;
-    }
-    gemm(in, T, wt, D, in_dim, o_f_.get(), true, 0.0f);
-  }
-  if (post_norm == nullptr) return;
-  KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
-                                                 static_cast<int>(D), post_norm, m.rms_eps,
-                                                 x_.as<float>(), stream_));
+  if (!try_gemv(a)) gemm(in, T, wt, D, in_dim, a.y, true, post_norm == nullptr ? 1.0f : 0.0f);
+  if (post_norm != nullptr)
+    KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
+                                                   static_cast<int>(D), post_norm, m.rms_eps,
+                                                   x_.as<float>(), stream_));
 }
 
 // Logits of `rows` rows of x taken every `stride` rows starting at row (stride - 1) (the last
@@ -173,15 +166,8 @@ void GpuForward::final_logits(int64_t rows, int64_t stride, float* logits) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
   const float* x_last = x_.as<float>() + (stride - 1) * D;
-  detail::GemvArgs a;
-  a.x = x_last;
-  a.norm_w = w_.output_norm;
-  a.eps = m.rms_eps;
-  a.w = w_.output;
-  a.B = static_cast<int>(rows);
-  a.N = static_cast<int>(m.vocab_size);
-  a.K = static_cast<int>(D);
-  a.out = detail::GemvOut::kF32;
+  detail::GemvArgs a =
+      normed_gemv(x_last, w_.output_norm, w_.output, m.vocab_size, rows, detail::GemvOut::kF32);
   a.y = logits;
   if (!((rows == 1 || stride == 1) && try_gemv(a))) {
     KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_last, stride * D, static_cast<int>(rows),
@@ -448,15 +434,8 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     ra.ring = C.ring;
     // The fused step: norm, q|k|v, RoPE and the append in one launch where it covers the layer
     // (not gemma3's per-head q / k norms); the arrival counter follows the attention's B Hkv.
-    detail::GemvArgs qa;
-    qa.x = x_.get();
-    qa.norm_w = L.attn_norm;
-    qa.eps = m.rms_eps;
-    qa.w = L.wqkv;
-    qa.B = B;
-    qa.N = static_cast<int>(W);
-    qa.K = static_cast<int>(D);
-    qa.out = detail::GemvOut::kRopeAppend;
+    detail::GemvArgs qa =
+        normed_gemv(x_.as<float>(), L.attn_norm, L.wqkv, W, B, detail::GemvOut::kRopeAppend);
     qa.rope = ra;
     qa.arrivals =
         fused_on_ ? step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv : nullptr;

@@ -76,6 +76,8 @@ class GpuForward {
   const ModelConfig& c() const { return w_.config; }
   float embed_mul() const;
   void ensure_batch(int T);
+  detail::GemvArgs normed_gemv(const float* x, const float* norm, const bf16* w, int64_t n_out,
+                               int64_t T, detail::GemvOut out) const;
   bool try_gemv(const detail::GemvArgs& a);
   void norm_and_project(const float* norm, const bf16* w, int64_t out, void* y, int64_t T);
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);

@@ -249,35 +249,25 @@ void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed
     ra.ring = ring;
     return ra;
   };
-  GemvArgs a;
-  a.x = dx.data();
-  a.norm_w = dnw.data();
-  a.eps = 1e-6f;
-  a.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
-  a.B = B;
-  a.N = W;
-  a.K = K;
-  a.out = GemvOut::kBf16;
-  a.y = dqkv.data();
-  KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(a, nullptr));
-  KVEVICT_ASSERT_CUDA(gpu::detail::launch_rope_append(rope_of(ref), nullptr));
+  GemvArgs proj;  // the reference's projection
+  proj.x = dx.data();
+  proj.norm_w = dnw.data();
+  proj.eps = 1e-6f;
+  proj.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
+  proj.B = B;
+  proj.N = W;
+  proj.K = K;
+  proj.out = GemvOut::kBf16;
+  proj.y = dqkv.data();
+  GemvArgs a = proj;  // the fused launch
   a.out = GemvOut::kRopeAppend;
   a.y = nullptr;
   a.rope = rope_of(fused);
   a.arrivals = arrivals.data();
   ASSERT_TRUE(gpu::detail::gemv_supported(a));
   for (int round = 0; round < 2; ++round) {  // the second round appends at the next rows
-    if (round == 1) {
-      KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(
-          [&] {
-            GemvArgs r = a;
-            r.out = GemvOut::kBf16;
-            r.y = dqkv.data();
-            return r;
-          }(),
-          nullptr));
-      KVEVICT_ASSERT_CUDA(gpu::detail::launch_rope_append(rope_of(ref), nullptr));
-    }
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(proj, nullptr));
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_rope_append(rope_of(ref), nullptr));
     KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(a, nullptr));
     KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
     EXPECT_EQ(fused.len.download(), ref.len.download()) << "round " << round;
