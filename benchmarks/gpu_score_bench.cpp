@@ -370,9 +370,9 @@ int main(int argc, char** argv) {
           "               w = 32 on the row-major wgmma pass; 3 reps (for ncu)\n"
           "  --top-ab     Llama at n = 128K: dropkv w = 8 and 32, obcache_vk w = 16 + pool under\n"
           "               top-key modes 0 (default), 1 (pass given no records), 2 (plain forward,\n"
-          "               v9's kernels), 3 (the fast top tile), 5 rounds interleaved, --reps N\n"
-          "               each (default 30); on the random layer, then with an attention sink\n"
-          "               (key 0 holds p ~ 0.9 of every row)\n"
+          "               v9's kernels), 5 rounds interleaved, --reps N each (default 30); on the\n"
+          "               random layer, then with an attention sink (key 0 holds p ~ 0.9 of\n"
+          "               every row)\n"
           "  --select     Llama only: select + compaction at 5%% (single and multi launch, adakv,\n"
           "               two stages) on dropkv scores at n = 4K, 32K, 128K and 1M (1M takes the\n"
           "               multi-launch path either way)\n"
@@ -416,14 +416,13 @@ int main(int argc, char** argv) {
       Layer L{32, 8, 128, 131072};
       L.alloc(32, 99);
       const int reps = profile_reps > 3 ? profile_reps : 30;
-      const char* label[2][4] = {
-          {" (top mode 0)", " (top mode 1)", " (top mode 2)", " (top mode 3)"},
-          {" (sink, top mode 0)", " (sink, top mode 1)", " (sink, top mode 2)",
-           " (sink, top mode 3)"}};
+      const char* label[2][3] = {
+          {" (top mode 0)", " (top mode 1)", " (top mode 2)"},
+          {" (sink, top mode 0)", " (sink, top mode 1)", " (sink, top mode 2)"}};
       for (int data = 0; data < 2; ++data) {
         if (data == 1) L.add_sink(32);
         for (int round = 0; round < 5; ++round)
-          for (int mode = 0; mode < 4; ++mode) {
+          for (int mode = 0; mode < 3; ++mode) {
             cuda::set_window_top_keys(mode);
             const char* lab = label[data][mode];
             bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, reps, 0, lab);

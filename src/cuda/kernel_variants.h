@@ -24,12 +24,9 @@ bool window_wgmma_available();
 // Where issue 13's top keys cost time (dropkv / obcache_k / obcache_vk; benchmarks/gpu_score_bench
 // --top-ab): 0, the default, runs the top-key forward, its merge's records and the pass's
 // leave-one-out terms; 1 runs the same forward and merge but hands the pass no records (its top
-// handling idles); 2 runs the plain forward and merge (v9's kernels) and no records; 3 is mode 0
-// with the wgmma forward's forward_top_tile (window_params.cuh: a tile test in front of v9's
-// step, the exact step only where a key may outweigh its row; docs/GPU_NOTES.md), an experiment
-// under measurement whose results equal mode 0's up to float rounding. Modes 1 and 2 score the
-// top key in the first form, (p / (1 - p))^2 ||a - v||^2, which loses everything as p -> 1:
-// timing references, never results. (src/cuda/score_api.cpp)
+// handling idles); 2 runs the plain forward and merge (v9's kernels) and no records. Modes 1 and
+// 2 score the top key in the first form, (p / (1 - p))^2 ||a - v||^2, which loses everything as p
+// -> 1: timing references, never results. (src/cuda/score_api.cpp)
 void set_window_top_keys(int mode);
 
 // The per-head select runs as one cooperative launch when its grid fits on the device at once

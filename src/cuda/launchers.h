@@ -43,10 +43,10 @@ struct TopRow {
 // Bytes of the split-K partials for the forward (out may be skipped: with_out = false).
 size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count);
 // out [Hq, w, d] f32 (null: lse only), lse [Hq, w] f32, top [Hq, w] (null: not written; needs
-// out). fast_top: the wgmma forward's forward_top_tile (kernel_variants.h top mode 3).
+// out).
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  TopRow* top = nullptr, bool fast_top = false);
+                                  TopRow* top = nullptr);
 
 // Which per-(query, token) term the scoring pass sums (kvevict::Method subset).
 enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb };

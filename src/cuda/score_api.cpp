@@ -305,13 +305,13 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
 
   const int top_mode = g_top_keys_mode.load(std::memory_order_relaxed);
   KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream,
-                                                   top_mode == 2 ? nullptr : top, top_mode == 3));
+                                                   top_mode == 2 ? nullptr : top));
   detail::ScorePassArgs sa;
   sa.win = a;
   sa.term = term;
   sa.out = a_out;
   sa.lse = lse;
-  sa.top = top_mode == 0 || top_mode == 3 ? top : nullptr;
+  sa.top = top_mode == 0 ? top : nullptr;
   sa.one_minus_p_floor = static_cast<float>(opt.one_minus_p_floor);
   sa.row_weight = 1.0f / static_cast<float>(a.num_q_heads / a.num_kv_heads);
   sa.h2o_normalize = opt.aggregate == Aggregate::kAllQueries && opt.h2o_normalize;
@@ -349,8 +349,7 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
 }
 
 void set_window_top_keys(int mode) {
-  KVEVICT_CHECK(mode >= 0 && mode <= 3, "top-key mode ", mode,
-                " is invalid; expected 0, 1, 2 or 3");
+  KVEVICT_CHECK(mode >= 0 && mode <= 2, "top-key mode ", mode, " is invalid; expected 0, 1 or 2");
   g_top_keys_mode.store(mode);
 }
 

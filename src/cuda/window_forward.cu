@@ -652,7 +652,7 @@ size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_c
 
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  TopRow* top, bool fast_top) {
+                                  TopRow* top) {
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
       a.q_rows < a.w)
     return cudaErrorInvalidValue;
@@ -677,7 +677,6 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;
   p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
   p.top = top;
-  p.fast_top = fast_top;
   // Blocks of 64+ rows run the wgmma kernel where this binary has it (sm_90a).
   const int block_rows = 16 * plan.slabs;
   if (window_wgmma_enabled() && block_rows >= 64 && wgmma_forward_supported(a, block_rows)) {

@@ -9,8 +9,7 @@
 // fragment reads per 64-key tile). No key groups, so no in-block merge: each warpgroup writes its
 // rows' (o / l, m, l) partial directly in window_forward.cu's layout, whose merge kernel follows.
 // With V, each row's top key is kept apart from (o, m, l) (window_params.cuh ForwardTop): the
-// partial then also holds that key's logit and index, unless at the split's end the top weighs
-// less than half of the split's other keys (fold_weak_tops: it joins them).
+// partial then also holds that key's logit and index.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -42,12 +41,10 @@ constexpr int wg_forward_stages() {
 
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
-// kFast (with kTop): forward_top_tile's tile test in front of v9's step (top mode 3).
-template <class Tr, bool kWithV, bool kTop, bool kFast>
+template <class Tr, bool kWithV, bool kTop>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p) {
   static_assert(kWithV || !kTop, "the top keys need V");
-  static_assert(kTop || !kFast, "the fast tile is a top-key step");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
@@ -127,10 +124,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
 
     // S = Q K^T (64 rows x 64 keys a warpgroup).
     float s[32];
-    // kFast: the descriptors stay in registers across the loop; left to itself the compiler
-    // rebuilt the Q descriptor from the CTA's shared-memory base every tile in the top kernel (+17
-    // instructions a tile; tools/sass_loop_blocks.py, docs/GPU_NOTES.md).
-    if constexpr (kFast) asm volatile("" : "+l"(q_desc), "+l"(k_desc), "+l"(v_desc));
     const uint64_t kt_desc = wgmma_desc_add(k_desc, stage * kStageBytes);
     wgmma_fence();
 #pragma unroll
@@ -162,14 +155,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       float m_c[2];
       grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
       forward_exp_tile_fma<32>([&](int i) -> float& { return s[i]; }, m_c, sc, l_run);
-    } else if constexpr (kFast) {
-      const T* vtile = v_s + stage * TK * D;
-      forward_top_tile<T, 32, D / 2>(
-          [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
-          [&](int key, int col) {
-            return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
-          },
-          top, m_run, l_run, mx, sc, t4, key0, corr, &grew, &rescaled);
     } else {
       const T* vtile = v_s + stage * TK * D;
       float m_use[2];
@@ -215,8 +200,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
   }
-  if constexpr (kTop)
-    fold_weak_tops<T, D / 2>([&](int i) -> float& { return o[i]; }, top, m_run, l_run, sc);
   // This split's partial of the thread's two rows (window_forward.cu's layout, kRows = R).
   const int64_t part = ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * R;
   if (t4 == 0) {
@@ -255,10 +238,10 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV, bool kTop, bool kFast = false>
+template <class Tr, bool kWithV, bool kTop>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kFast>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -267,14 +250,13 @@ cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
 }
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
-// outputs, the outputs with top keys (v10's step or the fast tile).
+// outputs, the outputs with top keys.
 template <class Tr>
 cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
-  return top && p.fast_top ? launch_config<Tr, true, true, true>(p, stream)
-         : top             ? launch_config<Tr, true, true>(p, stream)
-         : with_v          ? launch_config<Tr, true, false>(p, stream)
-                           : launch_config<Tr, false, false>(p, stream);
+  return top      ? launch_config<Tr, true, true>(p, stream)
+         : with_v ? launch_config<Tr, true, false>(p, stream)
+                  : launch_config<Tr, false, false>(p, stream);
 }
 
 std::atomic<bool> g_wgmma_enabled{true};

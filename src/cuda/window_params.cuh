@@ -36,9 +36,6 @@ struct ForwardParams {
   // none) and its key index (int bits, -1: none)
   float* part_ml = nullptr;
   TopRow* top = nullptr;  // [Hq, w] written by the merge (null: not wanted)
-  // With top: the wgmma forward runs forward_top_tile (top mode 3, an experiment under
-  // measurement); the mma.sync forwards keep forward_top_step.
-  bool fast_top = false;
 };
 
 struct PassParams {
@@ -195,26 +192,13 @@ __device__ __forceinline__ float2 unpack2<__half>(uint32_t bits) {
   return __half22float2(*reinterpret_cast<const __half2*>(&bits));
 }
 
-// lse_lb of weight sum l at shift m (raw units), lowered by a margin that covers the rounding of
-// l, log2 and the product (1.4% of the weight, and 2^-20 of |m c| for huge logits), so it stays a
-// true lower bound: a bound slightly low only sends a tile to the exact step, never a top past it.
-__device__ __forceinline__ float lse_lower_bound(float m, float l, float sc) {
-  if (!(l > 0.f) || m == -INFINITY)
-    return isnan(l) || isnan(m) ? __int_as_float(0x7fffffff) : -INFINITY;
-  const float x = m * sc + __log2f(l);
-  return (x - 0.02f - 0x1p-20f * fabsf(x)) / sc;
-}
-
 // A thread's two rows' top keys held apart (NO: the floats of o a thread holds).
 template <int NO>
 struct ForwardTop {
   float m_top[2] = {-INFINITY, -INFINITY};  // raw logit q.k; -inf: none held apart
   int idx[2] = {-1, -1};                    // key index relative to the split's first key
-  // forward_top_tile only (raw logit units): the log-sum of the accumulators' weights is at least
-  // this (quad-uniform, never lowered: the accumulators only gain keys; -inf: nothing known).
-  float lse_lb[2] = {-INFINITY, -INFINITY};
-  uint32_t v[NO / 2];    // value pairs at o[2 k], o[2 k + 1]
-  bool extreme = false;  // some row's |m c| > 2^12 (warp-uniform but in forward_top_tile)
+  uint32_t v[NO / 2];                       // value pairs at o[2 k], o[2 k + 1]
+  bool extreme = false;                     // some row's |m c| > 2^12 (warp-uniform)
   __device__ __forceinline__ ForwardTop() {
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) v[k] = 0u;
@@ -228,10 +212,8 @@ struct ForwardTop {
 // mx: the thread's row maxima of s (masked keys -inf). Updates m_run / l_run (thread-partial sums)
 // and the top; zeroes a new strong top's logit (-inf) in s; rescales o itself when a former top
 // joins (then *rescaled = true), else leaves o to the caller: o *= corr when grew_any. m_use: the
-// rows' shifts (raw units), m_c = m_use * sc. kBound (forward_top_tile's exact step): the strong
-// test also counts the tile's own keys (a tile-0 maximum that its tile outweighs is not held), and
-// the rows' lse_lb are refreshed.
-template <class T, int NS, int NO, bool kBound = false, class SAt, class OAt, class VAt>
+// rows' shifts (raw units), m_c = m_use * sc.
+template <class T, int NS, int NO, class SAt, class OAt, class VAt>
 __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
                                                  float (&m_run)[2], float (&l_run)[2],
                                                  const float (&mx)[2], float sc, int t4, int key0,
@@ -257,22 +239,8 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
       // Mass of everything the row has seen, relative to the record key's weight 1.
       const float l = quad_sum(l_run[r]);
       const bool held = top.m_top[r] > -INFINITY;
-      float mass = l * fast_exp2((m_run[r] - t1[r]) * sc) +
-                   (held ? fast_exp2((top.m_top[r] - t1[r]) * sc) : 0.f);
-      if constexpr (kBound) {
-        // The tile's keys relative to the record (the record itself counts 1).
-        float tile = 0.f;
-        if (rec[r]) {
-#pragma unroll
-          for (int i = 0; i < NS; ++i)
-            if (((i >> 1) & 1) == r) tile += fast_exp2((s(i) - t1[r]) * sc);
-        }
-        tile = quad_sum(tile);
-        mass += tile - 1.f;
-        float lb = nan_max(top.lse_lb[r], lse_lower_bound(m_run[r], l, sc));
-        if (rec[r] && !(mass < 1.f)) lb = nan_max(lb, lse_lower_bound(t1[r], tile, sc));
-        top.lse_lb[r] = lb;
-      }
+      const float mass = l * fast_exp2((m_run[r] - t1[r]) * sc) +
+                         (held ? fast_exp2((top.m_top[r] - t1[r]) * sc) : 0.f);
       strong[r] = rec[r] && mass < 1.f;
       join[r] = rec[r] && held;  // the former top joins the accumulators
     }
@@ -350,41 +318,6 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
   }
 }
 
-// At the end of a split: a held top whose weight is under half of the split's other keys' (its p
-// within the split below 1/3, so below 1/3 over the row too) joins the accumulators, so that the
-// merge neither reads its value row nor resolves it; only a top that may hold p >= 1/2 over the
-// row stays apart. l_run: the rows' full sums (quad-reduced), shifted by m_run like o. A row
-// without other keys (m_run = -inf) or with NaN keeps its top (the comparisons are false).
-template <class T, int NO, class OAt>
-__device__ __forceinline__ void fold_weak_tops(OAt&& o, ForwardTop<NO>& top,
-                                               const float (&m_run)[2], float (&l_run)[2],
-                                               float sc) {
-  float wt[2];
-  bool fold[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const bool held = top.m_top[r] > -INFINITY && m_run[r] > -INFINITY;
-    wt[r] = held ? fast_exp2((top.m_top[r] - m_run[r]) * sc) : 0.f;
-    fold[r] = held && wt[r] < 0.5f * l_run[r];
-  }
-  if (!__any_sync(0xffffffffu, fold[0] || fold[1])) return;
-#pragma unroll
-  for (int k = 0; k < NO / 2; ++k) {
-    const int r = k & 1;
-    if (!fold[r]) continue;
-    const float2 f = unpack2<T>(top.v[k]);
-    o(2 * k) = fmaf(wt[r], f.x, o(2 * k));
-    o(2 * k + 1) = fmaf(wt[r], f.y, o(2 * k + 1));
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!fold[r]) continue;
-    l_run[r] += wt[r];
-    top.m_top[r] = -INFINITY;
-    top.idx[r] = -1;
-  }
-}
-
 // forward_exp_tile_fma: P = exp2(s c - m_c) of the tile in place from the shifts m_c = m_use c
 // (log2 units), summed into the thread's l_run: the common form.
 template <int NS, class SAt>
@@ -411,43 +344,6 @@ __device__ __forceinline__ void forward_exp_tile(SAt&& s, const float (&m_use)[2
       l_run[(i >> 1) & 1] += s(i);
     }
   }
-}
-
-// One tile of the top-key forward with v12's tile test in front of v9's online step (top mode 3,
-// kernel_variants.h; docs/GPU_NOTES.md "v12 measured"): the common tile is v9's (the row max, the
-// shift, the exponents in the fma form) plus a select, a compare and one vote. A tile where some
-// row's max beats its threshold (the held top's logit, else max(m_run, lse_lb): a key at or below
-// it cannot outweigh what the row has seen) or that holds huge logits (|m c| > 2^12) runs
-// forward_top_step<kBound> and forward_exp_tile. Same contract as forward_top_step followed by
-// forward_exp_tile; *grew is this thread's rows' (the caller rescales o when set).
-template <class T, int NS, int NO, class SAt, class OAt, class VAt>
-__device__ __forceinline__ void forward_top_tile(SAt&& s, OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
-                                                 float (&m_run)[2], float (&l_run)[2],
-                                                 const float (&mx)[2], float sc, int t4, int key0,
-                                                 float (&corr)[2], bool* grew, bool* rescaled) {
-  float t1[2];
-  bool ex[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    t1[r] = quad_max(mx[r]);
-    // A select of two values computed either way (a branch here split the tile in SASS). NaN in
-    // t1 or in the threshold never takes the exact step; nan_max keeps m_run NaN below.
-    const float held = top.m_top[r], open = nan_max(m_run[r], top.lse_lb[r]);
-    ex[r] = t1[r] > (held > -INFINITY ? held : open);
-  }
-  if (!__any_sync(0xffffffffu, ex[0] || ex[1] || top.extreme)) {
-    float m_c[2];
-    const bool g = shift_step(t1, m_run, l_run, sc, m_c, corr);
-    top.extreme = fabsf(m_c[0]) > 4096.f || fabsf(m_c[1]) > 4096.f;  // exact steps from the next
-    forward_exp_tile_fma<NS>(s, m_c, sc, l_run);
-    *grew = g;
-    *rescaled = false;
-    return;
-  }
-  float m_use[2];
-  forward_top_step<T, NS, NO, true>(s, o, v_at, top, m_run, l_run, mx, sc, t4, key0, m_use, corr,
-                                    grew, rescaled);
-  forward_exp_tile<NS>(s, m_use, sc, top.extreme, l_run);
 }
 
 // The wgmma (sm_90a) kernels: 64 query rows a warpgroup, one or two warpgroups a block

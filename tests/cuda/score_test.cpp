@@ -243,12 +243,11 @@ kvevict::testing::PeakedSpec top_key_spec(int64_t n, double gap, double p_top, d
 }
 
 // Scores of every spec (at each window of `windows`) for `methods` through the three scoring passes
-// and both forwards under each top-key mode of `top_modes` (kernel_variants.h), against the double
+// and both forwards under the shipped top-key step (kernel_variants.h mode 0), against the double
 // reference: the tolerance, kept-set and dominant-key checks described above.
 void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedSpec>& specs,
                                      std::initializer_list<int> windows,
-                                     std::initializer_list<Method> methods,
-                                     std::initializer_list<int> top_modes) {
+                                     std::initializer_list<Method> methods) {
   enum class Kernels { kKeyMajor, kRowMajor, kMmaSync };
   for (int w : windows) {
     for (kvevict::testing::PeakedSpec spec : specs) {
@@ -272,51 +271,47 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
         opt.window = w;
         opt.pooling = Pooling{};
         const std::vector<double> ref = ref::score(host, opt).scores;
-        for (int mode : top_modes) {
-          for (Kernels kern : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync}) {
-            SCOPED_TRACE(spec.str() + " " + method_name(m) + " top mode " + std::to_string(mode) +
-                         (kern == Kernels::kKeyMajor   ? ", key-major pass"
-                          : kern == Kernels::kRowMajor ? ", row-major wgmma pass"
-                                                       : ", mma.sync kernels"));
-            set_window_top_keys(mode);
-            set_window_wgmma(kern != Kernels::kMmaSync);
-            set_window_keymajor(kern == Kernels::kKeyMajor);
-            ds.poison();
-            ScoreOutput out;
-            out.scores = TensorView(ds.data(), DType::kF32, {spec.hkv, n}, Device::kCuda);
-            const size_t ws_bytes = score_workspace_bytes(p, opt);
-            DeviceBuffer<char> ws(ws_bytes);
-            score(p, opt, out, {ws.data(), ws_bytes});
-            KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-            const std::vector<float> got = ds.download();
-            EXPECT_TRUE(ds.sentinels_intact());
-            for (int g = 0; g < spec.hkv; ++g) {
-              const double* r = ref.data() + g * n;
-              const float* s = got.data() + g * n;
-              double top = 0;
-              for (int64_t j = 0; j < n; ++j) top = std::max(top, std::abs(r[j]));
-              const double atol = 1e-3 * top + 1e-30, rtol = 3e-2;
-              EXPECT_TRUE(kvevict::testing::all_close(s, r, n, atol, rtol,
-                                                      "scores head " + std::to_string(g)));
-              for (int64_t keep : {int64_t{1}, int64_t{8}, n / 10})
-                EXPECT_TRUE(kvevict::testing::kept_sets_agree(s, r, n, keep, atol, rtol,
-                                                              "keep " + std::to_string(keep)));
-              if (m == Method::kDropKV) {
-                // The key holding the most attention of the head's rows (the sink, planted as
-                // the top of half of them) has the largest removal change whenever it dominates.
-                const auto [best, clear] = kvevict::testing::clear_max(r, n, 0.1);
-                if (clear)
-                  EXPECT_TRUE(kvevict::testing::kept_mask(s, n, 1)[best])
-                      << "head " << g << ": key " << best << " (ref " << r[best] << ") scored "
-                      << s[best];
-              }
+        for (Kernels kern : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync}) {
+          SCOPED_TRACE(spec.str() + " " + method_name(m) +
+                       (kern == Kernels::kKeyMajor   ? ", key-major pass"
+                        : kern == Kernels::kRowMajor ? ", row-major wgmma pass"
+                                                     : ", mma.sync kernels"));
+          set_window_wgmma(kern != Kernels::kMmaSync);
+          set_window_keymajor(kern == Kernels::kKeyMajor);
+          ds.poison();
+          ScoreOutput out;
+          out.scores = TensorView(ds.data(), DType::kF32, {spec.hkv, n}, Device::kCuda);
+          const size_t ws_bytes = score_workspace_bytes(p, opt);
+          DeviceBuffer<char> ws(ws_bytes);
+          score(p, opt, out, {ws.data(), ws_bytes});
+          KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+          const std::vector<float> got = ds.download();
+          EXPECT_TRUE(ds.sentinels_intact());
+          for (int g = 0; g < spec.hkv; ++g) {
+            const double* r = ref.data() + g * n;
+            const float* s = got.data() + g * n;
+            double top = 0;
+            for (int64_t j = 0; j < n; ++j) top = std::max(top, std::abs(r[j]));
+            const double atol = 1e-3 * top + 1e-30, rtol = 3e-2;
+            EXPECT_TRUE(kvevict::testing::all_close(s, r, n, atol, rtol,
+                                                    "scores head " + std::to_string(g)));
+            for (int64_t keep : {int64_t{1}, int64_t{8}, n / 10})
+              EXPECT_TRUE(kvevict::testing::kept_sets_agree(s, r, n, keep, atol, rtol,
+                                                            "keep " + std::to_string(keep)));
+            if (m == Method::kDropKV) {
+              // The key holding the most attention of the head's rows (the sink, planted as
+              // the top of half of them) has the largest removal change whenever it dominates.
+              const auto [best, clear] = kvevict::testing::clear_max(r, n, 0.1);
+              if (clear)
+                EXPECT_TRUE(kvevict::testing::kept_mask(s, n, 1)[best])
+                    << "head " << g << ": key " << best << " (ref " << r[best] << ") scored "
+                    << s[best];
             }
           }
         }
       }
     }
   }
-  set_window_top_keys(0);
   set_window_wgmma(true);
   set_window_keymajor(true);
 }
@@ -337,14 +332,14 @@ TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
   add(30, 0, 1e30);
   // 32 rows (wgmma forward, mma.sync pass) and 128 (wgmma both).
   expect_top_keys_match_reference(specs, {8, 32},
-                                  {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK}, {0, 3});
+                                  {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK});
 }
 
 // Long splits: 8 tiles a split (n = 30,011 over 59 splits), the other keys' logits 2 nats apart
 // (as the benchmark's), and half of the rows' top keys deep inside a split, so that records,
 // strong tops held apart, tops replaced by stronger ones (the former top added back from its
 // stash) and joins happen after many tiles, not only in a split's first ones (the test above has
-// 4-tile splits). Both the shipped step (mode 0) and the fast tile (mode 3) must match.
+// 4-tile splits).
 TEST(CudaScore, TopKeysDeepInLongSplits) {
   KVEVICT_REQUIRE_GPU();
   std::vector<kvevict::testing::PeakedSpec> specs;
@@ -355,7 +350,7 @@ TEST(CudaScore, TopKeysDeepInLongSplits) {
     if (sanitizer && gap != 100) continue;
     specs.push_back(top_key_spec(30011, gap, p_top, 1.0, 2.0, ++seed));
   }
-  expect_top_keys_match_reference(specs, {8, 32}, {Method::kDropKV, Method::kObcacheVK}, {0, 3});
+  expect_top_keys_match_reference(specs, {8, 32}, {Method::kDropKV, Method::kObcacheVK});
 }
 
 TEST(CudaScore, PoolingWindowsAndHalf) {
