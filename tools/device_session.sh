@@ -21,7 +21,8 @@
 #                                             test_model_cuda_* binary (MODELS_MEMCHECK="NAME
 #                                             ...": those under memcheck, side by side)
 #   tools/device_session.sh fused-ab          the fused decode step (KVEVICT_DECODE_FUSED=1) against
-#                                             the default: the model tests with it on, then A B A B
+#                                             the default: gpu_gemv_bench (the GEMV alone against
+#                                             cuBLAS, model shapes), the model tests with it on, then A B A B
 #                                             gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3
 #                                             weights (batches 1, 4, 8) and the Llama-3.1-8B batch-1
 #                                             decode at 32K against its floor (after models)
@@ -160,7 +161,10 @@ PY
     pack models_logs
     ;;
   fused-ab)
-    # The model tests on the fused step first (GPU greedy text against the CPU's, the sessions).
+    # The GEMV alone against cuBLAS on every model's projection shapes at batches 1, 2, 4, 8.
+    timeout 150 $K/bin/gpu_gemv_bench >$K/logs/gemv_bench.txt 2>&1
+    echo "gemv_bench rc=$?"; cat $K/logs/gemv_bench.txt
+    # The model tests on the fused step (GPU greedy text against the CPU's, the sessions).
     for t in test_model_cuda_gpu_session_test test_model_cuda_runtime_equivalence_test; do
       KVEVICT_DECODE_FUSED=1 timeout 300 $K/bin/$t --gtest_brief=1 >$K/logs/fused_$t.log 2>&1
       echo "$t (KVEVICT_DECODE_FUSED=1) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $K/logs/fused_$t.log | tr '\n' ' ')"

@@ -1,7 +1,11 @@
 // The decode step's projections at small batch: y[B, N] = x[B, K] W^T for B <= kGemvMaxBatch rows,
 // W [N, K] bf16 row-major (the model's layout; cuBLAS reads it with OP_T), f32 accumulation. A warp
 // owns two output rows and reads 16 bytes of each per lane and step, so every weight byte is read
-// once per step whatever B is. Fused around the product, so a decode layer launches fewer kernels:
+// once per step whatever B is. The block stages the B input rows, a tile of kTileK columns at a
+// time, in shared memory as the product's bf16 operand (normed once a block, not once a warp and
+// batch row), so at B > 1 the inner loop reads each weight chunk once from global memory and the
+// B input chunks from shared memory. Fused around the product, so a decode layer launches fewer
+// kernels:
 //   - in front, the RMSNorm of f32 rows, rounded as the rms_norm kernel rounds: bf16(x inv_rms w);
 //   - behind a gate|up weight, the gated activation of the row pair (j, F + j): both rounded to
 //     bf16 first, as the separate kernel reads them;
@@ -31,6 +35,11 @@ using cuda::detail::launch_pdl;
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = 32 * kGemvWarps;
 constexpr int kChunk = 8;  // bf16 elements in 16 bytes
+// Columns of the input tile in shared memory: [B][kTileK] bf16, B * 4 KiB (32 KiB at B = 8). A
+// multiple of 32 chunks, so every lane meets the same columns as without tiles (lane l takes chunks
+// l, l + 32, ... of K): the sums are the same, bit for bit.
+constexpr int kTileK = 2048;
+constexpr int kTileChunks = kTileK / kChunk;
 
 __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kChunk]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -39,6 +48,15 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kChunk]) {
     f[2 * i] = __uint_as_float(w[i] << 16);
     f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   }
+}
+
+__device__ __forceinline__ uint4 pack8(const float (&f)[kChunk]) {
+  // f holds bf16 values (rounded or read as bf16): the top halves are exact.
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = (__float_as_uint(f[2 * i]) >> 16) | (__float_as_uint(f[2 * i + 1]) & 0xFFFF0000u);
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 __device__ __forceinline__ float round_bf16(float x) {
@@ -150,23 +168,17 @@ __device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a) {
   }
 }
 
-// A live warp's products of its two rows for every batch row, reduced over the lanes, and the
-// stores of kOut by lane 0.
-template <bool kNorm, GemvOut kOut, bool kGeluTanh>
-__device__ __forceinline__ void warp_rows(const GemvArgs& a, const bf16* w0, const bf16* w1,
-                                          int pair, int r0, int r1, bool has_r1,
-                                          const float* inv_rms) {
+// A warp's products of its two rows with the staged input tile (xs [B][kTileChunks] chunks,
+// columns k0 .. k0 + tk of K), added to acc0 / acc1 (lane-partial sums).
+__device__ __forceinline__ void tile_products(const GemvArgs& a, const bf16* w0, const bf16* w1,
+                                              int k0, int tk, const uint4* xs,
+                                              float (&acc0)[kGemvMaxBatch],
+                                              float (&acc1)[kGemvMaxBatch]) {
   const int lane = threadIdx.x & 31;
-  constexpr bool kGated = kOut == GemvOut::kGated;
-  float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
-#pragma unroll
-  for (int b = 0; b < kGemvMaxBatch; ++b) {
-    acc0[b] = 0.f;
-    acc1[b] = 0.f;
-  }
-  // Unrolled so that a lane has several 16-byte weight loads in flight (K = 4096: 16 steps).
+  // Unrolled so that a lane has several 16-byte weight loads in flight (a full tile: 8 steps).
 #pragma unroll 4
-  for (int k = lane * kChunk; k < a.K; k += 32 * kChunk) {
+  for (int c = lane; c < tk / kChunk; c += 32) {
+    const int k = k0 + c * kChunk;
     float wf0[kChunk], wf1[kChunk];
     unpack8(*reinterpret_cast<const uint4*>(w0 + k), wf0);
     unpack8(*reinterpret_cast<const uint4*>(w1 + k), wf1);
@@ -174,7 +186,7 @@ __device__ __forceinline__ void warp_rows(const GemvArgs& a, const bf16* w0, con
     for (int b = 0; b < kGemvMaxBatch; ++b) {
       if (b >= a.B) break;
       float xf[kChunk];
-      input_chunk<kNorm>(a, b, k, kNorm ? inv_rms[b] : 1.f, xf);
+      unpack8(xs[b * kTileChunks + c], xf);
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) {
         acc0[b] = fmaf(wf0[i], xf[i], acc0[b]);
@@ -182,6 +194,16 @@ __device__ __forceinline__ void warp_rows(const GemvArgs& a, const bf16* w0, con
       }
     }
   }
+}
+
+// A live warp's sums of its two rows for every batch row, reduced over the lanes, and the stores
+// of kOut by lane 0.
+template <GemvOut kOut, bool kGeluTanh>
+__device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
+                                           float (&acc0)[kGemvMaxBatch],
+                                           float (&acc1)[kGemvMaxBatch]) {
+  const int lane = threadIdx.x & 31;
+  constexpr bool kGated = kOut == GemvOut::kGated;
 #pragma unroll
   for (int b = 0; b < kGemvMaxBatch; ++b) {
     if (b >= a.B) break;
@@ -220,10 +242,12 @@ __host__ __device__ __forceinline__ int output_pairs(const GemvArgs& a) {
   return a.out == GemvOut::kGated ? a.N : (a.N + 1) / 2;
 }
 
-// Grid: one warp per output row pair (pair_rows).
+// Grid: one warp per output row pair (pair_rows). Dynamic shared memory: the input tile, B *
+// kTileK bf16.
 template <bool kNorm, GemvOut kOut, bool kGeluTanh>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   __shared__ float inv_rms[kGemvMaxBatch];
+  extern __shared__ uint4 xs[];  // [B][kTileChunks]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pair = blockIdx.x * kGemvWarps + warp;
   constexpr bool kGated = kOut == GemvOut::kGated;
@@ -258,14 +282,34 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
     }
     __syncthreads();
   }
-  if (live) warp_rows<kNorm, kOut, kGeluTanh>(a, w0, w1, pair, r0, r1, has_r1, inv_rms);
+  float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
+#pragma unroll
+  for (int b = 0; b < kGemvMaxBatch; ++b) {
+    acc0[b] = 0.f;
+    acc1[b] = 0.f;
+  }
+  for (int k0 = 0; k0 < a.K; k0 += kTileK) {
+    const int tk = min(kTileK, a.K - k0), chunks = tk / kChunk;
+    // Every thread stages chunks of the tile (the warps without rows too: they reach the barriers).
+    for (int c = threadIdx.x; c < a.B * chunks; c += kGemvThreads) {
+      const int b = c / chunks, kc = c - b * chunks;
+      float xf[kChunk];
+      input_chunk<kNorm>(a, b, k0 + kc * kChunk, kNorm ? inv_rms[b] : 1.f, xf);
+      xs[b * kTileChunks + kc] = pack8(xf);
+    }
+    __syncthreads();
+    if (live) tile_products(a, w0, w1, k0, tk, xs, acc0, acc1);
+    __syncthreads();  // the next tile overwrites xs
+  }
+  if (live) store_rows<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, acc0, acc1);
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a);
 }
 
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
   const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
-  return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), 0, stream, a);
+  const size_t smem = static_cast<size_t>(a.B) * kTileK * sizeof(bf16);  // <= 32 KiB: no opt-in
+  return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream, a);
 }
 
 template <bool kNorm>

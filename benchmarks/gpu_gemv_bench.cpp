@@ -1,0 +1,295 @@
+// The decode step's projections at small batch (issue 16): the small-batch GEMV of
+// src/cuda/decode_gemv.cu against cuBLAS's GemmEx (the call GpuForward::gemm makes: W [N, K] bf16
+// read with OP_T, f32 accumulation), on the projection shapes of SmolLM2-135M, Gemma 3 270M and
+// Llama-3.1-8B at batches 1, 2, 4 and 8.
+//
+// What a decode step sees: every projection reads a weight matrix that is not in L2 (the layers
+// before it evicted it) right after another kernel. So each timed sequence runs one projection over
+// rotating copies of its weights (at least 192 MiB of them, > 3x the H100's and H200's 50 MiB L2),
+// captured once as a CUDA graph and replayed; the time per call is the replay's over the copies.
+// Reports microseconds per call, the weight bytes over that time, and its share of the device-to-
+// device copy bandwidth measured in the same run (read + write: the bandwidth floor's convention
+// of gpu_e2e_bench). Ours runs the unnormed bf16 -> bf16 variant (as cuBLAS does: no fused norm),
+// and the normed one beside it (the fused step's q|k|v and gate|up launches).
+//
+// Usage: gpu_gemv_bench [--model smollm2|gemma3|llama|all] [--batches 1,2,4,8] [--replays N]
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/model_launchers.h"
+
+namespace {
+
+using kvevict::gpu::detail::GemvArgs;
+using kvevict::gpu::detail::GemvOut;
+using kvevict::gpu::detail::kGemvMaxBatch;
+
+#define BENCH_CUDA(call)                                                       \
+  do {                                                                         \
+    const cudaError_t e_ = (call);                                             \
+    if (e_ != cudaSuccess) {                                                   \
+      std::fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(e_));                                    \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+#define BENCH_CUBLAS(call)                                                     \
+  do {                                                                         \
+    const cublasStatus_t s_ = (call);                                          \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      std::fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #call, \
+                   cublasGetStatusString(s_));                                 \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+// One projection of a model's decode step: y[B, N] = x[B, K] W^T.
+struct Shape {
+  const char* model;
+  const char* name;
+  int N, K;
+};
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> s = {
+      {"smollm2", "q|k|v", 960, 576},    {"smollm2", "o", 576, 576},
+      {"smollm2", "gate|up", 3072, 576}, {"smollm2", "down", 576, 1536},
+      {"smollm2", "logits", 49152, 576}, {"gemma3", "q|k|v", 1536, 640},
+      {"gemma3", "o", 640, 1024},        {"gemma3", "gate|up", 4096, 640},
+      {"gemma3", "down", 640, 2048},     {"gemma3", "logits", 262144, 640},
+      {"llama", "q|k|v", 6144, 4096},    {"llama", "o", 4096, 4096},
+      {"llama", "gate|up", 28672, 4096}, {"llama", "down", 4096, 14336},
+      {"llama", "logits", 128256, 4096},
+  };
+  return s;
+}
+
+struct Args {
+  std::string model = "all";
+  std::vector<int> batches = {1, 2, 4, 8};
+  int replays = 20;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "gpu_gemv_bench: %s needs a value\n", s.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (s == "--model") {
+      a.model = value();
+      if (a.model != "all" && a.model != "smollm2" && a.model != "gemma3" && a.model != "llama") {
+        std::fprintf(stderr, "gpu_gemv_bench: --model %s: expected smollm2, gemma3, llama or all\n",
+                     a.model.c_str());
+        std::exit(2);
+      }
+    } else if (s == "--batches") {
+      a.batches.clear();
+      std::stringstream ss(value());
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        const int b = std::atoi(item.c_str());
+        if (b < 1 || b > kGemvMaxBatch) {
+          std::fprintf(stderr, "gpu_gemv_bench: --batches %s: expected 1..%d\n", item.c_str(),
+                       kGemvMaxBatch);
+          std::exit(2);
+        }
+        a.batches.push_back(b);
+      }
+    } else if (s == "--replays") {
+      a.replays = std::atoi(value().c_str());
+      if (a.replays < 1) {
+        std::fprintf(stderr, "gpu_gemv_bench: --replays %s: expected >= 1\n", argv[i]);
+        std::exit(2);
+      }
+    } else if (s == "--help" || s == "-h") {
+      std::printf(
+          "gpu_gemv_bench: the decode step's small-batch GEMV against cuBLAS on model shapes.\n\n"
+          "  --model M      smollm2, gemma3, llama or all (default all)\n"
+          "  --batches L    comma-separated batches, 1..%d (default 1,2,4,8)\n"
+          "  --replays N    graph replays a measurement, median taken (default 20)\n",
+          kGemvMaxBatch);
+      std::exit(0);
+    } else {
+      std::fprintf(stderr, "gpu_gemv_bench: unknown option %s (try --help)\n", s.c_str());
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+// Median microseconds per call of `calls` calls of f(i), captured as one graph and replayed.
+template <class F>
+double us_per_call(cudaStream_t stream, int calls, int replays, F&& f) {
+  for (int i = 0; i < calls; ++i) f(i);  // warm-up outside the graph (module load, cuBLAS plan)
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) f(i);
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<double> us;
+  for (int r = 0; r < replays + 2; ++r) {
+    BENCH_CUDA(cudaEventRecord(a, stream));
+    BENCH_CUDA(cudaGraphLaunch(exec, stream));
+    BENCH_CUDA(cudaEventRecord(b, stream));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    if (r >= 2) us.push_back(1e3 * ms / calls);  // the first two replays warm the graph
+  }
+  BENCH_CUDA(cudaEventDestroy(a));
+  BENCH_CUDA(cudaEventDestroy(b));
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double copy_gbps(cudaStream_t stream) {
+  const size_t bytes = 1ull << 30;
+  void *src = nullptr, *dst = nullptr;
+  BENCH_CUDA(cudaMalloc(&src, bytes));
+  BENCH_CUDA(cudaMalloc(&dst, bytes));
+  BENCH_CUDA(cudaMemset(src, 1, bytes));
+  const double us = us_per_call(stream, 4, 10, [&](int) {
+    BENCH_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  BENCH_CUDA(cudaFree(src));
+  BENCH_CUDA(cudaFree(dst));
+  return 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+}
+
+// Fills n bf16 values with small pseudo-random numbers (a cheap xorshift, on the host).
+void fill_bf16(__nv_bfloat16* d, size_t n, uint64_t seed) {
+  std::vector<__nv_bfloat16> h(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& e : h) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    e = __float2bfloat16(static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) * 0x1p-28f);
+  }
+  BENCH_CUDA(cudaMemcpy(d, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    std::fprintf(stderr, "gpu_gemv_bench: no CUDA device\n");
+    return 2;
+  }
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  BENCH_CUBLAS(cublasCreate(&blas));
+  BENCH_CUBLAS(cublasSetStream(blas, stream));
+  void* blas_ws = nullptr;  // as GpuForward: an explicit workspace, so the calls capture in graphs
+  const size_t blas_ws_bytes = 32u << 20;
+  BENCH_CUDA(cudaMalloc(&blas_ws, blas_ws_bytes));
+  BENCH_CUBLAS(cublasSetWorkspace(blas, blas_ws, blas_ws_bytes));
+  const double bw = copy_gbps(stream);
+  std::printf("device: %s, %d SMs, L2 %d MiB; d2d copy %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, bw);
+  std::printf("%-8s %-8s %6s %6s %2s | %9s %7s %6s | %9s %7s %6s | %9s %6s | %7s\n", "model",
+              "proj", "N", "K", "B", "ours us", "GB/s", "%copy", "cuBLAS us", "GB/s", "%copy",
+              "+norm us", "%copy", "cuBLAS/ours");
+
+  constexpr size_t kRotateBytes = 192ull << 20;
+  for (const Shape& s : shapes()) {
+    if (args.model != "all" && args.model != s.model) continue;
+    const size_t w_elems = static_cast<size_t>(s.N) * s.K;
+    const size_t w_bytes = w_elems * sizeof(__nv_bfloat16);
+    const int copies =
+        static_cast<int>(std::max<size_t>(2, (kRotateBytes + w_bytes - 1) / w_bytes));
+    __nv_bfloat16* w = nullptr;
+    BENCH_CUDA(cudaMalloc(&w, copies * w_bytes));
+    fill_bf16(w, w_elems, 7);
+    for (int c = 1; c < copies; ++c)
+      BENCH_CUDA(cudaMemcpy(w + c * w_elems, w, w_bytes, cudaMemcpyDeviceToDevice));
+    __nv_bfloat16 *x = nullptr, *y = nullptr;
+    float *xf = nullptr, *norm = nullptr;
+    BENCH_CUDA(cudaMalloc(&x, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(__nv_bfloat16)));
+    BENCH_CUDA(cudaMalloc(&xf, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(float)));
+    BENCH_CUDA(cudaMalloc(&norm, static_cast<size_t>(s.K) * sizeof(float)));
+    BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(kGemvMaxBatch) * s.N * sizeof(__nv_bfloat16)));
+    fill_bf16(x, static_cast<size_t>(kGemvMaxBatch) * s.K, 11);
+    BENCH_CUDA(cudaMemset(xf, 0, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(float)));
+    BENCH_CUDA(cudaMemset(norm, 0, static_cast<size_t>(s.K) * sizeof(float)));
+    for (int B : args.batches) {
+      GemvArgs g;
+      g.x = x;
+      g.w = w;
+      g.B = B;
+      g.N = s.N;
+      g.K = s.K;
+      g.out = GemvOut::kBf16;
+      g.y = y;
+      auto ours = [&](int i) {
+        GemvArgs gi = g;
+        gi.w = w + (i % copies) * w_elems;
+        BENCH_CUDA(kvevict::gpu::detail::launch_gemv(gi, stream));
+      };
+      GemvArgs gn = g;
+      gn.x = xf;
+      gn.norm_w = norm;
+      gn.eps = 1e-6f;
+      auto ours_normed = [&](int i) {
+        GemvArgs gi = gn;
+        gi.w = w + (i % copies) * w_elems;
+        BENCH_CUDA(kvevict::gpu::detail::launch_gemv(gi, stream));
+      };
+      const float alpha = 1.0f, beta = 0.0f;
+      auto blas_call = [&](int i) {
+        BENCH_CUBLAS(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, B, s.K, &alpha,
+                                  w + (i % copies) * w_elems, CUDA_R_16BF, s.K, x, CUDA_R_16BF, s.K,
+                                  &beta, y, CUDA_R_16BF, s.N, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+      };
+      const int calls = copies;
+      const double t_ours = us_per_call(stream, calls, args.replays, ours);
+      const double t_blas = us_per_call(stream, calls, args.replays, blas_call);
+      const double t_norm = us_per_call(stream, calls, args.replays, ours_normed);
+      auto gbps = [&](double us) { return static_cast<double>(w_bytes) / (us * 1e-6) / 1e9; };
+      std::printf(
+          "%-8s %-8s %6d %6d %2d | %9.2f %7.0f %5.1f%% | %9.2f %7.0f %5.1f%% | %9.2f %5.1f%% | "
+          "%7.2f\n",
+          s.model, s.name, s.N, s.K, B, t_ours, gbps(t_ours), 100.0 * gbps(t_ours) / bw, t_blas,
+          gbps(t_blas), 100.0 * gbps(t_blas) / bw, t_norm, 100.0 * gbps(t_norm) / bw,
+          t_blas / t_ours);
+      std::fflush(stdout);
+    }
+    BENCH_CUDA(cudaFree(w));
+    BENCH_CUDA(cudaFree(x));
+    BENCH_CUDA(cudaFree(xf));
+    BENCH_CUDA(cudaFree(norm));
+    BENCH_CUDA(cudaFree(y));
+  }
+  BENCH_CUBLAS(cublasDestroy(blas));
+  BENCH_CUDA(cudaFree(blas_ws));
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
