@@ -152,19 +152,22 @@ TEST(DecodeGemv, EveryOutputModeAgainstTheDoubleReference) {
   for (GemvOut out : {GemvOut::kBf16, GemvOut::kF32, GemvOut::kF32Add, GemvOut::kGated})
     for (bool norm : {false, true})
       for (int B : {1, 3, 8})
-        for (int K : {8, 576, 1544}) check({B, 37, K, norm, out}, seed++);
+        // K = 4104: two full input tiles of 2,048 columns and a last one of 8.
+        for (int K : {8, 576, 1544, 4104}) check({B, 37, K, norm, out}, seed++);
 }
 
 TEST(DecodeGemv, ModelShapesAndTheGeluActivation) {
   KVEVICT_REQUIRE_GPU();
   // SmolLM2's q|k|v (960 x 576), Gemma 3's gate|up (2 x 2048 x 640) with GELU, its down (640 x
-  // 2048), a one-row output, and a vocabulary-sized one.
+  // 2048), a one-row output, a vocabulary-sized one, and a K of 14,336.
   check({1, 960, 576, true, GemvOut::kBf16}, 11);
   check({2, 2048, 640, true, GemvOut::kGated, true}, 12);
   check({5, 1536, 576, true, GemvOut::kGated, false}, 13);
   check({1, 640, 2048, false, GemvOut::kF32Add}, 14);
   check({8, 1, 64, false, GemvOut::kF32}, 15);
   check({1, 49152, 576, true, GemvOut::kF32}, 16);
+  // Llama-3.1-8B's down projection's K (7 input tiles) at the largest batch.
+  check({8, 300, 14336, true, GemvOut::kF32Add}, 17);
 }
 
 // kRopeAppend against the two launches it replaces (the kBf16 projection, then rope_append's
