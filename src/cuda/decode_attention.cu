@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 
 #include "cuda/common.cuh"
 #include "cuda/decode_step_scores.cuh"
@@ -455,12 +456,44 @@ struct Plan {
   int64_t keys_per_split = 64;
 };
 
-// Enough blocks for ~4 per SM (latency hiding for a bandwidth-bound kernel), at least 4 tiles a
-// split so the merge stays small next to the work it merges.
-Plan make_plan(int segments, int64_t max_len, int sm_count) {
+// Blocks of the tensor-core kernel of head dim d that one SM holds at once, by shared memory (its
+// limit: 72 KB a block at d = 128, so 3 fit in an H100's or H200's 228 KB), at most 4 (latency
+// hiding for a bandwidth-bound kernel needs no more). Cached per device.
+int resident_blocks_per_sm(int d) {
+  using kvevict::cuda::detail::WindowTraits;
+  const size_t smem = d == 64    ? mma_smem_bytes<WindowTraits<bf16, 64, 1>>()
+                      : d == 128 ? mma_smem_bytes<WindowTraits<bf16, 128, 1>>()
+                                 : mma_smem_bytes<WindowTraits<bf16, 256, 1>>();
+  static std::mutex mu;
+  static int per_sm_cached[64] = {}, reserved_cached[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 1;
+  int per_sm = 0, reserved = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (per_sm_cached[dev] == 0 &&
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ==
+            cudaSuccess &&
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) ==
+            cudaSuccess) {
+      per_sm_cached[dev] = per_sm;
+      reserved_cached[dev] = reserved;
+    }
+    per_sm = per_sm_cached[dev];
+    reserved = reserved_cached[dev];
+  }
+  const size_t fit = per_sm > 0 ? static_cast<size_t>(per_sm) / (smem + reserved) : 1;
+  return static_cast<int>(std::clamp<size_t>(fit, 1, 4));
+}
+
+// One wave: as many splits as the resident blocks allow (a grid one block past them runs a second
+// wave that leaves most of the GPU idle: 528 blocks of 3 a SM on 132 SMs took 2 waves of 8 tiles
+// each where 376 blocks take one of 11), at least 4 tiles a split so the merge stays small next to
+// the work it merges. Segments beyond the resident blocks run one split each.
+Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm) {
   Plan pl;
-  const int64_t target = static_cast<int64_t>(sm_count) * 4;
-  int64_t splits = (target + segments - 1) / segments;
+  const int64_t resident = static_cast<int64_t>(sm_count) * blocks_per_sm;
+  int64_t splits = resident / segments;
   const int64_t max_splits = (max_len + 255) / 256;
   splits = std::max<int64_t>(1, std::min(splits, max_splits));
   int64_t kps = (max_len + splits - 1) / splits;
@@ -532,7 +565,7 @@ cudaError_t launch_d(const Params& p, cudaStream_t stream) {
 
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len,
                                       int sm_count) {
-  const Plan pl = make_plan(B * Hkv, max_len, sm_count);
+  const Plan pl = make_plan(B * Hkv, max_len, sm_count, resident_blocks_per_sm(d));
   const size_t rows = static_cast<size_t>(B) * Hq * pl.splits;
   return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
 }
@@ -553,7 +586,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
     return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
-  const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count);
+  const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count, resident_blocks_per_sm(a.d));
   Params p;
   p.a = a;
   p.group = a.Hq / a.Hkv;
