@@ -456,34 +456,42 @@ struct Plan {
   int64_t keys_per_split = 64;
 };
 
-// Blocks of the tensor-core kernel of head dim d that one SM holds at once, by shared memory (its
-// limit: 72 KB a block at d = 128, so 3 fit in an H100's or H200's 228 KB), at most 4 (latency
-// hiding for a bandwidth-bound kernel needs no more). Cached per device.
-int resident_blocks_per_sm(int d) {
-  using kvevict::cuda::detail::WindowTraits;
-  const size_t smem = d == 64    ? mma_smem_bytes<WindowTraits<bf16, 64, 1>>()
-                      : d == 128 ? mma_smem_bytes<WindowTraits<bf16, 128, 1>>()
-                                 : mma_smem_bytes<WindowTraits<bf16, 256, 1>>();
-  static std::mutex mu;
-  static int per_sm_cached[64] = {}, reserved_cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 1;
-  int per_sm = 0, reserved = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (per_sm_cached[dev] == 0 &&
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ==
-            cudaSuccess &&
-        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) ==
-            cudaSuccess) {
-      per_sm_cached[dev] = per_sm;
-      reserved_cached[dev] = reserved;
-    }
-    per_sm = per_sm_cached[dev];
-    reserved = reserved_cached[dev];
+// Blocks of the tensor-core kernel of head dim d (the attention-only variant, the common launch)
+// that one SM holds at once, from the occupancy calculator: its shared memory is the limit (72 KB
+// a block at d = 128, so 3 fit in an H100's or H200's 228 KB) unless its registers are. At most 4
+// (latency hiding for a bandwidth-bound kernel needs no more); 1 when the query fails (its error
+// is cleared, so no later cudaGetLastError() reports it). Cached per device and head dim.
+template <int D>
+int occupancy_of_mma_kernel() {
+  using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
+  constexpr size_t smem = mma_smem_bytes<Tr>();
+  auto kernel = decode_attention_mma_kernel<Tr, false, 0>;
+  int blocks = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tr::kThreads, smem) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
   }
-  const size_t fit = per_sm > 0 ? static_cast<size_t>(per_sm) / (smem + reserved) : 1;
-  return static_cast<int>(std::clamp<size_t>(fit, 1, 4));
+  return std::clamp(blocks, 1, 4);
+}
+int resident_blocks_per_sm(int d) {
+  static std::mutex mu;
+  static int cached[64][3] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  const int slot = d == 64 ? 0 : d == 128 ? 1 : 2;
+  std::lock_guard<std::mutex> lock(mu);
+  int& blocks = cached[dev][slot];
+  if (blocks == 0)
+    blocks = d == 64    ? occupancy_of_mma_kernel<64>()
+             : d == 128 ? occupancy_of_mma_kernel<128>()
+                        : occupancy_of_mma_kernel<256>();
+  return blocks;
 }
 
 // One wave: as many splits as the resident blocks allow (a grid one block past them runs a second
@@ -493,7 +501,7 @@ int resident_blocks_per_sm(int d) {
 Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm) {
   Plan pl;
   const int64_t resident = static_cast<int64_t>(sm_count) * blocks_per_sm;
-  int64_t splits = resident / segments;
+  int64_t splits = segments > 0 ? resident / segments : 1;  // (no segments: callers refuse B = 0)
   const int64_t max_splits = (max_len + 255) / 256;
   splits = std::max<int64_t>(1, std::min(splits, max_splits));
   int64_t kps = (max_len + splits - 1) / splits;

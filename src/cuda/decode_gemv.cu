@@ -40,6 +40,8 @@ constexpr int kChunk = 8;  // bf16 elements in 16 bytes
 // l, l + 32, ... of K): the sums are the same, bit for bit.
 constexpr int kTileK = 2048;
 constexpr int kTileChunks = kTileK / kChunk;
+static_assert(kGemvMaxBatch * kTileK * 2 <= 48 * 1024,
+              "the input tile fits the default dynamic shared memory (no opt-in at launch)");
 
 __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kChunk]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
   const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
-  const size_t smem = static_cast<size_t>(a.B) * kTileK * sizeof(bf16);  // <= 32 KiB: no opt-in
+  const size_t smem = static_cast<size_t>(a.B) * kTileK * sizeof(bf16);
   return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream, a);
 }
 

@@ -175,10 +175,11 @@ TEST(DecodeGemv, ModelShapesAndTheGeluActivation) {
 // differ by the contraction of the rotation into FMAs: at most 1 bf16 ulp), the lengths advanced
 // once, ring layers included. The caches start as random bit patterns (about 1 in 256 a bf16 NaN),
 // so q / k elements are compared bitwise first: the rows neither path writes must keep their bits.
-void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed) {
-  SCOPED_TRACE("B=" + std::to_string(B) + (neox ? " neox" : " interleaved") +
-               (with_bias ? " bias" : "") + " ring=" + std::to_string(ring));
-  const int Hq = 6, Hkv = 2, d = 64, K = 256, W = (Hq + 2 * Hkv) * d, S = B * Hkv, cap = 16;
+void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed, int K = 256) {
+  SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) +
+               (neox ? " neox" : " interleaved") + (with_bias ? " bias" : "") +
+               " ring=" + std::to_string(ring));
+  const int Hq = 6, Hkv = 2, d = 64, W = (Hq + 2 * Hkv) * d, S = B * Hkv, cap = 16;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> x(static_cast<size_t>(B) * K), nw(K), w(static_cast<size_t>(W) * K), bias(W);
@@ -304,6 +305,8 @@ TEST(DecodeGemv, RopeAppendEqualsTheProjectionThenRopeAppend) {
     for (bool neox : {false, true})
       for (bool bias : {false, true})
         for (int ring : {0, 5}) check_rope_append(B, neox, bias, ring, seed++);
+  // The largest batch over several input tiles (two of 2,048 columns and one of 8).
+  check_rope_append(8, true, true, 5, seed++, 4104);
 }
 
 TEST(DecodeGemv, RefusesShapesItDoesNotCover) {
