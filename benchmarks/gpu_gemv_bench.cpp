@@ -26,32 +26,15 @@
 #include <string>
 #include <vector>
 
+#include "cuda/check.h"
 #include "cuda/model_launchers.h"
+#include "kvevict/error.h"
 
 namespace {
 
 using kvevict::gpu::detail::GemvArgs;
 using kvevict::gpu::detail::GemvOut;
 using kvevict::gpu::detail::kGemvMaxBatch;
-
-#define BENCH_CUDA(call)                                                       \
-  do {                                                                         \
-    const cudaError_t e_ = (call);                                             \
-    if (e_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #call, \
-                   cudaGetErrorString(e_));                                    \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
-#define BENCH_CUBLAS(call)                                                     \
-  do {                                                                         \
-    const cublasStatus_t s_ = (call);                                          \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
-      std::fprintf(stderr, "%s:%d %s failed: %s\n", __FILE__, __LINE__, #call, \
-                   cublasGetStatusString(s_));                                 \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 
 // One projection of a model's decode step: y[B, N] = x[B, K] W^T.
 struct Shape {
@@ -137,30 +120,30 @@ Args parse(int argc, char** argv) {
 template <class F>
 double us_per_call(cudaStream_t stream, int calls, int replays, F&& f) {
   for (int i = 0; i < calls; ++i) f(i);  // warm-up outside the graph (module load, cuBLAS plan)
-  BENCH_CUDA(cudaStreamSynchronize(stream));
+  KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  KVEVICT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < calls; ++i) f(i);
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  KVEVICT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  KVEVICT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
+  KVEVICT_CUDA_CHECK(cudaEventCreate(&a));
+  KVEVICT_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<double> us;
   for (int r = 0; r < replays + 2; ++r) {
-    BENCH_CUDA(cudaEventRecord(a, stream));
-    BENCH_CUDA(cudaGraphLaunch(exec, stream));
-    BENCH_CUDA(cudaEventRecord(b, stream));
-    BENCH_CUDA(cudaEventSynchronize(b));
+    KVEVICT_CUDA_CHECK(cudaEventRecord(a, stream));
+    KVEVICT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    KVEVICT_CUDA_CHECK(cudaEventRecord(b, stream));
+    KVEVICT_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    KVEVICT_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
     if (r >= 2) us.push_back(1e3 * ms / calls);  // the first two replays warm the graph
   }
-  BENCH_CUDA(cudaEventDestroy(a));
-  BENCH_CUDA(cudaEventDestroy(b));
-  BENCH_CUDA(cudaGraphExecDestroy(exec));
-  BENCH_CUDA(cudaGraphDestroy(graph));
+  KVEVICT_CUDA_CHECK(cudaEventDestroy(a));
+  KVEVICT_CUDA_CHECK(cudaEventDestroy(b));
+  KVEVICT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KVEVICT_CUDA_CHECK(cudaGraphDestroy(graph));
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
 }
@@ -168,14 +151,14 @@ double us_per_call(cudaStream_t stream, int calls, int replays, F&& f) {
 double copy_gbps(cudaStream_t stream) {
   const size_t bytes = 1ull << 30;
   void *src = nullptr, *dst = nullptr;
-  BENCH_CUDA(cudaMalloc(&src, bytes));
-  BENCH_CUDA(cudaMalloc(&dst, bytes));
-  BENCH_CUDA(cudaMemset(src, 1, bytes));
+  KVEVICT_CUDA_CHECK(cudaMalloc(&src, bytes));
+  KVEVICT_CUDA_CHECK(cudaMalloc(&dst, bytes));
+  KVEVICT_CUDA_CHECK(cudaMemset(src, 1, bytes));
   const double us = us_per_call(stream, 4, 10, [&](int) {
-    BENCH_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+    KVEVICT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
   });
-  BENCH_CUDA(cudaFree(src));
-  BENCH_CUDA(cudaFree(dst));
+  KVEVICT_CUDA_CHECK(cudaFree(src));
+  KVEVICT_CUDA_CHECK(cudaFree(dst));
   return 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
 }
 
@@ -189,13 +172,10 @@ void fill_bf16(__nv_bfloat16* d, size_t n, uint64_t seed) {
     x ^= x << 17;
     e = __float2bfloat16(static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) * 0x1p-28f);
   }
-  BENCH_CUDA(cudaMemcpy(d, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  KVEVICT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+int run(const Args& args) {
   int dev = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
@@ -203,14 +183,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   cudaStream_t stream;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  KVEVICT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t blas;
-  BENCH_CUBLAS(cublasCreate(&blas));
-  BENCH_CUBLAS(cublasSetStream(blas, stream));
+  KVEVICT_CUBLAS_CHECK(cublasCreate(&blas));
+  KVEVICT_CUBLAS_CHECK(cublasSetStream(blas, stream));
   void* blas_ws = nullptr;  // as GpuForward: an explicit workspace, so the calls capture in graphs
   const size_t blas_ws_bytes = 32u << 20;
-  BENCH_CUDA(cudaMalloc(&blas_ws, blas_ws_bytes));
-  BENCH_CUBLAS(cublasSetWorkspace(blas, blas_ws, blas_ws_bytes));
+  KVEVICT_CUDA_CHECK(cudaMalloc(&blas_ws, blas_ws_bytes));
+  KVEVICT_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws, blas_ws_bytes));
   const double bw = copy_gbps(stream);
   std::printf("device: %s, %d SMs, L2 %d MiB; d2d copy %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, bw);
@@ -226,19 +206,21 @@ int main(int argc, char** argv) {
     const int copies =
         static_cast<int>(std::max<size_t>(2, (kRotateBytes + w_bytes - 1) / w_bytes));
     __nv_bfloat16* w = nullptr;
-    BENCH_CUDA(cudaMalloc(&w, copies * w_bytes));
+    KVEVICT_CUDA_CHECK(cudaMalloc(&w, copies * w_bytes));
     fill_bf16(w, w_elems, 7);
     for (int c = 1; c < copies; ++c)
-      BENCH_CUDA(cudaMemcpy(w + c * w_elems, w, w_bytes, cudaMemcpyDeviceToDevice));
+      KVEVICT_CUDA_CHECK(cudaMemcpy(w + c * w_elems, w, w_bytes, cudaMemcpyDeviceToDevice));
     __nv_bfloat16 *x = nullptr, *y = nullptr;
     float *xf = nullptr, *norm = nullptr;
-    BENCH_CUDA(cudaMalloc(&x, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(__nv_bfloat16)));
-    BENCH_CUDA(cudaMalloc(&xf, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(float)));
-    BENCH_CUDA(cudaMalloc(&norm, static_cast<size_t>(s.K) * sizeof(float)));
-    BENCH_CUDA(cudaMalloc(&y, static_cast<size_t>(kGemvMaxBatch) * s.N * sizeof(__nv_bfloat16)));
+    KVEVICT_CUDA_CHECK(
+        cudaMalloc(&x, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(__nv_bfloat16)));
+    KVEVICT_CUDA_CHECK(cudaMalloc(&xf, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(float)));
+    KVEVICT_CUDA_CHECK(cudaMalloc(&norm, static_cast<size_t>(s.K) * sizeof(float)));
+    KVEVICT_CUDA_CHECK(
+        cudaMalloc(&y, static_cast<size_t>(kGemvMaxBatch) * s.N * sizeof(__nv_bfloat16)));
     fill_bf16(x, static_cast<size_t>(kGemvMaxBatch) * s.K, 11);
-    BENCH_CUDA(cudaMemset(xf, 0, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(float)));
-    BENCH_CUDA(cudaMemset(norm, 0, static_cast<size_t>(s.K) * sizeof(float)));
+    KVEVICT_CUDA_CHECK(cudaMemset(xf, 0, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(float)));
+    KVEVICT_CUDA_CHECK(cudaMemset(norm, 0, static_cast<size_t>(s.K) * sizeof(float)));
     for (int B : args.batches) {
       GemvArgs g;
       g.x = x;
@@ -251,7 +233,7 @@ int main(int argc, char** argv) {
       auto ours = [&](int i) {
         GemvArgs gi = g;
         gi.w = w + (i % copies) * w_elems;
-        BENCH_CUDA(kvevict::gpu::detail::launch_gemv(gi, stream));
+        KVEVICT_CUDA_CHECK(kvevict::gpu::detail::launch_gemv(gi, stream));
       };
       GemvArgs gn = g;
       gn.x = xf;
@@ -260,14 +242,14 @@ int main(int argc, char** argv) {
       auto ours_normed = [&](int i) {
         GemvArgs gi = gn;
         gi.w = w + (i % copies) * w_elems;
-        BENCH_CUDA(kvevict::gpu::detail::launch_gemv(gi, stream));
+        KVEVICT_CUDA_CHECK(kvevict::gpu::detail::launch_gemv(gi, stream));
       };
       const float alpha = 1.0f, beta = 0.0f;
       auto blas_call = [&](int i) {
-        BENCH_CUBLAS(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, B, s.K, &alpha,
-                                  w + (i % copies) * w_elems, CUDA_R_16BF, s.K, x, CUDA_R_16BF, s.K,
-                                  &beta, y, CUDA_R_16BF, s.N, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
+        KVEVICT_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, B, s.K, &alpha,
+                                          w + (i % copies) * w_elems, CUDA_R_16BF, s.K, x,
+                                          CUDA_R_16BF, s.K, &beta, y, CUDA_R_16BF, s.N,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       };
       const int calls = copies;
       const double t_ours = us_per_call(stream, calls, args.replays, ours);
@@ -282,14 +264,26 @@ int main(int argc, char** argv) {
           t_blas / t_ours);
       std::fflush(stdout);
     }
-    BENCH_CUDA(cudaFree(w));
-    BENCH_CUDA(cudaFree(x));
-    BENCH_CUDA(cudaFree(xf));
-    BENCH_CUDA(cudaFree(norm));
-    BENCH_CUDA(cudaFree(y));
+    KVEVICT_CUDA_CHECK(cudaFree(w));
+    KVEVICT_CUDA_CHECK(cudaFree(x));
+    KVEVICT_CUDA_CHECK(cudaFree(xf));
+    KVEVICT_CUDA_CHECK(cudaFree(norm));
+    KVEVICT_CUDA_CHECK(cudaFree(y));
   }
-  BENCH_CUBLAS(cublasDestroy(blas));
-  BENCH_CUDA(cudaFree(blas_ws));
-  BENCH_CUDA(cudaStreamDestroy(stream));
+  KVEVICT_CUBLAS_CHECK(cublasDestroy(blas));
+  KVEVICT_CUDA_CHECK(cudaFree(blas_ws));
+  KVEVICT_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  try {
+    return run(args);
+  } catch (const kvevict::Error& e) {
+    std::fprintf(stderr, "gpu_gemv_bench: %s\n", e.what());
+    return 1;
+  }
 }
