@@ -26,6 +26,9 @@
 #                                             gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3
 #                                             weights (batches 1, 4, 8) and the Llama-3.1-8B batch-1
 #                                             decode at 32K against its floor (after models)
+#   tools/device_session.sh attention         gpu_attention_bench (one layer's chunked causal prefill
+#                                             attention, ms and TFLOP/s) beside PyTorch SDPA's
+#                                             (tools/peers/sdpa_prefill.py), Llama and Gemma 3 shapes
 #   tools/device_session.sh coverage "MODEL:LENGTH:SAMPLES[:FIRST] ..." BOX_S
 #                                             issue 20's coverage group on TEST seeds: one process
 #                                             a (model, task), side by side, running kvevict eval
@@ -184,6 +187,15 @@ PY
         --pair-max 0 --budgets 0.1 2>&1 | tail -4
     done | tee $K/logs/fused_llama.txt
     pack fused_ab_logs
+    ;;
+  attention)
+    # The prefill attention alone (one layer, chunked as the runtime runs it) beside PyTorch SDPA's
+    # causal attention on the same shapes and card (issue 16).
+    for shape in llama gemma3; do
+      timeout 200 $K/bin/gpu_attention_bench --shape $shape 2>&1 | tee -a $K/logs/attention.txt
+      timeout 200 python3 tools/peers/sdpa_prefill.py --shape $shape 2>&1 | tee -a $K/logs/attention.txt
+    done
+    pack attention_logs
     ;;
   coverage)
     specs="${2:?usage: device_session.sh coverage \"MODEL:LENGTH:SAMPLES[:FIRST] ...\" BOX_S}"
