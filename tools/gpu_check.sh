@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend (sm_90a: sm_90 plus wgmma), runs the gpu-labelled tests, the scoring benchmark, the PyTorch
-# peers and compute-sanitizer (memcheck, racecheck) on the test binaries; prints a short table LAST.
+# peers, the decode GEMV against cuBLAS, the prefill attention beside SDPA, and compute-sanitizer (memcheck,
+# racecheck) on the test binaries; prints a short table LAST.
 #
 #   tools/gpu_check.sh                 configure + build with CMake in build/gpu, then check
 #   GPU_PREBUILT=DIR tools/gpu_check.sh  use test/bench binaries already built for sm_90a in DIR
@@ -37,7 +38,7 @@ else
   t0=$(date +%s)
   if cmake -S "$root" -B "$bin" -DCMAKE_BUILD_TYPE=Release -DKVEVICT_CUDA=ON \
        -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/build.log" 2>&1 &&
-     cmake --build "$bin" -j"$(nproc)" --target gpu_score_bench \
+     cmake --build "$bin" -j"$(nproc)" --target gpu_score_bench gpu_gemv_bench gpu_attention_bench \
        $(cd "$root/tests/cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_cuda_/') \
        $(cd "$root/tests/model_cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_model_cuda_/') \
        >>"$out/build.log" 2>&1; then
@@ -73,10 +74,17 @@ if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_score_bench" ]]; then
   timeout 400 "$bin/benchmarks/gpu_score_bench" ${GPU_QUICK:+--quick} --json "$out/bench.json" \
     2>&1 | tee "$out/bench.txt"
 fi
+if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_gemv_bench" ]]; then
+  timeout 200 "$bin/benchmarks/gpu_gemv_bench" ${GPU_QUICK:+--batches 1,8} 2>&1 | tee "$out/gemv.txt"
+fi
+if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_attention_bench" ]]; then
+  timeout 200 "$bin/benchmarks/gpu_attention_bench" 2>&1 | tee "$out/attention.txt"
+fi
 peers="${GPU_PEERS_DIR:-$root/tools/peers}"
 if [[ -z "${GPU_SKIP_BENCH:-}" ]] && python3 -c 'import torch' 2>/dev/null; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$peers/dropkv_peers.py" --check ${GPU_QUICK:+--quick} \
     --json "$out/peers.json" 2>&1 | tee "$out/peers.txt"
+  timeout 200 python3 "$peers/sdpa_prefill.py" 2>&1 | tee -a "$out/attention.txt"
 fi
 
 if [[ -z "${GPU_SKIP_SANITIZER:-}" ]] && command -v compute-sanitizer >/dev/null; then
@@ -106,5 +114,6 @@ echo "==================== gpu_check summary ===================="
 for s in "${summary[@]}"; do echo "$s"; done
 [[ -f "$out/bench.txt" ]] && grep -E "^(device|d2d)|ms " "$out/bench.txt" | cut -c1-120
 [[ -f "$out/peers.txt" ]] && grep -E "^peer .*n=128K|check" "$out/peers.txt"
+[[ -f "$out/attention.txt" ]] && cat "$out/attention.txt"
 # The table: every model and n, ratio to the floor, and the peers of the same run.
 [[ -f "$out/bench.json" ]] && python3 "$peers/gpu_table.py" "$out/bench.json" "$out/peers.json"
