@@ -13,9 +13,9 @@
 //   - behind the q|k|v projection of a decode step, RoPE and the cache append (the rope_append
 //     kernel's decode mode: a warp's row pair is a rotated pair of a q / k head, or two adjacent
 //     v columns), the segment lengths advanced by the last block to finish.
-// Launched as a programmatic dependent (common.cuh launch_pdl): each warp prefetches its weight
-// rows into L2 while the step's previous kernel finishes, then waits for it before it reads or
-// writes anything that kernel touches.
+// Launched as a programmatic dependent (common.cuh launch_pdl): each warp prefetches the start of
+// its weight rows into L2 while the step's previous kernel finishes, then waits for it before it
+// reads or writes anything that kernel touches.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -40,6 +40,12 @@ constexpr int kChunk = 8;  // bf16 elements in 16 bytes
 // l, l + 32, ... of K): the sums are the same, bit for bit.
 constexpr int kTileK = 2048;
 constexpr int kTileChunks = kTileK / kChunk;
+// 128-byte lines of each weight row a warp prefetches into L2 before it waits for the previous
+// kernel. Bounded: whole row pairs of an 8B model's matrices (16-56 KB) over the warps resident
+// at once (up to ~4,700 on 132 SMs) ask for 50-115 MB, more than L2 holds (50 MB), so lines are
+// evicted before their loads read them; 4 KB a row pair is ~19 MB. Small models' rows (K <= 1,024)
+// are prefetched whole.
+constexpr int kPrefetchLines = 16;
 static_assert(kGemvMaxBatch * kTileK * 2 <= 48 * 1024,
               "the input tile fits the default dynamic shared memory (no opt-in at launch)");
 
@@ -260,9 +266,10 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   const bf16* w0 = a.w + static_cast<int64_t>(r0) * a.K;
   const bf16* w1 = a.w + static_cast<int64_t>(has_r1 ? r1 : r0) * a.K;
 
-  // The weights do not depend on the previous kernel: start their way into L2 now.
+  // The weights do not depend on the previous kernel: start their way into L2 now, the first
+  // kPrefetchLines lines of each row (whole rows up to K = 1,024).
   if (live) {
-    const int lines = (a.K * 2 + 127) / 128;
+    const int lines = min((a.K * 2 + 127) / 128, kPrefetchLines);
     for (int i = lane; i < lines; i += 32) {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w0) + 128 * i));
       if (has_r1)
