@@ -26,6 +26,9 @@
 #                                             gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3
 #                                             weights (batches 1, 4, 8) and the Llama-3.1-8B batch-1
 #                                             decode at 32K against its floor (after models)
+#   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
+#                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
+#                                             at batch 1, default and fused step (PROFILE_SPECS)
 #   tools/device_session.sh attention         gpu_attention_bench (one layer's chunked causal prefill
 #                                             attention, ms and TFLOP/s) beside PyTorch SDPA's
 #                                             (tools/peers/sdpa_prefill.py), Llama and Gemma 3 shapes
@@ -187,6 +190,25 @@ PY
         --pair-max 0 --budgets 0.1 2>&1 | tail -4
     done | tee $K/logs/fused_llama.txt
     pack fused_ab_logs
+    ;;
+  decode-profile)
+    # Where a decode step's time goes, kernel by kernel (ncu's durations, launches serialized):
+    # eager steps (KVEVICT_DECODE_GRAPH=0) of random-weight presets at batch 1, the default step
+    # and the fused one; the prompt's prefill launches are skipped.
+    # PROFILE_SPECS: PRESET:CONTEXT:LAUNCHES_TO_SKIP ... (gemma3-270m:256:400 is another).
+    for spec in ${PROFILE_SPECS:-smollm2-135m:256:600 llama-3.1-8b:32768:3600}; do
+      IFS=: read -r preset ctx skip <<<"$spec"
+      for v in 0 1; do
+        csv=$K/logs/ncu_${preset}_fused$v.csv
+        KVEVICT_DECODE_GRAPH=0 KVEVICT_DECODE_FUSED=$v timeout 120 ncu --clock-control none \
+          --metrics gpu__time_duration.sum --csv --page raw --launch-skip $skip --launch-count 1200 \
+          $K/bin/gpu_e2e_bench --preset $preset --decode-ab --batches 1 --prompt-tokens $ctx \
+          >$csv 2>$K/logs/ncu_${preset}_fused$v.err
+        echo "== $preset, context $ctx, batch 1, fused=$v (ncu rc=$?)"
+        python3 tools/kernel_breakdown.py $csv --per-kernel embed_kernel --top 14 --short
+      done
+    done | tee $K/logs/decode_profile.txt
+    pack decode_profile_logs
     ;;
   attention)
     # The prefill attention alone (one layer, chunked as the runtime runs it) beside PyTorch SDPA's
