@@ -1,11 +1,11 @@
 // The decode step's projections at small batch: y[B, N] = x[B, K] W^T for B <= kGemvMaxBatch rows,
-// W [N, K] bf16 row-major (the model's layout; cuBLAS reads it with OP_T), f32 accumulation. A warp
-// owns two output rows and reads 16 bytes of each per lane and step, so every weight byte is read
-// once per step whatever B is. The block stages the B input rows, a tile of kTileK columns at a
-// time, in shared memory as the product's bf16 operand (normed once a block, not once a warp and
-// batch row), so at B > 1 the inner loop reads each weight chunk once from global memory and the
-// B input chunks from shared memory. Fused around the product, so a decode layer launches fewer
-// kernels:
+// W [N, K] bf16 row-major (the model's layout; cuBLAS reads it with OP_T), f32 accumulation. Every
+// weight byte is read once per step whatever B is, 16 bytes a lane at a time. The block stages the
+// B input rows, a tile of kTileK columns at a time, in shared memory as the product's bf16 operand
+// (normed once a block). Two kernels: at B = 1 a warp owns an output row pair and sums on the CUDA
+// cores (gemv_kernel); from B = 2 a block owns 8 pairs and its warps sum on the tensor cores with
+// the batch as the mma's columns (gemv_mma_kernel). Fused around the product, so a decode layer
+// launches fewer kernels:
 //   - in front, the RMSNorm of f32 rows, rounded as the rms_norm kernel rounds: bf16(x inv_rms w);
 //   - behind a gate|up weight, the gated activation of the row pair (j, F + j): both rounded to
 //     bf16 first, as the separate kernel reads them;
@@ -204,6 +204,31 @@ __device__ __forceinline__ void tile_products(const GemvArgs& a, const bf16* w0,
   }
 }
 
+// The stores of kOut for output pair `pair` (rows r0, r1) of batch row b from its two sums.
+template <GemvOut kOut, bool kGeluTanh>
+__device__ __forceinline__ void store_pair(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
+                                           int b, float acc0, float acc1) {
+  const int64_t row = static_cast<int64_t>(b) * a.N;
+  if constexpr (kOut == GemvOut::kGated) {
+    static_cast<bf16*>(a.y)[row + r0] =
+        __float2bfloat16_rn(gated<kGeluTanh>(round_bf16(acc0), round_bf16(acc1)));
+  } else if constexpr (kOut == GemvOut::kBf16) {
+    bf16* y = static_cast<bf16*>(a.y) + row;
+    y[r0] = __float2bfloat16_rn(acc0);
+    if (has_r1) y[r1] = __float2bfloat16_rn(acc1);
+  } else if constexpr (kOut == GemvOut::kF32) {
+    float* y = static_cast<float*>(a.y) + row;
+    y[r0] = acc0;
+    if (has_r1) y[r1] = acc1;
+  } else if constexpr (kOut == GemvOut::kF32Add) {
+    float* y = static_cast<float*>(a.y) + row;
+    y[r0] += acc0;
+    if (has_r1) y[r1] += acc1;
+  } else {  // kRopeAppend
+    store_rope_append(a, pair, b, acc0, acc1);
+  }
+}
+
 // A live warp's sums of its two rows for every batch row, reduced over the lanes, and the stores
 // of kOut by lane 0.
 template <GemvOut kOut, bool kGeluTanh>
@@ -211,7 +236,6 @@ __device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, 
                                            float (&acc0)[kGemvMaxBatch],
                                            float (&acc1)[kGemvMaxBatch]) {
   const int lane = threadIdx.x & 31;
-  constexpr bool kGated = kOut == GemvOut::kGated;
 #pragma unroll
   for (int b = 0; b < kGemvMaxBatch; ++b) {
     if (b >= a.B) break;
@@ -222,26 +246,51 @@ __device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, 
     }
   }
   if (lane != 0) return;
-  for (int b = 0; b < a.B; ++b) {
-    const int64_t row = static_cast<int64_t>(b) * a.N;
-    if constexpr (kGated) {
-      static_cast<bf16*>(a.y)[row + r0] =
-          __float2bfloat16_rn(gated<kGeluTanh>(round_bf16(acc0[b]), round_bf16(acc1[b])));
-    } else if constexpr (kOut == GemvOut::kBf16) {
-      bf16* y = static_cast<bf16*>(a.y) + row;
-      y[r0] = __float2bfloat16_rn(acc0[b]);
-      if (has_r1) y[r1] = __float2bfloat16_rn(acc1[b]);
-    } else if constexpr (kOut == GemvOut::kF32) {
-      float* y = static_cast<float*>(a.y) + row;
-      y[r0] = acc0[b];
-      if (has_r1) y[r1] = acc1[b];
-    } else if constexpr (kOut == GemvOut::kF32Add) {
-      float* y = static_cast<float*>(a.y) + row;
-      y[r0] += acc0[b];
-      if (has_r1) y[r1] += acc1[b];
-    } else {  // kRopeAppend
-      store_rope_append(a, pair, b, acc0[b], acc1[b]);
+  for (int b = 0; b < a.B; ++b)
+    store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, acc0[b], acc1[b]);
+}
+
+// The prologue of both kernels after the dependency wait: 1 / sqrt(mean(x^2) + eps) of every input
+// row, a warp a row (as dense_ops.cu row_inv_rms), visible to the block.
+template <bool kNorm>
+__device__ __forceinline__ void row_inv_rms(const GemvArgs& a, float* inv_rms) {
+  if constexpr (kNorm) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int b = warp; b < a.B; b += kGemvWarps) {
+      const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K;
+      float ss = 0.f;
+      for (int k = lane; k < a.K; k += 32) ss += x[k] * x[k];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) inv_rms[b] = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
     }
+    __syncthreads();
+  }
+}
+
+// Columns k0 .. k0 + tk of the B input rows into xs [B][kTileChunks] as the product's bf16
+// operand, every thread of the block taking chunks (no barrier here).
+template <bool kNorm>
+__device__ __forceinline__ void stage_tile(const GemvArgs& a, int k0, int tk, const float* inv_rms,
+                                           uint4* xs) {
+  const int chunks = tk / kChunk;
+  for (int c = threadIdx.x; c < a.B * chunks; c += kGemvThreads) {
+    const int b = c / chunks, kc = c - b * chunks;
+    float xf[kChunk];
+    input_chunk<kNorm>(a, b, k0 + kc * kChunk, kNorm ? inv_rms[b] : 1.f, xf);
+    xs[b * kTileChunks + kc] = pack8(xf);
+  }
+}
+
+// The first kPrefetchLines lines of weight rows w0 and w1 (has_r1) into L2, lines i0, i0 + step,
+// ...
+__device__ __forceinline__ void prefetch_rows(const bf16* w0, const bf16* w1, bool has_r1, int K,
+                                              int i0, int step) {
+  const int lines = min((K * 2 + 127) / 128, kPrefetchLines);
+  for (int i = i0; i < lines; i += step) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w0) + 128 * i));
+    if (has_r1)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w1) + 128 * i));
   }
 }
 
@@ -266,31 +315,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   const bf16* w0 = a.w + static_cast<int64_t>(r0) * a.K;
   const bf16* w1 = a.w + static_cast<int64_t>(has_r1 ? r1 : r0) * a.K;
 
-  // The weights do not depend on the previous kernel: start their way into L2 now, the first
-  // kPrefetchLines lines of each row (whole rows up to K = 1,024).
-  if (live) {
-    const int lines = min((a.K * 2 + 127) / 128, kPrefetchLines);
-    for (int i = lane; i < lines; i += 32) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w0) + 128 * i));
-      if (has_r1)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w1) + 128 * i));
-    }
-  }
+  // The weights do not depend on the previous kernel: start their way into L2 now.
+  if (live) prefetch_rows(w0, w1, has_r1, a.K, lane, 32);
   launch_dependents();
   grid_dependency_wait();
-
-  if constexpr (kNorm) {
-    // 1 / sqrt(mean(x^2) + eps) of every input row, a warp a row (as dense_ops.cu row_inv_rms).
-    for (int b = warp; b < a.B; b += kGemvWarps) {
-      const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K;
-      float ss = 0.f;
-      for (int k = lane; k < a.K; k += 32) ss += x[k] * x[k];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) inv_rms[b] = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
-    }
-    __syncthreads();
-  }
+  row_inv_rms<kNorm>(a, inv_rms);
   float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
 #pragma unroll
   for (int b = 0; b < kGemvMaxBatch; ++b) {
@@ -298,14 +327,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
     acc1[b] = 0.f;
   }
   for (int k0 = 0; k0 < a.K; k0 += kTileK) {
-    const int tk = min(kTileK, a.K - k0), chunks = tk / kChunk;
-    // Every thread stages chunks of the tile (the warps without rows too: they reach the barriers).
-    for (int c = threadIdx.x; c < a.B * chunks; c += kGemvThreads) {
-      const int b = c / chunks, kc = c - b * chunks;
-      float xf[kChunk];
-      input_chunk<kNorm>(a, b, k0 + kc * kChunk, kNorm ? inv_rms[b] : 1.f, xf);
-      xs[b * kTileChunks + kc] = pack8(xf);
-    }
+    const int tk = min(kTileK, a.K - k0);
+    stage_tile<kNorm>(a, k0, tk, inv_rms,
+                      xs);  // the warps without rows too: they reach the barriers
     __syncthreads();
     if (live) tile_products(a, w0, w1, k0, tk, xs, acc0, acc1);
     __syncthreads();  // the next tile overwrites xs
@@ -314,11 +338,96 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a);
 }
 
+// Batches of 2 and more: the tensor cores (mma.sync m16n8k16, bf16 in, f32 sums) take the batch
+// as the product's 8 columns, so a weight chunk costs two mma a warp instead of 16 B FMAs a lane.
+// A block owns 8 output pairs (16 weight rows: row g of the mma tile is the first row of pair
+// p0 + g, row g + 8 its second, so a lane's sums of both rows of a pair meet in its registers for
+// the fused epilogues) and its 4 warps split K by 32-column chunks (warp w: chunks w, w + 4, ...),
+// their sums added in shared memory at the end in a fixed order.
+// Each lane reads 16 bytes of each of its two rows a chunk (columns 8t .. 8t + 7 of the chunk, t =
+// lane % 4) and the same 16 bytes of its batch row g = lane / 4 from the staged tile; the mma's k
+// order is a permutation of the chunk's columns, the same for both operands, so the dot products
+// are the chunk's: words 0, 1 of the 16 bytes are the fragment's k 2t .. 2t + 1 and 2t + 8 .. 2t +
+// 9 of the first mma, words 2, 3 those of the second (common.cuh: the fragment layout).
+constexpr int kMmaPairs = 8;    // output pairs a block (16 weight rows)
+constexpr int kMmaChunkK = 32;  // columns a warp's step (two k16 mma)
+
+template <bool kNorm, GemvOut kOut, bool kGeluTanh>
+__global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
+  using kvevict::cuda::detail::mma_16816;
+  __shared__ float inv_rms[kGemvMaxBatch];
+  __shared__ float4 red[kGemvWarps][32];  // the warps' sums, added by warp 0
+  extern __shared__ uint4 xs[];           // [B][kTileChunks]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int pairs = output_pairs(a);
+  const int pair = blockIdx.x * kMmaPairs + g;
+  const bool live = pair < pairs;
+  int r0, r1;
+  pair_rows<kOut>(a, live ? pair : 0, &r0, &r1);
+  const bool has_r1 = kOut == GemvOut::kGated || r1 < a.N;
+  const bf16* w0 = a.w + static_cast<int64_t>(r0) * a.K;
+  const bf16* w1 = a.w + static_cast<int64_t>(has_r1 ? r1 : r0) * a.K;
+
+  if (warp == 0 && live) prefetch_rows(w0, w1, has_r1, a.K, t, 4);
+  launch_dependents();
+  grid_dependency_wait();
+  row_inv_rms<kNorm>(a, inv_rms);
+
+  float d[4] = {0.f, 0.f, 0.f, 0.f};  // rows (g, g + 8) x batch columns (2t, 2t + 1)
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (int k0 = 0; k0 < a.K; k0 += kTileK) {
+    const int tk = min(kTileK, a.K - k0);
+    stage_tile<kNorm>(a, k0, tk, inv_rms, xs);
+    __syncthreads();
+    const int steps = (tk + kMmaChunkK - 1) / kMmaChunkK;
+#pragma unroll 4
+    for (int c = warp; c < steps; c += kGemvWarps) {
+      const int kk = c * kMmaChunkK + 8 * t;  // this lane's 8 columns within the tile
+      const bool in = kk < tk;                // K is a multiple of 8: all 8 or none
+      const uint4 wa = in ? *reinterpret_cast<const uint4*>(w0 + k0 + kk) : zero;
+      const uint4 wb = in ? *reinterpret_cast<const uint4*>(w1 + k0 + kk) : zero;
+      const uint4 x = in && g < a.B ? xs[g * kTileChunks + kk / kChunk] : zero;
+      const uint32_t f0[4] = {wa.x, wb.x, wa.y, wb.y};
+      const uint32_t f1[4] = {wa.z, wb.z, wa.w, wb.w};
+      mma_16816<bf16>(d, f0, x.x, x.y);
+      mma_16816<bf16>(d, f1, x.z, x.w);
+    }
+    __syncthreads();  // the next tile overwrites xs
+  }
+  red[warp][lane] = make_float4(d[0], d[1], d[2], d[3]);
+  __syncthreads();
+  if (warp == 0 && live) {
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) {
+      const float4 v = red[w][lane];
+      s[0] += v.x;
+      s[1] += v.y;
+      s[2] += v.z;
+      s[3] += v.w;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int b = 2 * t + j;
+      if (b < a.B) store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, s[j], s[2 + j]);
+    }
+  }
+  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a);
+}
+
+// Batch 1: the CUDA-core kernel (a warp a pair); batches of 2 and more: the tensor-core one.
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
-  const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
   const size_t smem = static_cast<size_t>(a.B) * kTileK * sizeof(bf16);
-  return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream, a);
+  if (a.B == 1) {
+    const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
+    return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream,
+                      a);
+  }
+  const dim3 grid((output_pairs(a) + kMmaPairs - 1) / kMmaPairs);
+  return launch_pdl(gemv_mma_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream,
+                    a);
 }
 
 template <bool kNorm>

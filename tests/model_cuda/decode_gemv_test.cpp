@@ -1,9 +1,9 @@
 // The small-batch GEMV of the decode step (src/cuda/decode_gemv.cu) against a double reference
 // that rounds where the kernel's contract says it rounds (the normed input to bf16; the gate and
 // up products to bf16 before the activation): every output mode, with and without the fused
-// RMSNorm, batches 1..8, row counts that are not a multiple of the warp's pair or the block's
-// eight rows, K from one 16-byte chunk up; rows outside the output stay untouched; shapes the
-// kernel does not cover are refused.
+// RMSNorm, batches 1..8 (1: the CUDA-core kernel; 2 and more: the tensor-core one), row counts that
+// are not a multiple of the warp's pair or the block's eight rows, K from one 16-byte chunk up;
+// rows outside the output stay untouched; shapes the kernel does not cover are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
