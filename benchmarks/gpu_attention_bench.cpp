@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_errors.h"
 #include "cuda/check.h"
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
-#include "kvevict/error.h"
 
 namespace {
 
@@ -206,10 +206,5 @@ int run(const Args& args) {
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  try {
-    return run(args);
-  } catch (const kvevict::Error& e) {
-    std::fprintf(stderr, "gpu_attention_bench: %s\n", e.what());
-    return 1;
-  }
+  return kvevict::bench::run_reporting_errors("gpu_attention_bench", [&] { return run(args); });
 }

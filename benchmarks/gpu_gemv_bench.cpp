@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_errors.h"
 #include "cuda/check.h"
 #include "cuda/model_launchers.h"
-#include "kvevict/error.h"
 
 namespace {
 
@@ -280,10 +280,5 @@ int run(const Args& args) {
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  try {
-    return run(args);
-  } catch (const kvevict::Error& e) {
-    std::fprintf(stderr, "gpu_gemv_bench: %s\n", e.what());
-    return 1;
-  }
+  return kvevict::bench::run_reporting_errors("gpu_gemv_bench", [&] { return run(args); });
 }
