@@ -35,18 +35,21 @@ using cuda::detail::launch_pdl;
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = 32 * kGemvWarps;
 constexpr int kChunk = 8;  // bf16 elements in 16 bytes
-// Columns of the input tile in shared memory: [B][kTileK] bf16, B * 4 KiB (32 KiB at B = 8). A
+// Columns of the input tile in shared memory: [B][kTileK] bf16 (32.5 KiB at B = 8 with the pad). A
 // multiple of 32 chunks, so every lane meets the same columns as without tiles (lane l takes chunks
-// l, l + 32, ... of K): the sums are the same, bit for bit.
+// l, l + 32, ... of K): the sums are the same, bit for bit. Its rows lie kXsStride chunks apart:
+// 4 more than a row, so the 8 batch rows that the tensor-core kernel's lanes read at one column
+// (lanes g = 0..7) fall in different bank groups (4 wavefronts for a warp's 512 bytes, not 8).
 constexpr int kTileK = 2048;
 constexpr int kTileChunks = kTileK / kChunk;
+constexpr int kXsStride = kTileChunks + 4;
 // 128-byte lines of each weight row a warp prefetches into L2 before it waits for the previous
 // kernel. Bounded: whole row pairs of an 8B model's matrices (16-56 KB) over the warps resident
 // at once (up to ~4,700 on 132 SMs) ask for 50-115 MB, more than L2 holds (50 MB), so lines are
 // evicted before their loads read them; 4 KB a row pair is ~19 MB. Small models' rows (K <= 1,024)
 // are prefetched whole.
 constexpr int kPrefetchLines = 16;
-static_assert(kGemvMaxBatch * kTileK * 2 <= 48 * 1024,
+static_assert(kGemvMaxBatch * kXsStride * 16 <= 48 * 1024,
               "the input tile fits the default dynamic shared memory (no opt-in at launch)");
 
 __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kChunk]) {
@@ -176,7 +179,7 @@ __device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a) {
   }
 }
 
-// A warp's products of its two rows with the staged input tile (xs [B][kTileChunks] chunks,
+// A warp's products of its two rows with the staged input tile (xs [B][kXsStride] chunks,
 // columns k0 .. k0 + tk of K), added to acc0 / acc1 (lane-partial sums).
 __device__ __forceinline__ void tile_products(const GemvArgs& a, const bf16* w0, const bf16* w1,
                                               int k0, int tk, const uint4* xs,
@@ -194,7 +197,7 @@ __device__ __forceinline__ void tile_products(const GemvArgs& a, const bf16* w0,
     for (int b = 0; b < kGemvMaxBatch; ++b) {
       if (b >= a.B) break;
       float xf[kChunk];
-      unpack8(xs[b * kTileChunks + c], xf);
+      unpack8(xs[b * kXsStride + c], xf);
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) {
         acc0[b] = fmaf(wf0[i], xf[i], acc0[b]);
@@ -268,7 +271,7 @@ __device__ __forceinline__ void row_inv_rms(const GemvArgs& a, float* inv_rms) {
   }
 }
 
-// Columns k0 .. k0 + tk of the B input rows into xs [B][kTileChunks] as the product's bf16
+// Columns k0 .. k0 + tk of the B input rows into xs [B][kXsStride] as the product's bf16
 // operand, every thread of the block taking chunks (no barrier here).
 template <bool kNorm>
 __device__ __forceinline__ void stage_tile(const GemvArgs& a, int k0, int tk, const float* inv_rms,
@@ -278,7 +281,7 @@ __device__ __forceinline__ void stage_tile(const GemvArgs& a, int k0, int tk, co
     const int b = c / chunks, kc = c - b * chunks;
     float xf[kChunk];
     input_chunk<kNorm>(a, b, k0 + kc * kChunk, kNorm ? inv_rms[b] : 1.f, xf);
-    xs[b * kTileChunks + kc] = pack8(xf);
+    xs[b * kXsStride + kc] = pack8(xf);
   }
 }
 
@@ -304,7 +307,7 @@ __host__ __device__ __forceinline__ int output_pairs(const GemvArgs& a) {
 template <bool kNorm, GemvOut kOut, bool kGeluTanh>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   __shared__ float inv_rms[kGemvMaxBatch];
-  extern __shared__ uint4 xs[];  // [B][kTileChunks]
+  extern __shared__ uint4 xs[];  // [B][kXsStride]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pair = blockIdx.x * kGemvWarps + warp;
   constexpr bool kGated = kOut == GemvOut::kGated;
@@ -342,22 +345,23 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
 // as the product's 8 columns, so a weight chunk costs two mma a warp instead of 16 B FMAs a lane.
 // A block owns 8 output pairs (16 weight rows: row g of the mma tile is the first row of pair
 // p0 + g, row g + 8 its second, so a lane's sums of both rows of a pair meet in its registers for
-// the fused epilogues) and its 4 warps split K by 32-column chunks (warp w: chunks w, w + 4, ...),
+// the fused epilogues) and its 4 warps split K by 64-column chunks (warp w: chunks w, w + 4, ...),
 // their sums added in shared memory at the end in a fixed order.
-// Each lane reads 16 bytes of each of its two rows a chunk (columns 8t .. 8t + 7 of the chunk, t =
-// lane % 4) and the same 16 bytes of its batch row g = lane / 4 from the staged tile; the mma's k
-// order is a permutation of the chunk's columns, the same for both operands, so the dot products
-// are the chunk's: words 0, 1 of the 16 bytes are the fragment's k 2t .. 2t + 1 and 2t + 8 .. 2t +
-// 9 of the first mma, words 2, 3 those of the second (common.cuh: the fragment layout).
+// In each 32-column half of a chunk a lane reads 16 bytes of each of its two rows (columns 8t ..
+// 8t + 7 of the half, t = lane % 4: the 4 lanes of a row cover its 64 bytes, the two halves a whole
+// 128-byte line) and the same 16 bytes of its batch row g = lane / 4 from the staged tile; the
+// mma's k order is a permutation of the half's columns, the same for both operands, so the dot
+// products are the half's: words 0, 1 of the 16 bytes are the fragment's k 2t .. 2t + 1 and 2t + 8
+// .. 2t + 9 of one mma, words 2, 3 those of the next (common.cuh: the fragment layout).
 constexpr int kMmaPairs = 8;    // output pairs a block (16 weight rows)
-constexpr int kMmaChunkK = 32;  // columns a warp's step (two k16 mma)
+constexpr int kMmaChunkK = 64;  // columns a warp's step (two halves of two k16 mma)
 
 template <bool kNorm, GemvOut kOut, bool kGeluTanh>
 __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
   using kvevict::cuda::detail::mma_16816;
   __shared__ float inv_rms[kGemvMaxBatch];
   __shared__ float4 red[kGemvWarps][32];  // the warps' sums, added by warp 0
-  extern __shared__ uint4 xs[];           // [B][kTileChunks]
+  extern __shared__ uint4 xs[];           // [B][kXsStride]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int pairs = output_pairs(a);
@@ -381,17 +385,24 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
     stage_tile<kNorm>(a, k0, tk, inv_rms, xs);
     __syncthreads();
     const int steps = (tk + kMmaChunkK - 1) / kMmaChunkK;
-#pragma unroll 4
+#pragma unroll 2
     for (int c = warp; c < steps; c += kGemvWarps) {
-      const int kk = c * kMmaChunkK + 8 * t;  // this lane's 8 columns within the tile
-      const bool in = kk < tk;                // K is a multiple of 8: all 8 or none
-      const uint4 wa = in ? *reinterpret_cast<const uint4*>(w0 + k0 + kk) : zero;
-      const uint4 wb = in ? *reinterpret_cast<const uint4*>(w1 + k0 + kk) : zero;
-      const uint4 x = in && g < a.B ? xs[g * kTileChunks + kk / kChunk] : zero;
-      const uint32_t f0[4] = {wa.x, wb.x, wa.y, wb.y};
-      const uint32_t f1[4] = {wa.z, wb.z, wa.w, wb.w};
-      mma_16816<bf16>(d, f0, x.x, x.y);
-      mma_16816<bf16>(d, f1, x.z, x.w);
+      uint4 wa[2], wb[2], x[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // loads of both halves first: 6 in flight a lane
+        const int kk = c * kMmaChunkK + 32 * h + 8 * t;  // this lane's 8 columns within the tile
+        const bool in = kk < tk;                         // K is a multiple of 8: all 8 or none
+        wa[h] = in ? *reinterpret_cast<const uint4*>(w0 + k0 + kk) : zero;
+        wb[h] = in ? *reinterpret_cast<const uint4*>(w1 + k0 + kk) : zero;
+        x[h] = in && g < a.B ? xs[g * kXsStride + kk / kChunk] : zero;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t f0[4] = {wa[h].x, wb[h].x, wa[h].y, wb[h].y};
+        const uint32_t f1[4] = {wa[h].z, wb[h].z, wa[h].w, wb[h].w};
+        mma_16816<bf16>(d, f0, x[h].x, x[h].y);
+        mma_16816<bf16>(d, f1, x[h].z, x[h].w);
+      }
     }
     __syncthreads();  // the next tile overwrites xs
   }
@@ -419,7 +430,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
 // Batch 1: the CUDA-core kernel (a warp a pair); batches of 2 and more: the tensor-core one.
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(a.B) * kTileK * sizeof(bf16);
+  const size_t smem = static_cast<size_t>(a.B) * kXsStride * sizeof(uint4);
   if (a.B == 1) {
     const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
     return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream,
