@@ -10,7 +10,8 @@
 // Reports microseconds per call, the weight bytes over that time, and its share of the device-to-
 // device copy bandwidth measured in the same run (read + write: the bandwidth floor's convention
 // of gpu_e2e_bench). Ours runs the unnormed bf16 -> bf16 variant (as cuBLAS does: no fused norm),
-// and the normed one beside it (the fused step's q|k|v and gate|up launches).
+// and the normed one beside it (the fused step's q|k|v and gate|up launches); from batch 2, where
+// ours runs on the tensor cores, also the CUDA-core kernel (GemvArgs::cuda_cores: "cores us").
 //
 // Usage: gpu_gemv_bench [--model smollm2|gemma3|llama|all] [--batches 1,2,4,8] [--replays N]
 #include <cublas_v2.h>
@@ -194,9 +195,9 @@ int run(const Args& args) {
   const double bw = copy_gbps(stream);
   std::printf("device: %s, %d SMs, L2 %d MiB; d2d copy %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, bw);
-  std::printf("%-8s %-8s %6s %6s %2s | %9s %7s %6s | %9s %7s %6s | %9s %6s | %7s\n", "model",
+  std::printf("%-8s %-8s %6s %6s %2s | %9s %7s %6s | %9s %7s %6s | %9s %6s | %7s | %8s\n", "model",
               "proj", "N", "K", "B", "ours us", "GB/s", "%copy", "cuBLAS us", "GB/s", "%copy",
-              "+norm us", "%copy", "cuBLAS/ours");
+              "+norm us", "%copy", "cuBLAS/ours", "cores us");
 
   constexpr size_t kRotateBytes = 192ull << 20;
   for (const Shape& s : shapes()) {
@@ -255,13 +256,24 @@ int run(const Args& args) {
       const double t_ours = us_per_call(stream, calls, args.replays, ours);
       const double t_blas = us_per_call(stream, calls, args.replays, blas_call);
       const double t_norm = us_per_call(stream, calls, args.replays, ours_normed);
+      // From batch 2 launch_gemv takes the tensor cores; the CUDA-core kernel beside it.
+      double t_cores = 0;
+      if (B > 1) {
+        auto cores = [&](int i) {
+          GemvArgs gi = g;
+          gi.w = w + (i % copies) * w_elems;
+          gi.cuda_cores = true;
+          KVEVICT_CUDA_CHECK(kvevict::gpu::detail::launch_gemv(gi, stream));
+        };
+        t_cores = us_per_call(stream, calls, args.replays, cores);
+      }
       auto gbps = [&](double us) { return static_cast<double>(w_bytes) / (us * 1e-6) / 1e9; };
       std::printf(
           "%-8s %-8s %6d %6d %2d | %9.2f %7.0f %5.1f%% | %9.2f %7.0f %5.1f%% | %9.2f %5.1f%% | "
-          "%7.2f\n",
+          "%7.2f | %8.2f\n",
           s.model, s.name, s.N, s.K, B, t_ours, gbps(t_ours), 100.0 * gbps(t_ours) / bw, t_blas,
           gbps(t_blas), 100.0 * gbps(t_blas) / bw, t_norm, 100.0 * gbps(t_norm) / bw,
-          t_blas / t_ours);
+          t_blas / t_ours, t_cores);
       std::fflush(stdout);
     }
     KVEVICT_CUDA_CHECK(cudaFree(w));

@@ -427,11 +427,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a);
 }
 
-// Batch 1: the CUDA-core kernel (a warp a pair); batches of 2 and more: the tensor-core one.
+// Batch 1: the CUDA-core kernel (a warp a pair); batches of 2 and more: the tensor-core one
+// (GemvArgs::cuda_cores: the CUDA-core one at any batch, for tests and A/B runs).
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(a.B) * kXsStride * sizeof(uint4);
-  if (a.B == 1) {
+  if (a.B == 1 || a.cuda_cores) {
     const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
     return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream,
                       a);

@@ -107,6 +107,7 @@ struct GemvArgs {
   void* y = nullptr;
   RopeAppendArgs rope;           // kRopeAppend (decode = true, head_major = false; qkv unused)
   uint32_t* arrivals = nullptr;  // kRopeAppend: one counter, zero before and after each launch
+  bool cuda_cores = false;  // tests and gpu_gemv_bench: the batch-1 (CUDA-core) kernel at any batch
 };
 // Whether launch_gemv covers the shape: 1 <= B <= kGemvMaxBatch, K a multiple of 8, x / w /
 // norm_w 16-byte aligned (kRopeAppend: the decode mode, no q / k norms, even d, N = (Hq + 2 Hkv)

@@ -1,7 +1,8 @@
 // The small-batch GEMV of the decode step (src/cuda/decode_gemv.cu) against a double reference
 // that rounds where the kernel's contract says it rounds (the normed input to bf16; the gate and
 // up products to bf16 before the activation): every output mode, with and without the fused
-// RMSNorm, batches 1..8 (1: the CUDA-core kernel; 2 and more: the tensor-core one), row counts that
+// RMSNorm, batches 1..8 (1: the CUDA-core kernel; 2 and more: the tensor-core one, and the
+// CUDA-core one by GemvArgs::cuda_cores), row counts that
 // are not a multiple of the warp's pair or the block's eight rows, K from one 16-byte chunk up;
 // rows outside the output stay untouched; shapes the kernel does not cover are refused.
 #include <gtest/gtest.h>
@@ -30,13 +31,14 @@ struct Case {
   bool norm;
   GemvOut out;
   bool gelu = false;
+  bool cuda_cores = false;  // GemvArgs::cuda_cores: the batch-1 kernel at this batch
 };
 
 std::string name(const Case& c) {
   const char* outs[] = {"bf16", "f32", "f32+=", "gated"};
   return "B=" + std::to_string(c.B) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
          (c.norm ? " norm" : "") + " out=" + outs[static_cast<int>(c.out)] +
-         (c.gelu ? " gelu" : "");
+         (c.gelu ? " gelu" : "") + (c.cuda_cores ? " cuda-cores" : "");
 }
 
 double act(double g, bool gelu) {
@@ -99,6 +101,7 @@ void check(const Case& c, uint64_t seed) {
   a.K = c.K;
   a.out = c.out;
   a.gelu_tanh = c.gelu;
+  a.cuda_cores = c.cuda_cores;
   a.y = out_f32 ? static_cast<void*>(dyf.data()) : static_cast<void*>(dyb.data());
   ASSERT_TRUE(gpu::detail::gemv_supported(a));
   KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(a, nullptr));
@@ -153,7 +156,10 @@ TEST(DecodeGemv, EveryOutputModeAgainstTheDoubleReference) {
     for (bool norm : {false, true})
       for (int B : {1, 3, 8})
         // K = 4104: two full input tiles of 2,048 columns and a last one of 8.
-        for (int K : {8, 576, 1544, 4104}) check({B, 37, K, norm, out}, seed++);
+        for (int K : {8, 576, 1544, 4104}) {
+          check({B, 37, K, norm, out}, seed++);
+          if (B > 1) check({B, 37, K, norm, out, false, true}, seed++);  // the other kernel
+        }
 }
 
 TEST(DecodeGemv, ModelShapesAndTheGeluActivation) {
