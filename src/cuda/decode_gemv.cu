@@ -342,7 +342,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
 }
 
 // Batches of 2 and more: the tensor cores (mma.sync m16n8k16, bf16 in, f32 sums) take the batch
-// as the product's 8 columns, so a weight chunk costs two mma a warp instead of 16 B FMAs a lane.
+// as the product's 8 columns, so 32 columns of 16 weight rows cost a warp two mma instead of 16 x B
+// FMAs a lane.
 // A block owns 8 output pairs (16 weight rows: row g of the mma tile is the first row of pair
 // p0 + g, row g + 8 its second, so a lane's sums of both rows of a pair meet in its registers for
 // the fused epilogues) and its 4 warps split K by 64-column chunks (warp w: chunks w, w + 4, ...),
