@@ -496,13 +496,15 @@ int resident_blocks_per_sm(int d) {
 
 // One wave: as many splits as the resident blocks allow (a grid one block past them runs a second
 // wave that leaves most of the GPU idle: 528 blocks of 3 a SM on 132 SMs took 2 waves of 8 tiles
-// each where 376 blocks take one of 11), at least 4 tiles a split so the merge stays small next to
-// the work it merges. Segments beyond the resident blocks run one split each.
+// each where 376 blocks take one of 11), at least 2 tiles a split: a split's partial (G x d floats)
+// stays 16x smaller than the K and V it read (the 8B's 10% cache, 3,277 keys a head at batch 1,
+// runs 26 splits = 208 blocks instead of 13 = 104 on 132 SMs). Segments beyond the resident blocks
+// run one split each.
 Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm) {
   Plan pl;
   const int64_t resident = static_cast<int64_t>(sm_count) * blocks_per_sm;
   int64_t splits = segments > 0 ? resident / segments : 1;  // (no segments: callers refuse B = 0)
-  const int64_t max_splits = (max_len + 255) / 256;
+  const int64_t max_splits = (max_len + 127) / 128;
   splits = std::max<int64_t>(1, std::min(splits, max_splits));
   int64_t kps = (max_len + splits - 1) / splits;
   kps = std::max<int64_t>(64, (kps + 63) / 64 * 64);
