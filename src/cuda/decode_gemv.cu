@@ -24,6 +24,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/model_launchers.h"
+#include "cuda/rope_append.cuh"
 
 namespace kvevict::gpu::detail {
 namespace {
@@ -113,9 +114,10 @@ __device__ __forceinline__ void pair_rows(const GemvArgs& a, int p, int* r0, int
     const RopeAppendArgs& ra = a.rope;
     const int d = ra.d, half = d / 2, qk_pairs = (ra.Hq + ra.Hkv) * half;
     if (p < qk_pairs) {
-      const int h = p / half, i = p % half;
-      *r0 = h * d + (ra.neox ? i : 2 * i);
-      *r1 = h * d + (ra.neox ? i + half : 2 * i + 1);
+      const int h = p / half;
+      rope_pair_cols(ra.neox, half, p % half, r0, r1);
+      *r0 += h * d;
+      *r1 += h * d;
     } else {
       *r0 = (ra.Hq + ra.Hkv) * d + 2 * (p - qk_pairs);
       *r1 = *r0 + 1;
@@ -138,14 +140,11 @@ __device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int 
     if (ra.bias != nullptr) v += ra.bias[col];
     return v;
   };
-  auto cache_row = [&](int g) {
-    const int seg = b * Hkv + g;
-    const int64_t slot = ra.ring > 0 ? pos % ra.ring : ra.seg_len[seg];
-    return ra.seg_off[seg] + slot;
-  };
+  auto cache_row = [&](int g) { return decode_append_row(ra, b * Hkv + g, pos); };
   if (p < (Hq + Hkv) * half) {
     const int h = p / half, i = p % half;
-    const int ia = ra.neox ? i : 2 * i, ib = ra.neox ? i + half : 2 * i + 1;
+    int ia, ib;
+    rope_pair_cols(ra.neox, half, i, &ia, &ib);
     const float x0 = value(acc0, h * d + ia), x1 = value(acc1, h * d + ib);
     double sn, cs;
     sincos(static_cast<double>(pos) * ra.inv_freq[i], &sn, &cs);
@@ -175,7 +174,7 @@ __device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a) {
   const RopeAppendArgs& ra = a.rope;
   for (int s = threadIdx.x; s < a.B * ra.Hkv; s += blockDim.x) {
     int32_t& len = ra.seg_len[s];
-    len = ra.ring > 0 && len + 1 > ra.ring ? static_cast<int32_t>(ra.ring) : len + 1;
+    len = appended_length(len, ra.ring);
   }
 }
 

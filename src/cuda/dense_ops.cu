@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/model_launchers.h"
+#include "cuda/rope_append.cuh"
 
 namespace kvevict::gpu::detail {
 namespace {
@@ -85,8 +86,7 @@ __global__ void rope_append_kernel(RopeAppendArgs a) {
   }
   for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
     const int seg = (a.decode ? t : a.seq) * Hkv + g;
-    const int64_t slot = !a.decode ? a.first + t : a.ring > 0 ? p % a.ring : a.seg_len[seg];
-    row_base[g] = a.seg_off[seg] + slot;
+    row_base[g] = a.decode ? decode_append_row(a, seg, p) : a.seg_off[seg] + a.first + t;
   }
   const int64_t width = static_cast<int64_t>(Hq + 2 * Hkv) * d;
   const bf16* src = a.qkv + t * width;
@@ -114,7 +114,8 @@ __global__ void rope_append_kernel(RopeAppendArgs a) {
   // q and k: one thread per rotated pair.
   for (int idx = threadIdx.x; idx < (Hq + Hkv) * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
-    const int ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
+    int ia, ib;
+    rope_pair_cols(a.neox, half, i, &ia, &ib);
     const int col = h * d;
     float x0 = load(col + ia), x1 = load(col + ib);
     if (qk_norm) {
@@ -148,7 +149,7 @@ __global__ void rope_append_kernel(RopeAppendArgs a) {
     __syncthreads();  // every thread has used row_base before the lengths move
     for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
       int32_t& len = a.seg_len[t * Hkv + g];
-      len = a.ring > 0 && len + 1 > a.ring ? static_cast<int32_t>(a.ring) : len + 1;
+      len = appended_length(len, a.ring);
     }
   }
 }
