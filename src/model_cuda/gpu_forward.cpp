@@ -31,8 +31,9 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   graph_on_ = !(e != nullptr && e[0] == '0');
   // KVEVICT_DECODE_FUSED=1: the fused decode step (set_decode_fused): batches up to 8 rows project
   // through decode_gemv.cu instead of cuBLAS and the separate norm and activation kernels, and the
-  // decode attention merges in its own launch. Off by default until its first GPU run
-  // (docs/GPU_NOTES.md "the fused decode step").
+  // decode attention merges in its own launch. Off by default: on the H100 it wins at batch 1 on
+  // small models but loses to cuBLAS from batch 4 and on 8B matrices (docs/GPU_NOTES.md "the fused
+  // decode step").
   const char* g = std::getenv("KVEVICT_DECODE_FUSED");
   fused_on_ = g != nullptr && g[0] == '1';
 }

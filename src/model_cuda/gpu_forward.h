@@ -64,7 +64,7 @@ class GpuForward {
   bool decode_graph() const { return graph_on_; }
   // The fused decode step (KVEVICT_DECODE_FUSED=1 sets it at construction): batches up to 8 rows
   // project through decode_gemv.cu (norm and activation fused) and the decode attention merges
-  // its splits inside its own launch. An experiment until measured (docs/GPU_NOTES.md).
+  // its splits inside its own launch. Off by default (docs/GPU_NOTES.md: where it wins and loses).
   void set_decode_fused(bool on) { fused_on_ = on; }
   bool decode_fused() const { return fused_on_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
