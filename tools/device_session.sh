@@ -9,7 +9,8 @@
 #                                             top-key A/B (gpu_score_bench --top-ab, medians per
 #                                             mode), gpu_score_bench --small-n, then every
 #                                             test_cuda_* binary (the decode NaN test again under
-#                                             KVEVICT_DECODE_SIMT=1)
+#                                             KVEVICT_DECODE_SIMT=1); FIRST_BENCH=0 skips the
+#                                             benches, FIRST_TESTS (a glob) picks the tests
 #   tools/device_session.sh part DIR [TOOL:TEST ...]
 #                                             DIR's model part; meanwhile compute-sanitizer TOOL
 #                                             (memcheck, racecheck, ...) on each test binary TEST
@@ -26,6 +27,11 @@
 #                                             gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3
 #                                             weights (batches 1, 4, 8) and the Llama-3.1-8B batch-1
 #                                             decode at 32K against its floor (after models)
+#   tools/device_session.sh route-ab          the fused step's GEMV routes (KVEVICT_GEMV_ROUTE: off =
+#                                             the unfused step, small, cores, all; ROUTES picks),
+#                                             the model tests on the fused step, then A B A B
+#                                             decode tok/s of SmolLM2 / Gemma 3 shapes at batches
+#                                             1, 4, 8 and the 8B at 32K against its floor
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
@@ -83,6 +89,9 @@ case "$verb" in
     xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3
     copy_part "$dir"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    # FIRST_TESTS (a glob, default test_cuda_*): the test binaries to run; FIRST_BENCH=0 skips
+    # the score benches (a rerun after a change that leaves the scoring kernels alone).
+    if [ "${FIRST_BENCH:-1}" != 0 ]; then
     s=$(date +%s)
     timeout 240 $K/bin/gpu_score_bench --top-ab >$K/logs/topab.txt 2>&1
     echo "top-ab rc=$? $(($(date +%s) - s)) s"
@@ -101,7 +110,8 @@ for k in sorted(med):
 PY
     timeout 120 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
     echo "small-n rc=$? (logs/small_n.txt: dropkv w=8, its forward, top mode 2, knorm at 4K / 32K)"
-    for t in $K/bin/test_cuda_*; do run_test "$t"; done
+    fi
+    for t in $K/bin/${FIRST_TESTS:-test_cuda_*}; do run_test "$t"; done
     KVEVICT_DECODE_SIMT=1 timeout 300 $K/bin/test_cuda_decode_attention_nan_test --gtest_brief=1 \
       >$K/logs/nan_simt.log 2>&1
     echo "decode NaN test under KVEVICT_DECODE_SIMT=1 rc=$?"
@@ -190,6 +200,36 @@ PY
         --pair-max 0 --budgets 0.1 2>&1 | tail -4
     done | tee $K/logs/fused_llama.txt
     pack fused_ab_logs
+    ;;
+  route-ab)
+    # The fused step's projection routes (KVEVICT_GEMV_ROUTE, src/model_cuda/gemv_route.h) against
+    # the default step: the model tests on the fused step's default route, then A B A B
+    # gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3 weights (batches 1, 4, 8) and the
+    # Llama-3.1-8B batch-1 decode at 32K against its floor, each route and the unfused step
+    # (after models).
+    for t in test_model_cuda_gpu_session_test test_model_cuda_runtime_equivalence_test \
+             test_model_cuda_decode_graph_test; do
+      KVEVICT_DECODE_FUSED=1 timeout 300 $K/bin/$t --gtest_brief=1 >$K/logs/route_$t.log 2>&1
+      echo "$t (KVEVICT_DECODE_FUSED=1) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $K/logs/route_$t.log | tr '\n' ' ')"
+    done
+    routes="${ROUTES:-off small cores all}"
+    for round in 1 2; do
+      for r in $routes; do
+        for p in smollm2-135m gemma3-270m; do
+          echo "== $p route=$r round $round"
+          fused=1; [ "$r" = off ] && fused=0
+          KVEVICT_DECODE_FUSED=$fused KVEVICT_GEMV_ROUTE=${r/off/} timeout 90 $K/bin/gpu_e2e_bench \
+            --preset $p --decode-ab --batches 1,4,8 2>&1 | grep -E "^[0-9]+ +graph"
+        done
+      done
+    done | tee $K/logs/route_ab.txt
+    for r in $routes; do
+      echo "== llama-3.1-8b route=$r"
+      fused=1; [ "$r" = off ] && fused=0
+      KVEVICT_DECODE_FUSED=$fused KVEVICT_GEMV_ROUTE=${r/off/} timeout 120 $K/bin/gpu_e2e_bench \
+        --preset llama-3.1-8b --lengths 32768 --pair-max 0 --budgets 0.1 2>&1 | tail -3
+    done | tee $K/logs/route_llama.txt
+    pack route_ab_logs
     ;;
   decode-profile)
     # Where a decode step's time goes, kernel by kernel (ncu's durations, launches serialized):

@@ -67,9 +67,16 @@ struct Params {
 
 // Merges the splits of query head hq of segment seg into out / lse / out_f32 (and a_s, lse_s when
 // set: the fused scores' shared copies), one warp: lanes over splits for the max and sum, over
-// dims for the output. The partials may come from other blocks of the same launch: read through
-// L2 (__ldcg).
+// dims for the output (lane, lane + 32, ...: each split's row read whole by the warp). The partials
+// may come from other blocks of the same launch: read through L2 (__ldcg). kUnroll splits' rows
+// are in flight at once: a split at a time left the 8B's 47-split merge latency-bound (92 us a
+// layer at 32K on an H100 under ncu, more than the attention itself). Each dim still sums its
+// splits in order, so the result does not depend on kUnroll.
+template <int D>
 __device__ void merge_head(const Params& p, int seg, int hq, int lane, float* a_s, float* lse_s) {
+  static_assert(D % 32 == 0, "whole warps of dims");
+  constexpr int kCols = D / 32;
+  constexpr int kUnroll = D == 256 ? 4 : 8;
   const DecodeAttentionArgs& a = p.a;
   const int b = seg / a.Hkv, g = seg % a.Hkv;
   const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
@@ -87,18 +94,37 @@ __device__ void merge_head(const Params& p, int seg, int hq, int lane, float* a_
     if (p.lse != nullptr) p.lse[h] = lse_h;
     if (lse_s != nullptr) lse_s[hq] = lse_h;
   }
-  const float inv_l = l_all == 0.f ? 0.f : 1.f / l_all;  // a NaN sum stays NaN
-  for (int c = lane; c < a.d; c += 32) {
-    float acc = 0.f;
-    if (m_all != -INFINITY)
-      for (int s = 0; s < p.splits; ++s) {
-        const float ms = __ldcg(p.part_ml + prow(s) * 2);
-        if (ms != -INFINITY) acc += exp2f(ms - m_all) * __ldcg(p.part_o + prow(s) * a.d + c);
+  float acc[kCols];
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
+  if (m_all != -INFINITY) {
+    for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
+      float ms[kUnroll], row[kUnroll][kCols];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {  // loads first, all independent
+        const int s = s0 + u;
+        ms[u] = s < p.splits ? __ldcg(p.part_ml + prow(s) * 2) : -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kCols; ++i)
+          row[u][i] = s < p.splits ? __ldcg(p.part_o + prow(s) * D + lane + 32 * i) : 0.f;
       }
-    const float o = acc * inv_l;
-    p.out[h * a.d + c] = __float2bfloat16_rn(o);
-    if (p.out_f32 != nullptr) p.out_f32[h * a.d + c] = o;
-    if (a_s != nullptr) a_s[hq * a.d + c] = o;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (ms[u] == -INFINITY) continue;  // an empty split (or past the last)
+        const float f = exp2f(ms[u] - m_all);
+#pragma unroll
+        for (int i = 0; i < kCols; ++i) acc[i] += f * row[u][i];
+      }
+    }
+  }
+  const float inv_l = l_all == 0.f ? 0.f : 1.f / l_all;  // a NaN sum stays NaN
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+    const int c = lane + 32 * i;
+    const float o = acc[i] * inv_l;
+    p.out[h * D + c] = __float2bfloat16_rn(o);
+    if (p.out_f32 != nullptr) p.out_f32[h * D + c] = o;
+    if (a_s != nullptr) a_s[hq * D + c] = o;
   }
 }
 
@@ -414,7 +440,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     // heads, a warp a head, as decode_merge_kernel would.
     if (a.merge_counters == nullptr || !last_block_to_arrive(a.merge_counters + seg, p.splits))
       return;
-    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head(p, seg, hq, lane, nullptr, nullptr);
+    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head<D>(p, seg, hq, lane, nullptr, nullptr);
   } else {
     // The segment's last block to arrive (every other split has published) merges and scores.
     if (!last_block_to_arrive(p.score.counters + seg, p.splits)) return;
@@ -422,7 +448,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     float* lse_s = a_s + kScoreG * D;             // [G]
     TopPairs* tops = reinterpret_cast<TopPairs*>(lse_s + kScoreG);
     float* red_s = reinterpret_cast<float*>(tops + 1);  // [warps][D + 4] (leave_one_out_term)
-    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head(p, seg, hq, lane, a_s, lse_s);
+    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head<D>(p, seg, hq, lane, a_s, lse_s);
     __syncthreads();
     SegmentRows rows;
     rows.a_s = a_s;
@@ -443,12 +469,13 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
 }
 
 // One warp per (sequence, query head): combines the splits into out (bf16) and lse.
+template <int D>
 __global__ void decode_merge_kernel(Params p) {
   const DecodeAttentionArgs& a = p.a;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
   if (warp >= a.B * a.Hq) return;
   const int b = warp / a.Hq, h = warp % a.Hq;
-  merge_head(p, b * a.Hkv + h / p.group, h % p.group, lane, nullptr, nullptr);
+  merge_head<D>(p, b * a.Hkv + h / p.group, h % p.group, lane, nullptr, nullptr);
 }
 
 struct Plan {
@@ -567,7 +594,7 @@ cudaError_t launch_d(const Params& p, cudaStream_t stream) {
   }
   if (err != cudaSuccess) return err;
   const int warps = p.a.B * p.a.Hq;
-  decode_merge_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(p);
+  decode_merge_kernel<D><<<(warps + 7) / 8, 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -36,6 +36,7 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   // decode step").
   const char* g = std::getenv("KVEVICT_DECODE_FUSED");
   fused_on_ = g != nullptr && g[0] == '1';
+  gemv_route_ = gemv_route_from_env();  // KVEVICT_GEMV_ROUTE (gemv_route.h)
 }
 
 GpuForward::~GpuForward() {
@@ -89,8 +90,10 @@ void GpuForward::gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int6
 // The small-batch GEMV of decode_gemv.cu for y = x W^T (x RMS-normed first when a.norm_w is set)
 // where it covers the pass; false: the caller runs the cuBLAS path.
 bool GpuForward::try_gemv(const detail::GemvArgs& a) {
-  if (!fused_on_ || !detail::gemv_supported(a)) return false;
-  KVEVICT_CUDA_CHECK(detail::launch_gemv(a, stream_));
+  if (!fused_on_) return false;
+  detail::GemvArgs routed = a;
+  if (!gemv_takes(gemv_route_, &routed)) return false;
+  KVEVICT_CUDA_CHECK(detail::launch_gemv(routed, stream_));
   return true;
 }
 
@@ -389,6 +392,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   key.push_back(B);
   key.push_back(argmax_first);
   key.push_back(fused_on_);
+  key.push_back(static_cast<int64_t>(gemv_route_));
   ptr(tokens_dev);
   ptr(logits);
   key.push_back(scoring != nullptr);

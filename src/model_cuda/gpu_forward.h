@@ -20,6 +20,7 @@
 #include "cuda/model_launchers.h"
 #include "kvevict/decode_evict.h"
 #include "model_cuda/decode_graph.h"
+#include "model_cuda/gemv_route.h"
 #include "model_cuda/gpu_model_impl.h"
 #include "model_cuda/layer_cache.h"
 
@@ -67,6 +68,8 @@ class GpuForward {
   // its splits inside its own launch. Off by default (docs/GPU_NOTES.md: where it wins and loses).
   void set_decode_fused(bool on) { fused_on_ = on; }
   bool decode_fused() const { return fused_on_; }
+  void set_gemv_route(GemvRoute route) { gemv_route_ = route; }
+  GemvRoute gemv_route() const { return gemv_route_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
@@ -121,6 +124,7 @@ class GpuForward {
   cudaEvent_t pos_staged_ = nullptr;  // recorded after the last staged upload
   bool graph_on_ = true;
   bool fused_on_ = false;  // the fused decode step (set_decode_fused)
+  GemvRoute gemv_route_ = GemvRoute::kSmall;  // which projections it takes (gemv_route.h)
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)

@@ -1,0 +1,104 @@
+// The fused decode step's projection routing (src/model_cuda/gemv_route.h): which projections the
+// small-batch GEMV takes under each route and with which kernel, the byte bound of the `small`
+// route (gated projections count both halves), shapes the GEMV does not cover never taken, and
+// KVEVICT_GEMV_ROUTE's names and its refusal of any other. Host logic only: no GPU needed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "model_cuda/gemv_route.h"
+
+namespace kvevict::gpu {
+namespace {
+
+using detail::GemvArgs;
+using detail::GemvOut;
+using detail::bf16;
+
+// Arguments of an [N, K] projection at batch B; the pointers are only checked for alignment.
+GemvArgs projection(int B, int N, int K, GemvOut out = GemvOut::kBf16) {
+  GemvArgs a;
+  a.x = reinterpret_cast<const void*>(uintptr_t{0x10000});
+  a.w = reinterpret_cast<const bf16*>(uintptr_t{0x20000});
+  a.y = reinterpret_cast<void*>(uintptr_t{0x30000});
+  a.B = B;
+  a.N = N;
+  a.K = K;
+  a.out = out;
+  return a;
+}
+
+TEST(GemvRoute, AllTakesEverySupportedShapeOnTheTensorCoresFromBatchTwo) {
+  for (int B : {1, 2, 8}) {
+    GemvArgs a = projection(B, 128256, 4096);
+    a.cuda_cores = true;
+    EXPECT_TRUE(gemv_takes(GemvRoute::kAll, &a)) << B;
+    EXPECT_FALSE(a.cuda_cores) << B;
+  }
+}
+
+TEST(GemvRoute, CoresTakesEverySupportedShapeOnTheCudaCores) {
+  GemvArgs a = projection(4, 4096, 14336);
+  EXPECT_TRUE(gemv_takes(GemvRoute::kCudaCores, &a));
+  EXPECT_TRUE(a.cuda_cores);
+}
+
+TEST(GemvRoute, SmallTakesMatricesUpToTheByteBoundOnly) {
+  // 2048 x 2048 bf16 = 8 MiB: taken; one more row of 2048: not.
+  GemvArgs at = projection(1, 2048, 2048);
+  EXPECT_TRUE(gemv_takes(GemvRoute::kSmall, &at));
+  EXPECT_TRUE(at.cuda_cores);
+  GemvArgs over = projection(1, 2049, 2048);
+  EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &over));
+  // SmolLM2's projections (576 wide) are taken, the 8B's q|k|v (6144 x 4096, 48 MiB) is not.
+  GemvArgs small = projection(8, 960, 576);
+  EXPECT_TRUE(gemv_takes(GemvRoute::kSmall, &small));
+  GemvArgs large = projection(1, 6144, 4096);
+  EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &large));
+  // A gated projection reads 2N rows: 1024 x 2048 x 2 halves = 8 MiB taken, 1025 not.
+  GemvArgs gated = projection(1, 1024, 2048, GemvOut::kGated);
+  EXPECT_TRUE(gemv_takes(GemvRoute::kSmall, &gated));
+  GemvArgs gated_over = projection(1, 1025, 2048, GemvOut::kGated);
+  EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &gated_over));
+}
+
+TEST(GemvRoute, UnsupportedShapesAreNeverTaken) {
+  for (GemvRoute r : {GemvRoute::kAll, GemvRoute::kCudaCores, GemvRoute::kSmall}) {
+    GemvArgs batch9 = projection(9, 64, 64);
+    EXPECT_FALSE(gemv_takes(r, &batch9)) << gemv_route_name(r);
+    GemvArgs odd_k = projection(1, 64, 60);
+    EXPECT_FALSE(gemv_takes(r, &odd_k)) << gemv_route_name(r);
+    GemvArgs unaligned = projection(1, 64, 64);
+    unaligned.w = reinterpret_cast<const bf16*>(uintptr_t{0x20002});
+    EXPECT_FALSE(gemv_takes(r, &unaligned)) << gemv_route_name(r);
+  }
+}
+
+TEST(GemvRoute, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (GemvRoute r : {GemvRoute::kAll, GemvRoute::kCudaCores, GemvRoute::kSmall})
+    EXPECT_EQ(parse_gemv_route(gemv_route_name(r)), r);
+  EXPECT_EQ(parse_gemv_route(""), GemvRoute::kSmall);
+  try {
+    parse_gemv_route("fastest");
+    FAIL() << "an unknown route was accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'fastest'"), std::string::npos) << what;
+    EXPECT_NE(what.find("all, cores, small"), std::string::npos) << what;
+  }
+}
+
+TEST(GemvRoute, TheEnvironmentPicksTheRoute) {
+  ASSERT_EQ(setenv("KVEVICT_GEMV_ROUTE", "cores", 1), 0);
+  EXPECT_EQ(gemv_route_from_env(), GemvRoute::kCudaCores);
+  ASSERT_EQ(setenv("KVEVICT_GEMV_ROUTE", "bogus", 1), 0);
+  EXPECT_THROW(gemv_route_from_env(), std::invalid_argument);
+  ASSERT_EQ(unsetenv("KVEVICT_GEMV_ROUTE"), 0);
+  EXPECT_EQ(gemv_route_from_env(), GemvRoute::kSmall);
+}
+
+}  // namespace
+}  // namespace kvevict::gpu
