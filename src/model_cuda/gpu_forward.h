@@ -123,7 +123,7 @@ class GpuForward {
   int32_t* pos_pinned_ = nullptr;     // [t_max] pinned staging of decode positions
   cudaEvent_t pos_staged_ = nullptr;  // recorded after the last staged upload
   bool graph_on_ = true;
-  bool fused_on_ = false;  // the fused decode step (set_decode_fused)
+  bool fused_on_ = false;                     // the fused decode step (set_decode_fused)
   GemvRoute gemv_route_ = GemvRoute::kSmall;  // which projections it takes (gemv_route.h)
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
