@@ -32,6 +32,11 @@
 #                                             the model tests on the fused step, then A B A B
 #                                             decode tok/s of SmolLM2 / Gemma 3 shapes at batches
 #                                             1, 4, 8 and the 8B at 32K against its floor
+#   tools/device_session.sh default-ab        the default decode step (fused at batch 1) against
+#                                             KVEVICT_DECODE_FUSED=0: real SmolLM2 / Gemma 3 at
+#                                             batches 1, 8, 64; the 8B at 1 and 4 over 32K and its
+#                                             floor shares (ROUNDS: of the real models, default
+#                                             2; LLAMA_MODES: default "auto 0")
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
@@ -230,6 +235,29 @@ PY
         --preset llama-3.1-8b --lengths 32768 --pair-max 0 --budgets 0.1 2>&1 | tail -3
     done | tee $K/logs/route_llama.txt
     pack route_ab_logs
+    ;;
+  default-ab)
+    # The default decode step (fused at batch 1: fused_step_policy.h) against the unfused one
+    # (KVEVICT_DECODE_FUSED=0), A B A B: the real SmolLM2 and Gemma 3 checkpoints (graph decode
+    # at batches 1, 8, 64), the Llama-3.1-8B shape at batches 1 and 4 over a 32K context, and the
+    # 8B's batch-1 floor shares (after models).
+    for round in $(seq 1 "${ROUNDS:-2}"); do
+      for v in auto 0; do
+        for g in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-q4_k_m.gguf; do
+          echo "== $g fused=$v round $round"
+          KVEVICT_DECODE_FUSED=$v timeout 120 $K/bin/gpu_e2e_bench --model $K/models/$g --decode-ab \
+            --batches 1,8,64 2>&1 | grep -E "^[0-9]+ +graph"
+        done
+      done
+    done | tee $K/logs/default_ab.txt
+    for v in ${LLAMA_MODES:-auto 0}; do
+      echo "== llama-3.1-8b fused=$v, 32K context"
+      KVEVICT_DECODE_FUSED=$v timeout 200 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --decode-ab \
+        --batches 1,4 --prompt-tokens 32768 2>&1 | grep -E "^[0-9]+ +graph"
+      KVEVICT_DECODE_FUSED=$v timeout 120 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --lengths 32768 \
+        --pair-max 0 --budgets 0.05,0.1 2>&1 | tail -4
+    done | tee $K/logs/default_llama.txt
+    pack default_ab_logs
     ;;
   decode-profile)
     # Where a decode step's time goes, kernel by kernel (ncu's durations, launches serialized):

@@ -18,7 +18,13 @@ namespace kvevict::gpu {
 using cuda::DeviceBuffer;
 
 GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
-    : w_(model), stream_(stream) {
+    // KVEVICT_DECODE_FUSED and KVEVICT_GEMV_ROUTE: which decode steps are fused and which of
+    // their projections take the small-batch GEMV (fused_step_policy.h: the defaults and why);
+    // read first, so a refused value throws before anything is allocated.
+    : w_(model),
+      stream_(stream),
+      fused_mode_(fused_step_from_env()),
+      gemv_route_(gemv_route_from_env()) {
   KVEVICT_CUBLAS_CHECK(cublasCreate(&blas_));
   KVEVICT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   blas_ws_ = DeviceBuffer(32 << 20, "cuBLAS workspace");
@@ -29,14 +35,6 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   // KVEVICT_DECODE_GRAPH=0: every decode step launches eagerly (the fallback, and the A/B).
   const char* e = std::getenv("KVEVICT_DECODE_GRAPH");
   graph_on_ = !(e != nullptr && e[0] == '0');
-  // KVEVICT_DECODE_FUSED=1: the fused decode step (set_decode_fused): batches up to 8 rows project
-  // through decode_gemv.cu instead of cuBLAS and the separate norm and activation kernels, and the
-  // decode attention merges in its own launch. Off by default: on the H100 it wins at batch 1 on
-  // small models but loses to cuBLAS from batch 4 and on 8B matrices (docs/GPU_NOTES.md "the fused
-  // decode step").
-  const char* g = std::getenv("KVEVICT_DECODE_FUSED");
-  fused_on_ = g != nullptr && g[0] == '1';
-  gemv_route_ = gemv_route_from_env();  // KVEVICT_GEMV_ROUTE (gemv_route.h)
 }
 
 GpuForward::~GpuForward() {
@@ -90,7 +88,7 @@ void GpuForward::gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int6
 // The small-batch GEMV of decode_gemv.cu for y = x W^T (x RMS-normed first when a.norm_w is set)
 // where it covers the pass; false: the caller runs the cuBLAS path.
 bool GpuForward::try_gemv(const detail::GemvArgs& a) {
-  if (!fused_on_) return false;
+  if (!fused_now_) return false;
   detail::GemvArgs routed = a;
   if (!gemv_takes(gemv_route_, &routed)) return false;
   KVEVICT_CUDA_CHECK(detail::launch_gemv(routed, stream_));
@@ -307,6 +305,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
                 " layers; the model has ", m.n_layers);
   ensure_batch(B);
   const int64_t d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  const bool fused = step_is_fused(fused_mode_, B);
   for (int b = 0; b < B; ++b)
     KVEVICT_CHECK(positions[b] + 1 <= m.context_length, "decoding position ", positions[b],
                   " exceeds the context length ", m.context_length, " of ", m.name);
@@ -356,8 +355,8 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
     if (P.fused)
       need_z = std::max(need_z, static_cast<size_t>(std::max<int64_t>(C.rows, 1)) * (Hq / Hkv) * 4);
     // The fused step's in-launch merges use B Hkv counters and its q|k|v append one more.
-    if (P.in_attention || fused_on_)
-      need_counters = (static_cast<size_t>(B) * Hkv + (fused_on_ ? 1 : 0)) * 4;
+    if (P.in_attention || fused)
+      need_counters = (static_cast<size_t>(B) * Hkv + (fused ? 1 : 0)) * 4;
   }
   if (scratch_.bytes() < need_scratch || zbuf_.bytes() < need_z ||
       step_counters_.bytes() < need_counters) {
@@ -391,7 +390,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   };
   key.push_back(B);
   key.push_back(argmax_first);
-  key.push_back(fused_on_);
+  key.push_back(fused);
   key.push_back(static_cast<int64_t>(gemv_route_));
   ptr(tokens_dev);
   ptr(logits);
@@ -424,6 +423,7 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
   const ModelConfig& m = c();
   const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
   const int64_t W = (Hq + 2 * Hkv) * d;
+  fused_now_ = step_is_fused(fused_mode_, B);  // read by try_gemv until the step is enqueued
   if (argmax_first)  // the greedy token of every row's current logits is this step's input
     KVEVICT_CUDA_CHECK(detail::launch_argmax(logits, B, m.vocab_size, tokens_dev, stream_));
   KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_dev, B, static_cast<int>(D),
@@ -443,7 +443,7 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
         normed_gemv(x_.as<float>(), L.attn_norm, L.wqkv, W, B, detail::GemvOut::kRopeAppend);
     qa.rope = ra;
     qa.arrivals =
-        fused_on_ ? step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv : nullptr;
+        fused_now_ ? step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv : nullptr;
     if (!try_gemv(qa)) {
       norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), B);
       KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
@@ -462,8 +462,8 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     da.scale = m.logit_scale();
     if (P.fused) da.z_out = zbuf_.as<float>();
     // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
-    if (fused_on_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
-    da.pdl = fused_on_;
+    if (fused_now_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
+    da.pdl = fused_now_;
     const DecodeScore kind = P.score ? scoring->score : DecodeScore::kAttentionSum;
     const bool replace = P.score && scoring->replace;
     detail::DecodeStepScoreArgs fs;
@@ -506,6 +506,7 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     ffn_and_residual(L, B);
   }
   final_logits(B, 1, logits);
+  fused_now_ = false;  // prefills are never fused
 }
 
 }  // namespace kvevict::gpu

@@ -1,12 +1,12 @@
 // The decoder's forward pass on the GPU (internal to the GPU runtime): llama / qwen2 / gemma3 in
-// bf16 with cuBLAS projections (bf16 in, f32 accumulation; with KVEVICT_DECODE_FUSED=1, batches up
-// to 8 rows take the GEMV of src/cuda/decode_gemv.cu, norm and activation fused), fused q/k/v and
-// gate/up weights, RoPE + cache append in one kernel, a causal flash-style prefill attention (the
-// window kernel of src/cuda with the whole chunk as its window) and a tensor-core decode attention
-// over the per-head variable-length compacted cache. It owns the activations (scratch of one pass,
-// grown as passes need) and the cuBLAS handle, and runs on its context's stream; one GpuForward
-// serves every session of a runtime, one pass at a time. The caches and logits it writes belong to
-// the caller.
+// bf16 with cuBLAS projections (bf16 in, f32 accumulation; fused decode steps take the GEMV of
+// src/cuda/decode_gemv.cu for small matrices, norm and activation fused: fused_step_policy.h),
+// fused q/k/v and gate/up weights, RoPE + cache append in one kernel, a causal flash-style prefill
+// attention (the window kernel of src/cuda with the whole chunk as its window) and a tensor-core
+// decode attention over the per-head variable-length compacted cache. It owns the activations
+// (scratch of one pass, grown as passes need) and the cuBLAS handle, and runs on its context's
+// stream; one GpuForward serves every session of a runtime, one pass at a time. The caches and
+// logits it writes belong to the caller.
 #pragma once
 
 #include <cublas_v2.h>
@@ -20,7 +20,7 @@
 #include "cuda/model_launchers.h"
 #include "kvevict/decode_evict.h"
 #include "model_cuda/decode_graph.h"
-#include "model_cuda/gemv_route.h"
+#include "model_cuda/fused_step_policy.h"
 #include "model_cuda/gpu_model_impl.h"
 #include "model_cuda/layer_cache.h"
 
@@ -63,11 +63,12 @@ class GpuForward {
                    std::vector<LayerCache>& layers, const StepScoring* scoring, float* logits);
   void set_decode_graph(bool on) { graph_on_ = on; }
   bool decode_graph() const { return graph_on_; }
-  // The fused decode step (KVEVICT_DECODE_FUSED=1 sets it at construction): batches up to 8 rows
-  // project through decode_gemv.cu (norm and activation fused) and the decode attention merges
-  // its splits inside its own launch. Off by default (docs/GPU_NOTES.md: where it wins and loses).
-  void set_decode_fused(bool on) { fused_on_ = on; }
-  bool decode_fused() const { return fused_on_; }
+  // The fused decode step (fused_step_policy.h; KVEVICT_DECODE_FUSED and KVEVICT_GEMV_ROUTE set
+  // both at construction): the projections of a fused step go through decode_gemv.cu where the
+  // route takes them (norm, activation, RoPE + append fused) and the decode attention merges its
+  // splits inside its own launch. Default: steps of one sequence, matrices of up to 8 MiB.
+  void set_decode_fused(FusedStep mode) { fused_mode_ = mode; }
+  FusedStep decode_fused() const { return fused_mode_; }
   void set_gemv_route(GemvRoute route) { gemv_route_ = route; }
   GemvRoute gemv_route() const { return gemv_route_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
@@ -123,8 +124,9 @@ class GpuForward {
   int32_t* pos_pinned_ = nullptr;     // [t_max] pinned staging of decode positions
   cudaEvent_t pos_staged_ = nullptr;  // recorded after the last staged upload
   bool graph_on_ = true;
-  bool fused_on_ = false;                     // the fused decode step (set_decode_fused)
-  GemvRoute gemv_route_ = GemvRoute::kSmall;  // which projections it takes (gemv_route.h)
+  FusedStep fused_mode_ = FusedStep::kBatchOne;  // which decode steps are fused
+  GemvRoute gemv_route_ = GemvRoute::kSmall;     // which of their projections the GEMV takes
+  bool fused_now_ = false;  // the pass being enqueued is fused (try_gemv reads it)
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)

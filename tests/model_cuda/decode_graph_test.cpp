@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_testing.h"
 #include "kvevict/decode_evict.h"
+#include "kvevict/error.h"
 #include "kvevict/model/evict_config.h"
 #include "model/tiny_model.h"
 #include "model_cuda/gpu_forward.h"
@@ -236,8 +237,9 @@ TEST(DecodeGraph, FusedStepReplaysBitwiseAndTracksTheDefault) {
         Arch3{tiny_gemma(), "gemma3"}}) {
     SCOPED_TRACE(a.what);
     const Pair fused = contexts(a.config, 21), plain = contexts(a.config, 21);
-    fused.eager->forward().set_decode_fused(true);
-    fused.graph->forward().set_decode_fused(true);
+    fused.eager->forward().set_decode_fused(gpu::FusedStep::kOn);
+    fused.graph->forward().set_decode_fused(gpu::FusedStep::kOn);
+    plain.graph->forward().set_decode_fused(gpu::FusedStep::kOff);
     Case k;
     k.batch = 3;
     k.lengths = {40, 130, 77};
@@ -263,17 +265,29 @@ TEST(DecodeGraph, FusedStepReplaysBitwiseAndTracksTheDefault) {
 TEST(DecodeGraph, EnvironmentSwitchesToEager) {
   KVEVICT_REQUIRE_GPU();
   auto model = gpu::GpuModel::random(tiny_config(Arch::kLlama), 1);
+  // The switches are read at construction; the process may run under either (restored below).
+  const char* fused_env = std::getenv("KVEVICT_DECODE_FUSED");
+  const std::string fused_was = fused_env == nullptr ? "" : fused_env;
+  ::unsetenv("KVEVICT_DECODE_FUSED");
   ::setenv("KVEVICT_DECODE_GRAPH", "0", 1);
   gpu::GpuContext off(model);
   ::unsetenv("KVEVICT_DECODE_GRAPH");
   gpu::GpuContext on(model);
   EXPECT_FALSE(off.forward().decode_graph());
   EXPECT_TRUE(on.forward().decode_graph());
+  EXPECT_EQ(on.forward().decode_fused(), gpu::FusedStep::kBatchOne);  // the default
   ::setenv("KVEVICT_DECODE_FUSED", "1", 1);
   gpu::GpuContext fused(model);
-  ::unsetenv("KVEVICT_DECODE_FUSED");
-  EXPECT_TRUE(fused.forward().decode_fused());
-  EXPECT_FALSE(on.forward().decode_fused());
+  EXPECT_EQ(fused.forward().decode_fused(), gpu::FusedStep::kOn);
+  ::setenv("KVEVICT_DECODE_FUSED", "0", 1);
+  gpu::GpuContext unfused(model);
+  EXPECT_EQ(unfused.forward().decode_fused(), gpu::FusedStep::kOff);
+  ::setenv("KVEVICT_DECODE_FUSED", "yes", 1);
+  EXPECT_THROW(gpu::GpuContext refused(model), kvevict::Error);
+  if (fused_env == nullptr)
+    ::unsetenv("KVEVICT_DECODE_FUSED");
+  else
+    ::setenv("KVEVICT_DECODE_FUSED", fused_was.c_str(), 1);
 }
 
 }  // namespace

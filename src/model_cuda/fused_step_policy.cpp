@@ -1,21 +1,40 @@
-#include "model_cuda/gemv_route.h"
+#include "model_cuda/fused_step_policy.h"
 
 #include <cstdlib>
-#include <stdexcept>
+
+#include "kvevict/error.h"
 
 namespace kvevict::gpu {
+namespace {
+
+std::string env(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr ? std::string() : std::string(e);
+}
+
+}  // namespace
+
+FusedStep parse_fused_step(const std::string& value) {
+  if (value.empty() || value == "auto") return FusedStep::kBatchOne;
+  if (value == "0") return FusedStep::kOff;
+  if (value == "1") return FusedStep::kOn;
+  KVEVICT_FAIL("KVEVICT_DECODE_FUSED='", value,
+               "': expected 0 (off), 1 (on) or auto (batch 1 only)");
+}
+
+FusedStep fused_step_from_env() {
+  return parse_fused_step(env("KVEVICT_DECODE_FUSED"));
+}
 
 GemvRoute parse_gemv_route(const std::string& name) {
   if (name.empty() || name == "small") return GemvRoute::kSmall;
   if (name == "all") return GemvRoute::kAll;
   if (name == "cores") return GemvRoute::kCudaCores;
-  throw std::invalid_argument("KVEVICT_GEMV_ROUTE='" + name +
-                              "': expected one of all, cores, small");
+  KVEVICT_FAIL("KVEVICT_GEMV_ROUTE='", name, "': expected one of all, cores, small");
 }
 
 GemvRoute gemv_route_from_env() {
-  const char* e = std::getenv("KVEVICT_GEMV_ROUTE");
-  return parse_gemv_route(e == nullptr ? std::string() : std::string(e));
+  return parse_gemv_route(env("KVEVICT_GEMV_ROUTE"));
 }
 
 const char* gemv_route_name(GemvRoute route) {
@@ -25,6 +44,10 @@ const char* gemv_route_name(GemvRoute route) {
     case GemvRoute::kSmall: return "small";
   }
   return "?";
+}
+
+bool step_is_fused(FusedStep mode, int batch) {
+  return mode == FusedStep::kOn || (mode == FusedStep::kBatchOne && batch == 1);
 }
 
 bool gemv_takes(GemvRoute route, detail::GemvArgs* a) {

@@ -1,22 +1,23 @@
-// The fused decode step's projection routing (src/model_cuda/gemv_route.h): which projections the
-// small-batch GEMV takes under each route and with which kernel, the byte bound of the `small`
-// route (gated projections count both halves), shapes the GEMV does not cover never taken, and
-// KVEVICT_GEMV_ROUTE's names and its refusal of any other. Host logic only: no GPU needed.
+// The fused decode step's policy (src/model_cuda/fused_step_policy.h): which steps are fused under
+// each mode; which projections the small-batch GEMV takes under each route and with which kernel,
+// the byte bound of the `small` route (gated projections count both halves), shapes the GEMV does
+// not cover never taken; KVEVICT_DECODE_FUSED's and KVEVICT_GEMV_ROUTE's values and the refusal of
+// any other. Host logic only: no GPU needed.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
 
-#include "model_cuda/gemv_route.h"
+#include "kvevict/error.h"
+#include "model_cuda/fused_step_policy.h"
 
 namespace kvevict::gpu {
 namespace {
 
+using detail::bf16;
 using detail::GemvArgs;
 using detail::GemvOut;
-using detail::bf16;
 
 // Arguments of an [N, K] projection at batch B; the pointers are only checked for alignment.
 GemvArgs projection(int B, int N, int K, GemvOut out = GemvOut::kBf16) {
@@ -29,6 +30,29 @@ GemvArgs projection(int B, int N, int K, GemvOut out = GemvOut::kBf16) {
   a.K = K;
   a.out = out;
   return a;
+}
+
+TEST(FusedStepPolicy, BatchOneFusesStepsOfOneSequenceOnly) {
+  EXPECT_TRUE(step_is_fused(FusedStep::kBatchOne, 1));
+  EXPECT_FALSE(step_is_fused(FusedStep::kBatchOne, 2));
+  EXPECT_FALSE(step_is_fused(FusedStep::kOff, 1));
+  for (int B : {1, 2, 8}) EXPECT_TRUE(step_is_fused(FusedStep::kOn, B)) << B;
+}
+
+TEST(FusedStepPolicy, FusedModeValuesAndTheRefusalOfOthers) {
+  EXPECT_EQ(parse_fused_step(""), FusedStep::kBatchOne);
+  EXPECT_EQ(parse_fused_step("auto"), FusedStep::kBatchOne);
+  EXPECT_EQ(parse_fused_step("0"), FusedStep::kOff);
+  EXPECT_EQ(parse_fused_step("1"), FusedStep::kOn);
+  for (const char* bad : {"2", "on", "true", " 1"}) {
+    try {
+      parse_fused_step(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const kvevict::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(GemvRoute, AllTakesEverySupportedShapeOnTheTensorCoresFromBatchTwo) {
@@ -84,7 +108,7 @@ TEST(GemvRoute, NamesRoundTripAndUnknownOnesAreRefused) {
   try {
     parse_gemv_route("fastest");
     FAIL() << "an unknown route was accepted";
-  } catch (const std::invalid_argument& e) {
+  } catch (const kvevict::Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("'fastest'"), std::string::npos) << what;
     EXPECT_NE(what.find("all, cores, small"), std::string::npos) << what;
@@ -95,7 +119,7 @@ TEST(GemvRoute, TheEnvironmentPicksTheRoute) {
   ASSERT_EQ(setenv("KVEVICT_GEMV_ROUTE", "cores", 1), 0);
   EXPECT_EQ(gemv_route_from_env(), GemvRoute::kCudaCores);
   ASSERT_EQ(setenv("KVEVICT_GEMV_ROUTE", "bogus", 1), 0);
-  EXPECT_THROW(gemv_route_from_env(), std::invalid_argument);
+  EXPECT_THROW(gemv_route_from_env(), kvevict::Error);
   ASSERT_EQ(unsetenv("KVEVICT_GEMV_ROUTE"), 0);
   EXPECT_EQ(gemv_route_from_env(), GemvRoute::kSmall);
 }

@@ -1,0 +1,54 @@
+// The fused decode step's two choices, apart from both candidates so an A/B changes one value and
+// nothing else: which decode steps are fused (KVEVICT_DECODE_FUSED) and which of their projections
+// the small-batch GEMV of src/cuda/decode_gemv.cu takes over from cuBLAS, with which of its two
+// kernels (KVEVICT_GEMV_ROUTE).
+//
+// Measured on an H100 (docs/RESULTS.md "2026-12-06 (d)", graph-replayed decode, random weights):
+// at batch 1 the fused step gives SmolLM2's shape +38% tokens/s and Gemma 3's +15%, and ties on
+// the 8B (whose projections all go to cuBLAS); from batch 2 the GEMV is slower than cuBLAS on every
+// projection shape, and the fused step wins on one model and loses on the other. Hence the
+// defaults: fused at batch 1, the GEMV for matrices of at most kGemvSmallBytes.
+#pragma once
+
+#include <string>
+
+#include "cuda/model_launchers.h"
+
+namespace kvevict::gpu {
+
+enum class FusedStep {
+  kOff,       // every step: cuBLAS, separate norm / activation / merge launches
+  kBatchOne,  // steps of one sequence fused, larger batches not (the default)
+  kOn,        // every step of up to 8 sequences fused
+};
+
+enum class GemvRoute {
+  kAll,        // every projection it supports; the tensor-core kernel from batch 2
+  kCudaCores,  // every projection it supports; the CUDA-core kernel at every batch
+  kSmall,      // weights of at most kGemvSmallBytes only (CUDA-core kernel); larger: cuBLAS
+};
+
+// Weight bytes up to which kSmall keeps a projection on the GEMV: about 3 us of reading at an
+// H100's 3 TB/s, the order of the launch and norm kernels the fused projection saves. Larger
+// matrices stream faster through cuBLAS (gpu_gemv_bench, H100: 5-12% on the 8B's at batch 1,
+// 1.3-2.3x from batch 2).
+inline constexpr long long kGemvSmallBytes = 8ll << 20;
+
+// KVEVICT_DECODE_FUSED: 0 (off), 1 (on), auto (batch one); unset or empty: auto.
+// KVEVICT_GEMV_ROUTE: all, cores, small; unset or empty: small.
+// Any other value throws kvevict::Error naming it and the accepted values (the CLI: exit 2).
+FusedStep fused_step_from_env();
+FusedStep parse_fused_step(const std::string& value);
+GemvRoute gemv_route_from_env();
+GemvRoute parse_gemv_route(const std::string& name);
+const char* gemv_route_name(GemvRoute route);
+
+// Whether a decode step of `batch` sequences is fused under mode.
+bool step_is_fused(FusedStep mode, int batch);
+
+// True when the GEMV takes projection a under route (setting a->cuda_cores to the kernel it
+// picks); false: the caller runs its cuBLAS path. Shapes the GEMV does not support are never
+// taken (detail::gemv_supported).
+bool gemv_takes(GemvRoute route, detail::GemvArgs* a);
+
+}  // namespace kvevict::gpu
