@@ -25,6 +25,7 @@
 #include "model_cuda/gpu_forward.h"
 #include "model_cuda/gpu_runtime.h"
 #include "model_cuda/tiny_configs.h"
+#include "support/testing.h"
 
 namespace kvevict {
 namespace {
@@ -265,29 +266,30 @@ TEST(DecodeGraph, FusedStepReplaysBitwiseAndTracksTheDefault) {
 TEST(DecodeGraph, EnvironmentSwitchesToEager) {
   KVEVICT_REQUIRE_GPU();
   auto model = gpu::GpuModel::random(tiny_config(Arch::kLlama), 1);
-  // The switches are read at construction; the process may run under either (restored below).
-  const char* fused_env = std::getenv("KVEVICT_DECODE_FUSED");
-  const std::string fused_was = fused_env == nullptr ? "" : fused_env;
-  ::unsetenv("KVEVICT_DECODE_FUSED");
-  ::setenv("KVEVICT_DECODE_GRAPH", "0", 1);
-  gpu::GpuContext off(model);
-  ::unsetenv("KVEVICT_DECODE_GRAPH");
+  // The switches are read at construction; the process may run under either.
+  using kvevict::testing::ScopedEnv;
+  const ScopedEnv no_fused("KVEVICT_DECODE_FUSED", nullptr);
+  {
+    const ScopedEnv eager("KVEVICT_DECODE_GRAPH", "0");
+    gpu::GpuContext off(model);
+    EXPECT_FALSE(off.forward().decode_graph());
+  }
+  const ScopedEnv no_graph("KVEVICT_DECODE_GRAPH", nullptr);
   gpu::GpuContext on(model);
-  EXPECT_FALSE(off.forward().decode_graph());
   EXPECT_TRUE(on.forward().decode_graph());
   EXPECT_EQ(on.forward().decode_fused(), gpu::FusedStep::kBatchOne);  // the default
-  ::setenv("KVEVICT_DECODE_FUSED", "1", 1);
-  gpu::GpuContext fused(model);
-  EXPECT_EQ(fused.forward().decode_fused(), gpu::FusedStep::kOn);
-  ::setenv("KVEVICT_DECODE_FUSED", "0", 1);
-  gpu::GpuContext unfused(model);
-  EXPECT_EQ(unfused.forward().decode_fused(), gpu::FusedStep::kOff);
-  ::setenv("KVEVICT_DECODE_FUSED", "yes", 1);
+  {
+    const ScopedEnv fused_env("KVEVICT_DECODE_FUSED", "1");
+    gpu::GpuContext fused(model);
+    EXPECT_EQ(fused.forward().decode_fused(), gpu::FusedStep::kOn);
+  }
+  {
+    const ScopedEnv unfused_env("KVEVICT_DECODE_FUSED", "0");
+    gpu::GpuContext unfused(model);
+    EXPECT_EQ(unfused.forward().decode_fused(), gpu::FusedStep::kOff);
+  }
+  const ScopedEnv refused_env("KVEVICT_DECODE_FUSED", "yes");
   EXPECT_THROW(gpu::GpuContext refused(model), kvevict::Error);
-  if (fused_env == nullptr)
-    ::unsetenv("KVEVICT_DECODE_FUSED");
-  else
-    ::setenv("KVEVICT_DECODE_FUSED", fused_was.c_str(), 1);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -24,6 +25,7 @@
 #include "kvevict/tokenizer.h"
 #include "model/session.h"
 #include "model/tiny_model.h"
+#include "model_cuda/gpu_forward.h"
 #include "model_cuda/gpu_runtime.h"
 #include "model_cuda/greedy_agreement.h"
 #include "model_cuda/tiny_configs.h"
@@ -196,28 +198,35 @@ TEST_P(GpuRuntime, BatchedDecodeEqualsSingleSequence) {
   const ModelConfig c = tiny_config(GetParam());
   auto gm = gpu::GpuModel::random(c, 4);
   const auto prompt = prompt_ids(200, c.vocab_size, 8);
-  gpu::GpuSessionOptions one;
-  one.max_prompt = 200;
-  one.decode_room = 8;
-  gpu::GpuSession s1(gm, one);
-  s1.prefill(prompt, EvictConfig{PrefillEviction::from_method("dropkv", Budget{0.3}), {}});
-  gpu::GpuSessionOptions three = one;
-  three.batch = 3;
-  gpu::GpuSession s3(gm, three);
-  s3.prefill(prompt, EvictConfig{PrefillEviction::from_method("dropkv", Budget{0.3}), {}});
-  s3.replicate_sequence();
-  for (int step = 0; step < 3; ++step) {
-    const int32_t tok = 7 + step;
-    s1.decode({tok});
-    s3.decode({tok, tok, tok});
-    const auto ref = s1.logits();
-    for (int b = 0; b < 3; ++b) expect_close_logits(s3.logits(b), ref, 1e-3, "batch row");
+  // Both sessions on one context and the same step kernels: by default a step of one sequence is
+  // fused and a step of three is not (fused_step_policy.h), which differ by bf16 rounding.
+  for (gpu::FusedStep mode : {gpu::FusedStep::kOff, gpu::FusedStep::kOn}) {
+    SCOPED_TRACE(mode == gpu::FusedStep::kOn ? "fused step" : "unfused step");
+    auto ctx = std::make_shared<gpu::GpuContext>(gm);
+    ctx->forward().set_decode_fused(mode);
+    gpu::GpuSessionOptions one;
+    one.max_prompt = 200;
+    one.decode_room = 8;
+    gpu::GpuSession s1(ctx, one);
+    s1.prefill(prompt, EvictConfig{PrefillEviction::from_method("dropkv", Budget{0.3}), {}});
+    gpu::GpuSessionOptions three = one;
+    three.batch = 3;
+    gpu::GpuSession s3(ctx, three);
+    s3.prefill(prompt, EvictConfig{PrefillEviction::from_method("dropkv", Budget{0.3}), {}});
+    s3.replicate_sequence();
+    for (int step = 0; step < 3; ++step) {
+      const int32_t tok = 7 + step;
+      s1.decode({tok});
+      s3.decode({tok, tok, tok});
+      const auto ref = s1.logits();
+      for (int b = 0; b < 3; ++b) expect_close_logits(s3.logits(b), ref, 1e-3, "batch row");
+    }
+    // Greedy on the device: every row follows the same tokens.
+    const auto ids = s3.decode_greedy(4);
+    EXPECT_EQ(ids[0], ids[1]);
+    EXPECT_EQ(ids[0], ids[2]);
+    EXPECT_EQ(s3.kv_bytes_total(), 3 * s3.kv_bytes_per_sequence());
   }
-  // Greedy on the device: every row follows the same tokens.
-  const auto ids = s3.decode_greedy(4);
-  EXPECT_EQ(ids[0], ids[1]);
-  EXPECT_EQ(ids[0], ids[2]);
-  EXPECT_EQ(s3.kv_bytes_total(), 3 * s3.kv_bytes_per_sequence());
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, GpuRuntime, ::testing::Values(Arch::kLlama, Arch::kQwen2),
@@ -807,21 +816,27 @@ TEST(GpuGemma, BatchedDecodeEqualsSingleSequence) {
   const ModelConfig c = tiny_gemma();
   auto gm = upload(gemma_model(c, 5));
   const auto prompt = prompt_ids(83, c.vocab_size, 8);
-  gpu::GpuSessionOptions one;
-  one.max_prompt = 83;
-  one.decode_room = 8;
   const EvictConfig ev{PrefillEviction::from_method("dropkv", Budget{0.3}), {}};
-  gpu::GpuSession s1(gm, one);
-  s1.prefill(prompt, ev);
-  gpu::GpuSessionOptions three = one;
-  three.batch = 3;
-  gpu::GpuSession s3(gm, three);
-  s3.prefill(prompt, ev);
-  s3.replicate_sequence();
-  for (int step = 0; step < 4; ++step) {
-    s1.decode({11 + step});
-    s3.decode({11 + step, 11 + step, 11 + step});
-    for (int b = 0; b < 3; ++b) expect_close_logits(s3.logits(b), s1.logits(), 1e-3, "batch row");
+  // The same step kernels for both sessions, as in GpuRuntime.BatchedDecodeEqualsSingleSequence.
+  for (gpu::FusedStep mode : {gpu::FusedStep::kOff, gpu::FusedStep::kOn}) {
+    SCOPED_TRACE(mode == gpu::FusedStep::kOn ? "fused step" : "unfused step");
+    auto ctx = std::make_shared<gpu::GpuContext>(gm);
+    ctx->forward().set_decode_fused(mode);
+    gpu::GpuSessionOptions one;
+    one.max_prompt = 83;
+    one.decode_room = 8;
+    gpu::GpuSession s1(ctx, one);
+    s1.prefill(prompt, ev);
+    gpu::GpuSessionOptions three = one;
+    three.batch = 3;
+    gpu::GpuSession s3(ctx, three);
+    s3.prefill(prompt, ev);
+    s3.replicate_sequence();
+    for (int step = 0; step < 4; ++step) {
+      s1.decode({11 + step});
+      s3.decode({11 + step, 11 + step, 11 + step});
+      for (int b = 0; b < 3; ++b) expect_close_logits(s3.logits(b), s1.logits(), 1e-3, "batch row");
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -49,6 +50,33 @@ class Guarded {
   std::vector<T> buf_;
   size_t pad_, count_;
   T sentinel_;
+};
+
+// Sets (or, with nullptr, unsets) an environment variable for its lifetime, then restores what
+// was there: switches read at construction (KVEVICT_DECODE_FUSED and the like) for one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* was = std::getenv(name);
+    had_ = was != nullptr;
+    if (had_) was_ = was;
+    if (value != nullptr)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      ::setenv(name_.c_str(), was_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, was_;
+  bool had_ = false;
 };
 
 }  // namespace kvevict::testing
