@@ -19,8 +19,9 @@ mkdir -p "$out"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
+# test_eval_sweep_test: its CUDA cases (the sweep against each setting alone) run only on a GPU.
 for f in "$build"/tests/test_cuda_* "$build"/tests/test_model_cuda_* "$build"/benchmarks/gpu_* \
-         "$build"/benchmarks/sweep_cost_bench "$build"/kvevict; do
+         "$build"/tests/test_eval_sweep_test "$build"/benchmarks/sweep_cost_bench "$build"/kvevict; do
   [[ -f "$f" && -x "$f" && "$f" != *.cmake ]] && cp "$f" "$stage/bin/"
 done
 # Each shared library under its SONAME (libkvevict.so.0.1: what the programs ask the loader for).

@@ -19,7 +19,7 @@
 #                                             earlier radix select), interleaved A B A B
 #   tools/device_session.sh models DIR        the last part and the corpus: both checkpoints
 #                                             assembled and checked by sha256, then every
-#                                             test_model_cuda_* binary (MODELS_MEMCHECK="NAME
+#                                             test_model_cuda_* binary and test_eval_sweep_test (MODELS_MEMCHECK="NAME
 #                                             ...": those under memcheck, side by side)
 #   tools/device_session.sh fused-ab          the fused decode step (KVEVICT_DECODE_FUSED=1) against
 #                                             the default: gpu_gemv_bench (the GEMV alone against
@@ -174,7 +174,8 @@ PY
     # MODELS_MEMCHECK="NAME ...": those test binaries run under memcheck instead, side by side
     # with the others (each its own process on the one GPU).
     for name in ${MODELS_MEMCHECK:-}; do sanitize memcheck "$name" 540 & done
-    for t in $K/bin/test_model_cuda_*; do
+    for t in $K/bin/test_model_cuda_* $K/bin/test_eval_sweep_test; do
+      [ -x "$t" ] || continue
       case " ${MODELS_MEMCHECK:-} " in *" $(basename "$t") "*) continue ;; esac
       run_test "$t"
     done

@@ -41,14 +41,16 @@ else
      cmake --build "$bin" -j"$(nproc)" --target gpu_score_bench gpu_gemv_bench gpu_attention_bench \
        $(cd "$root/tests/cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_cuda_/') \
        $(cd "$root/tests/model_cuda" && ls *_test.cpp | sed 's/\.cpp$//; s/^/test_model_cuda_/') \
-       >>"$out/build.log" 2>&1; then
+       test_eval_sweep_test >>"$out/build.log" 2>&1; then
     note "build: ok ($(( $(date +%s) - t0 )) s, sm_90a)"
   else
     note "build: FAILED (see build.log)"; tail -30 "$out/build.log"
   fi
 fi
 
-tests=$(ls "$bin"/tests/test_cuda_* "$bin"/tests/test_model_cuda_* 2>/dev/null | grep -v '\.cmake$' || true)
+# test_eval_sweep_test: the sweep's CUDA cases (the batched sweep against each setting alone).
+tests=$(ls "$bin"/tests/test_cuda_* "$bin"/tests/test_model_cuda_* "$bin"/tests/test_eval_sweep_test 2>/dev/null |
+  grep -v '\.cmake$' || true)
 if [[ -n "${GPU_TESTS:-}" ]]; then
   sel=""; for t in $tests; do case "$(basename "$t")" in $GPU_TESTS) sel="$sel $t" ;; esac; done
   tests=$sel
