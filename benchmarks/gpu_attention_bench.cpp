@@ -5,7 +5,8 @@
 // query heads, 8 KV heads, head dim 128) or Gemma 3 270M's (4 / 1 / 256). Prints milliseconds for
 // the whole prompt's attention of one layer and its causal TFLOP/s (4 d FLOPs a head and visible
 // query-key pair: d multiply-adds of QK^T and d of PV), as tools/peers/sdpa_prefill.py counts
-// PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it).
+// PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it). Both forward loops
+// are timed, A B A B: the plain one and the pipelined one (kernel_variants.h set_window_pipelined).
 //
 // Usage: gpu_attention_bench [--shape llama|gemma3] [--lengths 4096,32768,131072] [--chunk 4096]
 //                            [--reps N]
@@ -23,6 +24,7 @@
 
 #include "bench_errors.h"
 #include "cuda/check.h"
+#include "cuda/kernel_variants.h"
 #include "cuda/launchers.h"
 #include "cuda/window_plan.h"
 
@@ -118,8 +120,8 @@ int run(const Args& args) {
   const int sms = cd::current_sm_count();
   std::printf("device: %s, %d SMs; shape %s (Hq %d, Hkv %d, d %d), chunk %lld\n", prop.name, sms,
               sh.name, sh.hq, sh.hkv, sh.d, static_cast<long long>(args.chunk));
-  std::printf("%-10s %8s %12s %10s %12s\n", "length", "chunks", "ms (1 layer)", "TFLOP/s",
-              "last chunk ms");
+  std::printf("%-10s %8s %12s %10s %12s %12s %10s %12s\n", "length", "chunks", "ms (1 layer)",
+              "TFLOP/s", "last chunk ms", "pipelined ms", "TFLOP/s", "last chunk ms");
   cudaStream_t stream;
   KVEVICT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
@@ -170,8 +172,9 @@ int run(const Args& args) {
       KVEVICT_CUDA_CHECK(
           cd::launch_window_forward(wa, out, lse, scratch, scratch_bytes, sms, stream));
     };
-    auto time_ms = [&](auto&& body) {
-      body();  // warm-up
+    // Median of reps timed runs of body (after a warm-up), the two forward variants interleaved
+    // A B A B (kernel_variants.h set_window_pipelined), so the card's state drifts alike for both.
+    auto samples = [&](auto&& body) {
       std::vector<float> ms;
       for (int r = 0; r < args.reps; ++r) {
         KVEVICT_CUDA_CHECK(cudaEventRecord(e0, stream));
@@ -182,15 +185,29 @@ int run(const Args& args) {
         KVEVICT_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
         ms.push_back(x);
       }
-      std::sort(ms.begin(), ms.end());
-      return static_cast<double>(ms[ms.size() / 2]);
+      return ms;
     };
-    const double all = time_ms([&] {
+    auto median = [](std::vector<float> v) {
+      std::sort(v.begin(), v.end());
+      return static_cast<double>(v[v.size() / 2]);
+    };
+    auto whole = [&] {
       for (const auto& wa : chunks) launch(wa);
-    });
-    const double last = time_ms([&] { launch(chunks.back()); });
-    std::printf("%-10lld %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L), chunks.size(),
-                all, flops / (all * 1e-3) / 1e12, last);
+    };
+    auto last_chunk = [&] { launch(chunks.back()); };
+    std::vector<float> all_ms[2], last_ms[2];
+    for (int round = 0; round < 2; ++round)
+      for (int pipelined = 0; pipelined < 2; ++pipelined) {
+        kvevict::cuda::set_window_pipelined(pipelined == 1);
+        whole();  // warm-up
+        for (float x : samples(whole)) all_ms[pipelined].push_back(x);
+        for (float x : samples(last_chunk)) last_ms[pipelined].push_back(x);
+      }
+    kvevict::cuda::set_window_pipelined(false);
+    const double all = median(all_ms[0]), all_p = median(all_ms[1]);
+    std::printf("%-10lld %8zu %12.3f %10.1f %12.3f %12.3f %10.1f %12.3f\n",
+                static_cast<long long>(L), chunks.size(), all, flops / (all * 1e-3) / 1e12,
+                median(last_ms[0]), all_p, flops / (all_p * 1e-3) / 1e12, median(last_ms[1]));
     std::fflush(stdout);
     for (void* p : {q, k, v, scratch}) KVEVICT_CUDA_CHECK(cudaFree(p));
     KVEVICT_CUDA_CHECK(cudaFree(out));

@@ -18,6 +18,11 @@ void set_window_wgmma(bool enabled);
 // rows (weights rounded to bf16, relative error below 2^-9). false sends them to the row-major
 // wgmma pass. (src/cuda/score_pass_keymajor.cu)
 void set_window_keymajor(bool enabled);
+// The wgmma forward's outputs (the model's prefill attention, the scores' forward without top
+// keys) with Q K^T of the next key tile issued before the softmax of this one (FlashAttention-3's
+// intra-warpgroup overlap); off by default until measured. Outputs are the same bit for bit either
+// way (tests check). (src/cuda/window_forward_wgmma.cu)
+void set_window_pipelined(bool enabled);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
 

@@ -41,15 +41,22 @@ constexpr int wg_forward_stages() {
 
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
-template <class Tr, bool kWithV, bool kTop>
+// kPipe (with V, no top keys; set_window_pipelined): S = Q K^T of tile j + 1 is issued before the
+// softmax of tile j, so the tensor cores multiply while the CUDA cores exponentiate
+// (FlashAttention-3's intra-warpgroup overlap). Every product and every softmax step is the one of
+// the plain loop, so the outputs are the same bit for bit; one stage fewer is in flight (the
+// stage of tile j's V stays busy while tile j + 1 begins), hence at least 3 stages.
+template <class Tr, bool kWithV, bool kTop, bool kPipe = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p) {
   static_assert(kWithV || !kTop, "the top keys need V");
+  static_assert(!kPipe || (kWithV && !kTop), "the pipelined loop: outputs without top keys");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
   constexpr int kStages = wg_forward_stages<Tr, kWithV>();
   static_assert(wg_forward_smem<Tr, kWithV>(kStages) <= 227 * 1024, "shared memory budget");
+  static_assert(!kPipe || kStages >= 3, "the pipelined loop needs 3 stages");
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
   extern __shared__ unsigned char smem_raw[];
@@ -113,17 +120,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   ForwardTop<kTop ? D / 2 : 2> top;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile % kStages;
-    cp_async_wait<kStages - 2>();
-    fence_async_shared();
-    __syncthreads();
-    const int ahead = tile + kStages - 1;
-    if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
-    cp_async_commit();
-
-    // S = Q K^T (64 rows x 64 keys a warpgroup).
-    float s[32];
+  // Q K^T of the tile in `stage` into s (64 rows x 64 keys a warpgroup), committed, not waited.
+  auto issue_qk = [&](float(&s)[32], int stage) {
     const uint64_t kt_desc = wgmma_desc_add(k_desc, stage * kStageBytes);
     wgmma_fence();
 #pragma unroll
@@ -131,9 +129,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       wgmma_ss<T, 64>(s, wgmma_desc_add(q_desc, kdim_bytes(ks, R)),
                       wgmma_desc_add(kt_desc, kdim_bytes(ks, TK)), ks > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_hold(s);
-
+  };
+  // The rows' limits on the logits of tile `tile`, then their online softmax: s becomes P.
+  auto mask_and_softmax = [&](float(&s)[32], int tile, float(&corr)[2], bool* grew, bool* rescaled,
+                              int stage) {
     const int key0 = tile * TK;  // relative to key_begin
     if (key0 + TK - 1 > lim_all || key0 < first_all) {
 #pragma unroll
@@ -149,11 +148,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       mx[0] = nan_max(mx[0], nan_max(s[i], s[i + 1]));  // NaN logits stay (window_params.cuh)
       mx[1] = nan_max(mx[1], nan_max(s[i + 2], s[i + 3]));
     }
-    float corr[2];
-    bool grew = false, rescaled = false;
     if constexpr (!kTop) {
       float m_c[2];
-      grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
+      *grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
       forward_exp_tile_fma<32>([&](int i) -> float& { return s[i]; }, m_c, sc, l_run);
     } else {
       const T* vtile = v_s + stage * TK * D;
@@ -163,17 +160,19 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
           [&](int key, int col) {
             return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
           },
-          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew, &rescaled);
+          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, grew, rescaled);
       forward_exp_tile<32>([&](int i) -> float& { return s[i]; }, m_use, sc, top.extreme, l_run);
     }
-
-    if constexpr (kWithV) {
+  };
+  // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
+  // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).
+  auto issue_pv = [&](const float(&s)[32], const float(&corr)[2], bool grew, bool rescaled,
+                      int stage) {
+    if constexpr (kWithV) {  // (o is a placeholder without V)
       if (grew && !rescaled) {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
       }
-      // O += P V: the S accumulators of n8 tiles 2 kk and 2 kk + 1 are the A fragment of k16
-      // step kk (as in the mma.sync kernel).
       const uint64_t vt_desc = wgmma_desc_add(v_desc, stage * kStageBytes);
       uint32_t pa[TK / 16][4];  // packed before the fence: no register writes inside the chain
 #pragma unroll
@@ -189,8 +188,69 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       for (int kk = 0; kk < TK / 16; ++kk)
         wgmma_rs_mn<T, D>(o, pa[kk], wgmma_desc_add(vt_desc, kk * 16 * 64 * sizeof(T)), 1);
       wgmma_commit();
+    }
+  };
+
+  if constexpr (!kPipe) {
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = tile % kStages;
+      cp_async_wait<kStages - 2>();
+      fence_async_shared();
+      __syncthreads();
+      const int ahead = tile + kStages - 1;
+      if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
+      cp_async_commit();
+
+      float s[32];
+      issue_qk(s, stage);
+      wgmma_wait<0>();
+      wgmma_hold(s);
+      float corr[2];
+      bool grew = false, rescaled = false;
+      mask_and_softmax(s, tile, corr, &grew, &rescaled, stage);
+      if constexpr (kWithV) {
+        issue_pv(s, corr, grew, rescaled, stage);
+        wgmma_wait<0>();
+        wgmma_hold(o);
+      }
+    }
+  } else {
+    // Tiles 0 .. kStages - 2 are loading (the prologue's groups). Tile t + 1 begins in iteration
+    // t: its group is complete once at most kStages - 3 newer ones are pending, and the barrier
+    // also frees the stage of tile t - 1 (its Q K^T and P V were waited in iteration t - 1), into
+    // which tile t + kStages - 1 loads. Tile t's V (stage t) stays untouched until iteration t + 1.
+    float s[32], s_next[32];
+    if (num_tiles > 0) {
+      cp_async_wait<kStages - 2>();
+      fence_async_shared();
+      __syncthreads();
+      issue_qk(s, 0);
+      wgmma_wait<0>();
+      wgmma_hold(s);
+    }
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = tile % kStages;
+      const bool next = tile + 1 < num_tiles;
+      if (next) {
+        cp_async_wait<kStages - 3>();
+        fence_async_shared();
+        __syncthreads();
+        const int ahead = tile + kStages - 1;
+        if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
+        cp_async_commit();
+        issue_qk(s_next, (tile + 1) % kStages);  // runs while this tile's softmax does
+      }
+      float corr[2];
+      bool grew = false, rescaled = false;
+      mask_and_softmax(s, tile, corr, &grew, &rescaled, stage);
+      issue_pv(s, corr, grew, rescaled, stage);
       wgmma_wait<0>();
       wgmma_hold(o);
+      if (next) {
+        wgmma_hold(s_next);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = s_next[i];
+      }
     }
   }
   cp_async_wait<0>();
@@ -238,10 +298,10 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV, bool kTop>
+template <class Tr, bool kWithV, bool kTop, bool kPipe = false>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -249,17 +309,22 @@ cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+std::atomic<bool> g_wgmma_enabled{true};
+std::atomic<bool> g_pipelined{false};
+
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
-// outputs, the outputs with top keys.
+// outputs (pipelined when set_window_pipelined is on), the outputs with top keys.
 template <class Tr>
 cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
+  if constexpr (wg_forward_stages<Tr, true>() >= 3) {
+    if (with_v && !top && g_pipelined.load(std::memory_order_relaxed))
+      return launch_config<Tr, true, false, true>(p, stream);
+  }
   return top      ? launch_config<Tr, true, true>(p, stream)
          : with_v ? launch_config<Tr, true, false>(p, stream)
                   : launch_config<Tr, false, false>(p, stream);
 }
-
-std::atomic<bool> g_wgmma_enabled{true};
 
 }  // namespace
 
@@ -303,6 +368,9 @@ cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block, cud
 namespace kvevict::cuda {
 void set_window_wgmma(bool enabled) {
   detail::g_wgmma_enabled.store(enabled);
+}
+void set_window_pipelined(bool enabled) {
+  detail::g_pipelined.store(enabled);
 }
 bool window_wgmma_available() {
   return detail::wgmma_kernels_available();
