@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/dispatch.cuh"
@@ -191,15 +192,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     }
   };
 
+  // Waits until at most `pending` cp.async groups are in flight (the tile about to be used has
+  // landed), makes the landed tiles visible to wgmma, and at the block barrier frees the stage
+  // that tile `ahead` (when there is one) then loads into, as one more group.
+  auto landed_then_prefetch = [&](auto pending, int ahead) {
+    cp_async_wait<decltype(pending)::value>();
+    fence_async_shared();
+    __syncthreads();
+    if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
+    cp_async_commit();
+  };
+
   if constexpr (!kPipe) {
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % kStages;
-      cp_async_wait<kStages - 2>();
-      fence_async_shared();
-      __syncthreads();
-      const int ahead = tile + kStages - 1;
-      if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
-      cp_async_commit();
+      landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1);
 
       float s[32];
       issue_qk(s, stage);
@@ -232,12 +239,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       const int stage = tile % kStages;
       const bool next = tile + 1 < num_tiles;
       if (next) {
-        cp_async_wait<kStages - 3>();
-        fence_async_shared();
-        __syncthreads();
-        const int ahead = tile + kStages - 1;
-        if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
-        cp_async_commit();
+        landed_then_prefetch(std::integral_constant<int, kStages - 3>(), tile + kStages - 1);
         issue_qk(s_next, (tile + 1) % kStages);  // runs while this tile's softmax does
       }
       float corr[2];
