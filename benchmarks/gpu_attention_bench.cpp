@@ -1,7 +1,8 @@
 // The prefill attention alone (issue 16): one layer of a model's causal prefill attention as
 // GpuForward::prefill_chunk runs it (src/model_cuda/gpu_forward.cpp): the prompt in chunks of
-// --chunk tokens, each chunk's queries over every key so far, through launch_window_forward with
-// the whole chunk as its window (bf16 q / k / v, f32 output), on the Llama-3.1-8B layer shape (32
+// --chunk tokens, each chunk's queries over every key so far, through launch_window_attention_rows
+// with the whole chunk as its window (bf16 q / k / v, bf16 [T, Hq d] rows out, no lse: the o
+// projection's input), on the Llama-3.1-8B layer shape (32
 // query heads, 8 KV heads, head dim 128) or Gemma 3 270M's (4 / 1 / 256). Prints milliseconds for
 // the whole prompt's attention of one layer and its causal TFLOP/s (4 d FLOPs a head and visible
 // query-key pair: d multiply-adds of QK^T and d of PV), as tools/peers/sdpa_prefill.py counts
@@ -129,14 +130,12 @@ int run(const Args& args) {
   KVEVICT_CUDA_CHECK(cudaEventCreate(&e1));
   for (const int64_t L : args.lengths) {
     const int64_t C = std::min(args.chunk, L);
-    void *q = nullptr, *k = nullptr, *v = nullptr, *scratch = nullptr;
-    float *out = nullptr, *lse = nullptr;
+    void *q = nullptr, *k = nullptr, *v = nullptr, *scratch = nullptr, *out = nullptr;
     const size_t kv_elems = static_cast<size_t>(sh.hkv) * L * sh.d;
     KVEVICT_CUDA_CHECK(cudaMalloc(&q, static_cast<size_t>(sh.hq) * C * sh.d * 2));
     KVEVICT_CUDA_CHECK(cudaMalloc(&k, kv_elems * 2));
     KVEVICT_CUDA_CHECK(cudaMalloc(&v, kv_elems * 2));
-    KVEVICT_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(sh.hq) * C * sh.d * 4));
-    KVEVICT_CUDA_CHECK(cudaMalloc(&lse, static_cast<size_t>(sh.hq) * C * 4));
+    KVEVICT_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(sh.hq) * C * sh.d * 2));
     fill(q, static_cast<size_t>(sh.hq) * C * sh.d, 1);
     fill(k, kv_elems, 2);
     fill(v, kv_elems, 3);
@@ -170,7 +169,7 @@ int run(const Args& args) {
     KVEVICT_CUDA_CHECK(cudaMalloc(&scratch, scratch_bytes));
     auto launch = [&](const cd::WindowArgs& wa) {
       KVEVICT_CUDA_CHECK(
-          cd::launch_window_forward(wa, out, lse, scratch, scratch_bytes, sms, stream));
+          cd::launch_window_attention_rows(wa, out, nullptr, scratch, scratch_bytes, sms, stream));
     };
     // Median of reps timed runs of body (after a warm-up), the two forward variants interleaved
     // A B A B (kernel_variants.h set_window_pipelined), so the card's state drifts alike for both.
@@ -209,9 +208,7 @@ int run(const Args& args) {
                 static_cast<long long>(L), chunks.size(), all, flops / (all * 1e-3) / 1e12,
                 median(last_ms[0]), all_p, flops / (all_p * 1e-3) / 1e12, median(last_ms[1]));
     std::fflush(stdout);
-    for (void* p : {q, k, v, scratch}) KVEVICT_CUDA_CHECK(cudaFree(p));
-    KVEVICT_CUDA_CHECK(cudaFree(out));
-    KVEVICT_CUDA_CHECK(cudaFree(lse));
+    for (void* p : {q, k, v, scratch, out}) KVEVICT_CUDA_CHECK(cudaFree(p));
   }
   KVEVICT_CUDA_CHECK(cudaEventDestroy(e0));
   KVEVICT_CUDA_CHECK(cudaEventDestroy(e1));

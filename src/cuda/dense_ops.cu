@@ -175,16 +175,6 @@ __global__ void softcap_kernel(float* x, int64_t n, float cap) {
     x[i] = cap * tanhf(x[i] / cap);
 }
 
-__global__ void heads_to_rows_kernel(const float* in, int Hq, int T, int d, bf16* out) {
-  const int64_t n = static_cast<int64_t>(Hq) * T * d;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = i % d, ht = i / d;
-    const int64_t h = ht / T, t = ht % T;
-    out[(t * Hq + h) * d + c] = __float2bfloat16_rn(in[i]);
-  }
-}
-
 constexpr int kArgmaxThreads = 1024;
 
 __global__ void __launch_bounds__(kArgmaxThreads)
@@ -357,13 +347,6 @@ cudaError_t launch_gated_act(const bf16* gu, int T, int F, bool gelu_tanh, bf16*
 cudaError_t launch_softcap(float* logits, int64_t n, float cap, cudaStream_t stream) {
   if (!(cap > 0.f)) return cudaErrorInvalidValue;
   softcap_kernel<<<grid_for(n, 256), 256, 0, stream>>>(logits, n, cap);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_heads_to_rows(const float* in, int Hq, int T, int d, bf16* out,
-                                 cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(Hq) * T * d;
-  heads_to_rows_kernel<<<grid_for(n, 256), 256, 0, stream>>>(in, Hq, T, d, out);
   return cudaGetLastError();
 }
 

@@ -48,6 +48,16 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream,
                                   TopRow* top = nullptr);
 
+// The model's causal prefill attention: out_rows [w, Hq, d] in the input dtype (row t holds every
+// query head of window query t: the layout the o projection reads), lse [Hq, w] f32 (null: not
+// written). With one key split per block (a long prefill chunk on the wgmma kernels) the forward
+// writes them itself, with no merge launch and no f32 copy; else the merge does. The values are
+// launch_window_forward's out rounded to the input dtype, bit for bit. Scratch as
+// window_forward_scratch_bytes(a, true, sm_count).
+cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, float* lse,
+                                         void* scratch, size_t scratch_bytes, int sm_count,
+                                         cudaStream_t stream);
+
 // Which per-(query, token) term the scoring pass sums (kvevict::Method subset).
 enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb };
 

@@ -66,9 +66,6 @@ cudaError_t launch_gated_act(const bf16* gu, int T, int F, bool gelu_tanh, bf16*
                              cudaStream_t stream);
 // logits[n] = cap * tanh(logits / cap) (gemma's final soft-capping).
 cudaError_t launch_softcap(float* logits, int64_t n, float cap, cudaStream_t stream);
-// Window-kernel output [Hq, T, d] f32 -> attn [T, Hq d] bf16.
-cudaError_t launch_heads_to_rows(const float* in, int Hq, int T, int d, bf16* out,
-                                 cudaStream_t stream);
 // ids[r] = argmax of logits[r, :V] (ties toward the lower id); rows r < R.
 cudaError_t launch_argmax(const float* logits, int R, int64_t V, int32_t* ids, cudaStream_t stream);
 // nll[r] = logsumexp(logits[r, :V]) - logits[r, targets[r]] (NaN when the row holds a NaN);

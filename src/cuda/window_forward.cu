@@ -455,7 +455,7 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   const bool nan_row = isnan(l_all) || isnan(R) || R == INFINITY || m_best == INFINITY;
   // rho = sum_{others} exp(z - z_top): the others' mass relative to the top (0 without a top).
   const float rho = have_top && l_all > 0.f ? l_all * exp2f((R - m_best) * sc) : 0.f;
-  if (lane == 0) {
+  if (lane == 0 && lse != nullptr) {
     float x;
     if (have_top)
       x = m_best * sc + log1pf(rho) * kLog2e;
@@ -463,7 +463,7 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
       x = R == -INFINITY ? -INFINITY : R * sc + log2f(l_all);
     lse[out_row] = nan_row ? CUDART_NAN_F : R == -INFINITY && !have_top ? -INFINITY : x * kLn2;
   }
-  if (out == nullptr) return;
+  if (out == nullptr && p.rows_out == nullptr) return;
   const T* vhead = static_cast<const T*>(a.v) + hk * a.kv_head_stride;
   const int chunks = a.head_dim / 8;  // 8, 16 or 32: a power of two dividing 32
   const int split_lanes = 32 / chunks;
@@ -539,7 +539,15 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
   if (nan_row)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = CUDART_NAN_F;
-  if (s0 == 0) {
+  if (s0 == 0 && p.rows_out != nullptr) {  // [w, Hq, d] rows in T
+    uint4 packed;
+    T* e = reinterpret_cast<T*>(&packed);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) e[i] = ElemTraits<T>::from_float(acc[i]);
+    *reinterpret_cast<uint4*>(static_cast<T*>(p.rows_out) +
+                              (static_cast<int64_t>(t) * a.num_q_heads + qh) * a.head_dim +
+                              ch * 8) = packed;
+  } else if (s0 == 0) {
     float4* dst = reinterpret_cast<float4*>(out + out_row * a.head_dim + ch * 8);
     dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -594,7 +602,7 @@ cudaError_t launch_forward_config(const ForwardParams& p, float* out, float* lse
 // The mma.sync forward of slabs x 16 rows a block, its merge behind it.
 cudaError_t launch_forward_mma(const ForwardParams& p, int slabs, float* out, float* lse,
                                cudaStream_t stream) {
-  const bool with_v = out != nullptr, top = with_v && p.top != nullptr;
+  const bool with_v = out != nullptr || p.rows_out != nullptr, top = with_v && p.top != nullptr;
   return with_elem(p.a.elem, [&](auto t) {
     using T = typename decltype(t)::type;
     return with_int<64, 128, 256>(p.a.head_dim, [&](auto d) {
@@ -650,18 +658,16 @@ size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_c
   return (o_bytes + 255) / 256 * 256 + rows * 4 * sizeof(float);
 }
 
-cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
-                                  size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  TopRow* top) {
-  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
-      a.q_rows < a.w)
-    return cudaErrorInvalidValue;
-  const bool with_out = out != nullptr;
-  if (with_out && a.v == nullptr) return cudaErrorInvalidValue;
-  if (top != nullptr && !with_out) return cudaErrorInvalidValue;
-  if (scratch_bytes < window_forward_scratch_bytes(a, with_out, sm_count))
-    return cudaErrorInvalidValue;
-  const WindowPlan plan = forward_plan(a, with_out, sm_count);
+namespace {
+
+bool window_args_valid(const WindowArgs& a) {
+  return a.num_kv_heads > 0 && a.num_q_heads % a.num_kv_heads == 0 && a.w > 0 && a.w <= a.n &&
+         a.q_rows >= a.w;
+}
+
+// The launch parameters of plan, its partials laid out in scratch (16-bit outputs first).
+ForwardParams forward_params(const WindowArgs& a, const WindowPlan& plan, bool with_out,
+                             void* scratch) {
   ForwardParams p;
   p.a = a;
   p.group = a.num_q_heads / a.num_kv_heads;
@@ -676,15 +682,55 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   char* base = static_cast<char*>(scratch);
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;
   p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
-  p.top = top;
-  // Blocks of 64+ rows run the wgmma kernel where this binary has it (sm_90a).
+  return p;
+}
+
+// Blocks of 64+ rows run the wgmma kernel where this binary has it (sm_90a).
+bool runs_wgmma(const WindowArgs& a, const WindowPlan& plan) {
   const int block_rows = 16 * plan.slabs;
-  if (window_wgmma_enabled() && block_rows >= 64 && wgmma_forward_supported(a, block_rows)) {
+  return window_wgmma_enabled() && block_rows >= 64 && wgmma_forward_supported(a, block_rows);
+}
+
+}  // namespace
+
+cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
+                                  size_t scratch_bytes, int sm_count, cudaStream_t stream,
+                                  TopRow* top) {
+  if (!window_args_valid(a)) return cudaErrorInvalidValue;
+  const bool with_out = out != nullptr;
+  if (with_out && a.v == nullptr) return cudaErrorInvalidValue;
+  if (top != nullptr && !with_out) return cudaErrorInvalidValue;
+  if (lse == nullptr) return cudaErrorInvalidValue;
+  if (scratch_bytes < window_forward_scratch_bytes(a, with_out, sm_count))
+    return cudaErrorInvalidValue;
+  const WindowPlan plan = forward_plan(a, with_out, sm_count);
+  ForwardParams p = forward_params(a, plan, with_out, scratch);
+  p.top = top;
+  const int block_rows = 16 * plan.slabs;
+  if (runs_wgmma(a, plan)) {
     const cudaError_t err = launch_forward_wgmma(p, block_rows, stream);
     if (err != cudaSuccess) return err;
     return launch_merge(p, block_rows, out, lse, stream);
   }
   return launch_forward_mma(p, plan.slabs, out, lse, stream);
+}
+
+cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, float* lse,
+                                         void* scratch, size_t scratch_bytes, int sm_count,
+                                         cudaStream_t stream) {
+  if (!window_args_valid(a) || a.v == nullptr || out_rows == nullptr) return cudaErrorInvalidValue;
+  if (scratch_bytes < window_forward_scratch_bytes(a, true, sm_count)) return cudaErrorInvalidValue;
+  const WindowPlan plan = forward_plan(a, true, sm_count);
+  ForwardParams p = forward_params(a, plan, true, scratch);
+  p.rows_out = out_rows;
+  p.rows_lse = lse;
+  const int block_rows = 16 * plan.slabs;
+  if (runs_wgmma(a, plan)) {
+    const cudaError_t err = launch_forward_wgmma(p, block_rows, stream);
+    if (err != cudaSuccess || plan.splits == 1) return err;  // one split: written by the forward
+    return launch_merge(p, block_rows, nullptr, lse, stream);
+  }
+  return launch_forward_mma(p, plan.slabs, nullptr, lse, stream);
 }
 
 }  // namespace kvevict::cuda::detail

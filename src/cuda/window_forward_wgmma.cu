@@ -11,6 +11,7 @@
 // With V, each row's top key is kept apart from (o, m, l) (window_params.cuh ForwardTop): the
 // partial then also holds that key's logit and index.
 #include <cuda_runtime.h>
+#include <math_constants.h>
 
 #include <atomic>
 #include <cmath>
@@ -47,11 +48,14 @@ constexpr int wg_forward_stages() {
 // (FlashAttention-3's intra-warpgroup overlap). Every product and every softmax step is the one of
 // the plain loop, so the outputs are the same bit for bit; one stage fewer is in flight (the
 // stage of tile j's V stays busy while tile j + 1 begins), hence at least 3 stages.
-template <class Tr, bool kWithV, bool kTop, bool kPipe = false>
+// kDirect (one split, launch_window_attention_rows): the rows' final outputs and lse go straight
+// to p.rows_out / p.rows_lse, as the merge would write them from this block's one partial.
+template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p) {
   static_assert(kWithV || !kTop, "the top keys need V");
   static_assert(!kPipe || (kWithV && !kTop), "the pipelined loop: outputs without top keys");
+  static_assert(!kDirect || (kWithV && !kTop), "direct rows: outputs without top keys");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
@@ -262,6 +266,36 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
   }
+  if constexpr (kDirect) {
+    // The merge of one split (window_forward.cu window_merge_kernel), done here: lse from (m, l);
+    // the output o / l rounded to T once (the merge's l (o / l)_T / l rounds back to the same T);
+    // a row that saw a NaN or +inf logit all NaN. Padding rows write nothing.
+    T* out_rows = static_cast<T*>(p.rows_out);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = r ? rl_hi : rl_lo;
+      if (row >= rows_here) continue;
+      const int gr = row0 + row;
+      const int qh = hk * p.group + gr / a.w, t = gr % a.w;
+      const float m = m_run[r], l = l_run[r];
+      const bool nan_row = isnan(l) || isnan(m) || m == INFINITY;
+      if (t4 == 0 && p.rows_lse != nullptr)
+        p.rows_lse[static_cast<int64_t>(qh) * a.w + t] = nan_row ? CUDART_NAN_F
+                                                         : m == -INFINITY
+                                                             ? -INFINITY
+                                                             : (m * sc + log2f(l)) * kLn2;
+      const float inv = l == 0.f ? 0.f : 1.f / l;
+      T* dst = out_rows + (static_cast<int64_t>(t) * a.num_q_heads + qh) * D;
+#pragma unroll
+      for (int i = 2 * r; i < D / 2; i += 4) {  // the accumulators of this row: (i >> 1) & 1 == r
+        const int col = (i >> 2) * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t*>(dst + col) =
+            nan_row ? ElemTraits<T>::pack(CUDART_NAN_F, CUDART_NAN_F)
+                    : ElemTraits<T>::pack(o[i] * inv, o[i + 1] * inv);
+      }
+    }
+    return;
+  }
   // This split's partial of the thread's two rows (window_forward.cu's layout, kRows = R).
   const int64_t part = ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * R;
   if (t4 == 0) {
@@ -300,10 +334,10 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV, bool kTop, bool kPipe = false>
+template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe, kDirect>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -315,14 +349,19 @@ std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_pipelined{false};
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
-// outputs (pipelined when set_window_pipelined is on), the outputs with top keys.
+// outputs (pipelined when set_window_pipelined is on; as final rows with one split), the outputs
+// with top keys.
 template <class Tr>
 cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
+  const bool direct = with_v && !top && p.rows_out != nullptr && p.splits == 1;
+  const bool pipe = with_v && !top && g_pipelined.load(std::memory_order_relaxed);
   if constexpr (wg_forward_stages<Tr, true>() >= 3) {
-    if (with_v && !top && g_pipelined.load(std::memory_order_relaxed))
-      return launch_config<Tr, true, false, true>(p, stream);
+    if (pipe)
+      return direct ? launch_config<Tr, true, false, true, true>(p, stream)
+                    : launch_config<Tr, true, false, true>(p, stream);
   }
+  if (direct) return launch_config<Tr, true, false, false, true>(p, stream);
   return top      ? launch_config<Tr, true, true>(p, stream)
          : with_v ? launch_config<Tr, true, false>(p, stream)
                   : launch_config<Tr, false, false>(p, stream);

@@ -36,6 +36,10 @@ struct ForwardParams {
   // none) and its key index (int bits, -1: none)
   float* part_ml = nullptr;
   TopRow* top = nullptr;  // [Hq, w] written by the merge (null: not wanted)
+  // launch_window_attention_rows: the outputs as [w, Hq, d] rows in the input dtype (written by
+  // the merge, or with one split by the wgmma forward itself) and lse [Hq, w] (null: not written).
+  void* rows_out = nullptr;
+  float* rows_lse = nullptr;
 };
 
 struct PassParams {

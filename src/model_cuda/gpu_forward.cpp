@@ -55,8 +55,6 @@ void GpuForward::ensure_batch(int T) {
   xn_ = DeviceBuffer(T * D * 2, "activations xn");
   qkv_ = DeviceBuffer(T * W * 2, "activations qkv");
   qh_ = DeviceBuffer(T * Hq * d * 2, "queries");
-  attn_f_ = DeviceBuffer(T * Hq * d * 4, "attention output f32");
-  lse_ = DeviceBuffer(T * Hq * 4, "attention lse");
   attn_ = DeviceBuffer(T * Hq * d * 2, "attention output");
   if (m.post_norms) o_f_ = DeviceBuffer(T * D * 4, "projection output f32");
   gu_ = DeviceBuffer(T * 2 * F * 2, "gate/up activations");
@@ -280,12 +278,9 @@ void GpuForward::prefill_chunk(const int32_t* tok, int64_t T, int64_t p0, int se
       KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
       scratch_.ensure(need_scratch, "attention scratch");
     }
-    KVEVICT_CUDA_CHECK(cuda::detail::launch_window_forward(wa, attn_f_.as<float>(),
-                                                           lse_.as<float>(), scratch_.get(),
-                                                           scratch_.bytes(), sm_count_, stream_));
-    KVEVICT_CUDA_CHECK(detail::launch_heads_to_rows(attn_f_.as<float>(), static_cast<int>(Hq),
-                                                    static_cast<int>(T), static_cast<int>(d),
-                                                    attn_.as<bf16>(), stream_));
+    // The outputs as [T, Hq d] bf16 rows, the o projection's input (no lse: nothing reads it).
+    KVEVICT_CUDA_CHECK(cuda::detail::launch_window_attention_rows(
+        wa, attn_.get(), nullptr, scratch_.get(), scratch_.bytes(), sm_count_, stream_));
     project_into_residual(attn_.as<bf16>(), T, L.wo, Hq * d, L.post_attn_norm);
     ffn_and_residual(L, T);
   }
@@ -358,9 +353,15 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
     if (P.in_attention || fused)
       need_counters = (static_cast<size_t>(B) * Hkv + (fused ? 1 : 0)) * 4;
   }
+  // The step's attention outputs a and lse in f32 (the decode scores read them).
+  const size_t need_a = static_cast<size_t>(B) * Hq * d * 4,
+               need_lse = static_cast<size_t>(B) * Hq * 4;
   if (scratch_.bytes() < need_scratch || zbuf_.bytes() < need_z ||
-      step_counters_.bytes() < need_counters) {
+      step_counters_.bytes() < need_counters || attn_f_.bytes() < need_a ||
+      lse_.bytes() < need_lse) {
     KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (attn_f_.bytes() < need_a) attn_f_.ensure(need_a, "decode attention outputs f32");
+    if (lse_.bytes() < need_lse) lse_.ensure(need_lse, "decode attention lse");
     if (scratch_.bytes() < need_scratch) scratch_.ensure(need_scratch, "decode attention scratch");
     if (zbuf_.bytes() < need_z) zbuf_.ensure(need_z, "decode step logits");
     if (step_counters_.bytes() < need_counters) {

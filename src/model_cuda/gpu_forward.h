@@ -109,8 +109,8 @@ class GpuForward {
   cuda::DeviceBuffer xn_;       // [T, D] bf16 normed
   cuda::DeviceBuffer qkv_;      // [T, (Hq + 2 Hkv) d] bf16
   cuda::DeviceBuffer qh_;       // [Hq, T, d] (prefill) or [T, Hq, d] (decode) bf16 queries
-  cuda::DeviceBuffer attn_f_;   // [Hq, T, d] f32 window-kernel output (prefill); decode: a
-  cuda::DeviceBuffer lse_;      // [Hq, T] f32
+  cuda::DeviceBuffer attn_f_;   // [B, Hq, d] f32 decode attention outputs a (grow-only)
+  cuda::DeviceBuffer lse_;      // [B, Hq] f32 decode lse (grow-only)
   cuda::DeviceBuffer attn_;     // [T, Hq d] bf16
   cuda::DeviceBuffer o_f_;      // [T, D] f32 projection output before gemma3's post-norms
   cuda::DeviceBuffer gu_;       // [T, 2F] bf16

@@ -181,6 +181,107 @@ TEST(CudaWindowForward, PipelinedWgmmaForwardEqualsThePlainOneBitForBit) {
   set_window_pipelined(false);
 }
 
+// launch_window_attention_rows (the model's prefill attention) writes launch_window_forward's
+// outputs rounded to the input dtype, as [w, Hq, d] rows, and the same lse, bit for bit: with one
+// key split (sm_count 1: the wgmma forward writes the rows itself, plain and pipelined loops), with
+// many (sm_count 1000: the merge writes them), on the mma.sync kernels (d = 256, or wgmma off), a
+// chunk after earlier tokens, a sliding window, with and without lse.
+TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
+  KVEVICT_REQUIRE_GPU();
+  struct RowsCase {
+    int hq, hkv, d, w;
+    int64_t n, sliding;
+    DType dtype;
+    uint64_t seed;
+  };
+  const RowsCase cases[] = {
+      {32, 8, 128, 300, 300, 0, DType::kBF16, 61},   // a whole prompt, Llama heads
+      {8, 2, 64, 200, 500, 0, DType::kF16, 62},      // a chunk after 300 earlier tokens
+      {4, 1, 256, 100, 100, 0, DType::kBF16, 63},    // d = 256: mma.sync kernels
+      {28, 4, 128, 77, 1000, 64, DType::kBF16, 64},  // a sliding window, G = 7
+  };
+  for (const RowsCase& c : cases) {
+    const size_t nq = static_cast<size_t>(c.hq) * c.w * c.d, nk = c.hkv * c.n * c.d;
+    auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), c.dtype);
+    auto k = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 1, 1.0f), c.dtype);
+    auto v = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 2, 1.0f), c.dtype);
+    DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk), rows(nq);
+    DeviceBuffer<float> out(nq), lse(static_cast<size_t>(c.hq) * c.w),
+        rows_lse(static_cast<size_t>(c.hq) * c.w);
+    ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && rows.ok() && out.ok() && lse.ok() &&
+                rows_lse.ok());
+    dq.upload(testing::encode16(q, c.dtype));
+    dk.upload(testing::encode16(k, c.dtype));
+    dv.upload(testing::encode16(v, c.dtype));
+    detail::WindowArgs a;
+    a.elem = c.dtype == DType::kBF16 ? detail::Elem::kBF16 : detail::Elem::kF16;
+    a.q = dq.data();
+    a.q_head_stride = static_cast<int64_t>(c.w) * c.d;
+    a.q_row_stride = c.d;
+    a.q_rows = c.w;
+    a.k = dk.data();
+    a.v = dv.data();
+    a.kv_head_stride = c.n * c.d;
+    a.kv_row_stride = c.d;
+    a.num_q_heads = c.hq;
+    a.num_kv_heads = c.hkv;
+    a.w = c.w;
+    a.head_dim = c.d;
+    a.n = c.n;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    a.sliding_window = c.sliding;
+    for (bool wgmma : {true, false})
+      for (bool pipelined : {false, true})
+        for (int sms : {1, 1000}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "Hq " << c.hq << " d " << c.d << " w " << c.w << " n " << c.n
+                       << (wgmma ? " wgmma" : " mma.sync") << (pipelined ? " pipelined" : "")
+                       << " sm_count " << sms);
+          set_window_wgmma(wgmma);
+          set_window_pipelined(pipelined);
+          const size_t ws_bytes = detail::window_forward_scratch_bytes(a, true, sms);
+          DeviceBuffer<char> ws(ws_bytes);
+          ASSERT_TRUE(ws.ok());
+          out.poison();
+          lse.poison();
+          rows.poison();
+          rows_lse.poison();
+          ASSERT_EQ(detail::launch_window_forward(a, out.data(), lse.data(), ws.data(), ws_bytes,
+                                                  sms, nullptr),
+                    cudaSuccess);
+          KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+          const std::vector<float> ref_out = out.download(), ref_lse = lse.download();
+          for (bool with_lse : {true, false}) {
+            ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(),
+                                                           with_lse ? rows_lse.data() : nullptr,
+                                                           ws.data(), ws_bytes, sms, nullptr),
+                      cudaSuccess);
+            KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+          }
+          // The reference rows: out [Hq, w, d] f32 rounded to the input dtype, as [w, Hq, d].
+          std::vector<float> ref_rows(nq);
+          for (int h = 0; h < c.hq; ++h)
+            for (int t = 0; t < c.w; ++t)
+              for (int j = 0; j < c.d; ++j)
+                ref_rows[(static_cast<size_t>(t) * c.hq + h) * c.d + j] =
+                    ref_out[(static_cast<size_t>(h) * c.w + t) * c.d + j];
+          const std::vector<uint16_t> want = testing::encode16(ref_rows, c.dtype);
+          const std::vector<uint16_t> got = rows.download();
+          size_t differ = 0, first = 0;
+          for (size_t i = 0; i < want.size(); ++i)
+            if (want[i] != got[i] && differ++ == 0) first = i;
+          EXPECT_EQ(differ, 0u) << "rows differ, first at " << first << " (" << got[first] << " vs "
+                                << want[first] << ")";
+          const std::vector<float> got_lse = rows_lse.download();
+          EXPECT_EQ(std::memcmp(got_lse.data(), ref_lse.data(), ref_lse.size() * sizeof(float)), 0)
+              << "lse differs";
+          EXPECT_TRUE(rows.sentinels_intact() && rows_lse.sentinels_intact());
+        }
+  }
+  set_window_wgmma(true);
+  set_window_pipelined(false);
+}
+
 // Issue 13: rows whose top key dominates by 100 / 1000 nats or whose queries are scaled by 1e30
 // (tests/score/peaked_problem.h), through the forward the scores run: the top keys requested
 // (detail::launch_window_forward with a TopRow buffer), so the top is kept apart and
