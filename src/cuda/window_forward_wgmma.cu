@@ -88,8 +88,22 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   const SwizzledTileCopy<T, D, Tr::kThreads, TK> copy(
       static_cast<const T*>(a.k) + head_off,
       kWithV ? static_cast<const T*>(a.v) + head_off : nullptr, a.kv_row_stride, tid);
+  // Whole tiles (every row below `keys`) stream with one add a copy; the last, partial one takes
+  // the checked copy (rows past `keys` zeroed). Tiles load in order 0, 1, ... into stage
+  // tile % kStages, which is the streams' own stage walk.
+  const int full_tiles = keys / TK;
+  SwizzledTileStream<T, D, Tr::kThreads, TK, kStages> k_stream(
+      static_cast<const T*>(a.k) + head_off, a.kv_row_stride, 1, k_s, 0, tid);
+  SwizzledTileStream<T, D, Tr::kThreads, TK, kStages> v_stream(
+      kWithV ? static_cast<const T*>(a.v) + head_off : static_cast<const T*>(a.k) + head_off,
+      a.kv_row_stride, 1, v_s, 0, tid);
   auto load_tile = [&](int tile, int stage) {
-    copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
+    if (tile < full_tiles) {
+      k_stream.load_next();
+      if constexpr (kWithV) v_stream.load_next();
+    } else {
+      copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
+    }
   };
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
