@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
     auto tok = Tokenizer::from_gguf(*model->file());
     RuntimeOptions ro;
     ro.device = a.device == "cuda" ? Device::kCuda : Device::kCpu;
+    ro.batch_invariant_decode = true;  // as kvevict eval runs
     const auto rt = ModelRuntime::create(model, ro);
     std::printf("sweep_cost_bench: %s on %s\n", a.model.c_str(), rt->describe().c_str());
 

@@ -39,6 +39,7 @@
 #include "eval/split.h"
 #include "kvevict/error.h"
 #include "kvevict/io/atomic_file.h"
+#include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {
 namespace {
@@ -350,7 +351,10 @@ int run_eval_command(const EvalArgs& a) {
       eval::tokenize_samples(*info.tokenizer, samples, ropt);
   if (ablate) eval::tokenize_samples(*info.tokenizer, dev_samples, ropt);
   const auto model = a.model.load();
-  const auto rt = a.model.runtime(model);
+  // Batch-invariant decoding: a setting's answers never depend on the other settings of its batch.
+  RuntimeOptions rt_opt = a.model.runtime_options();
+  rt_opt.batch_invariant_decode = true;
+  const auto rt = ModelRuntime::create(model, rt_opt);
   eval::SessionModel runner(
       rt, std::move(info.tokenizer),
       ablate ? eval::ablation_all_methods(abl, budgets, ropt.methods) : ropt.methods,

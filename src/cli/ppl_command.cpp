@@ -20,6 +20,7 @@
 #include "eval/report.h"
 #include "eval/session_model.h"
 #include "kvevict/error.h"
+#include "kvevict/model/runtime.h"
 
 namespace kvevict::cli {
 namespace {
@@ -111,7 +112,10 @@ int run_ppl_command(const PplArgs& a) {
       static_cast<long long>(methods.size() * spans.size()) * static_cast<long long>(a.chunk - 1));
 
   const auto model = a.model.load();
-  const auto rt = a.model.runtime(model);
+  // Batch-invariant decoding: a setting's losses never depend on the other settings of its batch.
+  RuntimeOptions rt_opt = a.model.runtime_options();
+  rt_opt.batch_invariant_decode = true;
+  const auto rt = ModelRuntime::create(model, rt_opt);
   eval::SessionModel runner(rt, std::move(info.tokenizer), methods, model->config().name);
   ProgressBar bar("ppl", static_cast<int64_t>(spans.size() * methods.size()), !a.json);
   eval::PplRun run = eval::run_ppl(

@@ -7,7 +7,9 @@
 // at batch 1 the fused step gives SmolLM2's shape +38% tokens/s and Gemma 3's +15%, and ties on
 // the 8B (whose projections all go to cuBLAS); from batch 2 the GEMV is slower than cuBLAS on every
 // projection shape, and the fused step wins on one model and loses on the other. Hence the
-// defaults: fused at batch 1, the GEMV for matrices of at most kGemvSmallBytes.
+// defaults: fused at batch 1, the GEMV for matrices of at most kGemvSmallBytes. A fused and an
+// unfused step round differently, so runtimes made with RuntimeOptions::batch_invariant_decode
+// (kvevict eval and ppl) take kOff where the mode is kBatchOne.
 #pragma once
 
 #include <string>

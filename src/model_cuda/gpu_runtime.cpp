@@ -8,6 +8,7 @@
 #include "kvevict/cuda/score.h"
 #include "kvevict/error.h"
 #include "model/gpu_runtime_entry.h"
+#include "model_cuda/gpu_forward.h"
 #include "model_cuda/gpu_runtime.h"
 
 namespace kvevict::gpu {
@@ -17,7 +18,12 @@ class GpuRuntime final : public ModelRuntime {
  public:
   GpuRuntime(std::shared_ptr<const GpuModel> model, const RuntimeOptions& opt)
       : ctx_(std::make_shared<GpuContext>(std::move(model))),
-        chunk_(opt.prefill_chunk > 0 ? opt.prefill_chunk : 4096) {}
+        chunk_(opt.prefill_chunk > 0 ? opt.prefill_chunk : 4096) {
+    // Batch-invariant decoding: the batch-1-only fused step would round one sequence's steps
+    // differently from a batch's (KVEVICT_DECODE_FUSED=1, fused at every batch, stays).
+    if (opt.batch_invariant_decode && ctx_->forward().decode_fused() == FusedStep::kBatchOne)
+      ctx_->forward().set_decode_fused(FusedStep::kOff);
+  }
 
   Device device() const override { return Device::kCuda; }
   const ModelConfig& config() const override { return ctx_->model().config(); }

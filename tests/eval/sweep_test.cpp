@@ -22,7 +22,6 @@
 #include "kvevict/model/sampler.h"
 #include "kvevict/tokenizer.h"
 #include "model/tiny_model.h"
-#include "support/testing.h"
 
 namespace kvevict::eval {
 namespace {
@@ -61,6 +60,9 @@ std::shared_ptr<const ModelRuntime> tiny_runtime(const std::string& arch, Device
   const auto tiny = kvevict::testing::make_tiny_model(spec, "tiny_sweep_" + arch);
   RuntimeOptions ropt;
   ropt.device = device;
+  // As kvevict eval runs: the sweep decodes its settings as one batch and a setting alone at batch
+  // 1, which the GPU runtime would otherwise fuse (other bf16 rounding, fused_step_policy.h).
+  ropt.batch_invariant_decode = true;
   return ModelRuntime::create(Model::load(tiny.file->path()), ropt);
 }
 
@@ -107,10 +109,6 @@ class Sweep : public ::testing::TestWithParam<std::tuple<std::string, Device>> {
 
 TEST_P(Sweep, OneBatchPerPrefillEqualsEachSettingAlone) {
   const auto& [preset, device] = GetParam();
-  // The sweep decodes its settings as one batch; a setting alone decodes at batch 1, which the GPU
-  // runtime fuses by default (src/model_cuda/fused_step_policy.h) with other bf16 rounding. With
-  // the same step kernels both ways the two must agree token for token.
-  const kvevict::testing::ScopedEnv unfused("KVEVICT_DECODE_FUSED", "0");
   const auto rt = tiny_runtime(preset, device);
   if (!rt) GTEST_SKIP() << "no runtime for this device in this build or on this machine";
   const IdTokenizer tok;

@@ -94,6 +94,10 @@ struct RuntimeOptions {
   int64_t prefill_chunk = 0;     // tokens per forward pass of a prefill; 0 = the device's default
                                  // (CPU 256, GPU 4096)
   ProgressFn progress;           // after every prefill chunk (CPU)
+  // Decode steps round alike at every batch size (GPU: no fused step for batch 1 alone, see
+  // src/model_cuda/fused_step_policy.h), so a sequence's tokens never depend on what else decodes
+  // beside it. Evaluation sets it: a setting scores the same in a sweep of one or of a hundred.
+  bool batch_invariant_decode = false;
   void validate() const;
 };
 
