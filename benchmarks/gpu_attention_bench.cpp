@@ -6,8 +6,8 @@
 // query heads, 8 KV heads, head dim 128) or Gemma 3 270M's (4 / 1 / 256). Prints milliseconds for
 // the whole prompt's attention of one layer and its causal TFLOP/s (4 d FLOPs a head and visible
 // query-key pair: d multiply-adds of QK^T and d of PV), as tools/peers/sdpa_prefill.py counts
-// PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it). Both forward loops
-// are timed, A B A B: the plain one and the pipelined one (kernel_variants.h set_window_pipelined).
+// PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it). Every forward loop
+// is timed, interleaved: plain, pipelined, TMA loads, both (kernel_variants.h).
 //
 // Usage: gpu_attention_bench [--shape llama|gemma3] [--lengths 4096,32768,131072] [--chunk 4096]
 //                            [--reps N]
@@ -121,8 +121,8 @@ int run(const Args& args) {
   const int sms = cd::current_sm_count();
   std::printf("device: %s, %d SMs; shape %s (Hq %d, Hkv %d, d %d), chunk %lld\n", prop.name, sms,
               sh.name, sh.hq, sh.hkv, sh.d, static_cast<long long>(args.chunk));
-  std::printf("%-10s %8s %12s %10s %12s %12s %10s %12s\n", "length", "chunks", "ms (1 layer)",
-              "TFLOP/s", "last chunk ms", "pipelined ms", "TFLOP/s", "last chunk ms");
+  std::printf("%-10s %-14s %8s %12s %10s %12s\n", "length", "forward loop", "chunks",
+              "ms (1 layer)", "TFLOP/s", "last chunk ms");
   cudaStream_t stream;
   KVEVICT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
@@ -194,19 +194,33 @@ int run(const Args& args) {
       for (const auto& wa : chunks) launch(wa);
     };
     auto last_chunk = [&] { launch(chunks.back()); };
-    std::vector<float> all_ms[2], last_ms[2];
+    // The forward's loops (kernel_variants.h): plain, pipelined, TMA loads, both; interleaved.
+    struct Variant {
+      const char* name;
+      bool pipelined, tma;
+    };
+    const Variant variants[] = {{"plain", false, false},
+                                {"pipelined", true, false},
+                                {"tma", false, true},
+                                {"tma+pipelined", true, true}};
+    constexpr int kVariants = 4;
+    std::vector<float> all_ms[kVariants], last_ms[kVariants];
     for (int round = 0; round < 2; ++round)
-      for (int pipelined = 0; pipelined < 2; ++pipelined) {
-        kvevict::cuda::set_window_pipelined(pipelined == 1);
+      for (int i = 0; i < kVariants; ++i) {
+        kvevict::cuda::set_window_pipelined(variants[i].pipelined);
+        kvevict::cuda::set_window_tma(variants[i].tma);
         whole();  // warm-up
-        for (float x : samples(whole)) all_ms[pipelined].push_back(x);
-        for (float x : samples(last_chunk)) last_ms[pipelined].push_back(x);
+        for (float x : samples(whole)) all_ms[i].push_back(x);
+        for (float x : samples(last_chunk)) last_ms[i].push_back(x);
       }
     kvevict::cuda::set_window_pipelined(false);
-    const double all = median(all_ms[0]), all_p = median(all_ms[1]);
-    std::printf("%-10lld %8zu %12.3f %10.1f %12.3f %12.3f %10.1f %12.3f\n",
-                static_cast<long long>(L), chunks.size(), all, flops / (all * 1e-3) / 1e12,
-                median(last_ms[0]), all_p, flops / (all_p * 1e-3) / 1e12, median(last_ms[1]));
+    kvevict::cuda::set_window_tma(false);
+    for (int i = 0; i < kVariants; ++i) {
+      const double all = median(all_ms[i]);
+      std::printf("%-10lld %-14s %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L),
+                  variants[i].name, chunks.size(), all, flops / (all * 1e-3) / 1e12,
+                  median(last_ms[i]));
+    }
     std::fflush(stdout);
     for (void* p : {q, k, v, scratch, out}) KVEVICT_CUDA_CHECK(cudaFree(p));
   }

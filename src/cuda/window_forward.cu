@@ -460,7 +460,7 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
     if (have_top)
       x = m_best * sc + log1pf(rho) * kLog2e;
     else
-      x = R == -INFINITY ? -INFINITY : R * sc + log2f(l_all);
+      x = R == -INFINITY ? -INFINITY : fmaf(R, sc, log2f(l_all));
     lse[out_row] = nan_row ? CUDART_NAN_F : R == -INFINITY && !have_top ? -INFINITY : x * kLn2;
   }
   if (out == nullptr && p.rows_out == nullptr) return;

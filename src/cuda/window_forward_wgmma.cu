@@ -10,6 +10,7 @@
 // rows' (o / l, m, l) partial directly in window_forward.cu's layout, whose merge kernel follows.
 // With V, each row's top key is kept apart from (o, m, l) (window_params.cuh ForwardTop): the
 // partial then also holds that key's logit and index.
+#include <cuda.h>  // CUtensorMap and its enums (the encoder comes from the driver at run time)
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
@@ -28,13 +29,68 @@
 namespace kvevict::cuda::detail {
 namespace {
 
+// The K and V tensor maps of the TMA variant (kTma): [Hkv][n][d] in the input dtype, 64-column x
+// 64-key boxes with the 128-byte swizzle of wgmma.cuh, keys past n read as zeros. Unused (zero)
+// by the other variants.
+struct KvTensorMaps {
+  CUtensorMap k, v;
+};
+
+// --- mbarriers and TMA loads (shared::cta, sm_90) ---
+__device__ __forceinline__ uint32_t shared_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(count)
+               : "memory");
+}
+// Makes the initialized barriers visible to the async proxy (the TMA unit) and other threads.
+__device__ __forceinline__ void mbar_fence_init() {
+#if defined(KVEVICT_HAS_WGMMA)
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// One arrival that also expects `bytes` of asynchronous copies to complete on the barrier.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_addr(bar)) : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(shared_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// A [1][rows][64] box of a 3-d tensor map at (column c0, row c1, head c2) into dst (1024-byte
+// aligned, swizzled as the map says), completing on bar.
+__device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                             int c0, int c1, int c2) {
+#if defined(KVEVICT_HAS_WGMMA)
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+      "%4, %5}], [%2];\n" ::"r"(shared_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+
 // Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries and
 // `stages` K (and V) tiles.
 template <class Tr, bool kWithV>
 constexpr size_t wg_forward_smem(int stages) {
   using T = typename Tr::T;
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD +
-         sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1);
+         sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1) +
+         2 * stages * sizeof(uint64_t);  // kTma's full / empty barriers
 }
 template <class Tr, bool kWithV>
 constexpr int wg_forward_stages() {
@@ -50,12 +106,20 @@ constexpr int wg_forward_stages() {
 // stage of tile j's V stays busy while tile j + 1 begins), hence at least 3 stages.
 // kDirect (one split, launch_window_attention_rows): the rows' final outputs and lse go straight
 // to p.rows_out / p.rows_lse, as the merge would write them from this block's one partial.
-template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
-    window_forward_wgmma_kernel(ForwardParams p) {
+// kTma (direct rows; set_window_tma): one more warp, the producer, streams the key tiles with the
+// tensor memory accelerator (maps) into the stage ring, each stage's arrival signalled on a "full"
+// mbarrier and its release by the 8 consumer warps (after their P V) on an "empty" one; no thread
+// copies a tile and no block-wide barrier runs per tile, so the two warpgroups drift apart and
+// overlap each other's softmax with the tensor cores (FlashAttention-3's producer / consumer
+// split). Keys past the block's range but before n are loaded and masked (not zeroed).
+template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false,
+          bool kTma = false>
+__global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPerSm)
+    window_forward_wgmma_kernel(ForwardParams p, const __grid_constant__ KvTensorMaps maps) {
   static_assert(kWithV || !kTop, "the top keys need V");
   static_assert(!kPipe || (kWithV && !kTop), "the pipelined loop: outputs without top keys");
   static_assert(!kDirect || (kWithV && !kTop), "direct rows: outputs without top keys");
+  static_assert(!kTma || kDirect, "the TMA loads: direct rows (one split) only");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
@@ -68,6 +132,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   T* q_s = swizzle_aligned<T>(smem_raw);  // [R][D] swizzled
   T* k_s = q_s + R * D;                   // [kStages][TK][D] swizzled
   T* v_s = k_s + kStages * TK * D;        // [kStages][TK][D] swizzled (kWithV)
+  uint64_t* full = reinterpret_cast<uint64_t*>(v_s + (kWithV ? kStages * TK * D : 0));  // kTma
+  uint64_t* empty = full + kStages;                                                     // kTma
 
   const WindowArgs& a = p.a;
   const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
@@ -105,10 +171,47 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
     }
   };
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < num_tiles) load_tile(st, st);
+  if constexpr (kTma) {
+    // The queries (cp.async above) and the barriers reach every thread before the producer warp
+    // leaves: the only block-wide barrier of this variant.
+    if (tid == 0) {
+      for (int st = 0; st < kStages; ++st) {
+        mbar_init(&full[st], 1);            // the producer's arrival + the tile's bytes
+        mbar_init(&empty[st], Tr::kWarps);  // one arrival a consumer warp
+      }
+      mbar_fence_init();
+    }
     cp_async_commit();
+    cp_async_wait<0>();
+    fence_async_shared();
+    __syncthreads();
+    if (warp == Tr::kWarps) {  // the producer warp: its first lane issues every tile's loads
+      if (lane == 0) {
+        constexpr uint32_t kTileBytes = sizeof(T) * TK * D * (kWithV ? 2 : 1);
+        for (int tile = 0; tile < num_tiles; ++tile) {
+          const int stage = tile % kStages;
+          // A stage's k-th refill waits for the consumers' release of its (k-1)-th tile.
+          if (tile >= kStages) mbar_wait(&empty[stage], ((tile / kStages) - 1) & 1);
+          mbar_arrive_expect_tx(&full[stage], kTileBytes);
+          const int key = static_cast<int>(key_begin) + tile * TK;
+#pragma unroll
+          for (int cb = 0; cb < D / 64; ++cb) {
+            tma_load_box(k_s + stage * TK * D + cb * TK * 64, &maps.k, &full[stage], cb * 64, key,
+                         hk);
+            if constexpr (kWithV)
+              tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full[stage], cb * 64, key,
+                           hk);
+          }
+        }
+      }
+      return;
+    }
+  } else {
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (st < num_tiles) load_tile(st, st);
+      cp_async_commit();
+    }
   }
 
   // This thread's two rows (block-local) in the accumulator layout.
@@ -213,18 +316,30 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   // Waits until at most `pending` cp.async groups are in flight (the tile about to be used has
   // landed), makes the landed tiles visible to wgmma, and at the block barrier frees the stage
   // that tile `ahead` (when there is one) then loads into, as one more group.
-  auto landed_then_prefetch = [&](auto pending, int ahead) {
-    cp_async_wait<decltype(pending)::value>();
-    fence_async_shared();
-    __syncthreads();
-    if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
-    cp_async_commit();
+  // kTma: waits for tile `use`'s "full" phase instead (the producer prefetches on its own).
+  auto landed_then_prefetch = [&](auto pending, int ahead, int use) {
+    if constexpr (kTma) {
+      mbar_wait(&full[use % kStages], (use / kStages) & 1);
+    } else {
+      cp_async_wait<decltype(pending)::value>();
+      fence_async_shared();
+      __syncthreads();
+      if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
+      cp_async_commit();
+    }
+  };
+  // kTma: this warp is done with tile `tile`'s stage (its Q K^T and P V have completed).
+  auto release = [&](int tile) {
+    if constexpr (kTma) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[tile % kStages]);
+    }
   };
 
   if constexpr (!kPipe) {
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % kStages;
-      landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1);
+      landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1, tile);
 
       float s[32];
       issue_qk(s, stage);
@@ -238,6 +353,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
         wgmma_wait<0>();
         wgmma_hold(o);
       }
+      release(tile);
     }
   } else {
     // Tiles 0 .. kStages - 2 are loading (the prologue's groups). Tile t + 1 begins in iteration
@@ -246,9 +362,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     // which tile t + kStages - 1 loads. Tile t's V (stage t) stays untouched until iteration t + 1.
     float s[32], s_next[32];
     if (num_tiles > 0) {
-      cp_async_wait<kStages - 2>();
-      fence_async_shared();
-      __syncthreads();
+      if constexpr (kTma) {
+        mbar_wait(&full[0], 0);
+      } else {
+        cp_async_wait<kStages - 2>();
+        fence_async_shared();
+        __syncthreads();
+      }
       issue_qk(s, 0);
       wgmma_wait<0>();
       wgmma_hold(s);
@@ -257,8 +377,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       const int stage = tile % kStages;
       const bool next = tile + 1 < num_tiles;
       if (next) {
-        landed_then_prefetch(std::integral_constant<int, kStages - 3>(), tile + kStages - 1);
+        landed_then_prefetch(std::integral_constant<int, kStages - 3>(), tile + kStages - 1,
+                             tile + 1);
         issue_qk(s_next, (tile + 1) % kStages);  // runs while this tile's softmax does
+        wgmma_hold(s_next);  // the in-flight accumulators stay where the wgmma writes them
       }
       float corr[2];
       bool grew = false, rescaled = false;
@@ -266,6 +388,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       issue_pv(s, corr, grew, rescaled, stage);
       wgmma_wait<0>();
       wgmma_hold(o);
+      release(tile);
       if (next) {
         wgmma_hold(s_next);
 #pragma unroll
@@ -293,19 +416,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
       const int qh = hk * p.group + gr / a.w, t = gr % a.w;
       const float m = m_run[r], l = l_run[r];
       const bool nan_row = isnan(l) || isnan(m) || m == INFINITY;
-      if (t4 == 0 && p.rows_lse != nullptr)
+      if (t4 == 0 && p.rows_lse != nullptr)  // fmaf as the merge's
         p.rows_lse[static_cast<int64_t>(qh) * a.w + t] = nan_row ? CUDART_NAN_F
                                                          : m == -INFINITY
                                                              ? -INFINITY
-                                                             : (m * sc + log2f(l)) * kLn2;
+                                                             : fmaf(m, sc, log2f(l)) * kLn2;
       const float inv = l == 0.f ? 0.f : 1.f / l;
+      // o / l rounded to T; + 0 turns a -0 into +0, as the merge's fmaf(l, x, 0) does.
+      auto rounded = [](float v) {
+        return ElemTraits<T>::to_float(ElemTraits<T>::from_float(v)) + 0.f;
+      };
       T* dst = out_rows + (static_cast<int64_t>(t) * a.num_q_heads + qh) * D;
 #pragma unroll
       for (int i = 2 * r; i < D / 2; i += 4) {  // the accumulators of this row: (i >> 1) & 1 == r
         const int col = (i >> 2) * 8 + 2 * t4;
         *reinterpret_cast<uint32_t*>(dst + col) =
             nan_row ? ElemTraits<T>::pack(CUDART_NAN_F, CUDART_NAN_F)
-                    : ElemTraits<T>::pack(o[i] * inv, o[i + 1] * inv);
+                    : ElemTraits<T>::pack(rounded(o[i] * inv), rounded(o[i + 1] * inv));
       }
     }
     return;
@@ -348,19 +475,75 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false>
-cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream) {
+template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false,
+          bool kTma = false>
+cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream,
+                          const KvTensorMaps& maps = KvTensorMaps{}) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe, kDirect>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe, kDirect, kTma>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
-  kernel<<<grid, Tr::kThreads, smem, stream>>>(p);
+  kernel<<<grid, Tr::kThreads + (kTma ? 32 : 0), smem, stream>>>(p, maps);
   return cudaGetLastError();
+}
+
+// cuTensorMapEncodeTiled from the driver (no link to libcuda); null where the driver lacks it.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiledFn{nullptr};
+    }
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// The K and V maps of the layer in p ([Hkv][n][d]: rows of kv_row_stride elements, heads of
+// kv_head_stride; keys at or past n read as zeros), boxes of 64 columns x TK keys, 128-byte
+// swizzle. False where the driver or the strides do not allow one (the caller then copies with
+// cp.async).
+template <class Tr>
+bool make_kv_maps(const ForwardParams& p, KvTensorMaps* maps) {
+  using T = typename Tr::T;
+  const WindowArgs& a = p.a;
+  const EncodeTiledFn encode = encode_tiled();
+  const uint64_t row_bytes = static_cast<uint64_t>(a.kv_row_stride) * sizeof(T);
+  const uint64_t head_bytes = static_cast<uint64_t>(a.kv_head_stride) * sizeof(T);
+  if (encode == nullptr || row_bytes % 16 != 0 || head_bytes % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(a.k) % 16 != 0 || reinterpret_cast<uintptr_t>(a.v) % 16 != 0 ||
+      a.n > (int64_t{1} << 31) - 1)
+    return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(Tr::kD), static_cast<cuuint64_t>(a.n),
+                              static_cast<cuuint64_t>(a.num_kv_heads)};
+  const cuuint64_t strides[2] = {row_bytes, head_bytes};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(Tr::kTileKeys), 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUtensorMapDataType type = std::is_same<T, __half>::value
+                                       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  for (int which = 0; which < 2; ++which) {
+    if (encode(which == 0 ? &maps->k : &maps->v, type, 3, const_cast<void*>(which == 0 ? a.k : a.v),
+               dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  return true;
 }
 
 std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_pipelined{false};
+std::atomic<bool> g_tma{false};
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (pipelined when set_window_pipelined is on; as final rows with one split), the outputs
@@ -370,6 +553,13 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
   const bool direct = with_v && !top && p.rows_out != nullptr && p.splits == 1;
   const bool pipe = with_v && !top && g_pipelined.load(std::memory_order_relaxed);
+  KvTensorMaps maps{};
+  if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps)) {
+    if constexpr (wg_forward_stages<Tr, true>() >= 3) {
+      if (pipe) return launch_config<Tr, true, false, true, true, true>(p, stream, maps);
+    }
+    return launch_config<Tr, true, false, false, true, true>(p, stream, maps);
+  }
   if constexpr (wg_forward_stages<Tr, true>() >= 3) {
     if (pipe)
       return direct ? launch_config<Tr, true, false, true, true>(p, stream)
@@ -426,6 +616,9 @@ void set_window_wgmma(bool enabled) {
 }
 void set_window_pipelined(bool enabled) {
   detail::g_pipelined.store(enabled);
+}
+void set_window_tma(bool enabled) {
+  detail::g_tma.store(enabled);
 }
 bool window_wgmma_available() {
   return detail::wgmma_kernels_available();

@@ -19,6 +19,16 @@ namespace {
 
 using testing::DeviceBuffer;
 
+// Restores the window kernels' variant switches (kernel_variants.h) when a test leaves, also on
+// an ASSERT's early return.
+struct VariantSwitches {
+  ~VariantSwitches() {
+    set_window_wgmma(true);
+    set_window_pipelined(false);
+    set_window_tma(false);
+  }
+};
+
 struct Case {
   int hq, hkv, d, m, w;
   int64_t n;
@@ -134,7 +144,12 @@ TEST(CudaWindowForward, PipelinedWgmmaForwardEqualsThePlainOneBitForBit) {
       {8, 2, 64, 40, 32, 515, DType::kBF16, 45},     // d = 64, m > w
       {32, 8, 128, 16, 16, 1003, DType::kF16, 46},   // 64-row blocks
       {8, 2, 128, 700, 700, 700, DType::kBF16, 47},  // prefill-shaped: the window is the prompt
+      // 64-row blocks at d = 128 hold 3 stages, the pipelined loop's least: 1, 2, 3 tiles
+      {32, 8, 128, 16, 16, 33, DType::kBF16, 48},
+      {32, 8, 128, 16, 16, 100, DType::kF16, 49},
+      {32, 8, 128, 16, 16, 150, DType::kBF16, 50},
   };
+  const VariantSwitches restore;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n "
                                       << c.n << " w " << c.w);
@@ -199,7 +214,10 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
       {8, 2, 64, 200, 500, 0, DType::kF16, 62},      // a chunk after 300 earlier tokens
       {4, 1, 256, 100, 100, 0, DType::kBF16, 63},    // d = 256: mma.sync kernels
       {28, 4, 128, 77, 1000, 64, DType::kBF16, 64},  // a sliding window, G = 7
+      {8, 2, 128, 16, 16, 0, DType::kF16, 65},       // 64-row wgmma blocks, one tile
+      {8, 2, 128, 12, 500, 0, DType::kBF16, 66},     // 48 rows in a 64-row block (padding rows)
   };
+  const VariantSwitches restore;
   for (const RowsCase& c : cases) {
     const size_t nq = static_cast<size_t>(c.hq) * c.w * c.d, nk = c.hkv * c.n * c.d;
     auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), c.dtype);
@@ -232,54 +250,59 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
     a.sliding_window = c.sliding;
     for (bool wgmma : {true, false})
       for (bool pipelined : {false, true})
-        for (int sms : {1, 1000}) {
-          SCOPED_TRACE(::testing::Message()
-                       << "Hq " << c.hq << " d " << c.d << " w " << c.w << " n " << c.n
-                       << (wgmma ? " wgmma" : " mma.sync") << (pipelined ? " pipelined" : "")
-                       << " sm_count " << sms);
-          set_window_wgmma(wgmma);
-          set_window_pipelined(pipelined);
-          const size_t ws_bytes = detail::window_forward_scratch_bytes(a, true, sms);
-          DeviceBuffer<char> ws(ws_bytes);
-          ASSERT_TRUE(ws.ok());
-          out.poison();
-          lse.poison();
-          rows.poison();
-          rows_lse.poison();
-          ASSERT_EQ(detail::launch_window_forward(a, out.data(), lse.data(), ws.data(), ws_bytes,
-                                                  sms, nullptr),
-                    cudaSuccess);
-          KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-          const std::vector<float> ref_out = out.download(), ref_lse = lse.download();
-          for (bool with_lse : {true, false}) {
-            ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(),
-                                                           with_lse ? rows_lse.data() : nullptr,
-                                                           ws.data(), ws_bytes, sms, nullptr),
+        for (bool tma : {false, true})
+          for (int sms : {1, 1000}) {
+            if (tma && (!wgmma || sms != 1)) continue;  // TMA: the wgmma direct rows only
+            SCOPED_TRACE(::testing::Message()
+                         << "Hq " << c.hq << " d " << c.d << " w " << c.w << " n " << c.n
+                         << (wgmma ? " wgmma" : " mma.sync") << (pipelined ? " pipelined" : "")
+                         << (tma ? " tma" : "") << " sm_count " << sms);
+            set_window_wgmma(wgmma);
+            set_window_pipelined(pipelined);
+            set_window_tma(tma);
+            const size_t ws_bytes = detail::window_forward_scratch_bytes(a, true, sms);
+            DeviceBuffer<char> ws(ws_bytes);
+            ASSERT_TRUE(ws.ok());
+            out.poison();
+            lse.poison();
+            ASSERT_EQ(detail::launch_window_forward(a, out.data(), lse.data(), ws.data(), ws_bytes,
+                                                    sms, nullptr),
                       cudaSuccess);
             KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+            const std::vector<float> ref_out = out.download(), ref_lse = lse.download();
+            // The reference rows: out [Hq, w, d] f32 rounded to the input dtype, as [w, Hq, d].
+            std::vector<float> ref_rows(nq);
+            for (int h = 0; h < c.hq; ++h)
+              for (int t = 0; t < c.w; ++t)
+                for (int j = 0; j < c.d; ++j)
+                  ref_rows[(static_cast<size_t>(t) * c.hq + h) * c.d + j] =
+                      ref_out[(static_cast<size_t>(h) * c.w + t) * c.d + j];
+            const std::vector<uint16_t> want = testing::encode16(ref_rows, c.dtype);
+            for (bool with_lse : {true, false}) {
+              SCOPED_TRACE(with_lse ? "with lse" : "without lse");
+              rows.poison();
+              rows_lse.poison();
+              const std::vector<float> lse_poison = rows_lse.download();
+              ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(),
+                                                             with_lse ? rows_lse.data() : nullptr,
+                                                             ws.data(), ws_bytes, sms, nullptr),
+                        cudaSuccess);
+              KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+              const std::vector<uint16_t> got = rows.download();
+              size_t differ = 0, first = 0;
+              for (size_t i = 0; i < want.size(); ++i)
+                if (want[i] != got[i] && differ++ == 0) first = i;
+              EXPECT_EQ(differ, 0u) << "rows differ, first at " << first << " (" << got[first]
+                                    << " vs " << want[first] << ")";
+              const std::vector<float> got_lse = rows_lse.download();
+              const std::vector<float>& lse_want = with_lse ? ref_lse : lse_poison;
+              EXPECT_EQ(
+                  std::memcmp(got_lse.data(), lse_want.data(), lse_want.size() * sizeof(float)), 0)
+                  << (with_lse ? "lse differs" : "lse written though not asked for");
+              EXPECT_TRUE(rows.sentinels_intact() && rows_lse.sentinels_intact());
+            }
           }
-          // The reference rows: out [Hq, w, d] f32 rounded to the input dtype, as [w, Hq, d].
-          std::vector<float> ref_rows(nq);
-          for (int h = 0; h < c.hq; ++h)
-            for (int t = 0; t < c.w; ++t)
-              for (int j = 0; j < c.d; ++j)
-                ref_rows[(static_cast<size_t>(t) * c.hq + h) * c.d + j] =
-                    ref_out[(static_cast<size_t>(h) * c.w + t) * c.d + j];
-          const std::vector<uint16_t> want = testing::encode16(ref_rows, c.dtype);
-          const std::vector<uint16_t> got = rows.download();
-          size_t differ = 0, first = 0;
-          for (size_t i = 0; i < want.size(); ++i)
-            if (want[i] != got[i] && differ++ == 0) first = i;
-          EXPECT_EQ(differ, 0u) << "rows differ, first at " << first << " (" << got[first] << " vs "
-                                << want[first] << ")";
-          const std::vector<float> got_lse = rows_lse.download();
-          EXPECT_EQ(std::memcmp(got_lse.data(), ref_lse.data(), ref_lse.size() * sizeof(float)), 0)
-              << "lse differs";
-          EXPECT_TRUE(rows.sentinels_intact() && rows_lse.sentinels_intact());
-        }
   }
-  set_window_wgmma(true);
-  set_window_pipelined(false);
 }
 
 // Issue 13: rows whose top key dominates by 100 / 1000 nats or whose queries are scaled by 1e30
