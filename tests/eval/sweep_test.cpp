@@ -208,8 +208,9 @@ TEST_P(Sweep, KvpressVariantsChangeTheKeptSet) {
   const int32_t last = static_cast<int32_t>(prompt.size()) - 1;
   auto kept = [&](const std::string& name) {
     auto sess = rt->from_snapshot(*snap, MethodConfig::make(name, Budget{0.2}).evict_config(0), 4);
-    std::vector<std::vector<int32_t>> out;
-    for (int h = 0; h < rt->config().n_kv_heads; ++h) out.push_back(sess->kept_positions(layer, h));
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(rt->config().n_kv_heads));
+    for (size_t h = 0; h < out.size(); ++h)
+      out[h] = sess->kept_positions(layer, static_cast<int>(h));
     return out;
   };
   // TOVA keeping the last token: every head holds the last prompt position.
