@@ -19,12 +19,15 @@ using detail::bf16;
 using detail::GemvArgs;
 using detail::GemvOut;
 
-// Arguments of an [N, K] projection at batch B; the pointers are only checked for alignment.
+// 16-byte aligned host bytes the arguments point into: gemv_takes only checks their alignment.
+alignas(16) bf16 g_storage[64];
+
+// Arguments of an [N, K] projection at batch B.
 GemvArgs projection(int B, int N, int K, GemvOut out = GemvOut::kBf16) {
   GemvArgs a;
-  a.x = reinterpret_cast<const void*>(uintptr_t{0x10000});
-  a.w = reinterpret_cast<const bf16*>(uintptr_t{0x20000});
-  a.y = reinterpret_cast<void*>(uintptr_t{0x30000});
+  a.x = g_storage;
+  a.w = g_storage + 8;
+  a.y = g_storage + 16;
   a.B = B;
   a.N = N;
   a.K = K;
@@ -96,7 +99,7 @@ TEST(GemvRoute, UnsupportedShapesAreNeverTaken) {
     GemvArgs odd_k = projection(1, 64, 60);
     EXPECT_FALSE(gemv_takes(r, &odd_k)) << gemv_route_name(r);
     GemvArgs unaligned = projection(1, 64, 64);
-    unaligned.w = reinterpret_cast<const bf16*>(uintptr_t{0x20002});
+    unaligned.w = g_storage + 9;  // 2 bytes past a 16-byte boundary
     EXPECT_FALSE(gemv_takes(r, &unaligned)) << gemv_route_name(r);
   }
 }
