@@ -7,7 +7,7 @@
 // the whole prompt's attention of one layer and its causal TFLOP/s (4 d FLOPs a head and visible
 // query-key pair: d multiply-adds of QK^T and d of PV), as tools/peers/sdpa_prefill.py counts
 // PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it). Every forward loop
-// is timed, interleaved: plain, pipelined, TMA loads, both (kernel_variants.h).
+// is timed, interleaved: plain, pipelined, TMA loads (kernel_variants.h).
 //
 // Usage: gpu_attention_bench [--shape llama|gemma3] [--lengths 4096,32768,131072] [--chunk 4096]
 //                            [--reps N]
@@ -172,7 +172,7 @@ int run(const Args& args) {
           cd::launch_window_attention_rows(wa, out, nullptr, scratch, scratch_bytes, sms, stream));
     };
     // Median of reps timed runs of body (after a warm-up), the two forward variants interleaved
-    // A B A B (kernel_variants.h set_window_pipelined), so the card's state drifts alike for both.
+    // A B A B (kernel_variants.h), so the card's state drifts alike for every variant.
     auto samples = [&](auto&& body) {
       std::vector<float> ms;
       for (int r = 0; r < args.reps; ++r) {
@@ -194,16 +194,14 @@ int run(const Args& args) {
       for (const auto& wa : chunks) launch(wa);
     };
     auto last_chunk = [&] { launch(chunks.back()); };
-    // The forward's loops (kernel_variants.h): plain, pipelined, TMA loads, both; interleaved.
+    // The forward's loops (kernel_variants.h): plain, pipelined, TMA loads; interleaved.
     struct Variant {
       const char* name;
       bool pipelined, tma;
     };
-    const Variant variants[] = {{"plain", false, false},
-                                {"pipelined", true, false},
-                                {"tma", false, true},
-                                {"tma+pipelined", true, true}};
-    constexpr int kVariants = 4;
+    const Variant variants[] = {
+        {"plain", false, false}, {"pipelined", true, false}, {"tma", false, true}};
+    constexpr int kVariants = 3;
     std::vector<float> all_ms[kVariants], last_ms[kVariants];
     for (int round = 0; round < 2; ++round)
       for (int i = 0; i < kVariants; ++i) {

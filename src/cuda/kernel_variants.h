@@ -25,8 +25,9 @@ void set_window_keymajor(bool enabled);
 void set_window_pipelined(bool enabled);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
-// synchronized on mbarriers (no per-tile block barrier); off by default until measured. Same
-// outputs bit for bit (tests check). (src/cuda/window_forward_wgmma.cu)
+// synchronized on mbarriers (no per-tile block barrier); off by default until measured, and with
+// the plain loop only (set_window_pipelined is ignored under it). Same outputs bit for bit (tests
+// check). (src/cuda/window_forward_wgmma.cu)
 void set_window_tma(bool enabled);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();

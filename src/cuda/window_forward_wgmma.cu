@@ -59,16 +59,25 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_addr(bar)) : "memory");
 }
-// Waits until the barrier's phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+// Whether the barrier's phase of parity `parity` has completed (try_wait: may suspend the thread
+// for a while before saying no).
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
   asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(shared_addr(bar)),
-      "r"(parity)
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(shared_addr(bar)), "r"(parity)
       : "memory");
+  return done != 0;
+}
+// Waits until that phase has completed. A phase that never completes is a bug: after 2^26 tries
+// (seconds) the kernel traps, an error the caller reports, instead of hanging the device.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  for (uint32_t tries = 0; !mbar_try_wait(bar, parity); ++tries)
+    if (tries == (1u << 26)) __trap();
 }
 // A [1][rows][64] box of a 3-d tensor map at (column c0, row c1, head c2) into dst (1024-byte
 // aligned, swizzled as the map says), completing on bar.
@@ -83,18 +92,20 @@ __device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, 
 #endif
 }
 
-// Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries and
-// `stages` K (and V) tiles.
-template <class Tr, bool kWithV>
+// Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries,
+// `stages` K (and V) tiles and, with TMA loads, a full and an empty barrier a stage (which can
+// cost a stage: 64-row blocks at d = 128 fit 3 stages two blocks a SM to the byte without them).
+template <class Tr, bool kWithV, bool kTma = false>
 constexpr size_t wg_forward_smem(int stages) {
   using T = typename Tr::T;
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD +
          sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1) +
-         2 * stages * sizeof(uint64_t);  // kTma's full / empty barriers
+         (kTma ? 2 * stages * sizeof(uint64_t) : 0);
 }
-template <class Tr, bool kWithV>
+template <class Tr, bool kWithV, bool kTma = false>
 constexpr int wg_forward_stages() {
-  return stages_that_fit(Tr::kBlocksPerSm, [](int s) { return wg_forward_smem<Tr, kWithV>(s); });
+  return stages_that_fit(Tr::kBlocksPerSm,
+                         [](int s) { return wg_forward_smem<Tr, kWithV, kTma>(s); });
 }
 
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
@@ -123,8 +134,9 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
-  constexpr int kStages = wg_forward_stages<Tr, kWithV>();
-  static_assert(wg_forward_smem<Tr, kWithV>(kStages) <= 227 * 1024, "shared memory budget");
+  constexpr int kStages = wg_forward_stages<Tr, kWithV, kTma>();
+  static_assert(wg_forward_smem<Tr, kWithV, kTma>(kStages) <= 227 * 1024, "shared memory budget");
+  static_assert(!(kPipe && kTma), "TMA with the pipelined loop needs more registers (see launch)");
   static_assert(!kPipe || kStages >= 3, "the pipelined loop needs 3 stages");
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
@@ -479,7 +491,7 @@ template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = f
           bool kTma = false>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream,
                           const KvTensorMaps& maps = KvTensorMaps{}) {
-  constexpr size_t smem = wg_forward_smem<Tr, kWithV>(wg_forward_stages<Tr, kWithV>());
+  constexpr size_t smem = wg_forward_smem<Tr, kWithV, kTma>(wg_forward_stages<Tr, kWithV, kTma>());
   auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe, kDirect, kTma>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
@@ -553,13 +565,12 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
   const bool direct = with_v && !top && p.rows_out != nullptr && p.splits == 1;
   const bool pipe = with_v && !top && g_pipelined.load(std::memory_order_relaxed);
+  // TMA with the plain loop only: 288 threads leave ptxas 168 registers a thread, and the
+  // pipelined loop's ~174 then serialize its wgmma (C7512) and spill. Both together need FA3's
+  // 4-warp producer group with setmaxnreg (24 / 240 registers).
   KvTensorMaps maps{};
-  if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps)) {
-    if constexpr (wg_forward_stages<Tr, true>() >= 3) {
-      if (pipe) return launch_config<Tr, true, false, true, true, true>(p, stream, maps);
-    }
+  if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps))
     return launch_config<Tr, true, false, false, true, true>(p, stream, maps);
-  }
   if constexpr (wg_forward_stages<Tr, true>() >= 3) {
     if (pipe)
       return direct ? launch_config<Tr, true, false, true, true>(p, stream)
