@@ -171,7 +171,7 @@ int run(const Args& args) {
       KVEVICT_CUDA_CHECK(
           cd::launch_window_attention_rows(wa, out, nullptr, scratch, scratch_bytes, sms, stream));
     };
-    // Median of reps timed runs of body (after a warm-up), the two forward variants interleaved
+    // Median of reps timed runs of body (after a warm-up), the forward variants interleaved
     // A B A B (kernel_variants.h), so the card's state drifts alike for every variant.
     auto samples = [&](auto&& body) {
       std::vector<float> ms;
