@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/kernel_variants.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/error.h"
@@ -66,6 +67,8 @@ struct Args {
   bool decode_ab = false;  // --decode-ab: only the graph / eager decode comparison
   std::vector<int64_t> batches = {1, 15, 64};
   int64_t prompt_tokens = 256;
+  std::string forward_loop = "plain";  // --forward-loop: the prefill attention's wgmma loop
+  bool prefill_only = false;           // --prefill-only: no decode runs
 };
 
 std::vector<int64_t> parse_ints(const std::string& s) {
@@ -120,7 +123,10 @@ Args parse(int argc, char** argv) {
           "  --decode-ab            only decode: eager vs CUDA-graph steps at each --batches "
           "value\n"
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
-          "  --prompt-tokens N      context of --decode-ab (default 256)\n");
+          "  --prompt-tokens N      context of --decode-ab (default 256)\n"
+          "  --forward-loop L       the prefill attention's wgmma loop: plain (default),\n"
+          "                         pipelined or tma (kernel_variants.h)\n"
+          "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }
     if (k == "--preset")
@@ -171,7 +177,14 @@ Args parse(int argc, char** argv) {
       a.batches = parse_ints(v());
     else if (k == "--prompt-tokens")
       a.prompt_tokens = std::stoll(v());
-    else
+    else if (k == "--prefill-only")
+      a.prefill_only = true;
+    else if (k == "--forward-loop") {
+      a.forward_loop = v();
+      KVEVICT_CHECK(
+          a.forward_loop == "plain" || a.forward_loop == "pipelined" || a.forward_loop == "tma",
+          "--forward-loop '", a.forward_loop, "': expected plain, pipelined or tma");
+    } else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
   return a;
@@ -185,6 +198,13 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint64_t seed) {
     x = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(vocab));
   }
   return t;
+}
+
+// Every number as JSON into `path` (empty: not written).
+void write_json(const std::string& path, const nlohmann::json& out) {
+  if (path.empty()) return;
+  std::ofstream f(path);
+  f << out.dump(2) << "\n";
 }
 
 double gib(double b) {
@@ -299,6 +319,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpu_e2e_bench: no CUDA device\n");
       return 2;
     }
+    cuda::set_window_pipelined(a.forward_loop == "pipelined");
+    cuda::set_window_tma(a.forward_loop == "tma");
     ModelConfig cfg = ModelConfig::preset(a.preset);
     std::string simplification;
     if (a.layers > 0 && a.layers < cfg.n_layers) {
@@ -323,9 +345,10 @@ int main(int argc, char** argv) {
     const double t_load = now_s();
     auto model = host_model ? gpu::GpuModel::upload(*host_model) : gpu::GpuModel::random(cfg, 1);
     host_model.reset();
-    std::printf("weights: %.2f GiB on the device in %.2f s\n", gib(model->weight_bytes()),
-                now_s() - t_load);
+    std::printf("weights: %.2f GiB on the device in %.2f s; prefill attention loop: %s\n",
+                gib(model->weight_bytes()), now_s() - t_load, a.forward_loop.c_str());
     nlohmann::json out;
+    out["forward_loop"] = a.forward_loop;
     out["device"] = info.name;
     out["model"] = cfg.describe();
     out["weights_bytes"] = model->weight_bytes();
@@ -409,6 +432,10 @@ int main(int argc, char** argv) {
       run(true);
     }
 
+    if (a.prefill_only) {
+      write_json(a.json, out);
+      return 0;
+    }
     // --- 2. decode throughput at the largest batch of one memory pool ---------------------------
     const int64_t Ld = std::min<int64_t>(a.decode_context, cfg.context_length - a.decode_steps - 8);
     const auto prompt = random_prompt(Ld, cfg.vocab_size, 7);
@@ -587,10 +614,7 @@ int main(int argc, char** argv) {
         out["decode_b1"].push_back(j);
       }
     }
-    if (!a.json.empty()) {
-      std::ofstream f(a.json);
-      f << out.dump(2) << "\n";
-    }
+    write_json(a.json, out);
     return 0;
   } catch (const kvevict::Error& e) {
     std::fprintf(stderr, "gpu_e2e_bench: %s\n", e.what());

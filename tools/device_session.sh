@@ -37,6 +37,8 @@
 #                                             batches 1, 8, 64; the 8B at 1 and 4 over 32K and its
 #                                             floor shares (ROUNDS: of the real models, default
 #                                             2; LLAMA_MODES: default "auto 0")
+#   tools/device_session.sh prefill-ab        the 8B's prefill at 32K / 128K with each wgmma loop
+#                                             (gpu_e2e_bench --forward-loop plain|pipelined|tma)
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
@@ -259,6 +261,19 @@ PY
         --pair-max 0 --budgets 0.05,0.1 2>&1 | tail -4
     done | tee $K/logs/default_llama.txt
     pack default_ab_logs
+    ;;
+  prefill-ab)
+    # The prefill attention's wgmma loops end to end (gpu_e2e_bench --forward-loop, A B A B): the
+    # Llama-3.1-8B shape's prefill at 32K and 128K (no decode runs), then HF + SDPA on the same
+    # shape when tools/peers has it (issue 16's prefill targets).
+    for round in 1 2; do
+      for loop in plain pipelined tma; do
+        echo "== llama-3.1-8b prefill, loop $loop, round $round"
+        timeout 200 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --lengths ${PREFILL_LENGTHS:-32768,131072} \
+          --pair-max 0 --prefill-only --forward-loop $loop 2>&1 | grep -ivE "^weights|^$"
+      done
+    done | tee $K/logs/prefill_ab.txt
+    pack prefill_ab_logs
     ;;
   decode-profile)
     # Where a decode step's time goes, kernel by kernel (ncu's durations, launches serialized):
