@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/launchers.h"
 #include "kvevict/cuda/score.h"
 #include "kvevict/dtype.h"
 #include "kvevict/method.h"
@@ -78,6 +79,32 @@ inline std::vector<uint16_t> encode16(const std::vector<float>& x, DType dtype) 
 inline std::vector<float> round_to(std::vector<float> x, DType dtype) {
   for (auto& e : x) e = dtype == DType::kBF16 ? round_bf16(e) : round_half(e);
   return x;
+}
+
+// The window arguments of contiguous device tensors: q [hq, w, d] (the window is every row), k / v
+// [hkv, n, d], in dtype (bf16 or f16).
+inline detail::WindowArgs contiguous_window_args(DType dtype, const void* q, const void* k,
+                                                 const void* v, int hq, int hkv, int d, int w,
+                                                 int64_t n, float scale,
+                                                 int64_t sliding_window = 0) {
+  detail::WindowArgs a;
+  a.elem = dtype == DType::kBF16 ? detail::Elem::kBF16 : detail::Elem::kF16;
+  a.q = q;
+  a.q_head_stride = static_cast<int64_t>(w) * d;
+  a.q_row_stride = d;
+  a.q_rows = w;
+  a.k = k;
+  a.v = v;
+  a.kv_head_stride = n * d;
+  a.kv_row_stride = d;
+  a.num_q_heads = hq;
+  a.num_kv_heads = hkv;
+  a.w = w;
+  a.head_dim = d;
+  a.n = n;
+  a.scale = scale;
+  a.sliding_window = sliding_window;
+  return a;
 }
 
 }  // namespace kvevict::cuda::testing

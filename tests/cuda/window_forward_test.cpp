@@ -231,23 +231,9 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
     dq.upload(testing::encode16(q, c.dtype));
     dk.upload(testing::encode16(k, c.dtype));
     dv.upload(testing::encode16(v, c.dtype));
-    detail::WindowArgs a;
-    a.elem = c.dtype == DType::kBF16 ? detail::Elem::kBF16 : detail::Elem::kF16;
-    a.q = dq.data();
-    a.q_head_stride = static_cast<int64_t>(c.w) * c.d;
-    a.q_row_stride = c.d;
-    a.q_rows = c.w;
-    a.k = dk.data();
-    a.v = dv.data();
-    a.kv_head_stride = c.n * c.d;
-    a.kv_row_stride = c.d;
-    a.num_q_heads = c.hq;
-    a.num_kv_heads = c.hkv;
-    a.w = c.w;
-    a.head_dim = c.d;
-    a.n = c.n;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
-    a.sliding_window = c.sliding;
+    const detail::WindowArgs a = testing::contiguous_window_args(
+        c.dtype, dq.data(), dk.data(), dv.data(), c.hq, c.hkv, c.d, c.w, c.n,
+        1.0f / std::sqrt(static_cast<float>(c.d)), c.sliding);
     for (bool wgmma : {true, false})
       for (bool pipelined : {false, true})
         for (bool tma : {false, true})

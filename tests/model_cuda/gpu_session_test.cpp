@@ -584,23 +584,8 @@ void run_sliding_case(const SlidingCase& c, uint64_t seed) {
   dv.upload(cuda::testing::encode16(v, DType::kBF16));
   dout.poison();
   dlse.poison();
-  cuda::detail::WindowArgs wa;
-  wa.elem = cuda::detail::Elem::kBF16;
-  wa.q = dq.data();
-  wa.q_head_stride = static_cast<int64_t>(c.t) * c.d;
-  wa.q_row_stride = c.d;
-  wa.q_rows = c.t;
-  wa.k = dk.data();
-  wa.v = dv.data();
-  wa.kv_head_stride = c.n * c.d;
-  wa.kv_row_stride = c.d;
-  wa.num_q_heads = c.hq;
-  wa.num_kv_heads = c.hkv;
-  wa.w = c.t;
-  wa.head_dim = c.d;
-  wa.n = c.n;
-  wa.scale = scale;
-  wa.sliding_window = c.window;
+  const cuda::detail::WindowArgs wa = cuda::testing::contiguous_window_args(
+      DType::kBF16, dq.data(), dk.data(), dv.data(), c.hq, c.hkv, c.d, c.t, c.n, scale, c.window);
   const int sms = cuda::detail::current_sm_count();
   const size_t ws = cuda::detail::window_forward_scratch_bytes(wa, true, sms);
   cuda::testing::DeviceBuffer<char> scratch(ws);
