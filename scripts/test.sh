@@ -45,6 +45,10 @@ tools/check_tidy.sh
 stage_done "format and tidy guards"
 scripts/setup.sh --no-venv
 stage_done "models, corpus, release build"
+# ptxas must not serialize the wgmma kernels' tensor-core work (tools/check_wgmma.sh: it says so
+# only as an info line; about 30 s on 2 cores; nothing to check without a CUDA build).
+tools/check_wgmma.sh build/release
+stage_done "wgmma serialization guard"
 # ctest runs tests side by side; idle OpenMP workers must sleep, not spin, or they starve each other.
 export OMP_WAIT_POLICY=PASSIVE
 ctest --preset release -j "$(nproc)"
