@@ -36,20 +36,41 @@ struct Case {
   uint64_t seed;
 };
 
+// Random q [hq, m, d] (normal, sd 2: a peaked softmax, the interesting regime for p near 1) and
+// k, v [hkv, n, d] (sd 1), rounded to dtype, on the host (f32) and on the device (16-bit).
+struct RandomQkv {
+  std::vector<float> q, k, v;
+  DeviceBuffer<uint16_t> dq, dk, dv;
+  RandomQkv(int hq, int hkv, int d, int m, int64_t n, DType dtype, uint64_t seed)
+      : q(random(static_cast<size_t>(hq) * m * d, seed, 2.0f, dtype)),
+        k(random(static_cast<size_t>(hkv) * n * d, seed + 1, 1.0f, dtype)),
+        v(random(static_cast<size_t>(hkv) * n * d, seed + 2, 1.0f, dtype)),
+        dq(q.size()),
+        dk(k.size()),
+        dv(v.size()) {
+    if (!ok()) return;
+    dq.upload(testing::encode16(q, dtype));
+    dk.upload(testing::encode16(k, dtype));
+    dv.upload(testing::encode16(v, dtype));
+  }
+  bool ok() const { return dq.ok() && dk.ok() && dv.ok(); }
+
+ private:
+  static std::vector<float> random(size_t count, uint64_t seed, float sd, DType dtype) {
+    return testing::round_to(kvevict::testing::normal_floats(count, seed, sd), dtype);
+  }
+};
+
 void run_case(const Case& c, bool with_out) {
   SCOPED_TRACE(::testing::Message()
                << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n " << c.n << " w " << c.w
                << " " << dtype_name(c.dtype) << (with_out ? "" : " lse-only"));
-  const size_t nq = static_cast<size_t>(c.hq) * c.m * c.d, nk = c.hkv * c.n * c.d;
-  // Queries scaled up so softmax is peaked (the interesting regime for p near 1).
-  auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), c.dtype);
-  auto k = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 1, 1.0f), c.dtype);
-  auto v = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 2, 1.0f), c.dtype);
+  RandomQkv in(c.hq, c.hkv, c.d, c.m, c.n, c.dtype, c.seed);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   ScoreProblem host;
-  host.q = TensorView(q.data(), DType::kF32, {c.hq, c.m, c.d});
-  host.k = TensorView(k.data(), DType::kF32, {c.hkv, c.n, c.d});
-  host.v = TensorView(v.data(), DType::kF32, {c.hkv, c.n, c.d});
+  host.q = TensorView(in.q.data(), DType::kF32, {c.hq, c.m, c.d});
+  host.k = TensorView(in.k.data(), DType::kF32, {c.hkv, c.n, c.d});
+  host.v = TensorView(in.v.data(), DType::kF32, {c.hkv, c.n, c.d});
   std::vector<double> all_a, all_lse;  // every one of the m rows of q
   ref::window_forward(host, scale, all_a, all_lse);
   std::vector<double> ref_a, ref_lse;  // the last w rows: the window
@@ -60,20 +81,16 @@ void run_case(const Case& c, bool with_out) {
       ref_a.insert(ref_a.end(), all_a.begin() + r * c.d, all_a.begin() + (r + 1) * c.d);
     }
 
-  DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
   DeviceBuffer<float> dout(static_cast<size_t>(c.hq) * c.w * c.d),
       dlse(static_cast<size_t>(c.hq) * c.w);
   const size_t ws_bytes = window_forward_workspace_bytes(c.hq, c.hkv, c.n, c.w, c.d);
   DeviceBuffer<char> ws(ws_bytes);
-  ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && dout.ok() && dlse.ok() && ws.ok());
-  dq.upload(testing::encode16(q, c.dtype));
-  dk.upload(testing::encode16(k, c.dtype));
-  dv.upload(testing::encode16(v, c.dtype));
+  ASSERT_TRUE(in.ok() && dout.ok() && dlse.ok() && ws.ok());
   dout.poison();
   dlse.poison();
-  TensorView tq(dq.data(), c.dtype, {c.hq, c.m, c.d}, Device::kCuda);
-  TensorView tk(dk.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
-  TensorView tv(dv.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
+  TensorView tq(in.dq.data(), c.dtype, {c.hq, c.m, c.d}, Device::kCuda);
+  TensorView tk(in.dk.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
+  TensorView tv(in.dv.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
   TensorView tout = with_out ? TensorView(dout.data(), DType::kF32, {c.hq, c.w, c.d}, Device::kCuda)
                              : TensorView();
   TensorView tlse(dlse.data(), DType::kF32, {c.hq, c.w}, Device::kCuda);
@@ -153,20 +170,13 @@ TEST(CudaWindowForward, PipelinedWgmmaForwardEqualsThePlainOneBitForBit) {
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n "
                                       << c.n << " w " << c.w);
-    const size_t nq = static_cast<size_t>(c.hq) * c.m * c.d, nk = c.hkv * c.n * c.d;
-    auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), c.dtype);
-    auto k = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 1, 1.0f), c.dtype);
-    auto v = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 2, 1.0f), c.dtype);
-    DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
+    RandomQkv in(c.hq, c.hkv, c.d, c.m, c.n, c.dtype, c.seed);
     const size_t ws_bytes = window_forward_workspace_bytes(c.hq, c.hkv, c.n, c.w, c.d);
     DeviceBuffer<char> ws(ws_bytes);
-    ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && ws.ok());
-    dq.upload(testing::encode16(q, c.dtype));
-    dk.upload(testing::encode16(k, c.dtype));
-    dv.upload(testing::encode16(v, c.dtype));
-    TensorView tq(dq.data(), c.dtype, {c.hq, c.m, c.d}, Device::kCuda);
-    TensorView tk(dk.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
-    TensorView tv(dv.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
+    ASSERT_TRUE(in.ok() && ws.ok());
+    TensorView tq(in.dq.data(), c.dtype, {c.hq, c.m, c.d}, Device::kCuda);
+    TensorView tk(in.dk.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
+    TensorView tv(in.dv.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
     std::vector<float> out[2], lse[2];
     for (int pipelined = 0; pipelined < 2; ++pipelined) {
       set_window_pipelined(pipelined == 1);
@@ -219,20 +229,14 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
   };
   const VariantSwitches restore;
   for (const RowsCase& c : cases) {
-    const size_t nq = static_cast<size_t>(c.hq) * c.w * c.d, nk = c.hkv * c.n * c.d;
-    auto q = testing::round_to(kvevict::testing::normal_floats(nq, c.seed, 2.0f), c.dtype);
-    auto k = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 1, 1.0f), c.dtype);
-    auto v = testing::round_to(kvevict::testing::normal_floats(nk, c.seed + 2, 1.0f), c.dtype);
-    DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk), rows(nq);
+    RandomQkv in(c.hq, c.hkv, c.d, c.w, c.n, c.dtype, c.seed);
+    const size_t nq = in.q.size();
+    DeviceBuffer<uint16_t> rows(nq);
     DeviceBuffer<float> out(nq), lse(static_cast<size_t>(c.hq) * c.w),
         rows_lse(static_cast<size_t>(c.hq) * c.w);
-    ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && rows.ok() && out.ok() && lse.ok() &&
-                rows_lse.ok());
-    dq.upload(testing::encode16(q, c.dtype));
-    dk.upload(testing::encode16(k, c.dtype));
-    dv.upload(testing::encode16(v, c.dtype));
+    ASSERT_TRUE(in.ok() && rows.ok() && out.ok() && lse.ok() && rows_lse.ok());
     const detail::WindowArgs a = testing::contiguous_window_args(
-        c.dtype, dq.data(), dk.data(), dv.data(), c.hq, c.hkv, c.d, c.w, c.n,
+        c.dtype, in.dq.data(), in.dk.data(), in.dv.data(), c.hq, c.hkv, c.d, c.w, c.n,
         1.0f / std::sqrt(static_cast<float>(c.d)), c.sliding);
     for (bool wgmma : {true, false})
       for (bool pipelined : {false, true})
