@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench_errors.h"
+#include "bench_random.h"
 #include "cuda/check.h"
 #include "cuda/kernel_variants.h"
 #include "cuda/launchers.h"
@@ -97,21 +98,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// bf16 bits of small pseudo-random values (a cheap xorshift; logits of a few units, as real ones).
-void fill(void* d, size_t n, uint64_t seed) {
-  std::vector<uint16_t> h(n);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& e : h) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    const float f = static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) * 0x1p-23f;
-    const __nv_bfloat16 b = __float2bfloat16(f);
-    e = *reinterpret_cast<const uint16_t*>(&b);
-  }
-  KVEVICT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
-}
-
 int run(const Args& args) {
   int dev = 0;
   cudaDeviceProp prop{};
@@ -136,9 +122,10 @@ int run(const Args& args) {
     KVEVICT_CUDA_CHECK(cudaMalloc(&k, kv_elems * 2));
     KVEVICT_CUDA_CHECK(cudaMalloc(&v, kv_elems * 2));
     KVEVICT_CUDA_CHECK(cudaMalloc(&out, static_cast<size_t>(sh.hq) * C * sh.d * 2));
-    fill(q, static_cast<size_t>(sh.hq) * C * sh.d, 1);
-    fill(k, kv_elems, 2);
-    fill(v, kv_elems, 3);
+    // Values of a few units, as real logits' inputs.
+    kvevict::bench::fill_uniform_bf16(q, static_cast<size_t>(sh.hq) * C * sh.d, 1, 1.0f);
+    kvevict::bench::fill_uniform_bf16(k, kv_elems, 2, 1.0f);
+    kvevict::bench::fill_uniform_bf16(v, kv_elems, 3, 1.0f);
     // The chunks of the prompt: queries p0 .. p0 + T - 1 over keys 0 .. p0 + T - 1.
     std::vector<cd::WindowArgs> chunks;
     size_t scratch_bytes = 0;

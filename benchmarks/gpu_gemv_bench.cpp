@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench_errors.h"
+#include "bench_random.h"
 #include "cuda/check.h"
 #include "cuda/model_launchers.h"
 
@@ -163,19 +164,6 @@ double copy_gbps(cudaStream_t stream) {
   return 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
 }
 
-// Fills n bf16 values with small pseudo-random numbers (a cheap xorshift, on the host).
-void fill_bf16(__nv_bfloat16* d, size_t n, uint64_t seed) {
-  std::vector<__nv_bfloat16> h(n);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& e : h) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    e = __float2bfloat16(static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) * 0x1p-28f);
-  }
-  KVEVICT_CUDA_CHECK(cudaMemcpy(d, h.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
-}
-
 int run(const Args& args) {
   int dev = 0;
   cudaDeviceProp prop{};
@@ -208,7 +196,7 @@ int run(const Args& args) {
         static_cast<int>(std::max<size_t>(2, (kRotateBytes + w_bytes - 1) / w_bytes));
     __nv_bfloat16* w = nullptr;
     KVEVICT_CUDA_CHECK(cudaMalloc(&w, copies * w_bytes));
-    fill_bf16(w, w_elems, 7);
+    kvevict::bench::fill_uniform_bf16(w, w_elems, 7, 0x1p-5f);
     for (int c = 1; c < copies; ++c)
       KVEVICT_CUDA_CHECK(cudaMemcpy(w + c * w_elems, w, w_bytes, cudaMemcpyDeviceToDevice));
     __nv_bfloat16 *x = nullptr, *y = nullptr;
@@ -219,7 +207,7 @@ int run(const Args& args) {
     KVEVICT_CUDA_CHECK(cudaMalloc(&norm, static_cast<size_t>(s.K) * sizeof(float)));
     KVEVICT_CUDA_CHECK(
         cudaMalloc(&y, static_cast<size_t>(kGemvMaxBatch) * s.N * sizeof(__nv_bfloat16)));
-    fill_bf16(x, static_cast<size_t>(kGemvMaxBatch) * s.K, 11);
+    kvevict::bench::fill_uniform_bf16(x, static_cast<size_t>(kGemvMaxBatch) * s.K, 11, 0x1p-5f);
     KVEVICT_CUDA_CHECK(cudaMemset(xf, 0, static_cast<size_t>(kGemvMaxBatch) * s.K * sizeof(float)));
     KVEVICT_CUDA_CHECK(cudaMemset(norm, 0, static_cast<size_t>(s.K) * sizeof(float)));
     for (int B : args.batches) {

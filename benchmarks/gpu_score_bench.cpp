@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_random.h"
 #include "cuda/kernel_variants.h"
 #include "kvevict/cuda/compact.h"
 #include "kvevict/cuda/score.h"
@@ -75,13 +76,11 @@ double median_ms(int reps, F&& f) {
 // Random bf16 on the host (a cheap xorshift; normal-ish via the sum of two uniforms), uploaded.
 void fill_random_bf16(uint16_t* dev, size_t count, uint64_t seed, float scale) {
   std::vector<uint16_t> host(std::min<size_t>(count, 1u << 26));
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  kvevict::bench::Xorshift rng(seed);
   for (size_t done = 0; done < count;) {
     const size_t chunk = std::min(host.size(), count - done);
     for (size_t i = 0; i < chunk; ++i) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
+      const uint64_t x = rng.next();
       const float u1 = static_cast<float>(x & 0xffffff) / 16777216.0f;
       const float u2 = static_cast<float>((x >> 24) & 0xffffff) / 16777216.0f;
       host[i] = float_to_bf16((u1 + u2 - 1.0f) * 2.45f * scale);
