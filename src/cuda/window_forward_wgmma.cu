@@ -325,17 +325,23 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
     }
   };
 
-  // Waits until at most `pending` cp.async groups are in flight (the tile about to be used has
-  // landed), makes the landed tiles visible to wgmma, and at the block barrier frees the stage
-  // that tile `ahead` (when there is one) then loads into, as one more group.
-  // kTma: waits for tile `use`'s "full" phase instead (the producer prefetches on its own).
-  auto landed_then_prefetch = [&](auto pending, int ahead, int use) {
+  // Waits until tile `use` has landed: at most `pending` cp.async groups in flight, the landed
+  // tiles made visible to wgmma, and a block barrier (which also frees the stage the next
+  // prefetch loads into); kTma: tile `use`'s "full" phase.
+  auto landed = [&](auto pending, int use) {
     if constexpr (kTma) {
       mbar_wait(&full[use % kStages], (use / kStages) & 1);
     } else {
       cp_async_wait<decltype(pending)::value>();
       fence_async_shared();
       __syncthreads();
+    }
+  };
+  // landed, then tile `ahead` (when there is one) loads as one more cp.async group (kTma: the
+  // producer prefetches on its own).
+  auto landed_then_prefetch = [&](auto pending, int ahead, int use) {
+    landed(pending, use);
+    if constexpr (!kTma) {
       if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
       cp_async_commit();
     }
@@ -374,13 +380,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
     // which tile t + kStages - 1 loads. Tile t's V (stage t) stays untouched until iteration t + 1.
     float s[32], s_next[32];
     if (num_tiles > 0) {
-      if constexpr (kTma) {
-        mbar_wait(&full[0], 0);
-      } else {
-        cp_async_wait<kStages - 2>();
-        fence_async_shared();
-        __syncthreads();
-      }
+      landed(std::integral_constant<int, kStages - 2>(), 0);
       issue_qk(s, 0);
       wgmma_wait<0>();
       wgmma_hold(s);
