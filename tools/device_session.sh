@@ -21,12 +21,9 @@
 #                                             assembled and checked by sha256, then every
 #                                             test_model_cuda_* binary and test_eval_sweep_test (MODELS_MEMCHECK="NAME
 #                                             ...": those under memcheck, side by side)
-#   tools/device_session.sh fused-ab          the fused decode step (KVEVICT_DECODE_FUSED=1) against
-#                                             the default: gpu_gemv_bench (the GEMV alone against
-#                                             cuBLAS, model shapes), the model tests with it on, then A B A B
-#                                             gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3
-#                                             weights (batches 1, 4, 8) and the Llama-3.1-8B batch-1
-#                                             decode at 32K against its floor (after models)
+#   tools/device_session.sh fused-ab          gpu_gemv_bench (the GEMV alone against cuBLAS, model
+#                                             shapes), then route-ab's runs for the fused step on
+#                                             every batch (route small) and the unfused step
 #   tools/device_session.sh route-ab          the fused step's GEMV routes (KVEVICT_GEMV_ROUTE: off =
 #                                             the unfused step, small, cores, all; ROUTES picks),
 #                                             the model tests on the fused step, then A B A B
@@ -88,6 +85,35 @@ sanitize() {  # TOOL TEST [BOX_S]
     "$K/bin/$2" --gtest_brief=1 >"$K/logs/$1_$2.log" 2>&1
   rc=$?
   echo "$1 $2 rc=$rc $(($(date +%s) - s)) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$K/logs/$1_$2.log" | tr '\n' ' ')"
+}
+
+# The fused step's projection routes (KVEVICT_GEMV_ROUTE, src/model_cuda/fused_step_policy.h) on
+# every batch (KVEVICT_DECODE_FUSED=1) against the unfused step ("off"), after `models`: the model
+# tests on the fused step, then A B A B gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3 weights
+# (batches 1, 4, 8) and the Llama-3.1-8B batch-1 decode at 32K against its floor, each route.
+route_ab() {  # ROUTES LOG_TAG
+  local routes="$1" tag="$2" t r p round fused
+  for t in test_model_cuda_gpu_session_test test_model_cuda_runtime_equivalence_test \
+           test_model_cuda_decode_graph_test; do
+    KVEVICT_DECODE_FUSED=1 timeout 300 $K/bin/$t --gtest_brief=1 >$K/logs/${tag}_$t.log 2>&1
+    echo "$t (KVEVICT_DECODE_FUSED=1) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $K/logs/${tag}_$t.log | tr '\n' ' ')"
+  done
+  for round in 1 2; do
+    for r in $routes; do
+      for p in smollm2-135m gemma3-270m; do
+        echo "== $p route=$r round $round"
+        fused=1; [ "$r" = off ] && fused=0
+        KVEVICT_DECODE_FUSED=$fused KVEVICT_GEMV_ROUTE=${r/off/} timeout 90 $K/bin/gpu_e2e_bench \
+          --preset $p --decode-ab --batches 1,4,8 2>&1 | grep -E "^[0-9]+ +graph"
+      done
+    done
+  done | tee $K/logs/${tag}_ab.txt
+  for r in $routes; do
+    echo "== llama-3.1-8b route=$r"
+    fused=1; [ "$r" = off ] && fused=0
+    KVEVICT_DECODE_FUSED=$fused KVEVICT_GEMV_ROUTE=${r/off/} timeout 120 $K/bin/gpu_e2e_bench \
+      --preset llama-3.1-8b --lengths 32768 --pair-max 0 --budgets 0.1 2>&1 | tail -3
+  done | tee $K/logs/${tag}_llama.txt
 }
 
 case "$verb" in
@@ -185,58 +211,15 @@ PY
     pack models_logs
     ;;
   fused-ab)
-    # The GEMV alone against cuBLAS on every model's projection shapes at batches 1, 2, 4, 8.
+    # The GEMV alone against cuBLAS on every model's projection shapes at batches 1, 2, 4, 8, then
+    # the fused step (default route) against the unfused one.
     timeout 150 $K/bin/gpu_gemv_bench >$K/logs/gemv_bench.txt 2>&1
     echo "gemv_bench rc=$?"; cat $K/logs/gemv_bench.txt
-    # The model tests on the fused step (GPU greedy text against the CPU's, the sessions).
-    for t in test_model_cuda_gpu_session_test test_model_cuda_runtime_equivalence_test; do
-      KVEVICT_DECODE_FUSED=1 timeout 300 $K/bin/$t --gtest_brief=1 >$K/logs/fused_$t.log 2>&1
-      echo "$t (KVEVICT_DECODE_FUSED=1) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $K/logs/fused_$t.log | tr '\n' ' ')"
-    done
-    for round in 1 2; do
-      for v in 1 0; do
-        for p in smollm2-135m gemma3-270m; do
-          echo "== $p gemv=$v round $round"
-          KVEVICT_DECODE_FUSED=$v timeout 90 $K/bin/gpu_e2e_bench --preset $p --decode-ab \
-            --batches 1,4,8 2>&1 | grep -E "^[0-9]+ +(graph|eager)"
-        done
-      done
-    done | tee $K/logs/fused_ab.txt
-    for v in 1 0; do
-      echo "== llama-3.1-8b gemv=$v"
-      KVEVICT_DECODE_FUSED=$v timeout 120 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --lengths 32768 \
-        --pair-max 0 --budgets 0.1 2>&1 | tail -4
-    done | tee $K/logs/fused_llama.txt
+    route_ab "small off" fused
     pack fused_ab_logs
     ;;
   route-ab)
-    # The fused step's projection routes (KVEVICT_GEMV_ROUTE, src/model_cuda/gemv_route.h) against
-    # the default step: the model tests on the fused step's default route, then A B A B
-    # gpu_e2e_bench --decode-ab on random SmolLM2 / Gemma 3 weights (batches 1, 4, 8) and the
-    # Llama-3.1-8B batch-1 decode at 32K against its floor, each route and the unfused step
-    # (after models).
-    for t in test_model_cuda_gpu_session_test test_model_cuda_runtime_equivalence_test \
-             test_model_cuda_decode_graph_test; do
-      KVEVICT_DECODE_FUSED=1 timeout 300 $K/bin/$t --gtest_brief=1 >$K/logs/route_$t.log 2>&1
-      echo "$t (KVEVICT_DECODE_FUSED=1) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $K/logs/route_$t.log | tr '\n' ' ')"
-    done
-    routes="${ROUTES:-off small cores all}"
-    for round in 1 2; do
-      for r in $routes; do
-        for p in smollm2-135m gemma3-270m; do
-          echo "== $p route=$r round $round"
-          fused=1; [ "$r" = off ] && fused=0
-          KVEVICT_DECODE_FUSED=$fused KVEVICT_GEMV_ROUTE=${r/off/} timeout 90 $K/bin/gpu_e2e_bench \
-            --preset $p --decode-ab --batches 1,4,8 2>&1 | grep -E "^[0-9]+ +graph"
-        done
-      done
-    done | tee $K/logs/route_ab.txt
-    for r in $routes; do
-      echo "== llama-3.1-8b route=$r"
-      fused=1; [ "$r" = off ] && fused=0
-      KVEVICT_DECODE_FUSED=$fused KVEVICT_GEMV_ROUTE=${r/off/} timeout 120 $K/bin/gpu_e2e_bench \
-        --preset llama-3.1-8b --lengths 32768 --pair-max 0 --budgets 0.1 2>&1 | tail -3
-    done | tee $K/logs/route_llama.txt
+    route_ab "${ROUTES:-off small cores all}" route
     pack route_ab_logs
     ;;
   default-ab)
@@ -264,8 +247,7 @@ PY
     ;;
   prefill-ab)
     # The prefill attention's wgmma loops end to end (gpu_e2e_bench --forward-loop, A B A B): the
-    # Llama-3.1-8B shape's prefill at 32K and 128K (no decode runs), then HF + SDPA on the same
-    # shape when tools/peers has it (issue 16's prefill targets).
+    # Llama-3.1-8B shape's prefill at 32K and 128K (no decode runs; issue 16's prefill targets).
     for round in 1 2; do
       for loop in plain pipelined tma; do
         echo "== llama-3.1-8b prefill, loop $loop, round $round"
