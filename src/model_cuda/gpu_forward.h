@@ -69,8 +69,6 @@ class GpuForward {
   // splits inside its own launch. Default: steps of one sequence, matrices of up to 8 MiB.
   void set_decode_fused(FusedStep mode) { fused_mode_ = mode; }
   FusedStep decode_fused() const { return fused_mode_; }
-  void set_gemv_route(GemvRoute route) { gemv_route_ = route; }
-  GemvRoute gemv_route() const { return gemv_route_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
