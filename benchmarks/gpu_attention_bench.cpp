@@ -199,7 +199,7 @@ int run(const Args& args) {
         for (float x : samples(last_chunk)) last_ms[i].push_back(x);
       }
     kvevict::cuda::set_window_pipelined(false);
-    kvevict::cuda::set_window_tma(false);
+    kvevict::cuda::set_window_tma(true);  // the default
     for (int i = 0; i < kVariants; ++i) {
       const double all = median(all_ms[i]);
       std::printf("%-10lld %-14s %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L),

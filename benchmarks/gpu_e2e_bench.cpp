@@ -67,8 +67,8 @@ struct Args {
   bool decode_ab = false;  // --decode-ab: only the graph / eager decode comparison
   std::vector<int64_t> batches = {1, 15, 64};
   int64_t prompt_tokens = 256;
-  std::string forward_loop = "plain";  // --forward-loop: the prefill attention's wgmma loop
-  bool prefill_only = false;           // --prefill-only: no decode runs
+  std::string forward_loop = "tma";  // --forward-loop: the prefill attention's wgmma loop
+  bool prefill_only = false;         // --prefill-only: no decode runs
 };
 
 std::vector<int64_t> parse_ints(const std::string& s) {
@@ -124,8 +124,8 @@ Args parse(int argc, char** argv) {
           "value\n"
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
           "  --prompt-tokens N      context of --decode-ab (default 256)\n"
-          "  --forward-loop L       the prefill attention's wgmma loop: plain (default),\n"
-          "                         pipelined or tma (kernel_variants.h)\n"
+          "  --forward-loop L       the prefill attention's wgmma loop: plain,\n"
+          "                         pipelined or tma (default; kernel_variants.h)\n"
           "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }

@@ -20,14 +20,16 @@ void set_window_wgmma(bool enabled);
 void set_window_keymajor(bool enabled);
 // The wgmma forward's outputs (the model's prefill attention, the scores' forward without top
 // keys) with Q K^T of the next key tile issued before the softmax of this one (FlashAttention-3's
-// intra-warpgroup overlap); off by default until measured. Outputs are the same bit for bit either
-// way (tests check). (src/cuda/window_forward_wgmma.cu)
+// intra-warpgroup overlap); off: slower than the plain loop on the H100 (393 vs 416 TFLOP/s at
+// 32K, 2026-12-06 (e)). Outputs are the same bit for bit either way (tests check).
+// (src/cuda/window_forward_wgmma.cu)
 void set_window_pipelined(bool enabled);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
-// synchronized on mbarriers (no per-tile block barrier); off by default until measured, and with
-// the plain loop only (set_window_pipelined is ignored under it). Same outputs bit for bit (tests
-// check). (src/cuda/window_forward_wgmma.cu)
+// synchronized on mbarriers (no per-tile block barrier); on by default (H100, 2026-12-06 (e):
+// 483 / 488 TFLOP/s at 32K / 128K against the plain loads' 416 / 412), with the plain loop only
+// (set_window_pipelined is ignored under it). Same outputs bit for bit (tests check).
+// (src/cuda/window_forward_wgmma.cu)
 void set_window_tma(bool enabled);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();

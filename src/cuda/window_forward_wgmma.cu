@@ -555,7 +555,7 @@ bool make_kv_maps(const ForwardParams& p, KvTensorMaps* maps) {
 
 std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_pipelined{false};
-std::atomic<bool> g_tma{false};
+std::atomic<bool> g_tma{true};  // 2026-12-06 (e), H100: +16-19% over the plain loads
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (pipelined when set_window_pipelined is on; as final rows with one split), the outputs

@@ -25,7 +25,7 @@ struct VariantSwitches {
   ~VariantSwitches() {
     set_window_wgmma(true);
     set_window_pipelined(false);
-    set_window_tma(false);
+    set_window_tma(true);
   }
 };
 

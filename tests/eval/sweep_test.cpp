@@ -53,7 +53,7 @@ std::shared_ptr<const ModelRuntime> tiny_runtime(const std::string& arch, Device
   spec.layers = 4;
   spec.Hq = 4;
   spec.Hkv = 2;
-  spec.d = 16;
+  spec.d = device == Device::kCuda ? 64 : 16;  // the CUDA kernels take head dims 64, 128, 256
   spec.F = 48;
   spec.V = static_cast<int>(kVocab);
   spec.ctx = 512;
