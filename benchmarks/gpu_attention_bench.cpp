@@ -181,25 +181,30 @@ int run(const Args& args) {
       for (const auto& wa : chunks) launch(wa);
     };
     auto last_chunk = [&] { launch(chunks.back()); };
-    // The forward's loops (kernel_variants.h): plain, pipelined, TMA loads; interleaved.
+    // The forward's loops (kernel_variants.h): plain, pipelined, TMA loads (64-key tiles, producer
+    // warp), wide TMA (128-key tiles, consumer-issued); interleaved.
     struct Variant {
       const char* name;
-      bool pipelined, tma;
+      bool pipelined, tma, wide;
     };
-    const Variant variants[] = {
-        {"plain", false, false}, {"pipelined", true, false}, {"tma", false, true}};
-    constexpr int kVariants = 3;
+    const Variant variants[] = {{"plain", false, false, false},
+                                {"pipelined", true, false, false},
+                                {"tma", false, true, false},
+                                {"tma-wide", false, true, true}};
+    constexpr int kVariants = 4;
     std::vector<float> all_ms[kVariants], last_ms[kVariants];
     for (int round = 0; round < 2; ++round)
       for (int i = 0; i < kVariants; ++i) {
         kvevict::cuda::set_window_pipelined(variants[i].pipelined);
         kvevict::cuda::set_window_tma(variants[i].tma);
+        kvevict::cuda::set_window_tma_wide(variants[i].wide);
         whole();  // warm-up
         for (float x : samples(whole)) all_ms[i].push_back(x);
         for (float x : samples(last_chunk)) last_ms[i].push_back(x);
       }
     kvevict::cuda::set_window_pipelined(false);
-    kvevict::cuda::set_window_tma(true);  // the default
+    kvevict::cuda::set_window_tma(true);  // the defaults
+    kvevict::cuda::set_window_tma_wide(false);
     for (int i = 0; i < kVariants; ++i) {
       const double all = median(all_ms[i]);
       std::printf("%-10lld %-14s %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L),

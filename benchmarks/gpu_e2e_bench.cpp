@@ -125,7 +125,8 @@ Args parse(int argc, char** argv) {
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
           "  --prompt-tokens N      context of --decode-ab (default 256)\n"
           "  --forward-loop L       the prefill attention's wgmma loop: plain,\n"
-          "                         pipelined or tma (default; kernel_variants.h)\n"
+          "                         pipelined, tma (default) or tma-wide\n"
+          "                         (kernel_variants.h)\n"
           "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }
@@ -181,9 +182,10 @@ Args parse(int argc, char** argv) {
       a.prefill_only = true;
     else if (k == "--forward-loop") {
       a.forward_loop = v();
-      KVEVICT_CHECK(
-          a.forward_loop == "plain" || a.forward_loop == "pipelined" || a.forward_loop == "tma",
-          "--forward-loop '", a.forward_loop, "': expected plain, pipelined or tma");
+      KVEVICT_CHECK(a.forward_loop == "plain" || a.forward_loop == "pipelined" ||
+                        a.forward_loop == "tma" || a.forward_loop == "tma-wide",
+                    "--forward-loop '", a.forward_loop,
+                    "': expected plain, pipelined, tma or tma-wide");
     } else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -320,7 +322,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     cuda::set_window_pipelined(a.forward_loop == "pipelined");
-    cuda::set_window_tma(a.forward_loop == "tma");
+    cuda::set_window_tma(a.forward_loop == "tma" || a.forward_loop == "tma-wide");
+    cuda::set_window_tma_wide(a.forward_loop == "tma-wide");
     ModelConfig cfg = ModelConfig::preset(a.preset);
     std::string simplification;
     if (a.layers > 0 && a.layers < cfg.n_layers) {

@@ -35,10 +35,13 @@
 #                                             floor shares (ROUNDS: of the real models, default
 #                                             2; LLAMA_MODES: default "auto 0")
 #   tools/device_session.sh prefill-ab        the 8B's prefill at 32K / 128K with each wgmma loop
-#                                             (gpu_e2e_bench --forward-loop plain|pipelined|tma)
+#                                             (gpu_e2e_bench --forward-loop; PREFILL_LOOPS, default
+#                                             "plain tma tma-wide")
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
+#   tools/device_session.sh score-profile     gpu_score_bench --small-n's first launches under ncu,
+#                                             by kernel (tools/kernel_breakdown.py; PROFILE_LAUNCHES)
 #   tools/device_session.sh attention         gpu_attention_bench (one layer's chunked causal prefill
 #                                             attention, ms and TFLOP/s) beside PyTorch SDPA's
 #                                             (tools/peers/sdpa_prefill.py), Llama and Gemma 3 shapes
@@ -249,7 +252,7 @@ PY
     # The prefill attention's wgmma loops end to end (gpu_e2e_bench --forward-loop, A B A B): the
     # Llama-3.1-8B shape's prefill at 32K and 128K (no decode runs; issue 16's prefill targets).
     for round in 1 2; do
-      for loop in plain pipelined tma; do
+      for loop in ${PREFILL_LOOPS:-plain tma tma-wide}; do
         echo "== llama-3.1-8b prefill, loop $loop, round $round"
         timeout 200 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --lengths ${PREFILL_LENGTHS:-32768,131072} \
           --pair-max 0 --prefill-only --forward-loop $loop 2>&1 | grep -ivE "^weights|^$"
@@ -275,6 +278,17 @@ PY
       done
     done | tee $K/logs/decode_profile.txt
     pack decode_profile_logs
+    ;;
+  score-profile)
+    # Where small-n scoring time goes (issue 16's 4K / 32K targets), kernel by kernel: ncu's
+    # durations of gpu_score_bench --small-n's first launches (n = 4K: dropkv w = 8 reps, then the
+    # forward alone; the L2-flushing memsets are kernels too), beside the bench's own wall times.
+    csv=$K/logs/ncu_small_n.csv
+    timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+      --launch-count ${PROFILE_LAUNCHES:-700} $K/bin/gpu_score_bench --small-n >$csv 2>$K/logs/ncu_small_n.err
+    echo "== gpu_score_bench --small-n under ncu (rc=$?), first ${PROFILE_LAUNCHES:-700} launches"
+    python3 tools/kernel_breakdown.py $csv --top 12 --short | tee $K/logs/score_profile.txt
+    pack score_profile_logs
     ;;
   attention)
     # The prefill attention alone (one layer, chunked as the runtime runs it) beside PyTorch SDPA's

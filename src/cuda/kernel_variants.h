@@ -31,6 +31,12 @@ void set_window_pipelined(bool enabled);
 // (set_window_pipelined is ignored under it). Same outputs bit for bit (tests check).
 // (src/cuda/window_forward_wgmma.cu)
 void set_window_tma(bool enabled);
+// The TMA forward above with 128-key tiles and no producer warp: the consumer warp that frees a
+// stage last issues its next tile's loads (256 threads, so ptxas may give each 255 registers).
+// Applies to 128-row blocks (head dim 64 or 128); takes precedence over set_window_tma. Off until
+// measured. Outputs agree with the 64-key forward to float rounding (another online-softmax
+// order), not bit for bit. (src/cuda/window_forward_wgmma.cu)
+void set_window_tma_wide(bool enabled);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
 

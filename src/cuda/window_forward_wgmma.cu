@@ -123,17 +123,24 @@ constexpr int wg_forward_stages() {
 // copies a tile and no block-wide barrier runs per tile, so the two warpgroups drift apart and
 // overlap each other's softmax with the tensor cores (FlashAttention-3's producer / consumer
 // split). Keys past the block's range but before n are loaded and masked (not zeroed).
+// kTmaInline (with kTma; set_window_tma_wide, 128-key tiles): no producer warp. Each consumer warp
+// counts its release of a stage on a shared counter, and the warp that releases it last issues the
+// TMA loads of the stage's next tile. 256 threads leave ptxas up to 255 registers a thread where
+// 288 (two warpgroups and a warp, allocated as three) leave 168, which 128-key tiles exceed.
 template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false,
-          bool kTma = false>
-__global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPerSm)
+          bool kTma = false, bool kTmaInline = false>
+__global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0), Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p, const __grid_constant__ KvTensorMaps maps) {
   static_assert(kWithV || !kTop, "the top keys need V");
   static_assert(!kPipe || (kWithV && !kTop), "the pipelined loop: outputs without top keys");
   static_assert(!kDirect || (kWithV && !kTop), "direct rows: outputs without top keys");
   static_assert(!kTma || kDirect, "the TMA loads: direct rows (one split) only");
+  static_assert(!kTmaInline || kTma, "consumer-issued TMA loads: a TMA variant");
+  static_assert(Tr::kTileKeys == 64 || kTmaInline, "128-key tiles: the consumer-issued TMA only");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
+  constexpr int kS = TK / 2;  // S accumulators a thread: m64 x n(TK) over 128 threads
   constexpr int kStages = wg_forward_stages<Tr, kWithV, kTma>();
   static_assert(wg_forward_smem<Tr, kWithV, kTma>(kStages) <= 227 * 1024, "shared memory budget");
   static_assert(!(kPipe && kTma), "TMA with the pipelined loop needs more registers (see launch)");
@@ -146,6 +153,8 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
   T* v_s = k_s + kStages * TK * D;        // [kStages][TK][D] swizzled (kWithV)
   uint64_t* full = reinterpret_cast<uint64_t*>(v_s + (kWithV ? kStages * TK * D : 0));  // kTma
   uint64_t* empty = full + kStages;                                                     // kTma
+  // kTmaInline: in empty's place, each stage's count of warp releases since the launch.
+  unsigned* released = reinterpret_cast<unsigned*>(empty);
 
   const WindowArgs& a = p.a;
   const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
@@ -183,40 +192,50 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
       copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
     }
   };
+  // kTma: tile `tile`'s K (and V) boxes into its stage, their bytes expected on its full barrier.
+  auto issue_tma = [&](int tile) {
+    constexpr uint32_t kTileBytes = sizeof(T) * TK * D * (kWithV ? 2 : 1);
+    const int stage = tile % kStages;
+    mbar_arrive_expect_tx(&full[stage], kTileBytes);
+    const int key = static_cast<int>(key_begin) + tile * TK;
+#pragma unroll
+    for (int cb = 0; cb < D / 64; ++cb) {
+      tma_load_box(k_s + stage * TK * D + cb * TK * 64, &maps.k, &full[stage], cb * 64, key, hk);
+      if constexpr (kWithV)
+        tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full[stage], cb * 64, key, hk);
+    }
+  };
   if constexpr (kTma) {
     // The queries (cp.async above) and the barriers reach every thread before the producer warp
     // leaves: the only block-wide barrier of this variant.
     if (tid == 0) {
       for (int st = 0; st < kStages; ++st) {
-        mbar_init(&full[st], 1);            // the producer's arrival + the tile's bytes
-        mbar_init(&empty[st], Tr::kWarps);  // one arrival a consumer warp
+        mbar_init(&full[st], 1);  // the issuing thread's arrival + the tile's bytes
+        if constexpr (kTmaInline)
+          released[st] = 0;
+        else
+          mbar_init(&empty[st], Tr::kWarps);  // one arrival a consumer warp
       }
       mbar_fence_init();
+      if constexpr (kTmaInline) {  // the first stages' tiles load while the queries land
+        for (int tile = 0; tile < kStages && tile < num_tiles; ++tile) issue_tma(tile);
+      }
     }
     cp_async_commit();
     cp_async_wait<0>();
     fence_async_shared();
     __syncthreads();
-    if (warp == Tr::kWarps) {  // the producer warp: its first lane issues every tile's loads
-      if (lane == 0) {
-        constexpr uint32_t kTileBytes = sizeof(T) * TK * D * (kWithV ? 2 : 1);
-        for (int tile = 0; tile < num_tiles; ++tile) {
-          const int stage = tile % kStages;
-          // A stage's k-th refill waits for the consumers' release of its (k-1)-th tile.
-          if (tile >= kStages) mbar_wait(&empty[stage], ((tile / kStages) - 1) & 1);
-          mbar_arrive_expect_tx(&full[stage], kTileBytes);
-          const int key = static_cast<int>(key_begin) + tile * TK;
-#pragma unroll
-          for (int cb = 0; cb < D / 64; ++cb) {
-            tma_load_box(k_s + stage * TK * D + cb * TK * 64, &maps.k, &full[stage], cb * 64, key,
-                         hk);
-            if constexpr (kWithV)
-              tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full[stage], cb * 64, key,
-                           hk);
+    if constexpr (!kTmaInline) {
+      if (warp == Tr::kWarps) {  // the producer warp: its first lane issues every tile's loads
+        if (lane == 0) {
+          for (int tile = 0; tile < num_tiles; ++tile) {
+            // A stage's k-th refill waits for the consumers' release of its (k-1)-th tile.
+            if (tile >= kStages) mbar_wait(&empty[tile % kStages], ((tile / kStages) - 1) & 1);
+            issue_tma(tile);
           }
         }
+        return;
       }
-      return;
     }
   } else {
 #pragma unroll
@@ -254,23 +273,23 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   ForwardTop<kTop ? D / 2 : 2> top;
 
-  // Q K^T of the tile in `stage` into s (64 rows x 64 keys a warpgroup), committed, not waited.
-  auto issue_qk = [&](float(&s)[32], int stage) {
+  // Q K^T of the tile in `stage` into s (64 rows x TK keys a warpgroup), committed, not waited.
+  auto issue_qk = [&](float(&s)[kS], int stage) {
     const uint64_t kt_desc = wgmma_desc_add(k_desc, stage * kStageBytes);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
-      wgmma_ss<T, 64>(s, wgmma_desc_add(q_desc, kdim_bytes(ks, R)),
+      wgmma_ss<T, TK>(s, wgmma_desc_add(q_desc, kdim_bytes(ks, R)),
                       wgmma_desc_add(kt_desc, kdim_bytes(ks, TK)), ks > 0 ? 1 : 0);
     wgmma_commit();
   };
   // The rows' limits on the logits of tile `tile`, then their online softmax: s becomes P.
-  auto mask_and_softmax = [&](float(&s)[32], int tile, float(&corr)[2], bool* grew, bool* rescaled,
+  auto mask_and_softmax = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew, bool* rescaled,
                               int stage) {
     const int key0 = tile * TK;  // relative to key_begin
     if (key0 + TK - 1 > lim_all || key0 < first_all) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < kS; ++i) {
         const int j = key0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
         const bool hi = (i & 2) != 0;
         if (j > (hi ? lim_hi : lim_lo) || j < (hi ? first_hi : first_lo)) s[i] = -INFINITY;
@@ -278,29 +297,29 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
     }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < 32; i += 4) {
+    for (int i = 0; i < kS; i += 4) {
       mx[0] = nan_max(mx[0], nan_max(s[i], s[i + 1]));  // NaN logits stay (window_params.cuh)
       mx[1] = nan_max(mx[1], nan_max(s[i + 2], s[i + 3]));
     }
     if constexpr (!kTop) {
       float m_c[2];
       *grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
-      forward_exp_tile_fma<32>([&](int i) -> float& { return s[i]; }, m_c, sc, l_run);
+      forward_exp_tile_fma<kS>([&](int i) -> float& { return s[i]; }, m_c, sc, l_run);
     } else {
       const T* vtile = v_s + stage * TK * D;
       float m_use[2];
-      forward_top_step<T, 32, D / 2>(
+      forward_top_step<T, kS, D / 2>(
           [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
           [&](int key, int col) {
             return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
           },
           top, m_run, l_run, mx, sc, t4, key0, m_use, corr, grew, rescaled);
-      forward_exp_tile<32>([&](int i) -> float& { return s[i]; }, m_use, sc, top.extreme, l_run);
+      forward_exp_tile<kS>([&](int i) -> float& { return s[i]; }, m_use, sc, top.extreme, l_run);
     }
   };
   // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
   // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).
-  auto issue_pv = [&](const float(&s)[32], const float(&corr)[2], bool grew, bool rescaled,
+  auto issue_pv = [&](const float(&s)[kS], const float(&corr)[2], bool grew, bool rescaled,
                       int stage) {
     if constexpr (kWithV) {  // (o is a placeholder without V)
       if (grew && !rescaled) {
@@ -347,8 +366,22 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
     }
   };
   // kTma: this warp is done with tile `tile`'s stage (its Q K^T and P V have completed).
+  // kTmaInline: the stage's (tile / kStages + 1)-th round of kWarps releases ends with this
+  // warp's when the count it finds is one short; that warp loads the stage's next tile. (A count,
+  // never reset: no store to order against the other warps' later increments.)
   auto release = [&](int tile) {
-    if constexpr (kTma) {
+    if constexpr (kTmaInline) {
+      __syncwarp();
+      if (lane == 0) {
+        const int stage = tile % kStages;
+        const unsigned round_end = static_cast<unsigned>(tile / kStages + 1) * Tr::kWarps - 1;
+        __threadfence_block();  // this warp's reads of the stage before the count says so
+        if (atomicAdd(&released[stage], 1u) == round_end) {
+          __threadfence_block();
+          if (tile + kStages < num_tiles) issue_tma(tile + kStages);
+        }
+      }
+    } else if constexpr (kTma) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[tile % kStages]);
     }
@@ -359,7 +392,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
       const int stage = tile % kStages;
       landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1, tile);
 
-      float s[32];
+      float s[kS];
       issue_qk(s, stage);
       wgmma_wait<0>();
       wgmma_hold(s);
@@ -378,7 +411,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
     // t: its group is complete once at most kStages - 3 newer ones are pending, and the barrier
     // also frees the stage of tile t - 1 (its Q K^T and P V were waited in iteration t - 1), into
     // which tile t + kStages - 1 loads. Tile t's V (stage t) stays untouched until iteration t + 1.
-    float s[32], s_next[32];
+    float s[kS], s_next[kS];
     if (num_tiles > 0) {
       landed(std::integral_constant<int, kStages - 2>(), 0);
       issue_qk(s, 0);
@@ -404,7 +437,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma ? 32 : 0), Tr::kBlocksPer
       if (next) {
         wgmma_hold(s_next);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) s[i] = s_next[i];
+        for (int i = 0; i < kS; ++i) s[i] = s_next[i];
       }
     }
   }
@@ -488,15 +521,15 @@ __global__ void wgmma_probe_kernel(int* out) {
 }
 
 template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false,
-          bool kTma = false>
+          bool kTma = false, bool kTmaInline = false>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream,
                           const KvTensorMaps& maps = KvTensorMaps{}) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV, kTma>(wg_forward_stages<Tr, kWithV, kTma>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe, kDirect, kTma>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe, kDirect, kTma, kTmaInline>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
-  kernel<<<grid, Tr::kThreads + (kTma ? 32 : 0), smem, stream>>>(p, maps);
+  kernel<<<grid, Tr::kThreads + (kTma && !kTmaInline ? 32 : 0), smem, stream>>>(p, maps);
   return cudaGetLastError();
 }
 
@@ -555,7 +588,8 @@ bool make_kv_maps(const ForwardParams& p, KvTensorMaps* maps) {
 
 std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_pipelined{false};
-std::atomic<bool> g_tma{true};  // 2026-12-06 (e), H100: +16-19% over the plain loads
+std::atomic<bool> g_tma{true};
+std::atomic<bool> g_tma_wide{false};  // 2026-12-06 (e), H100: +16-19% over the plain loads
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (pipelined when set_window_pipelined is on; as final rows with one split), the outputs
@@ -569,6 +603,11 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   // pipelined loop's ~174 then serialize its wgmma (C7512) and spill. Both together need FA3's
   // 4-warp producer group with setmaxnreg (24 / 240 registers).
   KvTensorMaps maps{};
+  if constexpr (Tr::kWG == 2) {  // 128-key tiles need the one-block-a-SM shared memory
+    using Wide = WgWindowTraits<typename Tr::T, Tr::kD, 2, 128>;
+    if (direct && g_tma_wide.load(std::memory_order_relaxed) && make_kv_maps<Wide>(p, &maps))
+      return launch_config<Wide, true, false, false, true, true, true>(p, stream, maps);
+  }
   if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps))
     return launch_config<Tr, true, false, false, true, true>(p, stream, maps);
   if constexpr (wg_forward_stages<Tr, true>() >= 3) {
@@ -630,6 +669,9 @@ void set_window_pipelined(bool enabled) {
 }
 void set_window_tma(bool enabled) {
   detail::g_tma.store(enabled);
+}
+void set_window_tma_wide(bool enabled) {
+  detail::g_tma_wide.store(enabled);
 }
 bool window_wgmma_available() {
   return detail::wgmma_kernels_available();

@@ -40,8 +40,10 @@ struct WindowTraits {
 };
 
 // The wgmma kernels' tiles (window_forward_wgmma.cu, score_pass_wgmma.cu): one warpgroup of 4 warps
-// per 64 query rows, every key of a 64-key tile; K/V tiles 128-byte swizzled (wgmma.cuh).
-template <class T_, int D_, int WG_>
+// per 64 query rows, every key of a key tile (64 keys; 128 for the wide TMA forward, whose Q K^T
+// m64n128 chains read 6 KB of shared memory per 64 cycles of tensor work where m64n64 reads 4 KB
+// per 32, the SM's 128 bytes a cycle); K/V tiles 128-byte swizzled (wgmma.cuh).
+template <class T_, int D_, int WG_, int TK_ = 64>
 struct WgWindowTraits {
   using T = T_;
   static constexpr int kD = D_;
@@ -49,11 +51,12 @@ struct WgWindowTraits {
   static constexpr int kRows = 64 * WG_;
   static constexpr int kThreads = 128 * WG_;
   static constexpr int kWarps = 4 * WG_;
-  static constexpr int kTileKeys = 64;
+  static constexpr int kTileKeys = TK_;
   // One warpgroup: two blocks per SM (8 warps); two warpgroups: one block.
   static constexpr int kBlocksPerSm = WG_ == 1 ? 2 : 1;
   static_assert(kD == 64 || kD == 128, "wgmma window kernels: head dim 64 or 128");
   static_assert(kWG == 1 || kWG == 2, "one or two warpgroups");
+  static_assert(TK_ == 64 || (TK_ == 128 && WG_ == 2), "64-key tiles, or 128 with one block a SM");
 };
 
 // The most stages (2 to 4) whose shared memory bytes(stages) lets `blocks` blocks share one SM

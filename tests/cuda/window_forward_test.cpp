@@ -26,6 +26,7 @@ struct VariantSwitches {
     set_window_wgmma(true);
     set_window_pipelined(false);
     set_window_tma(true);
+    set_window_tma_wide(false);
   }
 };
 
@@ -292,6 +293,90 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
               EXPECT_TRUE(rows.sentinels_intact() && rows_lse.sentinels_intact());
             }
           }
+  }
+}
+
+// The wide TMA forward (set_window_tma_wide: 128-key tiles, loads issued by the warp that frees a
+// stage last) sums its online softmax in another order than the 64-key one, so its rows are
+// compared with tolerances: against the double reference (cases without a sliding window: the
+// reference has none), and against the 64-key TMA rows, lse included. Prompts of 128-row blocks
+// (the variant's only blocks): whole tiles, a partial last tile, more tiles than the 3 stages (the
+// refill path), a chunk after earlier tokens, a sliding window, G = 7, d = 64, f16.
+TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
+  KVEVICT_REQUIRE_GPU();
+  if (!window_wgmma_available()) GTEST_SKIP() << "no wgmma kernels for this device";
+  struct WideCase {
+    int hq, hkv, d, w;
+    int64_t n, sliding;
+    DType dtype;
+    uint64_t seed;
+  };
+  const WideCase cases[] = {
+      {32, 8, 128, 256, 256, 0, DType::kBF16, 71},    // a whole prompt, Llama heads, 2 tiles
+      {8, 2, 128, 200, 1100, 0, DType::kBF16, 72},    // a chunk after 900 tokens: 9 tiles, 3 stages
+      {8, 2, 64, 130, 130, 0, DType::kF16, 73},       // d = 64, a partial second tile
+      {28, 4, 128, 301, 1000, 97, DType::kBF16, 74},  // a sliding window, G = 7
+      {4, 1, 128, 512, 700, 0, DType::kF16, 75},      // 4 row blocks of one head
+  };
+  const VariantSwitches restore;
+  for (const WideCase& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " w " << c.w << " n "
+                 << c.n << " sliding " << c.sliding << " " << dtype_name(c.dtype));
+    RandomQkv in(c.hq, c.hkv, c.d, c.w, c.n, c.dtype, c.seed);
+    const size_t nq = in.q.size(), nl = static_cast<size_t>(c.hq) * c.w;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+    const detail::WindowArgs a =
+        testing::contiguous_window_args(c.dtype, in.dq.data(), in.dk.data(), in.dv.data(), c.hq,
+                                        c.hkv, c.d, c.w, c.n, scale, c.sliding);
+    const size_t ws_bytes = detail::window_forward_scratch_bytes(a, true, 1);
+    DeviceBuffer<char> ws(ws_bytes);
+    DeviceBuffer<uint16_t> rows(nq);
+    DeviceBuffer<float> lse(nl);
+    ASSERT_TRUE(in.ok() && ws.ok() && rows.ok() && lse.ok());
+    // Rows [w, Hq, d] and lse [Hq, w] of one variant, decoded to floats.
+    auto run = [&](bool wide, std::vector<float>* out, std::vector<float>* out_lse) {
+      set_window_tma(true);
+      set_window_tma_wide(wide);
+      rows.poison();
+      lse.poison();
+      ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(), lse.data(), ws.data(),
+                                                     ws_bytes, 1, nullptr),
+                cudaSuccess);
+      KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> got = rows.download();
+      out->resize(nq);
+      for (size_t i = 0; i < nq; ++i)
+        (*out)[i] = c.dtype == DType::kBF16 ? bf16_to_float(got[i]) : half_to_float(got[i]);
+      *out_lse = lse.download();
+      EXPECT_TRUE(rows.sentinels_intact() && lse.sentinels_intact());
+    };
+    std::vector<float> wide_rows, wide_lse, narrow_rows, narrow_lse;
+    run(true, &wide_rows, &wide_lse);
+    run(false, &narrow_rows, &narrow_lse);
+    const double tol = c.dtype == DType::kBF16 ? 1.5e-2 : 3e-3;  // as MatchesDoubleReference
+    EXPECT_TRUE(kvevict::testing::all_close(
+        wide_rows, std::vector<double>(narrow_rows.begin(), narrow_rows.end()), tol * 0.5, tol,
+        "wide vs 64-key rows"));
+    EXPECT_TRUE(kvevict::testing::all_close(
+        wide_lse, std::vector<double>(narrow_lse.begin(), narrow_lse.end()), 1e-4, 1e-5,
+        "wide vs 64-key lse"));
+    if (c.sliding == 0) {
+      ScoreProblem host;
+      host.q = TensorView(in.q.data(), DType::kF32, {c.hq, c.w, c.d});
+      host.k = TensorView(in.k.data(), DType::kF32, {c.hkv, c.n, c.d});
+      host.v = TensorView(in.v.data(), DType::kF32, {c.hkv, c.n, c.d});
+      std::vector<double> ref_a, ref_lse;  // a [Hq, w, d], lse [Hq, w]
+      ref::window_forward(host, scale, ref_a, ref_lse);
+      std::vector<double> ref_rows(nq);  // as [w, Hq, d]
+      for (int h = 0; h < c.hq; ++h)
+        for (int t = 0; t < c.w; ++t)
+          for (int j = 0; j < c.d; ++j)
+            ref_rows[(static_cast<size_t>(t) * c.hq + h) * c.d + j] =
+                ref_a[(static_cast<size_t>(h) * c.w + t) * c.d + j];
+      EXPECT_TRUE(kvevict::testing::all_close(wide_rows, ref_rows, tol * 0.5, tol, "wide rows"));
+      EXPECT_TRUE(kvevict::testing::all_close(wide_lse, ref_lse, 1e-4, 1e-5, "wide lse"));
+    }
   }
 }
 
