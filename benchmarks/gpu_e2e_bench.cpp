@@ -67,8 +67,8 @@ struct Args {
   bool decode_ab = false;  // --decode-ab: only the graph / eager decode comparison
   std::vector<int64_t> batches = {1, 15, 64};
   int64_t prompt_tokens = 256;
-  std::string forward_loop = "tma";  // --forward-loop: the prefill attention's wgmma loop
-  bool prefill_only = false;         // --prefill-only: no decode runs
+  std::string forward_loop = "tma-wide";  // --forward-loop: the prefill attention's wgmma loop
+  bool prefill_only = false;              // --prefill-only: no decode runs
 };
 
 std::vector<int64_t> parse_ints(const std::string& s) {
@@ -125,8 +125,8 @@ Args parse(int argc, char** argv) {
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
           "  --prompt-tokens N      context of --decode-ab (default 256)\n"
           "  --forward-loop L       the prefill attention's wgmma loop: plain,\n"
-          "                         pipelined, tma (default) or tma-wide\n"
-          "                         (kernel_variants.h)\n"
+          "                         pipelined, tma, tma-wide (default) or\n"
+          "                         tma-wide-pipe (kernel_variants.h)\n"
           "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }
@@ -183,9 +183,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--forward-loop") {
       a.forward_loop = v();
       KVEVICT_CHECK(a.forward_loop == "plain" || a.forward_loop == "pipelined" ||
-                        a.forward_loop == "tma" || a.forward_loop == "tma-wide",
+                        a.forward_loop == "tma" || a.forward_loop == "tma-wide" ||
+                        a.forward_loop == "tma-wide-pipe",
                     "--forward-loop '", a.forward_loop,
-                    "': expected plain, pipelined, tma or tma-wide");
+                    "': expected plain, pipelined, tma, tma-wide or tma-wide-pipe");
     } else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -321,9 +322,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpu_e2e_bench: no CUDA device\n");
       return 2;
     }
-    cuda::set_window_pipelined(a.forward_loop == "pipelined");
-    cuda::set_window_tma(a.forward_loop == "tma" || a.forward_loop == "tma-wide");
-    cuda::set_window_tma_wide(a.forward_loop == "tma-wide");
+    const std::string& loop = a.forward_loop;
+    cuda::set_window_pipelined(loop == "pipelined" || loop == "tma-wide-pipe");
+    cuda::set_window_tma(loop == "tma" || loop == "tma-wide" || loop == "tma-wide-pipe");
+    cuda::set_window_tma_wide(loop == "tma-wide" || loop == "tma-wide-pipe");
     ModelConfig cfg = ModelConfig::preset(a.preset);
     std::string simplification;
     if (a.layers > 0 && a.layers < cfg.n_layers) {

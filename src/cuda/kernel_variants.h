@@ -21,8 +21,9 @@ void set_window_keymajor(bool enabled);
 // The wgmma forward's outputs (the model's prefill attention, the scores' forward without top
 // keys) with Q K^T of the next key tile issued before the softmax of this one (FlashAttention-3's
 // intra-warpgroup overlap); off: slower than the plain loop on the H100 (393 vs 416 TFLOP/s at
-// 32K, 2026-12-06 (e)). Outputs are the same bit for bit either way (tests check).
-// (src/cuda/window_forward_wgmma.cu)
+// 32K, 2026-12-06 (e)). Under the wide TMA forward (set_window_tma_wide) it runs FA3's own order:
+// Q K^T of the next tile and P V of this one issued together, the next softmax overlapping P V.
+// Outputs are the same bit for bit either way (tests check). (src/cuda/window_forward_wgmma.cu)
 void set_window_pipelined(bool enabled);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
@@ -33,9 +34,10 @@ void set_window_pipelined(bool enabled);
 void set_window_tma(bool enabled);
 // The TMA forward above with 128-key tiles and no producer warp: the consumer warp that frees a
 // stage last issues its next tile's loads (256 threads, so ptxas may give each 255 registers).
-// Applies to 128-row blocks (head dim 64 or 128); takes precedence over set_window_tma. Off until
-// measured. Outputs agree with the 64-key forward to float rounding (another online-softmax
-// order), not bit for bit. (src/cuda/window_forward_wgmma.cu)
+// Applies to 128-row blocks (head dim 64 or 128); takes precedence over set_window_tma. On by
+// default (H100, 2026-12-06 (e): 497 / 506 TFLOP/s at 32K / 128K against the 64-key TMA's 434 /
+// 469 in the same run). Outputs agree with the 64-key forward to float rounding (another
+// online-softmax order), not bit for bit. (src/cuda/window_forward_wgmma.cu)
 void set_window_tma_wide(bool enabled);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();

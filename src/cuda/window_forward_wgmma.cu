@@ -114,7 +114,9 @@ constexpr int wg_forward_stages() {
 // softmax of tile j, so the tensor cores multiply while the CUDA cores exponentiate
 // (FlashAttention-3's intra-warpgroup overlap). Every product and every softmax step is the one of
 // the plain loop, so the outputs are the same bit for bit; one stage fewer is in flight (the
-// stage of tile j's V stays busy while tile j + 1 begins), hence at least 3 stages.
+// stage of tile j's V stays busy while tile j + 1 begins), hence at least 3 stages. With
+// kTmaInline the loop is FlashAttention-3's order instead (see there): P V of tile j runs while
+// the softmax of tile j + 1 does.
 // kDirect (one split, launch_window_attention_rows): the rows' final outputs and lse go straight
 // to p.rows_out / p.rows_lse, as the merge would write them from this block's one partial.
 // kTma (direct rows; set_window_tma): one more warp, the producer, streams the key tiles with the
@@ -143,8 +145,10 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   constexpr int kS = TK / 2;  // S accumulators a thread: m64 x n(TK) over 128 threads
   constexpr int kStages = wg_forward_stages<Tr, kWithV, kTma>();
   static_assert(wg_forward_smem<Tr, kWithV, kTma>(kStages) <= 227 * 1024, "shared memory budget");
-  static_assert(!(kPipe && kTma), "TMA with the pipelined loop needs more registers (see launch)");
-  static_assert(!kPipe || kStages >= 3, "the pipelined loop needs 3 stages");
+  static_assert(
+      !(kPipe && kTma && !kTmaInline),
+      "the producer warp's TMA with the pipelined loop needs more registers (see launch)");
+  static_assert(!kPipe || kTmaInline || kStages >= 3, "the pipelined loop needs 3 stages");
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
   extern __shared__ unsigned char smem_raw[];
@@ -319,28 +323,42 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   };
   // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
   // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).
-  auto issue_pv = [&](const float(&s)[kS], const float(&corr)[2], bool grew, bool rescaled,
-                      int stage) {
+  // Its three steps: O rescaled to the tile's new row maxima, P packed to T (the A fragments),
+  // O += P V issued and committed (no register writes inside the chain).
+  using PFrag = uint32_t[TK / 16][4];
+  auto rescale_o = [&](const float(&corr)[2], bool grew, bool rescaled) {
+    if (grew && !rescaled) {
+#pragma unroll
+      for (int i = 0; i < (kWithV ? D / 2 : 1); ++i) o[i] *= corr[(i >> 1) & 1];
+    }
+  };
+  auto pack_p = [&](const float(&s)[kS], PFrag& pa) {
+#pragma unroll
+    for (int kk = 0; kk < TK / 16; ++kk) {
+      pa[kk][0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
+      pa[kk][1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto issue_pv_packed = [&](PFrag& pa, int stage) {
     if constexpr (kWithV) {  // (o is a placeholder without V)
-      if (grew && !rescaled) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-      }
       const uint64_t vt_desc = wgmma_desc_add(v_desc, stage * kStageBytes);
-      uint32_t pa[TK / 16][4];  // packed before the fence: no register writes inside the chain
-#pragma unroll
-      for (int kk = 0; kk < TK / 16; ++kk) {
-        pa[kk][0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
-        pa[kk][1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
-      }
       wgmma_hold(o);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < TK / 16; ++kk)
         wgmma_rs_mn<T, D>(o, pa[kk], wgmma_desc_add(vt_desc, kk * 16 * 64 * sizeof(T)), 1);
       wgmma_commit();
+    }
+  };
+  auto issue_pv = [&](const float(&s)[kS], const float(&corr)[2], bool grew, bool rescaled,
+                      int stage) {
+    if constexpr (kWithV) {  // (o is a placeholder without V)
+      rescale_o(corr, grew, rescaled);
+      PFrag pa;
+      pack_p(s, pa);
+      issue_pv_packed(pa, stage);
     }
   };
 
@@ -387,7 +405,52 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     }
   };
 
-  if constexpr (!kPipe) {
+  if constexpr (kPipe && kTmaInline) {
+    // FlashAttention-3's order: Q K^T of tile t + 1 is issued, then P V of tile t, and the
+    // softmax of tile t + 1 runs while P V of tile t does (wgmma groups complete in order: the
+    // wait for all but the newest group leaves P V running). P of tile t is packed to T (half the
+    // registers of its f32 S) before S of tile t + 1 is written, so the loop holds O, one S and one
+    // packed P. O is rescaled to tile t + 1's maxima once P V of tile t has completed. Every
+    // product and softmax step is the wide plain loop's, in its order: the same bits.
+    PFrag pa;
+    float s[kS];
+    float corr[2];
+    bool grew = false, rescaled = false;
+    if (num_tiles > 0) {
+      landed(std::integral_constant<int, 0>(), 0);
+      issue_qk(s, 0);
+      wgmma_wait<0>();
+      wgmma_hold(s);
+      mask_and_softmax(s, 0, corr, &grew, &rescaled, 0);
+      rescale_o(corr, grew, rescaled);
+      pack_p(s, pa);
+    }
+    // Every iteration commits the same two groups (no conditional commit: ptxas then proves that
+    // the first wait leaves only P V running, else it serializes the wgmma, C7514); the last
+    // tile's P V follows the loop.
+    for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+      landed(std::integral_constant<int, 0>(), tile + 1);
+      issue_qk(s, (tile + 1) % kStages);
+      wgmma_hold(s);
+      issue_pv_packed(pa, tile % kStages);
+      wgmma_wait<1>();  // Q K^T of tile + 1, committed first, has completed
+      wgmma_hold(s);
+      mask_and_softmax(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages);
+      wgmma_hold(s);  // the softmax is done before the wait (else it sinks below it)
+      wgmma_wait<0>();
+      wgmma_hold(o);
+      wgmma_hold(pa);
+      release(tile);
+      rescale_o(corr, grew, rescaled);
+      pack_p(s, pa);
+    }
+    if (num_tiles > 0) {
+      issue_pv_packed(pa, (num_tiles - 1) % kStages);
+      wgmma_wait<0>();
+      wgmma_hold(o);
+      release(num_tiles - 1);
+    }
+  } else if constexpr (!kPipe) {
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % kStages;
       landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1, tile);
@@ -588,8 +651,8 @@ bool make_kv_maps(const ForwardParams& p, KvTensorMaps* maps) {
 
 std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_pipelined{false};
-std::atomic<bool> g_tma{true};
-std::atomic<bool> g_tma_wide{false};  // 2026-12-06 (e), H100: +16-19% over the plain loads
+std::atomic<bool> g_tma{true};       // 2026-12-06 (e), H100: +16-19% over the plain loads
+std::atomic<bool> g_tma_wide{true};  // 2026-12-06 (e), H100: +8-15% over the 64-key TMA
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (pipelined when set_window_pipelined is on; as final rows with one split), the outputs
@@ -606,7 +669,8 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   if constexpr (Tr::kWG == 2) {  // 128-key tiles need the one-block-a-SM shared memory
     using Wide = WgWindowTraits<typename Tr::T, Tr::kD, 2, 128>;
     if (direct && g_tma_wide.load(std::memory_order_relaxed) && make_kv_maps<Wide>(p, &maps))
-      return launch_config<Wide, true, false, false, true, true, true>(p, stream, maps);
+      return pipe ? launch_config<Wide, true, false, true, true, true, true>(p, stream, maps)
+                  : launch_config<Wide, true, false, false, true, true, true>(p, stream, maps);
   }
   if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps))
     return launch_config<Tr, true, false, false, true, true>(p, stream, maps);

@@ -26,7 +26,7 @@ struct VariantSwitches {
     set_window_wgmma(true);
     set_window_pipelined(false);
     set_window_tma(true);
-    set_window_tma_wide(false);
+    set_window_tma_wide(true);
   }
 };
 
@@ -229,6 +229,7 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
       {8, 2, 128, 12, 500, 0, DType::kBF16, 66},     // 48 rows in a 64-row block (padding rows)
   };
   const VariantSwitches restore;
+  set_window_tma_wide(false);  // another summation order (WideTmaRowsMatch... checks it)
   for (const RowsCase& c : cases) {
     RandomQkv in(c.hq, c.hkv, c.d, c.w, c.n, c.dtype, c.seed);
     const size_t nq = in.q.size();
@@ -299,7 +300,8 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
 // The wide TMA forward (set_window_tma_wide: 128-key tiles, loads issued by the warp that frees a
 // stage last) sums its online softmax in another order than the 64-key one, so its rows are
 // compared with tolerances: against the double reference (cases without a sliding window: the
-// reference has none), and against the 64-key TMA rows, lse included. Prompts of 128-row blocks
+// reference has none), and against the 64-key TMA rows, lse included; its pipelined loop
+// (FlashAttention-3's order) bit for bit against its plain one. Prompts of 128-row blocks
 // (the variant's only blocks): whole tiles, a partial last tile, more tiles than the 3 stages (the
 // refill path), a chunk after earlier tokens, a sliding window, G = 7, d = 64, f16.
 TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
@@ -335,9 +337,11 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
     DeviceBuffer<float> lse(nl);
     ASSERT_TRUE(in.ok() && ws.ok() && rows.ok() && lse.ok());
     // Rows [w, Hq, d] and lse [Hq, w] of one variant, decoded to floats.
-    auto run = [&](bool wide, std::vector<float>* out, std::vector<float>* out_lse) {
+    auto run = [&](bool wide, bool pipelined, std::vector<float>* out,
+                   std::vector<float>* out_lse) {
       set_window_tma(true);
       set_window_tma_wide(wide);
+      set_window_pipelined(pipelined);
       rows.poison();
       lse.poison();
       ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(), lse.data(), ws.data(),
@@ -351,9 +355,15 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
       *out_lse = lse.download();
       EXPECT_TRUE(rows.sentinels_intact() && lse.sentinels_intact());
     };
-    std::vector<float> wide_rows, wide_lse, narrow_rows, narrow_lse;
-    run(true, &wide_rows, &wide_lse);
-    run(false, &narrow_rows, &narrow_lse);
+    std::vector<float> wide_rows, wide_lse, narrow_rows, narrow_lse, pipe_rows, pipe_lse;
+    run(true, false, &wide_rows, &wide_lse);
+    run(false, false, &narrow_rows, &narrow_lse);
+    // The wide loop in FlashAttention-3's order (set_window_pipelined): the same bits.
+    run(true, true, &pipe_rows, &pipe_lse);
+    EXPECT_EQ(std::memcmp(pipe_rows.data(), wide_rows.data(), nq * sizeof(float)), 0)
+        << "the pipelined wide rows differ from the plain wide ones";
+    EXPECT_EQ(std::memcmp(pipe_lse.data(), wide_lse.data(), nl * sizeof(float)), 0)
+        << "the pipelined wide lse differs from the plain wide one";
     const double tol = c.dtype == DType::kBF16 ? 1.5e-2 : 3e-3;  // as MatchesDoubleReference
     EXPECT_TRUE(kvevict::testing::all_close(
         wide_rows, std::vector<double>(narrow_rows.begin(), narrow_rows.end()), tol * 0.5, tol,
