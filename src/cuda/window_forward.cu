@@ -720,6 +720,26 @@ cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, fl
                                          cudaStream_t stream) {
   if (!window_args_valid(a) || a.v == nullptr || out_rows == nullptr) return cudaErrorInvalidValue;
   if (scratch_bytes < window_forward_scratch_bytes(a, true, sm_count)) return cudaErrorInvalidValue;
+  // Head dim 256 (Gemma 3): 128-row blocks of one key split on the wide TMA forward where they
+  // fill at least half the SMs, the rule by which a d = 128 plan has one split; otherwise (short
+  // chunks) the mma.sync kernels with their splits.
+  if (a.head_dim == 256 && wgmma_rows_d256_enabled()) {
+    WindowPlan wide;
+    wide.slabs = 8;
+    wide.rows = (a.num_q_heads / a.num_kv_heads) * a.w;
+    wide.row_blocks = (wide.rows + 127) / 128;
+    wide.splits = 1;
+    wide.tile_keys = 64;
+    wide.keys_per_split = (a.n + 63) / 64 * 64;
+    if (2 * static_cast<int64_t>(a.num_kv_heads) * wide.row_blocks > sm_count) {
+      ForwardParams p = forward_params(a, wide, true, scratch);  // no partials: direct rows
+      p.rows_out = out_rows;
+      p.rows_lse = lse;
+      const cudaError_t err = launch_rows_wgmma_d256(p, stream);
+      if (err != cudaErrorNotSupported) return err;
+      (void)cudaGetLastError();  // not supported here (driver without TMA maps): the fallback
+    }
+  }
   const WindowPlan plan = forward_plan(a, true, sm_count);
   ForwardParams p = forward_params(a, plan, true, scratch);
   p.rows_out = out_rows;

@@ -139,6 +139,8 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   static_assert(!kTma || kDirect, "the TMA loads: direct rows (one split) only");
   static_assert(!kTmaInline || kTma, "consumer-issued TMA loads: a TMA variant");
   static_assert(Tr::kTileKeys == 64 || kTmaInline, "128-key tiles: the consumer-issued TMA only");
+  static_assert(Tr::kD <= 128 || (kTmaInline && !kPipe),
+                "head dim 256 (O: 128 floats a thread): the consumer-issued TMA's plain loop only");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
@@ -347,8 +349,19 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       wgmma_hold(o);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < TK / 16; ++kk)
-        wgmma_rs_mn<T, D>(o, pa[kk], wgmma_desc_add(vt_desc, kk * 16 * 64 * sizeof(T)), 1);
+      for (int kk = 0; kk < TK / 16; ++kk) {
+        const uint64_t desc = wgmma_desc_add(vt_desc, kk * 16 * 64 * sizeof(T));
+        if constexpr (D <= 128) {
+          wgmma_rs_mn<T, D>(o, pa[kk], desc, 1);
+        } else {
+          // Two m64n128 halves, columns 0-127 and 128-255 (two 64-column blocks further): their
+          // accumulators laid end to end are an m64n256's, so o's layout is the same.
+          using Half = float[64];
+          wgmma_rs_mn<T, 128>(*reinterpret_cast<Half*>(o), pa[kk], desc, 1);
+          wgmma_rs_mn<T, 128>(*reinterpret_cast<Half*>(o + 64), pa[kk],
+                              wgmma_desc_add(desc, 2 * TK * 64 * sizeof(T)), 1);
+        }
+      }
       wgmma_commit();
     }
   };
@@ -702,6 +715,23 @@ bool wgmma_kernels_available() {
     return ok && h == 1;
   }();
   return available;
+}
+
+bool wgmma_rows_d256_enabled() {
+  return g_wgmma_enabled.load(std::memory_order_relaxed) &&
+         g_tma_wide.load(std::memory_order_relaxed) && wgmma_kernels_available();
+}
+
+cudaError_t launch_rows_wgmma_d256(const ForwardParams& p, cudaStream_t stream) {
+  if (p.a.head_dim != 256 || p.splits != 1 || p.rows_out == nullptr || p.a.v == nullptr ||
+      !wgmma_rows_d256_enabled())
+    return cudaErrorNotSupported;
+  return with_elem(p.a.elem, [&](auto t) {
+    using Tr = WgWindowTraits<typename decltype(t)::type, 256, 2, 64>;
+    KvTensorMaps maps{};
+    if (!make_kv_maps<Tr>(p, &maps)) return cudaErrorNotSupported;
+    return launch_config<Tr, true, false, false, true, true, true>(p, stream, maps);
+  });
 }
 
 bool wgmma_forward_supported(const WindowArgs& a, int rows_per_block) {

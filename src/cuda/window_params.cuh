@@ -360,6 +360,11 @@ bool wgmma_kernels_available();
 bool window_wgmma_enabled();
 bool wgmma_forward_supported(const WindowArgs& a, int rows_per_block);
 cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block, cudaStream_t stream);
+// Head dim 256's direct rows (launch_window_attention_rows, one key split, 128-row blocks) on the
+// wide TMA forward: whether this build and the switches allow it, and its launch (p's plan must be
+// 128-row blocks of one split).
+bool wgmma_rows_d256_enabled();
+cudaError_t launch_rows_wgmma_d256(const ForwardParams& p, cudaStream_t stream);
 bool wgmma_pass_supported(const ScorePassArgs& s, int rows_per_block);
 cudaError_t launch_pass_wgmma(const PassParams& p, int rows_per_block, int chunks,
                               cudaStream_t stream);

@@ -54,7 +54,8 @@ struct WgWindowTraits {
   static constexpr int kTileKeys = TK_;
   // One warpgroup: two blocks per SM (8 warps); two warpgroups: one block.
   static constexpr int kBlocksPerSm = WG_ == 1 ? 2 : 1;
-  static_assert(kD == 64 || kD == 128, "wgmma window kernels: head dim 64 or 128");
+  static_assert(kD == 64 || kD == 128 || (kD == 256 && WG_ == 2 && TK_ == 64),
+                "wgmma window kernels: head dim 64 or 128; 256 with two warpgroups, 64-key tiles");
   static_assert(kWG == 1 || kWG == 2, "one or two warpgroups");
   static_assert(TK_ == 64 || (TK_ == 128 && WG_ == 2), "64-key tiles, or 128 with one block a SM");
 };

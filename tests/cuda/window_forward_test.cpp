@@ -303,7 +303,8 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
 // reference has none), and against the 64-key TMA rows, lse included; its pipelined loop
 // (FlashAttention-3's order) bit for bit against its plain one. Prompts of 128-row blocks
 // (the variant's only blocks): whole tiles, a partial last tile, more tiles than the 3 stages (the
-// refill path), a chunk after earlier tokens, a sliding window, G = 7, d = 64, f16.
+// refill path), a chunk after earlier tokens, a sliding window, G = 7, d = 64, f16, and head dim
+// 256 (64-key tiles; against the mma.sync kernels' rows, which it replaces for long prefills).
 TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
   KVEVICT_REQUIRE_GPU();
   if (!window_wgmma_available()) GTEST_SKIP() << "no wgmma kernels for this device";
@@ -319,6 +320,8 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
       {8, 2, 64, 130, 130, 0, DType::kF16, 73},       // d = 64, a partial second tile
       {28, 4, 128, 301, 1000, 97, DType::kBF16, 74},  // a sliding window, G = 7
       {4, 1, 128, 512, 700, 0, DType::kF16, 75},      // 4 row blocks of one head
+      {4, 1, 256, 256, 700, 0, DType::kBF16, 76},     // d = 256 (Gemma 3 heads), 2 stages, refills
+      {4, 2, 256, 150, 500, 37, DType::kF16, 77},     // d = 256, a sliding window, 3 row blocks
   };
   const VariantSwitches restore;
   for (const WideCase& c : cases) {
