@@ -7,7 +7,7 @@
 // the whole prompt's attention of one layer and its causal TFLOP/s (4 d FLOPs a head and visible
 // query-key pair: d multiply-adds of QK^T and d of PV), as tools/peers/sdpa_prefill.py counts
 // PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it). Every forward loop
-// is timed, interleaved: plain, pipelined, TMA loads (kernel_variants.h).
+// is timed, interleaved: cp.async loads, TMA, wide TMA (kernel_variants.h).
 //
 // Usage: gpu_attention_bench [--shape llama|gemma3] [--lengths 4096,32768,131072] [--chunk 4096]
 //                            [--reps N]
@@ -181,30 +181,24 @@ int run(const Args& args) {
       for (const auto& wa : chunks) launch(wa);
     };
     auto last_chunk = [&] { launch(chunks.back()); };
-    // The forward's loops (kernel_variants.h): plain, pipelined, TMA loads (64-key tiles, producer
-    // warp), wide TMA (128-key tiles, consumer-issued) plain and pipelined (FA3's order);
-    // interleaved.
+    // The forward's loads (kernel_variants.h): cp.async, TMA (64-key tiles, producer warp), wide
+    // TMA (128-key tiles, issued by the consumers; the default); interleaved.
     struct Variant {
       const char* name;
-      bool pipelined, tma, wide;
+      bool tma, wide;
     };
-    const Variant variants[] = {{"plain", false, false, false},
-                                {"pipelined", true, false, false},
-                                {"tma", false, true, false},
-                                {"tma-wide", false, true, true},
-                                {"tma-wide-pipe", true, true, true}};
-    constexpr int kVariants = 5;
+    const Variant variants[] = {
+        {"plain", false, false}, {"tma", true, false}, {"tma-wide", true, true}};
+    constexpr int kVariants = 3;
     std::vector<float> all_ms[kVariants], last_ms[kVariants];
     for (int round = 0; round < 2; ++round)
       for (int i = 0; i < kVariants; ++i) {
-        kvevict::cuda::set_window_pipelined(variants[i].pipelined);
         kvevict::cuda::set_window_tma(variants[i].tma);
         kvevict::cuda::set_window_tma_wide(variants[i].wide);
         whole();  // warm-up
         for (float x : samples(whole)) all_ms[i].push_back(x);
         for (float x : samples(last_chunk)) last_ms[i].push_back(x);
       }
-    kvevict::cuda::set_window_pipelined(false);
     kvevict::cuda::set_window_tma(true);  // the defaults
     kvevict::cuda::set_window_tma_wide(true);
     for (int i = 0; i < kVariants; ++i) {

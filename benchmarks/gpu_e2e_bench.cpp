@@ -124,9 +124,8 @@ Args parse(int argc, char** argv) {
           "value\n"
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
           "  --prompt-tokens N      context of --decode-ab (default 256)\n"
-          "  --forward-loop L       the prefill attention's wgmma loop: plain,\n"
-          "                         pipelined, tma, tma-wide (default) or\n"
-          "                         tma-wide-pipe (kernel_variants.h)\n"
+          "  --forward-loop L       the prefill attention's wgmma loads: plain (cp.async),\n"
+          "                         tma or tma-wide (default; kernel_variants.h)\n"
           "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }
@@ -182,11 +181,9 @@ Args parse(int argc, char** argv) {
       a.prefill_only = true;
     else if (k == "--forward-loop") {
       a.forward_loop = v();
-      KVEVICT_CHECK(a.forward_loop == "plain" || a.forward_loop == "pipelined" ||
-                        a.forward_loop == "tma" || a.forward_loop == "tma-wide" ||
-                        a.forward_loop == "tma-wide-pipe",
-                    "--forward-loop '", a.forward_loop,
-                    "': expected plain, pipelined, tma, tma-wide or tma-wide-pipe");
+      KVEVICT_CHECK(
+          a.forward_loop == "plain" || a.forward_loop == "tma" || a.forward_loop == "tma-wide",
+          "--forward-loop '", a.forward_loop, "': expected plain, tma or tma-wide");
     } else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -322,10 +319,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpu_e2e_bench: no CUDA device\n");
       return 2;
     }
-    const std::string& loop = a.forward_loop;
-    cuda::set_window_pipelined(loop == "pipelined" || loop == "tma-wide-pipe");
-    cuda::set_window_tma(loop == "tma" || loop == "tma-wide" || loop == "tma-wide-pipe");
-    cuda::set_window_tma_wide(loop == "tma-wide" || loop == "tma-wide-pipe");
+    cuda::set_window_tma(a.forward_loop == "tma" || a.forward_loop == "tma-wide");
+    cuda::set_window_tma_wide(a.forward_loop == "tma-wide");
     ModelConfig cfg = ModelConfig::preset(a.preset);
     std::string simplification;
     if (a.layers > 0 && a.layers < cfg.n_layers) {

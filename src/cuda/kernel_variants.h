@@ -18,23 +18,16 @@ void set_window_wgmma(bool enabled);
 // rows (weights rounded to bf16, relative error below 2^-9). false sends them to the row-major
 // wgmma pass. (src/cuda/score_pass_keymajor.cu)
 void set_window_keymajor(bool enabled);
-// The wgmma forward's outputs (the model's prefill attention, the scores' forward without top
-// keys) with Q K^T of the next key tile issued before the softmax of this one (FlashAttention-3's
-// intra-warpgroup overlap); off: slower than the plain loop on the H100 (393 vs 416 TFLOP/s at
-// 32K, 2026-12-06 (e)). Under the wide TMA forward (set_window_tma_wide) it runs FA3's own order:
-// Q K^T of the next tile and P V of this one issued together, the next softmax overlapping P V.
-// Outputs are the same bit for bit either way (tests check). (src/cuda/window_forward_wgmma.cu)
-void set_window_pipelined(bool enabled);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
 // synchronized on mbarriers (no per-tile block barrier); on by default (H100, 2026-12-06 (e):
-// 483 / 488 TFLOP/s at 32K / 128K against the plain loads' 416 / 412), with the plain loop only
-// (set_window_pipelined is ignored under it). Same outputs bit for bit (tests check).
-// (src/cuda/window_forward_wgmma.cu)
+// 483 / 488 TFLOP/s at 32K / 128K against the plain loads' 416 / 412). Same outputs bit for bit
+// (tests check). (src/cuda/window_forward_wgmma.cu)
 void set_window_tma(bool enabled);
 // The TMA forward above with 128-key tiles and no producer warp: the consumer warp that frees a
 // stage last issues its next tile's loads (256 threads, so ptxas may give each 255 registers).
-// Applies to 128-row blocks (head dim 64 or 128); takes precedence over set_window_tma. On by
+// Applies to 128-row blocks (head dim 64 or 128; 256 with 64-key tiles where one split's blocks
+// fill half the SMs, else the mma.sync kernels); takes precedence over set_window_tma. On by
 // default (H100, 2026-12-06 (e): 497 / 506 TFLOP/s at 32K / 128K against the 64-key TMA's 434 /
 // 469 in the same run). Outputs agree with the 64-key forward to float rounding (another
 // online-softmax order), not bit for bit. (src/cuda/window_forward_wgmma.cu)

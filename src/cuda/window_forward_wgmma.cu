@@ -110,13 +110,6 @@ constexpr int wg_forward_stages() {
 
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
-// kPipe (with V, no top keys; set_window_pipelined): S = Q K^T of tile j + 1 is issued before the
-// softmax of tile j, so the tensor cores multiply while the CUDA cores exponentiate
-// (FlashAttention-3's intra-warpgroup overlap). Every product and every softmax step is the one of
-// the plain loop, so the outputs are the same bit for bit; one stage fewer is in flight (the
-// stage of tile j's V stays busy while tile j + 1 begins), hence at least 3 stages. With
-// kTmaInline the loop is FlashAttention-3's order instead (see there): P V of tile j runs while
-// the softmax of tile j + 1 does.
 // kDirect (one split, launch_window_attention_rows): the rows' final outputs and lse go straight
 // to p.rows_out / p.rows_lse, as the merge would write them from this block's one partial.
 // kTma (direct rows; set_window_tma): one more warp, the producer, streams the key tiles with the
@@ -129,28 +122,26 @@ constexpr int wg_forward_stages() {
 // counts its release of a stage on a shared counter, and the warp that releases it last issues the
 // TMA loads of the stage's next tile. 256 threads leave ptxas up to 255 registers a thread where
 // 288 (two warpgroups and a warp, allocated as three) leave 168, which 128-key tiles exceed.
-template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false,
-          bool kTma = false, bool kTmaInline = false>
+// (FlashAttention-3's intra-warpgroup overlap, S of the next tile or P V of this one in flight
+// during a softmax, was built in two orders, measured no faster with two consumer warpgroups on
+// the H100, and removed: docs/GPU_NOTES.md.)
+template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
+          bool kTmaInline = false>
 __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0), Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p, const __grid_constant__ KvTensorMaps maps) {
   static_assert(kWithV || !kTop, "the top keys need V");
-  static_assert(!kPipe || (kWithV && !kTop), "the pipelined loop: outputs without top keys");
   static_assert(!kDirect || (kWithV && !kTop), "direct rows: outputs without top keys");
   static_assert(!kTma || kDirect, "the TMA loads: direct rows (one split) only");
   static_assert(!kTmaInline || kTma, "consumer-issued TMA loads: a TMA variant");
   static_assert(Tr::kTileKeys == 64 || kTmaInline, "128-key tiles: the consumer-issued TMA only");
-  static_assert(Tr::kD <= 128 || (kTmaInline && !kPipe),
-                "head dim 256 (O: 128 floats a thread): the consumer-issued TMA's plain loop only");
+  static_assert(Tr::kD <= 128 || kTmaInline,
+                "head dim 256 (O: 128 floats a thread): the consumer-issued TMA only");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
   constexpr int kS = TK / 2;  // S accumulators a thread: m64 x n(TK) over 128 threads
   constexpr int kStages = wg_forward_stages<Tr, kWithV, kTma>();
   static_assert(wg_forward_smem<Tr, kWithV, kTma>(kStages) <= 227 * 1024, "shared memory budget");
-  static_assert(
-      !(kPipe && kTma && !kTmaInline),
-      "the producer warp's TMA with the pipelined loop needs more registers (see launch)");
-  static_assert(!kPipe || kTmaInline || kStages >= 3, "the pipelined loop needs 3 stages");
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
   extern __shared__ unsigned char smem_raw[];
@@ -325,27 +316,22 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   };
   // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
   // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).
-  // Its three steps: O rescaled to the tile's new row maxima, P packed to T (the A fragments),
-  // O += P V issued and committed (no register writes inside the chain).
-  using PFrag = uint32_t[TK / 16][4];
-  auto rescale_o = [&](const float(&corr)[2], bool grew, bool rescaled) {
-    if (grew && !rescaled) {
-#pragma unroll
-      for (int i = 0; i < (kWithV ? D / 2 : 1); ++i) o[i] *= corr[(i >> 1) & 1];
-    }
-  };
-  auto pack_p = [&](const float(&s)[kS], PFrag& pa) {
-#pragma unroll
-    for (int kk = 0; kk < TK / 16; ++kk) {
-      pa[kk][0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
-      pa[kk][1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
-  auto issue_pv_packed = [&](PFrag& pa, int stage) {
+  auto issue_pv = [&](const float(&s)[kS], const float(&corr)[2], bool grew, bool rescaled,
+                      int stage) {
     if constexpr (kWithV) {  // (o is a placeholder without V)
+      if (grew && !rescaled) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+      }
       const uint64_t vt_desc = wgmma_desc_add(v_desc, stage * kStageBytes);
+      uint32_t pa[TK / 16][4];  // packed before the fence: no register writes inside the chain
+#pragma unroll
+      for (int kk = 0; kk < TK / 16; ++kk) {
+        pa[kk][0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
+        pa[kk][1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+      }
       wgmma_hold(o);
       wgmma_fence();
 #pragma unroll
@@ -363,15 +349,6 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
         }
       }
       wgmma_commit();
-    }
-  };
-  auto issue_pv = [&](const float(&s)[kS], const float(&corr)[2], bool grew, bool rescaled,
-                      int stage) {
-    if constexpr (kWithV) {  // (o is a placeholder without V)
-      rescale_o(corr, grew, rescaled);
-      PFrag pa;
-      pack_p(s, pa);
-      issue_pv_packed(pa, stage);
     }
   };
 
@@ -418,104 +395,23 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     }
   };
 
-  if constexpr (kPipe && kTmaInline) {
-    // FlashAttention-3's order: Q K^T of tile t + 1 is issued, then P V of tile t, and the
-    // softmax of tile t + 1 runs while P V of tile t does (wgmma groups complete in order: the
-    // wait for all but the newest group leaves P V running). P of tile t is packed to T (half the
-    // registers of its f32 S) before S of tile t + 1 is written, so the loop holds O, one S and one
-    // packed P. O is rescaled to tile t + 1's maxima once P V of tile t has completed. Every
-    // product and softmax step is the wide plain loop's, in its order: the same bits.
-    PFrag pa;
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+    landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1, tile);
+
     float s[kS];
+    issue_qk(s, stage);
+    wgmma_wait<0>();
+    wgmma_hold(s);
     float corr[2];
     bool grew = false, rescaled = false;
-    if (num_tiles > 0) {
-      landed(std::integral_constant<int, 0>(), 0);
-      issue_qk(s, 0);
-      wgmma_wait<0>();
-      wgmma_hold(s);
-      mask_and_softmax(s, 0, corr, &grew, &rescaled, 0);
-      rescale_o(corr, grew, rescaled);
-      pack_p(s, pa);
-    }
-    // Every iteration commits the same two groups (no conditional commit: ptxas then proves that
-    // the first wait leaves only P V running, else it serializes the wgmma, C7514); the last
-    // tile's P V follows the loop.
-    for (int tile = 0; tile + 1 < num_tiles; ++tile) {
-      landed(std::integral_constant<int, 0>(), tile + 1);
-      issue_qk(s, (tile + 1) % kStages);
-      wgmma_hold(s);
-      issue_pv_packed(pa, tile % kStages);
-      wgmma_wait<1>();  // Q K^T of tile + 1, committed first, has completed
-      wgmma_hold(s);
-      mask_and_softmax(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages);
-      wgmma_hold(s);  // the softmax is done before the wait (else it sinks below it)
-      wgmma_wait<0>();
-      wgmma_hold(o);
-      wgmma_hold(pa);
-      release(tile);
-      rescale_o(corr, grew, rescaled);
-      pack_p(s, pa);
-    }
-    if (num_tiles > 0) {
-      issue_pv_packed(pa, (num_tiles - 1) % kStages);
-      wgmma_wait<0>();
-      wgmma_hold(o);
-      release(num_tiles - 1);
-    }
-  } else if constexpr (!kPipe) {
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      const int stage = tile % kStages;
-      landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1, tile);
-
-      float s[kS];
-      issue_qk(s, stage);
-      wgmma_wait<0>();
-      wgmma_hold(s);
-      float corr[2];
-      bool grew = false, rescaled = false;
-      mask_and_softmax(s, tile, corr, &grew, &rescaled, stage);
-      if constexpr (kWithV) {
-        issue_pv(s, corr, grew, rescaled, stage);
-        wgmma_wait<0>();
-        wgmma_hold(o);
-      }
-      release(tile);
-    }
-  } else {
-    // Tiles 0 .. kStages - 2 are loading (the prologue's groups). Tile t + 1 begins in iteration
-    // t: its group is complete once at most kStages - 3 newer ones are pending, and the barrier
-    // also frees the stage of tile t - 1 (its Q K^T and P V were waited in iteration t - 1), into
-    // which tile t + kStages - 1 loads. Tile t's V (stage t) stays untouched until iteration t + 1.
-    float s[kS], s_next[kS];
-    if (num_tiles > 0) {
-      landed(std::integral_constant<int, kStages - 2>(), 0);
-      issue_qk(s, 0);
-      wgmma_wait<0>();
-      wgmma_hold(s);
-    }
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      const int stage = tile % kStages;
-      const bool next = tile + 1 < num_tiles;
-      if (next) {
-        landed_then_prefetch(std::integral_constant<int, kStages - 3>(), tile + kStages - 1,
-                             tile + 1);
-        issue_qk(s_next, (tile + 1) % kStages);  // runs while this tile's softmax does
-        wgmma_hold(s_next);  // the in-flight accumulators stay where the wgmma writes them
-      }
-      float corr[2];
-      bool grew = false, rescaled = false;
-      mask_and_softmax(s, tile, corr, &grew, &rescaled, stage);
+    mask_and_softmax(s, tile, corr, &grew, &rescaled, stage);
+    if constexpr (kWithV) {
       issue_pv(s, corr, grew, rescaled, stage);
       wgmma_wait<0>();
       wgmma_hold(o);
-      release(tile);
-      if (next) {
-        wgmma_hold(s_next);
-#pragma unroll
-        for (int i = 0; i < kS; ++i) s[i] = s_next[i];
-      }
     }
+    release(tile);
   }
   cp_async_wait<0>();
 
@@ -596,12 +492,12 @@ __global__ void wgmma_probe_kernel(int* out) {
 #endif
 }
 
-template <class Tr, bool kWithV, bool kTop, bool kPipe = false, bool kDirect = false,
-          bool kTma = false, bool kTmaInline = false>
+template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
+          bool kTmaInline = false>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream,
                           const KvTensorMaps& maps = KvTensorMaps{}) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV, kTma>(wg_forward_stages<Tr, kWithV, kTma>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kPipe, kDirect, kTma, kTmaInline>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kDirect, kTma, kTmaInline>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -663,36 +559,25 @@ bool make_kv_maps(const ForwardParams& p, KvTensorMaps* maps) {
 }
 
 std::atomic<bool> g_wgmma_enabled{true};
-std::atomic<bool> g_pipelined{false};
 std::atomic<bool> g_tma{true};       // 2026-12-06 (e), H100: +16-19% over the plain loads
 std::atomic<bool> g_tma_wide{true};  // 2026-12-06 (e), H100: +8-15% over the 64-key TMA
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
-// outputs (pipelined when set_window_pipelined is on; as final rows with one split), the outputs
+// outputs (as final rows with one split: the TMA forwards where the switches allow), the outputs
 // with top keys.
 template <class Tr>
 cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   const bool with_v = p.part_o != nullptr, top = with_v && p.top != nullptr;
   const bool direct = with_v && !top && p.rows_out != nullptr && p.splits == 1;
-  const bool pipe = with_v && !top && g_pipelined.load(std::memory_order_relaxed);
-  // TMA with the plain loop only: 288 threads leave ptxas 168 registers a thread, and the
-  // pipelined loop's ~174 then serialize its wgmma (C7512) and spill. Both together need FA3's
-  // 4-warp producer group with setmaxnreg (24 / 240 registers).
   KvTensorMaps maps{};
   if constexpr (Tr::kWG == 2) {  // 128-key tiles need the one-block-a-SM shared memory
     using Wide = WgWindowTraits<typename Tr::T, Tr::kD, 2, 128>;
     if (direct && g_tma_wide.load(std::memory_order_relaxed) && make_kv_maps<Wide>(p, &maps))
-      return pipe ? launch_config<Wide, true, false, true, true, true, true>(p, stream, maps)
-                  : launch_config<Wide, true, false, false, true, true, true>(p, stream, maps);
+      return launch_config<Wide, true, false, true, true, true>(p, stream, maps);
   }
   if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps))
-    return launch_config<Tr, true, false, false, true, true>(p, stream, maps);
-  if constexpr (wg_forward_stages<Tr, true>() >= 3) {
-    if (pipe)
-      return direct ? launch_config<Tr, true, false, true, true>(p, stream)
-                    : launch_config<Tr, true, false, true>(p, stream);
-  }
-  if (direct) return launch_config<Tr, true, false, false, true>(p, stream);
+    return launch_config<Tr, true, false, true, true>(p, stream, maps);
+  if (direct) return launch_config<Tr, true, false, true>(p, stream);
   return top      ? launch_config<Tr, true, true>(p, stream)
          : with_v ? launch_config<Tr, true, false>(p, stream)
                   : launch_config<Tr, false, false>(p, stream);
@@ -730,7 +615,7 @@ cudaError_t launch_rows_wgmma_d256(const ForwardParams& p, cudaStream_t stream) 
     using Tr = WgWindowTraits<typename decltype(t)::type, 256, 2, 64>;
     KvTensorMaps maps{};
     if (!make_kv_maps<Tr>(p, &maps)) return cudaErrorNotSupported;
-    return launch_config<Tr, true, false, false, true, true, true>(p, stream, maps);
+    return launch_config<Tr, true, false, true, true, true>(p, stream, maps);
   });
 }
 
@@ -757,9 +642,6 @@ cudaError_t launch_forward_wgmma(const ForwardParams& p, int rows_per_block, cud
 namespace kvevict::cuda {
 void set_window_wgmma(bool enabled) {
   detail::g_wgmma_enabled.store(enabled);
-}
-void set_window_pipelined(bool enabled) {
-  detail::g_pipelined.store(enabled);
 }
 void set_window_tma(bool enabled) {
   detail::g_tma.store(enabled);

@@ -24,7 +24,6 @@ using testing::DeviceBuffer;
 struct VariantSwitches {
   ~VariantSwitches() {
     set_window_wgmma(true);
-    set_window_pipelined(false);
     set_window_tma(true);
     set_window_tma_wide(true);
   }
@@ -146,12 +145,10 @@ TEST(CudaWindowForward, WgmmaAndMmaSyncKernelsMatchDoubleReference) {
   set_window_wgmma(true);
 }
 
-// The pipelined wgmma forward (set_window_pipelined: Q K^T of the next key tile issued before this
-// tile's softmax) computes every product and softmax step of the plain loop: outputs and lse equal
-// the plain kernel's bit for bit, at 1, 2, 3 and many key tiles, partial last tiles, 64- and
-// 128-row blocks, d 64 / 128, bf16 / f16, a prefill-shaped window (every row causal); and the
-// reference check passes with it on.
-TEST(CudaWindowForward, PipelinedWgmmaForwardEqualsThePlainOneBitForBit) {
+// The wgmma forward against the reference at 1, 2, 3 and many key tiles, partial last tiles, 64-
+// and 128-row blocks (64-row blocks at d = 128 hold 3 stages: 1, 2, 3 tiles fill 1 .. all of them),
+// d 64 / 128, bf16 / f16, a prefill-shaped window (every row causal).
+TEST(CudaWindowForward, WgmmaForwardAtFewAndManyTilesMatchesDoubleReference) {
   KVEVICT_REQUIRE_GPU();
   if (!window_wgmma_available()) GTEST_SKIP() << "no wgmma kernels for this device in this build";
   const Case cases[] = {
@@ -162,54 +159,15 @@ TEST(CudaWindowForward, PipelinedWgmmaForwardEqualsThePlainOneBitForBit) {
       {8, 2, 64, 40, 32, 515, DType::kBF16, 45},     // d = 64, m > w
       {32, 8, 128, 16, 16, 1003, DType::kF16, 46},   // 64-row blocks
       {8, 2, 128, 700, 700, 700, DType::kBF16, 47},  // prefill-shaped: the window is the prompt
-      // 64-row blocks at d = 128 hold 3 stages, the pipelined loop's least: 1, 2, 3 tiles
-      {32, 8, 128, 16, 16, 33, DType::kBF16, 48},
-      {32, 8, 128, 16, 16, 100, DType::kF16, 49},
-      {32, 8, 128, 16, 16, 150, DType::kBF16, 50},
+      {32, 8, 128, 16, 16, 33, DType::kBF16, 48},    // 64-row blocks, 1 / 2 / 3 tiles
+      {32, 8, 128, 16, 16, 100, DType::kF16, 49},   {32, 8, 128, 16, 16, 150, DType::kBF16, 50},
   };
-  const VariantSwitches restore;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " n "
-                                      << c.n << " w " << c.w);
-    RandomQkv in(c.hq, c.hkv, c.d, c.m, c.n, c.dtype, c.seed);
-    const size_t ws_bytes = window_forward_workspace_bytes(c.hq, c.hkv, c.n, c.w, c.d);
-    DeviceBuffer<char> ws(ws_bytes);
-    ASSERT_TRUE(in.ok() && ws.ok());
-    TensorView tq(in.dq.data(), c.dtype, {c.hq, c.m, c.d}, Device::kCuda);
-    TensorView tk(in.dk.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
-    TensorView tv(in.dv.data(), c.dtype, {c.hkv, c.n, c.d}, Device::kCuda);
-    std::vector<float> out[2], lse[2];
-    for (int pipelined = 0; pipelined < 2; ++pipelined) {
-      set_window_pipelined(pipelined == 1);
-      DeviceBuffer<float> dout(static_cast<size_t>(c.hq) * c.w * c.d),
-          dlse(static_cast<size_t>(c.hq) * c.w);
-      ASSERT_TRUE(dout.ok() && dlse.ok());
-      dout.poison();
-      dlse.poison();
-      TensorView tout(dout.data(), DType::kF32, {c.hq, c.w, c.d}, Device::kCuda);
-      TensorView tlse(dlse.data(), DType::kF32, {c.hq, c.w}, Device::kCuda);
-      window_forward(tq, tk, tv, c.w, 1.0f / std::sqrt(static_cast<float>(c.d)), tout, tlse,
-                     {ws.data(), ws_bytes});
-      KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-      out[pipelined] = dout.download();
-      lse[pipelined] = dlse.download();
-      EXPECT_TRUE(dout.sentinels_intact() && dlse.sentinels_intact());
-    }
-    set_window_pipelined(false);
-    ASSERT_EQ(out[0].size(), out[1].size());
-    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0)
-        << "outputs differ";
-    EXPECT_EQ(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)), 0)
-        << "lse differs";
-  }
-  set_window_pipelined(true);
   for (const Case& c : cases) run_case(c, true);
-  set_window_pipelined(false);
 }
 
 // launch_window_attention_rows (the model's prefill attention) writes launch_window_forward's
 // outputs rounded to the input dtype, as [w, Hq, d] rows, and the same lse, bit for bit: with one
-// key split (sm_count 1: the wgmma forward writes the rows itself, plain and pipelined loops), with
+// key split (sm_count 1: the wgmma forward writes the rows itself, cp.async and TMA loads), with
 // many (sm_count 1000: the merge writes them), on the mma.sync kernels (d = 256, or wgmma off), a
 // chunk after earlier tokens, a sliding window, with and without lse.
 TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
@@ -241,67 +199,63 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
         c.dtype, in.dq.data(), in.dk.data(), in.dv.data(), c.hq, c.hkv, c.d, c.w, c.n,
         1.0f / std::sqrt(static_cast<float>(c.d)), c.sliding);
     for (bool wgmma : {true, false})
-      for (bool pipelined : {false, true})
-        for (bool tma : {false, true})
-          for (int sms : {1, 1000}) {
-            if (tma && (!wgmma || sms != 1)) continue;  // TMA: the wgmma direct rows only
-            SCOPED_TRACE(::testing::Message()
-                         << "Hq " << c.hq << " d " << c.d << " w " << c.w << " n " << c.n
-                         << (wgmma ? " wgmma" : " mma.sync") << (pipelined ? " pipelined" : "")
-                         << (tma ? " tma" : "") << " sm_count " << sms);
-            set_window_wgmma(wgmma);
-            set_window_pipelined(pipelined);
-            set_window_tma(tma);
-            const size_t ws_bytes = detail::window_forward_scratch_bytes(a, true, sms);
-            DeviceBuffer<char> ws(ws_bytes);
-            ASSERT_TRUE(ws.ok());
-            out.poison();
-            lse.poison();
-            ASSERT_EQ(detail::launch_window_forward(a, out.data(), lse.data(), ws.data(), ws_bytes,
-                                                    sms, nullptr),
+      for (bool tma : {false, true})
+        for (int sms : {1, 1000}) {
+          if (tma && (!wgmma || sms != 1)) continue;  // TMA: the wgmma direct rows only
+          SCOPED_TRACE(::testing::Message() << "Hq " << c.hq << " d " << c.d << " w " << c.w
+                                            << " n " << c.n << (wgmma ? " wgmma" : " mma.sync")
+                                            << (tma ? " tma" : "") << " sm_count " << sms);
+          set_window_wgmma(wgmma);
+          set_window_tma(tma);
+          const size_t ws_bytes = detail::window_forward_scratch_bytes(a, true, sms);
+          DeviceBuffer<char> ws(ws_bytes);
+          ASSERT_TRUE(ws.ok());
+          out.poison();
+          lse.poison();
+          ASSERT_EQ(detail::launch_window_forward(a, out.data(), lse.data(), ws.data(), ws_bytes,
+                                                  sms, nullptr),
+                    cudaSuccess);
+          KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+          const std::vector<float> ref_out = out.download(), ref_lse = lse.download();
+          // The reference rows: out [Hq, w, d] f32 rounded to the input dtype, as [w, Hq, d].
+          std::vector<float> ref_rows(nq);
+          for (int h = 0; h < c.hq; ++h)
+            for (int t = 0; t < c.w; ++t)
+              for (int j = 0; j < c.d; ++j)
+                ref_rows[(static_cast<size_t>(t) * c.hq + h) * c.d + j] =
+                    ref_out[(static_cast<size_t>(h) * c.w + t) * c.d + j];
+          const std::vector<uint16_t> want = testing::encode16(ref_rows, c.dtype);
+          for (bool with_lse : {true, false}) {
+            SCOPED_TRACE(with_lse ? "with lse" : "without lse");
+            rows.poison();
+            rows_lse.poison();
+            const std::vector<float> lse_poison = rows_lse.download();
+            ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(),
+                                                           with_lse ? rows_lse.data() : nullptr,
+                                                           ws.data(), ws_bytes, sms, nullptr),
                       cudaSuccess);
             KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-            const std::vector<float> ref_out = out.download(), ref_lse = lse.download();
-            // The reference rows: out [Hq, w, d] f32 rounded to the input dtype, as [w, Hq, d].
-            std::vector<float> ref_rows(nq);
-            for (int h = 0; h < c.hq; ++h)
-              for (int t = 0; t < c.w; ++t)
-                for (int j = 0; j < c.d; ++j)
-                  ref_rows[(static_cast<size_t>(t) * c.hq + h) * c.d + j] =
-                      ref_out[(static_cast<size_t>(h) * c.w + t) * c.d + j];
-            const std::vector<uint16_t> want = testing::encode16(ref_rows, c.dtype);
-            for (bool with_lse : {true, false}) {
-              SCOPED_TRACE(with_lse ? "with lse" : "without lse");
-              rows.poison();
-              rows_lse.poison();
-              const std::vector<float> lse_poison = rows_lse.download();
-              ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(),
-                                                             with_lse ? rows_lse.data() : nullptr,
-                                                             ws.data(), ws_bytes, sms, nullptr),
-                        cudaSuccess);
-              KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-              const std::vector<uint16_t> got = rows.download();
-              size_t differ = 0, first = 0;
-              for (size_t i = 0; i < want.size(); ++i)
-                if (want[i] != got[i] && differ++ == 0) first = i;
-              EXPECT_EQ(differ, 0u) << "rows differ, first at " << first << " (" << got[first]
-                                    << " vs " << want[first] << ")";
-              const std::vector<float> got_lse = rows_lse.download();
-              const std::vector<float>& lse_want = with_lse ? ref_lse : lse_poison;
-              EXPECT_EQ(
-                  std::memcmp(got_lse.data(), lse_want.data(), lse_want.size() * sizeof(float)), 0)
-                  << (with_lse ? "lse differs" : "lse written though not asked for");
-              EXPECT_TRUE(rows.sentinels_intact() && rows_lse.sentinels_intact());
-            }
+            const std::vector<uint16_t> got = rows.download();
+            size_t differ = 0, first = 0;
+            for (size_t i = 0; i < want.size(); ++i)
+              if (want[i] != got[i] && differ++ == 0) first = i;
+            EXPECT_EQ(differ, 0u) << "rows differ, first at " << first << " (" << got[first]
+                                  << " vs " << want[first] << ")";
+            const std::vector<float> got_lse = rows_lse.download();
+            const std::vector<float>& lse_want = with_lse ? ref_lse : lse_poison;
+            EXPECT_EQ(std::memcmp(got_lse.data(), lse_want.data(), lse_want.size() * sizeof(float)),
+                      0)
+                << (with_lse ? "lse differs" : "lse written though not asked for");
+            EXPECT_TRUE(rows.sentinels_intact() && rows_lse.sentinels_intact());
           }
+        }
   }
 }
 
 // The wide TMA forward (set_window_tma_wide: 128-key tiles, loads issued by the warp that frees a
 // stage last) sums its online softmax in another order than the 64-key one, so its rows are
 // compared with tolerances: against the double reference (cases without a sliding window: the
-// reference has none), and against the 64-key TMA rows, lse included; its pipelined loop
-// (FlashAttention-3's order) bit for bit against its plain one. Prompts of 128-row blocks
+// reference has none), and against the 64-key TMA rows, lse included. Prompts of 128-row blocks
 // (the variant's only blocks): whole tiles, a partial last tile, more tiles than the 3 stages (the
 // refill path), a chunk after earlier tokens, a sliding window, G = 7, d = 64, f16, and head dim
 // 256 (64-key tiles; against the mma.sync kernels' rows, which it replaces for long prefills).
@@ -340,11 +294,9 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
     DeviceBuffer<float> lse(nl);
     ASSERT_TRUE(in.ok() && ws.ok() && rows.ok() && lse.ok());
     // Rows [w, Hq, d] and lse [Hq, w] of one variant, decoded to floats.
-    auto run = [&](bool wide, bool pipelined, std::vector<float>* out,
-                   std::vector<float>* out_lse) {
+    auto run = [&](bool wide, std::vector<float>* out, std::vector<float>* out_lse) {
       set_window_tma(true);
       set_window_tma_wide(wide);
-      set_window_pipelined(pipelined);
       rows.poison();
       lse.poison();
       ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(), lse.data(), ws.data(),
@@ -358,15 +310,9 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
       *out_lse = lse.download();
       EXPECT_TRUE(rows.sentinels_intact() && lse.sentinels_intact());
     };
-    std::vector<float> wide_rows, wide_lse, narrow_rows, narrow_lse, pipe_rows, pipe_lse;
-    run(true, false, &wide_rows, &wide_lse);
-    run(false, false, &narrow_rows, &narrow_lse);
-    // The wide loop in FlashAttention-3's order (set_window_pipelined): the same bits.
-    run(true, true, &pipe_rows, &pipe_lse);
-    EXPECT_EQ(std::memcmp(pipe_rows.data(), wide_rows.data(), nq * sizeof(float)), 0)
-        << "the pipelined wide rows differ from the plain wide ones";
-    EXPECT_EQ(std::memcmp(pipe_lse.data(), wide_lse.data(), nl * sizeof(float)), 0)
-        << "the pipelined wide lse differs from the plain wide one";
+    std::vector<float> wide_rows, wide_lse, narrow_rows, narrow_lse;
+    run(true, &wide_rows, &wide_lse);
+    run(false, &narrow_rows, &narrow_lse);
     const double tol = c.dtype == DType::kBF16 ? 1.5e-2 : 3e-3;  // as MatchesDoubleReference
     EXPECT_TRUE(kvevict::testing::all_close(
         wide_rows, std::vector<double>(narrow_rows.begin(), narrow_rows.end()), tol * 0.5, tol,
