@@ -165,6 +165,15 @@ TEST(CudaWindowForward, WgmmaForwardAtFewAndManyTilesMatchesDoubleReference) {
   for (const Case& c : cases) run_case(c, true);
 }
 
+// A prefill-shaped case of the attention rows: q [hq, w, d] is the window (every row), k / v
+// [hkv, n, d], a sliding window of `sliding` keys (0: none).
+struct RowsCase {
+  int hq, hkv, d, w;
+  int64_t n, sliding;
+  DType dtype;
+  uint64_t seed;
+};
+
 // launch_window_attention_rows (the model's prefill attention) writes launch_window_forward's
 // outputs rounded to the input dtype, as [w, Hq, d] rows, and the same lse, bit for bit: with one
 // key split (sm_count 1: the wgmma forward writes the rows itself, cp.async and TMA loads), with
@@ -172,12 +181,6 @@ TEST(CudaWindowForward, WgmmaForwardAtFewAndManyTilesMatchesDoubleReference) {
 // chunk after earlier tokens, a sliding window, with and without lse.
 TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
   KVEVICT_REQUIRE_GPU();
-  struct RowsCase {
-    int hq, hkv, d, w;
-    int64_t n, sliding;
-    DType dtype;
-    uint64_t seed;
-  };
   const RowsCase cases[] = {
       {32, 8, 128, 300, 300, 0, DType::kBF16, 61},   // a whole prompt, Llama heads
       {8, 2, 64, 200, 500, 0, DType::kF16, 62},      // a chunk after 300 earlier tokens
@@ -262,13 +265,7 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
 TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
   KVEVICT_REQUIRE_GPU();
   if (!window_wgmma_available()) GTEST_SKIP() << "no wgmma kernels for this device";
-  struct WideCase {
-    int hq, hkv, d, w;
-    int64_t n, sliding;
-    DType dtype;
-    uint64_t seed;
-  };
-  const WideCase cases[] = {
+  const RowsCase cases[] = {
       {32, 8, 128, 256, 256, 0, DType::kBF16, 71},    // a whole prompt, Llama heads, 2 tiles
       {8, 2, 128, 200, 1100, 0, DType::kBF16, 72},    // a chunk after 900 tokens: 9 tiles, 3 stages
       {8, 2, 64, 130, 130, 0, DType::kF16, 73},       // d = 64, a partial second tile
@@ -278,7 +275,7 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
       {4, 2, 256, 150, 500, 37, DType::kF16, 77},     // d = 256, a sliding window, 3 row blocks
   };
   const VariantSwitches restore;
-  for (const WideCase& c : cases) {
+  for (const RowsCase& c : cases) {
     SCOPED_TRACE(::testing::Message()
                  << "Hq " << c.hq << " Hkv " << c.hkv << " d " << c.d << " w " << c.w << " n "
                  << c.n << " sliding " << c.sliding << " " << dtype_name(c.dtype));
