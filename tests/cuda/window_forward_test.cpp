@@ -116,6 +116,7 @@ TEST(CudaWindowForward, MatchesDoubleReference) {
       {1, 1, 128, 1, 1, 1, DType::kBF16, 5},        // a single token
       {7, 1, 128, 3, 3, 4099, DType::kF16, 6},      // MQA, G = 7
       {8, 2, 128, 17, 17, 17, DType::kBF16, 7},     // window = the whole prompt
+      {1, 1, 128, 1, 1, 40000, DType::kBF16, 8},    // 157 splits: the merge's > 128-split path
   };
   for (const Case& c : cases) {
     run_case(c, true);
