@@ -485,8 +485,9 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
     // The loads of kBatch steps are issued before any of them is summed: loaded and summed step
     // by step, each step's two rows (o partial, another split's top value) cost a round trip to
     // L2 or memory, 16 in a row at 4K (the merge took 10.8 us there, ncu 2026-12-06 (e)). The sums
-    // keep the steps' order, so the bits are the same.
-    constexpr int kBatch = 8;
+    // keep the steps' order, so the bits are the same. 4 steps a batch: 117 registers, two blocks
+    // a SM for the large merge grids of short prefill chunks (8: 156 registers, one block).
+    constexpr int kBatch = 4;
     const int steps = (p.splits + split_lanes - 1) / split_lanes;
     for (int k0 = 0; k0 < steps; k0 += kBatch) {
       uint4 raw_o[kBatch], raw_v[kBatch];
@@ -744,7 +745,7 @@ cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, fl
   if (!window_args_valid(a) || a.v == nullptr || out_rows == nullptr) return cudaErrorInvalidValue;
   if (scratch_bytes < window_forward_scratch_bytes(a, true, sm_count)) return cudaErrorInvalidValue;
   // Head dim 256 (Gemma 3): 128-row blocks of one key split on the wide TMA forward where they
-  // fill at least half the SMs, the rule by which a d = 128 plan has one split; otherwise (short
+  // fill more than half the SMs, the rule by which a d = 128 plan has one split; otherwise (short
   // chunks) the mma.sync kernels with their splits.
   if (a.head_dim == 256 && wgmma_rows_d256_enabled()) {
     WindowPlan wide;
@@ -755,12 +756,13 @@ cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, fl
     wide.tile_keys = 64;
     wide.keys_per_split = (a.n + 63) / 64 * 64;
     if (2 * static_cast<int64_t>(a.num_kv_heads) * wide.row_blocks > sm_count) {
-      ForwardParams p = forward_params(a, wide, true, scratch);  // no partials: direct rows
+      ForwardParams p = forward_params(a, wide, true, scratch);
+      p.part_o = nullptr;  // direct rows: no partials (scratch is sized for the mma.sync plan)
+      p.part_ml = nullptr;
       p.rows_out = out_rows;
       p.rows_lse = lse;
       const cudaError_t err = launch_rows_wgmma_d256(p, stream);
-      if (err != cudaErrorNotSupported) return err;
-      (void)cudaGetLastError();  // not supported here (driver without TMA maps): the fallback
+      if (err != cudaErrorNotSupported) return err;  // else (no tensor maps here) the fallback
     }
   }
   const WindowPlan plan = forward_plan(a, true, sm_count);
