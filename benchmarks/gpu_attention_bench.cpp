@@ -7,7 +7,7 @@
 // the whole prompt's attention of one layer and its causal TFLOP/s (4 d FLOPs a head and visible
 // query-key pair: d multiply-adds of QK^T and d of PV), as tools/peers/sdpa_prefill.py counts
 // PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it). Every forward loop
-// is timed, interleaved: cp.async loads, TMA, wide TMA (kernel_variants.h).
+// is timed, interleaved: cp.async loads, TMA, wide TMA and its FA3 loops (kernel_variants.h).
 //
 // Usage: gpu_attention_bench [--shape llama|gemma3] [--lengths 4096,32768,131072] [--chunk 4096]
 //                            [--reps N]
@@ -182,25 +182,32 @@ int run(const Args& args) {
     };
     auto last_chunk = [&] { launch(chunks.back()); };
     // The forward's loads (kernel_variants.h): cp.async, TMA (64-key tiles, producer warp), wide
-    // TMA (128-key tiles, issued by the consumers; the default); interleaved.
+    // TMA (128-key tiles, issued by the consumers; the default) with its plain loop, FA3's
+    // intra-warpgroup overlap and FA3's ping-pong; interleaved.
     struct Variant {
       const char* name;
       bool tma, wide;
+      int loop;
     };
-    const Variant variants[] = {
-        {"plain", false, false}, {"tma", true, false}, {"tma-wide", true, true}};
-    constexpr int kVariants = 3;
+    const Variant variants[] = {{"plain", false, false, 0},
+                                {"tma", true, false, 0},
+                                {"tma-wide", true, true, 0},
+                                {"wide-overlap", true, true, 1},
+                                {"wide-pingpong", true, true, 2}};
+    constexpr int kVariants = 5;
     std::vector<float> all_ms[kVariants], last_ms[kVariants];
     for (int round = 0; round < 2; ++round)
       for (int i = 0; i < kVariants; ++i) {
         kvevict::cuda::set_window_tma(variants[i].tma);
         kvevict::cuda::set_window_tma_wide(variants[i].wide);
+        kvevict::cuda::set_window_wide_loop(variants[i].loop);
         whole();  // warm-up
         for (float x : samples(whole)) all_ms[i].push_back(x);
         for (float x : samples(last_chunk)) last_ms[i].push_back(x);
       }
     kvevict::cuda::set_window_tma(true);  // the defaults
     kvevict::cuda::set_window_tma_wide(true);
+    kvevict::cuda::set_window_wide_loop(0);
     for (int i = 0; i < kVariants; ++i) {
       const double all = median(all_ms[i]);
       std::printf("%-10lld %-14s %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L),

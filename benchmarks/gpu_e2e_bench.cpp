@@ -124,8 +124,9 @@ Args parse(int argc, char** argv) {
           "value\n"
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
           "  --prompt-tokens N      context of --decode-ab (default 256)\n"
-          "  --forward-loop L       the prefill attention's wgmma loads: plain (cp.async),\n"
-          "                         tma or tma-wide (default; kernel_variants.h)\n"
+          "  --forward-loop L       the prefill attention's wgmma loop: plain (cp.async),\n"
+          "                         tma, tma-wide (default), wide-overlap or\n"
+          "                         wide-pingpong (kernel_variants.h)\n"
           "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }
@@ -181,9 +182,11 @@ Args parse(int argc, char** argv) {
       a.prefill_only = true;
     else if (k == "--forward-loop") {
       a.forward_loop = v();
-      KVEVICT_CHECK(
-          a.forward_loop == "plain" || a.forward_loop == "tma" || a.forward_loop == "tma-wide",
-          "--forward-loop '", a.forward_loop, "': expected plain, tma or tma-wide");
+      KVEVICT_CHECK(a.forward_loop == "plain" || a.forward_loop == "tma" ||
+                        a.forward_loop == "tma-wide" || a.forward_loop == "wide-overlap" ||
+                        a.forward_loop == "wide-pingpong",
+                    "--forward-loop '", a.forward_loop,
+                    "': expected plain, tma, tma-wide, wide-overlap or wide-pingpong");
     } else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -319,8 +322,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpu_e2e_bench: no CUDA device\n");
       return 2;
     }
-    cuda::set_window_tma(a.forward_loop == "tma" || a.forward_loop == "tma-wide");
-    cuda::set_window_tma_wide(a.forward_loop == "tma-wide");
+    const std::string& loop = a.forward_loop;
+    const bool wide = loop == "tma-wide" || loop == "wide-overlap" || loop == "wide-pingpong";
+    cuda::set_window_tma(loop == "tma" || wide);
+    cuda::set_window_tma_wide(wide);
+    cuda::set_window_wide_loop(loop == "wide-overlap" ? 1 : loop == "wide-pingpong" ? 2 : 0);
     ModelConfig cfg = ModelConfig::preset(a.preset);
     std::string simplification;
     if (a.layers > 0 && a.layers < cfg.n_layers) {

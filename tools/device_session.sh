@@ -36,7 +36,7 @@
 #                                             2; LLAMA_MODES: default "auto 0")
 #   tools/device_session.sh prefill-ab        the 8B's prefill at 32K / 128K with each wgmma loop
 #                                             (gpu_e2e_bench --forward-loop; PREFILL_LOOPS, default
-#                                             "plain tma tma-wide")
+#                                             "tma-wide wide-overlap wide-pingpong")
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
@@ -252,7 +252,7 @@ PY
     # The prefill attention's wgmma loops end to end (gpu_e2e_bench --forward-loop, A B A B): the
     # Llama-3.1-8B shape's prefill at 32K and 128K (no decode runs; issue 16's prefill targets).
     for round in 1 2; do
-      for loop in ${PREFILL_LOOPS:-plain tma tma-wide}; do
+      for loop in ${PREFILL_LOOPS:-tma-wide wide-overlap wide-pingpong}; do
         echo "== llama-3.1-8b prefill, loop $loop, round $round"
         timeout 200 $K/bin/gpu_e2e_bench --preset llama-3.1-8b --lengths ${PREFILL_LENGTHS:-32768,131072} \
           --pair-max 0 --prefill-only --forward-loop $loop 2>&1 | grep -ivE "^weights|^$"

@@ -32,6 +32,12 @@ void set_window_tma(bool enabled);
 // 469 in the same run). Outputs agree with the 64-key forward to float rounding (another
 // online-softmax order), not bit for bit. (src/cuda/window_forward_wgmma.cu)
 void set_window_tma_wide(bool enabled);
+// The wide TMA forward's loop (head dim <= 128): 0, the default, the plain order; 1
+// FlashAttention-3's intra-warpgroup order (Q K^T of the next tile and P V of this one issued
+// together, the next softmax overlapping P V); 2 that order with FA3's ping-pong turns between the
+// two warpgroups (named barriers). Same outputs bit for bit (tests check); not yet measured.
+// (src/cuda/window_forward_wgmma.cu)
+void set_window_wide_loop(int mode);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
 

@@ -92,6 +92,23 @@ __device__ __forceinline__ void wgmma_hold(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A fragments a wgmma reads from registers (P of P V): held until its wait, so the
+// compiler keeps them where the running wgmma reads them.
+template <int M>
+__device__ __forceinline__ void wgmma_hold(uint32_t (&a)[M][4]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
+// Named barrier `id` (1-15; 0 is __syncthreads) completing when `threads` threads have reached it:
+// named_barrier_sync counts the calling warp and waits, named_barrier_arrive counts it and goes on.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // Barrier of warpgroup wg's 128 threads alone (named barrier 1 + wg; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");

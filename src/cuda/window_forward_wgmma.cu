@@ -25,6 +25,7 @@
 #include "cuda/wgmma.cuh"
 #include "cuda/window_params.cuh"
 #include "cuda/window_traits.cuh"
+#include "kvevict/error.h"
 
 namespace kvevict::cuda::detail {
 namespace {
@@ -122,11 +123,14 @@ constexpr int wg_forward_stages() {
 // counts its release of a stage on a shared counter, and the warp that releases it last issues the
 // TMA loads of the stage's next tile. 256 threads leave ptxas up to 255 registers a thread where
 // 288 (two warpgroups and a warp, allocated as three) leave 168, which 128-key tiles exceed.
-// (FlashAttention-3's intra-warpgroup overlap, S of the next tile or P V of this one in flight
-// during a softmax, was built in two orders, measured no faster with two consumer warpgroups on
-// the H100, and removed: docs/GPU_NOTES.md.)
+// kOverlap (with kTmaInline, head dim <= 128; set_window_wide_loop): FlashAttention-3's loop. 1:
+// each warpgroup issues Q K^T of tile t + 1 and P V of tile t together and runs the softmax of
+// tile t + 1 while its P V runs (intra-warpgroup overlap). 2: the same, the issues taken in turns
+// with the other warpgroup (two named barriers, FA3's ping-pong), so the tensor cores alternate
+// between the warpgroups instead of both warpgroups' softmax falling on the same moments. Every
+// product and softmax step is the plain loop's, in its order: the same bits.
 template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
-          bool kTmaInline = false>
+          bool kTmaInline = false, int kOverlap = 0>
 __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0), Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p, const __grid_constant__ KvTensorMaps maps) {
   static_assert(kWithV || !kTop, "the top keys need V");
@@ -134,6 +138,8 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   static_assert(!kTma || kDirect, "the TMA loads: direct rows (one split) only");
   static_assert(!kTmaInline || kTma, "consumer-issued TMA loads: a TMA variant");
   static_assert(Tr::kTileKeys == 64 || kTmaInline, "128-key tiles: the consumer-issued TMA only");
+  static_assert(kOverlap == 0 || (kTmaInline && Tr::kWG == 2 && Tr::kD <= 128),
+                "the overlapped loops: two warpgroups on the wide TMA forward, head dim <= 128");
   static_assert(Tr::kD <= 128 || kTmaInline,
                 "head dim 256 (O: 128 floats a thread): the consumer-issued TMA only");
 #if defined(KVEVICT_HAS_WGMMA)
@@ -316,22 +322,27 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   };
   // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
   // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).
-  auto issue_pv = [&](const float(&s)[kS], const float(&corr)[2], bool grew, bool rescaled,
-                      int stage) {
+  // Its steps: O rescaled to the tile's row maxima, P packed to T (the A fragments, before the
+  // fence: no register writes inside the chain), the chain issued and committed.
+  using PFrag = uint32_t[TK / 16][4];
+  auto rescale_o = [&](const float(&corr)[2], bool grew, bool rescaled) {
+    if (grew && !rescaled) {
+#pragma unroll
+      for (int i = 0; i < (kWithV ? D / 2 : 1); ++i) o[i] *= corr[(i >> 1) & 1];
+    }
+  };
+  auto pack_p = [&](const float(&s)[kS], PFrag& pa) {
+#pragma unroll
+    for (int kk = 0; kk < TK / 16; ++kk) {
+      pa[kk][0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
+      pa[kk][1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto issue_pv_packed = [&](PFrag& pa, int stage) {
     if constexpr (kWithV) {  // (o is a placeholder without V)
-      if (grew && !rescaled) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-      }
       const uint64_t vt_desc = wgmma_desc_add(v_desc, stage * kStageBytes);
-      uint32_t pa[TK / 16][4];  // packed before the fence: no register writes inside the chain
-#pragma unroll
-      for (int kk = 0; kk < TK / 16; ++kk) {
-        pa[kk][0] = ElemTraits<T>::pack(s[8 * kk], s[8 * kk + 1]);
-        pa[kk][1] = ElemTraits<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = ElemTraits<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = ElemTraits<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
-      }
       wgmma_hold(o);
       wgmma_fence();
 #pragma unroll
@@ -349,6 +360,15 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
         }
       }
       wgmma_commit();
+    }
+  };
+  auto issue_pv = [&](const float(&s)[kS], const float(&corr)[2], bool grew, bool rescaled,
+                      int stage) {
+    if constexpr (kWithV) {
+      rescale_o(corr, grew, rescaled);
+      PFrag pa;
+      pack_p(s, pa);
+      issue_pv_packed(pa, stage);
     }
   };
 
@@ -395,23 +415,88 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     }
   };
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile % kStages;
-    landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1, tile);
-
+  if constexpr (kOverlap > 0) {
+    // Turns (kOverlap 2): this warpgroup waits on its named barrier (1 + wg) before it issues, and
+    // lets the other go (arrives on 2 - wg) after. Warpgroup 1 arrives once first, so warpgroup 0
+    // takes the first turn, and skips its arrival after its last turn, so no barrier is left
+    // half-arrived. Each warpgroup takes num_tiles + 1 turns: Q K^T of tile 0; {Q K^T of t + 1,
+    // P V of t}; P V of the last tile. A tile's landing is waited before the turn (a wait inside
+    // it would hold the other warpgroup up).
+    const int my_bar = 1 + wg, your_bar = 2 - wg;
+    auto take_turn = [&] {
+      if constexpr (kOverlap == 2) named_barrier_sync(my_bar, 2 * 128);
+    };
+    auto pass_turn = [&] {
+      if constexpr (kOverlap == 2) named_barrier_arrive(your_bar, 2 * 128);
+    };
+    PFrag pa;
     float s[kS];
-    issue_qk(s, stage);
-    wgmma_wait<0>();
-    wgmma_hold(s);
     float corr[2];
     bool grew = false, rescaled = false;
-    mask_and_softmax(s, tile, corr, &grew, &rescaled, stage);
-    if constexpr (kWithV) {
-      issue_pv(s, corr, grew, rescaled, stage);
+    if (num_tiles > 0) {
+      if (wg == 1) pass_turn();
+      landed(std::integral_constant<int, 0>(), 0);
+      take_turn();
+      issue_qk(s, 0);
+      pass_turn();
+      wgmma_wait<0>();
+      wgmma_hold(s);
+      mask_and_softmax(s, 0, corr, &grew, &rescaled, 0);
+      rescale_o(corr, grew, rescaled);
+      pack_p(s, pa);
+    }
+    // Every iteration commits the same two groups (a conditional commit would keep ptxas from
+    // proving that the first wait leaves only P V running, and it would serialize the wgmma,
+    // C7514); the last tile's P V follows the loop.
+    for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+      landed(std::integral_constant<int, 0>(), tile + 1);
+      take_turn();
+      issue_qk(s, (tile + 1) % kStages);
+      wgmma_hold(s);
+      issue_pv_packed(pa, tile % kStages);
+      pass_turn();
+      wgmma_wait<1>();  // Q K^T of tile + 1, committed first, has completed
+      wgmma_hold(s);
+      mask_and_softmax(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages);
+      // ptxas hoists the wait for P V above the softmax (placing it anywhere in the block, it
+      // put it before the exponentials, which then ran after P V: no overlap) unless a memory
+      // operation that needs the softmax stands before it: lane 0 stores the row sums into a
+      // spare word of the barriers' space (released[kStages], never read).
+      if (lane == 0) *reinterpret_cast<volatile float*>(released + kStages) = l_run[0] + l_run[1];
       wgmma_wait<0>();
       wgmma_hold(o);
+      wgmma_hold(pa);
+      release(tile);
+      rescale_o(corr, grew, rescaled);
+      pack_p(s, pa);
     }
-    release(tile);
+    if (num_tiles > 0) {
+      take_turn();
+      issue_pv_packed(pa, (num_tiles - 1) % kStages);
+      if (wg == 0) pass_turn();
+      wgmma_wait<0>();
+      wgmma_hold(o);
+      release(num_tiles - 1);
+    }
+  } else {
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = tile % kStages;
+      landed_then_prefetch(std::integral_constant<int, kStages - 2>(), tile + kStages - 1, tile);
+
+      float s[kS];
+      issue_qk(s, stage);
+      wgmma_wait<0>();
+      wgmma_hold(s);
+      float corr[2];
+      bool grew = false, rescaled = false;
+      mask_and_softmax(s, tile, corr, &grew, &rescaled, stage);
+      if constexpr (kWithV) {
+        issue_pv(s, corr, grew, rescaled, stage);
+        wgmma_wait<0>();
+        wgmma_hold(o);
+      }
+      release(tile);
+    }
   }
   cp_async_wait<0>();
 
@@ -493,11 +578,11 @@ __global__ void wgmma_probe_kernel(int* out) {
 }
 
 template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
-          bool kTmaInline = false>
+          bool kTmaInline = false, int kOverlap = 0>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream,
                           const KvTensorMaps& maps = KvTensorMaps{}) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV, kTma>(wg_forward_stages<Tr, kWithV, kTma>());
-  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kDirect, kTma, kTmaInline>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kDirect, kTma, kTmaInline, kOverlap>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -561,6 +646,7 @@ bool make_kv_maps(const ForwardParams& p, KvTensorMaps* maps) {
 std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_tma{true};       // 2026-12-06 (e), H100: +16-19% over the plain loads
 std::atomic<bool> g_tma_wide{true};  // 2026-12-06 (e), H100: +8-15% over the 64-key TMA
+std::atomic<int> g_wide_loop{0};     // set_window_wide_loop: not yet measured
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (as final rows with one split: the TMA forwards where the switches allow), the outputs
@@ -573,7 +659,11 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   if constexpr (Tr::kWG == 2) {  // 128-key tiles need the one-block-a-SM shared memory
     using Wide = WgWindowTraits<typename Tr::T, Tr::kD, 2, 128>;
     if (direct && g_tma_wide.load(std::memory_order_relaxed) && make_kv_maps<Wide>(p, &maps))
-      return launch_config<Wide, true, false, true, true, true>(p, stream, maps);
+      switch (g_wide_loop.load(std::memory_order_relaxed)) {
+        case 1: return launch_config<Wide, true, false, true, true, true, 1>(p, stream, maps);
+        case 2: return launch_config<Wide, true, false, true, true, true, 2>(p, stream, maps);
+        default: return launch_config<Wide, true, false, true, true, true>(p, stream, maps);
+      }
   }
   if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps))
     return launch_config<Tr, true, false, true, true>(p, stream, maps);
@@ -648,6 +738,10 @@ void set_window_tma(bool enabled) {
 }
 void set_window_tma_wide(bool enabled) {
   detail::g_tma_wide.store(enabled);
+}
+void set_window_wide_loop(int mode) {
+  KVEVICT_CHECK(mode >= 0 && mode <= 2, "wide loop ", mode, " is invalid; expected 0, 1 or 2");
+  detail::g_wide_loop.store(mode);
 }
 bool window_wgmma_available() {
   return detail::wgmma_kernels_available();

@@ -26,6 +26,7 @@ struct VariantSwitches {
     set_window_wgmma(true);
     set_window_tma(true);
     set_window_tma_wide(true);
+    set_window_wide_loop(0);
   }
 };
 
@@ -259,7 +260,8 @@ TEST(CudaWindowForward, AttentionRowsEqualTheForwardsOutputsInTheInputDtype) {
 // The wide TMA forward (set_window_tma_wide: 128-key tiles, loads issued by the warp that frees a
 // stage last) sums its online softmax in another order than the 64-key one, so its rows are
 // compared with tolerances: against the double reference (cases without a sliding window: the
-// reference has none), and against the 64-key TMA rows, lse included. Prompts of 128-row blocks
+// reference has none), and against the 64-key TMA rows, lse included; its FlashAttention-3 loops
+// (intra-warpgroup overlap, ping-pong) bit for bit against its plain one. Prompts of 128-row blocks
 // (the variant's only blocks): whole tiles, a partial last tile, more tiles than the 3 stages (the
 // refill path), a chunk after earlier tokens, a sliding window, G = 7, d = 64, f16, and head dim
 // 256 (64-key tiles; against the mma.sync kernels' rows, which it replaces for long prefills).
@@ -292,9 +294,10 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
     DeviceBuffer<float> lse(nl);
     ASSERT_TRUE(in.ok() && ws.ok() && rows.ok() && lse.ok());
     // Rows [w, Hq, d] and lse [Hq, w] of one variant, decoded to floats.
-    auto run = [&](bool wide, std::vector<float>* out, std::vector<float>* out_lse) {
+    auto run = [&](bool wide, int loop, std::vector<float>* out, std::vector<float>* out_lse) {
       set_window_tma(true);
       set_window_tma_wide(wide);
+      set_window_wide_loop(loop);
       rows.poison();
       lse.poison();
       ASSERT_EQ(detail::launch_window_attention_rows(a, rows.data(), lse.data(), ws.data(),
@@ -309,8 +312,17 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
       EXPECT_TRUE(rows.sentinels_intact() && lse.sentinels_intact());
     };
     std::vector<float> wide_rows, wide_lse, narrow_rows, narrow_lse;
-    run(true, &wide_rows, &wide_lse);
-    run(false, &narrow_rows, &narrow_lse);
+    run(true, 0, &wide_rows, &wide_lse);
+    run(false, 0, &narrow_rows, &narrow_lse);
+    // FlashAttention-3's loops (set_window_wide_loop 1, 2): the plain wide loop's bits.
+    for (int loop : {1, 2}) {
+      std::vector<float> loop_rows, loop_lse;
+      run(true, loop, &loop_rows, &loop_lse);
+      EXPECT_EQ(std::memcmp(loop_rows.data(), wide_rows.data(), nq * sizeof(float)), 0)
+          << "wide loop " << loop << ": rows differ from the plain wide loop's";
+      EXPECT_EQ(std::memcmp(loop_lse.data(), wide_lse.data(), nl * sizeof(float)), 0)
+          << "wide loop " << loop << ": lse differs from the plain wide loop's";
+    }
     const double tol = c.dtype == DType::kBF16 ? 1.5e-2 : 3e-3;  // as MatchesDoubleReference
     EXPECT_TRUE(kvevict::testing::all_close(
         wide_rows, std::vector<double>(narrow_rows.begin(), narrow_rows.end()), tol * 0.5, tol,
