@@ -50,4 +50,48 @@ for f in "${files[@]}"; do
   fi
 done
 if (( status == 0 )); then echo "check_wgmma: ${#files[@]} files, no serialized wgmma"; fi
+# The wide forward's FA3 loops (set_window_wide_loop 1 / 2) overlap the softmax with P V only if
+# the exponentials stay between the two waits (WARPGROUP.DEPBAR.LE 1 .. 0); ptxas once hoisted
+# the second wait above them, legally and silently (2026-12-06 (e)). Checked where a cuobjdump
+# is at hand (the CUDA toolkit's, or the one torch's triton wheel ships).
+cuobjdump="$(command -v cuobjdump || true)"
+for c in /usr/local/cuda/bin/cuobjdump "$ROOT"/.venv/lib/python3*/site-packages/triton/backends/nvidia/bin/cuobjdump; do
+  [[ -z "$cuobjdump" && -x "$c" ]] && cuobjdump="$c"
+done
+obj="$out/window_forward_wgmma.cu.o"
+if [[ -n "$cuobjdump" && -f "$obj" ]]; then
+  "$cuobjdump" -sass "$obj" >"$out/forward.sass" 2>/dev/null || true
+  python3 - "$out/forward.sass" <<'PY' || status=1
+import re, sys
+text = open(sys.argv[1]).read()
+checked, bad = 0, []
+for part in re.split(r"\n\s*Function : ", text)[1:]:
+    name, body = part.split("\n", 1)
+    # kOverlap, the kernel's last template argument: ...ELi1EEEvNS1_13ForwardParams...
+    m = re.search(r"EL(?:b[01]E)+Li([12])EEEv", name)
+    if "window_forward_wgmma_kernel" not in name or not m:
+        continue
+    checked += 1
+    lines = body.split("\n")
+    first = next((i for i, l in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in l), None)
+    if first is None:
+        bad.append((name, "no wait for all but one group"))
+        continue
+    second = next((i for i in range(first + 1, len(lines))
+                   if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in lines[i]), len(lines))
+    exps = sum("MUFU.EX2" in l for l in lines[first:second])
+    if exps < 32:
+        bad.append((name, f"{exps} exponentials between the waits"))
+for name, why in bad:
+    print(f"check_wgmma: overlap lost in ...{name.strip()[-90:]}: {why}")
+if checked == 0:
+    print("check_wgmma: no FA3-loop kernels found in the SASS")
+    sys.exit(1)
+if bad:
+    sys.exit(1)
+print(f"check_wgmma: {checked} FA3-loop kernels keep their softmax between the two waits")
+PY
+else
+  echo "check_wgmma: no cuobjdump here: the FA3 loops' wait order is not checked"
+fi
 exit "$status"

@@ -101,13 +101,16 @@ __device__ __forceinline__ void wgmma_hold(uint32_t (&a)[M][4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
 }
-// Named barrier `id` (1-15; 0 is __syncthreads) completing when `threads` threads have reached it:
+// Named barrier kId (1-15; 0 is __syncthreads) completing when kThreads threads have reached it:
 // named_barrier_sync counts the calling warp and waits, named_barrier_arrive counts it and goes on.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+// Compile-time ids, so ptxas reserves only the barriers used.
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 // Barrier of warpgroup wg's 128 threads alone (named barrier 1 + wg; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_barrier(int wg) {

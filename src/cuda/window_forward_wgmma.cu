@@ -138,6 +138,8 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   static_assert(!kTma || kDirect, "the TMA loads: direct rows (one split) only");
   static_assert(!kTmaInline || kTma, "consumer-issued TMA loads: a TMA variant");
   static_assert(Tr::kTileKeys == 64 || kTmaInline, "128-key tiles: the consumer-issued TMA only");
+  // (kTmaInline is also what frees released[kStages], the word the overlapped loops store into
+  // to pin their wait: with a producer warp that word is a live "empty" mbarrier.)
   static_assert(kOverlap == 0 || (kTmaInline && Tr::kWG == 2 && Tr::kD <= 128),
                 "the overlapped loops: two warpgroups on the wide TMA forward, head dim <= 128");
   static_assert(Tr::kD <= 128 || kTmaInline,
@@ -422,12 +424,21 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     // half-arrived. Each warpgroup takes num_tiles + 1 turns: Q K^T of tile 0; {Q K^T of t + 1,
     // P V of t}; P V of the last tile. A tile's landing is waited before the turn (a wait inside
     // it would hold the other warpgroup up).
-    const int my_bar = 1 + wg, your_bar = 2 - wg;
     auto take_turn = [&] {
-      if constexpr (kOverlap == 2) named_barrier_sync(my_bar, 2 * 128);
+      if constexpr (kOverlap == 2) {
+        if (wg == 0)
+          named_barrier_sync<1, 256>();
+        else
+          named_barrier_sync<2, 256>();
+      }
     };
     auto pass_turn = [&] {
-      if constexpr (kOverlap == 2) named_barrier_arrive(your_bar, 2 * 128);
+      if constexpr (kOverlap == 2) {
+        if (wg == 0)
+          named_barrier_arrive<2, 256>();
+        else
+          named_barrier_arrive<1, 256>();
+      }
     };
     PFrag pa;
     float s[kS];

@@ -272,6 +272,7 @@ TEST(CudaWindowForward, WideTmaRowsMatchTheReferenceAndThe64KeyRows) {
       {32, 8, 128, 256, 256, 0, DType::kBF16, 71},    // a whole prompt, Llama heads, 2 tiles
       {8, 2, 128, 200, 1100, 0, DType::kBF16, 72},    // a chunk after 900 tokens: 9 tiles, 3 stages
       {8, 2, 64, 130, 130, 0, DType::kF16, 73},       // d = 64, a partial second tile
+      {8, 2, 64, 160, 1000, 0, DType::kBF16, 78},     // d = 64: 8 tiles, refills of 4 stages
       {28, 4, 128, 301, 1000, 97, DType::kBF16, 74},  // a sliding window, G = 7
       {4, 1, 128, 512, 700, 0, DType::kF16, 75},      // 4 row blocks of one head
       {4, 1, 256, 256, 700, 0, DType::kBF16, 76},     // d = 256 (Gemma 3 heads), 2 stages, refills
