@@ -425,20 +425,12 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     // P V of t}; P V of the last tile. A tile's landing is waited before the turn (a wait inside
     // it would hold the other warpgroup up).
     auto take_turn = [&] {
-      if constexpr (kOverlap == 2) {
-        if (wg == 0)
-          named_barrier_sync<1, 256>();
-        else
-          named_barrier_sync<2, 256>();
-      }
+      if constexpr (kOverlap == 2)
+        wg == 0 ? named_barrier_sync<1, 256>() : named_barrier_sync<2, 256>();
     };
     auto pass_turn = [&] {
-      if constexpr (kOverlap == 2) {
-        if (wg == 0)
-          named_barrier_arrive<2, 256>();
-        else
-          named_barrier_arrive<1, 256>();
-      }
+      if constexpr (kOverlap == 2)
+        wg == 0 ? named_barrier_arrive<2, 256>() : named_barrier_arrive<1, 256>();
     };
     PFrag pa;
     float s[kS];
