@@ -119,10 +119,11 @@ constexpr int wg_forward_stages() {
 // copies a tile and no block-wide barrier runs per tile, so the two warpgroups drift apart and
 // overlap each other's softmax with the tensor cores (FlashAttention-3's producer / consumer
 // split). Keys past the block's range but before n are loaded and masked (not zeroed).
-// kTmaInline (with kTma; set_window_tma_wide, 128-key tiles): no producer warp. Each consumer warp
-// counts its release of a stage on a shared counter, and the warp that releases it last issues the
-// TMA loads of the stage's next tile. 256 threads leave ptxas up to 255 registers a thread where
-// 288 (two warpgroups and a warp, allocated as three) leave 168, which 128-key tiles exceed.
+// kTmaInline (with kTma; set_window_tma_wide: 128-key tiles, or 64 at head dim 256): no producer
+// warp. Each consumer warp counts its release of a stage on a shared counter, and the warp that
+// releases it last issues the TMA loads of the stage's next tile. 256 threads leave ptxas up to
+// 255 registers a thread where 288 (two warpgroups and a warp, allocated as three) leave 168,
+// which 128-key tiles (and d = 256's 128 output floats) exceed.
 // kOverlap (with kTmaInline, head dim <= 128; set_window_wide_loop): FlashAttention-3's loop. 1:
 // each warpgroup issues Q K^T of tile t + 1 and P V of tile t together and runs the softmax of
 // tile t + 1 while its P V runs (intra-warpgroup overlap). 2: the same, the issues taken in turns
