@@ -393,22 +393,8 @@ TEST(CudaWindowForward, DominantTopKeys) {
           dout.poison();
           dlse.poison();
           if (tops) {
-            detail::WindowArgs wa;
-            wa.elem = detail::Elem::kBF16;
-            wa.q = dq.data();
-            wa.q_head_stride = static_cast<int64_t>(w) * s.d;
-            wa.q_row_stride = s.d;
-            wa.q_rows = w;
-            wa.k = dk.data();
-            wa.v = dv.data();
-            wa.kv_head_stride = s.n * s.d;
-            wa.kv_row_stride = s.d;
-            wa.num_q_heads = hq;
-            wa.num_kv_heads = s.hkv;
-            wa.w = w;
-            wa.head_dim = s.d;
-            wa.n = s.n;
-            wa.scale = pp.scale;
+            const detail::WindowArgs wa = testing::contiguous_window_args(
+                DType::kBF16, dq.data(), dk.data(), dv.data(), hq, s.hkv, s.d, w, s.n, pp.scale);
             const int sms = detail::current_sm_count();
             const size_t scratch_bytes = detail::window_forward_scratch_bytes(wa, true, sms);
             DeviceBuffer<char> scratch(scratch_bytes);
