@@ -207,7 +207,7 @@ int run(const Args& args) {
       }
     kvevict::cuda::set_window_tma(true);  // the defaults
     kvevict::cuda::set_window_tma_wide(true);
-    kvevict::cuda::set_window_wide_loop(0);
+    kvevict::cuda::set_window_wide_loop(1);
     for (int i = 0; i < kVariants; ++i) {
       const double all = median(all_ms[i]);
       std::printf("%-10lld %-14s %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L),

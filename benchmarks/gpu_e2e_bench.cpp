@@ -67,7 +67,7 @@ struct Args {
   bool decode_ab = false;  // --decode-ab: only the graph / eager decode comparison
   std::vector<int64_t> batches = {1, 15, 64};
   int64_t prompt_tokens = 256;
-  std::string forward_loop = "tma-wide";  // --forward-loop: the prefill attention's wgmma loop
+  std::string forward_loop = "wide-overlap";  // --forward-loop: the prefill attention's wgmma loop
   bool prefill_only = false;              // --prefill-only: no decode runs
 };
 
@@ -125,8 +125,8 @@ Args parse(int argc, char** argv) {
           "  --batches LIST         batches of --decode-ab (default 1,15,64)\n"
           "  --prompt-tokens N      context of --decode-ab (default 256)\n"
           "  --forward-loop L       the prefill attention's wgmma loop: plain (cp.async),\n"
-          "                         tma, tma-wide (default), wide-overlap or\n"
-          "                         wide-pingpong (kernel_variants.h)\n"
+          "                         tma, tma-wide (the wide plain loop), wide-overlap\n"
+          "                         (default) or wide-pingpong (kernel_variants.h)\n"
           "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }

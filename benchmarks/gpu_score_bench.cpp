@@ -377,9 +377,10 @@ int main(int argc, char** argv) {
           "               multi-launch path either way)\n"
           "  --reps N     repetitions of --profile (default 3)\n"
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
-          "  --small-n    Llama at n = 4K and 32K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
-          "               score), its forward + merge alone, the same score under top mode 2,\n"
-          "               and knorm (one small launch: the floor a launch costs)\n");
+          "  --small-n    Llama at n = 4K to 32K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
+          "               score), the same with the one-launch scoring forced on and off (and\n"
+          "               obcache_vk w = 16 + pool), its forward + merge alone, the score under\n"
+          "               top mode 2, and knorm (one small launch: the floor a launch costs)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -434,11 +435,19 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (small_n) {  // score - forward = the pass; knorm = what one launch costs at this n
-      for (const int64_t n : {4096, 32768}) {
+      for (const int64_t n : {4096, 8192, 16384, 32768}) {
         Layer L{32, 8, 128, n};
         L.alloc(32, 1234 + n);
         for (int round = 0; round < 3; ++round) {
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
+          // The one-launch scoring (window_score_fused.cu) forced on and off at every n.
+          cuda::set_window_score_fused(2);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (one launch)");
+          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, " (one launch)");
+          cuda::set_window_score_fused(0);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (three launches)");
+          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, " (three launches)");
+          cuda::set_window_score_fused(0);
           bench_forward(L, "llama3.1-8b", 8, 100);
           cuda::set_window_top_keys(2);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");

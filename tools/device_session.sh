@@ -10,7 +10,8 @@
 #                                             mode), gpu_score_bench --small-n, then every
 #                                             test_cuda_* binary (the decode NaN test again under
 #                                             KVEVICT_DECODE_SIMT=1); FIRST_BENCH=0 skips the
-#                                             benches, FIRST_TESTS (a glob) picks the tests
+#                                             benches (FIRST_TOPAB=0 the top-key A/B alone),
+#                                             FIRST_TESTS (a glob) picks the tests
 #   tools/device_session.sh part DIR [TOOL:TEST ...]
 #                                             DIR's model part; meanwhile compute-sanitizer TOOL
 #                                             (memcheck, racecheck, ...) on each test binary TEST
@@ -127,7 +128,7 @@ case "$verb" in
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
     # FIRST_TESTS (a glob, default test_cuda_*): the test binaries to run; FIRST_BENCH=0 skips
     # the score benches (a rerun after a change that leaves the scoring kernels alone).
-    if [ "${FIRST_BENCH:-1}" != 0 ]; then
+    if [ "${FIRST_BENCH:-1}" != 0 ] && [ "${FIRST_TOPAB:-1}" != 0 ]; then
     s=$(date +%s)
     timeout 240 $K/bin/gpu_score_bench --top-ab >$K/logs/topab.txt 2>&1
     echo "top-ab rc=$? $(($(date +%s) - s)) s"
@@ -144,8 +145,20 @@ for k in sorted(med):
     r = med[k] / med[base] - 1 if base in med else float("nan")
     print(f"{k:64s} {med[k]:.4f} ms ({len(rows[k])} rounds), vs mode 2 {100 * r:+.1f}%")
 PY
-    timeout 120 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
-    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8, its forward, top mode 2, knorm at 4K / 32K)"
+    fi
+    if [ "${FIRST_BENCH:-1}" != 0 ]; then
+    timeout 200 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
+    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8 one launch / three, its forward, top mode 2, knorm; 4K-32K)"
+    python3 - $K/logs/small_n.txt <<'PY' | tee $K/logs/small_n_medians.txt
+import collections, re, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    m = re.match(r"(.*?)\s+(\d+\.\d+) ms\s+floor", line)
+    if m:
+        rows[m.group(1).strip()].append(float(m.group(2)))
+for k in rows:
+    print(f"{k:72s} {statistics.median(rows[k]):.4f} ms ({len(rows[k])} rounds)")
+PY
     fi
     for t in $K/bin/${FIRST_TESTS:-test_cuda_*}; do run_test "$t"; done
     KVEVICT_DECODE_SIMT=1 timeout 300 $K/bin/test_cuda_decode_attention_nan_test --gtest_brief=1 \

@@ -32,12 +32,21 @@ void set_window_tma(bool enabled);
 // 469 in the same run). Outputs agree with the 64-key forward to float rounding (another
 // online-softmax order), not bit for bit. (src/cuda/window_forward_wgmma.cu)
 void set_window_tma_wide(bool enabled);
-// The wide TMA forward's loop (head dim <= 128): 0, the default, the plain order; 1
+// The wide TMA forward's loop (head dim <= 128): 0 the plain order; 1, the default,
 // FlashAttention-3's intra-warpgroup order (Q K^T of the next tile and P V of this one issued
 // together, the next softmax overlapping P V); 2 that order with FA3's ping-pong turns between the
-// two warpgroups (named barriers). Same outputs bit for bit (tests check); not yet measured.
-// (src/cuda/window_forward_wgmma.cu)
+// two warpgroups (named barriers). Same outputs bit for bit (tests check). H100, 2026-12-06 (f),
+// Llama-3.1-8B heads: loop 1 at 4K / 32K / 128K 444.6 / 529.6 / 532.8 TFLOP/s against the plain
+// loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). (src/cuda/window_forward_wgmma.cu)
 void set_window_wide_loop(int mode);
+// The one-launch scoring of small layers (forward, split merge and pass in one kernel of
+// thread-block clusters, the splits of a KV head in one cluster; at most 64 window rows a KV head,
+// head dim 64 or 128, sm_90a): 0, the default, off (three launches); 1 auto (where the layer's K
+// and V fit in half the L2); 2 wherever its plan fits (tests). Measured slower than the three
+// launches at every n (H100, 2026-12-06 (f): dropkv w = 8 at 4K 0.0477 against 0.0352 ms, 32K
+// 0.200 against 0.120), hence off. The scores agree with the three launches' to float rounding
+// (other key splits; tests check both against the reference). (src/cuda/window_score_fused.cu)
+void set_window_score_fused(int mode);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
 

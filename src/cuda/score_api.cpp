@@ -2,6 +2,7 @@
 // caller's views, carves the workspace, then calls the launchers. Every CUDA call is checked.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -130,7 +131,9 @@ PairLayout pair_layout(const detail::WindowArgs& a, bool needs_out, bool needs_r
   l.out = needs_out ? static_cast<size_t>(a.num_q_heads) * a.w * a.head_dim : 0;
   l.lse = static_cast<size_t>(a.num_q_heads) * a.w;
   l.top = needs_out ? l.lse : 0;  // the rows' top keys (issue 13)
-  l.fwd = detail::window_forward_scratch_bytes(a, needs_out, detail::current_sm_count());
+  const int sms = detail::current_sm_count();
+  l.fwd = std::max(detail::window_forward_scratch_bytes(a, needs_out, sms),
+                   detail::window_score_fused_scratch_bytes(a, needs_out, sms));
   l.raw = needs_raw ? static_cast<size_t>(a.num_kv_heads) * a.n : 0;
   return l;
 }
@@ -304,8 +307,6 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   const int sms = detail::current_sm_count();
 
   const int top_mode = g_top_keys_mode.load(std::memory_order_relaxed);
-  KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream,
-                                                   top_mode == 2 ? nullptr : top));
   detail::ScorePassArgs sa;
   sa.win = a;
   sa.term = term;
@@ -320,12 +321,26 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   float* const final_out = scores;
   if (critical) scores = out.aux.ptr<float>();
   float* pass_out = needs_raw ? raw : scores;
-  if (opt.aggregate == Aggregate::kAllQueries && term == PairTerm::kProb && v_l1 == nullptr) {
-    // h2o: key-stationary column sums over the causal triangle, deterministic (h2o_colsum.cu).
-    // (vatp needs the pass's ||v||_1 side output: it keeps the window pass.)
-    KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
-  } else {
-    KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
+  // h2o: key-stationary column sums over the causal triangle, deterministic (h2o_colsum.cu).
+  // (vatp needs the pass's ||v||_1 side output: it keeps the window pass.)
+  const bool colsum =
+      opt.aggregate == Aggregate::kAllQueries && term == PairTerm::kProb && v_l1 == nullptr;
+  // A small layer scores in one launch (window_score_fused.cu) where it applies; the top-key A/B
+  // modes (set_window_top_keys 1, 2) keep the three launches they time.
+  bool fused = false;
+  if (!colsum && top_mode == 0) {
+    const cudaError_t err =
+        detail::launch_window_score_fused(sa, a_out, lse, top, fwd, l.fwd, pass_out, sms, stream);
+    fused = err != cudaErrorNotSupported;
+    if (fused) KVEVICT_CUDA_CHECK(err);
+  }
+  if (!fused) {
+    KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream,
+                                                     top_mode == 2 ? nullptr : top));
+    if (colsum)
+      KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
+    else
+      KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
   }
   const bool pooled = opt.pooling.kind != PoolKind::kNone || vatp;
   if (last_query) {

@@ -17,6 +17,15 @@ constexpr int kPassBlocksPerSm = 2;
 // 64-row blocks per SM re-read K/V for the second row block, mostly from L2 (they run together).
 constexpr int kPassSlabCap = 4;
 
+// Several row blocks add into the same keys: zero the scores first.
+cudaError_t zero_if_accumulating(const PassParams& p, cudaStream_t stream) {
+  if (!p.accumulate) return cudaSuccess;
+  return cudaMemsetAsync(
+      p.scores, 0, sizeof(float) * static_cast<size_t>(p.s.win.num_kv_heads) * p.s.win.n, stream);
+}
+
+}  // namespace
+
 PassParams pass_params(const ScorePassArgs& sa, int group, const WindowPlan& plan, float* scores) {
   PassParams p;
   p.s = sa;
@@ -28,14 +37,6 @@ PassParams pass_params(const ScorePassArgs& sa, int group, const WindowPlan& pla
   p.scores = scores;
   return p;
 }
-// Several row blocks add into the same keys: zero the scores first.
-cudaError_t zero_if_accumulating(const PassParams& p, cudaStream_t stream) {
-  if (!p.accumulate) return cudaSuccess;
-  return cudaMemsetAsync(
-      p.scores, 0, sizeof(float) * static_cast<size_t>(p.s.win.num_kv_heads) * p.s.win.n, stream);
-}
-
-}  // namespace
 
 cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_count,
                               cudaStream_t stream) {

@@ -465,8 +465,10 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       // ptxas hoists the wait for P V above the softmax (placing it anywhere in the block, it
       // put it before the exponentials, which then ran after P V: no overlap) unless a memory
       // operation that needs the softmax stands before it: lane 0 stores the row sums into a
-      // spare word of the barriers' space (released[kStages], never read).
-      if (lane == 0) *reinterpret_cast<volatile float*>(released + kStages) = l_run[0] + l_run[1];
+      // spare word of the barriers' space (released[kStages], never read). One thread stores (a
+      // store by every warp was a write-write race to racecheck); the predicate does not change
+      // the instruction order, which is what pins every warp's wait.
+      if (tid == 0) *reinterpret_cast<volatile float*>(released + kStages) = l_run[0] + l_run[1];
       wgmma_wait<0>();
       wgmma_hold(o);
       wgmma_hold(pa);
@@ -650,7 +652,8 @@ bool make_kv_maps(const ForwardParams& p, KvTensorMaps* maps) {
 std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_tma{true};       // 2026-12-06 (e), H100: +16-19% over the plain loads
 std::atomic<bool> g_tma_wide{true};  // 2026-12-06 (e), H100: +8-15% over the 64-key TMA
-std::atomic<int> g_wide_loop{0};     // set_window_wide_loop: not yet measured
+std::atomic<int> g_wide_loop{
+    1};  // set_window_wide_loop: the overlapped loop (H100, 2026-12-06 (f))
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (as final rows with one split: the TMA forwards where the switches allow), the outputs

@@ -10,6 +10,7 @@
 #include "cuda/common.cuh"
 #include "cuda/launchers.h"
 #include "cuda/mma_tile.cuh"
+#include "cuda/window_plan.h"
 
 namespace kvevict::cuda::detail {
 
@@ -51,6 +52,8 @@ struct PassParams {
   bool accumulate = false;  // several row blocks add into the same keys (scores zeroed first)
   float* scores = nullptr;  // [Hkv, n]
 };
+// The pass parameters of plan (score_pass_choice.cpp): several row blocks accumulate.
+PassParams pass_params(const ScorePassArgs& sa, int group, const WindowPlan& plan, float* scores);
 
 // Last key position a window row may see (causal), or -1 for padding rows.
 __device__ __forceinline__ int64_t row_last_key(int row, int rows, int w, int64_t n) {

@@ -26,7 +26,7 @@ struct VariantSwitches {
     set_window_wgmma(true);
     set_window_tma(true);
     set_window_tma_wide(true);
-    set_window_wide_loop(0);
+    set_window_wide_loop(1);
   }
 };
 
