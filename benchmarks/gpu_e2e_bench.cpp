@@ -68,7 +68,7 @@ struct Args {
   std::vector<int64_t> batches = {1, 15, 64};
   int64_t prompt_tokens = 256;
   std::string forward_loop = "wide-overlap";  // --forward-loop: the prefill attention's wgmma loop
-  bool prefill_only = false;              // --prefill-only: no decode runs
+  bool prefill_only = false;                  // --prefill-only: no decode runs
 };
 
 std::vector<int64_t> parse_ints(const std::string& s) {

@@ -72,6 +72,26 @@ copy_part() {
   cp "$1"/models.sha256 "$1"/models.sizes $K/ 2>/dev/null
   echo "parts here: $(ls $K/parts | tr '\n' ' ')"
 }
+# Medians of a gpu_score_bench log's rows by name (in first-seen order); with BASE (e.g. 'top mode
+# 2'), each row's change against the row whose "top mode N" reads BASE.
+bench_medians() {  # LOG [BASE]
+  python3 - "$1" "${2:-}" <<'PY'
+import collections, re, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    m = re.match(r"(.*?)\s+(\d+\.\d+) ms\s+floor", line)
+    if m:
+        rows[m.group(1).strip()].append(float(m.group(2)))
+med = {k: statistics.median(v) for k, v in rows.items()}
+for k in med:
+    line = f"{k:72s} {med[k]:.4f} ms ({len(rows[k])} rounds)"
+    if sys.argv[2]:
+        base = re.sub(r"top mode \d", sys.argv[2], k)
+        r = med[k] / med[base] - 1 if base in med else float("nan")
+        line += f", vs {sys.argv[2]} {100 * r:+.1f}%"
+    print(line)
+PY
+}
 pack() { tar -C $K/logs -cJf "$OUT/$1.tar.xz" . && echo "logs: $OUT/$1.tar.xz"; }
 # Runs a test binary, one line: name, exit code, seconds, gtest's verdict.
 run_test() {
@@ -132,33 +152,12 @@ case "$verb" in
     s=$(date +%s)
     timeout 240 $K/bin/gpu_score_bench --top-ab >$K/logs/topab.txt 2>&1
     echo "top-ab rc=$? $(($(date +%s) - s)) s"
-    python3 - $K/logs/topab.txt <<'PY' | tee $K/logs/topab_medians.txt
-import collections, re, statistics, sys
-rows = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    m = re.match(r"(.*?)\s+(\d+\.\d+) ms\s+floor", line)
-    if m:
-        rows[m.group(1).strip()].append(float(m.group(2)))
-med = {k: statistics.median(v) for k, v in rows.items()}
-for k in sorted(med):
-    base = re.sub(r"top mode \d", "top mode 2", k)
-    r = med[k] / med[base] - 1 if base in med else float("nan")
-    print(f"{k:64s} {med[k]:.4f} ms ({len(rows[k])} rounds), vs mode 2 {100 * r:+.1f}%")
-PY
+    bench_medians $K/logs/topab.txt 'top mode 2' | tee $K/logs/topab_medians.txt
     fi
     if [ "${FIRST_BENCH:-1}" != 0 ]; then
     timeout 200 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
     echo "small-n rc=$? (logs/small_n.txt: dropkv w=8 one launch / three, its forward, top mode 2, knorm; 4K-32K)"
-    python3 - $K/logs/small_n.txt <<'PY' | tee $K/logs/small_n_medians.txt
-import collections, re, statistics, sys
-rows = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    m = re.match(r"(.*?)\s+(\d+\.\d+) ms\s+floor", line)
-    if m:
-        rows[m.group(1).strip()].append(float(m.group(2)))
-for k in rows:
-    print(f"{k:72s} {statistics.median(rows[k]):.4f} ms ({len(rows[k])} rounds)")
-PY
+    bench_medians $K/logs/small_n.txt | tee $K/logs/small_n_medians.txt
     fi
     for t in $K/bin/${FIRST_TESTS:-test_cuda_*}; do run_test "$t"; done
     KVEVICT_DECODE_SIMT=1 timeout 300 $K/bin/test_cuda_decode_attention_nan_test --gtest_brief=1 \

@@ -3,26 +3,43 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "cuda/window_traits.cuh"
 
 namespace kvevict::cuda::detail {
 
-int current_sm_count() {
+namespace {
+
+// An attribute of the current device, read once per device (fallback where it cannot be read).
+int cached_device_attribute(cudaDeviceAttr attr, int fallback) {
   static std::mutex mu;
-  static int cached[64] = {};
+  static std::map<std::pair<int, int>, int> cached;
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  if (cudaGetDevice(&dev) != cudaSuccess) return fallback;
   std::lock_guard<std::mutex> lock(mu);
-  if (cached[dev] == 0) {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        sms <= 0)
-      sms = 132;
-    cached[dev] = sms;
+  const auto key = std::make_pair(dev, static_cast<int>(attr));
+  const auto it = cached.find(key);
+  if (it != cached.end()) return it->second;
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, attr, dev) != cudaSuccess || value <= 0) {
+    (void)cudaGetLastError();
+    value = fallback;
   }
-  return cached[dev];
+  cached[key] = value;
+  return value;
+}
+
+}  // namespace
+
+int current_sm_count() {
+  return cached_device_attribute(cudaDevAttrMultiProcessorCount, 132);
+}
+
+int current_l2_bytes() {
+  return cached_device_attribute(cudaDevAttrL2CacheSize, 0);
 }
 
 WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int head_dim,

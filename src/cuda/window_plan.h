@@ -18,6 +18,8 @@ struct WindowPlan {
 
 // Multiprocessors of the current device (cached per device; 132 on an H200 SXM).
 int current_sm_count();
+// Bytes of the current device's L2 cache (cached per device; 0 where it cannot be read).
+int current_l2_bytes();
 
 // Picks slabs = the smallest power of two covering the rows (capped by the head dim), and splits
 // keys so that one wave of `blocks_per_sm` blocks per SM covers the layer.

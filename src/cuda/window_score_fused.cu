@@ -134,21 +134,6 @@ bool fused_plan(const WindowArgs& a, int sm_count, WindowPlan* plan) {
   return true;
 }
 
-int l2_bytes() {
-  static std::mutex mu;
-  static int cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached[dev] == 0) {
-    int bytes = 0;
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev) != cudaSuccess || bytes <= 0)
-      bytes = -1;
-    cached[dev] = bytes;
-  }
-  return cached[dev];
-}
-
 // Auto: the pass re-reads K and V right after the forward; within half the L2 they are still
 // there, and the launches saved are a large part of the time.
 bool fused_wanted(const WindowArgs& a) {
@@ -156,7 +141,7 @@ bool fused_wanted(const WindowArgs& a) {
   if (mode == 0) return false;
   if (mode == 2) return true;
   const double kv_bytes = 2.0 * a.num_kv_heads * static_cast<double>(a.n) * a.head_dim * 2;
-  const int l2 = l2_bytes();
+  const int l2 = current_l2_bytes();
   return l2 > 0 && kv_bytes <= 0.5 * l2;
 }
 
