@@ -379,8 +379,9 @@ int main(int argc, char** argv) {
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
           "  --small-n    Llama at n = 4K to 32K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
           "               score), the same with the one-launch scoring forced on and off (and\n"
-          "               obcache_vk w = 16 + pool), its forward + merge alone, the score under\n"
-          "               top mode 2, and knorm (one small launch: the floor a launch costs)\n");
+          "               obcache_vk w = 16 + pool), splits of >= 2 and >= 1 tiles, its forward +\n"
+          "               merge alone, the score under top mode 2, and knorm (one small\n"
+          "               launch: the floor a launch costs)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -448,6 +449,15 @@ int main(int argc, char** argv) {
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (three launches)");
           bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, " (three launches)");
           cuda::set_window_score_fused(0);
+          // Shorter splits, more blocks (kernel_variants.h set_window_min_split_tiles).
+          for (const int tiles : {2, 1}) {
+            cuda::set_window_min_split_tiles(tiles);
+            const std::string lab = " (splits of >= " + std::to_string(tiles) + " tiles)";
+            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, lab.c_str());
+            bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, lab.c_str());
+            bench_forward(L, "llama3.1-8b", 8, 100, lab.c_str());
+          }
+          cuda::set_window_min_split_tiles(4);
           bench_forward(L, "llama3.1-8b", 8, 100);
           cuda::set_window_top_keys(2);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");

@@ -47,6 +47,13 @@ void set_window_wide_loop(int mode);
 // 0.200 against 0.120), hence off. The scores agree with the three launches' to float rounding
 // (other key splits; tests check both against the reference). (src/cuda/window_score_fused.cu)
 void set_window_score_fused(int mode);
+// The fewest key tiles (64 keys; 32 at head dim 256) a split of the window kernels' plans gets
+// (window_plan.cpp make_window_plan), 1 to 8; 4 is the default: fewer than 4 made the merge of the
+// splits cost about as much as the work it merged (v3). At small n the splits are this short and
+// the grid small (4K keys, Hkv = 8: 16 splits of 4 tiles, 128 blocks on 132 SMs); gpu_score_bench
+// --small-n times 2 and 1. Not yet measured. The plans of the workspace sizing and of the launch
+// must agree: switch between calls, never between sizing a workspace and using it.
+void set_window_min_split_tiles(int tiles);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
 

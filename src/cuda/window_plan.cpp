@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -12,6 +13,9 @@
 namespace kvevict::cuda::detail {
 
 namespace {
+
+// set_window_min_split_tiles (kernel_variants.h): the fewest key tiles a split gets.
+std::atomic<int> g_min_split_tiles{4};
 
 // An attribute of the current device, read once per device (fallback where it cannot be read).
 int cached_device_attribute(cudaDeviceAttr attr, int fallback) {
@@ -61,7 +65,7 @@ WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int h
   const int64_t target = static_cast<int64_t>(sm_count) * blocks_per_sm;
   const int64_t base = static_cast<int64_t>(num_kv_heads) * plan.row_blocks;
   int64_t splits = std::max<int64_t>(1, target / base);
-  const int64_t min_keys = 4 * plan.tile_keys;
+  const int64_t min_keys = g_min_split_tiles.load(std::memory_order_relaxed) * plan.tile_keys;
   int64_t kps = (n + splits - 1) / splits;
   kps = std::max<int64_t>(kps, min_keys);
   kps = (kps + plan.tile_keys - 1) / plan.tile_keys * plan.tile_keys;
@@ -72,3 +76,9 @@ WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int h
 }
 
 }  // namespace kvevict::cuda::detail
+
+namespace kvevict::cuda {
+void set_window_min_split_tiles(int tiles) {
+  detail::g_min_split_tiles.store(tiles < 1 ? 1 : tiles > 8 ? 8 : tiles);
+}
+}  // namespace kvevict::cuda

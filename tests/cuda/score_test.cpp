@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <set>
+#include <string>
 
 #include "cuda/cuda_testing.h"
 #include "cuda/kernel_variants.h"
@@ -150,6 +151,24 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
       }
   }
   set_window_score_fused(0);
+}
+
+// One-tile splits (set_window_min_split_tiles(1)): 64 splits at n = 4096 over 8 KV heads, so the
+// merge takes its path for more than 32 splits a row; 2-tile splits between.
+TEST(CudaScore, ShortSplitsMatchDoubleReference) {
+  KVEVICT_REQUIRE_GPU();
+  uint64_t seed = 2600;
+  for (const int tiles : {1, 2}) {
+    SCOPED_TRACE("splits of >= " + std::to_string(tiles) + " tiles");
+    set_window_min_split_tiles(tiles);
+    for (Method m : {Method::kDropKV, Method::kObcacheVK, Method::kSnapKV})
+      for (const Shape& sh : {Shape{32, 8, 128, 4096}, Shape{7, 1, 128, 2500}}) {
+        ScoreOptions opt = ScoreOptions::defaults(m);
+        opt.pooling = Pooling{};
+        run(sh, opt, DType::kBF16, seed++);
+      }
+  }
+  set_window_min_split_tiles(4);
 }
 
 // Every window term through the wgmma kernels (64- and 128-row blocks, sm_90a builds; dropkv and
