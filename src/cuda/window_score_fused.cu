@@ -10,11 +10,12 @@
 // the keys split differently (16 splits at most, one block per SM), so the scores agree with the
 // three launches to float rounding, not bit for bit (tests check both against the reference).
 //
-// What it saves at n = 4K (Llama-3.1-8B layer, dropkv w = 8, H100, ncu 2026-12-06 (e)): two of the
-// three launches with their ramps and tails (forward 13.1 us, merge 10.8 us, pass 15.8 us, where
-// reading K and V twice takes ~12 us), and the pass re-reads keys its block just streamed, from L2.
-// One block per SM and at most 16 splits a head, so it is for layers whose K and V fit in half the
-// L2 (the auto rule); longer ones keep the three launches, whose pass runs two blocks per SM.
+// What it was to save at n = 4K (Llama-3.1-8B layer, dropkv w = 8, H100, ncu 2026-12-06 (e)): two
+// of the three launches with their ramps and tails (forward 13.1 us, merge 10.8 us, pass 15.8 us),
+// and the pass's second read of K and V, from L2. Measured (H100, 2026-12-06 (f), gpu_score_bench
+// --small-n): 1.35-1.65x SLOWER than the three launches at 4K-32K, the gap growing with n, so the
+// kernel is off by default (kernel_variants.h set_window_score_fused; docs/GPU_NOTES.md says why
+// and what to try). One block per SM, at most 16 splits a head.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,7 +36,8 @@
 namespace kvevict::cuda::detail {
 namespace {
 
-// 0 off, 1 auto (K and V within half the L2), 2 wherever the plan fits (tests, A/B).
+// 0 off (the default: measured slower), 1 auto (K and V within half the L2), 2 wherever the plan
+// fits (tests, A/B).
 std::atomic<int> g_fused_mode{0};
 
 // Clusters of up to 16 blocks (non-portable; 8 where the device schedules no 16).
