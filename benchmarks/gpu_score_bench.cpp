@@ -436,6 +436,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (small_n) {  // score - forward = the pass; knorm = what one launch costs at this n
+      std::printf("one-launch scoring: %d clusters of 16 blocks, %d of 8 active at once\n",
+                  cuda::window_score_fused_active_clusters(16),
+                  cuda::window_score_fused_active_clusters(8));
       for (const int64_t n : {4096, 8192, 16384, 32768}) {
         Layer L{32, 8, 128, n};
         L.alloc(32, 1234 + n);

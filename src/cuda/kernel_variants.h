@@ -47,6 +47,10 @@ void set_window_wide_loop(int mode);
 // 0.200 against 0.120), hence off. The scores agree with the three launches' to float rounding
 // (other key splits; tests check both against the reference). (src/cuda/window_score_fused.cu)
 void set_window_score_fused(int mode);
+// How many clusters of `cluster_blocks` (16 or 8) blocks of that kernel (bf16, d = 128, 32 rows,
+// dropkv) the current device keeps active at once: 16-block clusters run only where every KV head
+// gets one (gpu_score_bench --small-n prints both).
+int window_score_fused_active_clusters(int cluster_blocks);
 // The fewest key tiles (64 keys; 32 at head dim 256) a split of the window kernels' plans gets
 // (window_plan.cpp make_window_plan), 1 to 8; 4 is the default: fewer than 4 made the merge of the
 // splits cost about as much as the work it merged (v3). At small n the splits are this short and

@@ -227,6 +227,11 @@ cudaError_t launch_window_score_fused(const ScorePassArgs& sa, float* out, float
 }  // namespace kvevict::cuda::detail
 
 namespace kvevict::cuda {
+int window_score_fused_active_clusters(int cluster_blocks) {
+  using Tr = detail::WindowTraits<__nv_bfloat16, 128, 2>;
+  const detail::ClusterRoom room = detail::cluster_room<Tr, detail::PairTerm::kDropKV>();
+  return cluster_blocks == 16 ? room.of16 : cluster_blocks == 8 ? room.of8 : 0;
+}
 void set_window_score_fused(int mode) {
   detail::g_fused_mode.store(mode < 0 ? 0 : mode > 2 ? 2 : mode);
 }
