@@ -53,10 +53,12 @@ void set_window_score_fused(int mode);
 int window_score_fused_active_clusters(int cluster_blocks);
 // The fewest key tiles (64 keys; 32 at head dim 256) a split of the window kernels' plans gets
 // (window_plan.cpp make_window_plan), 1 to 8; 4 is the default: fewer than 4 made the merge of the
-// splits cost about as much as the work it merged (v3). At small n the splits are this short and
-// the grid small (4K keys, Hkv = 8: 16 splits of 4 tiles, 128 blocks on 132 SMs); gpu_score_bench
-// --small-n times 2 and 1. Not yet measured. The plans of the workspace sizing and of the launch
-// must agree: switch between calls, never between sizing a workspace and using it.
+// splits cost about as much as the work it merged (v3). It binds where one wave of blocks would
+// want shorter splits: at 4K keys and Hkv = 8 the pass (two blocks per SM) runs 16 splits of 4
+// tiles, 128 blocks for 264 slots; the forward with outputs (one block per SM) has its 16 either
+// way. gpu_score_bench --small-n times 2 and 1. Not yet measured. The plans of the workspace sizing
+// and of the launch must agree: switch between calls, never between sizing a workspace and using
+// it.
 void set_window_min_split_tiles(int tiles);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();

@@ -153,8 +153,9 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
   set_window_score_fused(0);
 }
 
-// One-tile splits (set_window_min_split_tiles(1)): 64 splits at n = 4096 over 8 KV heads, so the
-// merge takes its path for more than 32 splits a row; 2-tile splits between.
+// Short splits (set_window_min_split_tiles 1 and 2): at n = 4096 over 8 KV heads the pass runs 32
+// splits of 2 tiles instead of 16 of 4; one KV head at n = 2500 gives the forward 40 one-tile
+// splits, so the merge takes its path for more than 32 splits a row.
 TEST(CudaScore, ShortSplitsMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
   uint64_t seed = 2600;
