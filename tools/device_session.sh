@@ -143,6 +143,10 @@ route_ab() {  # ROUTES LOG_TAG
 case "$verb" in
   first)
     dir="${2:?usage: device_session.sh first DIR}"
+    if [ ! -f "$dir/bins.tar.xz" ]; then
+      echo "first: $dir/bins.tar.xz is missing (the bundle folder is git-ignored: carry it)" >&2
+      exit 3
+    fi
     xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3
     copy_part "$dir"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
