@@ -451,7 +451,6 @@ int main(int argc, char** argv) {
           cuda::set_window_score_fused(0);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (three launches)");
           bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, " (three launches)");
-          cuda::set_window_score_fused(0);
           // Shorter splits, more blocks (kernel_variants.h set_window_min_split_tiles).
           for (const int tiles : {2, 1}) {
             cuda::set_window_min_split_tiles(tiles);

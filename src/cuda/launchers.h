@@ -60,6 +60,10 @@ cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, fl
 
 // Which per-(query, token) term the scoring pass sums (kvevict::Method subset).
 enum class PairTerm : uint8_t { kDropKV, kObcacheV, kObcacheK, kObcacheVK, kProb };
+// The terms whose pass reads the window's attention outputs a (and so the forward writes them).
+constexpr bool pair_term_needs_out(PairTerm t) {
+  return t == PairTerm::kDropKV || t == PairTerm::kObcacheK || t == PairTerm::kObcacheVK;
+}
 
 struct ScorePassArgs {
   WindowArgs win;

@@ -65,8 +65,7 @@ struct PassChunk {
 // (obcache_vk = p^2 ||v||^2 + (p z)^2 ||a - v||^2 + 2 p^2 z (||v||^2 - <a, v>), expanded.)
 template <PairTerm kTerm>
 struct TermTraits {
-  static constexpr bool kNeedsOut =
-      kTerm == PairTerm::kDropKV || kTerm == PairTerm::kObcacheK || kTerm == PairTerm::kObcacheVK;
+  static constexpr bool kNeedsOut = pair_term_needs_out(kTerm);
   static constexpr bool kHasU = kTerm != PairTerm::kObcacheV;
   static constexpr bool kHasW = kTerm != PairTerm::kProb;  // also: needs ||v||^2
   // Terms that are squared distances times weights: a total below 0 is rounding noise.

@@ -90,10 +90,6 @@ detail::WindowArgs window_args(const TensorView& q, const TensorView& k, const T
   return a;
 }
 
-bool term_needs_out(PairTerm t) {
-  return t == PairTerm::kDropKV || t == PairTerm::kObcacheK || t == PairTerm::kObcacheVK;
-}
-
 bool pair_term_of(Method m, PairTerm* t) {
   switch (m) {
     case Method::kDropKV: *t = PairTerm::kDropKV; return true;
@@ -226,8 +222,8 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
   a.n = n;
   a.w = static_cast<int>(opt.queries_needed(n));
   a.head_dim = d;
-  const PairLayout l =
-      pair_layout(a, term_needs_out(term), needs_raw_scores(opt), opt.method == Method::kVATP);
+  const PairLayout l = pair_layout(a, detail::pair_term_needs_out(term), needs_raw_scores(opt),
+                                   opt.method == Method::kVATP);
   WorkspaceSizer sizer;
   sizer.add<float>(l.out)
       .add<float>(l.lse)
@@ -292,7 +288,7 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   detail::WindowArgs a =
       window_args(problem.q, problem.k, &problem.v, w, logit_scale(problem, opt));
   KVEVICT_CHECK(a.v != nullptr, "v is empty; method ", method_name(opt.method), " reads values");
-  const bool needs_out = term_needs_out(term);
+  const bool needs_out = detail::pair_term_needs_out(term);
   const bool last_query = opt.aggregate == Aggregate::kLastQuery;
   const bool needs_raw = needs_raw_scores(opt);
   const bool vatp = opt.method == Method::kVATP;

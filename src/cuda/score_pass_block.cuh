@@ -40,7 +40,9 @@ constexpr int pass_min_blocks() {
 // of the copy rate against the three-stage forward's 90% (ncu).
 template <class Tr, PairTerm kTerm>
 constexpr int pass_stages() {
-  return pass_min_blocks<Tr>() * (pass_smem_for<Tr, kTerm>(3) + 1024) <= 228 * 1024 ? 3 : 2;
+  const int fit =
+      stages_that_fit(pass_min_blocks<Tr>(), [](int s) { return pass_smem_for<Tr, kTerm>(s); });
+  return fit < 3 ? fit : 3;
 }
 template <class Tr, PairTerm kTerm>
 constexpr size_t pass_smem_bytes() {

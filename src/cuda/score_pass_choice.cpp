@@ -44,8 +44,7 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.w <= 0 || a.w > a.n ||
       a.q_rows < a.w || sa.lse == nullptr || a.v == nullptr)
     return cudaErrorInvalidValue;
-  const bool needs_out = sa.term == PairTerm::kDropKV || sa.term == PairTerm::kObcacheK ||
-                         sa.term == PairTerm::kObcacheVK;
+  const bool needs_out = pair_term_needs_out(sa.term);
   if (needs_out && sa.out == nullptr) return cudaErrorInvalidValue;
   if (sa.v_l1 != nullptr && sa.term != PairTerm::kProb) return cudaErrorInvalidValue;
   const int group = a.num_q_heads / a.num_kv_heads;

@@ -21,12 +21,17 @@
 
 namespace kvevict::cuda::detail {
 
-// Bytes of plan's split partials: 16-bit outputs (with_out), then (m, l, top logit, top index).
+// Rows of plan's split partials, and the bytes of their 16-bit outputs (with_out; padded to 256).
+inline size_t forward_partial_rows(const WindowArgs& a, const WindowPlan& plan) {
+  return static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 * plan.slabs;
+}
+inline size_t forward_partial_o_bytes(const WindowArgs& a, const WindowPlan& plan, bool with_out) {
+  return with_out ? (forward_partial_rows(a, plan) * a.head_dim * 2 + 255) / 256 * 256 : 0;
+}
+// Bytes of plan's split partials: the 16-bit outputs, then (m, l, top logit, top index) a row.
 inline size_t forward_partials_bytes(const WindowArgs& a, const WindowPlan& plan, bool with_out) {
-  const size_t rows =
-      static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 * plan.slabs;
-  const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;
-  return (o_bytes + 255) / 256 * 256 + rows * 4 * sizeof(float);
+  return forward_partial_o_bytes(a, plan, with_out) +
+         forward_partial_rows(a, plan) * 4 * sizeof(float);
 }
 
 // The launch parameters of plan, its partials laid out in scratch as forward_partials_bytes says.
@@ -40,12 +45,9 @@ inline ForwardParams forward_params(const WindowArgs& a, const WindowPlan& plan,
   p.splits = plan.splits;
   p.keys_per_split = plan.keys_per_split;
   p.scale_log2 = a.scale * kLog2e;
-  const size_t rows =
-      static_cast<size_t>(a.num_kv_heads) * plan.row_blocks * plan.splits * 16 * plan.slabs;
-  const size_t o_bytes = with_out ? rows * a.head_dim * 2 : 0;
   char* base = static_cast<char*>(scratch);
   p.part_o = with_out ? static_cast<void*>(base) : nullptr;
-  p.part_ml = reinterpret_cast<float*>(base + (o_bytes + 255) / 256 * 256);
+  p.part_ml = reinterpret_cast<float*>(base + forward_partial_o_bytes(a, plan, with_out));
   return p;
 }
 
@@ -68,10 +70,12 @@ constexpr size_t forward_smem_for(int stages) {
       sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) + 2 * Tr::kRows);
   return q + (kv > merge ? kv : merge);
 }
-// 228 KB of shared memory per SM, 1 KB of it reserved per block.
+// Three stages where forward_min_blocks blocks still share an SM, else two.
 template <class Tr, bool kWithV>
 constexpr int forward_stages() {
-  return forward_min_blocks<Tr>() * (forward_smem_for<Tr, kWithV>(3) + 1024) <= 228 * 1024 ? 3 : 2;
+  const int fit = stages_that_fit(forward_min_blocks<Tr>(),
+                                  [](int s) { return forward_smem_for<Tr, kWithV>(s); });
+  return fit < 3 ? fit : 3;
 }
 template <class Tr, bool kWithV>
 constexpr size_t forward_smem_bytes() {

@@ -114,26 +114,15 @@ ClusterRoom cluster_room() {
   return room;
 }
 
-// At most `cap` splits of whole key tiles.
-WindowPlan cap_splits(WindowPlan plan, int64_t n, int cap) {
-  if (plan.splits <= cap) return plan;
-  const int64_t tk = plan.tile_keys;
-  plan.keys_per_split = ((n + cap - 1) / cap + tk - 1) / tk * tk;
-  plan.splits = static_cast<int>((n + plan.keys_per_split - 1) / plan.keys_per_split);
-  return plan;
-}
-
-// One row block of at most 64 rows (4 slabs of 16), one block per SM, at most 16 splits a head;
-// false where the kernels are not built (head dim 256) or the rows need several row blocks.
-bool fused_plan(const WindowArgs& a, int sm_count, WindowPlan* plan) {
+// One row block of at most 64 rows (4 slabs of 16), one block per SM, at most max_splits splits a
+// head (a cluster's blocks); false where the kernels are not built (head dim 256) or the rows need
+// several row blocks.
+bool fused_plan(const WindowArgs& a, int sm_count, int max_splits, WindowPlan* plan) {
   if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0) return false;
   if (a.head_dim != 64 && a.head_dim != 128) return false;
   const int group = a.num_q_heads / a.num_kv_heads;
-  const WindowPlan p =
-      make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 4);
-  if (p.row_blocks != 1) return false;
-  *plan = cap_splits(p, a.n, kMaxClusterSplits);
-  return true;
+  *plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 4, max_splits);
+  return plan->row_blocks == 1;
 }
 
 // Auto: the pass re-reads K and V right after the forward; within half the L2 they are still
@@ -150,12 +139,12 @@ bool fused_wanted(const WindowArgs& a) {
 template <class Tr, PairTerm kTerm>
 cudaError_t launch_fused_config(const WindowArgs& a, WindowPlan plan, const ScorePassArgs& sa,
                                 float* out, float* lse, TopRow* top, void* scratch, float* scores,
-                                cudaStream_t stream) {
+                                int sm_count, cudaStream_t stream) {
   if (kHasTopTerm<kTerm> && top == nullptr) return cudaErrorNotSupported;
   const ClusterRoom room = cluster_room<Tr, kTerm>();
   const int cap = room.of16 >= a.num_kv_heads ? kMaxClusterSplits : room.of8 > 0 ? 8 : 0;
   if (cap == 0) return cudaErrorNotSupported;
-  plan = cap_splits(plan, a.n, cap);
+  if (plan.splits > cap) fused_plan(a, sm_count, cap, &plan);  // same rows: only the splits move
   // The attributes belong to the current device's context: set them at every launch, as the other
   // launchers do.
   auto kernel = window_score_fused_kernel<Tr, kTerm>;
@@ -194,7 +183,7 @@ cudaError_t launch_fused_config(const WindowArgs& a, WindowPlan plan, const Scor
 
 size_t window_score_fused_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count) {
   WindowPlan plan;
-  if (!fused_plan(a, sm_count, &plan)) return 0;
+  if (!fused_plan(a, sm_count, kMaxClusterSplits, &plan)) return 0;
   return forward_partials_bytes(a, plan, with_out);
 }
 
@@ -203,10 +192,10 @@ cudaError_t launch_window_score_fused(const ScorePassArgs& sa, float* out, float
                                       int sm_count, cudaStream_t stream) {
   const WindowArgs& a = sa.win;
   WindowPlan plan;
-  if (!fused_wanted(a) || !fused_plan(a, sm_count, &plan) || !wgmma_kernels_available())
+  if (!fused_wanted(a) || !fused_plan(a, sm_count, kMaxClusterSplits, &plan) ||
+      !wgmma_kernels_available())
     return cudaErrorNotSupported;
-  const bool needs_out = sa.term == PairTerm::kDropKV || sa.term == PairTerm::kObcacheK ||
-                         sa.term == PairTerm::kObcacheVK;
+  const bool needs_out = pair_term_needs_out(sa.term);
   if (needs_out && out == nullptr) return cudaErrorInvalidValue;
   if (scratch_bytes < forward_partials_bytes(a, plan, needs_out)) return cudaErrorInvalidValue;
   return with_elem(a.elem, [&](auto t) {
@@ -217,7 +206,7 @@ cudaError_t launch_window_score_fused(const ScorePassArgs& sa, float* out, float
         using Tr = WindowTraits<T, D, decltype(sl)::value>;
         return with_pair_term(sa.term, [&](auto term) {
           return launch_fused_config<Tr, decltype(term)::value>(a, plan, sa, out, lse, top, scratch,
-                                                                scores, stream);
+                                                                scores, sm_count, stream);
         });
       });
     });
