@@ -272,6 +272,61 @@ __device__ __forceinline__ void pair_uw(float s, float x2, float p, float a2, fl
   }
 }
 
+// The pairs of one accumulator tile in the row-major passes (the mma.sync and wgmma kernels share
+// it): element i of the thread's NS (s(i) the raw logit, av(i) <a, v>) is row (i >> 1) & 1 of its
+// two rows and key key0 + 8 (i >> 2) + 2 t4 + (i & 1), relative to the chunk. p = exp2(s c2 -
+// lse2); keys a row cannot see get p = 0 (tested only in a `masked` tile, one that some row does
+// not see in full), and so does a row's flagged top key in a tile the mask names (kTop: it takes
+// its leave-one-out term at the end, add_top_terms; p = 0 makes every term of the pair 0, in both
+// dropkv forms). Out: per key column c = 2 (i >> 2) + (i & 1), u[c] and w[c] summed over the two
+// rows. dropkv takes the division-free form while every p of the warp is <= 2^-8 (almost every
+// tile: p is ~1/n for most keys); a vote picks the exact form for the rest.
+template <PairTerm kTerm, bool kTop, int NS, class SAt, class AvAt>
+__device__ __forceinline__ void row_major_pair_terms(SAt&& s, AvAt&& av, const RowConsts& rc,
+                                                     const ScorePassArgs& sa, float c2, int key0,
+                                                     bool masked, const uint32_t* mask_s, int tile,
+                                                     int t4, float (&u)[NS / 2],
+                                                     float (&w)[NS / 2]) {
+  float x2[NS], pr[NS];
+  float x2max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    const int r = (i >> 1) & 1;
+    float x = fmaf(s(i), c2, -rc.lse2[r]);
+    if (masked && key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > rc.lim[r]) x = -INFINITY;
+    x2[i] = x;
+    pr[i] = fast_exp2(x);
+    x2max = fmaxf(x2max, x);
+  }
+  if constexpr (kTop) {
+    if (tile_has_top(mask_s, tile)) {
+#pragma unroll
+      for (int i = 0; i < NS; ++i)
+        if (key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) == rc.top[(i >> 1) & 1]) pr[i] = 0.f;
+    }
+  }
+  const float floor = sa.one_minus_p_floor, scale = sa.win.scale;
+  auto terms = [&](auto fast) {
+#pragma unroll
+    for (int nt = 0; nt < NS / 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int lo = 4 * nt + e, hi = lo + 2;
+        float ulo = 0.f, wlo = 0.f, uhi = 0.f, whi = 0.f;
+        pair_uw<kTerm, decltype(fast)::value>(s(lo), x2[lo], pr[lo], rc.a2[0], av(lo), scale, floor,
+                                              ulo, wlo);
+        pair_uw<kTerm, decltype(fast)::value>(s(hi), x2[hi], pr[hi], rc.a2[1], av(hi), scale, floor,
+                                              uhi, whi);
+        u[2 * nt + e] = ulo + uhi;
+        w[2 * nt + e] = wlo + whi;
+      }
+  };
+  if (kTerm != PairTerm::kDropKV || __all_sync(0xffffffffu, x2max <= -8.f))
+    terms(std::true_type{});
+  else
+    terms(std::false_type{});
+}
+
 // Sums C values per lane over the 8 lanes of equal t4 (lane bits 2..4, the mma row groups) by
 // recursive halving: each step sends half of the values to the partner lane and keeps the other
 // half, so C = 8 columns need 7 shuffles instead of 3 per column. Returns the column index
@@ -364,6 +419,31 @@ __device__ __forceinline__ void store_key_score(const PassParams& p, int hk, int
     atomicAdd(dst, total);
   else
     *dst = total;
+}
+
+// The row-major passes' key write-out: thread tid < TK adds key tid of tile `tile` over the kSlots
+// partial sums of buffer `buf` (red_u / red_w: [2][kSlots][TK]; v2_s: [2][TK] ||v||^2), stores
+// its score (store_key_score), then calls also_store(j) with the key's index (vatp's ||v||_1).
+template <PairTerm kTerm, int kSlots, int TK, class AlsoStore>
+__device__ __forceinline__ void write_tile_key(const PassParams& p, int hk, int64_t key_begin,
+                                               int64_t chunk_end, int tile, int buf,
+                                               const float* red_u, const float* red_w,
+                                               const float* v2_s, int tid, AlsoStore&& also_store) {
+  using TT = TermTraits<kTerm>;
+  if (tid >= TK) return;
+  const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
+  if (j >= chunk_end) return;
+  const float* ru = red_u + buf * kSlots * TK;
+  const float* rw = red_w + buf * kSlots * TK;
+  float su = 0.f, sw = 0.f;
+#pragma unroll
+  for (int x = 0; x < kSlots; ++x) {
+    if constexpr (TT::kHasU) su += ru[x * TK + tid];
+    if constexpr (TT::kHasW) sw += rw[x * TK + tid];
+  }
+  store_key_score(p, hk, j,
+                  key_total<kTerm>(p.s, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f));
+  also_store(j);
 }
 
 // After a barrier that follows the block's last score store: adds the leave-one-out term of each

@@ -166,28 +166,17 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   }
   const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
-  const float floor = sa.one_minus_p_floor;
   // ldmatrix lane addresses: A fragments (query / a rows) and B fragments (key / value rows).
   const MmaLane ln(lane);
   const int a_row = slab * 16 + ln.a_row, a_col = ln.a_col;
 
-  // Key totals of one tile from the per-slab sums of buffer `buf`: sum_i u + ||v||^2 sum_i w,
-  // written once per key (added when several row blocks share the keys).
+  // Key totals of one tile from the per-slab sums of buffer `buf` (added when several row blocks
+  // share the keys), and vatp's ||v||_1.
   auto write_keys = [&](int tile, int buf) {
-    if (tid >= TK) return;
-    const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
-    if (j >= chunk_end) return;
-    const float* ru = red_u + buf * Tr::kSlabs * TK;
-    const float* rw = red_w + buf * Tr::kSlabs * TK;
-    float su = 0.f, sw = 0.f;
-#pragma unroll
-    for (int x = 0; x < Tr::kSlabs; ++x) {
-      if constexpr (TT::kHasU) su += ru[x * TK + tid];
-      if constexpr (TT::kHasW) sw += rw[x * TK + tid];
-    }
-    const float total = key_total<kTerm>(sa, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f);
-    if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[buf * TK + tid];
-    store_key_score(p, hk, j, total);
+    write_tile_key<kTerm, Tr::kSlabs, TK>(
+        p, hk, key_begin, chunk_end, tile, buf, red_u, red_w, v2_s, tid, [&](int64_t j) {
+          if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[buf * TK + tid];
+        });
   };
   // One barrier per tile: the key sums of step it - 1 (red_*, v2_s / v1_s of buffer
   // (it - 1) & 1) are written out by threads tid < TK after the barrier of step it, while the
@@ -256,55 +245,12 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
           }
         });
 
-    // p = exp2(s c - lse2) for every pair; keys a row cannot see get p = 0 (tiles every row of
-    // the block sees in full skip the check).
+    // The pairs' terms, summed over the thread's two rows per key column.
     const int key0 = tile * TK + kg * GK;  // relative to key_begin
-    const bool masked = key0 + GK - 1 > lim_all;
-    float x2[NT][4], pr[NT][4];
-    float x2max = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = fmaf(s[nt][e], c2, -rc.lse2[e >> 1]);
-        if (masked && key0 + nt * 8 + 2 * t4 + (e & 1) > rc.lim[e >> 1]) x = -INFINITY;
-        x2[nt][e] = x;
-        pr[nt][e] = fast_exp2(x);
-        x2max = fmaxf(x2max, x);
-      }
-    if constexpr (kTop) {
-      // A row's flagged top key takes its leave-one-out term at the end (add_top_terms): p = 0
-      // here makes every term of the pair 0, in both dropkv forms.
-      if (tile_has_top(mask_s, tile)) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (key0 + nt * 8 + 2 * t4 + (e & 1) == rc.top[e >> 1]) pr[nt][e] = 0.f;
-      }
-    }
-
-    float u[C], w[C];  // per key column: sums over the thread's two rows
-    auto terms = [&](auto fast) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float ulo = 0.f, wlo = 0.f, uhi = 0.f, whi = 0.f;
-          pair_uw<kTerm, decltype(fast)::value>(s[nt][e], x2[nt][e], pr[nt][e], rc.a2[0], av[nt][e],
-                                                a.scale, floor, ulo, wlo);
-          pair_uw<kTerm, decltype(fast)::value>(s[nt][2 + e], x2[nt][2 + e], pr[nt][2 + e],
-                                                rc.a2[1], av[nt][2 + e], a.scale, floor, uhi, whi);
-          u[2 * nt + e] = ulo + uhi;
-          w[2 * nt + e] = wlo + whi;
-        }
-    };
-    // dropkv: the division-free form holds while every p of the warp is <= 2^-8 (almost every
-    // tile: p is ~1/n for most keys); a vote picks the exact form for the rest.
-    if (kTerm != PairTerm::kDropKV || __all_sync(0xffffffffu, x2max <= -8.f))
-      terms(std::true_type{});
-    else
-      terms(std::false_type{});
+    float u[C], w[C];
+    row_major_pair_terms<kTerm, kTop, 4 * NT>(
+        [&](int i) { return s[i >> 2][i & 3]; }, [&](int i) { return av[i >> 2][i & 3]; }, rc, sa,
+        c2, key0, key0 + GK - 1 > lim_all, mask_s, tile, t4, u, w);
 
     // Row sums of the slab, then one value per (slab, key) in shared memory.
     int col = 0;

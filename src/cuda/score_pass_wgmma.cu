@@ -117,7 +117,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   }
   const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
-  const float floor = sa.one_minus_p_floor;
   // Base descriptors, set up once; per k16 step and stage only the address field moves (bytes).
   auto kdim_bytes = [](int ks, int rows) {
     return static_cast<uint32_t>(sizeof(T) * ((ks >> 2) * rows * 64 + (ks & 3) * 16));
@@ -128,21 +127,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   const uint64_t v_desc = wgmma_desc(v_s, 16, 1024);
   constexpr uint32_t kStageBytes = sizeof(T) * TK * D;
 
-  // Key totals of one tile from the per-warp sums of buffer `buf` (see score_pass.cu).
+  // Key totals of one tile from the per-warp sums of buffer `buf`.
   auto write_keys = [&](int tile, int buf) {
-    if (tid >= TK) return;
-    const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
-    if (j >= chunk_end) return;
-    const float* ru = red_u + buf * W * TK;
-    const float* rw = red_w + buf * W * TK;
-    float su = 0.f, sw = 0.f;
-#pragma unroll
-    for (int x = 0; x < W; ++x) {
-      if constexpr (TT::kHasU) su += ru[x * TK + tid];
-      if constexpr (TT::kHasW) sw += rw[x * TK + tid];
-    }
-    const float total = key_total<kTerm>(sa, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f);
-    store_key_score(p, hk, j, total);
+    write_tile_key<kTerm, W, TK>(p, hk, key_begin, chunk_end, tile, buf, red_u, red_w, v2_s, tid,
+                                 [](int64_t) {});
   };
 
   for (int it = 0; it < num_tiles; ++it) {
@@ -199,49 +187,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
     if constexpr (kNeedsOut) wgmma_hold(av);
 
     const int key0 = tile * TK;  // relative to key_begin
-    const bool masked = key0 + TK - 1 > lim_all;
-    float x2[32], pr[32];
-    float x2max = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int r = (i >> 1) & 1;
-      float x = fmaf(s[i], c2, -rc.lse2[r]);
-      if (masked && key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) > rc.lim[r]) x = -INFINITY;
-      x2[i] = x;
-      pr[i] = fast_exp2(x);
-      x2max = fmaxf(x2max, x);
-    }
-    if constexpr (kTop) {
-      // A row's flagged top key takes its leave-one-out term at the end (add_top_terms): p = 0
-      // here makes every term of the pair 0, in both dropkv forms.
-      if (tile_has_top(mask_s, tile)) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-          if (key0 + (i >> 2) * 8 + 2 * t4 + (i & 1) == rc.top[(i >> 1) & 1]) pr[i] = 0.f;
-      }
-    }
-    float u[16], w[16];  // per key column: sums over the thread's two rows
-    auto terms = [&](auto fast) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int lo = 4 * nt + e, hi = lo + 2;
-          float ulo = 0.f, wlo = 0.f, uhi = 0.f, whi = 0.f;
-          pair_uw<kTerm, decltype(fast)::value>(s[lo], x2[lo], pr[lo], rc.a2[0],
-                                                kNeedsOut ? av[kNeedsOut ? lo : 0] : 0.f, a.scale,
-                                                floor, ulo, wlo);
-          pair_uw<kTerm, decltype(fast)::value>(s[hi], x2[hi], pr[hi], rc.a2[1],
-                                                kNeedsOut ? av[kNeedsOut ? hi : 0] : 0.f, a.scale,
-                                                floor, uhi, whi);
-          u[2 * nt + e] = ulo + uhi;
-          w[2 * nt + e] = wlo + whi;
-        }
-    };
-    if (kTerm != PairTerm::kDropKV || __all_sync(0xffffffffu, x2max <= -8.f))
-      terms(std::true_type{});
-    else
-      terms(std::false_type{});
+    float u[16], w[16];          // per key column: sums over the thread's two rows
+    row_major_pair_terms<kTerm, kTop, 32>([&](int i) { return s[i]; },
+                                          [&](int i) {
+                                            if constexpr (kNeedsOut) return av[i];
+                                            return 0.f;
+                                          },
+                                          rc, sa, c2, key0, key0 + TK - 1 > lim_all, mask_s, tile,
+                                          t4, u, w);
 
     // Row sums of the warp's 16 rows: lane ends with key columns col, col + 1.
     int col = 0;

@@ -129,15 +129,7 @@ __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int
   }
 
   const int rl_lo = slab * 16 + g, rl_hi = rl_lo + 8;  // block-local rows of this thread
-  // Visible key range of each row, relative to key_begin.
-  const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
-  const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
-  const int lim_lo = fk.rel_limit(last_lo), lim_hi = fk.rel_limit(last_hi);
-  const int first_lo = fk.rel_first(last_lo), first_hi = fk.rel_first(last_hi);
-  // Keys every valid row of the block sees: first_all .. lim_all (padding rows compute on zero
-  // queries: never read).
-  const int lim_all = fk.rel_limit(a.n - a.w + fk.t_min);
-  const int first_all = fk.rel_first(a.n - a.w + fk.t_max);
+  const ForwardRowLimits limits(fk, a, p.rows, row0 + rl_lo);
   const float sc = p.scale_log2;  // logits in log2 units: s * sc
 
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
@@ -172,44 +164,18 @@ __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int
     float s[GK / 8][4];
     qk_tile<T, S, D, kQInRegs>(s, qf, k_s + (stage * TK + kg * GK) * S, ln, q_frag, [](int) {});
 
-    // Mask keys a row cannot see (causal, sliding window, split end); tiles every row sees in
-    // full skip it.
-    const int key0 = tile * TK + kg * GK;  // relative to key_begin
-    if (key0 + GK - 1 > lim_all || key0 < first_all) {
-#pragma unroll
-      for (int nt = 0; nt < GK / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = key0 + nt * 8 + 2 * t4 + (e & 1);
-          if (j > (e < 2 ? lim_lo : lim_hi) || j < (e < 2 ? first_lo : first_hi))
-            s[nt][e] = -INFINITY;
-        }
-    }
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < GK / 8; ++nt) {
-      mx[0] = nan_max(mx[0], nan_max(s[nt][0], s[nt][1]));
-      mx[1] = nan_max(mx[1], nan_max(s[nt][2], s[nt][3]));
-    }
+    // Masked, the online softmax step, s becomes P.
+    const int key0 = tile * TK + kg * GK;                // relative to key_begin
+    const T* vgroup = v_s + (stage * TK + kg * GK) * S;  // this warp's keys of the tile
     float corr[2];
     bool grew = false, rescaled = false;
-    if constexpr (!kTop) {
-      float m_c[2];
-      grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
-      forward_exp_tile_fma<GK / 2>([&](int i) -> float& { return s[i >> 2][i & 3]; }, m_c, sc,
-                                   l_run);
-    } else {
-      const T* vgroup = v_s + (stage * TK + kg * GK) * S;  // this warp's keys of the tile
-      auto s_at = [&](int i) -> float& { return s[i >> 2][i & 3]; };
-      float m_use[2];
-      forward_top_step<T, GK / 2, D / 2>(
-          s_at, [&](int i) -> float& { return o[i >> 2][i & 3]; },
-          [&](int key, int col) {
-            return *reinterpret_cast<const uint32_t*>(vgroup + key * S + col);
-          },
-          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, &grew, &rescaled);
-      forward_exp_tile<GK / 2>(s_at, m_use, sc, top.extreme, l_run);
-    }
+    forward_softmax_tile<kTop, T, GK / 2>(
+        [&](int i) -> float& { return s[i >> 2][i & 3]; },
+        [&](int i) -> float& { return o[i >> 2][i & 3]; },
+        [&](int key, int col) {
+          return *reinterpret_cast<const uint32_t*>(vgroup + key * S + col);
+        },
+        limits, key0, t4, sc, top, m_run, l_run, corr, &grew, &rescaled);
 
     if constexpr (kWithV) {
       // The running max of a row stops growing after the first few tiles: the rescale of the

@@ -253,12 +253,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
 
   // This thread's two rows (block-local) in the accumulator layout.
   const int rl_lo = wg * 64 + (warp & 3) * 16 + g, rl_hi = rl_lo + 8;
-  const int64_t last_lo = row_last_key(row0 + rl_lo, p.rows, a.w, a.n);
-  const int64_t last_hi = row_last_key(row0 + rl_hi, p.rows, a.w, a.n);
-  const int lim_lo = fk.rel_limit(last_lo), lim_hi = fk.rel_limit(last_hi);
-  const int first_lo = fk.rel_first(last_lo), first_hi = fk.rel_first(last_hi);
-  const int lim_all = fk.rel_limit(a.n - a.w + fk.t_min);
-  const int first_all = fk.rel_first(a.n - a.w + fk.t_max);
+  const ForwardRowLimits limits(fk, a, p.rows, row0 + rl_lo);
   const float sc = p.scale_log2;
 
   // Descriptors: the warpgroup's 64 query rows (K-major A), a key tile (K-major B) and a value tile
@@ -292,36 +287,13 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   // The rows' limits on the logits of tile `tile`, then their online softmax: s becomes P.
   auto mask_and_softmax = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew, bool* rescaled,
                               int stage) {
-    const int key0 = tile * TK;  // relative to key_begin
-    if (key0 + TK - 1 > lim_all || key0 < first_all) {
-#pragma unroll
-      for (int i = 0; i < kS; ++i) {
-        const int j = key0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
-        const bool hi = (i & 2) != 0;
-        if (j > (hi ? lim_hi : lim_lo) || j < (hi ? first_hi : first_lo)) s[i] = -INFINITY;
-      }
-    }
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < kS; i += 4) {
-      mx[0] = nan_max(mx[0], nan_max(s[i], s[i + 1]));  // NaN logits stay (window_params.cuh)
-      mx[1] = nan_max(mx[1], nan_max(s[i + 2], s[i + 3]));
-    }
-    if constexpr (!kTop) {
-      float m_c[2];
-      *grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
-      forward_exp_tile_fma<kS>([&](int i) -> float& { return s[i]; }, m_c, sc, l_run);
-    } else {
-      const T* vtile = v_s + stage * TK * D;
-      float m_use[2];
-      forward_top_step<T, kS, D / 2>(
-          [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
-          [&](int key, int col) {
-            return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
-          },
-          top, m_run, l_run, mx, sc, t4, key0, m_use, corr, grew, rescaled);
-      forward_exp_tile<kS>([&](int i) -> float& { return s[i]; }, m_use, sc, top.extreme, l_run);
-    }
+    const T* vtile = v_s + stage * TK * D;
+    forward_softmax_tile<kTop, T, kS>(
+        [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
+        [&](int key, int col) {
+          return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
+        },
+        limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew, rescaled);
   };
   // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
   // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).

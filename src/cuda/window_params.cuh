@@ -353,6 +353,64 @@ __device__ __forceinline__ void forward_exp_tile(SAt&& s, const float (&m_use)[2
   }
 }
 
+// The keys a thread's two accumulator rows (lo, hi = lo + 8, block-local) can see, relative to
+// fk.begin (lim: last, first: first visible), and those every valid row of the block sees
+// (first_all .. lim_all; padding rows compute on zero queries and are never read).
+struct ForwardRowLimits {
+  int lim_lo, lim_hi, first_lo, first_hi, lim_all, first_all;
+  __device__ __forceinline__ ForwardRowLimits(const ForwardKeys& fk, const WindowArgs& a, int rows,
+                                              int row_lo) {
+    const int64_t last_lo = row_last_key(row_lo, rows, a.w, a.n);
+    const int64_t last_hi = row_last_key(row_lo + 8, rows, a.w, a.n);
+    lim_lo = fk.rel_limit(last_lo);
+    lim_hi = fk.rel_limit(last_hi);
+    first_lo = fk.rel_first(last_lo);
+    first_hi = fk.rel_first(last_hi);
+    lim_all = fk.rel_limit(a.n - a.w + fk.t_min);
+    first_all = fk.rel_first(a.n - a.w + fk.t_max);
+  }
+};
+
+// One tile of the forward's online softmax, the step the mma.sync and wgmma forwards share: the
+// logits of keys a row cannot see (causal, sliding window, split end) become -inf (tiles every row
+// sees in full skip the test), the rows' maxima move, and s becomes P in place. Layout as in
+// forward_top_step: element i of s (NS of them, s(i) a reference) is row (i >> 1) & 1, key key0 +
+// 8 (i >> 2) + 2 t4 + (i & 1) relative to fk.begin; the tile spans 2 NS keys a row. kTop keeps
+// the rows' top keys apart (o(i), v_at(key, col) and top as forward_top_step takes them). corr:
+// the factor for o (the caller rescales when *grew, unless *rescaled: the top step did it).
+template <bool kTop, class T, int NS, int NO, class SAt, class OAt, class VAt>
+__device__ __forceinline__ void forward_softmax_tile(SAt&& s, OAt&& o, VAt&& v_at,
+                                                     const ForwardRowLimits& rl, int key0, int t4,
+                                                     float sc, ForwardTop<NO>& top,
+                                                     float (&m_run)[2], float (&l_run)[2],
+                                                     float (&corr)[2], bool* grew, bool* rescaled) {
+  if (key0 + 2 * NS - 1 > rl.lim_all || key0 < rl.first_all) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      const int j = key0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+      const bool hi = (i & 2) != 0;
+      if (j > (hi ? rl.lim_hi : rl.lim_lo) || j < (hi ? rl.first_hi : rl.first_lo))
+        s(i) = -INFINITY;
+    }
+  }
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < NS; i += 4) {
+    mx[0] = nan_max(mx[0], nan_max(s(i), s(i + 1)));  // NaN logits stay (shift_step)
+    mx[1] = nan_max(mx[1], nan_max(s(i + 2), s(i + 3)));
+  }
+  if constexpr (!kTop) {
+    float m_c[2];
+    *grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
+    forward_exp_tile_fma<NS>(s, m_c, sc, l_run);
+  } else {
+    float m_use[2];
+    forward_top_step<T, NS, NO>(s, o, v_at, top, m_run, l_run, mx, sc, t4, key0, m_use, corr, grew,
+                                rescaled);
+    forward_exp_tile<NS>(s, m_use, sc, top.extreme, l_run);
+  }
+}
+
 // The wgmma (sm_90a) kernels: 64 query rows a warpgroup, one or two warpgroups a block
 // (rows_per_block 64 or 128, head dim 64 or 128). Each returns cudaErrorNotSupported for a
 // configuration it does not build; the callers then launch the mma.sync kernels.
