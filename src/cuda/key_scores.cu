@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/launchers.h"
 
 namespace kvevict::cuda::detail {
@@ -27,6 +28,7 @@ __device__ __forceinline__ float row_sum_sq(const T* row, int d, int lane) {
   return warp_sum(acc);
 }
 
+// knorm, any head dim (d % 8 == 0): one warp a key row (the fallback of the kernel below).
 template <class T>
 __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride, int hkv,
                              int64_t n, int d, float* scores) {
@@ -36,6 +38,44 @@ __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride
   const int64_t h = warp / n, j = warp % n;
   const float ss = row_sum_sq(k + h * head_stride + j * row_stride, d, lane);
   if (lane == 0) scores[warp] = -sqrtf(ss);
+}
+
+// knorm at head dims 64 / 128 / 256: D / 8 lanes a key row (one 16-byte chunk each), so a warp
+// holds 256 / D rows at once and every lane is busy, and each warp takes kKnormSteps such row
+// groups with all of their loads issued before the first sum: kKnormSteps x 16 bytes in flight a
+// lane, where the one-warp-a-row kernel had 16 bytes on half of its lanes (1.4 TB/s at 32K on an
+// H100). Each lane adds its 8 squares in order and the row's lanes sum by xor 4, 2, 1 (8, 16 at
+// larger D): the bits of the kernel above, whose extra steps only added zeros.
+constexpr int kKnormSteps = 4;
+template <class T, int D>
+__global__ void knorm_rows_kernel(const T* k, int64_t head_stride, int64_t row_stride, int64_t n,
+                                  int64_t rows, float* scores) {
+  constexpr int kLanes = D / 8, kRowsPerStep = 32 / kLanes;
+  const int lane = threadIdx.x & 31, chunk = lane % kLanes;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t first = warp * kRowsPerStep * kKnormSteps + lane / kLanes;
+  uint4 raw[kKnormSteps] = {};  // rows past the end stay zero (never stored)
+#pragma unroll
+  for (int u = 0; u < kKnormSteps; ++u) {
+    const int64_t row = first + u * kRowsPerStep;  // h * n + j
+    if (row < rows)
+      raw[u] = __ldcs(reinterpret_cast<const uint4*>(k + (row / n) * head_stride +
+                                                     (row % n) * row_stride + chunk * 8));
+  }
+#pragma unroll
+  for (int u = 0; u < kKnormSteps; ++u) {
+    const T* e = reinterpret_cast<const T*>(&raw[u]);
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float x = ElemTraits<T>::to_float(e[i]);
+      ss += x * x;
+    }
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const int64_t row = first + u * kRowsPerStep;
+    if (chunk == 0 && row < rows) scores[row] = -sqrtf(ss);
+  }
 }
 
 // keydiff pass 1: sums[h, :] += k_j / ||k_j|| over a block's rows (float atomics; the direction
@@ -151,15 +191,24 @@ cudaError_t launch_head_mean(const float* in, float* out, int rows, int64_t n, f
 cudaError_t launch_knorm(Elem elem, const void* k, int64_t head_stride, int64_t row_stride,
                          int num_kv_heads, int64_t n, int d, float* scores, cudaStream_t stream) {
   if (d % 8 != 0) return cudaErrorInvalidValue;
-  const int64_t threads = static_cast<int64_t>(num_kv_heads) * n * 32;
-  if (threads == 0) return cudaSuccess;
-  if (elem == Elem::kBF16)
-    knorm_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(k), head_stride, row_stride, num_kv_heads, n, d, scores);
-  else
-    knorm_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
-        static_cast<const __half*>(k), head_stride, row_stride, num_kv_heads, n, d, scores);
-  return cudaGetLastError();
+  const int64_t rows = static_cast<int64_t>(num_kv_heads) * n;
+  if (rows == 0) return cudaSuccess;
+  return with_elem(elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    const T* kt = static_cast<const T*>(k);
+    if (d == 64 || d == 128 || d == 256) {
+      return with_int<64, 128, 256>(d, [&](auto dc) {
+        constexpr int kRowsPerWarp = 32 / (decltype(dc)::value / 8) * kKnormSteps;
+        const int64_t warps = (rows + kRowsPerWarp - 1) / kRowsPerWarp;
+        knorm_rows_kernel<T, decltype(dc)::value><<<blocks_for(warps * 32, 256), 256, 0, stream>>>(
+            kt, head_stride, row_stride, n, rows, scores);
+        return cudaGetLastError();
+      });
+    }
+    knorm_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream>>>(kt, head_stride, row_stride,
+                                                                 num_kv_heads, n, d, scores);
+    return cudaGetLastError();
+  });
 }
 
 size_t keydiff_scratch_bytes(int num_kv_heads, int d) {

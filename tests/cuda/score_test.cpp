@@ -512,6 +512,13 @@ TEST(CudaScore, QueryFreeScoresAreTheCpuStream) {
 TEST(CudaScore, KeyOnlyScores) {
   KVEVICT_REQUIRE_GPU();
   run({8, 2, 128, 1001}, ScoreOptions::defaults(Method::kKNorm), DType::kBF16, 15);
+  // knorm's row-group kernel at each head dim it takes (4 steps of 256 / d rows a warp: n and
+  // Hkv n not multiples of a warp's rows), f16, and the one-warp-a-row kernel at d = 96.
+  run({4, 4, 64, 1003}, ScoreOptions::defaults(Method::kKNorm), DType::kBF16, 17);
+  run({4, 1, 256, 37}, ScoreOptions::defaults(Method::kKNorm), DType::kBF16, 18);
+  run({2, 1, 128, 1}, ScoreOptions::defaults(Method::kKNorm), DType::kF16, 19);
+  run({6, 3, 128, 2050}, ScoreOptions::defaults(Method::kKNorm), DType::kF16, 20);
+  run({4, 2, 96, 301}, ScoreOptions::defaults(Method::kKNorm), DType::kBF16, 21);
   run({8, 3, 64, 4097}, ScoreOptions::defaults(Method::kKeyDiff), DType::kBF16, 16);
 }
 
