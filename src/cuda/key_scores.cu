@@ -40,42 +40,59 @@ __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride
   if (lane == 0) scores[warp] = -sqrtf(ss);
 }
 
-// knorm at head dims 64 / 128 / 256: D / 8 lanes a key row (one 16-byte chunk each), so a warp
-// holds 256 / D rows at once and every lane is busy, and each warp takes kKnormSteps such row
-// groups with all of their loads issued before the first sum: kKnormSteps x 16 bytes in flight a
-// lane, where the one-warp-a-row kernel had 16 bytes on half of its lanes (1.4 TB/s at 32K on an
-// H100). Each lane adds its 8 squares in order and the row's lanes sum by xor 4, 2, 1 (8, 16 at
-// larger D): the bits of the kernel above, whose extra steps only added zeros.
-constexpr int kKnormSteps = 4;
-template <class T, int D>
-__global__ void knorm_rows_kernel(const T* k, int64_t head_stride, int64_t row_stride, int64_t n,
-                                  int64_t rows, float* scores) {
+// The key rows of every head (row h n + j) in groups of D / 8 lanes, one 16-byte chunk a lane
+// (head dims 64 / 128 / 256), so a warp holds 256 / D rows at once and every lane is busy; each
+// warp takes kKeyRowSteps such groups with all of their loads issued first: kKeyRowSteps x 16
+// bytes in flight a lane, where one warp a row had 16 bytes on half of its lanes (knorm: 1.4 TB/s
+// at 32K on an H100). f(row, chunk, x) gets each lane's 8 elements as floats; sums over a row
+// then take row_lanes_sum, whose xor 4, 2, 1 (8, 16 at larger D) give the bits of warp_sum over
+// one warp a row (its extra steps only added zeros).
+constexpr int kKeyRowSteps = 4;
+template <int D>
+constexpr int kKeyRowsPerWarp = 32 / (D / 8) * kKeyRowSteps;
+template <class T, int D, class F>
+__device__ __forceinline__ void for_key_row_groups(const T* k, int64_t head_stride,
+                                                   int64_t row_stride, int64_t n, int64_t rows,
+                                                   F&& f) {
   constexpr int kLanes = D / 8, kRowsPerStep = 32 / kLanes;
   const int lane = threadIdx.x & 31, chunk = lane % kLanes;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t first = warp * kRowsPerStep * kKnormSteps + lane / kLanes;
-  uint4 raw[kKnormSteps] = {};  // rows past the end stay zero (never stored)
+  const int64_t first = warp * kKeyRowsPerWarp<D> + lane / kLanes;
+  uint4 raw[kKeyRowSteps] = {};  // rows past the end stay zero (f must not store them)
 #pragma unroll
-  for (int u = 0; u < kKnormSteps; ++u) {
-    const int64_t row = first + u * kRowsPerStep;  // h * n + j
+  for (int u = 0; u < kKeyRowSteps; ++u) {
+    const int64_t row = first + u * kRowsPerStep;
     if (row < rows)
       raw[u] = __ldcs(reinterpret_cast<const uint4*>(k + (row / n) * head_stride +
                                                      (row % n) * row_stride + chunk * 8));
   }
 #pragma unroll
-  for (int u = 0; u < kKnormSteps; ++u) {
+  for (int u = 0; u < kKeyRowSteps; ++u) {
     const T* e = reinterpret_cast<const T*>(&raw[u]);
-    float ss = 0.f;
+    float x[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float x = ElemTraits<T>::to_float(e[i]);
-      ss += x * x;
-    }
-#pragma unroll
-    for (int o = kLanes / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const int64_t row = first + u * kRowsPerStep;
-    if (chunk == 0 && row < rows) scores[row] = -sqrtf(ss);
+    for (int i = 0; i < 8; ++i) x[i] = ElemTraits<T>::to_float(e[i]);
+    f(first + u * kRowsPerStep, chunk, x);
   }
+}
+template <int D>
+__device__ __forceinline__ float row_lanes_sum(float v) {
+#pragma unroll
+  for (int o = D / 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <class T, int D>
+__global__ void knorm_rows_kernel(const T* k, int64_t head_stride, int64_t row_stride, int64_t n,
+                                  int64_t rows, float* scores) {
+  for_key_row_groups<T, D>(k, head_stride, row_stride, n, rows,
+                           [&](int64_t row, int chunk, const float(&x)[8]) {
+                             float ss = 0.f;
+#pragma unroll
+                             for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
+                             ss = row_lanes_sum<D>(ss);
+                             if (chunk == 0 && row < rows) scores[row] = -sqrtf(ss);
+                           });
 }
 
 // keydiff pass 1: sums[h, :] += k_j / ||k_j|| over a block's rows (float atomics; the direction
@@ -110,6 +127,10 @@ __global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row
 }
 
 // keydiff pass 2: -cos(k_j, mean); the mean's 1/n cancels in the cosine.
+__device__ __forceinline__ float keydiff_score(float kk, float km, float mm) {
+  const float den = sqrtf(kk) * sqrtf(mm);
+  return den == 0.f ? 0.f : -km / den;  // NaN (a NaN key or mean) stays NaN
+}
 template <class T>
 __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t row_stride, int hkv,
                                      int64_t n, int d, const float* sums, float* scores) {
@@ -134,10 +155,29 @@ __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t ro
   kk = warp_sum(kk);
   km = warp_sum(km);
   mm = warp_sum(mm);
-  if (lane == 0) {
-    const float den = sqrtf(kk) * sqrtf(mm);
-    scores[warp] = den == 0.f ? 0.f : -km / den;  // NaN (a NaN key or mean) stays NaN
-  }
+  if (lane == 0) scores[warp] = keydiff_score(kk, km, mm);
+}
+// The same at head dims 64 / 128 / 256 in row groups (for_key_row_groups).
+template <class T, int D>
+__global__ void keydiff_score_rows_kernel(const T* k, int64_t head_stride, int64_t row_stride,
+                                          int64_t n, int64_t rows, const float* sums,
+                                          float* scores) {
+  for_key_row_groups<T, D>(k, head_stride, row_stride, n, rows,
+                           [&](int64_t row, int chunk, const float(&x)[8]) {
+                             const float* m = sums + (row < rows ? row / n : 0) * D + chunk * 8;
+                             float kk = 0.f, km = 0.f, mm = 0.f;
+#pragma unroll
+                             for (int i = 0; i < 8; ++i) {
+                               const float y = m[i];
+                               kk += x[i] * x[i];
+                               km += x[i] * y;
+                               mm += y * y;
+                             }
+                             kk = row_lanes_sum<D>(kk);
+                             km = row_lanes_sum<D>(km);
+                             mm = row_lanes_sum<D>(mm);
+                             if (chunk == 0 && row < rows) scores[row] = keydiff_score(kk, km, mm);
+                           });
 }
 
 __global__ void pool_kernel(const float* in, float* out, int rows, int64_t n, int kernel,
@@ -170,6 +210,15 @@ __global__ void head_mean_kernel(const float* in, float* out, int rows, int64_t 
 int blocks_for(int64_t threads, int per_block) {
   return static_cast<int>((threads + per_block - 1) / per_block);
 }
+// The grid of a row-group kernel (for_key_row_groups) over `rows` key rows at head dim D.
+template <int D>
+int key_row_blocks(int64_t rows) {
+  const int64_t warps = (rows + kKeyRowsPerWarp<D> - 1) / kKeyRowsPerWarp<D>;
+  return blocks_for(warps * 32, 256);
+}
+bool key_rows_fit(int d) {
+  return d == 64 || d == 128 || d == 256;
+}
 
 }  // namespace
 
@@ -196,11 +245,10 @@ cudaError_t launch_knorm(Elem elem, const void* k, int64_t head_stride, int64_t 
   return with_elem(elem, [&](auto t) {
     using T = typename decltype(t)::type;
     const T* kt = static_cast<const T*>(k);
-    if (d == 64 || d == 128 || d == 256) {
+    if (key_rows_fit(d)) {
       return with_int<64, 128, 256>(d, [&](auto dc) {
-        constexpr int kRowsPerWarp = 32 / (decltype(dc)::value / 8) * kKnormSteps;
-        const int64_t warps = (rows + kRowsPerWarp - 1) / kRowsPerWarp;
-        knorm_rows_kernel<T, decltype(dc)::value><<<blocks_for(warps * 32, 256), 256, 0, stream>>>(
+        constexpr int D = decltype(dc)::value;
+        knorm_rows_kernel<T, D><<<key_row_blocks<D>(rows), 256, 0, stream>>>(
             kt, head_stride, row_stride, n, rows, scores);
         return cudaGetLastError();
       });
@@ -219,26 +267,30 @@ cudaError_t launch_keydiff(Elem elem, const void* k, int64_t head_stride, int64_
                            int num_kv_heads, int64_t n, int d, float* scores, void* scratch,
                            cudaStream_t stream) {
   if (d % 8 != 0 || d > 256) return cudaErrorInvalidValue;
-  if (num_kv_heads * n == 0) return cudaSuccess;
+  const int64_t rows = static_cast<int64_t>(num_kv_heads) * n;
+  if (rows == 0) return cudaSuccess;
   float* sums = static_cast<float*>(scratch);
   cudaError_t err = cudaMemsetAsync(sums, 0, keydiff_scratch_bytes(num_kv_heads, d), stream);
   if (err != cudaSuccess) return err;
   constexpr int kRowsPerBlock = 1024;
   const dim3 grid(static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock), num_kv_heads);
-  const int64_t threads = static_cast<int64_t>(num_kv_heads) * n * 32;
-  if (elem == Elem::kBF16) {
-    keydiff_mean_kernel<<<grid, 256, d * sizeof(float), stream>>>(
-        static_cast<const __nv_bfloat16*>(k), head_stride, row_stride, n, d, kRowsPerBlock, sums);
-    keydiff_score_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(k), head_stride, row_stride, num_kv_heads, n, d, sums,
-        scores);
-  } else {
-    keydiff_mean_kernel<<<grid, 256, d * sizeof(float), stream>>>(
-        static_cast<const __half*>(k), head_stride, row_stride, n, d, kRowsPerBlock, sums);
-    keydiff_score_kernel<<<blocks_for(threads, 256), 256, 0, stream>>>(
-        static_cast<const __half*>(k), head_stride, row_stride, num_kv_heads, n, d, sums, scores);
-  }
-  return cudaGetLastError();
+  return with_elem(elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    const T* kt = static_cast<const T*>(k);
+    keydiff_mean_kernel<<<grid, 256, d * sizeof(float), stream>>>(kt, head_stride, row_stride, n, d,
+                                                                  kRowsPerBlock, sums);
+    if (key_rows_fit(d)) {
+      return with_int<64, 128, 256>(d, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        keydiff_score_rows_kernel<T, D><<<key_row_blocks<D>(rows), 256, 0, stream>>>(
+            kt, head_stride, row_stride, n, rows, sums, scores);
+        return cudaGetLastError();
+      });
+    }
+    keydiff_score_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream>>>(
+        kt, head_stride, row_stride, num_kv_heads, n, d, sums, scores);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace kvevict::cuda::detail

@@ -520,6 +520,9 @@ TEST(CudaScore, KeyOnlyScores) {
   run({6, 3, 128, 2050}, ScoreOptions::defaults(Method::kKNorm), DType::kF16, 20);
   run({4, 2, 96, 301}, ScoreOptions::defaults(Method::kKNorm), DType::kBF16, 21);
   run({8, 3, 64, 4097}, ScoreOptions::defaults(Method::kKeyDiff), DType::kBF16, 16);
+  run({4, 2, 128, 1001}, ScoreOptions::defaults(Method::kKeyDiff), DType::kF16, 22);
+  run({4, 1, 256, 37}, ScoreOptions::defaults(Method::kKeyDiff), DType::kBF16, 23);
+  run({4, 2, 96, 301}, ScoreOptions::defaults(Method::kKeyDiff), DType::kBF16, 24);
 }
 
 TEST(CudaScore, RejectsUnsupportedMethodAndHostTensors) {
