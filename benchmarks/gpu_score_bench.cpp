@@ -459,6 +459,17 @@ int main(int argc, char** argv) {
             bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, lab.c_str());
             bench_forward(L, "llama3.1-8b", 8, 100, lab.c_str());
           }
+          // The forward at two blocks a SM too (kernel_variants.h
+          // set_window_forward_blocks_per_sm): its splits then get shorter with the pass's.
+          cuda::set_window_forward_blocks_per_sm(2);
+          for (const int tiles : {2, 1}) {
+            cuda::set_window_min_split_tiles(tiles);
+            const std::string lab =
+                " (forward 2 a SM, splits of >= " + std::to_string(tiles) + " tiles)";
+            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, lab.c_str());
+            bench_forward(L, "llama3.1-8b", 8, 100, lab.c_str());
+          }
+          cuda::set_window_forward_blocks_per_sm(0);
           cuda::set_window_min_split_tiles(4);
           bench_forward(L, "llama3.1-8b", 8, 100);
           cuda::set_window_top_keys(2);

@@ -60,6 +60,13 @@ int window_score_fused_active_clusters(int cluster_blocks);
 // and of the launch must agree: switch between calls, never between sizing a workspace and using
 // it.
 void set_window_min_split_tiles(int tiles);
+// The blocks a SM the plan of the 32-64-row wgmma forward aims at (its splits fill one wave of
+// them): 0, the default, keeps its rule (1 with outputs, 2 without: two with outputs measured
+// slower at 128K, 0.148 against 0.138 ms, session 4); 1 or 2 force it. gpu_score_bench --small-n
+// times 2 with splits of >= 2 and >= 1 tiles (set_window_min_split_tiles), where 16 splits of 4
+// tiles leave each forward block at 4K keys a short, latency-bound loop. Not yet measured. Like
+// the split tiles: switch between calls, never between sizing a workspace and using it.
+void set_window_forward_blocks_per_sm(int blocks);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
 

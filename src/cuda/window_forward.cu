@@ -127,8 +127,11 @@ WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
   // scratch to 8.5 MiB.
   if (window_wgmma_enabled() && plan.rows >= 32 && plan.rows <= 64 &&
       wgmma_forward_supported(a, 64)) {
-    plan =
-        make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, with_out ? 1 : 2);
+    const int forced = forward_blocks_per_sm_forced();
+    plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
+                            forced > 0 ? forced
+                            : with_out ? 1
+                                       : 2);
     plan.slabs = 4;
     plan.row_blocks = 1;
     return plan;

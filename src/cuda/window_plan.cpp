@@ -16,6 +16,8 @@ namespace {
 
 // set_window_min_split_tiles (kernel_variants.h): the fewest key tiles a split gets.
 std::atomic<int> g_min_split_tiles{4};
+// set_window_forward_blocks_per_sm (kernel_variants.h): 0, or the forward's blocks a SM forced.
+std::atomic<int> g_forward_blocks_per_sm{0};
 
 // An attribute of the current device, read once per device (fallback where it cannot be read).
 int cached_device_attribute(cudaDeviceAttr attr, int fallback) {
@@ -40,6 +42,10 @@ int cached_device_attribute(cudaDeviceAttr attr, int fallback) {
 
 int current_sm_count() {
   return cached_device_attribute(cudaDevAttrMultiProcessorCount, 132);
+}
+
+int forward_blocks_per_sm_forced() {
+  return g_forward_blocks_per_sm.load(std::memory_order_relaxed);
 }
 
 int current_l2_bytes() {
@@ -81,5 +87,8 @@ WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int h
 namespace kvevict::cuda {
 void set_window_min_split_tiles(int tiles) {
   detail::g_min_split_tiles.store(tiles < 1 ? 1 : tiles > 8 ? 8 : tiles);
+}
+void set_window_forward_blocks_per_sm(int blocks) {
+  detail::g_forward_blocks_per_sm.store(blocks < 0 ? 0 : blocks > 2 ? 2 : blocks);
 }
 }  // namespace kvevict::cuda

@@ -20,6 +20,8 @@ struct WindowPlan {
 int current_sm_count();
 // Bytes of the current device's L2 cache (cached per device; 0 where it cannot be read).
 int current_l2_bytes();
+// set_window_forward_blocks_per_sm (kernel_variants.h): 0 (the plan's own rule) or 1 / 2.
+int forward_blocks_per_sm_forced();
 
 // Picks slabs = the smallest power of two covering the rows (capped by the head dim), and splits
 // keys so that one wave of `blocks_per_sm` blocks per SM covers the layer.

@@ -155,20 +155,25 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
 
 // Short splits (set_window_min_split_tiles 1 and 2): at n = 4096 over 8 KV heads the pass runs 32
 // splits of 2 tiles instead of 16 of 4; one KV head at n = 2500 gives the forward 40 one-tile
-// splits, so the merge takes its path for more than 32 splits a row.
+// splits, so the merge takes its path for more than 32 splits a row. With the forward at two
+// blocks a SM (set_window_forward_blocks_per_sm) its splits shorten too: 32 of 2 tiles at 4096.
 TEST(CudaScore, ShortSplitsMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
   uint64_t seed = 2600;
-  for (const int tiles : {1, 2}) {
-    SCOPED_TRACE("splits of >= " + std::to_string(tiles) + " tiles");
-    set_window_min_split_tiles(tiles);
-    for (Method m : {Method::kDropKV, Method::kObcacheVK, Method::kSnapKV})
-      for (const Shape& sh : {Shape{32, 8, 128, 4096}, Shape{7, 1, 128, 2500}}) {
-        ScoreOptions opt = ScoreOptions::defaults(m);
-        opt.pooling = Pooling{};
-        run(sh, opt, DType::kBF16, seed++);
-      }
-  }
+  for (const int forward_blocks : {0, 2})
+    for (const int tiles : {1, 2}) {
+      SCOPED_TRACE("splits of >= " + std::to_string(tiles) + " tiles, forward blocks a SM " +
+                   std::to_string(forward_blocks));
+      set_window_min_split_tiles(tiles);
+      set_window_forward_blocks_per_sm(forward_blocks);
+      for (Method m : {Method::kDropKV, Method::kObcacheVK, Method::kSnapKV})
+        for (const Shape& sh : {Shape{32, 8, 128, 4096}, Shape{7, 1, 128, 2500}}) {
+          ScoreOptions opt = ScoreOptions::defaults(m);
+          opt.pooling = Pooling{};
+          run(sh, opt, DType::kBF16, seed++);
+        }
+    }
+  set_window_forward_blocks_per_sm(0);
   set_window_min_split_tiles(4);
 }
 
