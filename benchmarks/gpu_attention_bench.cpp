@@ -7,7 +7,11 @@
 // the whole prompt's attention of one layer and its causal TFLOP/s (4 d FLOPs a head and visible
 // query-key pair: d multiply-adds of QK^T and d of PV), as tools/peers/sdpa_prefill.py counts
 // PyTorch SDPA's on the same shapes (issue 16 asks for >= SDPA's, beside it). Every forward loop
-// is timed, interleaved: cp.async loads, TMA, wide TMA and its FA3 loops (kernel_variants.h).
+// is timed, interleaved: cp.async loads, TMA, wide TMA and its FA3 loops (kernel_variants.h), one
+// run of each a round and the order rotated each round: the card's clocks drift with its
+// temperature, and with a fixed order the later variants ran slower (three names for the same
+// d = 256 kernel measured 575 / 562 / 518 TFLOP/s at 32K in that order, H100, 2026-12-06 (g)).
+// Head dim 256 has one wide loop: its FA3 loop rows are not timed.
 //
 // Usage: gpu_attention_bench [--shape llama|gemma3] [--lengths 4096,32768,131072] [--chunk 4096]
 //                            [--reps N]
@@ -43,7 +47,7 @@ struct Args {
   Shape shape{"llama-3.1-8b", 32, 8, 128};
   std::vector<int64_t> lengths = {4096, 32768, 131072};
   int64_t chunk = 4096;
-  int reps = 5;
+  int reps = 10;
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
@@ -89,7 +93,8 @@ Args parse(int argc, char** argv) {
           "  --shape S     llama (32 / 8 / 128, default) or gemma3 (4 / 1 / 256)\n"
           "  --lengths L   comma-separated prompt lengths (default 4096,32768,131072)\n"
           "  --chunk N     prefill chunk (default 4096, the runtime's)\n"
-          "  --reps N      timed repetitions, median taken (default 5)\n");
+          "  --reps N      rounds: one timed run of each variant a round, order rotated, median\n"
+          "                taken (default 10)\n");
       std::exit(0);
     } else {
       usage_error("unknown option " + s);
@@ -158,20 +163,15 @@ int run(const Args& args) {
       KVEVICT_CUDA_CHECK(
           cd::launch_window_attention_rows(wa, out, nullptr, scratch, scratch_bytes, sms, stream));
     };
-    // Median of reps timed runs of body (after a warm-up), the forward variants interleaved
-    // A B A B (kernel_variants.h), so the card's state drifts alike for every variant.
-    auto samples = [&](auto&& body) {
-      std::vector<float> ms;
-      for (int r = 0; r < args.reps; ++r) {
-        KVEVICT_CUDA_CHECK(cudaEventRecord(e0, stream));
-        body();
-        KVEVICT_CUDA_CHECK(cudaEventRecord(e1, stream));
-        KVEVICT_CUDA_CHECK(cudaEventSynchronize(e1));
-        float x = 0;
-        KVEVICT_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
-        ms.push_back(x);
-      }
-      return ms;
+    // One timed run of body in ms.
+    auto timed = [&](auto&& body) {
+      KVEVICT_CUDA_CHECK(cudaEventRecord(e0, stream));
+      body();
+      KVEVICT_CUDA_CHECK(cudaEventRecord(e1, stream));
+      KVEVICT_CUDA_CHECK(cudaEventSynchronize(e1));
+      float x = 0;
+      KVEVICT_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
+      return x;
     };
     auto median = [](std::vector<float> v) {
       std::sort(v.begin(), v.end());
@@ -183,32 +183,42 @@ int run(const Args& args) {
     auto last_chunk = [&] { launch(chunks.back()); };
     // The forward's loads (kernel_variants.h): cp.async, TMA (64-key tiles, producer warp), wide
     // TMA (128-key tiles, issued by the consumers; the default) with its plain loop, FA3's
-    // intra-warpgroup overlap and FA3's ping-pong; interleaved.
+    // intra-warpgroup overlap and FA3's ping-pong (head dim <= 128).
     struct Variant {
       const char* name;
       bool tma, wide;
       int loop;
     };
-    const Variant variants[] = {{"plain", false, false, 0},
-                                {"tma", true, false, 0},
-                                {"tma-wide", true, true, 0},
-                                {"wide-overlap", true, true, 1},
-                                {"wide-pingpong", true, true, 2}};
-    constexpr int kVariants = 5;
-    std::vector<float> all_ms[kVariants], last_ms[kVariants];
-    for (int round = 0; round < 2; ++round)
-      for (int i = 0; i < kVariants; ++i) {
-        kvevict::cuda::set_window_tma(variants[i].tma);
-        kvevict::cuda::set_window_tma_wide(variants[i].wide);
-        kvevict::cuda::set_window_wide_loop(variants[i].loop);
-        whole();  // warm-up
-        for (float x : samples(whole)) all_ms[i].push_back(x);
-        for (float x : samples(last_chunk)) last_ms[i].push_back(x);
+    const Variant all_variants[] = {{"plain", false, false, 0},
+                                    {"tma", true, false, 0},
+                                    {"tma-wide", true, true, 0},
+                                    {"wide-overlap", true, true, 1},
+                                    {"wide-pingpong", true, true, 2}};
+    std::vector<Variant> variants;
+    for (const Variant& v : all_variants)
+      if (v.loop == 0 || sh.d <= 128) variants.push_back(v);
+    const int nv = static_cast<int>(variants.size());
+    auto use = [&](const Variant& v) {
+      kvevict::cuda::set_window_tma(v.tma);
+      kvevict::cuda::set_window_tma_wide(v.wide);
+      kvevict::cuda::set_window_wide_loop(v.loop);
+    };
+    for (const Variant& v : variants) {  // warm-up: module load, first touch
+      use(v);
+      whole();
+    }
+    std::vector<std::vector<float>> all_ms(nv), last_ms(nv);
+    for (int round = 0; round < args.reps; ++round)
+      for (int j = 0; j < nv; ++j) {
+        const int i = (round + j) % nv;
+        use(variants[i]);
+        all_ms[i].push_back(timed(whole));
+        last_ms[i].push_back(timed(last_chunk));
       }
     kvevict::cuda::set_window_tma(true);  // the defaults
     kvevict::cuda::set_window_tma_wide(true);
     kvevict::cuda::set_window_wide_loop(1);
-    for (int i = 0; i < kVariants; ++i) {
+    for (int i = 0; i < nv; ++i) {
       const double all = median(all_ms[i]);
       std::printf("%-10lld %-14s %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L),
                   variants[i].name, chunks.size(), all, flops / (all * 1e-3) / 1e12,
