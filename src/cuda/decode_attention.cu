@@ -346,12 +346,7 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Para
     cp_async_wait<1>();
     __syncthreads();
     auto q_frag = [&](int ks, uint32_t(&f)[4]) { a_fragment<T, S>(f, q_s, gq, ks, t4); };
-    if constexpr (kQInRegs) {
-      if (tile == 0) {
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) q_frag(ks, qf[ks]);
-      }
-    }
+    if (tile == 0) load_query_frags<D, kQInRegs>(qf, q_frag);
     float sc[GK / 8][4];
     qk_tile<T, S, D, kQInRegs>(sc, qf, k_s + (stage * TK + kg * GK) * S, ln, q_frag, [](int) {});
     const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;

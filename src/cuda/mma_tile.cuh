@@ -40,6 +40,16 @@ __device__ __forceinline__ void mma_rows_k16(float (&acc)[NT][4], const uint32_t
   }
 }
 
+// kQInRegs: every k16 step's query A fragment into qf, from frag(ks, af) (shared memory); the
+// kernels call it once, at their first tile, after the queries' copy has landed. Otherwise nothing.
+template <int D, bool kQInRegs, int NQ, class Frag>
+__device__ __forceinline__ void load_query_frags(uint32_t (&qf)[NQ][4], Frag&& frag) {
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) frag(ks, qf[ks]);
+  }
+}
+
 // s = Q K^T of a warp's 8 NT keys over the head dim D, zeroed first: k16 step ks takes its A
 // fragment from qf[ks] (kQInRegs: the queries held in registers) or from frag(ks, af) (shared
 // memory), and after(ks) runs after each step (a second product sharing the step, or nothing).

@@ -153,12 +153,7 @@ __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int
     const int ahead = tile + kForwardStages - 1;
     if (ahead < num_tiles) load_tile(ahead, ahead % kForwardStages);
     cp_async_commit();
-    if constexpr (kQInRegs) {
-      if (tile == 0) {
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) q_frag(ks, qf[ks]);
-      }
-    }
+    if (tile == 0) load_query_frags<D, kQInRegs>(qf, q_frag);
 
     // S = Q K^T for this warp's GK keys.
     float s[GK / 8][4];
