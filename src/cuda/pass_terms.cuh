@@ -197,11 +197,13 @@ __device__ __forceinline__ void stage_window_rows(const PassParams& p, int hk, i
 }
 
 // The row constants of a thread's rows rl_lo and rl_lo + 8 (block-local): LSE (log2 units) and
-// ||a||^2 from the block's shared-memory copies, and the last key each row sees
-// (PassChunk::row_limit).
+// ||a||^2 from the block's shared-memory copies, the last key each row sees
+// (PassChunk::row_limit) and, with kTop, its flagged top key from top_s (load_top_rows; else -1).
+template <bool kTop>
 __device__ __forceinline__ RowConsts load_row_consts(const float* lse_s, const float* a2_s,
-                                                     int rl_lo, const WindowArgs& a, int row0,
-                                                     int rows_here, const PassChunk& ch) {
+                                                     const int* top_s, int rl_lo,
+                                                     const WindowArgs& a, int row0, int rows_here,
+                                                     const PassChunk& ch) {
   RowConsts rc;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -209,7 +211,7 @@ __device__ __forceinline__ RowConsts load_row_consts(const float* lse_s, const f
     rc.lse2[r] = lse_s[rl];
     rc.a2[r] = a2_s[rl];
     rc.lim[r] = ch.row_limit(a, row0, rl, rows_here);
-    rc.top[r] = -1;
+    rc.top[r] = kTop ? top_s[rl] : -1;
   }
   return rc;
 }

@@ -159,11 +159,7 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   if constexpr (kTop) set_top_mask(top_s, Tr::kRows, TK, mask_s);  // read after a tile barrier
 
   const int rl_lo = slab * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
-  RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);
-  if constexpr (kTop) {
-    rc.top[0] = top_s[rl_lo];
-    rc.top[1] = top_s[rl_lo + 8];
-  }
+  const RowConsts rc = load_row_consts<kTop>(lse_s, a2_s, top_s, rl_lo, a, row0, rows_here, ch);
   const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   // ldmatrix lane addresses: A fragments (query / a rows) and B fragments (key / value rows).

@@ -110,11 +110,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBlocksPerSm)
   if constexpr (kTop) set_top_mask(top_s, R, TK, mask_s);  // read after a tile barrier
 
   const int rl_lo = wg * 64 + (warp & 3) * 16 + g;  // the thread's rows: rl_lo and rl_lo + 8
-  RowConsts rc = load_row_consts(lse_s, a2_s, rl_lo, a, row0, rows_here, ch);
-  if constexpr (kTop) {
-    rc.top[0] = top_s[rl_lo];
-    rc.top[1] = top_s[rl_lo + 8];
-  }
+  const RowConsts rc = load_row_consts<kTop>(lse_s, a2_s, top_s, rl_lo, a, row0, rows_here, ch);
   const int lim_all = ch.lim_all(a);  // every row sees up to here
   const float c2 = a.scale * kLog2e;
   // Base descriptors, set up once; per k16 step and stage only the address field moves (bytes).
