@@ -40,31 +40,30 @@ __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride
   if (lane == 0) scores[warp] = -sqrtf(ss);
 }
 
-// The key rows of every head (row h n + j) in groups of D / 8 lanes, one 16-byte chunk a lane
-// (head dims 64 / 128 / 256), so a warp holds 256 / D rows at once and every lane is busy; each
-// warp takes kKeyRowSteps such groups with all of their loads issued first: kKeyRowSteps x 16
-// bytes in flight a lane, where one warp a row had 16 bytes on half of its lanes (knorm: 1.4 TB/s
-// at 32K on an H100). f(row, chunk, x) gets each lane's 8 elements as floats; sums over a row
-// then take row_lanes_sum, whose xor 4, 2, 1 (8, 16 at larger D) give the bits of warp_sum over
-// one warp a row (its extra steps only added zeros).
+// The key rows of one head (blockIdx.y; key j of it) in groups of D / 8 lanes, one 16-byte chunk a
+// lane (head dims 64 / 128 / 256), so a warp holds 256 / D rows at once and every lane is busy;
+// each warp takes kKeyRowSteps such groups with all of their loads issued first: kKeyRowSteps x
+// 16 bytes in flight a lane, where one warp a row had 16 bytes on half of its lanes (knorm: 1.4
+// TB/s at 32K on an H100). The head is the grid's y, so no lane divides by n. f(j, chunk, x) gets
+// each lane's 8 elements as floats (j may be >= n: zeros, not to be stored); sums over a row then
+// take row_lanes_sum, whose xor 4, 2, 1 (8, 16 at larger D) give the bits of warp_sum over one
+// warp a row (its extra steps only added zeros).
 constexpr int kKeyRowSteps = 4;
 template <int D>
 constexpr int kKeyRowsPerWarp = 32 / (D / 8) * kKeyRowSteps;
 template <class T, int D, class F>
 __device__ __forceinline__ void for_key_row_groups(const T* k, int64_t head_stride,
-                                                   int64_t row_stride, int64_t n, int64_t rows,
-                                                   F&& f) {
+                                                   int64_t row_stride, int64_t n, F&& f) {
   constexpr int kLanes = D / 8, kRowsPerStep = 32 / kLanes;
   const int lane = threadIdx.x & 31, chunk = lane % kLanes;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t first = warp * kKeyRowsPerWarp<D> + lane / kLanes;
+  const T* head = k + blockIdx.y * head_stride + chunk * 8;
   uint4 raw[kKeyRowSteps] = {};  // rows past the end stay zero (f must not store them)
 #pragma unroll
   for (int u = 0; u < kKeyRowSteps; ++u) {
-    const int64_t row = first + u * kRowsPerStep;
-    if (row < rows)
-      raw[u] = __ldcs(reinterpret_cast<const uint4*>(k + (row / n) * head_stride +
-                                                     (row % n) * row_stride + chunk * 8));
+    const int64_t j = first + u * kRowsPerStep;
+    if (j < n) raw[u] = __ldcs(reinterpret_cast<const uint4*>(head + j * row_stride));
   }
 #pragma unroll
   for (int u = 0; u < kKeyRowSteps; ++u) {
@@ -84,14 +83,15 @@ __device__ __forceinline__ float row_lanes_sum(float v) {
 
 template <class T, int D>
 __global__ void knorm_rows_kernel(const T* k, int64_t head_stride, int64_t row_stride, int64_t n,
-                                  int64_t rows, float* scores) {
-  for_key_row_groups<T, D>(k, head_stride, row_stride, n, rows,
-                           [&](int64_t row, int chunk, const float(&x)[8]) {
+                                  float* scores) {
+  float* out = scores + blockIdx.y * n;
+  for_key_row_groups<T, D>(k, head_stride, row_stride, n,
+                           [&](int64_t j, int chunk, const float(&x)[8]) {
                              float ss = 0.f;
 #pragma unroll
                              for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
                              ss = row_lanes_sum<D>(ss);
-                             if (chunk == 0 && row < rows) scores[row] = -sqrtf(ss);
+                             if (chunk == 0 && j < n) out[j] = -sqrtf(ss);
                            });
 }
 
@@ -160,15 +160,15 @@ __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t ro
 // The same at head dims 64 / 128 / 256 in row groups (for_key_row_groups).
 template <class T, int D>
 __global__ void keydiff_score_rows_kernel(const T* k, int64_t head_stride, int64_t row_stride,
-                                          int64_t n, int64_t rows, const float* sums,
-                                          float* scores) {
-  for_key_row_groups<T, D>(k, head_stride, row_stride, n, rows,
-                           [&](int64_t row, int chunk, const float(&x)[8]) {
-                             const float* m = sums + (row < rows ? row / n : 0) * D + chunk * 8;
+                                          int64_t n, const float* sums, float* scores) {
+  const float* m = sums + blockIdx.y * D;
+  float* out = scores + blockIdx.y * n;
+  for_key_row_groups<T, D>(k, head_stride, row_stride, n,
+                           [&](int64_t j, int chunk, const float(&x)[8]) {
                              float kk = 0.f, km = 0.f, mm = 0.f;
 #pragma unroll
                              for (int i = 0; i < 8; ++i) {
-                               const float y = m[i];
+                               const float y = m[chunk * 8 + i];
                                kk += x[i] * x[i];
                                km += x[i] * y;
                                mm += y * y;
@@ -176,7 +176,7 @@ __global__ void keydiff_score_rows_kernel(const T* k, int64_t head_stride, int64
                              kk = row_lanes_sum<D>(kk);
                              km = row_lanes_sum<D>(km);
                              mm = row_lanes_sum<D>(mm);
-                             if (chunk == 0 && row < rows) scores[row] = keydiff_score(kk, km, mm);
+                             if (chunk == 0 && j < n) out[j] = keydiff_score(kk, km, mm);
                            });
 }
 
@@ -210,11 +210,11 @@ __global__ void head_mean_kernel(const float* in, float* out, int rows, int64_t 
 int blocks_for(int64_t threads, int per_block) {
   return static_cast<int>((threads + per_block - 1) / per_block);
 }
-// The grid of a row-group kernel (for_key_row_groups) over `rows` key rows at head dim D.
+// The grid of a row-group kernel (for_key_row_groups): n keys a head, one head a grid row.
 template <int D>
-int key_row_blocks(int64_t rows) {
-  const int64_t warps = (rows + kKeyRowsPerWarp<D> - 1) / kKeyRowsPerWarp<D>;
-  return blocks_for(warps * 32, 256);
+dim3 key_row_grid(int64_t n, int num_kv_heads) {
+  const int64_t warps = (n + kKeyRowsPerWarp<D> - 1) / kKeyRowsPerWarp<D>;
+  return dim3(blocks_for(warps * 32, 256), num_kv_heads);
 }
 bool key_rows_fit(int d) {
   return d == 64 || d == 128 || d == 256;
@@ -248,8 +248,8 @@ cudaError_t launch_knorm(Elem elem, const void* k, int64_t head_stride, int64_t 
     if (key_rows_fit(d)) {
       return with_int<64, 128, 256>(d, [&](auto dc) {
         constexpr int D = decltype(dc)::value;
-        knorm_rows_kernel<T, D><<<key_row_blocks<D>(rows), 256, 0, stream>>>(
-            kt, head_stride, row_stride, n, rows, scores);
+        knorm_rows_kernel<T, D><<<key_row_grid<D>(n, num_kv_heads), 256, 0, stream>>>(
+            kt, head_stride, row_stride, n, scores);
         return cudaGetLastError();
       });
     }
@@ -282,8 +282,8 @@ cudaError_t launch_keydiff(Elem elem, const void* k, int64_t head_stride, int64_
     if (key_rows_fit(d)) {
       return with_int<64, 128, 256>(d, [&](auto dc) {
         constexpr int D = decltype(dc)::value;
-        keydiff_score_rows_kernel<T, D><<<key_row_blocks<D>(rows), 256, 0, stream>>>(
-            kt, head_stride, row_stride, n, rows, sums, scores);
+        keydiff_score_rows_kernel<T, D><<<key_row_grid<D>(n, num_kv_heads), 256, 0, stream>>>(
+            kt, head_stride, row_stride, n, sums, scores);
         return cudaGetLastError();
       });
     }
