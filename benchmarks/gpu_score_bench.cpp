@@ -377,11 +377,12 @@ int main(int argc, char** argv) {
           "               multi-launch path either way)\n"
           "  --reps N     repetitions of --profile (default 3)\n"
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
-          "  --small-n    Llama at n = 4K to 32K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
-          "               score), the same with the one-launch scoring forced on and off (and\n"
-          "               obcache_vk w = 16 + pool), splits of >= 2 and >= 1 tiles, its forward +\n"
-          "               merge alone, the score under top mode 2, and knorm (one small\n"
-          "               launch: the floor a launch costs)\n");
+          "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
+          "               score), obcache_vk w = 16 + pool, the forward + merge alone at w = 8 "
+          "and\n"
+          "               dropkv under top mode 2, each with the split forward in the plain and\n"
+          "               in the overlapped order; and knorm (one small launch: the floor a\n"
+          "               launch costs)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -436,45 +437,25 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (small_n) {  // score - forward = the pass; knorm = what one launch costs at this n
-      std::printf("one-launch scoring: %d clusters of 16 blocks, %d of 8 active at once\n",
-                  cuda::window_score_fused_active_clusters(16),
-                  cuda::window_score_fused_active_clusters(8));
-      for (const int64_t n : {4096, 8192, 16384, 32768}) {
+      for (const int64_t n : {4096, 8192, 16384, 32768, 131072}) {
         Layer L{32, 8, 128, n};
         L.alloc(32, 1234 + n);
         for (int round = 0; round < 3; ++round) {
-          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
-          // The one-launch scoring (window_score_fused.cu) forced on and off at every n.
-          cuda::set_window_score_fused(2);
-          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (one launch)");
-          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, " (one launch)");
-          cuda::set_window_score_fused(0);
-          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (three launches)");
-          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, " (three launches)");
-          // Shorter splits, more blocks (kernel_variants.h set_window_min_split_tiles).
-          for (const int tiles : {2, 1}) {
-            cuda::set_window_min_split_tiles(tiles);
-            const std::string lab = " (splits of >= " + std::to_string(tiles) + " tiles)";
-            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, lab.c_str());
-            bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, lab.c_str());
-            bench_forward(L, "llama3.1-8b", 8, 100, lab.c_str());
+          // The split forward in the plain and in FA3's overlapped order (kernel_variants.h
+          // set_window_split_overlap), alternating which goes first.
+          for (int k = 0; k < 2; ++k) {
+            const bool overlap = (k + round) % 2 == 1;
+            cuda::set_window_split_overlap(overlap);
+            const char* lab = overlap ? " (split overlap)" : "";
+            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, lab);
+            bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, lab);
+            bench_forward(L, "llama3.1-8b", 8, 100, lab);
+            cuda::set_window_top_keys(2);
+            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0,
+                        overlap ? " (top mode 2, split overlap)" : " (top mode 2)");
+            cuda::set_window_top_keys(0);
           }
-          // The forward at two blocks a SM too (kernel_variants.h
-          // set_window_forward_blocks_per_sm): its splits then get shorter with the pass's.
-          cuda::set_window_forward_blocks_per_sm(2);
-          for (const int tiles : {2, 1}) {
-            cuda::set_window_min_split_tiles(tiles);
-            const std::string lab =
-                " (forward 2 a SM, splits of >= " + std::to_string(tiles) + " tiles)";
-            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, lab.c_str());
-            bench_forward(L, "llama3.1-8b", 8, 100, lab.c_str());
-          }
-          cuda::set_window_forward_blocks_per_sm(0);
-          cuda::set_window_min_split_tiles(4);
-          bench_forward(L, "llama3.1-8b", 8, 100);
-          cuda::set_window_top_keys(2);
-          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");
-          cuda::set_window_top_keys(0);
+          cuda::set_window_split_overlap(false);
           bench_score(L, "llama3.1-8b", Method::kKNorm, 8, false, 100, 0);
         }
         L.release();

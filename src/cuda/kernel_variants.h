@@ -39,6 +39,12 @@ void set_window_tma_wide(bool enabled);
 // Llama-3.1-8B heads: loop 1 at 4K / 32K / 128K 444.6 / 529.6 / 532.8 TFLOP/s against the plain
 // loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). (src/cuda/window_forward_wgmma.cu)
 void set_window_wide_loop(int mode);
+// The scoring forward's split blocks of one warpgroup (32-64 window rows a KV head: w = 8 / 16 at
+// G = 4, head dim 64 or 128) in that intra-warpgroup order too, top keys included (the top step's
+// joins into o wait for the P V in flight), with a 4-stage ring (one block a SM). Off by default:
+// not yet measured (gpu_score_bench --small-n times both). Same outputs bit for bit (tests check).
+// (src/cuda/window_forward_wgmma.cu)
+void set_window_split_overlap(bool enabled);
 // The one-launch scoring of small layers (forward, split merge and pass in one kernel of
 // thread-block clusters, the splits of a KV head in one cluster; at most 64 window rows a KV head,
 // head dim 64 or 128, sm_90a): 0, the default, off (three launches); 1 auto (where the layer's K
