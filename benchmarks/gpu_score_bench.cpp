@@ -340,6 +340,8 @@ int main(int argc, char** argv) {
   bool small_n = false;      // where scoring time goes at n = 4K and 32K (issues 15, 16)
   int profile_reps = 3;
   int top_mode = 0;  // --profile under another top-key mode (kernel_variants.h)
+  int64_t profile_n = 131072;  // --profile's n
+  bool split_overlap = false;  // --profile with set_window_split_overlap
   std::string json;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -356,6 +358,15 @@ int main(int argc, char** argv) {
       small_n = true;
     } else if (!std::strcmp(argv[i], "--top-mode") && i + 1 < argc) {
       top_mode = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--n") && i + 1 < argc) {
+      profile_n = std::atoll(argv[++i]);
+      if (profile_n < 64 || profile_n > (int64_t{1} << 24)) {
+        std::fprintf(stderr, "gpu_score_bench: --n %s is out of range; expected 64 to 16777216\n",
+                     argv[i]);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--split-overlap")) {
+      split_overlap = true;
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       profile_reps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
@@ -377,6 +388,9 @@ int main(int argc, char** argv) {
           "               multi-launch path either way)\n"
           "  --reps N     repetitions of --profile (default 3)\n"
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
+          "  --n N        --profile at n = N keys instead of 128K\n"
+          "  --split-overlap  --profile with the split forward's overlapped order\n"
+          "               (set_window_split_overlap)\n"
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
           "               score), obcache_vk w = 16 + pool, the forward + merge alone at w = 8 "
           "and\n"
@@ -473,9 +487,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (profile) {
-      Layer L{32, 8, 128, 131072};
+      Layer L{32, 8, 128, profile_n};
       L.alloc(32, 99);
       cuda::set_window_top_keys(top_mode);
+      cuda::set_window_split_overlap(split_overlap);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, profile_reps, 0);

@@ -41,6 +41,8 @@
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
+#   tools/device_session.sh forward-profile   the w = 8 scoring forward under ncu's full set, plain
+#                                             and overlapped split loop (FORWARD_PROFILE_N: n)
 #   tools/device_session.sh score-profile     gpu_score_bench --small-n's first launches under ncu,
 #                                             by kernel (tools/kernel_breakdown.py; PROFILE_LAUNCHES)
 #   tools/device_session.sh attention         gpu_attention_bench (one layer's chunked causal prefill
@@ -294,6 +296,24 @@ PY
       done
     done | tee $K/logs/decode_profile.txt
     pack decode_profile_logs
+    ;;
+  forward-profile)
+    # The scoring forward of dropkv w = 8 (one-warpgroup split blocks) at n = FORWARD_PROFILE_N
+    # (default 32768) under ncu's full section set, in the plain and the overlapped split loop
+    # (set_window_split_overlap): the first timed launch (after 3 warm-ups and an L2 flush).
+    n=${FORWARD_PROFILE_N:-32768}
+    for ov in 0 1; do
+      flag=""
+      [ $ov = 1 ] && flag=--split-overlap
+      rep=$K/logs/ncu_forward_n${n}_overlap$ov.txt
+      timeout 240 ncu --clock-control none --set full -k regex:window_forward_wgmma_kernel \
+        --launch-skip 3 --launch-count 1 $K/bin/gpu_score_bench --profile --n $n --reps 1 $flag \
+        >$rep 2>&1
+      echo "== forward w = 8, n = $n, split overlap $ov (ncu rc=$?)"
+      grep -E "^ +(Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per Thread|Achieved Occupancy|Dynamic Shared Memory Per Block|L2 Hit Rate|Executed Ipc Active) " $rep | head -12
+      grep -E "Stall|stall" $rep | head -6
+    done | tee $K/logs/forward_profile.txt
+    pack forward_profile_logs
     ;;
   score-profile)
     # Where small-n scoring time goes (issue 16's 4K / 32K targets), kernel by kernel: ncu's
