@@ -339,9 +339,8 @@ int main(int argc, char** argv) {
   bool select_only = false;  // the radix select alone, up to the multi-launch sizes
   bool small_n = false;      // where scoring time goes at n = 4K and 32K (issues 15, 16)
   int profile_reps = 3;
-  int top_mode = 0;  // --profile under another top-key mode (kernel_variants.h)
+  int top_mode = 0;            // --profile under another top-key mode (kernel_variants.h)
   int64_t profile_n = 131072;  // --profile's n
-  bool split_overlap = false;  // --profile with set_window_split_overlap
   std::string json;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) {
@@ -365,8 +364,6 @@ int main(int argc, char** argv) {
                      argv[i]);
         return 2;
       }
-    } else if (!std::strcmp(argv[i], "--split-overlap")) {
-      split_overlap = true;
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
       profile_reps = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
@@ -389,13 +386,10 @@ int main(int argc, char** argv) {
           "  --reps N     repetitions of --profile (default 3)\n"
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
           "  --n N        --profile at n = N keys instead of 128K\n"
-          "  --split-overlap  --profile with the split forward's overlapped order\n"
-          "               (set_window_split_overlap)\n"
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
-          "               score), obcache_vk w = 16 + pool, the forward + merge alone at w = 8 "
-          "and\n"
-          "               dropkv under top mode 2, each with the split forward in the plain and\n"
-          "               in the overlapped order; and knorm (one small launch: the floor a\n"
+          "               score) and its forward + merge alone, both also with the merge's loads\n"
+          "               in batches of 4; dropkv w = 8 on the key-major pass; obcache_vk w = 16\n"
+          "               + pool; dropkv under top mode 2; knorm (one small launch: the floor a\n"
           "               launch costs)\n");
       return 0;
     } else {
@@ -455,21 +449,23 @@ int main(int argc, char** argv) {
         Layer L{32, 8, 128, n};
         L.alloc(32, 1234 + n);
         for (int round = 0; round < 3; ++round) {
-          // The split forward in the plain and in FA3's overlapped order (kernel_variants.h
-          // set_window_split_overlap), alternating which goes first.
-          for (int k = 0; k < 2; ++k) {
-            const bool overlap = (k + round) % 2 == 1;
-            cuda::set_window_split_overlap(overlap);
-            const char* lab = overlap ? " (split overlap)" : "";
-            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, lab);
-            bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0, lab);
-            bench_forward(L, "llama3.1-8b", 8, 100, lab);
-            cuda::set_window_top_keys(2);
-            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0,
-                        overlap ? " (top mode 2, split overlap)" : " (top mode 2)");
-            cuda::set_window_top_keys(0);
-          }
-          cuda::set_window_split_overlap(false);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
+          bench_forward(L, "llama3.1-8b", 8, 100);
+          // The split merge's loads in batches of 4 steps (kernel_variants.h
+          // set_window_merge_one_batch(false)) against all at once (the default).
+          cuda::set_window_merge_one_batch(false);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (merge batches of 4)");
+          bench_forward(L, "llama3.1-8b", 8, 100, " (merge batches of 4)");
+          cuda::set_window_merge_one_batch(true);
+          // w = 8's 32 rows on the key-major pass (padded to 64) instead of mma.sync
+          // (set_window_wgmma_pass_min_rows).
+          cuda::set_window_wgmma_pass_min_rows(1);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (key-major pass)");
+          cuda::set_window_wgmma_pass_min_rows(33);
+          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0);
+          cuda::set_window_top_keys(2);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");
+          cuda::set_window_top_keys(0);
           bench_score(L, "llama3.1-8b", Method::kKNorm, 8, false, 100, 0);
         }
         L.release();
@@ -490,7 +486,6 @@ int main(int argc, char** argv) {
       Layer L{32, 8, 128, profile_n};
       L.alloc(32, 99);
       cuda::set_window_top_keys(top_mode);
-      cuda::set_window_split_overlap(split_overlap);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, profile_reps, 0);

@@ -41,8 +41,8 @@
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
-#   tools/device_session.sh forward-profile   the w = 8 scoring forward under ncu's full set, plain
-#                                             and overlapped split loop (FORWARD_PROFILE_N: n)
+#   tools/device_session.sh forward-profile   dropkv w = 8's forward, merge and pass under ncu's
+#                                             full set (FORWARD_PROFILE_N: n, default 32K)
 #   tools/device_session.sh score-profile     gpu_score_bench --small-n's first launches under ncu,
 #                                             by kernel (tools/kernel_breakdown.py; PROFILE_LAUNCHES)
 #   tools/device_session.sh attention         gpu_attention_bench (one layer's chunked causal prefill
@@ -162,7 +162,7 @@ case "$verb" in
     fi
     if [ "${FIRST_BENCH:-1}" != 0 ]; then
     timeout 200 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
-    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8, obcache_vk w=16, the forward, top mode 2, each with and without the split overlap; knorm; 4K-128K)"
+    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8 and its forward, merge batches, key-major pass, obcache_vk w=16, top mode 2, knorm; 4K-128K)"
     bench_medians $K/logs/small_n.txt | tee $K/logs/small_n_medians.txt
     fi
     for t in $K/bin/${FIRST_TESTS:-test_cuda_*}; do run_test "$t"; done
@@ -298,20 +298,16 @@ PY
     pack decode_profile_logs
     ;;
   forward-profile)
-    # The scoring forward of dropkv w = 8 (one-warpgroup split blocks) at n = FORWARD_PROFILE_N
-    # (default 32768) under ncu's full section set, in the plain and the overlapped split loop
-    # (set_window_split_overlap): the first timed launch (after 3 warm-ups and an L2 flush).
+    # The scoring forward of dropkv w = 8 (one-warpgroup split blocks), its merge and its pass at
+    # n = FORWARD_PROFILE_N (default 32768) under ncu's full section set: the first timed launch
+    # of each (after 3 warm-ups and an L2 flush).
     n=${FORWARD_PROFILE_N:-32768}
-    for ov in 0 1; do
-      flag=""
-      [ $ov = 1 ] && flag=--split-overlap
-      rep=$K/logs/ncu_forward_n${n}_overlap$ov.txt
-      timeout 240 ncu --clock-control none --set full -k regex:window_forward_wgmma_kernel \
-        --launch-skip 3 --launch-count 1 $K/bin/gpu_score_bench --profile --n $n --reps 1 $flag \
-        >$rep 2>&1
-      echo "== forward w = 8, n = $n, split overlap $ov (ncu rc=$?)"
+    for kernel in window_forward_wgmma_kernel window_merge_kernel score_pass_kernel; do
+      rep=$K/logs/ncu_${kernel}_n$n.txt
+      timeout 240 ncu --clock-control none --set full -k regex:$kernel --launch-skip 3 \
+        --launch-count 1 $K/bin/gpu_score_bench --profile --n $n --reps 1 >$rep 2>&1
+      echo "== $kernel (dropkv w = 8), n = $n (ncu rc=$?)"
       grep -E "^ +(Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per Thread|Achieved Occupancy|Dynamic Shared Memory Per Block|L2 Hit Rate|Executed Ipc Active) " $rep | head -12
-      grep -E "Stall|stall" $rep | head -6
     done | tee $K/logs/forward_profile.txt
     pack forward_profile_logs
     ;;

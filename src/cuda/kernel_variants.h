@@ -18,6 +18,12 @@ void set_window_wgmma(bool enabled);
 // rows (weights rounded to bf16, relative error below 2^-9). false sends them to the row-major
 // wgmma pass. (src/cuda/score_pass_keymajor.cu)
 void set_window_keymajor(bool enabled);
+// The fewest window rows a KV head (G w) whose scoring pass runs on the wgmma passes (key-major
+// or row-major, above) instead of mma.sync: 33 by default, so w = 8 at G = 4 (32 rows) stays on
+// mma.sync (session 4, H200, 128K: the row-major wgmma pass 0.320 against mma.sync's 0.282 ms);
+// 1 puts it on them, padded to 64-row blocks (gpu_score_bench --small-n times the key-major pass
+// there). (src/cuda/score_pass_choice.cpp)
+void set_window_wgmma_pass_min_rows(int rows);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
 // synchronized on mbarriers (no per-tile block barrier); on by default (H100, 2026-12-06 (e):
@@ -39,12 +45,11 @@ void set_window_tma_wide(bool enabled);
 // Llama-3.1-8B heads: loop 1 at 4K / 32K / 128K 444.6 / 529.6 / 532.8 TFLOP/s against the plain
 // loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). (src/cuda/window_forward_wgmma.cu)
 void set_window_wide_loop(int mode);
-// The scoring forward's split blocks of one warpgroup (32-64 window rows a KV head: w = 8 / 16 at
-// G = 4, head dim 64 or 128) in that intra-warpgroup order too, top keys included (the top step's
-// joins into o wait for the P V in flight), with a 4-stage ring (one block a SM). Off by default:
-// not yet measured (gpu_score_bench --small-n times both). Same outputs bit for bit (tests check).
-// (src/cuda/window_forward_wgmma.cu)
-void set_window_split_overlap(bool enabled);
+// The window forward's split merge issues all of a row's loads at once where 8 steps cover its
+// splits (d = 128: up to 16 splits, the scoring forward's usual plan), else in batches of 4 steps;
+// false keeps the batches of 4 everywhere (the order of the sums, and so the bits, are the same).
+// Not yet measured (gpu_score_bench --small-n times both). (src/cuda/window_forward.cu)
+void set_window_merge_one_batch(bool enabled);
 // The one-launch scoring of small layers (forward, split merge and pass in one kernel of
 // thread-block clusters, the splits of a KV head in one cluster; at most 64 window rows a KV head,
 // head dim 64 or 128, sm_90a): 0, the default, off (three launches); 1 auto (where the layer's K

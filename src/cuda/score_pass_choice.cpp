@@ -4,6 +4,9 @@
 // in none of them.
 #include <cuda_runtime.h>
 
+#include <atomic>
+
+#include "cuda/kernel_variants.h"
 #include "cuda/launchers.h"
 #include "cuda/window_params.cuh"
 #include "cuda/window_plan.h"
@@ -16,6 +19,9 @@ constexpr int kPassBlocksPerSm = 2;
 // memory, one block of 8 warps per SM, and the pass ran at 0.93 ms, latency-bound (ncu, v2). Two
 // 64-row blocks per SM re-read K/V for the second row block, mostly from L2 (they run together).
 constexpr int kPassSlabCap = 4;
+// set_window_wgmma_pass_min_rows (kernel_variants.h): the fewest window rows a KV head that take
+// the wgmma passes.
+std::atomic<int> g_wgmma_pass_min_rows{33};
 
 // Several row blocks add into the same keys: zero the scores first.
 cudaError_t zero_if_accumulating(const PassParams& p, cudaStream_t stream) {
@@ -57,8 +63,13 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   // 128-row block 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320
   // against the mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
   enum class Pass { kMmaSync, kRowMajor, kKeyMajor } pass = Pass::kMmaSync;
-  if (window_wgmma_enabled() && plan.rows > 32) {
+  if (window_wgmma_enabled() &&
+      plan.rows >= g_wgmma_pass_min_rows.load(std::memory_order_relaxed)) {
     WindowPlan wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
+    if (16 * wp.slabs < 64) {  // fewer than 33 rows (set_window_wgmma_pass_min_rows): padded to 64
+      wp.slabs = 4;
+      wp.row_blocks = 1;
+    }
     if (keymajor_pass_supported(sa, 16 * wp.slabs)) {
       plan = wp;
       pass = Pass::kKeyMajor;
@@ -83,3 +94,9 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
 }
 
 }  // namespace kvevict::cuda::detail
+
+namespace kvevict::cuda {
+void set_window_wgmma_pass_min_rows(int rows) {
+  detail::g_wgmma_pass_min_rows.store(rows < 1 ? 1 : rows);
+}
+}  // namespace kvevict::cuda

@@ -24,7 +24,6 @@
 #include "cuda/kv_tile_copy.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda/window_params.cuh"
-#include "cuda/window_plan.h"
 #include "cuda/window_traits.cuh"
 #include "kvevict/error.h"
 
@@ -96,22 +95,18 @@ __device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, 
 
 // Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries,
 // `stages` K (and V) tiles and, with TMA loads, a full and an empty barrier a stage (which can
-// cost a stage: 64-row blocks at d = 128 fit 3 stages two blocks a SM to the byte without them);
-// the overlapped loop on cp.async loads (kSplitOverlap below), a spare word for its pinning store.
-template <class Tr, bool kWithV, bool kTma = false, bool kSplitOverlap = false>
+// cost a stage: 64-row blocks at d = 128 fit 3 stages two blocks a SM to the byte without them).
+template <class Tr, bool kWithV, bool kTma = false>
 constexpr size_t wg_forward_smem(int stages) {
   using T = typename Tr::T;
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD +
          sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1) +
-         (kTma            ? 2 * stages * sizeof(uint64_t)
-          : kSplitOverlap ? 16
-                          : 0);
+         (kTma ? 2 * stages * sizeof(uint64_t) : 0);
 }
-// kSplitOverlap runs one block a SM (its plan's), so its ring takes that block's whole share.
-template <class Tr, bool kWithV, bool kTma = false, bool kSplitOverlap = false>
+template <class Tr, bool kWithV, bool kTma = false>
 constexpr int wg_forward_stages() {
-  return stages_that_fit(kSplitOverlap ? 1 : Tr::kBlocksPerSm,
-                         [](int s) { return wg_forward_smem<Tr, kWithV, kTma, kSplitOverlap>(s); });
+  return stages_that_fit(Tr::kBlocksPerSm,
+                         [](int s) { return wg_forward_smem<Tr, kWithV, kTma>(s); });
 }
 
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
@@ -135,10 +130,6 @@ constexpr int wg_forward_stages() {
 // with the other warpgroup (two named barriers, FA3's ping-pong), so the tensor cores alternate
 // between the warpgroups instead of both warpgroups' softmax falling on the same moments. Every
 // product and softmax step is the plain loop's, in its order: the same bits.
-// kOverlap 1 without TMA (set_window_split_overlap): the same loop for the scoring forward's
-// split blocks of one warpgroup (32-64 rows, one block a SM, 4 stages: two tiles load while a Q K^T
-// and a P V run), the top keys included: the top step's joins into o and its stash wait until
-// the P V on o has completed (forward_top_tail), the order in which the plain loop applies them.
 template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
           bool kTmaInline = false, int kOverlap = 0>
 __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0), Tr::kBlocksPerSm)
@@ -150,21 +141,16 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   static_assert(Tr::kTileKeys == 64 || kTmaInline, "128-key tiles: the consumer-issued TMA only");
   // (kTmaInline is also what frees released[kStages], the word the overlapped loops store into
   // to pin their wait: with a producer warp that word is a live "empty" mbarrier.)
-  constexpr bool kSplitOverlap = kOverlap > 0 && !kTma;
-  static_assert(kOverlap == 0 || (kTmaInline && Tr::kWG == 2 && Tr::kD <= 128) ||
-                    (kSplitOverlap && kOverlap == 1 && kWithV && !kDirect && Tr::kWG == 1),
-                "the overlapped loops: two warpgroups on the wide TMA forward, head dim <= 128, "
-                "or (loop 1) the split forward's one warpgroup with V");
+  static_assert(kOverlap == 0 || (kTmaInline && Tr::kWG == 2 && Tr::kD <= 128),
+                "the overlapped loops: two warpgroups on the wide TMA forward, head dim <= 128");
   static_assert(Tr::kD <= 128 || kTmaInline,
                 "head dim 256 (O: 128 floats a thread): the consumer-issued TMA only");
 #if defined(KVEVICT_HAS_WGMMA)
   using T = typename Tr::T;
   constexpr int D = Tr::kD, R = Tr::kRows, TK = Tr::kTileKeys;
   constexpr int kS = TK / 2;  // S accumulators a thread: m64 x n(TK) over 128 threads
-  constexpr int kStages = wg_forward_stages<Tr, kWithV, kTma, kSplitOverlap>();
-  static_assert(wg_forward_smem<Tr, kWithV, kTma, kSplitOverlap>(kStages) <= 227 * 1024,
-                "shared memory budget");
-  static_assert(!kSplitOverlap || kStages >= 3, "the split overlap keeps two stages computing");
+  constexpr int kStages = wg_forward_stages<Tr, kWithV, kTma>();
+  static_assert(wg_forward_smem<Tr, kWithV, kTma>(kStages) <= 227 * 1024, "shared memory budget");
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
   extern __shared__ unsigned char smem_raw[];
@@ -175,9 +161,6 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   uint64_t* empty = full + kStages;                                                     // kTma
   // kTmaInline: in empty's place, each stage's count of warp releases since the launch.
   unsigned* released = reinterpret_cast<unsigned*>(empty);
-  // The overlapped loops' pinning store's word, never read: past the release counts (kTmaInline),
-  // or the spare word after V (kSplitOverlap).
-  unsigned* const pin_word = kTma ? released + kStages : reinterpret_cast<unsigned*>(full);
 
   const WindowArgs& a = p.a;
   const int hk = blockIdx.x, rb = blockIdx.y, split = blockIdx.z;
@@ -301,27 +284,16 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
                       wgmma_desc_add(kt_desc, kdim_bytes(ks, TK)), ks > 0 ? 1 : 0);
     wgmma_commit();
   };
-  // The 16-bit value pair (col, col + 1) of tile key `key` in `stage` (the top keys' stash).
-  auto v_pair_at = [&](int stage) {
-    const T* vtile = v_s + stage * TK * D;
-    return [vtile](int key, int col) {
-      return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
-    };
-  };
-  auto o_at = [&](int i) -> float& { return o[i]; };
   // The rows' limits on the logits of tile `tile`, then their online softmax: s becomes P.
   auto mask_and_softmax = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew, bool* rescaled,
                               int stage) {
-    forward_softmax_tile<kTop, T, kS>([&](int i) -> float& { return s[i]; }, o_at, v_pair_at(stage),
-                                      limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew,
-                                      rescaled);
-  };
-  // The same, the top step's tail left in *tail (a P V runs on o).
-  auto mask_and_softmax_deferred = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew,
-                                       bool* rescaled, int stage, ForwardTopTail* tail) {
-    forward_softmax_tile<kTop, T, kS>([&](int i) -> float& { return s[i]; }, o_at, v_pair_at(stage),
-                                      limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew,
-                                      rescaled, tail);
+    const T* vtile = v_s + stage * TK * D;
+    forward_softmax_tile<kTop, T, kS>(
+        [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
+        [&](int key, int col) {
+          return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
+        },
+        limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew, rescaled);
   };
   // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
   // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).
@@ -433,23 +405,13 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       if constexpr (kOverlap == 2)
         wg == 0 ? named_barrier_arrive<2, 256>() : named_barrier_arrive<1, 256>();
     };
-    // Waits for tile `use` at iteration use - 1 (TMA: its full phase). cp.async: the barrier
-    // also frees the stage of tile use - 2 (every warp has waited its P V), into which tile
-    // use + kStages - 2 then loads: kStages - 2 tiles are on their way while a pair computes.
-    auto landed_next = [&](int use) {
-      if constexpr (kTma)
-        landed(std::integral_constant<int, 0>(), use);
-      else
-        landed_then_prefetch(std::integral_constant<int, kStages - 3>(), use + kStages - 2, use);
-    };
     PFrag pa;
     float s[kS];
     float corr[2];
     bool grew = false, rescaled = false;
-    ForwardTopTail tail;  // kTop: the top step's joins and stash, after P V
     if (num_tiles > 0) {
       if (wg == 1) pass_turn();
-      landed(std::integral_constant < int, kTma ? 0 : kStages - 2 > (), 0);
+      landed(std::integral_constant<int, 0>(), 0);
       take_turn();
       issue_qk(s, 0);
       pass_turn();
@@ -463,7 +425,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     // proving that the first wait leaves only P V running, and it would serialize the wgmma,
     // C7514); the last tile's P V follows the loop.
     for (int tile = 0; tile + 1 < num_tiles; ++tile) {
-      landed_next(tile + 1);
+      landed(std::integral_constant<int, 0>(), tile + 1);
       take_turn();
       issue_qk(s, (tile + 1) % kStages);
       wgmma_hold(s);
@@ -471,20 +433,18 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       pass_turn();
       wgmma_wait<1>();  // Q K^T of tile + 1, committed first, has completed
       wgmma_hold(s);
-      mask_and_softmax_deferred(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages, &tail);
+      mask_and_softmax(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages);
       // ptxas hoists the wait for P V above the softmax (placing it anywhere in the block, it
       // put it before the exponentials, which then ran after P V: no overlap) unless a memory
       // operation that needs the softmax stands before it: lane 0 stores the row sums into a
       // spare word of the barriers' space (released[kStages], never read). One thread stores (a
       // store by every warp was a write-write race to racecheck); the predicate does not change
       // the instruction order, which is what pins every warp's wait.
-      if (tid == 0) *reinterpret_cast<volatile float*>(pin_word) = l_run[0] + l_run[1];
+      if (tid == 0) *reinterpret_cast<volatile float*>(released + kStages) = l_run[0] + l_run[1];
       wgmma_wait<0>();
       wgmma_hold(o);
       wgmma_hold(pa);
       release(tile);
-      if constexpr (kTop)
-        forward_top_tail<T, D / 2>(o_at, v_pair_at((tile + 1) % kStages), top, tail, corr, t4);
       rescale_o(corr, grew, rescaled);
       pack_p(s, pa);
     }
@@ -599,9 +559,7 @@ template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = fa
           bool kTmaInline = false, int kOverlap = 0>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream,
                           const KvTensorMaps& maps = KvTensorMaps{}) {
-  constexpr bool kSplitOverlap = kOverlap > 0 && !kTma;
-  constexpr size_t smem = wg_forward_smem<Tr, kWithV, kTma, kSplitOverlap>(
-      wg_forward_stages<Tr, kWithV, kTma, kSplitOverlap>());
+  constexpr size_t smem = wg_forward_smem<Tr, kWithV, kTma>(wg_forward_stages<Tr, kWithV, kTma>());
   auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kDirect, kTma, kTmaInline, kOverlap>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
@@ -668,7 +626,6 @@ std::atomic<bool> g_tma{true};       // 2026-12-06 (e), H100: +16-19% over the p
 std::atomic<bool> g_tma_wide{true};  // 2026-12-06 (e), H100: +8-15% over the 64-key TMA
 std::atomic<int> g_wide_loop{
     1};  // set_window_wide_loop: the overlapped loop (H100, 2026-12-06 (f))
-std::atomic<bool> g_split_overlap{false};  // set_window_split_overlap: not yet measured
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (as final rows with one split: the TMA forwards where the switches allow), the outputs
@@ -690,14 +647,6 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps))
     return launch_config<Tr, true, false, true, true>(p, stream, maps);
   if (direct) return launch_config<Tr, true, false, true>(p, stream);
-  // The split forward's one-warpgroup blocks in FA3's overlapped order, where its plan runs one
-  // block a SM (the ring then takes the SM's shared memory).
-  if constexpr (Tr::kWG == 1) {
-    if (with_v && g_split_overlap.load(std::memory_order_relaxed) &&
-        forward_blocks_per_sm_forced() != 2)
-      return top ? launch_config<Tr, true, true, false, false, false, 1>(p, stream)
-                 : launch_config<Tr, true, false, false, false, false, 1>(p, stream);
-  }
   return top      ? launch_config<Tr, true, true>(p, stream)
          : with_v ? launch_config<Tr, true, false>(p, stream)
                   : launch_config<Tr, false, false>(p, stream);
@@ -772,9 +721,6 @@ void set_window_tma_wide(bool enabled) {
 void set_window_wide_loop(int mode) {
   KVEVICT_CHECK(mode >= 0 && mode <= 2, "wide loop ", mode, " is invalid; expected 0, 1 or 2");
   detail::g_wide_loop.store(mode);
-}
-void set_window_split_overlap(bool enabled) {
-  detail::g_split_overlap.store(enabled);
 }
 bool window_wgmma_available() {
   return detail::wgmma_kernels_available();
