@@ -387,10 +387,9 @@ int main(int argc, char** argv) {
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
           "  --n N        --profile at n = N keys instead of 128K\n"
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
-          "               score) and its forward + merge alone, both also with the merge's loads\n"
-          "               in batches of 4; dropkv w = 8 on the key-major pass; obcache_vk w = 16\n"
-          "               + pool; dropkv under top mode 2; knorm (one small launch: the floor a\n"
-          "               launch costs)\n");
+          "               score) on the mma.sync and the key-major pass and as chosen, its\n"
+          "               forward + merge alone, obcache_vk w = 16 + pool, dropkv under top mode\n"
+          "               2, knorm (one small launch: the floor a launch costs)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -449,19 +448,17 @@ int main(int argc, char** argv) {
         Layer L{32, 8, 128, n};
         L.alloc(32, 1234 + n);
         for (int round = 0; round < 3; ++round) {
+          // w = 8's 32 rows on the mma.sync and on the key-major pass (padded to 64 rows):
+          // kernel_variants.h set_window_keymajor_small_rows 0 and 2, alternating which goes first.
+          for (int k = 0; k < 2; ++k) {
+            const bool keymajor = (k + round) % 2 == 1;
+            cuda::set_window_keymajor_small_rows(keymajor ? 2 : 0);
+            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0,
+                        keymajor ? " (key-major pass)" : " (mma.sync pass)");
+          }
+          cuda::set_window_keymajor_small_rows(1);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
           bench_forward(L, "llama3.1-8b", 8, 100);
-          // The split merge's loads in batches of 4 steps (kernel_variants.h
-          // set_window_merge_one_batch(false)) against all at once (the default).
-          cuda::set_window_merge_one_batch(false);
-          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (merge batches of 4)");
-          bench_forward(L, "llama3.1-8b", 8, 100, " (merge batches of 4)");
-          cuda::set_window_merge_one_batch(true);
-          // w = 8's 32 rows on the key-major pass (padded to 64) instead of mma.sync
-          // (set_window_wgmma_pass_min_rows).
-          cuda::set_window_wgmma_pass_min_rows(1);
-          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (key-major pass)");
-          cuda::set_window_wgmma_pass_min_rows(33);
           bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0);
           cuda::set_window_top_keys(2);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");

@@ -18,12 +18,12 @@ void set_window_wgmma(bool enabled);
 // rows (weights rounded to bf16, relative error below 2^-9). false sends them to the row-major
 // wgmma pass. (src/cuda/score_pass_keymajor.cu)
 void set_window_keymajor(bool enabled);
-// The fewest window rows a KV head (G w) whose scoring pass runs on the wgmma passes (key-major
-// or row-major, above) instead of mma.sync: 33 by default, so w = 8 at G = 4 (32 rows) stays on
-// mma.sync (session 4, H200, 128K: the row-major wgmma pass 0.320 against mma.sync's 0.282 ms);
-// 1 puts it on them, padded to 64-row blocks (gpu_score_bench --small-n times the key-major pass
-// there). (src/cuda/score_pass_choice.cpp)
-void set_window_wgmma_pass_min_rows(int rows);
+// Blocks of up to 32 window rows a KV head (w = 8 at G = 4) score on the mma.sync pass, or on the
+// key-major pass padded to 64 rows where it applies (bf16, every term but obcache_vk): 0 never,
+// 1 (the default) for layers of at least 64K keys, 2 always (tests). H100, 2026-12-06 (h), dropkv
+// w = 8: the key-major pass 0.3815 against 0.3950 ms at 128K, 0.1217 / 0.1226 at 32K, 1.5-4.7%
+// slower at 8K-16K. (src/cuda/score_pass_choice.cpp)
+void set_window_keymajor_small_rows(int mode);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
 // synchronized on mbarriers (no per-tile block barrier); on by default (H100, 2026-12-06 (e):
@@ -45,11 +45,6 @@ void set_window_tma_wide(bool enabled);
 // Llama-3.1-8B heads: loop 1 at 4K / 32K / 128K 444.6 / 529.6 / 532.8 TFLOP/s against the plain
 // loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). (src/cuda/window_forward_wgmma.cu)
 void set_window_wide_loop(int mode);
-// The window forward's split merge issues all of a row's loads at once where 8 steps cover its
-// splits (d = 128: up to 16 splits, the scoring forward's usual plan), else in batches of 4 steps;
-// false keeps the batches of 4 everywhere (the order of the sums, and so the bits, are the same).
-// Not yet measured (gpu_score_bench --small-n times both). (src/cuda/window_forward.cu)
-void set_window_merge_one_batch(bool enabled);
 // The one-launch scoring of small layers (forward, split merge and pass in one kernel of
 // thread-block clusters, the splits of a KV head in one cluster; at most 64 window rows a KV head,
 // head dim 64 or 128, sm_90a): 0, the default, off (three launches); 1 auto (where the layer's K

@@ -10,6 +10,7 @@
 #include "cuda/launchers.h"
 #include "cuda/window_params.cuh"
 #include "cuda/window_plan.h"
+#include "kvevict/error.h"
 
 namespace kvevict::cuda::detail {
 namespace {
@@ -19,9 +20,11 @@ constexpr int kPassBlocksPerSm = 2;
 // memory, one block of 8 warps per SM, and the pass ran at 0.93 ms, latency-bound (ncu, v2). Two
 // 64-row blocks per SM re-read K/V for the second row block, mostly from L2 (they run together).
 constexpr int kPassSlabCap = 4;
-// set_window_wgmma_pass_min_rows (kernel_variants.h): the fewest window rows a KV head that take
-// the wgmma passes.
-std::atomic<int> g_wgmma_pass_min_rows{33};
+// Up to 32 rows a KV head on the key-major pass (padded to 64 rows) from this many keys on
+// (set_window_keymajor_small_rows mode 1): at 128K it beat the mma.sync pass by 3.4%, at 32K they
+// tie (H100, 2026-12-06 (h)).
+constexpr int64_t kKeyMajorSmallRowsMinKeys = 65536;
+std::atomic<int> g_keymajor_small_rows{1};  // set_window_keymajor_small_rows
 
 // Several row blocks add into the same keys: zero the scores first.
 cudaError_t zero_if_accumulating(const PassParams& p, cudaStream_t stream) {
@@ -61,15 +64,19 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   // 128 rows per SM. The rest take the row-major wgmma pass, 64 or 128 rows a block: one block of
   // two warpgroups per SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one
   // 128-row block 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320
-  // against the mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync.
+  // against the mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync, except on the
+  // key-major pass (padded to 64 rows) in long layers: 0.3815 against 0.3950 ms at 128K (H100,
+  // 2026-12-06 (h), kernel_variants.h set_window_keymajor_small_rows).
   enum class Pass { kMmaSync, kRowMajor, kKeyMajor } pass = Pass::kMmaSync;
-  if (window_wgmma_enabled() &&
-      plan.rows >= g_wgmma_pass_min_rows.load(std::memory_order_relaxed)) {
+  const int small_rows = g_keymajor_small_rows.load(std::memory_order_relaxed);
+  if (window_wgmma_enabled() && plan.rows <= 32 && keymajor_pass_supported(sa, 64) &&
+      (small_rows == 2 || (small_rows == 1 && a.n >= kKeyMajorSmallRowsMinKeys))) {
+    plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
+    plan.slabs = 4;  // 64-row blocks, padding rows included
+    plan.row_blocks = 1;
+    pass = Pass::kKeyMajor;
+  } else if (window_wgmma_enabled() && plan.rows > 32) {
     WindowPlan wp = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 8);
-    if (16 * wp.slabs < 64) {  // fewer than 33 rows (set_window_wgmma_pass_min_rows): padded to 64
-      wp.slabs = 4;
-      wp.row_blocks = 1;
-    }
     if (keymajor_pass_supported(sa, 16 * wp.slabs)) {
       plan = wp;
       pass = Pass::kKeyMajor;
@@ -96,7 +103,9 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
 }  // namespace kvevict::cuda::detail
 
 namespace kvevict::cuda {
-void set_window_wgmma_pass_min_rows(int rows) {
-  detail::g_wgmma_pass_min_rows.store(rows < 1 ? 1 : rows);
+void set_window_keymajor_small_rows(int mode) {
+  KVEVICT_CHECK(mode >= 0 && mode <= 2, "key-major small-rows mode ", mode,
+                " is invalid; expected 0, 1 or 2");
+  detail::g_keymajor_small_rows.store(mode);
 }
 }  // namespace kvevict::cuda

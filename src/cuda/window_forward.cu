@@ -24,7 +24,6 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -42,8 +41,6 @@
 namespace kvevict::cuda::detail {
 namespace {
 
-std::atomic<bool> g_merge_one_batch{true};  // set_window_merge_one_batch
-
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
 template <class Tr, bool kWithV, bool kTop>
@@ -56,32 +53,26 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   window_forward_block<Tr, kWithV, kTop>(p, blockIdx.x, blockIdx.y, blockIdx.z, smem);
 }
 
-// One warp per window row (window_merge_row, kBatch steps' loads at a time).
-template <class T, int kBatch>
+// One warp per window row (window_merge_row).
+template <class T>
 __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out, float* lse) {
   grid_dependency_wait();  // the forward's partials
   launch_dependents();
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   if (warp >= p.a.num_kv_heads * p.rows) return;
-  window_merge_row<T, kBatch>(p, block_rows, out, lse, warp);
+  window_merge_row<T>(p, block_rows, out, lse, warp);
 }
 
 // The merge of the splits' partials (block_rows: the rows of a forward block, the partials' row
-// count per split), a programmatic dependent of the forward kernel. A row's loads go out in
-// batches of 4 steps (split_lanes splits a step), or all at once where 8 steps cover the splits
-// (set_window_merge_one_batch): the scoring forward's 16 splits at d = 128 (8 steps) then take one
-// round trip to memory instead of two.
+// count per split), a programmatic dependent of the forward kernel.
 cudaError_t launch_merge(const ForwardParams& p, int block_rows, float* out, float* lse,
                          cudaStream_t stream) {
   const int warps = p.a.num_kv_heads * p.rows;
-  const int split_lanes = 32 / (p.a.head_dim / 8);
-  const bool one_batch = g_merge_one_batch.load(std::memory_order_relaxed) &&
-                         (p.splits + split_lanes - 1) / split_lanes <= 8;
-  return with_elem(p.a.elem, [&](auto t) {
-    using T = typename decltype(t)::type;
-    return launch_pdl(one_batch ? window_merge_kernel<T, 8> : window_merge_kernel<T, 4>,
-                      dim3((warps + 7) / 8), dim3(256), 0, stream, p, block_rows, out, lse);
-  });
+  if (p.a.elem == Elem::kBF16)
+    return launch_pdl(window_merge_kernel<__nv_bfloat16>, dim3((warps + 7) / 8), dim3(256), 0,
+                      stream, p, block_rows, out, lse);
+  return launch_pdl(window_merge_kernel<__half>, dim3((warps + 7) / 8), dim3(256), 0, stream, p,
+                    block_rows, out, lse);
 }
 
 template <class Tr, bool kWithV, bool kTop>
@@ -233,9 +224,3 @@ cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, fl
 }
 
 }  // namespace kvevict::cuda::detail
-
-namespace kvevict::cuda {
-void set_window_merge_one_batch(bool enabled) {
-  detail::g_merge_one_batch.store(enabled);
-}
-}  // namespace kvevict::cuda

@@ -310,9 +310,8 @@ __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int
 // it is the row's top key if it beats every split's other keys and no other split's top ties it
 // (else its p <= 1/2 and every top joins the others). The others: the splits' (o, l) and every
 // other split's top, whose value row is read from V (the only loads that depend on the partials).
-// `row` numbers the rows of every KV head (hk * p.rows + r); the whole warp calls it. kBatch: the
-// steps (split_lanes splits each) whose loads are issued together (window_forward.cu launch_merge).
-template <class T, int kBatch = 4>
+// `row` numbers the rows of every KV head (hk * p.rows + r); the whole warp calls it.
+template <class T>
 __device__ __forceinline__ void window_merge_row(const ForwardParams& p, int block_rows, float* out,
                                                  float* lse, int row) {
   const int lane = threadIdx.x & 31;
@@ -454,6 +453,7 @@ __device__ __forceinline__ void window_merge_row(const ForwardParams& p, int blo
     // L2 or memory, 16 in a row at 4K (the merge took 10.8 us there, ncu 2026-12-06 (e)). The sums
     // keep the steps' order, so the bits are the same. 4 steps a batch: 117 registers, two blocks
     // a SM for the large merge grids of short prefill chunks (8: 156 registers, one block).
+    constexpr int kBatch = 4;
     const int steps = (p.splits + split_lanes - 1) / split_lanes;
     for (int k0 = 0; k0 < steps; k0 += kBatch) {
       uint4 raw_o[kBatch], raw_v[kBatch];

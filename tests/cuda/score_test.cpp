@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <set>
 #include <string>
 
@@ -210,7 +209,7 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
     set_window_wgmma(k != Kernels::kMmaSync);
     set_window_keymajor(k == Kernels::kKeyMajor || k == Kernels::kSmallRowsKeyMajor);
     set_window_score_fused(k == Kernels::kOneLaunch ? 2 : 0);
-    set_window_wgmma_pass_min_rows(k == Kernels::kSmallRowsKeyMajor ? 1 : 33);
+    set_window_keymajor_small_rows(k == Kernels::kSmallRowsKeyMajor ? 2 : 0);
     for (Method m : methods)
       for (const Run& r : runs) {
         ScoreOptions opt = ScoreOptions::defaults(m);
@@ -222,62 +221,7 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   set_window_wgmma(true);
   set_window_keymajor(true);
   set_window_score_fused(0);
-  set_window_wgmma_pass_min_rows(33);
-}
-
-// The split merge's loads in one batch where 8 steps cover a row's splits, or in batches of 4
-// (set_window_merge_one_batch): the sums keep their order, so the scores are the same bits.
-// 16 splits at d = 128 (one batch of 8 steps), d = 64 (4 split lanes), 40 splits (batches of 4
-// either way); the splits' top keys (the others' value rows read back from V) included.
-TEST(CudaScore, MergeBatchesKeepTheScoresBits) {
-  KVEVICT_REQUIRE_GPU();
-  struct Run {
-    Shape sh;
-    int window;
-  };
-  const Run runs[] = {{{32, 8, 128, 4096}, 8}, {{16, 2, 64, 3000}, 8}, {{7, 1, 128, 2500}, 16}};
-  uint64_t seed = 2800;
-  for (const Run& r : runs)
-    for (Method m : {Method::kDropKV, Method::kObcacheVK}) {
-      ScoreOptions opt = ScoreOptions::defaults(m);
-      opt.pooling = Pooling{};
-      opt.window = r.window;
-      const Shape& sh = r.sh;
-      SCOPED_TRACE(::testing::Message() << opt.describe() << " Hq " << sh.hq << " Hkv " << sh.hkv
-                                        << " d " << sh.d << " n " << sh.n);
-      const size_t nq = static_cast<size_t>(sh.hq) * r.window * sh.d, nk = sh.hkv * sh.n * sh.d;
-      ++seed;
-      auto q = testing::round_to(kvevict::testing::normal_floats(nq, seed, 2.0f), DType::kBF16);
-      auto k = testing::round_to(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), DType::kBF16);
-      auto v = testing::round_to(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), DType::kBF16);
-      DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
-      DeviceBuffer<float> ds(static_cast<size_t>(sh.hkv) * sh.n);
-      dq.upload(testing::encode16(q, DType::kBF16));
-      dk.upload(testing::encode16(k, DType::kBF16));
-      dv.upload(testing::encode16(v, DType::kBF16));
-      ScoreProblem p;
-      p.q = TensorView(dq.data(), DType::kBF16, {sh.hq, r.window, sh.d}, Device::kCuda);
-      p.k = TensorView(dk.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
-      p.v = TensorView(dv.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
-      std::vector<float> got[2];
-      for (int one_batch : {0, 1}) {
-        set_window_merge_one_batch(one_batch == 1);
-        ds.poison();
-        ScoreOutput out;
-        out.scores = TensorView(ds.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda);
-        const size_t ws_bytes = score_workspace_bytes(p, opt);
-        DeviceBuffer<char> ws(ws_bytes);
-        score(p, opt, out, {ws.data(), ws_bytes});
-        KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-        got[one_batch] = ds.download();
-      }
-      set_window_merge_one_batch(true);
-      ASSERT_EQ(got[0].size(), got[1].size());
-      int64_t differ = 0;
-      for (size_t i = 0; i < got[0].size(); ++i)
-        differ += std::memcmp(&got[0][i], &got[1][i], sizeof(float)) != 0;
-      EXPECT_EQ(differ, 0) << "scores whose bits the merge's batches changed";
-    }
+  set_window_keymajor_small_rows(1);
 }
 
 TEST(CudaScore, DominantKeysTakeTheExactPath) {
@@ -382,7 +326,7 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
           set_window_wgmma(kern != Kernels::kMmaSync);
           set_window_keymajor(kern == Kernels::kKeyMajor || kern == Kernels::kSmallRowsKeyMajor);
           set_window_score_fused(kern == Kernels::kOneLaunch ? 2 : 0);
-          set_window_wgmma_pass_min_rows(kern == Kernels::kSmallRowsKeyMajor ? 1 : 33);
+          set_window_keymajor_small_rows(kern == Kernels::kSmallRowsKeyMajor ? 2 : 1);
           ds.poison();
           ScoreOutput out;
           out.scores = TensorView(ds.data(), DType::kF32, {spec.hkv, n}, Device::kCuda);
@@ -420,7 +364,7 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
   set_window_wgmma(true);
   set_window_keymajor(true);
   set_window_score_fused(0);
-  set_window_wgmma_pass_min_rows(33);
+  set_window_keymajor_small_rows(1);
 }
 
 TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
