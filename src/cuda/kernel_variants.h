@@ -55,23 +55,22 @@ void set_window_wide_loop(int mode);
 void set_window_score_fused(int mode);
 // How many clusters of `cluster_blocks` (16 or 8) blocks of that kernel (bf16, d = 128, 32 rows,
 // dropkv) the current device keeps active at once: 16-block clusters run only where every KV head
-// gets one (gpu_score_bench --small-n prints both).
+// gets one (H100, 2026-12-06 (g): 7 of 16 blocks or 15 of 8, so Hkv = 8 runs 8-block clusters).
 int window_score_fused_active_clusters(int cluster_blocks);
 // The fewest key tiles (64 keys; 32 at head dim 256) a split of the window kernels' plans gets
 // (window_plan.cpp make_window_plan), 1 to 8; 4 is the default: fewer than 4 made the merge of the
 // splits cost about as much as the work it merged (v3). It binds where one wave of blocks would
 // want shorter splits: at 4K keys and Hkv = 8 the pass (two blocks per SM) runs 16 splits of 4
 // tiles, 128 blocks for 264 slots; the forward with outputs (one block per SM) has its 16 either
-// way. gpu_score_bench --small-n times 2 and 1. Not yet measured. The plans of the workspace sizing
-// and of the launch must agree: switch between calls, never between sizing a workspace and using
-// it.
+// way. 2 and 1 measured no gain (H100, 2026-12-06 (g): dropkv w = 8 within 0.3% at 4K-32K). The
+// plans of the workspace sizing and of the launch must agree: switch between calls, never between
+// sizing a workspace and using it.
 void set_window_min_split_tiles(int tiles);
 // The blocks a SM the plan of the 32-64-row wgmma forward aims at (its splits fill one wave of
 // them): 0, the default, keeps its rule (1 with outputs, 2 without: two with outputs measured
-// slower at 128K, 0.148 against 0.138 ms, session 4); 1 or 2 force it. gpu_score_bench --small-n
-// times 2 with splits of >= 2 and >= 1 tiles (set_window_min_split_tiles), where 16 splits of 4
-// tiles leave each forward block at 4K keys a short, latency-bound loop. Not yet measured. Like
-// the split tiles: switch between calls, never between sizing a workspace and using it.
+// slower at 128K, 0.148 against 0.138 ms, session 4); 1 or 2 force it. Two a SM measured slower at
+// small n too (H100, 2026-12-06 (g): the forward + merge 13-19% at 4K-8K, 2.5% at 32K). Like the
+// split tiles: switch between calls, never between sizing a workspace and using it.
 void set_window_forward_blocks_per_sm(int blocks);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
