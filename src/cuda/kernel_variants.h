@@ -21,8 +21,9 @@ void set_window_keymajor(bool enabled);
 // Blocks of up to 32 window rows a KV head (w = 8 at G = 4) score on the mma.sync pass, or on the
 // key-major pass padded to 64 rows where it applies (bf16, every term but obcache_vk): 0 never,
 // 1 (the default) for layers of at least 64K keys, 2 always (tests). H100, 2026-12-06 (h), dropkv
-// w = 8: the key-major pass 0.3815 against 0.3950 ms at 128K, 0.1217 / 0.1226 at 32K, 1.5-4.7%
-// slower at 8K-16K. (src/cuda/score_pass_choice.cpp)
+// w = 8, two runs: the key-major pass 0.3815 / 0.3853 against 0.3950 / 0.4068 ms at 128K, 0.1217 /
+// 0.1201 against 0.1226 / 0.1228 at 32K, 0.7-5.7% slower at 4K-16K.
+// (src/cuda/score_pass_choice.cpp)
 void set_window_keymajor_small_rows(int mode);
 // The window forward's split merge lets its programmatic dependent (the scoring pass) be scheduled
 // before it waits for the forward, not after: the pass's blocks then take the SMs the forward's

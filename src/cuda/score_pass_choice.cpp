@@ -21,8 +21,8 @@ constexpr int kPassBlocksPerSm = 2;
 // 64-row blocks per SM re-read K/V for the second row block, mostly from L2 (they run together).
 constexpr int kPassSlabCap = 4;
 // Up to 32 rows a KV head on the key-major pass (padded to 64 rows) from this many keys on
-// (set_window_keymajor_small_rows mode 1): at 128K it beat the mma.sync pass by 3.4%, at 32K they
-// tie (H100, 2026-12-06 (h)).
+// (set_window_keymajor_small_rows mode 1): at 128K it beat the mma.sync pass by 3.4% and 5.3% in
+// two runs, at 32K by -0.7% and 2.2%, and lost by 0.7-5.7% at 4K-16K (H100, 2026-12-06 (h)).
 constexpr int64_t kKeyMajorSmallRowsMinKeys = 65536;
 std::atomic<int> g_keymajor_small_rows{1};  // set_window_keymajor_small_rows
 
@@ -65,7 +65,7 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
   // two warpgroups per SM, or two blocks of one. Measured at 128K (H200, session 4): w = 32 in one
   // 128-row block 0.506 ms against 0.550 in two 64-row blocks; w = 8 (32 rows padded to 64) 0.320
   // against the mma.sync pass's 0.282, so fewer than 33 rows stay on mma.sync, except on the
-  // key-major pass (padded to 64 rows) in long layers: 0.3815 against 0.3950 ms at 128K (H100,
+  // key-major pass (padded to 64 rows) in long layers: 0.3853 against 0.4068 ms at 128K (H100,
   // 2026-12-06 (h), kernel_variants.h set_window_keymajor_small_rows).
   enum class Pass { kMmaSync, kRowMajor, kKeyMajor } pass = Pass::kMmaSync;
   const int small_rows = g_keymajor_small_rows.load(std::memory_order_relaxed);
