@@ -162,7 +162,7 @@ case "$verb" in
     fi
     if [ "${FIRST_BENCH:-1}" != 0 ]; then
     timeout 200 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
-    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8 on the mma.sync / key-major pass and as chosen, its forward, obcache_vk w=16, top mode 2, knorm; 4K-128K)"
+    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8 on the mma.sync / key-major pass, dropkv w=8 and obcache_vk w=16 with the pass scheduled after / before the merge's wait, the forward, top mode 2, knorm; 4K-128K)"
     bench_medians $K/logs/small_n.txt | tee $K/logs/small_n_medians.txt
     fi
     for t in $K/bin/${FIRST_TESTS:-test_cuda_*}; do run_test "$t"; done
@@ -313,8 +313,8 @@ PY
     ;;
   score-profile)
     # Where small-n scoring time goes (issue 16's 4K / 32K targets), kernel by kernel: ncu's
-    # durations of gpu_score_bench --small-n's first launches (n = 4K: dropkv w = 8 reps, then the
-    # forward alone; the L2-flushing memsets are kernels too), beside the bench's own wall times.
+    # durations of gpu_score_bench --small-n's first launches (n = 4K's first rows: dropkv w = 8 on
+    # the two passes; the L2-flushing memsets are kernels too), beside the bench's own wall times.
     csv=$K/logs/ncu_small_n.csv
     timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
       --launch-count ${PROFILE_LAUNCHES:-700} $K/bin/gpu_score_bench --small-n >$csv 2>$K/logs/ncu_small_n.err
