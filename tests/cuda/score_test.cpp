@@ -386,7 +386,7 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
           set_window_wgmma(kern != Kernels::kMmaSync);
           set_window_keymajor(kern == Kernels::kKeyMajor || kern == Kernels::kSmallRowsKeyMajor);
           set_window_score_fused(kern == Kernels::kOneLaunch ? 2 : 0);
-          set_window_keymajor_small_rows(kern == Kernels::kSmallRowsKeyMajor ? 2 : 1);
+          set_window_keymajor_small_rows(kern == Kernels::kSmallRowsKeyMajor ? 2 : 0);
           ds.poison();
           ScoreOutput out;
           out.scores = TensorView(ds.data(), DType::kF32, {spec.hkv, n}, Device::kCuda);
