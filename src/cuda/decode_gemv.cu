@@ -23,8 +23,8 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/decode_gemv_block.cuh"
 #include "cuda/model_launchers.h"
-#include "cuda/rope_append.cuh"
 
 namespace kvevict::gpu::detail {
 namespace {
@@ -32,274 +32,7 @@ namespace {
 using cuda::detail::grid_dependency_wait;
 using cuda::detail::launch_dependents;
 using cuda::detail::launch_pdl;
-
-constexpr int kGemvWarps = 4;
-constexpr int kGemvThreads = 32 * kGemvWarps;
-constexpr int kChunk = 8;  // bf16 elements in 16 bytes
-// Columns of the input tile in shared memory: [B][kTileK] bf16 (32.5 KiB at B = 8 with the pad). A
-// multiple of 32 chunks, so every lane meets the same columns as without tiles (lane l takes chunks
-// l, l + 32, ... of K): the sums are the same, bit for bit. Its rows lie kXsStride chunks apart:
-// 4 more than a row, so the 8 batch rows that the tensor-core kernel's lanes read at one column
-// (lanes g = 0..7) fall in different bank groups (4 wavefronts for a warp's 512 bytes, not 8).
-constexpr int kTileK = 2048;
-constexpr int kTileChunks = kTileK / kChunk;
-constexpr int kXsStride = kTileChunks + 4;
-// 128-byte lines of each weight row a warp prefetches into L2 before it waits for the previous
-// kernel. Bounded: whole row pairs of an 8B model's matrices (16-56 KB) over the warps resident
-// at once (up to ~4,700 on 132 SMs) ask for 50-115 MB, more than L2 holds (50 MB), so lines are
-// evicted before their loads read them; 4 KB a row pair is ~19 MB. Small models' rows (K <= 1,024)
-// are prefetched whole.
-constexpr int kPrefetchLines = 16;
-static_assert(kGemvMaxBatch * kXsStride * 16 <= 48 * 1024,
-              "the input tile fits the default dynamic shared memory (no opt-in at launch)");
-
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kChunk]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-  }
-}
-
-__device__ __forceinline__ uint4 pack8(const float (&f)[kChunk]) {
-  // f holds bf16 values (rounded or read as bf16): the top halves are exact.
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    w[i] = (__float_as_uint(f[2 * i]) >> 16) | (__float_as_uint(f[2 * i + 1]) & 0xFFFF0000u);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-__device__ __forceinline__ float round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-
-template <bool kGeluTanh>
-__device__ __forceinline__ float gated(float g, float u) {
-  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi), as dense_ops.cu gated_act_kernel
-  const float act = kGeluTanh ? 0.5f * g * (1.0f + tanhf(kC * (g + 0.044715f * g * g * g)))
-                              : g / (1.0f + __expf(-g));
-  return act * u;
-}
-
-// Element k .. k + 7 of input row b as the product's bf16 operand (kNorm: normed f32 row).
-template <bool kNorm>
-__device__ __forceinline__ void input_chunk(const GemvArgs& a, int b, int k, float inv_rms,
-                                            float (&xf)[kChunk]) {
-  if constexpr (!kNorm) {
-    const bf16* x = static_cast<const bf16*>(a.x) + static_cast<int64_t>(b) * a.K + k;
-    unpack8(*reinterpret_cast<const uint4*>(x), xf);
-  } else {
-    const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K + k;
-    const float4 x0 = *reinterpret_cast<const float4*>(x);
-    const float4 x1 = *reinterpret_cast<const float4*>(x + 4);
-    const float4 w0 = *reinterpret_cast<const float4*>(a.norm_w + k);
-    const float4 w1 = *reinterpret_cast<const float4*>(a.norm_w + k + 4);
-    const float xs[kChunk] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    const float ws[kChunk] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) xf[i] = round_bf16(xs[i] * inv_rms * ws[i]);
-  }
-}
-
-// The two rows of W that output pair p computes (kGated: rows p and N + p; kRopeAppend: the
-// rotated pair (ia, ib) of a q / k head, or two adjacent v columns; else rows 2 p and 2 p + 1).
-template <GemvOut kOut>
-__device__ __forceinline__ void pair_rows(const GemvArgs& a, int p, int* r0, int* r1) {
-  if constexpr (kOut == GemvOut::kGated) {
-    *r0 = p;
-    *r1 = a.N + p;
-  } else if constexpr (kOut == GemvOut::kRopeAppend) {
-    const RopeAppendArgs& ra = a.rope;
-    const int d = ra.d, half = d / 2, qk_pairs = (ra.Hq + ra.Hkv) * half;
-    if (p < qk_pairs) {
-      const int h = p / half;
-      rope_pair_cols(ra.neox, half, p % half, r0, r1);
-      *r0 += h * d;
-      *r1 += h * d;
-    } else {
-      *r0 = (ra.Hq + ra.Hkv) * d + 2 * (p - qk_pairs);
-      *r1 = *r0 + 1;
-    }
-  } else {
-    *r0 = 2 * p;
-    *r1 = 2 * p + 1;
-  }
-}
-
-// kRopeAppend's outputs of pair p for batch row b (one lane), as rope_append_kernel computes them
-// from the bf16-rounded projection: bias, RoPE with the angle formed in double, bf16 stores.
-__device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int b, float acc0,
-                                                  float acc1) {
-  const RopeAppendArgs& ra = a.rope;
-  const int d = ra.d, half = d / 2, Hq = ra.Hq, Hkv = ra.Hkv;
-  const int32_t pos = ra.pos[b];
-  auto value = [&](float acc, int col) {
-    float v = round_bf16(acc);
-    if (ra.bias != nullptr) v += ra.bias[col];
-    return v;
-  };
-  auto cache_row = [&](int g) { return decode_append_row(ra, b * Hkv + g, pos); };
-  if (p < (Hq + Hkv) * half) {
-    const int h = p / half, i = p % half;
-    int ia, ib;
-    rope_pair_cols(ra.neox, half, i, &ia, &ib);
-    const float x0 = value(acc0, h * d + ia), x1 = value(acc1, h * d + ib);
-    double sn, cs;
-    sincos(static_cast<double>(pos) * ra.inv_freq[i], &sn, &cs);
-    const float c = static_cast<float>(cs), s = static_cast<float>(sn);
-    bf16* dst = h < Hq ? ra.q_out + (static_cast<int64_t>(b) * Hq + h) * d
-                       : ra.k_cache + cache_row(h - Hq) * d;
-    dst[ia] = __float2bfloat16_rn(x0 * c - x1 * s);
-    dst[ib] = __float2bfloat16_rn(x0 * s + x1 * c);
-  } else {
-    const int col = 2 * (p - (Hq + Hkv) * half);  // within v
-    const int g = col / d, i = col % d, src = (Hq + Hkv) * d + col;
-    const int64_t row = cache_row(g);
-    ra.v_cache[row * d + i] = __float2bfloat16_rn(value(acc0, src));
-    ra.v_cache[row * d + i + 1] = __float2bfloat16_rn(value(acc1, src + 1));
-    if (i == 0) {
-      ra.pos_cache[row] = pos;
-      if (ra.acc_cache != nullptr) ra.acc_cache[row] = 0.0f;  // as cache_append_rows
-    }
-  }
-}
-
-// kRopeAppend, every thread of every block: the block counts itself once its stores are visible;
-// the last one advances every segment's length (ring layers: up to the ring) and resets the
-// counter. Every block read the lengths before it counted itself, so none sees a moved one.
-__device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a) {
-  if (!cuda::detail::last_block_to_arrive(a.arrivals, gridDim.x)) return;
-  const RopeAppendArgs& ra = a.rope;
-  for (int s = threadIdx.x; s < a.B * ra.Hkv; s += blockDim.x) {
-    int32_t& len = ra.seg_len[s];
-    len = appended_length(len, ra.ring);
-  }
-}
-
-// A warp's products of its two rows with the staged input tile (xs [B][kXsStride] chunks,
-// columns k0 .. k0 + tk of K), added to acc0 / acc1 (lane-partial sums).
-__device__ __forceinline__ void tile_products(const GemvArgs& a, const bf16* w0, const bf16* w1,
-                                              int k0, int tk, const uint4* xs,
-                                              float (&acc0)[kGemvMaxBatch],
-                                              float (&acc1)[kGemvMaxBatch]) {
-  const int lane = threadIdx.x & 31;
-  // Unrolled so that a lane has several 16-byte weight loads in flight (a full tile: 8 steps).
-#pragma unroll 4
-  for (int c = lane; c < tk / kChunk; c += 32) {
-    const int k = k0 + c * kChunk;
-    float wf0[kChunk], wf1[kChunk];
-    unpack8(*reinterpret_cast<const uint4*>(w0 + k), wf0);
-    unpack8(*reinterpret_cast<const uint4*>(w1 + k), wf1);
-#pragma unroll
-    for (int b = 0; b < kGemvMaxBatch; ++b) {
-      if (b >= a.B) break;
-      float xf[kChunk];
-      unpack8(xs[b * kXsStride + c], xf);
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i) {
-        acc0[b] = fmaf(wf0[i], xf[i], acc0[b]);
-        acc1[b] = fmaf(wf1[i], xf[i], acc1[b]);
-      }
-    }
-  }
-}
-
-// The stores of kOut for output pair `pair` (rows r0, r1) of batch row b from its two sums.
-template <GemvOut kOut, bool kGeluTanh>
-__device__ __forceinline__ void store_pair(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
-                                           int b, float acc0, float acc1) {
-  const int64_t row = static_cast<int64_t>(b) * a.N;
-  if constexpr (kOut == GemvOut::kGated) {
-    static_cast<bf16*>(a.y)[row + r0] =
-        __float2bfloat16_rn(gated<kGeluTanh>(round_bf16(acc0), round_bf16(acc1)));
-  } else if constexpr (kOut == GemvOut::kBf16) {
-    bf16* y = static_cast<bf16*>(a.y) + row;
-    y[r0] = __float2bfloat16_rn(acc0);
-    if (has_r1) y[r1] = __float2bfloat16_rn(acc1);
-  } else if constexpr (kOut == GemvOut::kF32) {
-    float* y = static_cast<float*>(a.y) + row;
-    y[r0] = acc0;
-    if (has_r1) y[r1] = acc1;
-  } else if constexpr (kOut == GemvOut::kF32Add) {
-    float* y = static_cast<float*>(a.y) + row;
-    y[r0] += acc0;
-    if (has_r1) y[r1] += acc1;
-  } else {  // kRopeAppend
-    store_rope_append(a, pair, b, acc0, acc1);
-  }
-}
-
-// A live warp's sums of its two rows for every batch row, reduced over the lanes, and the stores
-// of kOut by lane 0.
-template <GemvOut kOut, bool kGeluTanh>
-__device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
-                                           float (&acc0)[kGemvMaxBatch],
-                                           float (&acc1)[kGemvMaxBatch]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int b = 0; b < kGemvMaxBatch; ++b) {
-    if (b >= a.B) break;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      acc0[b] += __shfl_xor_sync(0xffffffffu, acc0[b], o);
-      acc1[b] += __shfl_xor_sync(0xffffffffu, acc1[b], o);
-    }
-  }
-  if (lane != 0) return;
-  for (int b = 0; b < a.B; ++b)
-    store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, acc0[b], acc1[b]);
-}
-
-// The prologue of both kernels after the dependency wait: 1 / sqrt(mean(x^2) + eps) of every input
-// row, a warp a row (as dense_ops.cu row_inv_rms), visible to the block.
-template <bool kNorm>
-__device__ __forceinline__ void row_inv_rms(const GemvArgs& a, float* inv_rms) {
-  if constexpr (kNorm) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int b = warp; b < a.B; b += kGemvWarps) {
-      const float* x = static_cast<const float*>(a.x) + static_cast<int64_t>(b) * a.K;
-      float ss = 0.f;
-      for (int k = lane; k < a.K; k += 32) ss += x[k] * x[k];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) inv_rms[b] = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
-    }
-    __syncthreads();
-  }
-}
-
-// Columns k0 .. k0 + tk of the B input rows into xs [B][kXsStride] as the product's bf16
-// operand, every thread of the block taking chunks (no barrier here).
-template <bool kNorm>
-__device__ __forceinline__ void stage_tile(const GemvArgs& a, int k0, int tk, const float* inv_rms,
-                                           uint4* xs) {
-  const int chunks = tk / kChunk;
-  for (int c = threadIdx.x; c < a.B * chunks; c += kGemvThreads) {
-    const int b = c / chunks, kc = c - b * chunks;
-    float xf[kChunk];
-    input_chunk<kNorm>(a, b, k0 + kc * kChunk, kNorm ? inv_rms[b] : 1.f, xf);
-    xs[b * kXsStride + kc] = pack8(xf);
-  }
-}
-
-// The first kPrefetchLines lines of weight rows w0 and w1 (has_r1) into L2, lines i0, i0 + step,
-// ...
-__device__ __forceinline__ void prefetch_rows(const bf16* w0, const bf16* w1, bool has_r1, int K,
-                                              int i0, int step) {
-  const int lines = min((K * 2 + 127) / 128, kPrefetchLines);
-  for (int i = i0; i < lines; i += step) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w0) + 128 * i));
-    if (has_r1)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(w1) + 128 * i));
-  }
-}
-
-// Output pairs of a launch (kGated: N; kRopeAppend: N / 2, N even; else ceil(N / 2)).
-__host__ __device__ __forceinline__ int output_pairs(const GemvArgs& a) {
-  return a.out == GemvOut::kGated ? a.N : (a.N + 1) / 2;
-}
+using namespace gemv;  // NOLINT(google-build-using-namespace): this file's own device code
 
 // Grid: one warp per output row pair (pair_rows). Dynamic shared memory: the input tile, B *
 // kTileK bf16.
@@ -307,37 +40,13 @@ template <bool kNorm, GemvOut kOut, bool kGeluTanh>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   __shared__ float inv_rms[kGemvMaxBatch];
   extern __shared__ uint4 xs[];  // [B][kXsStride]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int pair = blockIdx.x * kGemvWarps + warp;
-  constexpr bool kGated = kOut == GemvOut::kGated;
-  const bool live = pair < output_pairs(a);
-  int r0, r1;
-  pair_rows<kOut>(a, live ? pair : 0, &r0, &r1);
-  const bool has_r1 = kGated || r1 < a.N;
-  const bf16* w0 = a.w + static_cast<int64_t>(r0) * a.K;
-  const bf16* w1 = a.w + static_cast<int64_t>(has_r1 ? r1 : r0) * a.K;
-
+  const GemvWarp w = gemv_warp<kOut>(a, blockIdx.x);
   // The weights do not depend on the previous kernel: start their way into L2 now.
-  if (live) prefetch_rows(w0, w1, has_r1, a.K, lane, 32);
+  if (w.live) prefetch_rows(w.w0, w.w1, w.has_r1, a.K, threadIdx.x & 31, 32);
   launch_dependents();
   grid_dependency_wait();
-  row_inv_rms<kNorm>(a, inv_rms);
-  float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
-#pragma unroll
-  for (int b = 0; b < kGemvMaxBatch; ++b) {
-    acc0[b] = 0.f;
-    acc1[b] = 0.f;
-  }
-  for (int k0 = 0; k0 < a.K; k0 += kTileK) {
-    const int tk = min(kTileK, a.K - k0);
-    stage_tile<kNorm>(a, k0, tk, inv_rms,
-                      xs);  // the warps without rows too: they reach the barriers
-    __syncthreads();
-    if (live) tile_products(a, w0, w1, k0, tk, xs, acc0, acc1);
-    __syncthreads();  // the next tile overwrites xs
-  }
-  if (live) store_rows<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, acc0, acc1);
-  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a);
+  gemv_rows<kNorm, kOut, kGeluTanh>(a, w, xs, inv_rms);
+  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
 }
 
 // Batches of 2 and more: the tensor cores (mma.sync m16n8k16, bf16 in, f32 sums) take the batch
@@ -424,7 +133,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
       if (b < a.B) store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, s[j], s[2 + j]);
     }
   }
-  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a);
+  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
 }
 
 // Batch 1: the CUDA-core kernel (a warp a pair); batches of 2 and more: the tensor-core one
@@ -433,7 +142,7 @@ template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(a.B) * kXsStride * sizeof(uint4);
   if (a.B == 1 || a.cuda_cores) {
-    const dim3 grid((output_pairs(a) + kGemvWarps - 1) / kGemvWarps);
+    const dim3 grid(gemv_blocks(a));
     return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream,
                       a);
   }

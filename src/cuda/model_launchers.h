@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kvevict/decode_score.h"
 
@@ -177,6 +178,35 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
                                     float* out_f32, void* scratch, size_t scratch_bytes,
                                     int sm_count, cudaStream_t stream,
                                     const DecodeStepScoreArgs* scores = nullptr);
+
+// --- decode_step_program.cu ----------------------------------------------------------------------
+// The persistent decode step: a fused batch-1 step's layer launches (launch_gemv at B = 1 and
+// launch_decode_attention merging in its launch) as the phases of ONE cooperative launch, a grid
+// barrier where one launch would end and the next begin. Same block bodies, same bits.
+struct StepAttention {  // the arguments launch_decode_attention would get (no lse / out_f32)
+  DecodeAttentionArgs a;
+  bf16* out = nullptr;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  int sm_count = 0;
+};
+struct StepOp {
+  enum class Kind { kGemv, kAttention };
+  Kind kind = Kind::kGemv;
+  GemvArgs gemv;            // kGemv: B = 1; norm + kRopeAppend, kF32Add, norm + kGated, norm + kF32
+  StepAttention attention;  // kAttention: d 64 or 128, G <= 16, merge_counters set, no z_out
+};
+// The device image of ops[0 .. n) (host bytes; equal programs give equal images); false where an
+// op is not one the persistent step runs.
+bool encode_step_program(const StepOp* ops, int n, std::vector<unsigned char>* image);
+// Phases in an image of image_bytes.
+int step_program_ops(size_t image_bytes);
+// The grid of the persistent step for head dim d: sm_count x min(blocks_per_sm, what an SM holds);
+// 0 where the kernel cannot run (another head dim, or the occupancy query failed).
+int step_program_blocks(int head_dim, int sm_count, int blocks_per_sm);
+// Runs the program (an image copied to device memory) with `blocks` blocks (step_program_blocks).
+cudaError_t launch_step_program(const void* program, int n_ops, int head_dim, int blocks,
+                                cudaStream_t stream);
 
 // --- decode_scores.cu ----------------------------------------------------------------------------
 // The w = 1 step score of every cached row (DecodeEvictor::accumulate): per segment s = b Hkv + g

@@ -46,6 +46,17 @@ const char* gemv_route_name(GemvRoute route) {
   return "?";
 }
 
+int parse_persistent_step(const std::string& value) {
+  if (value.empty() || value == "0") return 0;
+  if (value.size() == 1 && value[0] >= '1' && value[0] <= '8') return value[0] - '0';
+  KVEVICT_FAIL("KVEVICT_DECODE_PERSISTENT='", value,
+               "': expected 0 (off) or the persistent step's blocks an SM, 1 to 8");
+}
+
+int persistent_step_from_env() {
+  return parse_persistent_step(env("KVEVICT_DECODE_PERSISTENT"));
+}
+
 bool step_is_fused(FusedStep mode, int batch) {
   return mode == FusedStep::kOn || (mode == FusedStep::kBatchOne && batch == 1);
 }

@@ -45,6 +45,11 @@ GemvRoute gemv_route_from_env();
 GemvRoute parse_gemv_route(const std::string& name);
 const char* gemv_route_name(GemvRoute route);
 
+// KVEVICT_DECODE_PERSISTENT: blocks an SM of the persistent decode step (1-8), 0 = off; unset or
+// empty: off (not yet measured against the fused step). Any other value throws as above.
+int persistent_step_from_env();
+int parse_persistent_step(const std::string& value);
+
 // Whether a decode step of `batch` sequences is fused under mode.
 bool step_is_fused(FusedStep mode, int batch);
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "cuda/check.h"
 #include "cuda/launchers.h"
@@ -24,7 +25,8 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
     : w_(model),
       stream_(stream),
       fused_mode_(fused_step_from_env()),
-      gemv_route_(gemv_route_from_env()) {
+      gemv_route_(gemv_route_from_env()),
+      persistent_blocks_per_sm_(persistent_step_from_env()) {
   KVEVICT_CUBLAS_CHECK(cublasCreate(&blas_));
   KVEVICT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   blas_ws_ = DeviceBuffer(32 << 20, "cuBLAS workspace");
@@ -122,17 +124,22 @@ void GpuForward::norm_and_project(const float* norm, const bf16* w, int64_t out,
   gemm(xn_.as<bf16>(), T, w, out, D, y, false, 0.0f);
 }
 
+// The GEMV arguments of hbuf[T, F] = act(g) u, [g | u] = rms_norm(x) W_gu^T.
+detail::GemvArgs GpuForward::gated_gemv(const GpuModel::Impl::Layer& L, int64_t T) const {
+  detail::GemvArgs a =
+      normed_gemv(x_.as<float>(), L.ffn_norm, L.w_gu, c().ffn_dim, T, detail::GemvOut::kGated);
+  a.gelu_tanh = c().activation == FfnActivation::kGeluTanh;
+  a.y = hbuf_.get();
+  return a;
+}
+
 void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
   const ModelConfig& m = c();
   const int64_t F = m.ffn_dim;
   const bool gelu = m.activation == FfnActivation::kGeluTanh;
   // Norm, gate|up and the activation in one launch, else the norm and gate|up, then the
   // activation.
-  detail::GemvArgs a =
-      normed_gemv(x_.as<float>(), L.ffn_norm, L.w_gu, F, T, detail::GemvOut::kGated);
-  a.gelu_tanh = gelu;
-  a.y = hbuf_.get();
-  if (!try_gemv(a)) {
+  if (!try_gemv(gated_gemv(L, T))) {
     norm_and_project(L.ffn_norm, L.w_gu, 2 * F, gu_.get(), T);
     KVEVICT_CUDA_CHECK(detail::launch_gated_act(
         gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F), gelu, hbuf_.as<bf16>(), stream_));
@@ -140,19 +147,27 @@ void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
   project_into_residual(hbuf_.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
 }
 
+// The GEMV arguments of x[T, D] += in[T, in_dim] w^T (post_norm: o_f = in w^T, gemma3's norm
+// and add follow).
+detail::GemvArgs GpuForward::residual_gemv(const bf16* in, int64_t T, const bf16* wt,
+                                           int64_t in_dim, const float* post_norm) const {
+  detail::GemvArgs a;
+  a.x = in;
+  a.w = wt;
+  a.B = static_cast<int>(T);
+  a.N = static_cast<int>(c().n_embd);
+  a.K = static_cast<int>(in_dim);
+  a.out = post_norm == nullptr ? detail::GemvOut::kF32Add : detail::GemvOut::kF32;
+  a.y = post_norm == nullptr ? x_.get() : o_f_.get();
+  return a;
+}
+
 // x[T, D] += in[T, in_dim] w^T, or (gemma3) x += rms_norm(in w^T) * post_norm.
 void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt, int64_t in_dim,
                                        const float* post_norm) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
-  detail::GemvArgs a;
-  a.x = in;
-  a.w = wt;
-  a.B = static_cast<int>(T);
-  a.N = static_cast<int>(D);
-  a.K = static_cast<int>(in_dim);
-  a.out = post_norm == nullptr ? detail::GemvOut::kF32Add : detail::GemvOut::kF32;
-  a.y = post_norm == nullptr ? x_.get() : o_f_.get();
+  const detail::GemvArgs a = residual_gemv(in, T, wt, in_dim, post_norm);
   if (!try_gemv(a)) gemm(in, T, wt, D, in_dim, a.y, true, post_norm == nullptr ? 1.0f : 0.0f);
   if (post_norm != nullptr)
     KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
@@ -377,11 +392,6 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   KVEVICT_CUDA_CHECK(
       cudaMemcpyAsync(pos_.get(), pos_pinned_, B * 4, cudaMemcpyHostToDevice, stream_));
   KVEVICT_CUDA_CHECK(cudaEventRecord(pos_staged_, stream_));
-  auto enqueue = [&] { enqueue_decode(tokens_dev, argmax_first, B, layers, scoring, logits); };
-  if (!graph_on_) {
-    enqueue();
-    return;
-  }
   // The key: every value a launch of enqueue_decode depends on besides the device memory the
   // kernels read (tokens, positions, segment tables, caches, weights).
   std::vector<int64_t>& key = key_;
@@ -415,7 +425,116 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
     key.push_back(P.plan_len);
     key.push_back(P.score | P.fused << 1 | P.in_attention << 2);
   }
+  key.push_back(persistent_blocks_per_sm_);  // 0: the persistent step is off
+  if (key != program_key_) update_program(layers, B);
+  program_key_ = key;
+  auto enqueue = [&] { enqueue_decode(tokens_dev, argmax_first, B, layers, scoring, logits); };
+  if (!graph_on_) {
+    enqueue();
+    return;
+  }
   graph_.run(key, stream_, enqueue);
+}
+
+// The persistent step's program for the step the key describes (program_ok_: it covers the
+// layers). A new image is copied up once the stream has finished with the last one.
+void GpuForward::update_program(std::vector<LayerCache>& layers, int B) {
+  program_ok_ = false;
+  if (persistent_blocks_per_sm_ == 0 || B != 1 || !step_is_fused(fused_mode_, B)) return;
+  fused_now_ = true;  // as enqueue_decode sets it for this step
+  const bool recorded = record_layers(layers, B);
+  fused_now_ = false;
+  std::vector<unsigned char> image;
+  if (!recorded || !detail::encode_step_program(program_ops_.data(),
+                                                static_cast<int>(program_ops_.size()), &image))
+    return;
+  program_blocks_ = detail::step_program_blocks(static_cast<int>(c().head_dim), sm_count_,
+                                                persistent_blocks_per_sm_);
+  if (program_blocks_ == 0) return;
+  if (image != program_image_) {
+    KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no step still reads the old program
+    if (program_.bytes() < image.size()) program_.ensure(image.size(), "persistent step program");
+    KVEVICT_CUDA_CHECK(
+        cudaMemcpy(program_.get(), image.data(), image.size(), cudaMemcpyHostToDevice));
+    program_image_ = std::move(image);
+  }
+  program_ok_ = true;
+}
+
+// The decode step's q|k|v GEMV arguments of layer il (norm, projection, RoPE, append), and its
+// RoPE + append arguments (qa.rope) for the unfused path.
+detail::GemvArgs GpuForward::qkv_gemv(const GpuModel::Impl::Layer& L, LayerCache& C, int il,
+                                      int B) {
+  const ModelConfig& m = c();
+  const int64_t W = int64_t{m.n_heads + 2 * m.n_kv_heads} * m.head_dim;
+  detail::RopeAppendArgs ra = rope_args(w_, L, C, il, B, qkv_.get(), pos_.as<int32_t>(), qh_.get());
+  ra.head_major = false;
+  ra.decode = true;
+  ra.ring = C.ring;
+  detail::GemvArgs qa =
+      normed_gemv(x_.as<float>(), L.attn_norm, L.wqkv, W, B, detail::GemvOut::kRopeAppend);
+  qa.rope = ra;
+  qa.arrivals = fused_now_ ? step_counters_.as<uint32_t>() + int64_t{B} * m.n_kv_heads : nullptr;
+  return qa;
+}
+
+// The decode attention's arguments of a layer (the fused step: merged in its launch, a programmatic
+// dependent); the caller adds the step-score outputs.
+detail::DecodeAttentionArgs GpuForward::attention_args(LayerCache& C, const DecodeLayerPlan& P,
+                                                       int B) {
+  const ModelConfig& m = c();
+  detail::DecodeAttentionArgs da;
+  da.q = qh_.as<bf16>();
+  da.k = C.k.as<bf16>();
+  da.v = C.v.as<bf16>();
+  da.seg_off = C.off.as<int64_t>();
+  da.seg_len = C.len.as<int32_t>();
+  da.B = B;
+  da.Hq = m.n_heads;
+  da.Hkv = m.n_kv_heads;
+  da.d = m.head_dim;
+  da.max_len = P.plan_len;
+  da.scale = m.logit_scale();
+  // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
+  if (fused_now_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
+  da.pdl = fused_now_;
+  return da;
+}
+
+// The layers of a fused batch-1 step as persistent-step phases, the launches enqueue_decode makes
+// for them, into program_ops_; false where a layer needs a launch the persistent step does not run
+// (a projection the route gives cuBLAS, gemma3's q / k and post norms, step scores).
+bool GpuForward::record_layers(std::vector<LayerCache>& layers, int B) {
+  const ModelConfig& m = c();
+  const int64_t Hq = m.n_heads, d = m.head_dim, F = m.ffn_dim;
+  program_ops_.clear();
+  auto gemv = [&](detail::GemvArgs a) {
+    if (!gemv_takes(gemv_route_, &a)) return false;
+    detail::StepOp op;
+    op.kind = detail::StepOp::Kind::kGemv;
+    op.gemv = a;
+    program_ops_.push_back(op);
+    return true;
+  };
+  for (int il = 0; il < m.n_layers; ++il) {
+    const GpuModel::Impl::Layer& L = w_.layers[il];
+    LayerCache& C = layers[il];
+    const DecodeLayerPlan& P = plans_[il];
+    if (P.score || L.post_attn_norm != nullptr || L.post_ffn_norm != nullptr) return false;
+    if (!gemv(qkv_gemv(L, C, il, B))) return false;
+    detail::StepOp op;
+    op.kind = detail::StepOp::Kind::kAttention;
+    op.attention.a = attention_args(C, P, B);
+    op.attention.out = attn_.as<bf16>();
+    op.attention.scratch = scratch_.get();
+    op.attention.scratch_bytes = scratch_.bytes();
+    op.attention.sm_count = sm_count_;
+    program_ops_.push_back(op);
+    if (!gemv(residual_gemv(attn_.as<bf16>(), B, L.wo, Hq * d, nullptr)) ||
+        !gemv(gated_gemv(L, B)) || !gemv(residual_gemv(hbuf_.as<bf16>(), B, L.w_down, F, nullptr)))
+      return false;
+  }
+  return true;
 }
 
 void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
@@ -429,42 +548,27 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     KVEVICT_CUDA_CHECK(detail::launch_argmax(logits, B, m.vocab_size, tokens_dev, stream_));
   KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_dev, B, static_cast<int>(D),
                                           embed_mul(), x_.as<float>(), stream_));
+  if (program_ok_) {  // the layers as one persistent launch (decode_step_program.cu)
+    KVEVICT_CUDA_CHECK(
+        detail::launch_step_program(program_.get(), detail::step_program_ops(program_image_.size()),
+                                    static_cast<int>(m.head_dim), program_blocks_, stream_));
+    final_logits(B, 1, logits);
+    fused_now_ = false;
+    return;
+  }
   for (int il = 0; il < m.n_layers; ++il) {
     const GpuModel::Impl::Layer& L = w_.layers[il];
     LayerCache& C = layers[il];
     const DecodeLayerPlan& P = plans_[il];
-    detail::RopeAppendArgs ra =
-        rope_args(w_, L, C, il, B, qkv_.get(), pos_.as<int32_t>(), qh_.get());
-    ra.head_major = false;
-    ra.decode = true;
-    ra.ring = C.ring;
     // The fused step: norm, q|k|v, RoPE and the append in one launch where it covers the layer
     // (not gemma3's per-head q / k norms); the arrival counter follows the attention's B Hkv.
-    detail::GemvArgs qa =
-        normed_gemv(x_.as<float>(), L.attn_norm, L.wqkv, W, B, detail::GemvOut::kRopeAppend);
-    qa.rope = ra;
-    qa.arrivals =
-        fused_now_ ? step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv : nullptr;
+    const detail::GemvArgs qa = qkv_gemv(L, C, il, B);
     if (!try_gemv(qa)) {
       norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), B);
-      KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
+      KVEVICT_CUDA_CHECK(detail::launch_rope_append(qa.rope, stream_));
     }
-    detail::DecodeAttentionArgs da;
-    da.q = qh_.as<bf16>();
-    da.k = C.k.as<bf16>();
-    da.v = C.v.as<bf16>();
-    da.seg_off = C.off.as<int64_t>();
-    da.seg_len = C.len.as<int32_t>();
-    da.B = B;
-    da.Hq = static_cast<int>(Hq);
-    da.Hkv = static_cast<int>(Hkv);
-    da.d = static_cast<int>(d);
-    da.max_len = P.plan_len;
-    da.scale = m.logit_scale();
+    detail::DecodeAttentionArgs da = attention_args(C, P, B);
     if (P.fused) da.z_out = zbuf_.as<float>();
-    // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
-    if (fused_now_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
-    da.pdl = fused_now_;
     const DecodeScore kind = P.score ? scoring->score : DecodeScore::kAttentionSum;
     const bool replace = P.score && scoring->replace;
     detail::DecodeStepScoreArgs fs;

@@ -69,6 +69,13 @@ class GpuForward {
   // splits inside its own launch. Default: steps of one sequence, matrices of up to 8 MiB.
   void set_decode_fused(FusedStep mode) { fused_mode_ = mode; }
   FusedStep decode_fused() const { return fused_mode_; }
+  // The persistent decode step (decode_step_program.cu; KVEVICT_DECODE_PERSISTENT at
+  // construction): a fused batch-1 step whose every layer launch it covers runs its layers as one
+  // cooperative launch of blocks_per_sm blocks an SM (at most what an SM holds); 0 = off.
+  void set_decode_persistent(int blocks_per_sm) { persistent_blocks_per_sm_ = blocks_per_sm; }
+  int decode_persistent() const { return persistent_blocks_per_sm_; }
+  // Whether the last decode step ran its layers as the persistent step.
+  bool last_step_persistent() const { return program_ok_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
@@ -81,6 +88,9 @@ class GpuForward {
   detail::GemvArgs normed_gemv(const float* x, const float* norm, const bf16* w, int64_t n_out,
                                int64_t T, detail::GemvOut out) const;
   bool try_gemv(const detail::GemvArgs& a);
+  detail::GemvArgs gated_gemv(const GpuModel::Impl::Layer& L, int64_t T) const;
+  detail::GemvArgs residual_gemv(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
+                                 const float* post_norm) const;
   void norm_and_project(const float* norm, const bf16* w, int64_t out, void* y, int64_t T);
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
   void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
@@ -94,6 +104,10 @@ class GpuForward {
     int64_t plan_len = 0;  // the split plan's length bound: the largest segment capacity
     bool score = false, fused = false, in_attention = false;
   };
+  detail::GemvArgs qkv_gemv(const GpuModel::Impl::Layer& L, LayerCache& C, int il, int B);
+  detail::DecodeAttentionArgs attention_args(LayerCache& C, const DecodeLayerPlan& P, int B);
+  bool record_layers(std::vector<LayerCache>& layers, int B);
+  void update_program(std::vector<LayerCache>& layers, int B);
   void gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int64_t in, void* y, bool y_f32,
             float beta);
 
@@ -128,6 +142,14 @@ class GpuForward {
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)
+  // The persistent step: blocks an SM (0 = off), and the program of the step program_key_ names.
+  int persistent_blocks_per_sm_ = 0;
+  std::vector<int64_t> program_key_;
+  bool program_ok_ = false;  // the step program_key_ names runs as the program
+  int program_blocks_ = 0;
+  std::vector<detail::StepOp> program_ops_;
+  std::vector<unsigned char> program_image_;  // what program_ holds
+  cuda::DeviceBuffer program_;
 };
 
 }  // namespace kvevict::gpu

@@ -1,8 +1,8 @@
 // The fused decode step's policy (src/model_cuda/fused_step_policy.h): which steps are fused under
 // each mode; which projections the small-batch GEMV takes under each route and with which kernel,
 // the byte bound of the `small` route (gated projections count both halves), shapes the GEMV does
-// not cover never taken; KVEVICT_DECODE_FUSED's and KVEVICT_GEMV_ROUTE's values and the refusal of
-// any other. Host logic only: no GPU needed.
+// not cover never taken; KVEVICT_DECODE_FUSED's, KVEVICT_GEMV_ROUTE's and
+// KVEVICT_DECODE_PERSISTENT's values and the refusal of any other. Host logic only: no GPU needed.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -56,6 +56,26 @@ TEST(FusedStepPolicy, FusedModeValuesAndTheRefusalOfOthers) {
           << e.what();
     }
   }
+}
+
+TEST(FusedStepPolicy, PersistentStepValuesAndTheRefusalOfOthers) {
+  EXPECT_EQ(parse_persistent_step(""), 0);  // off until measured
+  EXPECT_EQ(parse_persistent_step("0"), 0);
+  EXPECT_EQ(parse_persistent_step("1"), 1);
+  EXPECT_EQ(parse_persistent_step("8"), 8);
+  for (const char* bad : {"9", "-1", "on", "12", " 2", "2 "}) {
+    try {
+      parse_persistent_step(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const kvevict::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  ASSERT_EQ(setenv("KVEVICT_DECODE_PERSISTENT", "3", 1), 0);
+  EXPECT_EQ(persistent_step_from_env(), 3);
+  ASSERT_EQ(unsetenv("KVEVICT_DECODE_PERSISTENT"), 0);
+  EXPECT_EQ(persistent_step_from_env(), 0);
 }
 
 TEST(GemvRoute, AllTakesEverySupportedShapeOnTheTensorCoresFromBatchTwo) {

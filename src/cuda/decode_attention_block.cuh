@@ -1,0 +1,309 @@
+// The decode attention's device code shared by its own kernels (decode_attention.cu) and the
+// persistent decode step (decode_step_program.cu): the launch parameters, the split merge of one
+// query head and the tensor-core block body (one (segment, key split) block, the merge of the
+// segment's splits by its last block when merge_counters is set). Both callers run the same body,
+// so they give the same bits.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/decode_step_scores.cuh"
+#include "cuda/kv_tile_copy.cuh"
+#include "cuda/mma_tile.cuh"
+#include "cuda/model_launchers.h"
+#include "cuda/window_traits.cuh"
+
+namespace kvevict::gpu::detail::decode_attn {
+
+// Every running max below is NaN-propagating (common.cuh): a NaN logit (a NaN in q or a cached k)
+// keeps its row NaN through the splits and the merge instead of dropping out of fmaxf, so the
+// output, lse and step scores of that head come out NaN, not finite and wrong (issue 13).
+using kvevict::cuda::detail::nan_max;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct DecodeAttentionParams {
+  DecodeAttentionArgs a;
+  int group = 1, splits = 1;
+  int64_t keys_per_split = 0;
+  float scale_log2 = 0;
+  float* part_o = nullptr;    // [S, splits, G, d] unnormalized
+  float* part_ml = nullptr;   // [S, splits, G, 2] (max in log2 units, sum)
+  bf16* out = nullptr;        // [B, Hq, d] merged outputs
+  float* lse = nullptr;       // [B, Hq] or null
+  float* out_f32 = nullptr;   // [B, Hq, d] or null
+  DecodeStepScoreArgs score;  // the fused step scores (score.acc null: none)
+};
+
+// Merges the splits of query head hq of segment seg into out / lse / out_f32 (and a_s, lse_s when
+// set: the fused scores' shared copies), one warp: lanes over splits for the max and sum, over
+// dims for the output (lane, lane + 32, ...: each split's row read whole by the warp). The partials
+// may come from other blocks of the same launch: read through L2 (__ldcg). kUnroll splits' rows
+// are in flight at once: a split at a time left the 8B's 47-split merge latency-bound (92 us a
+// layer at 32K on an H100 under ncu, more than the attention itself). Each dim still sums its
+// splits in order, so the result does not depend on kUnroll.
+template <int D>
+__device__ void merge_head(const DecodeAttentionParams& p, int seg, int hq, int lane, float* a_s,
+                           float* lse_s) {
+  static_assert(D % 32 == 0, "whole warps of dims");
+  constexpr int kCols = D / 32;
+  constexpr int kUnroll = D == 256 ? 4 : 8;
+  const DecodeAttentionArgs& a = p.a;
+  const int b = seg / a.Hkv, g = seg % a.Hkv;
+  const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
+  auto prow = [&](int s) { return (static_cast<int64_t>(seg) * p.splits + s) * p.group + hq; };
+  float m_all = -INFINITY;
+  for (int s = lane; s < p.splits; s += 32) m_all = nan_max(m_all, __ldcg(p.part_ml + prow(s) * 2));
+  for (int o = 16; o > 0; o >>= 1) m_all = nan_max(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
+  float l_all = 0.f;
+  if (m_all != -INFINITY)
+    for (int s = lane; s < p.splits; s += 32)
+      l_all += exp2f(__ldcg(p.part_ml + prow(s) * 2) - m_all) * __ldcg(p.part_ml + prow(s) * 2 + 1);
+  for (int o = 16; o > 0; o >>= 1) l_all += __shfl_xor_sync(0xffffffffu, l_all, o);
+  const float lse_h = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
+  if (lane == 0) {
+    if (p.lse != nullptr) p.lse[h] = lse_h;
+    if (lse_s != nullptr) lse_s[hq] = lse_h;
+  }
+  float acc[kCols];
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) acc[i] = 0.f;
+  if (m_all != -INFINITY) {
+    for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
+      float ms[kUnroll], row[kUnroll][kCols];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {  // loads first, all independent
+        const int s = s0 + u;
+        ms[u] = s < p.splits ? __ldcg(p.part_ml + prow(s) * 2) : -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kCols; ++i)
+          row[u][i] = s < p.splits ? __ldcg(p.part_o + prow(s) * D + lane + 32 * i) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (ms[u] == -INFINITY) continue;  // an empty split (or past the last)
+        const float f = exp2f(ms[u] - m_all);
+#pragma unroll
+        for (int i = 0; i < kCols; ++i) acc[i] += f * row[u][i];
+      }
+    }
+  }
+  const float inv_l = l_all == 0.f ? 0.f : 1.f / l_all;  // a NaN sum stays NaN
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+    const int c = lane + 32 * i;
+    const float o = acc[i] * inv_l;
+    p.out[h * D + c] = __float2bfloat16_rn(o);
+    if (p.out_f32 != nullptr) p.out_f32[h * D + c] = o;
+    if (a_s != nullptr) a_s[hq * D + c] = o;
+  }
+}
+
+// K^T and O += P V with mma.sync m16n8k16 (the register reuse of src/cuda/window_forward.cu,
+// without its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
+// instructions per key on dot products from shared memory, which held it near half the copy
+// bandwidth; here a key costs ~2 mma per warp.
+template <class Tr>
+constexpr size_t mma_smem_bytes() {
+  constexpr size_t q = sizeof(bf16) * Tr::kRows * Tr::kStride;
+  constexpr size_t kv = sizeof(bf16) * 2 * Tr::kTileKeys * Tr::kStride * 2;
+  constexpr size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * (Tr::kD + 2);
+  return q + (kv > merge ? kv : merge);
+}
+
+// kScoreG > 0: the fused step scores (the logits are exported too); kScoreG bounds the group.
+// One block of the tensor-core kernel: split `split` of segment `seg` (every thread of the block
+// calls it after the dependency wait; it holds block barriers). smem: mma_smem_bytes<Tr>() of
+// dynamic shared memory.
+template <class Tr, bool kZ, int kScoreG>
+__device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int seg, int split,
+                                          unsigned char* smem) {
+  using namespace kvevict::cuda::detail;
+  using T = bf16;
+  constexpr int kStages = 2;
+  constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
+  constexpr int kChunks = Tr::kChunksPerRow;
+  // d <= 128 keeps the query fragments in registers (32 at d = 128); d = 256 (gemma3) reads them
+  // from shared memory every tile, as the window kernel does: its 128 output accumulators leave
+  // no room for 64 more.
+  constexpr bool kQInRegs = D <= 128;
+  static_assert(Tr::kSlabs == 1, "one 16-row slab: G <= 16 query heads per KV head");
+  T* q_s = reinterpret_cast<T*>(smem);  // [16][S]
+  T* k_s = q_s + Tr::kRows * S;         // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;      // [kStages][TK][S]
+
+  const DecodeAttentionArgs& a = p.a;
+  const int G = p.group;
+  const int b = seg / a.Hkv, hk = seg % a.Hkv;
+  const int tid = threadIdx.x, lane = tid & 31, kg = tid >> 5;
+  const int gq = lane >> 2, t4 = lane & 3;
+  const MmaLane ln(lane);
+  const int64_t len = a.seg_len[seg], base = a.seg_off[seg];
+  const int64_t key_begin = split * p.keys_per_split;
+  const int64_t key_end = min(len, key_begin + p.keys_per_split);
+  const int num_tiles =
+      key_end > key_begin ? static_cast<int>((key_end - key_begin + TK - 1) / TK) : 0;
+
+  const T* q = a.q;
+  for (int c = tid; c < Tr::kRows * kChunks; c += Tr::kThreads) {
+    const int row = c / kChunks, ch = c % kChunks;
+    const bool valid = row < G;
+    const T* src = valid ? q + (static_cast<int64_t>(b) * a.Hq + hk * G + row) * D + ch * 8 : q;
+    cp_async_16(q_s + row * S + ch * 8, src, valid ? 16 : 0);
+  }
+  // The window kernels' tile schedule (thread -> 16-byte chunk, rows past the split's end zeroed);
+  // an empty split copies nothing, so its first row may lie past the segment.
+  const int64_t first_row = num_tiles > 0 ? (base + key_begin) * D : 0;
+  const KvTileCopy<Tr> copy(a.k + first_row, a.v + first_row, D, tid);
+  const int split_keys = num_tiles > 0 ? static_cast<int>(key_end - key_begin) : 0;
+  auto load_tile = [&](int tile, int stage) {
+    copy.template load<true>(k_s + stage * TK * S, v_s + stage * TK * S, tile, split_keys);
+  };
+  if (num_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = tile % kStages;
+    if (tile + 1 < num_tiles) load_tile(tile + 1, (tile + 1) % kStages);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    auto q_frag = [&](int ks, uint32_t(&f)[4]) { a_fragment<T, S>(f, q_s, gq, ks, t4); };
+    if (tile == 0) load_query_frags<D, kQInRegs>(qf, q_frag);
+    float sc[GK / 8][4];
+    qk_tile<T, S, D, kQInRegs>(sc, qf, k_s + (stage * TK + kg * GK) * S, ln, q_frag, [](int) {});
+    const int64_t key0 = key_begin + static_cast<int64_t>(tile) * TK + kg * GK;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = key0 + nt * 8 + 2 * t4 + (c & 1);
+        if constexpr (kZ) {  // the step scores' logits, natural units
+          const int row = c < 2 ? gq : gq + 8;
+          if (j < key_end && row < G) a.z_out[(base + j) * G + row] = sc[nt][c] * a.scale;
+        }
+        sc[nt][c] = j < key_end ? sc[nt][c] * p.scale_log2 : -INFINITY;
+        mx[c >> 1] = nan_max(mx[c >> 1], sc[nt][c]);
+      }
+    }
+    float m_use[2], corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = quad_max(mx[i]);
+      const float m_new = nan_max(m_run[i], mx[i]);
+      m_use[i] = m_new == -INFINITY ? 0.f : m_new;
+      corr[i] = exp2f(m_run[i] - m_use[i]);
+      m_run[i] = m_new;
+      l_run[i] *= corr[i];
+    }
+#pragma unroll
+    for (int nt = 0; nt < GK / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        sc[nt][c] = exp2f(sc[nt][c] - m_use[c >> 1]);
+        l_run[c >> 1] += sc[nt][c];
+      }
+    }
+    scale_rows(o, corr);
+    mma_pv<T, S>(o, sc, v_s + (stage * TK + kg * GK) * S, ln);  // O += P V
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+  l_run[0] = quad_sum(l_run[0]);
+  l_run[1] = quad_sum(l_run[1]);
+  // Merge the 4 key groups through shared memory, then one partial per (segment, split).
+  __syncthreads();
+  float* mo = reinterpret_cast<float*>(k_s);        // [KG][16][D]
+  float* mm = mo + Tr::kKeyGroups * Tr::kRows * D;  // [KG][16]
+  float* ml = mm + Tr::kKeyGroups * Tr::kRows;      // [KG][16]
+  if (t4 == 0) {
+    mm[kg * Tr::kRows + gq] = m_run[0];
+    ml[kg * Tr::kRows + gq] = l_run[0];
+    mm[kg * Tr::kRows + gq + 8] = m_run[1];
+    ml[kg * Tr::kRows + gq + 8] = l_run[1];
+  }
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int row = c < 2 ? gq : gq + 8;
+      mo[(kg * Tr::kRows + row) * D + dt * 8 + 2 * t4 + (c & 1)] = o[dt][c];
+    }
+  }
+  __syncthreads();
+  const int64_t part = (static_cast<int64_t>(seg) * p.splits + split) * G;
+  for (int idx = tid; idx < G * D; idx += Tr::kThreads) {
+    const int row = idx / D, col = idx % D;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = nan_max(m_all, mm[x * Tr::kRows + row]);
+    float acc = 0.f, l_all = 0.f;
+    if (m_all != -INFINITY) {
+#pragma unroll
+      for (int x = 0; x < Tr::kKeyGroups; ++x) {
+        const float f = exp2f(mm[x * Tr::kRows + row] - m_all);
+        acc += f * mo[(x * Tr::kRows + row) * D + col];
+        l_all += f * ml[x * Tr::kRows + row];
+      }
+    }
+    p.part_o[(part + row) * D + col] = acc;
+    if (col == 0) {
+      p.part_ml[(part + row) * 2] = m_all;
+      p.part_ml[(part + row) * 2 + 1] = l_all;
+    }
+  }
+  if constexpr (kScoreG == 0) {
+    // The merge in this launch (a.merge_counters): the segment's last block to arrive merges its G
+    // heads, a warp a head, as decode_merge_kernel would.
+    if (a.merge_counters == nullptr || !last_block_to_arrive(a.merge_counters + seg, p.splits))
+      return;
+    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head<D>(p, seg, hq, lane, nullptr, nullptr);
+  } else {
+    // The segment's last block to arrive (every other split has published) merges and scores.
+    if (!last_block_to_arrive(p.score.counters + seg, p.splits)) return;
+    float* a_s = reinterpret_cast<float*>(smem);  // [G][D]: q_s and k_s are dead
+    float* lse_s = a_s + kScoreG * D;             // [G]
+    TopPairs* tops = reinterpret_cast<TopPairs*>(lse_s + kScoreG);
+    float* red_s = reinterpret_cast<float*>(tops + 1);  // [warps][D + 4] (leave_one_out_term)
+    for (int hq = kg; hq < G; hq += Tr::kWarps) merge_head<D>(p, seg, hq, lane, a_s, lse_s);
+    __syncthreads();
+    SegmentRows rows;
+    rows.a_s = a_s;
+    rows.lse_s = lse_s;
+    rows.z = a.z_out;
+    rows.v = a.v;
+    rows.acc = p.score.acc;
+    rows.base = base;
+    rows.len = len;
+    rows.G = G;
+    rows.kind = p.score.kind;
+    rows.replace = p.score.replace;
+    rows.floor = p.score.one_minus_p_floor;
+    rows.tops = tops;
+    rows.red_s = red_s;
+    score_segment<D, kScoreG>(rows, tid, Tr::kThreads);
+  }
+}
+
+// The parameters of a decode attention launch (split plan, scratch layout) as
+// launch_decode_attention computes them; cudaErrorInvalidValue where it would refuse the launch.
+cudaError_t decode_attention_params(const DecodeAttentionArgs& a, bf16* out, float* lse,
+                                    float* out_f32, void* scratch, size_t scratch_bytes,
+                                    int sm_count, const DecodeStepScoreArgs* scores,
+                                    DecodeAttentionParams* params);
+
+}  // namespace kvevict::gpu::detail::decode_attn
