@@ -387,10 +387,9 @@ int main(int argc, char** argv) {
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
           "  --n N        --profile at n = N keys instead of 128K\n"
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
-          "               score) on the mma.sync and the key-major pass; dropkv w = 8 and\n"
-          "               obcache_vk w = 16 + pool with the pass scheduled after and before the\n"
-          "               merge's wait; the forward + merge alone; dropkv under top mode 2;\n"
-          "               knorm (one small launch: the floor a launch costs)\n");
+          "               score) on the mma.sync and the key-major pass and as chosen, its\n"
+          "               forward + merge alone, obcache_vk w = 16 + pool, dropkv under top mode\n"
+          "               2, knorm (one small launch: the floor a launch costs)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -458,18 +457,9 @@ int main(int argc, char** argv) {
                         keymajor ? " (key-major pass)" : " (mma.sync pass)");
           }
           cuda::set_window_keymajor_small_rows(1);
-          // The merge scheduling the pass before or after it waits for the forward
-          // (set_window_merge_early_dependents), alternating which goes first.
-          for (int k = 0; k < 2; ++k) {
-            const bool early = (k + round) % 2 == 1;
-            cuda::set_window_merge_early_dependents(early);
-            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0,
-                        early ? " (pass scheduled early)" : "");
-            bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0,
-                        early ? " (pass scheduled early)" : "");
-          }
-          cuda::set_window_merge_early_dependents(false);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
           bench_forward(L, "llama3.1-8b", 8, 100);
+          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0);
           cuda::set_window_top_keys(2);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");
           cuda::set_window_top_keys(0);

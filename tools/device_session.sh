@@ -166,7 +166,7 @@ case "$verb" in
     fi
     if [ "${FIRST_BENCH:-1}" != 0 ]; then
     timeout 200 $K/bin/gpu_score_bench --small-n >$K/logs/small_n.txt 2>&1
-    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8 on the mma.sync / key-major pass, dropkv w=8 and obcache_vk w=16 with the pass scheduled after / before the merge's wait, the forward, top mode 2, knorm; 4K-128K)"
+    echo "small-n rc=$? (logs/small_n.txt: dropkv w=8 on the mma.sync / key-major pass, dropkv w=8, obcache_vk w=16 + pool, the forward, top mode 2, knorm; 4K-128K)"
     bench_medians $K/logs/small_n.txt | tee $K/logs/small_n_medians.txt
     fi
     for t in $K/bin/${FIRST_TESTS:-test_cuda_*}; do run_test "$t"; done

@@ -25,12 +25,6 @@ void set_window_keymajor(bool enabled);
 // 0.1201 against 0.1226 / 0.1228 at 32K, 0.7-5.7% slower at 4K-16K.
 // (src/cuda/score_pass_choice.cpp)
 void set_window_keymajor_small_rows(int mode);
-// The window forward's split merge lets its programmatic dependent (the scoring pass) be scheduled
-// before it waits for the forward, not after: the pass's blocks then take the SMs the forward's
-// blocks leave and prefetch their first K / V tiles while the merge runs. Off by default: not yet
-// measured (gpu_score_bench --small-n times both). Same results (the pass still waits for the
-// merge's writes). (src/cuda/window_forward.cu)
-void set_window_merge_early_dependents(bool enabled);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
 // synchronized on mbarriers (no per-tile block barrier); on by default (H100, 2026-12-06 (e):

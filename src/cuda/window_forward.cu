@@ -24,7 +24,6 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -42,8 +41,6 @@
 namespace kvevict::cuda::detail {
 namespace {
 
-std::atomic<bool> g_merge_early_dependents{false};  // set_window_merge_early_dependents
-
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
 template <class Tr, bool kWithV, bool kTop>
@@ -56,16 +53,11 @@ __global__ void __launch_bounds__(Tr::kThreads, forward_min_blocks<Tr>())
   window_forward_block<Tr, kWithV, kTop>(p, blockIdx.x, blockIdx.y, blockIdx.z, smem);
 }
 
-// One warp per window row (window_merge_row). kEarlyDependents: the next kernel (the scoring
-// pass, whose blocks prefetch their first K / V tiles before they wait for this grid) may be
-// scheduled as soon as every merge block has started, i.e. during the forward's last blocks, not
-// only once the forward has completed. Its wait still covers this grid's writes, and this grid's
-// blocks are all resident before any of its dependents are launched.
-template <class T, bool kEarlyDependents>
+// One warp per window row (window_merge_row).
+template <class T>
 __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out, float* lse) {
-  if constexpr (kEarlyDependents) launch_dependents();
   grid_dependency_wait();  // the forward's partials
-  if constexpr (!kEarlyDependents) launch_dependents();
+  launch_dependents();
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   if (warp >= p.a.num_kv_heads * p.rows) return;
   window_merge_row<T>(p, block_rows, out, lse, warp);
@@ -76,12 +68,11 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
 cudaError_t launch_merge(const ForwardParams& p, int block_rows, float* out, float* lse,
                          cudaStream_t stream) {
   const int warps = p.a.num_kv_heads * p.rows;
-  const bool early = g_merge_early_dependents.load(std::memory_order_relaxed);
-  return with_elem(p.a.elem, [&](auto t) {
-    using T = typename decltype(t)::type;
-    return launch_pdl(early ? window_merge_kernel<T, true> : window_merge_kernel<T, false>,
-                      dim3((warps + 7) / 8), dim3(256), 0, stream, p, block_rows, out, lse);
-  });
+  if (p.a.elem == Elem::kBF16)
+    return launch_pdl(window_merge_kernel<__nv_bfloat16>, dim3((warps + 7) / 8), dim3(256), 0,
+                      stream, p, block_rows, out, lse);
+  return launch_pdl(window_merge_kernel<__half>, dim3((warps + 7) / 8), dim3(256), 0, stream, p,
+                    block_rows, out, lse);
 }
 
 template <class Tr, bool kWithV, bool kTop>
@@ -233,9 +224,3 @@ cudaError_t launch_window_attention_rows(const WindowArgs& a, void* out_rows, fl
 }
 
 }  // namespace kvevict::cuda::detail
-
-namespace kvevict::cuda {
-void set_window_merge_early_dependents(bool enabled) {
-  detail::g_merge_early_dependents.store(enabled);
-}
-}  // namespace kvevict::cuda

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <set>
 #include <string>
 
@@ -223,65 +222,6 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   set_window_keymajor(true);
   set_window_score_fused(0);
   set_window_keymajor_small_rows(1);
-}
-
-// The merge scheduling the scoring pass before it waits for the forward
-// (set_window_merge_early_dependents): the pass's blocks start during the forward's tail and
-// prefetch K / V, then wait for the merge; the scores must be the same bits as with the pass
-// scheduled after the merge's wait (a pass that read a, lse or the top records before the merge
-// wrote them would differ). w = 8 and 16 at G = 4 and 7, d 64 / 128, the three passes' shapes.
-TEST(CudaScore, PassScheduledEarlyKeepsTheScoresBits) {
-  KVEVICT_REQUIRE_GPU();
-  struct Run {
-    Shape sh;
-    int window;
-    Method m;
-  };
-  const Run runs[] = {{{32, 8, 128, 4096}, 8, Method::kDropKV},
-                      {{32, 8, 128, 4096}, 16, Method::kObcacheVK},
-                      {{28, 4, 128, 3001}, 8, Method::kObcacheK},
-                      {{16, 2, 64, 2000}, 32, Method::kDropKV},
-                      {{8, 2, 128, 999}, 8, Method::kSnapKV}};
-  uint64_t seed = 2900;
-  for (const Run& r : runs) {
-    ScoreOptions opt = ScoreOptions::defaults(r.m);
-    opt.pooling = Pooling{};
-    opt.window = r.window;
-    const Shape& sh = r.sh;
-    SCOPED_TRACE(::testing::Message() << opt.describe() << " Hq " << sh.hq << " Hkv " << sh.hkv
-                                      << " d " << sh.d << " n " << sh.n);
-    const size_t nq = static_cast<size_t>(sh.hq) * r.window * sh.d, nk = sh.hkv * sh.n * sh.d;
-    seed += 3;
-    DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
-    DeviceBuffer<float> ds(static_cast<size_t>(sh.hkv) * sh.n);
-    dq.upload(testing::encode16(kvevict::testing::normal_floats(nq, seed, 2.0f), DType::kBF16));
-    dk.upload(testing::encode16(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), DType::kBF16));
-    dv.upload(testing::encode16(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), DType::kBF16));
-    ScoreProblem p;
-    p.q = TensorView(dq.data(), DType::kBF16, {sh.hq, r.window, sh.d}, Device::kCuda);
-    p.k = TensorView(dk.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
-    p.v = TensorView(dv.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
-    const size_t ws_bytes = score_workspace_bytes(p, opt);
-    DeviceBuffer<char> ws(ws_bytes);
-    std::vector<float> got[2];
-    for (int early : {0, 1}) {
-      set_window_merge_early_dependents(early == 1);
-      for (int rep = 0; rep < 3; ++rep) {  // back to back: the workspace's last values stay
-        ds.poison();
-        ScoreOutput out;
-        out.scores = TensorView(ds.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda);
-        score(p, opt, out, {ws.data(), ws_bytes});
-        KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-        const std::vector<float> now = ds.download();
-        if (got[early].empty()) got[early] = now;
-        EXPECT_EQ(0, std::memcmp(now.data(), got[early].data(), now.size() * sizeof(float)))
-            << "repetition " << rep << ", early " << early;
-      }
-    }
-    set_window_merge_early_dependents(false);
-    EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
-        << "the pass scheduled early changed the scores";
-  }
 }
 
 TEST(CudaScore, DominantKeysTakeTheExactPath) {
