@@ -13,7 +13,11 @@
 // and the normed one beside it (the fused step's q|k|v and gate|up launches); from batch 2, where
 // ours runs on the tensor cores, also the CUDA-core kernel (GemvArgs::cuda_cores: "cores us").
 //
+// --sync-cost measures instead what one grid-wide dependency costs (the persistent decode step's
+// barrier against a kernel boundary).
+//
 // Usage: gpu_gemv_bench [--model smollm2|gemma3|llama|all] [--batches 1,2,4,8] [--replays N]
+//                       [--sync-cost]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -63,6 +67,7 @@ struct Args {
   std::string model = "all";
   std::vector<int> batches = {1, 2, 4, 8};
   int replays = 20;
+  bool sync_cost = false;  // --sync-cost: only the grid-dependency costs
 };
 
 Args parse(int argc, char** argv) {
@@ -102,12 +107,17 @@ Args parse(int argc, char** argv) {
         std::fprintf(stderr, "gpu_gemv_bench: --replays %s: expected >= 1\n", argv[i]);
         std::exit(2);
       }
+    } else if (s == "--sync-cost") {
+      a.sync_cost = true;
     } else if (s == "--help" || s == "-h") {
       std::printf(
           "gpu_gemv_bench: the decode step's small-batch GEMV against cuBLAS on model shapes.\n\n"
           "  --model M      smollm2, gemma3, llama or all (default all)\n"
           "  --batches L    comma-separated batches, 1..%d (default 1,2,4,8)\n"
-          "  --replays N    graph replays a measurement, median taken (default 20)\n",
+          "  --replays N    graph replays a measurement, median taken (default 20)\n"
+          "  --sync-cost    only what one grid-wide dependency costs: an empty kernel, an empty\n"
+          "                 programmatic dependent, a cooperative groups grid.sync and the\n"
+          "                 counter barrier of the persistent decode step, at 1-4 blocks an SM\n",
           kGemvMaxBatch);
       std::exit(0);
     } else {
@@ -164,6 +174,37 @@ double copy_gbps(cudaStream_t stream) {
   return 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
 }
 
+// --sync-cost: microseconds per grid-wide dependency (median of the replays), 150 of them a replay
+// (a SmolLM2 decode step's count): empty kernels in a graph (plain and programmatic dependents)
+// and barriers in one cooperative launch, each at 1-4 blocks of 128 threads an SM.
+int sync_cost(const Args& args, const cudaDeviceProp& prop, cudaStream_t stream) {
+  using kvevict::gpu::detail::launch_sync_cost;
+  using kvevict::gpu::detail::SyncKind;
+  constexpr int kDeps = 150;
+  unsigned* state = nullptr;
+  KVEVICT_CUDA_CHECK(cudaMalloc(&state, 2 * sizeof(unsigned)));
+  KVEVICT_CUDA_CHECK(cudaMemset(state, 0, 2 * sizeof(unsigned)));
+  struct Kind {
+    SyncKind kind;
+    const char* name;
+  };
+  std::printf("%-40s %8s %12s\n", "dependency (150 a replay, empty)", "blocks", "us each");
+  for (const Kind& k : {Kind{SyncKind::kKernel, "kernel boundary in a graph"},
+                        Kind{SyncKind::kPdlKernel, "programmatic dependent kernel"},
+                        Kind{SyncKind::kGroupsBarrier, "cooperative groups grid.sync"},
+                        Kind{SyncKind::kCounterBarrier, "counter barrier (persistent step)"}}) {
+    for (int per_sm = 1; per_sm <= 4; ++per_sm) {
+      const int blocks = per_sm * prop.multiProcessorCount;
+      const double us = us_per_call(stream, 1, args.replays, [&](int) {
+        KVEVICT_CUDA_CHECK(launch_sync_cost(k.kind, kDeps, blocks, state, stream));
+      });
+      std::printf("%-40s %8d %12.3f\n", k.name, blocks, us / kDeps);
+    }
+  }
+  KVEVICT_CUDA_CHECK(cudaFree(state));
+  return 0;
+}
+
 int run(const Args& args) {
   int dev = 0;
   cudaDeviceProp prop{};
@@ -173,6 +214,11 @@ int run(const Args& args) {
   }
   cudaStream_t stream;
   KVEVICT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (args.sync_cost) {
+    const int rc = sync_cost(args, prop, stream);
+    KVEVICT_CUDA_CHECK(cudaStreamDestroy(stream));
+    return rc;
+  }
   cublasHandle_t blas;
   KVEVICT_CUBLAS_CHECK(cublasCreate(&blas));
   KVEVICT_CUBLAS_CHECK(cublasSetStream(blas, stream));

@@ -41,11 +41,23 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   __shared__ float inv_rms[kGemvMaxBatch];
   extern __shared__ uint4 xs[];  // [B][kXsStride]
   const GemvWarp w = gemv_warp<kOut>(a, blockIdx.x);
-  // The weights do not depend on the previous kernel: start their way into L2 now.
-  if (w.live) prefetch_rows(w.w0, w.w1, w.has_r1, a.K, threadIdx.x & 31, 32);
-  launch_dependents();
-  grid_dependency_wait();
-  gemv_rows<kNorm, kOut, kGeluTanh>(a, w, xs, inv_rms);
+  // The weights do not depend on the previous kernel: into registers (preloads) or on their way
+  // into L2 now.
+  if (preloads(a)) {
+    RowWeights r;
+    RowNorm n;
+    load_row_weights(a, w, r);
+    load_row_norm<kNorm>(a, n);
+    launch_dependents();
+    grid_dependency_wait();
+    gemv_row_preloaded<kNorm, kOut, kGeluTanh>(a, w, r, n, xs,
+                                               reinterpret_cast<float*>(xs + kXsStride), inv_rms);
+  } else {
+    if (w.live) prefetch_rows(w.w0, w.w1, w.has_r1, a.K, threadIdx.x & 31, 32);
+    launch_dependents();
+    grid_dependency_wait();
+    gemv_rows<kNorm, kOut, kGeluTanh>(a, w, xs, inv_rms);
+  }
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
 }
 
@@ -140,7 +152,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
 // (GemvArgs::cuda_cores: the CUDA-core one at any batch, for tests and A/B runs).
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(a.B) * kXsStride * sizeof(uint4);
+  const size_t smem = gemv_smem_bytes(a.B);
   if (a.B == 1 || a.cuda_cores) {
     const dim3 grid(gemv_blocks(a));
     return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream,

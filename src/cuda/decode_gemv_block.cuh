@@ -338,4 +338,146 @@ __device__ __forceinline__ void gemv_rows(const GemvArgs& a, const GemvWarp& w, 
   if (w.live) store_rows<kOut, kGeluTanh>(a, w.pair, w.r0, w.r1, w.has_r1, acc0, acc1);
 }
 
+// Batch 1 with the whole input row in one tile (K <= kTileK, GemvArgs::preload): a lane's chunks of
+// its warp's two weight rows (chunks lane, lane + 32, ...) wait in registers, loaded before the
+// dependency wait, so after it only the input row is read, once: its raw f32 row goes to shared
+// memory for the RMS (summed in row_inv_rms's order) and each thread norms its own chunks. The sums
+// run in tile_products' order, so the outputs are the same bits as gemv_rows'.
+constexpr int kLaneChunks = kTileChunks / 32;
+constexpr int kThreadChunks = (kTileChunks + kGemvThreads - 1) / kGemvThreads;
+
+struct RowWeights {
+  uint4 w0[kLaneChunks], w1[kLaneChunks];
+};
+struct RowNorm {
+  float4 w[kThreadChunks][2];  // the norm weights of the thread's input chunks
+};
+
+__device__ __forceinline__ bool preloads(const GemvArgs& a) {
+  return a.preload && a.B == 1 && a.K <= kTileK;
+}
+
+// Shared memory of a launch: the input tile, and (preloads) the raw input row after it.
+__host__ __device__ __forceinline__ size_t gemv_smem_bytes(int B) {
+  return static_cast<size_t>(B) * kXsStride * sizeof(uint4) +
+         (B == 1 ? static_cast<size_t>(kTileK) * sizeof(float) : 0);
+}
+
+__device__ __forceinline__ void load_row_weights(const GemvArgs& a, const GemvWarp& w,
+                                                 RowWeights& r) {
+  const int lane = threadIdx.x & 31, chunks = a.K / kChunk;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) {
+    const int c = lane + 32 * i;
+    const bool in = w.live && c < chunks;
+    r.w0[i] = in ? *reinterpret_cast<const uint4*>(w.w0 + c * kChunk) : zero;
+    r.w1[i] = in ? *reinterpret_cast<const uint4*>(w.w1 + c * kChunk) : zero;
+  }
+}
+
+template <bool kNorm>
+__device__ __forceinline__ void load_row_norm(const GemvArgs& a, RowNorm& n) {
+  if constexpr (kNorm) {
+    const int chunks = a.K / kChunk;
+#pragma unroll
+    for (int j = 0; j < kThreadChunks; ++j) {
+      const int c = threadIdx.x + kGemvThreads * j;
+      if (c < chunks) {
+        n.w[j][0] = *reinterpret_cast<const float4*>(a.norm_w + c * kChunk);
+        n.w[j][1] = *reinterpret_cast<const float4*>(a.norm_w + c * kChunk + 4);
+      }
+    }
+  }
+}
+
+// The input row (B = 1) into xs as the product's bf16 operand, normed when kNorm; xraw: K floats
+// of shared memory. Ends with a block barrier.
+template <bool kNorm>
+__device__ __forceinline__ void stage_row(const GemvArgs& a, const RowNorm& n, uint4* xs,
+                                          float* xraw, float* inv_rms) {
+  const int chunks = a.K / kChunk;
+  if constexpr (kNorm) {
+    const float* x = static_cast<const float*>(a.x);
+    float4 xv[kThreadChunks][2];
+#pragma unroll
+    for (int j = 0; j < kThreadChunks; ++j) {
+      const int c = threadIdx.x + kGemvThreads * j;
+      if (c < chunks) {
+        xv[j][0] = *reinterpret_cast<const float4*>(x + c * kChunk);
+        xv[j][1] = *reinterpret_cast<const float4*>(x + c * kChunk + 4);
+        reinterpret_cast<float4*>(xraw + c * kChunk)[0] = xv[j][0];
+        reinterpret_cast<float4*>(xraw + c * kChunk)[1] = xv[j][1];
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // row_inv_rms's sum, from shared memory
+      const int lane = threadIdx.x;
+      float ss = 0.f;
+      for (int k = lane; k < a.K; k += 32) ss += xraw[k] * xraw[k];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) inv_rms[0] = rsqrtf(ss / static_cast<float>(a.K) + a.eps);
+    }
+    __syncthreads();
+    const float scale = inv_rms[0];
+#pragma unroll
+    for (int j = 0; j < kThreadChunks; ++j) {
+      const int c = threadIdx.x + kGemvThreads * j;
+      if (c < chunks) {
+        const float xs8[kChunk] = {xv[j][0].x, xv[j][0].y, xv[j][0].z, xv[j][0].w,
+                                   xv[j][1].x, xv[j][1].y, xv[j][1].z, xv[j][1].w};
+        const float ws8[kChunk] = {n.w[j][0].x, n.w[j][0].y, n.w[j][0].z, n.w[j][0].w,
+                                   n.w[j][1].x, n.w[j][1].y, n.w[j][1].z, n.w[j][1].w};
+        float xf[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i)
+          xf[i] = round_bf16(xs8[i] * scale * ws8[i]);  // input_chunk
+        xs[c] = pack8(xf);
+      }
+    }
+  } else {
+    const bf16* x = static_cast<const bf16*>(a.x);
+#pragma unroll
+    for (int j = 0; j < kThreadChunks; ++j) {
+      const int c = threadIdx.x + kGemvThreads * j;
+      if (c < chunks) xs[c] = *reinterpret_cast<const uint4*>(x + c * kChunk);
+    }
+  }
+  __syncthreads();
+}
+
+// The batch-1 body after the dependency wait with the weights in registers (preloads(a)).
+template <bool kNorm, GemvOut kOut, bool kGeluTanh>
+__device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const GemvWarp& w,
+                                                   const RowWeights& r, const RowNorm& n, uint4* xs,
+                                                   float* xraw, float* inv_rms) {
+  stage_row<kNorm>(a, n, xs, xraw, inv_rms);
+  float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
+#pragma unroll
+  for (int b = 0; b < kGemvMaxBatch; ++b) {
+    acc0[b] = 0.f;
+    acc1[b] = 0.f;
+  }
+  if (w.live) {
+    const int lane = threadIdx.x & 31, chunks = a.K / kChunk;
+#pragma unroll
+    for (int i = 0; i < kLaneChunks; ++i) {
+      const int c = lane + 32 * i;
+      if (c >= chunks) break;
+      float wf0[kChunk], wf1[kChunk], xf[kChunk];
+      unpack8(r.w0[i], wf0);
+      unpack8(r.w1[i], wf1);
+      unpack8(xs[c], xf);
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        acc0[0] = fmaf(wf0[k], xf[k], acc0[0]);
+        acc1[0] = fmaf(wf1[k], xf[k], acc1[0]);
+      }
+    }
+  }
+  __syncthreads();  // a next use of the block's shared memory overwrites xs
+  if (w.live) store_rows<kOut, kGeluTanh>(a, w.pair, w.r0, w.r1, w.has_r1, acc0, acc1);
+}
+
 }  // namespace kvevict::gpu::detail::gemv

@@ -2,7 +2,8 @@
 // decode_gemv.cu and the tensor-core decode attention with its in-launch merge) run as the phases
 // of ONE cooperative launch. Every block stays resident for the whole step and takes the virtual
 // blocks of each phase in turn (block b runs phase blocks b, b + grid, ...); where one kernel of
-// the fused step would end and the next begin, the grid passes a barrier. Before it waits there,
+// the fused step would end and the next begin, the grid passes a barrier (common.cuh grid_barrier,
+// or cooperative groups' grid.sync when no barrier state is given). Before it waits there,
 // each block sends the weight rows of its next phase towards L2, as the fused step's programmatic
 // dependents do before griddepcontrol.wait.
 //
@@ -101,7 +102,7 @@ __device__ __forceinline__ void prefetch_op(const DeviceOp& op) {
 // launch); dynamic shared memory: the larger of the GEMV's input tile and the attention's tiles.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    step_program_kernel(const DeviceOp* __restrict__ ops, int n) {
+    step_program_kernel(const DeviceOp* __restrict__ ops, int n, unsigned* barrier) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float inv_rms[kGemvMaxBatch];
   auto* xs = reinterpret_cast<uint4*>(smem);
@@ -129,7 +130,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (i + 1 == n) break;
     prefetch_op(ops[i + 1]);  // weights do not depend on this phase's outputs
-    grid.sync();              // this phase's writes are visible to every block after it
+    // This phase's writes are visible to every block after the barrier.
+    if (barrier != nullptr)
+      cuda::detail::grid_barrier(barrier, barrier + 1, gridDim.x);
+    else
+      grid.sync();
   }
 }
 
@@ -169,7 +174,7 @@ bool attention_op(const StepAttention& s, DeviceOp* op) {
 }
 
 struct KernelInfo {
-  void (*kernel)(const DeviceOp*, int) = nullptr;
+  void (*kernel)(const DeviceOp*, int, unsigned*) = nullptr;
   size_t smem = 0;
   int blocks_per_sm = 0;  // resident blocks an SM holds (0: the query failed)
 };
@@ -240,7 +245,7 @@ int step_program_blocks(int head_dim, int sm_count, int blocks_per_sm) {
 }
 
 cudaError_t launch_step_program(const void* program, int n_ops, int head_dim, int blocks,
-                                cudaStream_t stream) {
+                                unsigned* barrier, cudaStream_t stream) {
   if (program == nullptr || n_ops <= 0 || blocks <= 0 || (head_dim != 64 && head_dim != 128))
     return cudaErrorInvalidValue;
   const KernelInfo k = cached_kernel_info(head_dim);
@@ -255,7 +260,7 @@ cudaError_t launch_step_program(const void* program, int n_ops, int head_dim, in
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, k.kernel, static_cast<const DeviceOp*>(program), n_ops);
+  return cudaLaunchKernelEx(&cfg, k.kernel, static_cast<const DeviceOp*>(program), n_ops, barrier);
 }
 
 }  // namespace kvevict::gpu::detail

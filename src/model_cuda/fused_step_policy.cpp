@@ -57,6 +57,16 @@ int persistent_step_from_env() {
   return parse_persistent_step(env("KVEVICT_DECODE_PERSISTENT"));
 }
 
+bool parse_switch(const char* name, const std::string& value) {
+  if (value.empty() || value == "0") return false;
+  if (value == "1") return true;
+  KVEVICT_FAIL(name, "='", value, "': expected 0 (off) or 1 (on)");
+}
+
+bool switch_from_env(const char* name) {
+  return parse_switch(name, env(name));
+}
+
 bool step_is_fused(FusedStep mode, int batch) {
   return mode == FusedStep::kOn || (mode == FusedStep::kBatchOne && batch == 1);
 }

@@ -50,6 +50,14 @@ const char* gemv_route_name(GemvRoute route);
 int persistent_step_from_env();
 int parse_persistent_step(const std::string& value);
 
+// A fused step's on / off switch read from the environment variable `name`: 1 on, 0 off; unset or
+// empty: off. Any other value throws as above. KVEVICT_GEMV_PRELOAD: the batch-1 GEMV's weights go
+// into registers before its dependency wait (GemvArgs::preload); KVEVICT_DECODE_PREFETCH: the
+// decode attention sends its split's K / V rows towards L2 before its wait
+// (DecodeAttentionArgs::prefetch). Both off until measured.
+bool switch_from_env(const char* name);
+bool parse_switch(const char* name, const std::string& value);
+
 // Whether a decode step of `batch` sequences is fused under mode.
 bool step_is_fused(FusedStep mode, int batch);
 

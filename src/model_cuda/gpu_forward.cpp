@@ -26,7 +26,9 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
       stream_(stream),
       fused_mode_(fused_step_from_env()),
       gemv_route_(gemv_route_from_env()),
-      persistent_blocks_per_sm_(persistent_step_from_env()) {
+      persistent_blocks_per_sm_(persistent_step_from_env()),
+      gemv_preload_(switch_from_env("KVEVICT_GEMV_PRELOAD")),
+      decode_prefetch_(switch_from_env("KVEVICT_DECODE_PREFETCH")) {
   KVEVICT_CUBLAS_CHECK(cublasCreate(&blas_));
   KVEVICT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   blas_ws_ = DeviceBuffer(32 << 20, "cuBLAS workspace");
@@ -37,6 +39,12 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   // KVEVICT_DECODE_GRAPH=0: every decode step launches eagerly (the fallback, and the A/B).
   const char* e = std::getenv("KVEVICT_DECODE_GRAPH");
   graph_on_ = !(e != nullptr && e[0] == '0');
+  // The persistent step's barrier: KVEVICT_STEP_BARRIER=groups takes cooperative groups'
+  // grid.sync instead of common.cuh's grid_barrier (the A/B of gpu_gemv_bench --sync-cost).
+  const char* b = std::getenv("KVEVICT_STEP_BARRIER");
+  groups_barrier_ = b != nullptr && std::strcmp(b, "groups") == 0;
+  barrier_ = DeviceBuffer(2 * sizeof(unsigned), "persistent step barrier");
+  KVEVICT_CUDA_CHECK(cudaMemsetAsync(barrier_.get(), 0, barrier_.bytes(), stream_));
 }
 
 GpuForward::~GpuForward() {
@@ -91,6 +99,7 @@ bool GpuForward::try_gemv(const detail::GemvArgs& a) {
   if (!fused_now_) return false;
   detail::GemvArgs routed = a;
   if (!gemv_takes(gemv_route_, &routed)) return false;
+  routed.preload = gemv_preload_;
   KVEVICT_CUDA_CHECK(detail::launch_gemv(routed, stream_));
   return true;
 }
@@ -403,6 +412,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   key.push_back(argmax_first);
   key.push_back(fused);
   key.push_back(static_cast<int64_t>(gemv_route_));
+  key.push_back(gemv_preload_ | decode_prefetch_ << 1);
   ptr(tokens_dev);
   ptr(logits);
   key.push_back(scoring != nullptr);
@@ -498,6 +508,7 @@ detail::DecodeAttentionArgs GpuForward::attention_args(LayerCache& C, const Deco
   // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
   if (fused_now_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
   da.pdl = fused_now_;
+  da.prefetch = fused_now_ && decode_prefetch_;
   return da;
 }
 
@@ -551,7 +562,8 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
   if (program_ok_) {  // the layers as one persistent launch (decode_step_program.cu)
     KVEVICT_CUDA_CHECK(
         detail::launch_step_program(program_.get(), detail::step_program_ops(program_image_.size()),
-                                    static_cast<int>(m.head_dim), program_blocks_, stream_));
+                                    static_cast<int>(m.head_dim), program_blocks_,
+                                    groups_barrier_ ? nullptr : barrier_.as<unsigned>(), stream_));
     final_logits(B, 1, logits);
     fused_now_ = false;
     return;

@@ -74,6 +74,13 @@ class GpuForward {
   // cooperative launch of blocks_per_sm blocks an SM (at most what an SM holds); 0 = off.
   void set_decode_persistent(int blocks_per_sm) { persistent_blocks_per_sm_ = blocks_per_sm; }
   int decode_persistent() const { return persistent_blocks_per_sm_; }
+  // The batch-1 GEMV's weights into registers before its dependency wait (GemvArgs::preload;
+  // KVEVICT_GEMV_PRELOAD at construction).
+  void set_gemv_preload(bool on) { gemv_preload_ = on; }
+  bool gemv_preload() const { return gemv_preload_; }
+  // The fused step's decode attention sends its K / V rows towards L2 before its dependency wait
+  // (DecodeAttentionArgs::prefetch; KVEVICT_DECODE_PREFETCH at construction).
+  void set_decode_prefetch(bool on) { decode_prefetch_ = on; }
   // Whether the last decode step ran its layers as the persistent step.
   bool last_step_persistent() const { return program_ok_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
@@ -144,12 +151,16 @@ class GpuForward {
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)
   // The persistent step: blocks an SM (0 = off), and the program of the step program_key_ names.
   int persistent_blocks_per_sm_ = 0;
+  bool gemv_preload_ = false;
+  bool decode_prefetch_ = false;
   std::vector<int64_t> program_key_;
   bool program_ok_ = false;  // the step program_key_ names runs as the program
   int program_blocks_ = 0;
   std::vector<detail::StepOp> program_ops_;
   std::vector<unsigned char> program_image_;  // what program_ holds
   cuda::DeviceBuffer program_;
+  cuda::DeviceBuffer barrier_;   // [2] u32 of grid_barrier (zero between launches)
+  bool groups_barrier_ = false;  // KVEVICT_STEP_BARRIER=groups: grid.sync instead
 };
 
 }  // namespace kvevict::gpu

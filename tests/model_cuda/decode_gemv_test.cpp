@@ -4,12 +4,14 @@
 // RMSNorm, batches 1..8 (1: the CUDA-core kernel; 2 and more: the tensor-core one, and the
 // CUDA-core one by GemvArgs::cuda_cores), row counts that
 // are not a multiple of the warp's pair or the block's eight rows, K from one 16-byte chunk up;
-// rows outside the output stay untouched; shapes the kernel does not cover are refused.
+// at batch 1 the weights preloaded into registers (GemvArgs::preload) give the same bits; rows
+// outside the output stay untouched; shapes the kernel does not cover are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -116,6 +118,28 @@ void check(const Case& c, uint64_t seed) {
     for (size_t i = 0; i < raw.size(); ++i) got[i] = bf16_to_float(raw[i]);
     EXPECT_TRUE(dyb.sentinels_intact());
   }
+  if (c.B == 1) {  // the weights in registers (GemvArgs::preload, K <= 2,048): the same bits
+    if (c.out == GemvOut::kF32Add) dyf.upload(y0);
+    if (c.out == GemvOut::kF32) dyf.poison();
+    if (!out_f32) dyb.poison();
+    a.preload = true;
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(a, nullptr));
+    KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+    std::vector<float> again(y0.size());
+    if (out_f32) {
+      again = dyf.download();
+      EXPECT_TRUE(dyf.sentinels_intact());
+    } else {
+      const auto raw = dyb.download();
+      for (size_t i = 0; i < raw.size(); ++i) again[i] = bf16_to_float(raw[i]);
+      EXPECT_TRUE(dyb.sentinels_intact());
+    }
+    int differ = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &again[i], sizeof(float)) != 0 && ++differ <= 3)
+        ADD_FAILURE() << "preloaded weights: row " << i << " " << again[i] << " vs " << got[i];
+    EXPECT_EQ(differ, 0);
+  }
   // Tolerances: f32 sums in another order (1e-5 sqrt(K)); with the norm, the kernel's inverse RMS
   // may differ from the double one in its last bits, which can move an input element across a
   // bf16 rounding boundary (2^-8 of that element's term; two such flips allowed per row); a bf16
@@ -181,7 +205,8 @@ TEST(DecodeGemv, ModelShapesAndTheGeluActivation) {
 // differ by the contraction of the rotation into FMAs: at most 1 bf16 ulp), the lengths advanced
 // once, ring layers included. The caches start as random bit patterns (about 1 in 256 a bf16 NaN),
 // so q / k elements are compared bitwise first: the rows neither path writes must keep their bits.
-void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed, int K = 256) {
+void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed, int K = 256,
+                       bool preload = false) {
   SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) +
                (neox ? " neox" : " interleaved") + (with_bias ? " bias" : "") +
                " ring=" + std::to_string(ring));
@@ -275,6 +300,7 @@ void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed
   a.y = nullptr;
   a.rope = rope_of(fused);
   a.arrivals = arrivals.data();
+  a.preload = preload;
   ASSERT_TRUE(gpu::detail::gemv_supported(a));
   for (int round = 0; round < 2; ++round) {  // the second round appends the next token
     KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(proj, nullptr));
@@ -310,7 +336,10 @@ TEST(DecodeGemv, RopeAppendEqualsTheProjectionThenRopeAppend) {
   for (int B : {1, 3})
     for (bool neox : {false, true})
       for (bool bias : {false, true})
-        for (int ring : {0, 5}) check_rope_append(B, neox, bias, ring, seed++);
+        for (int ring : {0, 5}) {
+          check_rope_append(B, neox, bias, ring, seed++);
+          if (B == 1) check_rope_append(B, neox, bias, ring, seed++, 576, true);  // preloaded
+        }
   // The largest batch over several input tiles (two of 2,048 columns and one of 8).
   check_rope_append(8, true, true, 5, seed++, 4104);
 }

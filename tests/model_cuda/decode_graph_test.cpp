@@ -317,6 +317,33 @@ TEST(DecodeGraph, PersistentStepEqualsTheFusedStepBitForBit) {
   expect_bitwise(ref, g, "llama with decode-time eviction");
 }
 
+// The fused step with its batch-1 GEMVs' weights in registers before their dependency waits
+// (GpuForward::set_gemv_preload) and its decode attention's rows sent towards L2 before its wait
+// (set_decode_prefetch): the same bits as without either, on every architecture.
+TEST(DecodeGraph, EarlyLoadsKeepTheStepsBits) {
+  KVEVICT_REQUIRE_GPU();
+  struct Arch3 {
+    ModelConfig config;
+    const char* what;
+  };
+  for (const Arch3& a :
+       {Arch3{tiny_config(Arch::kLlama), "llama"}, Arch3{tiny_config(Arch::kQwen2), "qwen2"},
+        Arch3{tiny_gemma(), "gemma3"}}) {
+    SCOPED_TRACE(a.what);
+    Case k;
+    k.lengths = {90};
+    k.steps = 40;
+    const Pair base = contexts(a.config, 31), preloaded = contexts(a.config, 31);
+    for (const auto& ctx : {preloaded.graph, preloaded.eager}) {
+      ctx->forward().set_gemv_preload(true);
+      ctx->forward().set_decode_prefetch(true);
+    }
+    const Trace ref = run(base.graph, k), g = run(preloaded.graph, k), e = run(preloaded.eager, k);
+    expect_bitwise(ref, g, std::string(a.what) + " early loads, replayed");
+    expect_bitwise(ref, e, std::string(a.what) + " early loads, eager");
+  }
+}
+
 TEST(DecodeGraph, EnvironmentSwitchesToEager) {
   KVEVICT_REQUIRE_GPU();
   auto model = gpu::GpuModel::random(tiny_config(Arch::kLlama), 1);
