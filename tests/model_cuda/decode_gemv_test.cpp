@@ -43,6 +43,12 @@ std::string name(const Case& c) {
          (c.gelu ? " gelu" : "") + (c.cuda_cores ? " cuda-cores" : "");
 }
 
+uint32_t bits(float x) {
+  uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
 double act(double g, bool gelu) {
   return gelu ? 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
               : g / (1.0 + std::exp(-g));
@@ -136,7 +142,7 @@ void check(const Case& c, uint64_t seed) {
     }
     int differ = 0;
     for (size_t i = 0; i < got.size(); ++i)
-      if (std::memcmp(&got[i], &again[i], sizeof(float)) != 0 && ++differ <= 3)
+      if (bits(got[i]) != bits(again[i]) && ++differ <= 3)
         ADD_FAILURE() << "preloaded weights: row " << i << " " << again[i] << " vs " << got[i];
     EXPECT_EQ(differ, 0);
   }
