@@ -257,8 +257,6 @@ void decode_ab(const Args& a, const std::shared_ptr<const gpu::GpuModel>& model,
     std::vector<int32_t> tokens[2][2];  // [graph][loop] every step's tokens of every row
     double ms[2][2] = {};
     int64_t captures = 0;
-    bool persistent =
-        false;  // the graph's steps ran the persistent step (KVEVICT_DECODE_PERSISTENT)
     for (int graph = 0; graph < 2; ++graph) {
       auto ctx = std::make_shared<gpu::GpuContext>(model);
       ctx->forward().set_decode_graph(graph == 1);
@@ -287,17 +285,13 @@ void decode_ab(const Args& a, const std::shared_ptr<const gpu::GpuModel>& model,
         }
         ms[graph][loop] = 1e3 * (now_s() - t0) / steps;
       }
-      if (graph == 1) {
-        captures = ctx->forward().decode_graph_stats().captures;
-        persistent = ctx->forward().last_step_persistent();
-      }
+      if (graph == 1) captures = ctx->forward().decode_graph_stats().captures;
     }
     for (int graph = 0; graph < 2; ++graph) {
       const char* name = graph ? "graph" : "eager";
-      std::printf("%-6lld %-6s %14.3f %14.1f %14.3f %14.1f %12lld%s\n", static_cast<long long>(B),
+      std::printf("%-6lld %-6s %14.3f %14.1f %14.3f %14.1f %12lld\n", static_cast<long long>(B),
                   name, ms[graph][0], 1e3 * B / ms[graph][0], ms[graph][1], 1e3 * B / ms[graph][1],
-                  graph ? static_cast<long long>(captures) : 0LL,
-                  graph && persistent ? "  persistent" : "");
+                  graph ? static_cast<long long>(captures) : 0LL);
       nlohmann::json j;
       j["batch"] = B;
       j["step"] = name;
@@ -307,10 +301,7 @@ void decode_ab(const Args& a, const std::shared_ptr<const gpu::GpuModel>& model,
       j["device_loop_tokens_per_s"] = 1e3 * B / ms[graph][0];
       j["host_loop_ms_per_step"] = ms[graph][1];
       j["host_loop_tokens_per_s"] = 1e3 * B / ms[graph][1];
-      if (graph) {
-        j["graph_captures"] = captures;
-        j["persistent"] = persistent;
-      }
+      if (graph) j["graph_captures"] = captures;
       out["decode_ab"].push_back(j);
     }
     const bool same = tokens[0][0] == tokens[1][0] && tokens[0][1] == tokens[1][1];

@@ -13,8 +13,9 @@
 // and the normed one beside it (the fused step's q|k|v and gate|up launches); from batch 2, where
 // ours runs on the tensor cores, also the CUDA-core kernel (GemvArgs::cuda_cores: "cores us").
 //
-// --sync-cost measures instead what one grid-wide dependency costs (the persistent decode step's
-// barrier against a kernel boundary).
+// --sync-cost measures instead what one grid-wide dependency costs: a kernel boundary, a
+// programmatic dependent launch's, or a barrier inside one cooperative launch (what a persistent
+// decode step would pay between its phases).
 //
 // Usage: gpu_gemv_bench [--model smollm2|gemma3|llama|all] [--batches 1,2,4,8] [--replays N]
 //                       [--sync-cost]
@@ -117,7 +118,7 @@ Args parse(int argc, char** argv) {
           "  --replays N    graph replays a measurement, median taken (default 20)\n"
           "  --sync-cost    only what one grid-wide dependency costs: an empty kernel, an empty\n"
           "                 programmatic dependent, a cooperative groups grid.sync and the\n"
-          "                 counter barrier of the persistent decode step, at 1-4 blocks an SM\n",
+          "                 a counter barrier, at 1-4 blocks an SM\n",
           kGemvMaxBatch);
       std::exit(0);
     } else {
@@ -192,7 +193,7 @@ int sync_cost(const Args& args, const cudaDeviceProp& prop, cudaStream_t stream)
   for (const Kind& k : {Kind{SyncKind::kKernel, "kernel boundary in a graph"},
                         Kind{SyncKind::kPdlKernel, "programmatic dependent kernel"},
                         Kind{SyncKind::kGroupsBarrier, "cooperative groups grid.sync"},
-                        Kind{SyncKind::kCounterBarrier, "counter barrier (persistent step)"}}) {
+                        Kind{SyncKind::kCounterBarrier, "counter barrier, polling with sleeps"}}) {
     for (int per_sm = 1; per_sm <= 4; ++per_sm) {
       const int blocks = per_sm * prop.multiProcessorCount;
       const double us = us_per_call(stream, 1, args.replays, [&](int) {

@@ -35,10 +35,10 @@
 #                                             batches 1, 8, 64; the 8B at 1 and 4 over 32K and its
 #                                             floor shares (ROUNDS: of the real models, default
 #                                             2; LLAMA_MODES: default "auto 0")
-#   tools/device_session.sh persistent-ab     the persistent decode step at 1-4 blocks an SM
-#                                             against the fused step (0), A B A B: SmolLM2 shape,
-#                                             batch 1, contexts 256 and 4K (PERSISTENT_MODES,
-#                                             PERSISTENT_CONTEXTS, PERSISTENT_PRESETS, ROUNDS)
+#   tools/device_session.sh preload-ab        the fused step's GEMV weights in registers (default)
+#                                             against the L2 prefetch, A B A B: SmolLM2 and Gemma 3
+#                                             shapes, batch 1, contexts 256 and 4K
+#                                             (PRELOAD_CONTEXTS, ROUNDS); gpu_gemv_bench --sync-cost
 #   tools/device_session.sh prefill-ab        the 8B's prefill at 32K / 128K with each wgmma loop
 #                                             (gpu_e2e_bench --forward-loop; PREFILL_LOOPS, default
 #                                             "tma-wide wide-overlap wide-pingpong")
@@ -270,23 +270,25 @@ PY
     done | tee $K/logs/default_llama.txt
     pack default_ab_logs
     ;;
-  persistent-ab)
-    # The persistent decode step (KVEVICT_DECODE_PERSISTENT = its blocks an SM) against the fused
-    # step (0), A B A B: graph decode device tok/s at batch 1 on the SmolLM2 and Gemma 3 shapes
-    # (random weights; Gemma 3 falls back to the fused step, "persistent" marks the rows that ran
-    # it) at PERSISTENT_CONTEXTS tokens of context.
+  preload-ab)
+    # The fused step's batch-1 GEMVs with their weights in registers before the dependency wait
+    # (KVEVICT_GEMV_PRELOAD=1, the default) against the L2 prefetch alone (0), A B A B: graph
+    # decode device tok/s at batch 1 on the SmolLM2 and Gemma 3 shapes (random weights) at
+    # PRELOAD_CONTEXTS tokens of context; then what a grid-wide dependency costs (gpu_gemv_bench
+    # --sync-cost).
     for round in $(seq 1 "${ROUNDS:-2}"); do
-      for v in ${PERSISTENT_MODES:-0 1 2 3 4}; do
-        for ctx in ${PERSISTENT_CONTEXTS:-256 4096}; do
-          for p in ${PERSISTENT_PRESETS:-smollm2-135m}; do
-            echo "== $p context $ctx persistent=$v round $round"
-            KVEVICT_DECODE_PERSISTENT=$v timeout 90 $K/bin/gpu_e2e_bench --preset $p --decode-ab \
+      for v in 1 0; do
+        for ctx in ${PRELOAD_CONTEXTS:-256 4096}; do
+          for p in smollm2-135m gemma3-270m; do
+            echo "== $p context $ctx preload=$v round $round"
+            KVEVICT_GEMV_PRELOAD=$v timeout 90 $K/bin/gpu_e2e_bench --preset $p --decode-ab \
               --batches 1 --prompt-tokens $ctx 2>&1 | grep -E "^[0-9]+ +graph"
           done
         done
       done
-    done | tee $K/logs/persistent_ab.txt
-    pack persistent_ab_logs
+    done | tee $K/logs/preload_ab.txt
+    timeout 100 $K/bin/gpu_gemv_bench --sync-cost 2>&1 | tee $K/logs/sync_cost.txt
+    pack preload_ab_logs
     ;;
   prefill-ab)
     # The prefill attention's wgmma loops end to end (gpu_e2e_bench --forward-loop, A B A B): the

@@ -143,32 +143,6 @@ __device__ __forceinline__ bool last_block_to_arrive(unsigned* counter, unsigned
   return true;
 }
 
-// A barrier of every block of a grid whose blocks are all resident (a cooperative launch): what
-// each thread wrote before it is visible to every thread after it. count (zero between barriers)
-// takes the arrivals; the last block to arrive zeroes it and moves gen on, which the others poll
-// with a short sleep between reads (fewer loads queue at the word the arrivals update).
-__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* gen, unsigned blocks) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned g, prev, now;
-    // The generation of this barrier: it cannot move before this block arrives.
-    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
-    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(prev) : "l"(count) : "memory");
-    if (prev == blocks - 1) {
-      asm volatile("st.relaxed.gpu.u32 [%0], 0;" ::"l"(count) : "memory");
-      asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(gen), "r"(g + 1) : "memory");
-    } else {
-      do {
-        __nanosleep(32);
-        asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(gen) : "memory");
-      } while (now == g);
-    }
-  }
-  __syncthreads();
-#endif
-}
-
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the
 // stream's previous kernel (see grid_dependency_wait).
 template <class... KArgs, class... Args>

@@ -192,12 +192,10 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
 // kScoreG > 0: the fused step scores (the logits are exported too); kScoreG bounds the group.
 // Launched as a programmatic dependent (a.pdl): wait for the append that wrote this step's row and
 // length; let the next kernel (the o projection) start fetching its weights meanwhile. Both are
-// no-ops in a normal launch. Before the wait the block sends the rows its split can cover towards
-// L2 (prefetch_split): the cached rows do not depend on the append.
+// no-ops in a normal launch.
 template <class Tr, bool kZ, int kScoreG>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  if (p.a.pdl && p.a.prefetch) prefetch_split<Tr::kD>(p, blockIdx.x, blockIdx.y);
   grid_dependency_wait();
   launch_dependents();
   mma_block<Tr, kZ, kScoreG>(p, blockIdx.x, blockIdx.y, smem);

@@ -1,8 +1,8 @@
-// The decode attention's device code shared by its own kernels (decode_attention.cu) and the
-// persistent decode step (decode_step_program.cu): the launch parameters, the split merge of one
-// query head and the tensor-core block body (one (segment, key split) block, the merge of the
-// segment's splits by its last block when merge_counters is set). Both callers run the same body,
-// so they give the same bits.
+// The decode attention's block-level device code (decode_attention.cu holds the kernels, the split
+// plan and the launchers): the launch parameters, the split merge of one query head and the
+// tensor-core block body (one (segment, key split) block, the merge of the segment's splits by its
+// last block when merge_counters is set), as functions of the block's coordinates, so a kernel of
+// another shape could run the same body with the same bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -119,26 +119,6 @@ constexpr size_t mma_smem_bytes() {
 }
 
 // kScoreG > 0: the fused step scores (the logits are exported too); kScoreG bounds the group.
-// The K and V rows that split `split` of segment seg can read, bounded by the segment's capacity
-// (seg_off of the next segment, which an append does not move), into L2: 128-byte lines spread
-// over the block's threads. A hint only: nothing waits for it.
-template <int D>
-__device__ __forceinline__ void prefetch_split(const DecodeAttentionParams& p, int seg, int split) {
-  const DecodeAttentionArgs& a = p.a;
-  const int64_t base = a.seg_off[seg], cap = a.seg_off[seg + 1] - base;
-  const int64_t begin = split * p.keys_per_split;
-  const int64_t end = min(cap, begin + p.keys_per_split);
-  if (end <= begin) return;
-  constexpr int kLinesPerRow = D * 2 / 128;
-  const int64_t lines = (end - begin) * kLinesPerRow;
-  const char* k = reinterpret_cast<const char*>(a.k + (base + begin) * D);
-  const char* v = reinterpret_cast<const char*>(a.v + (base + begin) * D);
-  for (int64_t i = threadIdx.x; i < lines; i += blockDim.x) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(k + 128 * i));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(v + 128 * i));
-  }
-}
-
 // One block of the tensor-core kernel: split `split` of segment `seg` (every thread of the block
 // calls it after the dependency wait; it holds block barriers). smem: mma_smem_bytes<Tr>() of
 // dynamic shared memory.

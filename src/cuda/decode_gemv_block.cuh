@@ -1,7 +1,7 @@
-// The small-batch GEMV's device code (decode_gemv.cu): the input staging, the fused epilogues
-// and the batch-1 block body (a warp an output row pair, CUDA-core sums), shared by its own kernels
-// and by the persistent decode step (decode_step_program.cu), which runs the same body as one phase
-// of a longer launch, so both give the same bits.
+// The small-batch GEMV's block-level device code (decode_gemv.cu holds the kernels and the
+// launchers): the input staging, the fused epilogues and the batch-1 block bodies (a warp an output
+// row pair, CUDA-core sums; the weights in registers before the dependency wait, or in L2), as
+// functions of the block's index.
 #pragma once
 
 #include <cuda_bf16.h>

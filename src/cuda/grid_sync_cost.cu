@@ -3,7 +3,9 @@
 // griddepcontrol.wait), or a barrier inside one cooperative launch (cooperative groups' grid.sync,
 // or the barrier below: one arrival counter, a generation word, polling with a short sleep).
 // Every kernel here does no work besides the dependency itself, so the time over n dependencies
-// is their cost alone (gpu_gemv_bench --sync-cost).
+// is their cost alone (gpu_gemv_bench --sync-cost). On an H100 (2026-12-06 (i)) a programmatic
+// dependent costs 0.63-0.97 us, a barrier 1.1-1.9 us: why the decode step stays a chain of
+// programmatic dependent launches, not one persistent launch (docs/GPU_NOTES.md).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -29,8 +31,34 @@ __global__ void cg_barriers_kernel(int n) {
   for (int i = 0; i < n; ++i) grid.sync();
 }
 
+// A barrier of every block of a grid whose blocks are all resident (a cooperative launch): what
+// each thread wrote before it is visible to every thread after it. count (zero between barriers)
+// takes the arrivals; the last block to arrive zeroes it and moves gen on, which the others poll
+// with a short sleep between reads (fewer loads queue at the word the arrivals update).
+__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned* gen, unsigned blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned g, prev, now;
+    // The generation of this barrier: it cannot move before this block arrives.
+    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+    asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(prev) : "l"(count) : "memory");
+    if (prev == blocks - 1) {
+      asm volatile("st.relaxed.gpu.u32 [%0], 0;" ::"l"(count) : "memory");
+      asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(gen), "r"(g + 1) : "memory");
+    } else {
+      do {
+        __nanosleep(32);
+        asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(gen) : "memory");
+      } while (now == g);
+    }
+  }
+  __syncthreads();
+#endif
+}
+
 __global__ void counter_barriers_kernel(int n, unsigned* state) {
-  for (int i = 0; i < n; ++i) cuda::detail::grid_barrier(state, state + 1, gridDim.x);
+  for (int i = 0; i < n; ++i) grid_barrier(state, state + 1, gridDim.x);
 }
 
 }  // namespace

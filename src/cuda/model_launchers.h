@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "kvevict/decode_score.h"
 
@@ -108,8 +107,8 @@ struct GemvArgs {
   bool cuda_cores = false;  // tests and gpu_gemv_bench: the batch-1 (CUDA-core) kernel at any batch
   // Batch 1, K <= 2048: each warp's weight rows go into registers before the kernel waits for the
   // previous one, and the input row is read once after it (same results, bit for bit); false:
-  // the weights are only prefetched into L2.
-  bool preload = false;
+  // the weights are only prefetched into L2 (tests and A/B runs).
+  bool preload = true;
 };
 // Whether launch_gemv covers the shape: 1 <= B <= kGemvMaxBatch, K a multiple of 8, x / w /
 // norm_w 16-byte aligned (kRopeAppend: the decode mode, no q / k norms, even d, N = (Hq + 2 Hkv)
@@ -158,9 +157,6 @@ struct DecodeAttentionArgs {
   // (the fused decode step: its prologue overlaps the append, and the o projection after it may
   // start fetching its weights while it runs). Same results.
   bool pdl = false;
-  // With pdl: each block sends the K / V rows its split can read towards L2 before it waits (the
-  // cached rows do not depend on the append). Same results.
-  bool prefetch = false;
 };
 // The decode-time step scores fused into the decode attention (one launch: attention, split merge,
 // the w = 1 score of every row as launch_decode_scores computes it). The last split block of each
@@ -189,42 +185,11 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
 // --- grid_sync_cost.cu --------------------------------------------------------------------------
 // n grid-wide dependencies with no work between them (gpu_gemv_bench --sync-cost), `blocks`
 // blocks of 128 threads: n empty kernels (plain, or programmatic dependents), or one cooperative
-// launch of n barriers (cooperative groups' grid.sync, or common.cuh grid_barrier over state[2],
-// zero before and after). blocks must be resident at once for the barriers.
+// launch of n barriers (cooperative groups' grid.sync, or a counter barrier over state[2], zero
+// before and after). blocks must be resident at once for the barriers.
 enum class SyncKind { kKernel, kPdlKernel, kGroupsBarrier, kCounterBarrier };
 cudaError_t launch_sync_cost(SyncKind kind, int n, int blocks, unsigned* state,
                              cudaStream_t stream);
-
-// --- decode_step_program.cu ----------------------------------------------------------------------
-// The persistent decode step: a fused batch-1 step's layer launches (launch_gemv at B = 1 and
-// launch_decode_attention merging in its launch) as the phases of ONE cooperative launch, a grid
-// barrier where one launch would end and the next begin. Same block bodies, same bits.
-struct StepAttention {  // the arguments launch_decode_attention would get (no lse / out_f32)
-  DecodeAttentionArgs a;
-  bf16* out = nullptr;
-  void* scratch = nullptr;
-  size_t scratch_bytes = 0;
-  int sm_count = 0;
-};
-struct StepOp {
-  enum class Kind { kGemv, kAttention };
-  Kind kind = Kind::kGemv;
-  GemvArgs gemv;            // kGemv: B = 1; norm + kRopeAppend, kF32Add, norm + kGated, norm + kF32
-  StepAttention attention;  // kAttention: d 64 or 128, G <= 16, merge_counters set, no z_out
-};
-// The device image of ops[0 .. n) (host bytes; equal programs give equal images); false where an
-// op is not one the persistent step runs.
-bool encode_step_program(const StepOp* ops, int n, std::vector<unsigned char>* image);
-// Phases in an image of image_bytes.
-int step_program_ops(size_t image_bytes);
-// The grid of the persistent step for head dim d: sm_count x min(blocks_per_sm, what an SM holds);
-// 0 where the kernel cannot run (another head dim, or the occupancy query failed).
-int step_program_blocks(int head_dim, int sm_count, int blocks_per_sm);
-// Runs the program (an image copied to device memory) with `blocks` blocks (step_program_blocks);
-// barrier: two words, zero before and after, for common.cuh grid_barrier; null: cooperative
-// groups' grid.sync.
-cudaError_t launch_step_program(const void* program, int n_ops, int head_dim, int blocks,
-                                unsigned* barrier, cudaStream_t stream);
 
 // --- decode_scores.cu ----------------------------------------------------------------------------
 // The w = 1 step score of every cached row (DecodeEvictor::accumulate): per segment s = b Hkv + g

@@ -46,25 +46,14 @@ const char* gemv_route_name(GemvRoute route) {
   return "?";
 }
 
-int parse_persistent_step(const std::string& value) {
-  if (value.empty() || value == "0") return 0;
-  if (value.size() == 1 && value[0] >= '1' && value[0] <= '8') return value[0] - '0';
-  KVEVICT_FAIL("KVEVICT_DECODE_PERSISTENT='", value,
-               "': expected 0 (off) or the persistent step's blocks an SM, 1 to 8");
+bool parse_gemv_preload(const std::string& value) {
+  if (value.empty() || value == "1") return true;
+  if (value == "0") return false;
+  KVEVICT_FAIL("KVEVICT_GEMV_PRELOAD='", value, "': expected 1 (registers) or 0 (L2 prefetch)");
 }
 
-int persistent_step_from_env() {
-  return parse_persistent_step(env("KVEVICT_DECODE_PERSISTENT"));
-}
-
-bool parse_switch(const char* name, const std::string& value) {
-  if (value.empty() || value == "0") return false;
-  if (value == "1") return true;
-  KVEVICT_FAIL(name, "='", value, "': expected 0 (off) or 1 (on)");
-}
-
-bool switch_from_env(const char* name) {
-  return parse_switch(name, env(name));
+bool gemv_preload_from_env() {
+  return parse_gemv_preload(env("KVEVICT_GEMV_PRELOAD"));
 }
 
 bool step_is_fused(FusedStep mode, int batch) {

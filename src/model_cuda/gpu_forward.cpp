@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <utility>
 
 #include "cuda/check.h"
 #include "cuda/launchers.h"
@@ -26,9 +25,7 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
       stream_(stream),
       fused_mode_(fused_step_from_env()),
       gemv_route_(gemv_route_from_env()),
-      persistent_blocks_per_sm_(persistent_step_from_env()),
-      gemv_preload_(switch_from_env("KVEVICT_GEMV_PRELOAD")),
-      decode_prefetch_(switch_from_env("KVEVICT_DECODE_PREFETCH")) {
+      gemv_preload_(gemv_preload_from_env()) {
   KVEVICT_CUBLAS_CHECK(cublasCreate(&blas_));
   KVEVICT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   blas_ws_ = DeviceBuffer(32 << 20, "cuBLAS workspace");
@@ -39,12 +36,6 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
   // KVEVICT_DECODE_GRAPH=0: every decode step launches eagerly (the fallback, and the A/B).
   const char* e = std::getenv("KVEVICT_DECODE_GRAPH");
   graph_on_ = !(e != nullptr && e[0] == '0');
-  // The persistent step's barrier: KVEVICT_STEP_BARRIER=groups takes cooperative groups'
-  // grid.sync instead of common.cuh's grid_barrier (the A/B of gpu_gemv_bench --sync-cost).
-  const char* b = std::getenv("KVEVICT_STEP_BARRIER");
-  groups_barrier_ = b != nullptr && std::strcmp(b, "groups") == 0;
-  barrier_ = DeviceBuffer(2 * sizeof(unsigned), "persistent step barrier");
-  KVEVICT_CUDA_CHECK(cudaMemsetAsync(barrier_.get(), 0, barrier_.bytes(), stream_));
 }
 
 GpuForward::~GpuForward() {
@@ -401,6 +392,11 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   KVEVICT_CUDA_CHECK(
       cudaMemcpyAsync(pos_.get(), pos_pinned_, B * 4, cudaMemcpyHostToDevice, stream_));
   KVEVICT_CUDA_CHECK(cudaEventRecord(pos_staged_, stream_));
+  auto enqueue = [&] { enqueue_decode(tokens_dev, argmax_first, B, layers, scoring, logits); };
+  if (!graph_on_) {
+    enqueue();
+    return;
+  }
   // The key: every value a launch of enqueue_decode depends on besides the device memory the
   // kernels read (tokens, positions, segment tables, caches, weights).
   std::vector<int64_t>& key = key_;
@@ -412,7 +408,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   key.push_back(argmax_first);
   key.push_back(fused);
   key.push_back(static_cast<int64_t>(gemv_route_));
-  key.push_back(gemv_preload_ | decode_prefetch_ << 1);
+  key.push_back(gemv_preload_);
   ptr(tokens_dev);
   ptr(logits);
   key.push_back(scoring != nullptr);
@@ -435,40 +431,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
     key.push_back(P.plan_len);
     key.push_back(P.score | P.fused << 1 | P.in_attention << 2);
   }
-  key.push_back(persistent_blocks_per_sm_);  // 0: the persistent step is off
-  if (key != program_key_) update_program(layers, B);
-  program_key_ = key;
-  auto enqueue = [&] { enqueue_decode(tokens_dev, argmax_first, B, layers, scoring, logits); };
-  if (!graph_on_) {
-    enqueue();
-    return;
-  }
   graph_.run(key, stream_, enqueue);
-}
-
-// The persistent step's program for the step the key describes (program_ok_: it covers the
-// layers). A new image is copied up once the stream has finished with the last one.
-void GpuForward::update_program(std::vector<LayerCache>& layers, int B) {
-  program_ok_ = false;
-  if (persistent_blocks_per_sm_ == 0 || B != 1 || !step_is_fused(fused_mode_, B)) return;
-  fused_now_ = true;  // as enqueue_decode sets it for this step
-  const bool recorded = record_layers(layers, B);
-  fused_now_ = false;
-  std::vector<unsigned char> image;
-  if (!recorded || !detail::encode_step_program(program_ops_.data(),
-                                                static_cast<int>(program_ops_.size()), &image))
-    return;
-  program_blocks_ = detail::step_program_blocks(static_cast<int>(c().head_dim), sm_count_,
-                                                persistent_blocks_per_sm_);
-  if (program_blocks_ == 0) return;
-  if (image != program_image_) {
-    KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no step still reads the old program
-    if (program_.bytes() < image.size()) program_.ensure(image.size(), "persistent step program");
-    KVEVICT_CUDA_CHECK(
-        cudaMemcpy(program_.get(), image.data(), image.size(), cudaMemcpyHostToDevice));
-    program_image_ = std::move(image);
-  }
-  program_ok_ = true;
 }
 
 // The decode step's q|k|v GEMV arguments of layer il (norm, projection, RoPE, append), and its
@@ -508,44 +471,7 @@ detail::DecodeAttentionArgs GpuForward::attention_args(LayerCache& C, const Deco
   // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
   if (fused_now_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
   da.pdl = fused_now_;
-  da.prefetch = fused_now_ && decode_prefetch_;
   return da;
-}
-
-// The layers of a fused batch-1 step as persistent-step phases, the launches enqueue_decode makes
-// for them, into program_ops_; false where a layer needs a launch the persistent step does not run
-// (a projection the route gives cuBLAS, gemma3's q / k and post norms, step scores).
-bool GpuForward::record_layers(std::vector<LayerCache>& layers, int B) {
-  const ModelConfig& m = c();
-  const int64_t Hq = m.n_heads, d = m.head_dim, F = m.ffn_dim;
-  program_ops_.clear();
-  auto gemv = [&](detail::GemvArgs a) {
-    if (!gemv_takes(gemv_route_, &a)) return false;
-    detail::StepOp op;
-    op.kind = detail::StepOp::Kind::kGemv;
-    op.gemv = a;
-    program_ops_.push_back(op);
-    return true;
-  };
-  for (int il = 0; il < m.n_layers; ++il) {
-    const GpuModel::Impl::Layer& L = w_.layers[il];
-    LayerCache& C = layers[il];
-    const DecodeLayerPlan& P = plans_[il];
-    if (P.score || L.post_attn_norm != nullptr || L.post_ffn_norm != nullptr) return false;
-    if (!gemv(qkv_gemv(L, C, il, B))) return false;
-    detail::StepOp op;
-    op.kind = detail::StepOp::Kind::kAttention;
-    op.attention.a = attention_args(C, P, B);
-    op.attention.out = attn_.as<bf16>();
-    op.attention.scratch = scratch_.get();
-    op.attention.scratch_bytes = scratch_.bytes();
-    op.attention.sm_count = sm_count_;
-    program_ops_.push_back(op);
-    if (!gemv(residual_gemv(attn_.as<bf16>(), B, L.wo, Hq * d, nullptr)) ||
-        !gemv(gated_gemv(L, B)) || !gemv(residual_gemv(hbuf_.as<bf16>(), B, L.w_down, F, nullptr)))
-      return false;
-  }
-  return true;
 }
 
 void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
@@ -559,15 +485,6 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     KVEVICT_CUDA_CHECK(detail::launch_argmax(logits, B, m.vocab_size, tokens_dev, stream_));
   KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_dev, B, static_cast<int>(D),
                                           embed_mul(), x_.as<float>(), stream_));
-  if (program_ok_) {  // the layers as one persistent launch (decode_step_program.cu)
-    KVEVICT_CUDA_CHECK(
-        detail::launch_step_program(program_.get(), detail::step_program_ops(program_image_.size()),
-                                    static_cast<int>(m.head_dim), program_blocks_,
-                                    groups_barrier_ ? nullptr : barrier_.as<unsigned>(), stream_));
-    final_logits(B, 1, logits);
-    fused_now_ = false;
-    return;
-  }
   for (int il = 0; il < m.n_layers; ++il) {
     const GpuModel::Impl::Layer& L = w_.layers[il];
     LayerCache& C = layers[il];

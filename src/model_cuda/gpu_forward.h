@@ -69,20 +69,10 @@ class GpuForward {
   // splits inside its own launch. Default: steps of one sequence, matrices of up to 8 MiB.
   void set_decode_fused(FusedStep mode) { fused_mode_ = mode; }
   FusedStep decode_fused() const { return fused_mode_; }
-  // The persistent decode step (decode_step_program.cu; KVEVICT_DECODE_PERSISTENT at
-  // construction): a fused batch-1 step whose every layer launch it covers runs its layers as one
-  // cooperative launch of blocks_per_sm blocks an SM (at most what an SM holds); 0 = off.
-  void set_decode_persistent(int blocks_per_sm) { persistent_blocks_per_sm_ = blocks_per_sm; }
-  int decode_persistent() const { return persistent_blocks_per_sm_; }
-  // The batch-1 GEMV's weights into registers before its dependency wait (GemvArgs::preload;
-  // KVEVICT_GEMV_PRELOAD at construction).
+  // The fused step's batch-1 GEMVs load their weights into registers before their dependency
+  // waits (GemvArgs::preload; KVEVICT_GEMV_PRELOAD at construction, default on).
   void set_gemv_preload(bool on) { gemv_preload_ = on; }
   bool gemv_preload() const { return gemv_preload_; }
-  // The fused step's decode attention sends its K / V rows towards L2 before its dependency wait
-  // (DecodeAttentionArgs::prefetch; KVEVICT_DECODE_PREFETCH at construction).
-  void set_decode_prefetch(bool on) { decode_prefetch_ = on; }
-  // Whether the last decode step ran its layers as the persistent step.
-  bool last_step_persistent() const { return program_ok_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
@@ -113,8 +103,6 @@ class GpuForward {
   };
   detail::GemvArgs qkv_gemv(const GpuModel::Impl::Layer& L, LayerCache& C, int il, int B);
   detail::DecodeAttentionArgs attention_args(LayerCache& C, const DecodeLayerPlan& P, int B);
-  bool record_layers(std::vector<LayerCache>& layers, int B);
-  void update_program(std::vector<LayerCache>& layers, int B);
   void gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int64_t in, void* y, bool y_f32,
             float beta);
 
@@ -149,18 +137,7 @@ class GpuForward {
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)
-  // The persistent step: blocks an SM (0 = off), and the program of the step program_key_ names.
-  int persistent_blocks_per_sm_ = 0;
-  bool gemv_preload_ = false;
-  bool decode_prefetch_ = false;
-  std::vector<int64_t> program_key_;
-  bool program_ok_ = false;  // the step program_key_ names runs as the program
-  int program_blocks_ = 0;
-  std::vector<detail::StepOp> program_ops_;
-  std::vector<unsigned char> program_image_;  // what program_ holds
-  cuda::DeviceBuffer program_;
-  cuda::DeviceBuffer barrier_;   // [2] u32 of grid_barrier (zero between launches)
-  bool groups_barrier_ = false;  // KVEVICT_STEP_BARRIER=groups: grid.sync instead
+  bool gemv_preload_ = true;            // GemvArgs::preload of the fused step's GEMVs
 };
 
 }  // namespace kvevict::gpu

@@ -5,8 +5,8 @@
 // batch 1 and multi-row batches of distinct lengths, gemma3's ring layers past their wrap, prefill
 // and decode-time eviction (in-place cuts between replays), a scratch growth and recording again
 // after a change of shape, greedy decoding with the argmax inside the graph, and the eager
-// fallback switch, and the persistent step against the fused one. Each also checks how often the
-// step was recorded: once per shape.
+// fallback switch, and the GEMV's preloaded weights against its L2 prefetch. Each also checks how
+// often the step was recorded: once per shape.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -264,63 +264,10 @@ TEST(DecodeGraph, FusedStepReplaysBitwiseAndTracksTheDefault) {
   }
 }
 
-// The persistent decode step (decode_step_program.cu): a fused batch-1 step's layers as one
-// cooperative launch running the fused step's own block bodies, so its logits equal the fused
-// step's bit for bit, replayed or eager, whatever its grid (1, 2 or 3 blocks an SM: the phases'
-// virtual blocks fall on the physical ones differently). llama (d 64) and qwen2 (d 128, biases)
-// run it; gemma3 (q / k and post norms) and a step with decode-time scores fall back to the fused
-// launches, with the same bits as without the switch.
-TEST(DecodeGraph, PersistentStepEqualsTheFusedStepBitForBit) {
-  KVEVICT_REQUIRE_GPU();
-  struct Arch3 {
-    ModelConfig config;
-    const char* what;
-    bool runs;  // the persistent step covers the architecture
-  };
-  for (const Arch3& a :
-       {Arch3{tiny_config(Arch::kLlama), "llama", true},
-        Arch3{tiny_config(Arch::kQwen2), "qwen2", true}, Arch3{tiny_gemma(), "gemma3", false}}) {
-    SCOPED_TRACE(a.what);
-    Case k;
-    k.lengths = {130};
-    k.steps = 40;
-    const Pair fused = contexts(a.config, 23);
-    const Trace ref = run(fused.graph, k);
-    EXPECT_FALSE(fused.graph->forward().last_step_persistent());
-    for (int blocks_per_sm : {1, 2, 3}) {
-      SCOPED_TRACE(blocks_per_sm);
-      const Pair persistent = contexts(a.config, 23);
-      persistent.graph->forward().set_decode_persistent(blocks_per_sm);
-      persistent.eager->forward().set_decode_persistent(blocks_per_sm);
-      const Trace g = run(persistent.graph, k), e = run(persistent.eager, k);
-      EXPECT_EQ(persistent.graph->forward().last_step_persistent(), a.runs);
-      EXPECT_EQ(persistent.eager->forward().last_step_persistent(), a.runs);
-      expect_bitwise(ref, g, std::string(a.what) + " persistent, replayed");
-      expect_bitwise(ref, e, std::string(a.what) + " persistent, eager");
-      EXPECT_EQ(captures(persistent), 1);
-    }
-  }
-  // Decode-time eviction scores its layers inside the attention: not a phase of the program.
-  Case k;
-  k.lengths = {150};
-  k.steps = 30;
-  k.room = 40;
-  k.evict.decode.enabled = true;
-  k.evict.decode.options.budget = 96;
-  k.evict.decode.options.slack = 3;
-  k.evict.decode.options.recent = 8;
-  const Pair fused = contexts(tiny_config(Arch::kLlama), 29);
-  const Pair persistent = contexts(tiny_config(Arch::kLlama), 29);
-  persistent.graph->forward().set_decode_persistent(2);
-  const Trace ref = run(fused.graph, k), g = run(persistent.graph, k);
-  EXPECT_FALSE(persistent.graph->forward().last_step_persistent());
-  expect_bitwise(ref, g, "llama with decode-time eviction");
-}
-
-// The fused step with its batch-1 GEMVs' weights in registers before their dependency waits
-// (GpuForward::set_gemv_preload) and its decode attention's rows sent towards L2 before its wait
-// (set_decode_prefetch): the same bits as without either, on every architecture.
-TEST(DecodeGraph, EarlyLoadsKeepTheStepsBits) {
+// The fused step with its batch-1 GEMVs' weights in registers before their dependency waits (the
+// default, GpuForward::set_gemv_preload) and with them only prefetched into L2: the same bits, on
+// every architecture, replayed or eager.
+TEST(DecodeGraph, PreloadedGemvWeightsKeepTheStepsBits) {
   KVEVICT_REQUIRE_GPU();
   struct Arch3 {
     ModelConfig config;
@@ -333,14 +280,12 @@ TEST(DecodeGraph, EarlyLoadsKeepTheStepsBits) {
     Case k;
     k.lengths = {90};
     k.steps = 40;
-    const Pair base = contexts(a.config, 31), preloaded = contexts(a.config, 31);
-    for (const auto& ctx : {preloaded.graph, preloaded.eager}) {
-      ctx->forward().set_gemv_preload(true);
-      ctx->forward().set_decode_prefetch(true);
-    }
-    const Trace ref = run(base.graph, k), g = run(preloaded.graph, k), e = run(preloaded.eager, k);
-    expect_bitwise(ref, g, std::string(a.what) + " early loads, replayed");
-    expect_bitwise(ref, e, std::string(a.what) + " early loads, eager");
+    const Pair l2 = contexts(a.config, 31), preloaded = contexts(a.config, 31);
+    l2.graph->forward().set_gemv_preload(false);
+    EXPECT_TRUE(preloaded.graph->forward().gemv_preload());  // the default
+    const Trace ref = run(l2.graph, k), g = run(preloaded.graph, k), e = run(preloaded.eager, k);
+    expect_bitwise(ref, g, std::string(a.what) + " preloaded, replayed");
+    expect_bitwise(ref, e, std::string(a.what) + " preloaded, eager");
   }
 }
 

@@ -1,8 +1,8 @@
 // The fused decode step's policy (src/model_cuda/fused_step_policy.h): which steps are fused under
 // each mode; which projections the small-batch GEMV takes under each route and with which kernel,
 // the byte bound of the `small` route (gated projections count both halves), shapes the GEMV does
-// not cover never taken; KVEVICT_DECODE_FUSED's, KVEVICT_GEMV_ROUTE's, KVEVICT_DECODE_PERSISTENT's
-// and the on / off switches' values and the refusal of any other. Host logic only: no GPU needed.
+// not cover never taken; KVEVICT_DECODE_FUSED's, KVEVICT_GEMV_ROUTE's, KVEVICT_GEMV_PRELOAD's
+// values and the refusal of any other. Host logic only: no GPU needed.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -58,44 +58,23 @@ TEST(FusedStepPolicy, FusedModeValuesAndTheRefusalOfOthers) {
   }
 }
 
-TEST(FusedStepPolicy, PersistentStepValuesAndTheRefusalOfOthers) {
-  EXPECT_EQ(parse_persistent_step(""), 0);  // off until measured
-  EXPECT_EQ(parse_persistent_step("0"), 0);
-  EXPECT_EQ(parse_persistent_step("1"), 1);
-  EXPECT_EQ(parse_persistent_step("8"), 8);
-  for (const char* bad : {"9", "-1", "on", "12", " 2", "2 "}) {
+TEST(FusedStepPolicy, GemvPreloadValuesAndTheRefusalOfOthers) {
+  EXPECT_TRUE(parse_gemv_preload(""));  // the default: measured faster
+  EXPECT_TRUE(parse_gemv_preload("1"));
+  EXPECT_FALSE(parse_gemv_preload("0"));
+  for (const char* bad : {"2", "on", "yes", " 1"}) {
     try {
-      parse_persistent_step(bad);
+      parse_gemv_preload(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const kvevict::Error& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
           << e.what();
     }
   }
-  ASSERT_EQ(setenv("KVEVICT_DECODE_PERSISTENT", "3", 1), 0);
-  EXPECT_EQ(persistent_step_from_env(), 3);
-  ASSERT_EQ(unsetenv("KVEVICT_DECODE_PERSISTENT"), 0);
-  EXPECT_EQ(persistent_step_from_env(), 0);
-}
-
-TEST(FusedStepPolicy, SwitchValuesAndTheRefusalOfOthers) {
-  EXPECT_FALSE(parse_switch("KVEVICT_GEMV_PRELOAD", ""));
-  EXPECT_FALSE(parse_switch("KVEVICT_GEMV_PRELOAD", "0"));
-  EXPECT_TRUE(parse_switch("KVEVICT_GEMV_PRELOAD", "1"));
-  for (const char* bad : {"2", "on", "yes", " 1"}) {
-    try {
-      parse_switch("KVEVICT_DECODE_PREFETCH", bad);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const kvevict::Error& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(std::string("KVEVICT_DECODE_PREFETCH='") + bad + "'"), std::string::npos)
-          << what;
-    }
-  }
-  ASSERT_EQ(setenv("KVEVICT_DECODE_PREFETCH", "1", 1), 0);
-  EXPECT_TRUE(switch_from_env("KVEVICT_DECODE_PREFETCH"));
-  ASSERT_EQ(unsetenv("KVEVICT_DECODE_PREFETCH"), 0);
-  EXPECT_FALSE(switch_from_env("KVEVICT_DECODE_PREFETCH"));
+  ASSERT_EQ(setenv("KVEVICT_GEMV_PRELOAD", "0", 1), 0);
+  EXPECT_FALSE(gemv_preload_from_env());
+  ASSERT_EQ(unsetenv("KVEVICT_GEMV_PRELOAD"), 0);
+  EXPECT_TRUE(gemv_preload_from_env());
 }
 
 TEST(GemvRoute, AllTakesEverySupportedShapeOnTheTensorCoresFromBatchTwo) {
