@@ -109,6 +109,16 @@ void expect_bitwise(const Trace& eager, const Trace& graph, const std::string& w
   EXPECT_EQ(eager.evictions, graph.evictions) << what;
 }
 
+// The three decoder architectures' tiny configurations.
+struct Arch3 {
+  ModelConfig config;
+  const char* what;
+};
+std::vector<Arch3> architectures() {
+  return {Arch3{tiny_config(Arch::kLlama), "llama"}, Arch3{tiny_config(Arch::kQwen2), "qwen2"},
+          Arch3{tiny_gemma(), "gemma3"}};
+}
+
 int64_t captures(const Pair& p) {
   return p.graph->forward().decode_graph_stats().captures;
 }
@@ -230,13 +240,7 @@ TEST(DecodeGraph, GreedyDeviceLoopEqualsEager) {
 // may change a greedy token, after which the traces part) within bf16 rounding of the activations.
 TEST(DecodeGraph, FusedStepReplaysBitwiseAndTracksTheDefault) {
   KVEVICT_REQUIRE_GPU();
-  struct Arch3 {
-    ModelConfig config;
-    const char* what;
-  };
-  for (const Arch3& a :
-       {Arch3{tiny_config(Arch::kLlama), "llama"}, Arch3{tiny_config(Arch::kQwen2), "qwen2"},
-        Arch3{tiny_gemma(), "gemma3"}}) {
+  for (const Arch3& a : architectures()) {
     SCOPED_TRACE(a.what);
     const Pair fused = contexts(a.config, 21), plain = contexts(a.config, 21);
     fused.eager->forward().set_decode_fused(gpu::FusedStep::kOn);
@@ -269,13 +273,7 @@ TEST(DecodeGraph, FusedStepReplaysBitwiseAndTracksTheDefault) {
 // every architecture, replayed or eager.
 TEST(DecodeGraph, PreloadedGemvWeightsKeepTheStepsBits) {
   KVEVICT_REQUIRE_GPU();
-  struct Arch3 {
-    ModelConfig config;
-    const char* what;
-  };
-  for (const Arch3& a :
-       {Arch3{tiny_config(Arch::kLlama), "llama"}, Arch3{tiny_config(Arch::kQwen2), "qwen2"},
-        Arch3{tiny_gemma(), "gemma3"}}) {
+  for (const Arch3& a : architectures()) {
     SCOPED_TRACE(a.what);
     Case k;
     k.lengths = {90};
