@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend (sm_90a: sm_90 plus wgmma), runs the gpu-labelled tests, the scoring benchmark, the PyTorch
-# peers, the decode GEMV against cuBLAS, the prefill attention beside SDPA, and compute-sanitizer (memcheck,
-# racecheck) on the test binaries; prints a short table LAST.
+# peers, the decode GEMV against cuBLAS, the small models' batch-1 decode, the prefill attention beside SDPA, and
+# compute-sanitizer (memcheck, racecheck) on the test binaries; prints a short table LAST.
 #
 #   tools/gpu_check.sh                 configure + build with CMake in build/gpu, then check
 #   GPU_PREBUILT=DIR tools/gpu_check.sh  use test/bench binaries already built for sm_90a in DIR
@@ -79,6 +79,14 @@ fi
 if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_gemv_bench" ]]; then
   timeout 200 "$bin/benchmarks/gpu_gemv_bench" ${GPU_QUICK:+--batches 1,8} 2>&1 | tee "$out/gemv.txt"
 fi
+# Batch-1 decode of the small models' shapes (random weights, the default fused step, CUDA graph):
+# issue 16's 2,500 tokens/s.
+if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_e2e_bench" ]]; then
+  for p in smollm2-135m gemma3-270m; do
+    timeout 120 "$bin/benchmarks/gpu_e2e_bench" --preset "$p" --decode-ab --batches 1 2>&1 |
+      grep -E "^[0-9]+ +graph" | sed "s/^/$p batch /"
+  done | tee "$out/decode.txt"
+fi
 if [[ -z "${GPU_SKIP_BENCH:-}" && -x "$bin/benchmarks/gpu_attention_bench" ]]; then
   timeout 200 "$bin/benchmarks/gpu_attention_bench" 2>&1 | tee "$out/attention.txt"
 fi
@@ -117,5 +125,9 @@ for s in "${summary[@]}"; do echo "$s"; done
 [[ -f "$out/bench.txt" ]] && grep -E "^(device|d2d)|ms " "$out/bench.txt" | cut -c1-120
 [[ -f "$out/peers.txt" ]] && grep -E "^peer .*n=128K|check" "$out/peers.txt"
 [[ -f "$out/attention.txt" ]] && cat "$out/attention.txt"
+if [[ -s "$out/decode.txt" ]]; then
+  echo "batch-1 decode, graph replay (columns: device ms a step, device tok/s, host ms, host tok/s):"
+  cat "$out/decode.txt"
+fi
 # The issue's table: every model and n, ratio to the floor, and the peers of the same run.
 [[ -f "$out/bench.json" ]] && python3 "$peers/gpu_table.py" "$out/bench.json" "$out/peers.json"
