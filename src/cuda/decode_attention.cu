@@ -344,12 +344,10 @@ bool decode_step_scores_fusable(int d, int group) {
   return (d == 64 || d == 128 || d == 256) && group >= 1 && group <= 16;
 }
 
-namespace decode_attn {
-
-cudaError_t decode_attention_params(const DecodeAttentionArgs& a, bf16* out, float* lse,
+cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
                                     float* out_f32, void* scratch, size_t scratch_bytes,
-                                    int sm_count, const DecodeStepScoreArgs* scores,
-                                    DecodeAttentionParams* params) {
+                                    int sm_count, cudaStream_t stream,
+                                    const DecodeStepScoreArgs* scores) {
   if (a.B <= 0 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.max_len <= 0) return cudaErrorInvalidValue;
   if (scores != nullptr &&
       (!decode_step_scores_fusable(a.d, a.Hq / a.Hkv) || a.z_out == nullptr ||
@@ -359,7 +357,7 @@ cudaError_t decode_attention_params(const DecodeAttentionArgs& a, bf16* out, flo
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
   const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count, resident_blocks_per_sm(a.d));
-  DecodeAttentionParams p;
+  Params p;
   p.a = a;
   p.group = a.Hq / a.Hkv;
   p.splits = pl.splits;
@@ -373,20 +371,6 @@ cudaError_t decode_attention_params(const DecodeAttentionArgs& a, bf16* out, flo
   p.lse = lse;
   p.out_f32 = out_f32;
   if (scores != nullptr) p.score = *scores;
-  *params = p;
-  return cudaSuccess;
-}
-
-}  // namespace decode_attn
-
-cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, float* lse,
-                                    float* out_f32, void* scratch, size_t scratch_bytes,
-                                    int sm_count, cudaStream_t stream,
-                                    const DecodeStepScoreArgs* scores) {
-  Params p;
-  const cudaError_t err =
-      decode_attention_params(a, out, lse, out_f32, scratch, scratch_bytes, sm_count, scores, &p);
-  if (err != cudaSuccess) return err;
   switch (a.d) {
     case 64: return launch_d<64>(p, stream);
     case 128: return launch_d<128>(p, stream);

@@ -299,11 +299,4 @@ __device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int se
   }
 }
 
-// The parameters of a decode attention launch (split plan, scratch layout) as
-// launch_decode_attention computes them; cudaErrorInvalidValue where it would refuse the launch.
-cudaError_t decode_attention_params(const DecodeAttentionArgs& a, bf16* out, float* lse,
-                                    float* out_f32, void* scratch, size_t scratch_bytes,
-                                    int sm_count, const DecodeStepScoreArgs* scores,
-                                    DecodeAttentionParams* params);
-
 }  // namespace kvevict::gpu::detail::decode_attn

@@ -68,11 +68,11 @@ __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out,
 cudaError_t launch_merge(const ForwardParams& p, int block_rows, float* out, float* lse,
                          cudaStream_t stream) {
   const int warps = p.a.num_kv_heads * p.rows;
-  if (p.a.elem == Elem::kBF16)
-    return launch_pdl(window_merge_kernel<__nv_bfloat16>, dim3((warps + 7) / 8), dim3(256), 0,
-                      stream, p, block_rows, out, lse);
-  return launch_pdl(window_merge_kernel<__half>, dim3((warps + 7) / 8), dim3(256), 0, stream, p,
-                    block_rows, out, lse);
+  return with_elem(p.a.elem, [&](auto t) {
+    using T = typename decltype(t)::type;
+    return launch_pdl(window_merge_kernel<T>, dim3((warps + 7) / 8), dim3(256), 0, stream, p,
+                      block_rows, out, lse);
+  });
 }
 
 template <class Tr, bool kWithV, bool kTop>

@@ -124,22 +124,17 @@ void GpuForward::norm_and_project(const float* norm, const bf16* w, int64_t out,
   gemm(xn_.as<bf16>(), T, w, out, D, y, false, 0.0f);
 }
 
-// The GEMV arguments of hbuf[T, F] = act(g) u, [g | u] = rms_norm(x) W_gu^T.
-detail::GemvArgs GpuForward::gated_gemv(const GpuModel::Impl::Layer& L, int64_t T) const {
-  detail::GemvArgs a =
-      normed_gemv(x_.as<float>(), L.ffn_norm, L.w_gu, c().ffn_dim, T, detail::GemvOut::kGated);
-  a.gelu_tanh = c().activation == FfnActivation::kGeluTanh;
-  a.y = hbuf_.get();
-  return a;
-}
-
 void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
   const ModelConfig& m = c();
   const int64_t F = m.ffn_dim;
   const bool gelu = m.activation == FfnActivation::kGeluTanh;
   // Norm, gate|up and the activation in one launch, else the norm and gate|up, then the
   // activation.
-  if (!try_gemv(gated_gemv(L, T))) {
+  detail::GemvArgs a =
+      normed_gemv(x_.as<float>(), L.ffn_norm, L.w_gu, F, T, detail::GemvOut::kGated);
+  a.gelu_tanh = gelu;
+  a.y = hbuf_.get();
+  if (!try_gemv(a)) {
     norm_and_project(L.ffn_norm, L.w_gu, 2 * F, gu_.get(), T);
     KVEVICT_CUDA_CHECK(detail::launch_gated_act(
         gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F), gelu, hbuf_.as<bf16>(), stream_));
@@ -147,27 +142,19 @@ void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
   project_into_residual(hbuf_.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
 }
 
-// The GEMV arguments of x[T, D] += in[T, in_dim] w^T (post_norm: o_f = in w^T, gemma3's norm
-// and add follow).
-detail::GemvArgs GpuForward::residual_gemv(const bf16* in, int64_t T, const bf16* wt,
-                                           int64_t in_dim, const float* post_norm) const {
-  detail::GemvArgs a;
-  a.x = in;
-  a.w = wt;
-  a.B = static_cast<int>(T);
-  a.N = static_cast<int>(c().n_embd);
-  a.K = static_cast<int>(in_dim);
-  a.out = post_norm == nullptr ? detail::GemvOut::kF32Add : detail::GemvOut::kF32;
-  a.y = post_norm == nullptr ? x_.get() : o_f_.get();
-  return a;
-}
-
 // x[T, D] += in[T, in_dim] w^T, or (gemma3) x += rms_norm(in w^T) * post_norm.
 void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt, int64_t in_dim,
                                        const float* post_norm) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
-  const detail::GemvArgs a = residual_gemv(in, T, wt, in_dim, post_norm);
+  detail::GemvArgs a;
+  a.x = in;
+  a.w = wt;
+  a.B = static_cast<int>(T);
+  a.N = static_cast<int>(D);
+  a.K = static_cast<int>(in_dim);
+  a.out = post_norm == nullptr ? detail::GemvOut::kF32Add : detail::GemvOut::kF32;
+  a.y = post_norm == nullptr ? x_.get() : o_f_.get();
   if (!try_gemv(a)) gemm(in, T, wt, D, in_dim, a.y, true, post_norm == nullptr ? 1.0f : 0.0f);
   if (post_norm != nullptr)
     KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
@@ -434,46 +421,6 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   graph_.run(key, stream_, enqueue);
 }
 
-// The decode step's q|k|v GEMV arguments of layer il (norm, projection, RoPE, append), and its
-// RoPE + append arguments (qa.rope) for the unfused path.
-detail::GemvArgs GpuForward::qkv_gemv(const GpuModel::Impl::Layer& L, LayerCache& C, int il,
-                                      int B) {
-  const ModelConfig& m = c();
-  const int64_t W = int64_t{m.n_heads + 2 * m.n_kv_heads} * m.head_dim;
-  detail::RopeAppendArgs ra = rope_args(w_, L, C, il, B, qkv_.get(), pos_.as<int32_t>(), qh_.get());
-  ra.head_major = false;
-  ra.decode = true;
-  ra.ring = C.ring;
-  detail::GemvArgs qa =
-      normed_gemv(x_.as<float>(), L.attn_norm, L.wqkv, W, B, detail::GemvOut::kRopeAppend);
-  qa.rope = ra;
-  qa.arrivals = fused_now_ ? step_counters_.as<uint32_t>() + int64_t{B} * m.n_kv_heads : nullptr;
-  return qa;
-}
-
-// The decode attention's arguments of a layer (the fused step: merged in its launch, a programmatic
-// dependent); the caller adds the step-score outputs.
-detail::DecodeAttentionArgs GpuForward::attention_args(LayerCache& C, const DecodeLayerPlan& P,
-                                                       int B) {
-  const ModelConfig& m = c();
-  detail::DecodeAttentionArgs da;
-  da.q = qh_.as<bf16>();
-  da.k = C.k.as<bf16>();
-  da.v = C.v.as<bf16>();
-  da.seg_off = C.off.as<int64_t>();
-  da.seg_len = C.len.as<int32_t>();
-  da.B = B;
-  da.Hq = m.n_heads;
-  da.Hkv = m.n_kv_heads;
-  da.d = m.head_dim;
-  da.max_len = P.plan_len;
-  da.scale = m.logit_scale();
-  // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
-  if (fused_now_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
-  da.pdl = fused_now_;
-  return da;
-}
-
 void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
                                 std::vector<LayerCache>& layers, const StepScoring* scoring,
                                 float* logits) {
@@ -489,15 +436,38 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     const GpuModel::Impl::Layer& L = w_.layers[il];
     LayerCache& C = layers[il];
     const DecodeLayerPlan& P = plans_[il];
+    detail::RopeAppendArgs ra =
+        rope_args(w_, L, C, il, B, qkv_.get(), pos_.as<int32_t>(), qh_.get());
+    ra.head_major = false;
+    ra.decode = true;
+    ra.ring = C.ring;
     // The fused step: norm, q|k|v, RoPE and the append in one launch where it covers the layer
     // (not gemma3's per-head q / k norms); the arrival counter follows the attention's B Hkv.
-    const detail::GemvArgs qa = qkv_gemv(L, C, il, B);
+    detail::GemvArgs qa =
+        normed_gemv(x_.as<float>(), L.attn_norm, L.wqkv, W, B, detail::GemvOut::kRopeAppend);
+    qa.rope = ra;
+    qa.arrivals =
+        fused_now_ ? step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv : nullptr;
     if (!try_gemv(qa)) {
       norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), B);
-      KVEVICT_CUDA_CHECK(detail::launch_rope_append(qa.rope, stream_));
+      KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
     }
-    detail::DecodeAttentionArgs da = attention_args(C, P, B);
+    detail::DecodeAttentionArgs da;
+    da.q = qh_.as<bf16>();
+    da.k = C.k.as<bf16>();
+    da.v = C.v.as<bf16>();
+    da.seg_off = C.off.as<int64_t>();
+    da.seg_len = C.len.as<int32_t>();
+    da.B = B;
+    da.Hq = static_cast<int>(Hq);
+    da.Hkv = static_cast<int>(Hkv);
+    da.d = static_cast<int>(d);
+    da.max_len = P.plan_len;
+    da.scale = m.logit_scale();
     if (P.fused) da.z_out = zbuf_.as<float>();
+    // The fused step scores count their own arrivals; otherwise the fused path merges in-launch.
+    if (fused_now_ && !P.in_attention) da.merge_counters = step_counters_.as<uint32_t>();
+    da.pdl = fused_now_;
     const DecodeScore kind = P.score ? scoring->score : DecodeScore::kAttentionSum;
     const bool replace = P.score && scoring->replace;
     detail::DecodeStepScoreArgs fs;

@@ -85,9 +85,6 @@ class GpuForward {
   detail::GemvArgs normed_gemv(const float* x, const float* norm, const bf16* w, int64_t n_out,
                                int64_t T, detail::GemvOut out) const;
   bool try_gemv(const detail::GemvArgs& a);
-  detail::GemvArgs gated_gemv(const GpuModel::Impl::Layer& L, int64_t T) const;
-  detail::GemvArgs residual_gemv(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
-                                 const float* post_norm) const;
   void norm_and_project(const float* norm, const bf16* w, int64_t out, void* y, int64_t T);
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
   void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
@@ -101,8 +98,6 @@ class GpuForward {
     int64_t plan_len = 0;  // the split plan's length bound: the largest segment capacity
     bool score = false, fused = false, in_attention = false;
   };
-  detail::GemvArgs qkv_gemv(const GpuModel::Impl::Layer& L, LayerCache& C, int il, int B);
-  detail::DecodeAttentionArgs attention_args(LayerCache& C, const DecodeLayerPlan& P, int B);
   void gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int64_t in, void* y, bool y_f32,
             float beta);
 
