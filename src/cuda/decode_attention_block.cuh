@@ -230,36 +230,15 @@ __device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int se
   float* mo = reinterpret_cast<float*>(k_s);        // [KG][16][D]
   float* mm = mo + Tr::kKeyGroups * Tr::kRows * D;  // [KG][16]
   float* ml = mm + Tr::kKeyGroups * Tr::kRows;      // [KG][16]
-  if (t4 == 0) {
-    mm[kg * Tr::kRows + gq] = m_run[0];
-    ml[kg * Tr::kRows + gq] = l_run[0];
-    mm[kg * Tr::kRows + gq + 8] = m_run[1];
-    ml[kg * Tr::kRows + gq + 8] = l_run[1];
-  }
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int row = c < 2 ? gq : gq + 8;
-      mo[(kg * Tr::kRows + row) * D + dt * 8 + 2 * t4 + (c & 1)] = o[dt][c];
-    }
-  }
+  stash_key_group<Tr::kRows, D, true>(mo, mm, ml, kg, gq, t4, m_run, l_run, o);
   __syncthreads();
   const int64_t part = (static_cast<int64_t>(seg) * p.splits + split) * G;
   for (int idx = tid; idx < G * D; idx += Tr::kThreads) {
     const int row = idx / D, col = idx % D;
-    float m_all = -INFINITY;
-#pragma unroll
-    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = nan_max(m_all, mm[x * Tr::kRows + row]);
-    float acc = 0.f, l_all = 0.f;
-    if (m_all != -INFINITY) {
-#pragma unroll
-      for (int x = 0; x < Tr::kKeyGroups; ++x) {
-        const float f = exp2f(mm[x * Tr::kRows + row] - m_all);
-        acc += f * mo[(x * Tr::kRows + row) * D + col];
-        l_all += f * ml[x * Tr::kRows + row];
-      }
-    }
+    // The decode attention's maxima are in log2 units already: a unit scale.
+    const KeyGroupsMerged g =
+        merge_key_groups<Tr::kKeyGroups, Tr::kRows, D, true>(mo, mm, ml, row, col, 1.f);
+    const float m_all = g.m, l_all = g.l, acc = g.acc;
     p.part_o[(part + row) * D + col] = acc;
     if (col == 0) {
       p.part_ml[(part + row) * 2] = m_all;

@@ -139,4 +139,54 @@ __device__ __forceinline__ int quad_min(int x) {
   return min(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
+// A block's key groups (warps that walked different keys of the same rows) merged through shared
+// memory: each group stashes its rows' running max, sum and output accumulators, then, after a
+// barrier, each (row, column) combines the kKeyGroups groups. mo [KG][kRows][D] (kWithO),
+// mm / ml [KG][kRows]; the thread holds rows row_lo and row_lo + 8 (lane column 2 t4 of each n8
+// tile of o; without kWithO, o is a placeholder).
+template <int kRows, int D, bool kWithO, int ND>
+__device__ __forceinline__ void stash_key_group(float* mo, float* mm, float* ml, int kg, int row_lo,
+                                                int t4, const float (&m)[2], const float (&l)[2],
+                                                const float (&o)[ND][4]) {
+  static_assert(!kWithO || ND == D / 8, "o holds the row pair's D / 8 n8 tiles");
+  if (t4 == 0) {
+    mm[kg * kRows + row_lo] = m[0];
+    ml[kg * kRows + row_lo] = l[0];
+    mm[kg * kRows + row_lo + 8] = m[1];
+    ml[kg * kRows + row_lo + 8] = l[1];
+  }
+  if constexpr (kWithO) {
+#pragma unroll
+    for (int dt = 0; dt < ND; ++dt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int row = c < 2 ? row_lo : row_lo + 8;
+        mo[(kg * kRows + row) * D + dt * 8 + 2 * t4 + (c & 1)] = o[dt][c];
+      }
+    }
+  }
+}
+// Row `row`, column `col` over the groups: the max m (raw; the weights are exp2((m_x - m) sc)),
+// the sum l and, with kWithO, the output column's sum acc (both 0 where every group is empty).
+struct KeyGroupsMerged {
+  float m, l, acc;
+};
+template <int kKeyGroups, int kRows, int D, bool kWithO>
+__device__ __forceinline__ KeyGroupsMerged merge_key_groups(const float* mo, const float* mm,
+                                                            const float* ml, int row, int col,
+                                                            float sc) {
+  KeyGroupsMerged r{-INFINITY, 0.f, 0.f};
+#pragma unroll
+  for (int x = 0; x < kKeyGroups; ++x) r.m = nan_max(r.m, mm[x * kRows + row]);
+  if (r.m != -INFINITY) {
+#pragma unroll
+    for (int x = 0; x < kKeyGroups; ++x) {
+      const float f = exp2f((mm[x * kRows + row] - r.m) * sc);
+      if constexpr (kWithO) r.acc += f * mo[(x * kRows + row) * D + col];
+      r.l += f * ml[x * kRows + row];
+    }
+  }
+  return r;
+}
+
 }  // namespace kvevict::cuda::detail

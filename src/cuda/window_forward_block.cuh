@@ -61,13 +61,19 @@ constexpr int forward_min_blocks() {
   return Tr::kSlabs <= 2 ? 2 : 1;
 }
 
+// The key groups' merge at the end of a block: (o, m, l, top) of each group's rows, the block's
+// top.
+template <class Tr, bool kWithV>
+constexpr size_t forward_merge_scratch_bytes() {
+  return sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) + 2 * Tr::kRows);
+}
+// The queries, then the K (and V) tiles of `stages` stages, or the merge scratch over them.
 template <class Tr, bool kWithV>
 constexpr size_t forward_smem_for(int stages) {
   const size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
   const size_t kv =
       sizeof(typename Tr::T) * stages * Tr::kTileKeys * Tr::kStride * (kWithV ? 2 : 1);
-  const size_t merge =
-      sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) + 2 * Tr::kRows);
+  const size_t merge = forward_merge_scratch_bytes<Tr, kWithV>();
   return q + (kv > merge ? kv : merge);
 }
 // Three stages where forward_min_blocks blocks still share an SM, else two.
@@ -82,17 +88,32 @@ constexpr size_t forward_smem_bytes() {
   return forward_smem_for<Tr, kWithV>(forward_stages<Tr, kWithV>());
 }
 
+// The split's K and V tiles kept in shared memory past the forward (window_score_fused.cu's
+// resident kernel): the queries, then kStages tiles of K (and V), tile t in stage t; the key
+// groups' merge scratch lies after them instead of over them.
+template <class Tr, bool kWithV>
+constexpr size_t forward_kept_tiles_bytes(int stages) {
+  return sizeof(typename Tr::T) * Tr::kStride *
+         (Tr::kRows + static_cast<size_t>(stages) * Tr::kTileKeys * (kWithV ? 2 : 1));
+}
+
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
-template <class Tr, bool kWithV, bool kTop>
+// kKeepTiles: kStages covers the split's tiles, each loaded once into its own stage and left there
+// (forward_kept_tiles_bytes) for a scoring pass in the same block.
+template <class Tr, bool kWithV, bool kTop, int kStages = forward_stages<Tr, kWithV>(),
+          bool kKeepTiles = false>
 __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int hk, int rb,
                                                      int split, unsigned char* smem) {
   static_assert(kWithV || !kTop, "the top keys need V");
   using T = typename Tr::T;
-  constexpr int kForwardStages = forward_stages<Tr, kWithV>();
+  constexpr int kForwardStages = kStages;
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr bool kQInRegs = D <= 128;  // 32 registers at d = 128; d = 256 reads Q from smem
-  static_assert(forward_smem_bytes<Tr, kWithV>() <= 227 * 1024, "shared memory budget");
+  static_assert((kKeepTiles ? forward_kept_tiles_bytes<Tr, kWithV>(kStages) +
+                                  forward_merge_scratch_bytes<Tr, kWithV>()
+                            : forward_smem_for<Tr, kWithV>(kStages)) <= 227 * 1024,
+                "shared memory budget");
 
   T* q_s = reinterpret_cast<T*>(smem);     // [kRows][S] window queries of this block
   T* k_s = q_s + Tr::kRows * S;            // [kForwardStages][TK][S] key tiles
@@ -183,15 +204,18 @@ __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int
   l_run[0] = quad_sum(l_run[0]);
   l_run[1] = quad_sum(l_run[1]);
 
-  // Merge the key groups of the block through shared memory (the K/V tiles are dead now).
+  // Merge the key groups of the block through shared memory (over the K/V tiles, which are dead
+  // now, or after them where they are kept).
   __syncthreads();
   constexpr int KG = Tr::kKeyGroups, RB = Tr::kRows;
-  float* mo = reinterpret_cast<float*>(k_s);          // [KG][kRows][D]
-  float* mm = mo + (kWithV ? KG * RB * D : 0);        // [KG][kRows] raw max
-  float* ml = mm + KG * RB;                           // [KG][kRows]
-  float* mt = ml + KG * RB;                           // [KG][kRows] top held apart (raw)
-  float* blk_mt = mt + KG * RB;                       // [kRows] the block's top (raw)
-  int* blk_id = reinterpret_cast<int*>(blk_mt + RB);  // [kRows] its key index
+  float* mo = reinterpret_cast<float*>(
+      kKeepTiles ? smem + forward_kept_tiles_bytes<Tr, kWithV>(kStages)
+                 : reinterpret_cast<unsigned char*>(k_s));  // [KG][kRows][D]
+  float* mm = mo + (kWithV ? KG * RB * D : 0);              // [KG][kRows] raw max
+  float* ml = mm + KG * RB;                                 // [KG][kRows]
+  float* mt = ml + KG * RB;                                 // [KG][kRows] top held apart (raw)
+  float* blk_mt = mt + KG * RB;                             // [kRows] the block's top (raw)
+  int* blk_id = reinterpret_cast<int*>(blk_mt + RB);        // [kRows] its key index
   if constexpr (kTop) {
     // The block's top key of a row: the first key group's top among the largest, if it beats
     // every group's other keys and no other group ties it (else p <= 1/2: no top held apart).
@@ -259,41 +283,16 @@ __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int
       blk_id[rl_lo] = blk_id[rl_hi] = -1;
     }
   }
-  if (t4 == 0) {
-    // The partials keep the raw max (the merge scales differences of maxima by sc).
-    mm[kg * RB + rl_lo] = m_run[0];
-    ml[kg * RB + rl_lo] = l_run[0];
-    mm[kg * RB + rl_hi] = m_run[1];
-    ml[kg * RB + rl_hi] = l_run[1];
-  }
-  if constexpr (kWithV) {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int row = c < 2 ? rl_lo : rl_hi;
-        mo[(kg * Tr::kRows + row) * D + dt * 8 + 2 * t4 + (c & 1)] = o[dt][c];
-      }
-    }
-  }
+  // The partials keep the raw max (the merge scales differences of maxima by sc).
+  stash_key_group<RB, D, kWithV>(mo, mm, ml, kg, rl_lo, t4, m_run, l_run, o);
   __syncthreads();
   const int64_t part =
       ((static_cast<int64_t>(hk) * p.row_blocks + rb) * p.splits + split) * Tr::kRows;
   constexpr int kCols = kWithV ? D : 1;
   for (int idx = tid; idx < Tr::kRows * kCols; idx += Tr::kThreads) {
     const int row = idx / kCols, col = idx % kCols;
-    float m_all = -INFINITY;
-#pragma unroll
-    for (int x = 0; x < Tr::kKeyGroups; ++x) m_all = nan_max(m_all, mm[x * Tr::kRows + row]);
-    float acc = 0.f, l_all = 0.f;
-    if (m_all != -INFINITY) {
-#pragma unroll
-      for (int x = 0; x < Tr::kKeyGroups; ++x) {
-        const float f = exp2f((mm[x * Tr::kRows + row] - m_all) * sc);
-        if constexpr (kWithV) acc += f * mo[(x * Tr::kRows + row) * D + col];
-        l_all += f * ml[x * Tr::kRows + row];
-      }
-    }
+    const KeyGroupsMerged g = merge_key_groups<KG, RB, D, kWithV>(mo, mm, ml, row, col, sc);
+    const float m_all = g.m, l_all = g.l, acc = g.acc;
     if constexpr (kWithV)
       static_cast<T*>(p.part_o)[(part + row) * D + col] =
           ElemTraits<T>::from_float(l_all == 0.f ? 0.f : acc / l_all);  // NaN stays NaN
