@@ -185,82 +185,6 @@ void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default
   report(r);
 }
 
-// dropkv w on one layer scored in groups of `heads` KV heads (one score call each, on their own
-// slices of q, k, v and the scores), spread round-robin over `streams` streams forked from and
-// joined back to the legacy stream by events. With few heads a call, a group's pass re-reads
-// K and V that its forward has just brought into L2 (16.8 MB a head at 32K, d = 128, bf16).
-void bench_score_head_groups(Layer& L, const char* model, int w, int heads, int streams, int reps) {
-  ScoreOptions opt = ScoreOptions::defaults(Method::kDropKV);
-  opt.window = w;
-  opt.pooling = Pooling{};
-  const int group = L.hq / L.hkv, calls = L.hkv / heads;
-  std::vector<ScoreProblem> probs(calls);
-  std::vector<ScoreOutput> outs(calls);
-  for (int c = 0; c < calls; ++c) {
-    const int64_t h0 = static_cast<int64_t>(c) * heads;
-    probs[c].q = TensorView(L.q + h0 * group * w * L.d, DType::kBF16, {heads * group, w, L.d},
-                            Device::kCuda);
-    probs[c].k = TensorView(L.k + h0 * L.n * L.d, DType::kBF16, {heads, L.n, L.d}, Device::kCuda);
-    probs[c].v = TensorView(L.v + h0 * L.n * L.d, DType::kBF16, {heads, L.n, L.d}, Device::kCuda);
-    outs[c].scores = TensorView(L.scores + h0 * L.n, DType::kF32, {heads, L.n}, Device::kCuda);
-  }
-  const size_t bytes = cuda::score_workspace_bytes(probs[0], opt);
-  std::vector<void*> wss(streams);
-  std::vector<cudaStream_t> ss(streams);
-  std::vector<cudaEvent_t> joins(streams);
-  cudaEvent_t fork;
-  BENCH_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-  for (int i = 0; i < streams; ++i) {
-    BENCH_CUDA(cudaMalloc(&wss[i], bytes));
-    BENCH_CUDA(cudaStreamCreateWithFlags(&ss[i], cudaStreamNonBlocking));
-    BENCH_CUDA(cudaEventCreateWithFlags(&joins[i], cudaEventDisableTiming));
-  }
-  auto issue = [&](cudaStream_t main) {
-    BENCH_CUDA(cudaEventRecord(fork, main));
-    for (int i = 0; i < streams; ++i) BENCH_CUDA(cudaStreamWaitEvent(ss[i], fork));
-    for (int c = 0; c < calls; ++c)
-      cuda::score(probs[c], opt, outs[c], Workspace{wss[c % streams], bytes}, ss[c % streams]);
-    for (int i = 0; i < streams; ++i) {
-      BENCH_CUDA(cudaEventRecord(joins[i], ss[i]));
-      BENCH_CUDA(cudaStreamWaitEvent(main, joins[i]));
-    }
-  };
-  // The same calls captured once into a CUDA graph: what the device does without the host's
-  // issue time (8 calls issue ~30 launches).
-  cudaStream_t cap;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CUDA(cudaStreamBeginCapture(cap, cudaStreamCaptureModeThreadLocal));
-  issue(cap);
-  BENCH_CUDA(cudaStreamEndCapture(cap, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  Result r;
-  char name[160];
-  for (const bool graphed : {false, true}) {
-    std::snprintf(name, sizeof(name), "%s dropkv w=%d n=%lldK (%d head%s a call, %d stream%s%s)",
-                  model, w, static_cast<long long>(L.n / 1024), heads, heads > 1 ? "s" : "",
-                  streams, streams > 1 ? "s" : "", graphed ? ", graph" : "");
-    r.name = name;
-    if (graphed)
-      r.ms = median_ms(reps, [&] { BENCH_CUDA(cudaGraphLaunch(exec, nullptr)); });
-    else
-      r.ms = median_ms(reps, [&] { issue(nullptr); });
-    r.floor_ms = L.kv_bytes() / (copy_gbps * 1e9) * 1e3;
-    r.scratch = bytes * streams;
-    report(r);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(cap);
-  for (int i = 0; i < streams; ++i) {
-    cudaFree(wss[i]);
-    cudaStreamDestroy(ss[i]);
-    cudaEventDestroy(joins[i]);
-  }
-  cudaEventDestroy(fork);
-}
-
 void bench_forward(Layer& L, const char* model, int w, int reps, const char* variant = "") {
   TensorView q(L.q, DType::kBF16, {L.hq, w, L.d}, Device::kCuda);
   TensorView k(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
@@ -414,7 +338,6 @@ int main(int argc, char** argv) {
   bool top_ab = false;       // issue 13: where the top keys cost time (set_window_top_keys)
   bool select_only = false;  // the radix select alone, up to the multi-launch sizes
   bool small_n = false;      // where scoring time goes at n = 4K and 32K (issues 15, 16)
-  bool head_groups = false;  // the layer scored a few KV heads at a time (L2 reuse)
   int profile_reps = 3;
   int top_mode = 0;            // --profile under another top-key mode (kernel_variants.h)
   int64_t profile_n = 131072;  // --profile's n
@@ -432,8 +355,6 @@ int main(int argc, char** argv) {
       select_only = true;
     } else if (!std::strcmp(argv[i], "--small-n")) {
       small_n = true;
-    } else if (!std::strcmp(argv[i], "--head-groups")) {
-      head_groups = true;
     } else if (!std::strcmp(argv[i], "--top-mode") && i + 1 < argc) {
       top_mode = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--n") && i + 1 < argc) {
@@ -467,12 +388,8 @@ int main(int argc, char** argv) {
           "  --n N        --profile at n = N keys instead of 128K\n"
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
           "               score) on the mma.sync and the key-major pass and as chosen, its\n"
-          "               forward + merge alone, dropkv w = 8 and obcache_vk w = 16 + pool as\n"
-          "               chosen and in three launches (the kept-tiles kernel off), dropkv\n"
-          "               under top mode 2, knorm (one small launch: the floor a launch costs)\n"
-          "  --head-groups Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 as one\n"
-          "               call, then as calls of 1, 2 or 4 KV heads on 1, 2 or 4 streams (each\n"
-          "               group's pass may find its K and V still in L2)\n");
+          "               forward + merge alone, obcache_vk w = 16 + pool, dropkv under top mode\n"
+          "               2, knorm (one small launch: the floor a launch costs)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -533,7 +450,6 @@ int main(int argc, char** argv) {
         for (int round = 0; round < 3; ++round) {
           // w = 8's 32 rows on the mma.sync and on the key-major pass (padded to 64 rows):
           // kernel_variants.h set_window_keymajor_small_rows 0 and 2, alternating which goes first.
-          cuda::set_window_score_resident(false);  // the passes themselves, at 4K too
           for (int k = 0; k < 2; ++k) {
             const bool keymajor = (k + round) % 2 == 1;
             cuda::set_window_keymajor_small_rows(keymajor ? 2 : 0);
@@ -541,35 +457,13 @@ int main(int argc, char** argv) {
                         keymajor ? " (key-major pass)" : " (mma.sync pass)");
           }
           cuda::set_window_keymajor_small_rows(1);
-          // The kept-tiles one-launch kernel (n <= 4K here) against the three launches, taking
-          // turns at going first.
-          for (int k = 0; k < 2; ++k) {
-            const bool kept = (k + round) % 2 == 0;
-            cuda::set_window_score_resident(kept);
-            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0,
-                        kept ? "" : " (three launches)");
-            bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0,
-                        kept ? "" : " (three launches)");
-          }
-          cuda::set_window_score_resident(false);
+          bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
           bench_forward(L, "llama3.1-8b", 8, 100);
+          bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, 100, 0);
           cuda::set_window_top_keys(2);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");
           cuda::set_window_top_keys(0);
           bench_score(L, "llama3.1-8b", Method::kKNorm, 8, false, 100, 0);
-        }
-        L.release();
-      }
-      return 0;
-    }
-    if (head_groups) {
-      for (const int64_t n : {4096, 16384, 32768, 65536, 131072}) {
-        Layer L{32, 8, 128, n};
-        L.alloc(32, 1234 + n);
-        for (int round = 0; round < 3; ++round) {
-          const int plans[][2] = {{8, 1}, {1, 1}, {1, 2}, {1, 4}, {2, 2}, {4, 2}};
-          for (const auto& hs : plans)
-            bench_score_head_groups(L, "llama3.1-8b", 8, hs[0], hs[1], 100);
         }
         L.release();
       }

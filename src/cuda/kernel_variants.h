@@ -54,13 +54,6 @@ void set_window_wide_loop(int mode);
 // 0.200 against 0.120), hence off. The scores agree with the three launches' to float rounding
 // (other key splits; tests check both against the reference). (src/cuda/window_score_fused.cu)
 void set_window_score_fused(int mode);
-// The one-launch scoring with the split's K and V kept in shared memory from the forward to the
-// pass (every block resident, cooperative launch, grid barriers; splits of at most 4 tiles, so
-// n <= 4K at Hkv = 8 on 132 SMs; dropkv, obcache_k / vk and the probability terms but vatp; head
-// dim 64 or 128; no sliding window), tried before the cluster kernel where it is on; off (the
-// default until it is measured), the three launches (or set_window_score_fused's kernel) run.
-// (src/cuda/window_score_fused.cu)
-void set_window_score_resident(bool enabled);
 // How many clusters of `cluster_blocks` (16 or 8) blocks of that kernel (bf16, d = 128, 32 rows,
 // dropkv) the current device keeps active at once: 16-block clusters run only where every KV head
 // gets one (H100, 2026-12-06 (g): 7 of 16 blocks or 15 of 8, so Hkv = 8 runs 8-block clusters).

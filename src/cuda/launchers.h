@@ -85,14 +85,11 @@ cudaError_t launch_score_pass(const ScorePassArgs& a, float* scores, int sm_coun
                               cudaStream_t stream);
 
 // The one-launch scoring of a small layer (window_score_fused.cu): the mma.sync forward, the split
-// merge and the pass in one kernel, either with each split's K and V kept in shared memory from
-// the forward to the pass (all blocks resident, grid barriers; splits of at most 4 tiles) or with
-// the splits of a KV head in one thread-block cluster. Scratch: the partials they need (0 where
-// neither runs). The launch returns cudaErrorNotSupported where neither applies
-// (cuda::set_window_score_resident, set_window_score_fused, the device, the shape: more than 64
-// rows, head dim 256, longer splits, K and V beyond half the L2 in auto mode); the caller then
-// launches the forward and the pass. out (with the terms that need a), lse and top (the top-key
-// terms) as the forward's.
+// merge and the pass in one kernel, the splits of a KV head in one thread-block cluster. Scratch:
+// the partials it needs (0 where it never runs). The launch returns cudaErrorNotSupported where it
+// does not apply (cuda::set_window_score_fused, the device, the shape: more than 64 rows, head dim
+// 256, K and V beyond half the L2 in auto mode); the caller then launches the forward and the
+// pass. out (with the terms that need a), lse and top (the top-key terms) as the forward's.
 size_t window_score_fused_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count);
 cudaError_t launch_window_score_fused(const ScorePassArgs& sa, float* out, float* lse, TopRow* top,
                                       void* scratch, size_t scratch_bytes, float* scores,

@@ -58,15 +58,10 @@ __device__ __forceinline__ int swz(int row, int col) {
 
 // The block (hk, rb, chunk) of the pass: kStages K/V stages in `smem` (pass_smem_for(kStages)
 // bytes). It reads a, LSE and the top records after grid_dependency_wait(): the merge kernel's
-// writes, or, in the one-launch scoring kernels, their blocks' (ordered by a cluster or grid
-// barrier). kKeptTiles: the chunk's tiles are already in shared memory, tile t at k_kept / v_kept
-// + t * kTileKeys * kStride (the forward's, window_forward_block's kKeepTiles), nothing is loaded
-// and `smem` holds the rest (pass_smem_for(0) bytes).
-template <class Tr, PairTerm kTerm, int kStages = pass_stages<Tr, kTerm>(), bool kKeptTiles = false>
+// writes, or, in the one-launch scoring kernel, its cluster's (ordered by the cluster barrier).
+template <class Tr, PairTerm kTerm, int kStages = pass_stages<Tr, kTerm>()>
 __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, int rb, int chunk,
-                                                 unsigned char* smem,
-                                                 typename Tr::T* k_kept = nullptr,
-                                                 typename Tr::T* v_kept = nullptr) {
+                                                 unsigned char* smem) {
   using T = typename Tr::T;
   using TT = TermTraits<kTerm>;
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
@@ -77,21 +72,18 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   constexpr bool kQInRegs = D <= 128;
   constexpr int kKeyThreads = Tr::kThreads / TK;  // threads sharing one key's ||v||_1
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(!kKeptTiles || kQInRegs, "kept tiles: the queries in registers (d <= 128)");
   static_assert(Tr::kThreads % TK == 0, "whole threads per key");
   static_assert(NT % 2 == 0 && (C == 4 || C == 8), "pairs of n8 tiles; 4 or 8 columns a thread");
-  static_assert(pass_smem_for<Tr, kTerm>(kKeptTiles ? 0 : kStages) <= 227 * 1024,
-                "shared memory budget");
+  static_assert(pass_smem_for<Tr, kTerm>(kStages) <= 227 * 1024, "shared memory budget");
 
-  T* q_s = reinterpret_cast<T*>(smem);              // [kRows][S] queries (d = 256)
-  T* ahi_s = q_s + (kQInRegs ? 0 : Tr::kRows * S);  // [kRows][D] a rounded, swizzled
-  T* tiles = ahi_s + (kNeedsOut ? Tr::kRows * D : 0);
-  T* k_s = kKeptTiles ? k_kept : tiles;                   // [kStages][TK][S]
-  T* v_s = kKeptTiles ? v_kept : k_s + kStages * TK * S;  // [kStages][TK][S]
+  T* q_s = reinterpret_cast<T*>(smem);               // [kRows][S] queries (d = 256)
+  T* ahi_s = q_s + (kQInRegs ? 0 : Tr::kRows * S);   // [kRows][D] a rounded, swizzled
+  T* k_s = ahi_s + (kNeedsOut ? Tr::kRows * D : 0);  // [kStages][TK][S]
+  T* v_s = k_s + kStages * TK * S;                   // [kStages][TK][S]
   // Two buffers each (steps alternate): per-key norms and per-slab key sums of a tile.
-  float* v2_s = reinterpret_cast<float*>(kKeptTiles ? tiles : v_s + kStages * TK * S);  // [2][TK]
-  float* red_u = v2_s + 2 * TK;                // [2][kSlabs][TK] sums of u
-  float* red_w = red_u + 2 * Tr::kSlabs * TK;  // [2][kSlabs][TK] sums of w
+  float* v2_s = reinterpret_cast<float*>(v_s + kStages * TK * S);  // [2][TK] ||v_j||^2
+  float* red_u = v2_s + 2 * TK;                                    // [2][kSlabs][TK] sums of u
+  float* red_w = red_u + 2 * Tr::kSlabs * TK;                      // [2][kSlabs][TK] sums of w
   float* v1_s = red_w;  // [2][TK] ||v_j||_1: vatp only, whose term (p) has no w sums
   // Row constants, read into registers before the first tile writes red_u.
   float* lse_s = red_u;             // [kRows]
@@ -133,12 +125,10 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   };
   // Tiles run from the chunk's end to its start: the forward walked the same keys upwards, so
   // its last tiles are the likeliest to still be in L2. Group i of cp.async holds step i.
-  if constexpr (!kKeptTiles) {
 #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
-      if (st < num_tiles) load_tile(num_tiles - 1 - st, st);
-      cp_async_commit();
-    }
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles) load_tile(num_tiles - 1 - st, st);
+    cp_async_commit();
   }
   // The A fragments of this warp's 16 query rows, straight from global memory (d <= 128).
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
@@ -190,14 +180,12 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   // after the barrier, into the stage step it - 1 has finished with.
   for (int it = 0; it < num_tiles; ++it) {
     const int tile = num_tiles - 1 - it;
-    const int stage = kKeptTiles ? tile : it % kStages;
-    if constexpr (!kKeptTiles) cp_async_wait<kStages - 2>();
+    const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();
     __syncthreads();
-    if constexpr (!kKeptTiles) {
-      const int ahead = it + kStages - 1;
-      if (ahead < num_tiles) load_tile(num_tiles - 1 - ahead, ahead % kStages);
-      cp_async_commit();
-    }
+    const int ahead = it + kStages - 1;
+    if (ahead < num_tiles) load_tile(num_tiles - 1 - ahead, ahead % kStages);
+    cp_async_commit();
     if (it > 0) write_keys(tile + 1, (it - 1) & 1);
     const int buf = it & 1;
     float* v2_b = v2_s + buf * TK;

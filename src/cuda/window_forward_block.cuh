@@ -61,19 +61,13 @@ constexpr int forward_min_blocks() {
   return Tr::kSlabs <= 2 ? 2 : 1;
 }
 
-// The key groups' merge at the end of a block: (o, m, l, top) of each group's rows, the block's
-// top.
-template <class Tr, bool kWithV>
-constexpr size_t forward_merge_scratch_bytes() {
-  return sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) + 2 * Tr::kRows);
-}
-// The queries, then the K (and V) tiles of `stages` stages, or the merge scratch over them.
 template <class Tr, bool kWithV>
 constexpr size_t forward_smem_for(int stages) {
   const size_t q = sizeof(typename Tr::T) * Tr::kRows * Tr::kStride;
   const size_t kv =
       sizeof(typename Tr::T) * stages * Tr::kTileKeys * Tr::kStride * (kWithV ? 2 : 1);
-  const size_t merge = forward_merge_scratch_bytes<Tr, kWithV>();
+  const size_t merge =
+      sizeof(float) * (Tr::kKeyGroups * Tr::kRows * ((kWithV ? Tr::kD : 0) + 4) + 2 * Tr::kRows);
   return q + (kv > merge ? kv : merge);
 }
 // Three stages where forward_min_blocks blocks still share an SM, else two.
@@ -88,32 +82,17 @@ constexpr size_t forward_smem_bytes() {
   return forward_smem_for<Tr, kWithV>(forward_stages<Tr, kWithV>());
 }
 
-// The split's K and V tiles kept in shared memory past the forward (window_score_fused.cu's
-// resident kernel): the queries, then kStages tiles of K (and V), tile t in stage t; the key
-// groups' merge scratch lies after them instead of over them.
-template <class Tr, bool kWithV>
-constexpr size_t forward_kept_tiles_bytes(int stages) {
-  return sizeof(typename Tr::T) * Tr::kStride *
-         (Tr::kRows + static_cast<size_t>(stages) * Tr::kTileKeys * (kWithV ? 2 : 1));
-}
-
 // kTop (with V): the rows' top keys are kept apart (window_params.cuh ForwardTop), for the scores
 // that need a_{-top}; without it the plain online softmax (attention outputs for the model).
-// kKeepTiles: kStages covers the split's tiles, each loaded once into its own stage and left there
-// (forward_kept_tiles_bytes) for a scoring pass in the same block.
-template <class Tr, bool kWithV, bool kTop, int kStages = forward_stages<Tr, kWithV>(),
-          bool kKeepTiles = false>
+template <class Tr, bool kWithV, bool kTop>
 __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int hk, int rb,
                                                      int split, unsigned char* smem) {
   static_assert(kWithV || !kTop, "the top keys need V");
   using T = typename Tr::T;
-  constexpr int kForwardStages = kStages;
+  constexpr int kForwardStages = forward_stages<Tr, kWithV>();
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr bool kQInRegs = D <= 128;  // 32 registers at d = 128; d = 256 reads Q from smem
-  static_assert((kKeepTiles ? forward_kept_tiles_bytes<Tr, kWithV>(kStages) +
-                                  forward_merge_scratch_bytes<Tr, kWithV>()
-                            : forward_smem_for<Tr, kWithV>(kStages)) <= 227 * 1024,
-                "shared memory budget");
+  static_assert(forward_smem_bytes<Tr, kWithV>() <= 227 * 1024, "shared memory budget");
 
   T* q_s = reinterpret_cast<T*>(smem);     // [kRows][S] window queries of this block
   T* k_s = q_s + Tr::kRows * S;            // [kForwardStages][TK][S] key tiles
@@ -204,18 +183,15 @@ __device__ __forceinline__ void window_forward_block(const ForwardParams& p, int
   l_run[0] = quad_sum(l_run[0]);
   l_run[1] = quad_sum(l_run[1]);
 
-  // Merge the key groups of the block through shared memory (over the K/V tiles, which are dead
-  // now, or after them where they are kept).
+  // Merge the key groups of the block through shared memory (the K/V tiles are dead now).
   __syncthreads();
   constexpr int KG = Tr::kKeyGroups, RB = Tr::kRows;
-  float* mo = reinterpret_cast<float*>(
-      kKeepTiles ? smem + forward_kept_tiles_bytes<Tr, kWithV>(kStages)
-                 : reinterpret_cast<unsigned char*>(k_s));  // [KG][kRows][D]
-  float* mm = mo + (kWithV ? KG * RB * D : 0);              // [KG][kRows] raw max
-  float* ml = mm + KG * RB;                                 // [KG][kRows]
-  float* mt = ml + KG * RB;                                 // [KG][kRows] top held apart (raw)
-  float* blk_mt = mt + KG * RB;                             // [kRows] the block's top (raw)
-  int* blk_id = reinterpret_cast<int*>(blk_mt + RB);        // [kRows] its key index
+  float* mo = reinterpret_cast<float*>(k_s);          // [KG][kRows][D]
+  float* mm = mo + (kWithV ? KG * RB * D : 0);        // [KG][kRows] raw max
+  float* ml = mm + KG * RB;                           // [KG][kRows]
+  float* mt = ml + KG * RB;                           // [KG][kRows] top held apart (raw)
+  float* blk_mt = mt + KG * RB;                       // [kRows] the block's top (raw)
+  int* blk_id = reinterpret_cast<int*>(blk_mt + RB);  // [kRows] its key index
   if constexpr (kTop) {
     // The block's top key of a row: the first key group's top among the largest, if it beats
     // every group's other keys and no other group ties it (else p <= 1/2: no top held apart).

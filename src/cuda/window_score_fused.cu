@@ -16,15 +16,6 @@
 // --small-n): 1.35-1.65x SLOWER than the three launches at 4K-32K, the gap growing with n, so the
 // kernel is off by default (kernel_variants.h set_window_score_fused; docs/GPU_NOTES.md says why
 // and what to try). One block per SM, at most 16 splits a head.
-//
-// The kept-tiles kernel (window_score_resident_kernel) is the other one-launch form, for layers
-// whose splits are at most kKeptTiles tiles (n <= 4K keys at Hkv = 8 on 132 SMs): every block
-// loads its split's K and V once, keeps them in shared memory through the forward, and the pass
-// scores them from there, so K and V are read once. Its blocks, one a SM, are all resident
-// (cooperative launch), and two grid-wide barriers order the partials before the merge and the
-// merged rows before the pass. Keys split as in the three launches' forward (same plan), so the
-// scores match the three launches' to float rounding (the pass's key chunks differ).
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,11 +39,6 @@ namespace {
 // 0 off (the default: measured slower), 1 auto (K and V within half the L2), 2 wherever the plan
 // fits (tests, A/B).
 std::atomic<int> g_fused_mode{0};
-// The kept-tiles kernel where it applies (set_window_score_resident).
-std::atomic<bool> g_resident{false};
-
-// Splits of at most 4 tiles of 64 keys: K and V of 256 keys, d = 128, 139 KB of shared memory.
-constexpr int kKeptTiles = 4;
 
 // Clusters of up to 16 blocks (non-portable; 8 where the device schedules no 16).
 constexpr int kMaxClusterSplits = 16;
@@ -82,41 +68,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     window_merge_row<T>(fp, Tr::kRows, out, lse, hk * fp.rows + r);
   cluster_barrier();  // a, lse and the top records of every row are written
   score_pass_block<Tr, kTerm>(pp, hk, 0, split, smem);
-}
-
-// Kept tiles: the queries and kKeptTiles stages of K (and V), then the forward's merge scratch
-// or, after the grid barrier, the pass's own shared memory (its a rows, sums, top records).
-template <class Tr, PairTerm kTerm>
-constexpr size_t resident_tiles_bytes() {
-  return forward_kept_tiles_bytes<Tr, TermTraits<kTerm>::kNeedsOut>(kKeptTiles);
-}
-template <class Tr, PairTerm kTerm>
-constexpr size_t resident_smem_bytes() {
-  constexpr size_t merge = forward_merge_scratch_bytes<Tr, TermTraits<kTerm>::kNeedsOut>();
-  constexpr size_t pass = pass_smem_for<Tr, kTerm>(0);
-  return resident_tiles_bytes<Tr, kTerm>() + (merge > pass ? merge : pass);
-}
-
-template <class Tr, PairTerm kTerm>
-__global__ void __launch_bounds__(Tr::kThreads, 1)
-    window_score_resident_kernel(ForwardParams fp, PassParams pp, float* out, float* lse) {
-  using T = typename Tr::T;
-  constexpr bool kWithV = TermTraits<kTerm>::kNeedsOut;
-  constexpr int S = Tr::kStride, TK = Tr::kTileKeys;
-  static_assert(resident_smem_bytes<Tr, kTerm>() <= 227 * 1024, "shared memory budget");
-  extern __shared__ __align__(16) unsigned char smem[];
-  const cooperative_groups::grid_group grid = cooperative_groups::this_grid();
-  const int hk = blockIdx.x, split = blockIdx.z;
-  window_forward_block<Tr, kWithV, kHasTopTerm<kTerm>, kKeptTiles, true>(fp, hk, 0, split, smem);
-  grid.sync();  // every split's partial is written
-  const int warp = threadIdx.x >> 5;
-  for (int r = split * Tr::kWarps + warp; r < fp.rows; r += fp.splits * Tr::kWarps)
-    window_merge_row<T>(fp, Tr::kRows, out, lse, hk * fp.rows + r);
-  grid.sync();  // a, lse and the top records of every row are written
-  T* k_kept = reinterpret_cast<T*>(smem) + Tr::kRows * S;
-  T* v_kept = k_kept + kKeptTiles * TK * S;  // read only with V (kWithV)
-  score_pass_block<Tr, kTerm, kKeptTiles, true>(
-      pp, hk, 0, split, smem + resident_tiles_bytes<Tr, kTerm>(), k_kept, v_kept);
 }
 
 // How many clusters of 16 and of 8 blocks of this kernel the current device keeps active at once
@@ -228,119 +179,17 @@ cudaError_t launch_fused_config(const WindowArgs& a, WindowPlan plan, const Scor
   return cudaSuccess;
 }
 
-// The kept-tiles plan: the splits of the three launches' one-block-a-SM forward, each at most
-// kKeptTiles tiles, one row block, no sliding window (the forward's and the pass's key ranges are
-// then the same), head dim 64 or 128.
-bool resident_plan(const WindowArgs& a, int sm_count, WindowPlan* plan) {
-  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.sliding_window > 0)
-    return false;
-  if (a.head_dim != 64 && a.head_dim != 128) return false;
-  const int group = a.num_q_heads / a.num_kv_heads;
-  *plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1, 4);
-  return plan->row_blocks == 1 && plan->keys_per_split <= kKeptTiles * plan->tile_keys &&
-         static_cast<int64_t>(a.num_kv_heads) * plan->splits <= sm_count;
-}
-
-// Blocks of `kernel` the current device keeps resident at once for a cooperative launch (0 where
-// it has none), cached per device and kernel.
-template <class Kernel>
-int64_t cooperative_capacity(Kernel kernel, int threads, size_t smem) {
-  static std::mutex mu;
-  static int64_t cached[64];
-  static bool known[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!known[dev]) {
-    int coop = 0, sms = 0, per_sm = 0;
-    if (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        set_kernel_smem(kernel, smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
-            cudaSuccess)
-      coop = 0;
-    (void)cudaGetLastError();  // a refused query leaves no error behind
-    cached[dev] = coop ? static_cast<int64_t>(per_sm) * sms : 0;
-    known[dev] = true;
-  }
-  return cached[dev];
-}
-
-// The terms whose pass reads V only where the forward does (kept tiles hold V only with a).
-template <PairTerm kTerm>
-constexpr bool kResidentTerm = TermTraits<kTerm>::kNeedsOut || !TermTraits<kTerm>::kHasW;
-
-template <class Tr, PairTerm kTerm>
-cudaError_t launch_resident_config(const WindowArgs& a, const WindowPlan& plan,
-                                   const ScorePassArgs& sa, float* out, float* lse, TopRow* top,
-                                   void* scratch, float* scores, cudaStream_t stream) {
-  if constexpr (!kResidentTerm<kTerm>) {
-    return cudaErrorNotSupported;
-  } else {
-    if (kHasTopTerm<kTerm> && top == nullptr) return cudaErrorNotSupported;
-    auto kernel = window_score_resident_kernel<Tr, kTerm>;
-    constexpr size_t smem = resident_smem_bytes<Tr, kTerm>();
-    if (static_cast<int64_t>(a.num_kv_heads) * plan.splits >
-        cooperative_capacity(kernel, Tr::kThreads, smem))
-      return cudaErrorNotSupported;
-    // The attribute belongs to the current device's context: set it at every launch.
-    const cudaError_t err = set_kernel_smem(kernel, smem);
-    if (err != cudaSuccess) return err;
-    ForwardParams fp = forward_params(a, plan, TermTraits<kTerm>::kNeedsOut, scratch);
-    fp.top = top;
-    PassParams pp = pass_params(sa, fp.group, plan, scores);
-    void* args[] = {&fp, &pp, &out, &lse};
-    return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel),
-                                       dim3(a.num_kv_heads, 1, plan.splits), dim3(Tr::kThreads),
-                                       args, smem, stream);
-  }
-}
-
-// The kept-tiles kernel where it applies (cudaErrorNotSupported where not).
-cudaError_t launch_resident(const ScorePassArgs& sa, float* out, float* lse, TopRow* top,
-                            void* scratch, size_t scratch_bytes, float* scores, int sm_count,
-                            cudaStream_t stream) {
-  const WindowArgs& a = sa.win;
-  WindowPlan plan;
-  if (!g_resident.load(std::memory_order_relaxed) || sa.v_l1 != nullptr ||
-      !resident_plan(a, sm_count, &plan))
-    return cudaErrorNotSupported;
-  const bool needs_out = pair_term_needs_out(sa.term);
-  if (needs_out && out == nullptr) return cudaErrorInvalidValue;
-  if (scratch_bytes < forward_partials_bytes(a, plan, needs_out)) return cudaErrorInvalidValue;
-  return with_elem(a.elem, [&](auto t) {
-    using T = typename decltype(t)::type;
-    return with_int<64, 128>(a.head_dim, [&](auto d) {
-      constexpr int D = decltype(d)::value;
-      return with_int<1, 2, 4>(plan.slabs, [&](auto sl) {
-        using Tr = WindowTraits<T, D, decltype(sl)::value>;
-        return with_pair_term(sa.term, [&](auto term) {
-          return launch_resident_config<Tr, decltype(term)::value>(a, plan, sa, out, lse, top,
-                                                                   scratch, scores, stream);
-        });
-      });
-    });
-  });
-}
-
 }  // namespace
 
 size_t window_score_fused_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count) {
   WindowPlan plan;
-  size_t bytes = 0;
-  if (fused_plan(a, sm_count, kMaxClusterSplits, &plan))
-    bytes = forward_partials_bytes(a, plan, with_out);
-  if (resident_plan(a, sm_count, &plan))
-    bytes = std::max(bytes, forward_partials_bytes(a, plan, with_out));
-  return bytes;
+  if (!fused_plan(a, sm_count, kMaxClusterSplits, &plan)) return 0;
+  return forward_partials_bytes(a, plan, with_out);
 }
 
 cudaError_t launch_window_score_fused(const ScorePassArgs& sa, float* out, float* lse, TopRow* top,
                                       void* scratch, size_t scratch_bytes, float* scores,
                                       int sm_count, cudaStream_t stream) {
-  const cudaError_t resident =
-      launch_resident(sa, out, lse, top, scratch, scratch_bytes, scores, sm_count, stream);
-  if (resident != cudaErrorNotSupported) return resident;
   const WindowArgs& a = sa.win;
   WindowPlan plan;
   if (!fused_wanted(a) || !fused_plan(a, sm_count, kMaxClusterSplits, &plan) ||
@@ -374,8 +223,5 @@ int window_score_fused_active_clusters(int cluster_blocks) {
 }
 void set_window_score_fused(int mode) {
   detail::g_fused_mode.store(mode < 0 ? 0 : mode > 2 ? 2 : mode);
-}
-void set_window_score_resident(bool enabled) {
-  detail::g_resident.store(enabled);
 }
 }  // namespace kvevict::cuda

@@ -130,11 +130,9 @@ void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
   }
 }
 
-// Through the three launches (forward, merge, pass) and the two one-launch scorings of small
-// layers (window_score_fused.cu): the kept-tiles kernel (the default where its splits are at most
-// 4 tiles: every shape here but d = 256; {32, 8, 128, 4096} fills 128 blocks, {7, 1, 128, 2500}
-// runs 64-row blocks, {8, 8, 64, 999} 16-row ones) and the cluster kernel (forced on wherever its
-// plan fits: up to 64 rows, head dim 64 or 128; {32, 8, 128, 4096} fills its 16-split clusters).
+// Through the three launches (forward, merge, pass) and the one-launch scoring of small layers
+// (window_score_fused.cu, forced on wherever its plan fits: up to 64 rows, head dim 64 or 128;
+// {32, 8, 128, 4096} fills its 16-split clusters, {8, 8, 64, 999} runs 16-row blocks).
 TEST(CudaScore, WindowMethodsMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
   const Method methods[] = {Method::kDropKV,    Method::kObcacheV, Method::kObcacheK,
@@ -142,13 +140,9 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
   const Shape shapes[] = {{32, 8, 128, 1003}, {6, 2, 64, 17},     {4, 1, 256, 333},
                           {7, 1, 128, 2500},  {32, 8, 128, 4096}, {8, 8, 64, 999}};
   uint64_t seed = 100;
-  enum class Kernels { kThreeLaunches, kKeptTiles, kClusters };
-  for (Kernels k : {Kernels::kThreeLaunches, Kernels::kKeptTiles, Kernels::kClusters}) {
-    SCOPED_TRACE(k == Kernels::kThreeLaunches ? "three launches"
-                 : k == Kernels::kKeptTiles   ? "one launch, kept tiles where it applies"
-                                              : "one launch, clusters where it applies");
-    set_window_score_resident(k == Kernels::kKeptTiles);
-    set_window_score_fused(k == Kernels::kClusters ? 2 : 0);
+  for (int fused : {0, 2}) {
+    SCOPED_TRACE(fused ? "one launch where it applies" : "three launches");
+    set_window_score_fused(fused);
     for (Method m : methods)
       for (const Shape& sh : shapes) {
         ScoreOptions opt = ScoreOptions::defaults(m);
@@ -157,7 +151,6 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
       }
   }
   set_window_score_fused(0);
-  set_window_score_resident(false);
 }
 
 // Short splits (set_window_min_split_tiles 1 and 2): at n = 4096 over 8 KV heads the pass runs 32
@@ -166,7 +159,6 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
 // blocks a SM (set_window_forward_blocks_per_sm) its splits shorten too: 32 of 2 tiles at 4096.
 TEST(CudaScore, ShortSplitsMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
-  set_window_score_resident(false);  // the three launches' splits
   uint64_t seed = 2600;
   for (const int forward_blocks : {0, 2})
     for (const int tiles : {1, 2}) {
@@ -183,7 +175,6 @@ TEST(CudaScore, ShortSplitsMatchDoubleReference) {
     }
   set_window_forward_blocks_per_sm(0);
   set_window_min_split_tiles(4);
-  set_window_score_resident(false);
 }
 
 // Every window term through the wgmma kernels (64- and 128-row blocks, sm_90a builds; dropkv and
@@ -206,20 +197,18 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
                       {{16, 2, 128, 60}, 8, DType::kBF16},     // one tile: a warpgroup idle
                       {{8, 2, 128, 130}, 32, DType::kBF16}};   // a partial third tile
   uint64_t seed = 300;
-  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kOneLaunch, kSmallRowsKeyMajor, kKeptTiles };
+  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kOneLaunch, kSmallRowsKeyMajor };
   for (Kernels k : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync, Kernels::kOneLaunch,
-                    Kernels::kSmallRowsKeyMajor, Kernels::kKeptTiles}) {
-    SCOPED_TRACE(k == Kernels::kKeyMajor    ? "wgmma, key-major pass"
-                 : k == Kernels::kRowMajor  ? "wgmma, row-major pass"
-                 : k == Kernels::kMmaSync   ? "mma.sync only"
-                 : k == Kernels::kOneLaunch ? "one launch (clusters) where it applies"
-                 : k == Kernels::kKeptTiles
-                     ? "one launch (kept tiles) where it applies"
+                    Kernels::kSmallRowsKeyMajor}) {
+    SCOPED_TRACE(k == Kernels::kKeyMajor   ? "wgmma, key-major pass"
+                 : k == Kernels::kRowMajor ? "wgmma, row-major pass"
+                 : k == Kernels::kMmaSync  ? "mma.sync only"
+                 : k == Kernels::kOneLaunch
+                     ? "one launch where it applies"
                      : "wgmma, key-major pass also for 32 rows (padded to 64)");
     set_window_wgmma(k != Kernels::kMmaSync);
     set_window_keymajor(k == Kernels::kKeyMajor || k == Kernels::kSmallRowsKeyMajor);
     set_window_score_fused(k == Kernels::kOneLaunch ? 2 : 0);
-    set_window_score_resident(k == Kernels::kKeptTiles);
     set_window_keymajor_small_rows(k == Kernels::kSmallRowsKeyMajor ? 2 : 0);
     for (Method m : methods)
       for (const Run& r : runs) {
@@ -232,7 +221,6 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   set_window_wgmma(true);
   set_window_keymajor(true);
   set_window_score_fused(0);
-  set_window_score_resident(false);
   set_window_keymajor_small_rows(1);
 }
 
@@ -303,7 +291,7 @@ kvevict::testing::PeakedSpec top_key_spec(int64_t n, double gap, double p_top, d
 void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedSpec>& specs,
                                      std::initializer_list<int> windows,
                                      std::initializer_list<Method> methods) {
-  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kOneLaunch, kSmallRowsKeyMajor, kKeptTiles };
+  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kOneLaunch, kSmallRowsKeyMajor };
   for (int w : windows) {
     for (kvevict::testing::PeakedSpec spec : specs) {
       spec.w = w;
@@ -326,21 +314,18 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
         opt.window = w;
         opt.pooling = Pooling{};
         const std::vector<double> ref = ref::score(host, opt).scores;
-        for (Kernels kern :
-             {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync, Kernels::kOneLaunch,
-              Kernels::kSmallRowsKeyMajor, Kernels::kKeptTiles}) {
+        for (Kernels kern : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync,
+                             Kernels::kOneLaunch, Kernels::kSmallRowsKeyMajor}) {
           SCOPED_TRACE(spec.str() + " " + method_name(m) +
-                       (kern == Kernels::kKeyMajor    ? ", key-major pass"
-                        : kern == Kernels::kRowMajor  ? ", row-major wgmma pass"
-                        : kern == Kernels::kMmaSync   ? ", mma.sync kernels"
-                        : kern == Kernels::kOneLaunch ? ", one launch (clusters) where it applies"
-                        : kern == Kernels::kKeptTiles
-                            ? ", one launch (kept tiles) where it applies"
+                       (kern == Kernels::kKeyMajor   ? ", key-major pass"
+                        : kern == Kernels::kRowMajor ? ", row-major wgmma pass"
+                        : kern == Kernels::kMmaSync  ? ", mma.sync kernels"
+                        : kern == Kernels::kOneLaunch
+                            ? ", one launch where it applies"
                             : ", key-major pass also for 32 rows (padded to 64)"));
           set_window_wgmma(kern != Kernels::kMmaSync);
           set_window_keymajor(kern == Kernels::kKeyMajor || kern == Kernels::kSmallRowsKeyMajor);
           set_window_score_fused(kern == Kernels::kOneLaunch ? 2 : 0);
-          set_window_score_resident(kern == Kernels::kKeptTiles);
           set_window_keymajor_small_rows(kern == Kernels::kSmallRowsKeyMajor ? 2 : 0);
           ds.poison();
           ScoreOutput out;
@@ -379,7 +364,6 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
   set_window_wgmma(true);
   set_window_keymajor(true);
   set_window_score_fused(0);
-  set_window_score_resident(false);
   set_window_keymajor_small_rows(1);
 }
 
