@@ -117,8 +117,8 @@ Args parse(int argc, char** argv) {
           "  --batches L    comma-separated batches, 1..%d (default 1,2,4,8)\n"
           "  --replays N    graph replays a measurement, median taken (default 20)\n"
           "  --sync-cost    only what one grid-wide dependency costs: an empty kernel, an empty\n"
-          "                 programmatic dependent, a cooperative groups grid.sync and the\n"
-          "                 a counter barrier, at 1-4 blocks an SM\n",
+          "                 programmatic dependent, a cooperative groups grid.sync and a\n"
+          "                 counter barrier, at 1-4 blocks an SM\n",
           kGemvMaxBatch);
       std::exit(0);
     } else {
