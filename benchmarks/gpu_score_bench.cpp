@@ -387,8 +387,7 @@ int main(int argc, char** argv) {
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
           "  --n N        --profile at n = N keys instead of 128K\n"
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
-          "               score) on the mma.sync pass (static chunks and dynamic tiles) and\n"
-          "               the key-major pass and as chosen, its\n"
+          "               score) on the mma.sync and the key-major pass and as chosen, its\n"
           "               forward + merge alone, obcache_vk w = 16 + pool, dropkv under top mode\n"
           "               2, knorm (one small launch: the floor a launch costs)\n");
       return 0;
@@ -449,18 +448,14 @@ int main(int argc, char** argv) {
         Layer L{32, 8, 128, n};
         L.alloc(32, 1234 + n);
         for (int round = 0; round < 3; ++round) {
-          // w = 8's 32 rows on the mma.sync pass (static chunks, and dynamic tiles:
-          // set_window_pass_dynamic) and on the key-major pass (padded to 64 rows,
-          // set_window_keymajor_small_rows 2), the order rotating each round.
-          static const char* const kPassLabel[3] = {" (mma.sync pass)", " (mma.sync dynamic)",
-                                                    " (key-major pass)"};
-          for (int k = 0; k < 3; ++k) {
-            const int variant = (k + round) % 3;
-            cuda::set_window_keymajor_small_rows(variant == 2 ? 2 : 0);
-            cuda::set_window_pass_dynamic(variant == 1);
-            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, kPassLabel[variant]);
+          // w = 8's 32 rows on the mma.sync and on the key-major pass (padded to 64 rows):
+          // kernel_variants.h set_window_keymajor_small_rows 0 and 2, alternating which goes first.
+          for (int k = 0; k < 2; ++k) {
+            const bool keymajor = (k + round) % 2 == 1;
+            cuda::set_window_keymajor_small_rows(keymajor ? 2 : 0);
+            bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0,
+                        keymajor ? " (key-major pass)" : " (mma.sync pass)");
           }
-          cuda::set_window_pass_dynamic(false);
           cuda::set_window_keymajor_small_rows(1);
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0);
           bench_forward(L, "llama3.1-8b", 8, 100);

@@ -25,13 +25,6 @@ void set_window_keymajor(bool enabled);
 // 0.1201 against 0.1226 / 0.1228 at 32K, 0.7-5.7% slower at 4K-16K.
 // (src/cuda/score_pass_choice.cpp)
 void set_window_keymajor_small_rows(int mode);
-// The mma.sync scoring pass (up to 32 window rows a KV head: w = 8 at G = 4) with dynamic tiles:
-// one wave of blocks a KV head taking its key tiles from a counter as they go, instead of a chunk
-// each (ncu, H100, 2026-12-06 (h): the static chunks' SMs were active 81% of the pass on average,
-// blocks of equal work finishing up to 20% apart). The scores equal the static chunks' (each
-// key's total is summed in the same order by whichever block scores its tile). Off by default
-// until measured. (src/cuda/score_pass_choice.cpp, score_pass_block.cuh)
-void set_window_pass_dynamic(bool enabled);
 // The prefill attention's direct-rows forward (launch_window_attention_rows with one key split)
 // with its key tiles loaded by the tensor memory accelerator from a producer warp, consumers
 // synchronized on mbarriers (no per-tile block barrier); on by default (H100, 2026-12-06 (e):

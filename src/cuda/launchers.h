@@ -43,11 +43,10 @@ struct TopRow {
 // Bytes of the split-K partials for the forward (out may be skipped: with_out = false).
 size_t window_forward_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count);
 // out [Hq, w, d] f32 (null: lse only), lse [Hq, w] f32, top [Hq, w] (null: not written; needs
-// out); clear: clear_count words zeroed before the launch ends (the pass's work counters).
+// out).
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  TopRow* top = nullptr, uint32_t* clear = nullptr,
-                                  int clear_count = 0);
+                                  TopRow* top = nullptr);
 
 // The model's causal prefill attention: out_rows [w, Hq, d] in the input dtype (row t holds every
 // query head of window query t: the layout the o projection reads), lse [Hq, w] f32 (null: not
@@ -79,9 +78,6 @@ struct ScorePassArgs {
   bool h2o_normalize = false;  // divide key j's sum by the number of window queries that see it
   float* v_l1 = nullptr;       // [Hkv, n] ||v_j||_1 written when non-null (vatp's
                                // multiplier; term kProb only)
-  // [Hkv] words, zero when the pass starts (launch_window_forward's `clear`): the mma.sync pass's
-  // dynamic tile counters (cuda::set_window_pass_dynamic). Null: static chunks.
-  uint32_t* work_counters = nullptr;
 };
 // scores [Hkv, n] f32 (row stride n). Overwrites scores (it zeroes them first when several row
 // blocks accumulate into them).

@@ -426,14 +426,11 @@ __device__ __forceinline__ void store_key_score(const PassParams& p, int hk, int
 // The row-major passes' key write-out: thread tid < TK adds key tid of tile `tile` over the kSlots
 // partial sums of buffer `buf` (red_u / red_w: [2][kSlots][TK]; v2_s: [2][TK] ||v||^2), stores
 // its score (store_key_score), then calls also_store(j) with the key's index (vatp's ||v||_1).
-// also_store(j) after the store; extra(j) (a float) is added to the finished total before it
-// (the mma.sync pass's top-key terms, key_top_terms).
-template <PairTerm kTerm, int kSlots, int TK, class AlsoStore, class Extra>
+template <PairTerm kTerm, int kSlots, int TK, class AlsoStore>
 __device__ __forceinline__ void write_tile_key(const PassParams& p, int hk, int64_t key_begin,
                                                int64_t chunk_end, int tile, int buf,
                                                const float* red_u, const float* red_w,
-                                               const float* v2_s, int tid, AlsoStore&& also_store,
-                                               Extra&& extra) {
+                                               const float* v2_s, int tid, AlsoStore&& also_store) {
   using TT = TermTraits<kTerm>;
   if (tid >= TK) return;
   const int64_t j = key_begin + static_cast<int64_t>(tile) * TK + tid;
@@ -446,46 +443,9 @@ __device__ __forceinline__ void write_tile_key(const PassParams& p, int hk, int6
     if constexpr (TT::kHasU) su += ru[x * TK + tid];
     if constexpr (TT::kHasW) sw += rw[x * TK + tid];
   }
-  store_key_score(
-      p, hk, j,
-      key_total<kTerm>(p.s, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f) + extra(j));
+  store_key_score(p, hk, j,
+                  key_total<kTerm>(p.s, j, su, sw, TT::kHasW ? v2_s[buf * TK + tid] : 0.f));
   also_store(j);
-}
-template <PairTerm kTerm, int kSlots, int TK, class AlsoStore>
-__device__ __forceinline__ void write_tile_key(const PassParams& p, int hk, int64_t key_begin,
-                                               int64_t chunk_end, int tile, int buf,
-                                               const float* red_u, const float* red_w,
-                                               const float* v2_s, int tid, AlsoStore&& also_store) {
-  write_tile_key<kTerm, kSlots, TK>(p, hk, key_begin, chunk_end, tile, buf, red_u, red_w, v2_s, tid,
-                                    also_store, [](int64_t) { return 0.f; });
-}
-
-// The leave-one-out term of row `row`'s top key (its TopRow), finished as the key's total is.
-template <PairTerm kTerm>
-__device__ __forceinline__ float row_top_term(const PassParams& p, int hk, int row0, int row,
-                                              int64_t j) {
-  const TopRow tr = p.s.top[window_out_row(p, hk, row0, row)];
-  terms::TopKey<float> tk;
-  tk.p = tr.p;
-  tk.omp = tr.omp;
-  tk.z = tr.z;
-  tk.d2 = tr.d2;
-  tk.vdiff = tr.vdiff;
-  tk.v2 = tr.v2;
-  return finish_key_score<kTerm>(p.s, j, terms::top_term(method_of(kTerm), tk));
-}
-
-// The top-key terms of key j (rel: j relative to the chunk's first key) summed in row order over
-// the block rows that flag it (top_s, load_top_rows): what add_top_terms adds by atomics, here
-// for the thread that stores the key's total, so that the key is written once, by the block that
-// scores its tile (the mma.sync pass's dynamic tiles may put that tile in any block).
-template <PairTerm kTerm>
-__device__ __forceinline__ float key_top_terms(const PassParams& p, int hk, int row0, int rows,
-                                               const int* top_s, int rel, int64_t j) {
-  float t = 0.f;
-  for (int row = 0; row < rows; ++row)
-    if (top_s[row] == rel) t += row_top_term<kTerm>(p, hk, row0, row, j);
-  return t;
 }
 
 // After a barrier that follows the block's last score store: adds the leave-one-out term of each
@@ -494,11 +454,21 @@ __device__ __forceinline__ float key_top_terms(const PassParams& p, int hk, int 
 template <PairTerm kTerm>
 __device__ __forceinline__ void add_top_terms(const PassParams& p, int hk, int row0, int rows_here,
                                               int rows, int64_t key_begin, const int* top_s) {
+  const ScorePassArgs& sa = p.s;
+  const WindowArgs& a = sa.win;
   for (int row = threadIdx.x; row < rows; row += blockDim.x) {
     if (row >= rows_here || top_s[row] < 0) continue;
+    const TopRow tr = sa.top[window_out_row(p, hk, row0, row)];
+    terms::TopKey<float> tk;
+    tk.p = tr.p;
+    tk.omp = tr.omp;
+    tk.z = tr.z;
+    tk.d2 = tr.d2;
+    tk.vdiff = tr.vdiff;
+    tk.v2 = tr.v2;
     const int64_t j = key_begin + top_s[row];
-    atomicAdd(p.scores + static_cast<int64_t>(hk) * p.s.win.n + j,
-              row_top_term<kTerm>(p, hk, row0, row, j));
+    const float t = terms::top_term(method_of(kTerm), tk);
+    atomicAdd(p.scores + static_cast<int64_t>(hk) * a.n + j, finish_key_score<kTerm>(sa, j, t));
   }
 }
 

@@ -114,7 +114,6 @@ float logit_scale(const ScoreProblem& p, const ScoreOptions& opt) {
 // Everything a pair-term score carves from the workspace, in order.
 struct PairLayout {
   size_t out = 0, lse = 0, top = 0, fwd = 0, raw = 0, v_l1 = 0;  // element / byte counts
-  size_t work = 0;  // the pass's dynamic tile counters (ScorePassArgs::work_counters)
 };
 // vatp = pool(snapkv) * ||v||_1 (the reference pools before multiplying), so it needs the raw
 // attention sums and the per-token L1 norms the scoring pass writes on the side.
@@ -132,7 +131,6 @@ PairLayout pair_layout(const detail::WindowArgs& a, bool needs_out, bool needs_r
   l.fwd = std::max(detail::window_forward_scratch_bytes(a, needs_out, sms),
                    detail::window_score_fused_scratch_bytes(a, needs_out, sms));
   l.raw = needs_raw ? static_cast<size_t>(a.num_kv_heads) * a.n : 0;
-  l.work = static_cast<size_t>(a.num_kv_heads);
   return l;
 }
 
@@ -232,8 +230,7 @@ size_t score_workspace_bytes(const ScoreProblem& problem, const ScoreOptions& op
       .add<detail::TopRow>(l.top)
       .add<char>(l.fwd)
       .add<float>(l.raw)
-      .add<float>(l.v_l1)
-      .add<uint32_t>(l.work);
+      .add<float>(l.v_l1);
   return sizer.bytes();
 }
 
@@ -303,7 +300,6 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   char* fwd = carver.take<char>(l.fwd);
   float* raw = l.raw ? carver.take<float>(l.raw) : nullptr;
   float* v_l1 = l.v_l1 ? carver.take<float>(l.v_l1) : nullptr;
-  uint32_t* work = carver.take<uint32_t>(l.work);
   const int sms = detail::current_sm_count();
 
   const int top_mode = g_top_keys_mode.load(std::memory_order_relaxed);
@@ -317,7 +313,6 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   sa.row_weight = 1.0f / static_cast<float>(a.num_q_heads / a.num_kv_heads);
   sa.h2o_normalize = opt.aggregate == Aggregate::kAllQueries && opt.h2o_normalize;
   sa.v_l1 = v_l1;
-  sa.work_counters = work;
   // criticalkv: the window path writes the stage-1 score S into aux; stage 2 follows below.
   float* const final_out = scores;
   if (critical) scores = out.aux.ptr<float>();
@@ -337,8 +332,7 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   }
   if (!fused) {
     KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream,
-                                                     top_mode == 2 ? nullptr : top, work,
-                                                     static_cast<int>(l.work)));
+                                                     top_mode == 2 ? nullptr : top));
     if (colsum)
       KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
     else

@@ -18,9 +18,6 @@
 
 namespace kvevict::cuda::detail {
 
-// The dynamic tiles' claims in flight (PassTiles): a ring of this many steps.
-constexpr int kClaimRing = 4;
-
 // Shared memory of the pass: a rounded to T ([kRows][kD], 16-byte chunks XOR-swizzled by row
 // instead of padded), the queries only at d = 256 (d <= 128 keeps them in registers, loaded
 // straight from global memory), `stages` K/V tiles and the per-row / per-key floats.
@@ -32,8 +29,7 @@ constexpr size_t pass_smem_for(int stages) {
          sizeof(T) * Tr::kRows * (kNeedsOut ? Tr::kD : 0) +           // a rounded
          sizeof(T) * stages * Tr::kTileKeys * Tr::kStride * 2 +       // K, V tiles
          sizeof(float) * 2 * (Tr::kTileKeys + 2 * Tr::kSlabs * Tr::kTileKeys) +
-         (kHasTopTerm<kTerm> ? sizeof(int) * (Tr::kRows + kTopMaskWords) : 0) +  // top keys
-         sizeof(int) * kClaimRing;  // the dynamic tiles' claims
+         (kHasTopTerm<kTerm> ? sizeof(int) * (Tr::kRows + kTopMaskWords) : 0);  // top keys
 }
 template <class Tr>
 constexpr int pass_min_blocks() {
@@ -60,37 +56,9 @@ __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
-// Which key tile (relative to the block's chunk) step s of a pass block scores; -1: none, the
-// block is done (and so at every later step).
-// - Static chunks (p.work null): the chunk's tiles from its end down (the forward walked the same
-//   keys upwards, so its last tiles are the likeliest to still be in L2).
-// - Dynamic tiles (p.work; one row block a KV head, the chunk is the head's every key): ncu put
-//   the static chunks' SMs at 81% active on average (the fastest 10% above it, the slowest 21%
-//   below: blocks of equal work finish at different times), so the blocks of a KV head take its
-//   tiles from the end down as they go: step 0 and 1 tile `worker` and `worker + workers`, later
-//   steps the tiles they claim from the head's counter. Thread 0 claims the tile of step s + 4 at
-//   step s (an atomic whose answer it stores at step s + 1, so no warp waits for it) and the
-//   tiles of steps 2 and 3 at the start; ring_s[s % kClaimRing] holds step s's claim from before
-//   the barrier of step s - 2, when its tile's copy is issued. The claims of a block grow, so the
-//   first tile past the end ends it.
-struct PassTiles {
-  int tiles = 0;                // of the chunk
-  int worker = 0, workers = 0;  // dynamic: this block, and the blocks of its KV head
-  const int* ring_s = nullptr;  // dynamic: [kClaimRing] claimed tile counts (shared memory)
-  __device__ __forceinline__ int at(int s) const {
-    int t;
-    if (ring_s == nullptr)
-      t = s;
-    else
-      t = s < 2 ? worker + s * workers : 2 * workers + ring_s[s % kClaimRing];
-    return t < tiles ? tiles - 1 - t : -1;
-  }
-};
-
 // The block (hk, rb, chunk) of the pass: kStages K/V stages in `smem` (pass_smem_for(kStages)
-// bytes); with p.work, chunk is the block's worker index among its KV head's (PassTiles). It
-// reads a, LSE and the top records after grid_dependency_wait(): the merge kernel's writes, or,
-// in the one-launch scoring kernel, its cluster's (ordered by the cluster barrier).
+// bytes). It reads a, LSE and the top records after grid_dependency_wait(): the merge kernel's
+// writes, or, in the one-launch scoring kernel, its cluster's (ordered by the cluster barrier).
 template <class Tr, PairTerm kTerm, int kStages = pass_stages<Tr, kTerm>()>
 __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, int rb, int chunk,
                                                  unsigned char* smem) {
@@ -122,9 +90,8 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   float* a2_s = red_u + Tr::kRows;  // [kRows] ||a||^2
   static_assert(2 * Tr::kRows <= 2 * Tr::kSlabs * TK, "row constants fit the u sums");
   constexpr bool kTop = kHasTopTerm<kTerm>;
-  int* top_s = reinterpret_cast<int*>(red_w + 2 * Tr::kSlabs * TK);             // [kRows] (kTop)
-  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + Tr::kRows);            // [kTopMaskWords]
-  int* ring_s = kTop ? reinterpret_cast<int*>(mask_s + kTopMaskWords) : top_s;  // [kClaimRing]
+  int* top_s = reinterpret_cast<int*>(red_w + 2 * Tr::kSlabs * TK);   // [kRows] (kTop)
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(top_s + Tr::kRows);  // [kTopMaskWords]
 
   const ScorePassArgs& sa = p.s;
   const WindowArgs& a = sa.win;
@@ -137,17 +104,9 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   const bool with_v = TT::kHasW || kNeedsOut || vatp;  // snapkv-style terms never read V
 
   // Keys past the last visible one still get their (zero) score written below.
-  const bool dynamic = p.work != nullptr;  // the chunk is the head's every key (PassTiles)
-  const PassChunk ch(p, dynamic ? 0 : chunk, row0, rows_here);
+  const PassChunk ch(p, chunk, row0, rows_here);
   const int64_t key_begin = ch.begin, chunk_end = ch.end;
-  const int chunk_keys = ch.keys;
-  PassTiles tiles;
-  tiles.tiles = ch.tiles(TK);
-  if (dynamic) {
-    tiles.worker = chunk;
-    tiles.workers = p.workers;
-    tiles.ring_s = ring_s;
-  }
+  const int chunk_keys = ch.keys, num_tiles = ch.tiles(TK);
 
   // Query row `row` of the block in global memory (null for padding rows).
   auto q_row = [&](int row) { return window_query_row<T>(a, p.group, hk, row0, row, rows_here); };
@@ -168,8 +127,7 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   // its last tiles are the likeliest to still be in L2. Group i of cp.async holds step i.
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    const int t = tiles.at(st);  // static for st < 2
-    if (t >= 0) load_tile(t, st);
+    if (st < num_tiles) load_tile(num_tiles - 1 - st, st);
     cp_async_commit();
   }
   // The A fragments of this warp's 16 query rows, straight from global memory (d <= 128).
@@ -191,19 +149,12 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   }
 
   if constexpr (kTop) init_top_mask(mask_s);
-  // a and LSE come from the forward's merge kernel (this kernel may start before it ends), which
-  // also zeroes the dynamic tiles' counters.
+  // a and LSE come from the forward's merge kernel (this kernel may start before it ends).
   grid_dependency_wait();
-  uint32_t claim = 0;  // thread 0: the claim in flight (dynamic)
-  if (dynamic && tid == 0) claim = atomicAdd(p.work + hk, 2u);  // steps 2 and 3
   stage_window_rows<T, D, kNeedsOut>(
       p, hk, row0, rows_here, Tr::kRows, Tr::kWarps, ahi_s,
       [](int row, int col) { return swz<D>(row, col); }, lse_s, a2_s);
   if constexpr (kTop) load_top_rows(p, hk, row0, rows_here, Tr::kRows, key_begin, chunk_end, top_s);
-  if (dynamic && tid == 0) {
-    ring_s[2 % kClaimRing] = static_cast<int>(claim);
-    ring_s[3 % kClaimRing] = static_cast<int>(claim) + 1;
-  }
   __syncthreads();
   if constexpr (kTop) set_top_mask(top_s, Tr::kRows, TK, mask_s);  // read after a tile barrier
 
@@ -216,44 +167,26 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
   const int a_row = slab * 16 + ln.a_row, a_col = ln.a_col;
 
   // Key totals of one tile from the per-slab sums of buffer `buf` (added when several row blocks
-  // share the keys), with the leave-one-out terms of the rows' top keys in it, and vatp's ||v||_1.
+  // share the keys), and vatp's ||v||_1.
   auto write_keys = [&](int tile, int buf) {
-    const bool top_here = kTop && tile_has_top(mask_s, tile);
     write_tile_key<kTerm, Tr::kSlabs, TK>(
-        p, hk, key_begin, chunk_end, tile, buf, red_u, red_w, v2_s, tid,
-        [&](int64_t j) {
+        p, hk, key_begin, chunk_end, tile, buf, red_u, red_w, v2_s, tid, [&](int64_t j) {
           if (vatp && rb == 0) sa.v_l1[static_cast<int64_t>(hk) * a.n + j] = v1_s[buf * TK + tid];
-        },
-        [&](int64_t j) {
-          if constexpr (kTop) {
-            if (top_here)
-              return key_top_terms<kTerm>(p, hk, row0, Tr::kRows, top_s, tile * TK + tid, j);
-          }
-          return 0.f;
         });
   };
   // One barrier per tile: the key sums of step it - 1 (red_*, v2_s / v1_s of buffer
   // (it - 1) & 1) are written out by threads tid < TK after the barrier of step it, while the
   // other warps already compute step it into the other buffer; the next tile's copy is issued
-  // after the barrier, into the stage step it - 1 has finished with. The step past the block's
-  // last tile ends the loop after its barrier, which the last tile's write-out needs.
-  int it = 0, prev_tile = -1;
-  for (;; ++it) {
+  // after the barrier, into the stage step it - 1 has finished with.
+  for (int it = 0; it < num_tiles; ++it) {
+    const int tile = num_tiles - 1 - it;
     const int stage = it % kStages;
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    if (dynamic && tid == 0) {  // PassTiles: store the claim of step it + 3, claim step it + 4
-      if (it > 0) ring_s[(it + 3) % kClaimRing] = static_cast<int>(claim);
-      claim = atomicAdd(p.work + hk, 1u);
-    }
-    const int tile = tiles.at(it);
-    if (tile < 0) break;
     const int ahead = it + kStages - 1;
-    const int ahead_tile = tiles.at(ahead);
-    if (ahead_tile >= 0) load_tile(ahead_tile, ahead % kStages);
+    if (ahead < num_tiles) load_tile(num_tiles - 1 - ahead, ahead % kStages);
     cp_async_commit();
-    if (it > 0) write_keys(prev_tile, (it - 1) & 1);
-    prev_tile = tile;
+    if (it > 0) write_keys(tile + 1, (it - 1) & 1);
     const int buf = it & 1;
     float* v2_b = v2_s + buf * TK;
     float* v1_b = v1_s + buf * TK;
@@ -325,8 +258,13 @@ __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, in
       if constexpr (TT::kHasW) rw_b[slab * TK + key] = w[0];
     }
   }
-  cp_async_wait<0>();  // (copies of tiles past the end: none in flight at exit)
-  if (prev_tile >= 0) write_keys(prev_tile, (it - 1) & 1);
+  cp_async_wait<0>();
+  __syncthreads();
+  if (num_tiles > 0) write_keys(0, (num_tiles - 1) & 1);
+  if constexpr (kTop) {
+    __syncthreads();  // every key total of the block is stored
+    add_top_terms<kTerm>(p, hk, row0, rows_here, Tr::kRows, key_begin, top_s);
+  }
 }
 
 }  // namespace kvevict::cuda::detail

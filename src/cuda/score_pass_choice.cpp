@@ -4,7 +4,6 @@
 // in none of them.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <atomic>
 
 #include "cuda/kernel_variants.h"
@@ -26,7 +25,6 @@ constexpr int kPassSlabCap = 4;
 // two runs, at 32K by -0.7% and 2.2%, and lost by 0.7-5.7% at 4K-16K (H100, 2026-12-06 (h)).
 constexpr int64_t kKeyMajorSmallRowsMinKeys = 65536;
 std::atomic<int> g_keymajor_small_rows{1};  // set_window_keymajor_small_rows
-std::atomic<bool> g_pass_dynamic{false};    // set_window_pass_dynamic
 
 // Several row blocks add into the same keys: zero the scores first.
 cudaError_t zero_if_accumulating(const PassParams& p, cudaStream_t stream) {
@@ -94,20 +92,11 @@ cudaError_t launch_score_pass(const ScorePassArgs& sa, float* scores, int sm_cou
       }
     }
   }
-  PassParams p = pass_params(sa, group, plan, scores);
+  const PassParams p = pass_params(sa, group, plan, scores);
   const cudaError_t err = zero_if_accumulating(p, stream);
   if (err != cudaSuccess) return err;
   if (pass == Pass::kKeyMajor) return launch_pass_keymajor(p, 16 * plan.slabs, plan.splits, stream);
   if (pass == Pass::kRowMajor) return launch_pass_wgmma(p, 16 * plan.slabs, plan.splits, stream);
-  // Dynamic tiles (score_pass_block.cuh PassTiles): every slot of one wave takes a KV head's tiles
-  // as it goes, instead of a chunk of its own.
-  if (g_pass_dynamic.load(std::memory_order_relaxed) && sa.work_counters != nullptr &&
-      plan.row_blocks == 1) {
-    p.work = sa.work_counters;
-    p.workers = std::max(1, kPassBlocksPerSm * sm_count / a.num_kv_heads);
-    p.keys_per_chunk = a.n;
-    return launch_pass_mma(p, plan.slabs, p.workers, stream);
-  }
   return launch_pass_mma(p, plan.slabs, plan.splits, stream);
 }
 
@@ -118,8 +107,5 @@ void set_window_keymajor_small_rows(int mode) {
   KVEVICT_CHECK(mode >= 0 && mode <= 2, "key-major small-rows mode ", mode,
                 " is invalid; expected 0, 1 or 2");
   detail::g_keymajor_small_rows.store(mode);
-}
-void set_window_pass_dynamic(bool enabled) {
-  detail::g_pass_dynamic.store(enabled);
 }
 }  // namespace kvevict::cuda

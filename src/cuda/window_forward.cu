@@ -58,8 +58,6 @@ template <class T>
 __global__ void window_merge_kernel(ForwardParams p, int block_rows, float* out, float* lse) {
   grid_dependency_wait();  // the forward's partials
   launch_dependents();
-  if (blockIdx.x == 0)  // the next pass's counters (it waits for this grid to complete)
-    for (int i = threadIdx.x; i < p.clear_count; i += blockDim.x) p.clear[i] = 0u;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   if (warp >= p.a.num_kv_heads * p.rows) return;
   window_merge_row<T>(p, block_rows, out, lse, warp);
@@ -166,7 +164,7 @@ bool runs_wgmma(const WindowArgs& a, const WindowPlan& plan) {
 
 cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, void* scratch,
                                   size_t scratch_bytes, int sm_count, cudaStream_t stream,
-                                  TopRow* top, uint32_t* clear, int clear_count) {
+                                  TopRow* top) {
   if (!window_args_valid(a)) return cudaErrorInvalidValue;
   const bool with_out = out != nullptr;
   if (with_out && a.v == nullptr) return cudaErrorInvalidValue;
@@ -175,11 +173,8 @@ cudaError_t launch_window_forward(const WindowArgs& a, float* out, float* lse, v
   if (scratch_bytes < window_forward_scratch_bytes(a, with_out, sm_count))
     return cudaErrorInvalidValue;
   const WindowPlan plan = forward_plan(a, with_out, sm_count);
-  if (clear_count < 0 || (clear_count > 0 && clear == nullptr)) return cudaErrorInvalidValue;
   ForwardParams p = forward_params(a, plan, with_out, scratch);
   p.top = top;
-  p.clear = clear;
-  p.clear_count = clear_count;
   const int block_rows = 16 * plan.slabs;
   if (runs_wgmma(a, plan)) {
     const cudaError_t err = launch_forward_wgmma(p, block_rows, stream);

@@ -41,10 +41,6 @@ struct ForwardParams {
   // the merge, or with one split by the wgmma forward itself) and lse [Hq, w] (null: not written).
   void* rows_out = nullptr;
   float* rows_lse = nullptr;
-  // Words the merge kernel zeroes after its dependency wait (the scoring pass's dynamic-tile
-  // counters, PassParams::work: the pass that follows the merge finds them at zero).
-  uint32_t* clear = nullptr;
-  int clear_count = 0;
 };
 
 struct PassParams {
@@ -55,11 +51,6 @@ struct PassParams {
   int64_t keys_per_chunk = 0;
   bool accumulate = false;  // several row blocks add into the same keys (scores zeroed first)
   float* scores = nullptr;  // [Hkv, n]
-  // The mma.sync pass's dynamic tiles (score_pass_block.cuh; one row block a KV head): [Hkv]
-  // counters of the key tiles claimed so far, zero at the launch (the forward's merge clears
-  // them); `workers` blocks a KV head (the grid's z). Null: each block scores its own chunk.
-  uint32_t* work = nullptr;
-  int workers = 0;
 };
 // The pass parameters of plan (score_pass_choice.cpp): several row blocks accumulate.
 PassParams pass_params(const ScorePassArgs& sa, int group, const WindowPlan& plan, float* scores);

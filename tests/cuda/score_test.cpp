@@ -7,10 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <set>
 #include <string>
-#include <vector>
 
 #include "cuda/cuda_testing.h"
 #include "cuda/kernel_variants.h"
@@ -404,83 +402,6 @@ TEST(CudaScore, TopKeysDeepInLongSplits) {
     specs.push_back(top_key_spec(30011, gap, p_top, 1.0, 2.0, ++seed));
   }
   expect_top_keys_match_reference(specs, {8, 32}, {Method::kDropKV, Method::kObcacheVK});
-}
-
-// The mma.sync pass's dynamic tiles (set_window_pass_dynamic: the blocks of a KV head claim its
-// tiles as they go) against the double reference, and bit for bit against the static chunks
-// (every key's total is summed in the same order whichever block scores its tile, top-key terms
-// included): rows that fit one mma.sync block (w = 8 at G = 4 on the default kernels; 56 rows and
-// d = 256 with the wgmma kernels off), odd n, a head of 17 keys (fewer tiles than blocks), and
-// planted top keys 1000 nats up (each added to its key's total by the block that scores it).
-TEST(CudaScore, DynamicPassTilesMatchReferenceAndStaticChunks) {
-  KVEVICT_REQUIRE_GPU();
-  struct Run {
-    Shape sh;
-    int window;
-    bool wgmma;
-  };
-  const Run runs[] = {{{32, 8, 128, 4096}, 8, true}, {{32, 8, 128, 30011}, 8, true},
-                      {{6, 2, 64, 17}, 8, true},     {{7, 1, 128, 2500}, 8, false},
-                      {{4, 1, 256, 333}, 8, false},  {{16, 4, 64, 1003}, 8, true}};
-  const Method methods[] = {Method::kDropKV,    Method::kObcacheV, Method::kObcacheK,
-                            Method::kObcacheVK, Method::kSnapKV,   Method::kVATP};
-  uint64_t seed = 2900;
-  for (const Run& r : runs)
-    for (Method m : methods) {
-      ScoreOptions opt = ScoreOptions::defaults(m);
-      opt.pooling = Pooling{};
-      opt.window = r.window;
-      set_window_wgmma(r.wgmma);
-      set_window_pass_dynamic(true);
-      run(r.sh, opt, DType::kBF16, seed++);
-    }
-  // Bit for bit: random inputs and planted top keys, dynamic against static.
-  std::vector<kvevict::testing::PeakedSpec> specs = {
-      top_key_spec(30011, 1000, 0, 1.0, 2.0, 2950),
-      top_key_spec(1501, 0, 1 - 1e-9, 1.0, 1.0, 2951)};
-  for (kvevict::testing::PeakedSpec spec : specs) {
-    spec.w = 8;
-    kvevict::testing::PeakedProblem pp(spec);
-    const int hq = spec.hkv * spec.group;
-    DeviceBuffer<uint16_t> dq(pp.q.size()), dk(pp.k.size()), dv(pp.v.size());
-    DeviceBuffer<float> ds(static_cast<size_t>(spec.hkv) * spec.n);
-    dq.upload(testing::encode16(pp.q, DType::kBF16));
-    dk.upload(testing::encode16(pp.k, DType::kBF16));
-    dv.upload(testing::encode16(pp.v, DType::kBF16));
-    ScoreProblem p;
-    p.q = TensorView(dq.data(), DType::kBF16, {hq, spec.w, spec.d}, Device::kCuda);
-    p.k = TensorView(dk.data(), DType::kBF16, {spec.hkv, spec.n, spec.d}, Device::kCuda);
-    p.v = TensorView(dv.data(), DType::kBF16, {spec.hkv, spec.n, spec.d}, Device::kCuda);
-    p.scale = pp.scale;
-    for (Method m : {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK, Method::kSnapKV}) {
-      SCOPED_TRACE(spec.str() + " " + method_name(m));
-      ScoreOptions opt = ScoreOptions::defaults(m);
-      opt.window = spec.w;
-      opt.pooling = Pooling{};
-      const size_t ws_bytes = score_workspace_bytes(p, opt);
-      DeviceBuffer<char> ws(ws_bytes);
-      std::vector<float> got[2];
-      for (int dynamic : {0, 1}) {
-        set_window_wgmma(true);
-        set_window_pass_dynamic(dynamic == 1);
-        ds.poison();
-        ScoreOutput out;
-        out.scores = TensorView(ds.data(), DType::kF32, {spec.hkv, spec.n}, Device::kCuda);
-        score(p, opt, out, {ws.data(), ws_bytes});
-        KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-        got[dynamic] = ds.download();
-        EXPECT_TRUE(ds.sentinels_intact());
-      }
-      int64_t differ = 0, first = -1;
-      for (size_t i = 0; i < got[0].size(); ++i)
-        if (std::memcmp(&got[0][i], &got[1][i], sizeof(float)) != 0 && differ++ == 0)
-          first = static_cast<int64_t>(i);
-      EXPECT_EQ(differ, 0) << "first at " << first << ": static " << got[0][first] << ", dynamic "
-                           << got[1][first];
-    }
-  }
-  set_window_pass_dynamic(false);
-  set_window_wgmma(true);
 }
 
 TEST(CudaScore, PoolingWindowsAndHalf) {
