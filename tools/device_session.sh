@@ -47,6 +47,11 @@
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
 #   tools/device_session.sh forward-profile   dropkv w = 8's forward, merge and pass under ncu's
 #                                             full set (FORWARD_PROFILE_N: n, default 32K)
+#   tools/device_session.sh source-profile    one scoring kernel's SASS lines under ncu (source
+#                                             page, CSV: stall samples and excessive sectors per
+#                                             instruction; tools/ncu_source_top.py sums them up);
+#                                             SOURCE_KERNELS (default score_pass_kernel), n =
+#                                             FORWARD_PROFILE_N (default 32K), dropkv w = 8
 #   tools/device_session.sh score-profile     gpu_score_bench --small-n's first launches under ncu,
 #                                             by kernel (tools/kernel_breakdown.py; PROFILE_LAUNCHES)
 #   tools/device_session.sh attention         gpu_attention_bench (one layer's chunked causal prefill
@@ -334,6 +339,24 @@ PY
       grep -E "^ +(Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per Thread|Achieved Occupancy|Dynamic Shared Memory Per Block|L2 Hit Rate|Executed Ipc Active) " $rep | head -12
     done | tee $K/logs/forward_profile.txt
     pack forward_profile_logs
+    ;;
+  source-profile)
+    # Where one kernel's instructions stall and which of its loads fetch sectors they do not use:
+    # ncu's source page per SASS instruction (the first timed launch after 3 warm-ups, full set
+    # with source counters), exported as CSV for tools/ncu_source_top.py.
+    n=${FORWARD_PROFILE_N:-32768}
+    for kernel in ${SOURCE_KERNELS:-score_pass_kernel}; do
+      rep=$K/logs/src_${kernel}_n$n
+      timeout 300 ncu --clock-control none --set full --import-source yes -k regex:$kernel \
+        --launch-skip 3 --launch-count 1 -f -o $rep $K/bin/gpu_score_bench --profile --n $n \
+        --reps 1 >$rep.log 2>&1
+      echo "== $kernel, n = $n (ncu rc=$?)"
+      ncu -i $rep.ncu-rep --page source --csv --print-source sass >$rep.csv 2>$rep.err
+      echo "source page rc=$? ($(wc -l <$rep.csv) lines)"
+      python3 tools/ncu_source_top.py $rep.csv --top 25 | tee $rep.top.txt
+      rm -f $rep.ncu-rep
+    done
+    pack source_profile_logs
     ;;
   score-profile)
     # Where small-n scoring time goes (issue 16's 4K / 32K targets), kernel by kernel: ncu's
