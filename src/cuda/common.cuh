@@ -110,20 +110,6 @@ __device__ __forceinline__ void launch_dependents() {
 #endif
 }
 
-// Barrier of the thread-block cluster (sm_90; kernels launched with a cluster shape only): every
-// thread of every block of the cluster arrives, and what each wrote before it (shared or global
-// memory) is visible to every thread of the cluster after it (release / acquire, cluster scope).
-__device__ __forceinline__ void cluster_barrier() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
-#elif defined(__CUDA_ARCH__)
-  __trap();
-#endif
-}
-
 // Arrival of a block at `counter` (every thread of the block calls it once, after its stores):
 // the stores are made visible device-wide, thread 0 counts the block, and the block that brings
 // the count to `blocks` (every other one has published) resets the counter to zero for the next

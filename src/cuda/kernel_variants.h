@@ -46,18 +46,6 @@ void set_window_tma_wide(bool enabled);
 // Llama-3.1-8B heads: loop 1 at 4K / 32K / 128K 444.6 / 529.6 / 532.8 TFLOP/s against the plain
 // loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). (src/cuda/window_forward_wgmma.cu)
 void set_window_wide_loop(int mode);
-// The one-launch scoring of small layers (forward, split merge and pass in one kernel of
-// thread-block clusters, the splits of a KV head in one cluster; at most 64 window rows a KV head,
-// head dim 64 or 128, sm_90a): 0, the default, off (three launches); 1 auto (where the layer's K
-// and V fit in half the L2); 2 wherever its plan fits (tests). Measured slower than the three
-// launches at every n (H100, 2026-12-06 (f): dropkv w = 8 at 4K 0.0477 against 0.0352 ms, 32K
-// 0.200 against 0.120), hence off. The scores agree with the three launches' to float rounding
-// (other key splits; tests check both against the reference). (src/cuda/window_score_fused.cu)
-void set_window_score_fused(int mode);
-// How many clusters of `cluster_blocks` (16 or 8) blocks of that kernel (bf16, d = 128, 32 rows,
-// dropkv) the current device keeps active at once: 16-block clusters run only where every KV head
-// gets one (H100, 2026-12-06 (g): 7 of 16 blocks or 15 of 8, so Hkv = 8 runs 8-block clusters).
-int window_score_fused_active_clusters(int cluster_blocks);
 // The fewest key tiles (64 keys; 32 at head dim 256) a split of the window kernels' plans gets
 // (window_plan.cpp make_window_plan), 1 to 8; 4 is the default: fewer than 4 made the merge of the
 // splits cost about as much as the work it merged (v3). It binds where one wave of blocks would

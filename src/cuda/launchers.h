@@ -84,17 +84,6 @@ struct ScorePassArgs {
 cudaError_t launch_score_pass(const ScorePassArgs& a, float* scores, int sm_count,
                               cudaStream_t stream);
 
-// The one-launch scoring of a small layer (window_score_fused.cu): the mma.sync forward, the split
-// merge and the pass in one kernel, the splits of a KV head in one thread-block cluster. Scratch:
-// the partials it needs (0 where it never runs). The launch returns cudaErrorNotSupported where it
-// does not apply (cuda::set_window_score_fused, the device, the shape: more than 64 rows, head dim
-// 256, K and V beyond half the L2 in auto mode); the caller then launches the forward and the
-// pass. out (with the terms that need a), lse and top (the top-key terms) as the forward's.
-size_t window_score_fused_scratch_bytes(const WindowArgs& a, bool with_out, int sm_count);
-cudaError_t launch_window_score_fused(const ScorePassArgs& sa, float* out, float* lse, TopRow* top,
-                                      void* scratch, size_t scratch_bytes, float* scores,
-                                      int sm_count, cudaStream_t stream);
-
 // h2o's all-queries column sums (h2o_colsum.cu): a.w = n, lse [Hq, n] of every query (the
 // window forward with w = n, no V). scores [Hkv, n] = (1/G) sum_{h in group, t >= j} p_htj,
 // divided by n - j when normalize. Deterministic (no atomics). Needs no scratch.

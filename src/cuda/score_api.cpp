@@ -128,8 +128,7 @@ PairLayout pair_layout(const detail::WindowArgs& a, bool needs_out, bool needs_r
   l.lse = static_cast<size_t>(a.num_q_heads) * a.w;
   l.top = needs_out ? l.lse : 0;  // the rows' top keys (issue 13)
   const int sms = detail::current_sm_count();
-  l.fwd = std::max(detail::window_forward_scratch_bytes(a, needs_out, sms),
-                   detail::window_score_fused_scratch_bytes(a, needs_out, sms));
+  l.fwd = detail::window_forward_scratch_bytes(a, needs_out, sms);
   l.raw = needs_raw ? static_cast<size_t>(a.num_kv_heads) * a.n : 0;
   return l;
 }
@@ -321,23 +320,12 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   // (vatp needs the pass's ||v||_1 side output: it keeps the window pass.)
   const bool colsum =
       opt.aggregate == Aggregate::kAllQueries && term == PairTerm::kProb && v_l1 == nullptr;
-  // A small layer scores in one launch (window_score_fused.cu) where it applies; the top-key A/B
-  // modes (set_window_top_keys 1, 2) keep the three launches they time.
-  bool fused = false;
-  if (!colsum && top_mode == 0) {
-    const cudaError_t err =
-        detail::launch_window_score_fused(sa, a_out, lse, top, fwd, l.fwd, pass_out, sms, stream);
-    fused = err != cudaErrorNotSupported;
-    if (fused) KVEVICT_CUDA_CHECK(err);
-  }
-  if (!fused) {
-    KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream,
-                                                     top_mode == 2 ? nullptr : top));
-    if (colsum)
-      KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
-    else
-      KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
-  }
+  KVEVICT_CUDA_CHECK(detail::launch_window_forward(a, a_out, lse, fwd, l.fwd, sms, stream,
+                                                   top_mode == 2 ? nullptr : top));
+  if (colsum)
+    KVEVICT_CUDA_CHECK(detail::launch_h2o_colsum(a, lse, sa.h2o_normalize, pass_out, stream));
+  else
+    KVEVICT_CUDA_CHECK(detail::launch_score_pass(sa, pass_out, sms, stream));
   const bool pooled = opt.pooling.kind != PoolKind::kNone || vatp;
   if (last_query) {
     // tova: one selection shared by the layer, the mean over all Hq heads (in place: each

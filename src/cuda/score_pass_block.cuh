@@ -1,5 +1,4 @@
-// The block body of the mma.sync streaming scoring pass (score_pass.cu describes it), shared by
-// its kernel and by the one-launch small-n scoring kernel (window_score_fused.cu).
+// The block body of the mma.sync streaming scoring pass (score_pass.cu describes and launches it).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,7 +57,7 @@ __device__ __forceinline__ int swz(int row, int col) {
 
 // The block (hk, rb, chunk) of the pass: kStages K/V stages in `smem` (pass_smem_for(kStages)
 // bytes). It reads a, LSE and the top records after grid_dependency_wait(): the merge kernel's
-// writes, or, in the one-launch scoring kernel, its cluster's (ordered by the cluster barrier).
+// writes.
 template <class Tr, PairTerm kTerm, int kStages = pass_stages<Tr, kTerm>()>
 __device__ __forceinline__ void score_pass_block(const PassParams& p, int hk, int rb, int chunk,
                                                  unsigned char* smem) {

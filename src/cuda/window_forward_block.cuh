@@ -1,7 +1,6 @@
-// The bodies of the mma.sync window forward's block and of the split merge's row, shared by their
-// kernels (window_forward.cu) and by the one-launch small-n scoring kernel
-// (window_score_fused.cu). The design, the top-key handling and the partials' layout are described
-// at the top of window_forward.cu.
+// The bodies of the mma.sync window forward's block and of the split merge's row (their kernels are
+// in window_forward.cu, whose top describes the design, the top-key handling and the partials'
+// layout).
 #pragma once
 
 #include <cuda_runtime.h>

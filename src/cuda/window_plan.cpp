@@ -53,7 +53,7 @@ int current_l2_bytes() {
 }
 
 WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int head_dim,
-                            int sm_count, int blocks_per_sm, int slab_cap_wanted, int max_splits) {
+                            int sm_count, int blocks_per_sm, int slab_cap_wanted) {
   WindowPlan plan;
   plan.rows = group * w;
   int slab_cap = max_slabs(head_dim);
@@ -71,7 +71,6 @@ WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int h
   const int64_t target = static_cast<int64_t>(sm_count) * blocks_per_sm;
   const int64_t base = static_cast<int64_t>(num_kv_heads) * plan.row_blocks;
   int64_t splits = std::max<int64_t>(1, target / base);
-  if (max_splits > 0) splits = std::min<int64_t>(splits, max_splits);
   const int64_t min_keys = g_min_split_tiles.load(std::memory_order_relaxed) * plan.tile_keys;
   int64_t kps = (n + splits - 1) / splits;
   kps = std::max<int64_t>(kps, min_keys);

@@ -26,9 +26,8 @@ int forward_blocks_per_sm_forced();
 // Picks slabs = the smallest power of two covering the rows (capped by the head dim), and splits
 // keys so that one wave of `blocks_per_sm` blocks per SM covers the layer.
 // slab_cap (0 = the head dim's limit) trades K/V re-reads for occupancy: the scoring pass keeps
-// more state per row than the forward. max_splits (0 = none) bounds the splits of a row block (the
-// one-launch scoring's clusters); the splits stay whole tiles of at least the minimum length.
+// more state per row than the forward. The splits are whole tiles of at least the minimum length.
 WindowPlan make_window_plan(int num_kv_heads, int group, int w, int64_t n, int head_dim,
-                            int sm_count, int blocks_per_sm, int slab_cap = 0, int max_splits = 0);
+                            int sm_count, int blocks_per_sm, int slab_cap = 0);
 
 }  // namespace kvevict::cuda::detail

@@ -130,9 +130,8 @@ void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
   }
 }
 
-// Through the three launches (forward, merge, pass) and the one-launch scoring of small layers
-// (window_score_fused.cu, forced on wherever its plan fits: up to 64 rows, head dim 64 or 128;
-// {32, 8, 128, 4096} fills its 16-split clusters, {8, 8, 64, 999} runs 16-row blocks).
+// Through the three launches (forward, merge, pass) at odd shapes: n not a multiple of any tile,
+// groups of 3 to 7, 16-row blocks ({8, 8, 64, 999}), one KV head, head dim 256.
 TEST(CudaScore, WindowMethodsMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
   const Method methods[] = {Method::kDropKV,    Method::kObcacheV, Method::kObcacheK,
@@ -140,17 +139,12 @@ TEST(CudaScore, WindowMethodsMatchDoubleReference) {
   const Shape shapes[] = {{32, 8, 128, 1003}, {6, 2, 64, 17},     {4, 1, 256, 333},
                           {7, 1, 128, 2500},  {32, 8, 128, 4096}, {8, 8, 64, 999}};
   uint64_t seed = 100;
-  for (int fused : {0, 2}) {
-    SCOPED_TRACE(fused ? "one launch where it applies" : "three launches");
-    set_window_score_fused(fused);
-    for (Method m : methods)
-      for (const Shape& sh : shapes) {
-        ScoreOptions opt = ScoreOptions::defaults(m);
-        opt.pooling = Pooling{};  // raw scores first; pooling has its own test
-        run(sh, opt, DType::kBF16, seed++);
-      }
-  }
-  set_window_score_fused(0);
+  for (Method m : methods)
+    for (const Shape& sh : shapes) {
+      ScoreOptions opt = ScoreOptions::defaults(m);
+      opt.pooling = Pooling{};  // raw scores first; pooling has its own test
+      run(sh, opt, DType::kBF16, seed++);
+    }
 }
 
 // Short splits (set_window_min_split_tiles 1 and 2): at n = 4096 over 8 KV heads the pass runs 32
@@ -179,8 +173,7 @@ TEST(CudaScore, ShortSplitsMatchDoubleReference) {
 
 // Every window term through the wgmma kernels (64- and 128-row blocks, sm_90a builds; dropkv and
 // obcache_k in bf16 through the key-major pass, then through the row-major one) and, switched off,
-// through the mma.sync kernels, on shapes that route to wgmma when it is on; the three launches
-// each time (the one-launch scoring off), then the one launch where it applies.
+// through the mma.sync kernels, on shapes that route to wgmma when it is on.
 TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   KVEVICT_REQUIRE_GPU();
   const Method methods[] = {Method::kDropKV, Method::kObcacheV, Method::kObcacheK,
@@ -197,18 +190,16 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
                       {{16, 2, 128, 60}, 8, DType::kBF16},     // one tile: a warpgroup idle
                       {{8, 2, 128, 130}, 32, DType::kBF16}};   // a partial third tile
   uint64_t seed = 300;
-  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kOneLaunch, kSmallRowsKeyMajor };
-  for (Kernels k : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync, Kernels::kOneLaunch,
-                    Kernels::kSmallRowsKeyMajor}) {
+  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kSmallRowsKeyMajor };
+  for (Kernels k :
+       {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync, Kernels::kSmallRowsKeyMajor}) {
     SCOPED_TRACE(k == Kernels::kKeyMajor   ? "wgmma, key-major pass"
                  : k == Kernels::kRowMajor ? "wgmma, row-major pass"
-                 : k == Kernels::kMmaSync  ? "mma.sync only"
-                 : k == Kernels::kOneLaunch
-                     ? "one launch where it applies"
+                 : k == Kernels::kMmaSync
+                     ? "mma.sync only"
                      : "wgmma, key-major pass also for 32 rows (padded to 64)");
     set_window_wgmma(k != Kernels::kMmaSync);
     set_window_keymajor(k == Kernels::kKeyMajor || k == Kernels::kSmallRowsKeyMajor);
-    set_window_score_fused(k == Kernels::kOneLaunch ? 2 : 0);
     set_window_keymajor_small_rows(k == Kernels::kSmallRowsKeyMajor ? 2 : 0);
     for (Method m : methods)
       for (const Run& r : runs) {
@@ -220,7 +211,6 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   }
   set_window_wgmma(true);
   set_window_keymajor(true);
-  set_window_score_fused(0);
   set_window_keymajor_small_rows(1);
 }
 
@@ -261,7 +251,7 @@ TEST(CudaScore, DominantKeysTakeTheExactPath) {
 // Issue 13 on the GPU: every window row's planted top key dominates by 0 .. 1000 nats, holds
 // p = 1 - 1e-k (k = 1 .. 12), or the queries are scaled by 1e30 (then with a 30-nat gap: exact
 // ties at |z| ~ 1e30 are below float's resolution of the logits), through the three scoring passes
-// (key-major, row-major wgmma, mma.sync), both forwards and the one-launch scoring. The top keys
+// (key-major, row-major wgmma, mma.sync) and both forwards. The top keys
 // (the sink and random positions) sit in different key splits, so the forward's merge resolves them
 // across splits. Tolerance as the other bf16 tests: 3e-2 relative + 1e-3 of the head's largest
 // score (the forward's 16-bit P and partials, a rounded to bf16 in the pass); the kept sets must
@@ -291,7 +281,7 @@ kvevict::testing::PeakedSpec top_key_spec(int64_t n, double gap, double p_top, d
 void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedSpec>& specs,
                                      std::initializer_list<int> windows,
                                      std::initializer_list<Method> methods) {
-  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kOneLaunch, kSmallRowsKeyMajor };
+  enum class Kernels { kKeyMajor, kRowMajor, kMmaSync, kSmallRowsKeyMajor };
   for (int w : windows) {
     for (kvevict::testing::PeakedSpec spec : specs) {
       spec.w = w;
@@ -315,17 +305,15 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
         opt.pooling = Pooling{};
         const std::vector<double> ref = ref::score(host, opt).scores;
         for (Kernels kern : {Kernels::kKeyMajor, Kernels::kRowMajor, Kernels::kMmaSync,
-                             Kernels::kOneLaunch, Kernels::kSmallRowsKeyMajor}) {
+                             Kernels::kSmallRowsKeyMajor}) {
           SCOPED_TRACE(spec.str() + " " + method_name(m) +
                        (kern == Kernels::kKeyMajor   ? ", key-major pass"
                         : kern == Kernels::kRowMajor ? ", row-major wgmma pass"
-                        : kern == Kernels::kMmaSync  ? ", mma.sync kernels"
-                        : kern == Kernels::kOneLaunch
-                            ? ", one launch where it applies"
+                        : kern == Kernels::kMmaSync
+                            ? ", mma.sync kernels"
                             : ", key-major pass also for 32 rows (padded to 64)"));
           set_window_wgmma(kern != Kernels::kMmaSync);
           set_window_keymajor(kern == Kernels::kKeyMajor || kern == Kernels::kSmallRowsKeyMajor);
-          set_window_score_fused(kern == Kernels::kOneLaunch ? 2 : 0);
           set_window_keymajor_small_rows(kern == Kernels::kSmallRowsKeyMajor ? 2 : 0);
           ds.poison();
           ScoreOutput out;
@@ -363,7 +351,6 @@ void expect_top_keys_match_reference(const std::vector<kvevict::testing::PeakedS
   }
   set_window_wgmma(true);
   set_window_keymajor(true);
-  set_window_score_fused(0);
   set_window_keymajor_small_rows(1);
 }
 
@@ -381,7 +368,7 @@ TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
   for (int k = 1; k <= 12; ++k)
     if (!sanitizer || k == 12) add(0, 1 - std::pow(10.0, -k), 1);
   add(30, 0, 1e30);
-  // 32 rows (wgmma forward, mma.sync pass, or the one launch) and 128 (wgmma both).
+  // 32 rows (wgmma forward, mma.sync pass) and 128 (wgmma both).
   expect_top_keys_match_reference(specs, {8, 32},
                                   {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK});
 }
