@@ -6,7 +6,8 @@ fetch sectors they do not use.
     python3 tools/ncu_source_top.py page.csv [--top N] [--json]
 
 Prints the page's totals of every numeric column, then the N instructions with the most stall
-samples and the N with the most excessive global sectors, each with its address, share and SASS.
+samples (all, and not issued), excessive global sectors and excessive shared-memory wavefronts,
+each with its address, share and SASS.
 The column names are matched loosely ("Warp Stall Sampling (All Samples)", "L2 Theoretical Sectors
 Global Excessive", ...), since they vary between ncu versions; a page without them says so."""
 
@@ -62,36 +63,40 @@ def main():
     header, rows = read_page(args.csv)
     src = find(header, r"^source$")
     addr = find(header, r"^address$")
-    numeric = []
-    for i, name in enumerate(header):
-        vals = [number(r[i]) for r in rows]
-        if rows and sum(v is not None for v in vals) >= len(rows) // 2 and i not in (src, addr):
-            numeric.append(i)
-    totals = {header[i]: sum(number(r[i]) or 0.0 for r in rows) for i in numeric}
+    # Each numeric column parsed once: column index -> its values (0 for an empty cell).
+    values = {}
+    for i in range(len(header)):
+        if i in (src, addr):
+            continue
+        cells = [number(r[i]) for r in rows]
+        if rows and sum(v is not None for v in cells) >= len(rows) // 2:
+            values[i] = [v or 0.0 for v in cells]
+    totals = {header[i]: sum(v) for i, v in values.items()}
     rankings = {}
     for label, pattern in (("stall samples", r"warp stall sampling \(all"),
                            ("not-issued stall samples", r"warp stall sampling \(not"),
                            ("excessive global sectors", r"sectors global excessive"),
                            ("excessive shared wavefronts", r"wavefronts shared excessive")):
         col = find(header, pattern)
-        if col is None:
+        if col not in values:
             continue
-        total = totals.get(header[col], 0.0)
-        ranked = sorted(rows, key=lambda r: -(number(r[col]) or 0.0))[:args.top]
+        col_values = values[col]
+        total = totals[header[col]]
+        ranked = sorted(range(len(rows)), key=lambda k: -col_values[k])[:args.top]
         rankings[label] = {
             "column": header[col],
             "total": total,
-            "top": [{"address": r[addr] if addr is not None else "",
-                     "value": number(r[col]) or 0.0,
-                     "share": (number(r[col]) or 0.0) / total if total else 0.0,
-                     "sass": r[src].strip() if src is not None else ""}
-                    for r in ranked if (number(r[col]) or 0.0) > 0]}
+            "top": [{"address": rows[k][addr] if addr is not None else "",
+                     "value": col_values[k],
+                     "share": col_values[k] / total if total else 0.0,
+                     "sass": rows[k][src].strip() if src is not None else ""}
+                    for k in ranked if col_values[k] > 0]}
     if args.json:
         json.dump({"instructions": len(rows), "totals": totals, "rankings": rankings}, sys.stdout,
                   indent=1)
         print()
         return 0
-    print(f"{len(rows)} SASS lines, {len(numeric)} numeric columns")
+    print(f"{len(rows)} SASS lines, {len(values)} numeric columns")
     for name, total in totals.items():
         if total:
             print(f"  total {name}: {total:,.0f}")
