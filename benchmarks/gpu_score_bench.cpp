@@ -159,11 +159,13 @@ Workspace workspace(size_t bytes) {
   return {ws_buf, bytes};
 }
 
+// pool_default: the method's SPEC pooling, else none; `pooling` (when given) overrides both.
 void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default, int reps,
-                 double target, const char* variant = "") {
+                 double target, const char* variant = "", const Pooling* pooling = nullptr) {
   ScoreOptions opt = ScoreOptions::defaults(m);
   opt.window = w;
   if (!pool_default) opt.pooling = Pooling{};
+  if (pooling != nullptr) opt.pooling = *pooling;
   ScoreProblem p;
   p.q = TensorView(L.q, DType::kBF16, {L.hq, w, L.d}, Device::kCuda);
   p.k = TensorView(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
@@ -174,9 +176,12 @@ void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default
   const Workspace ws = workspace(bytes);
   Result r;
   char name[160];
+  const std::string pool_name = pooling != nullptr ? " " + pooling->str()
+                                : pool_default && opt.pooling.kind != PoolKind::kNone
+                                    ? std::string(" pool")
+                                    : std::string();
   std::snprintf(name, sizeof(name), "%s %s w=%d%s n=%lldK%s", model, method_name(m), w,
-                pool_default && opt.pooling.kind != PoolKind::kNone ? " pool" : "",
-                static_cast<long long>(L.n / 1024), variant);
+                pool_name.c_str(), static_cast<long long>(L.n / 1024), variant);
   r.name = name;
   r.ms = median_ms(reps, [&] { cuda::score(p, opt, out, ws); });
   r.floor_ms = L.kv_bytes() / (copy_gbps * 1e9) * 1e3;
@@ -389,7 +394,8 @@ int main(int argc, char** argv) {
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
           "               score) on the mma.sync and the key-major pass and as chosen, its\n"
           "               forward + merge alone, obcache_vk w = 16 + pool, dropkv under top mode\n"
-          "               2, knorm (one small launch: the floor a launch costs)\n");
+          "               2, knorm (one small launch: the floor a launch costs), snapkv w = 64\n"
+          "               avg:5 (kvpress's SnapKVPress settings)\n");
       return 0;
     } else {
       std::fprintf(stderr, "gpu_score_bench: unknown option '%s' (see --help)\n", argv[i]);
@@ -464,6 +470,9 @@ int main(int argc, char** argv) {
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");
           cuda::set_window_top_keys(0);
           bench_score(L, "llama3.1-8b", Method::kKNorm, 8, false, 100, 0);
+          // kvpress's SnapKVPress settings (window 64, average pool 5): issue 15's side by side.
+          const Pooling avg5{PoolKind::kAvg, 5};
+          bench_score(L, "llama3.1-8b", Method::kSnapKV, 64, false, 100, 0, "", &avg5);
         }
         L.release();
       }

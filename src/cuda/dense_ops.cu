@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -154,18 +155,50 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
   }
 }
 
+// act(g) * u of one feature, rounded to bf16 (ops.cpp gated_activation's formulas).
+template <bool kGeluTanh>
+__device__ __forceinline__ bf16 gated_value(bf16 g_in, bf16 u_in) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+  const float g = __bfloat162float(g_in), u = __bfloat162float(u_in);
+  const float act = kGeluTanh ? 0.5f * g * (1.0f + tanhf(kC * (g + 0.044715f * g * g * g)))
+                              : g / (1.0f + __expf(-g));
+  return __float2bfloat16_rn(act * u);
+}
+
+// h[t, f] = act(gu[t, f]) * gu[t, F + f], one feature a thread (any F).
 template <bool kGeluTanh>
 __global__ void gated_act_kernel(const bf16* gu, int64_t T, int F, bf16* h) {
-  constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi), as ops.cpp gated_activation
   const int64_t n = T * F;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / F, f = i % F;
-    const float g = __bfloat162float(gu[t * 2 * F + f]);
-    const float u = __bfloat162float(gu[t * 2 * F + F + f]);
-    const float act = kGeluTanh ? 0.5f * g * (1.0f + tanhf(kC * (g + 0.044715f * g * g * g)))
-                                : g / (1.0f + __expf(-g));
-    h[i] = __float2bfloat16_rn(act * u);
+    h[i] = gated_value<kGeluTanh>(gu[t * 2 * F + f], gu[t * 2 * F + F + f]);
+  }
+}
+
+// The same with 8 features a thread (F % 8 == 0): one 16-byte load of the gate half, one of the
+// up half and one 16-byte store, and one index division a chunk instead of a 64-bit division and
+// two 2-byte loads a feature. Each feature's value is formed as above: the same bits.
+template <bool kGeluTanh>
+__global__ void gated_act8_kernel(const bf16* gu, int64_t T, int F, bf16* h) {
+  const int chunks = F / 8;
+  const int64_t n = T * chunks;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // (a 32-bit division where the index fits: every prefill chunk of the supported models)
+    const int64_t t =
+        n <= INT32_MAX ? static_cast<uint32_t>(i) / static_cast<uint32_t>(chunks) : i / chunks;
+    const int f = static_cast<int>(i - t * chunks) * 8;
+    const bf16* row = gu + t * 2 * F;
+    const uint4 graw = *reinterpret_cast<const uint4*>(row + f);
+    const uint4 uraw = *reinterpret_cast<const uint4*>(row + F + f);
+    const bf16* g = reinterpret_cast<const bf16*>(&graw);
+    const bf16* u = reinterpret_cast<const bf16*>(&uraw);
+    uint4 out;
+    bf16* o = reinterpret_cast<bf16*>(&out);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o[k] = gated_value<kGeluTanh>(g[k], u[k]);
+    *reinterpret_cast<uint4*>(h + t * F + f) = out;
   }
 }
 
@@ -336,10 +369,14 @@ cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
 cudaError_t launch_gated_act(const bf16* gu, int T, int F, bool gelu_tanh, bf16* h,
                              cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(T) * F;
-  if (gelu_tanh) {
-    gated_act_kernel<true><<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+  const bool vec = F % 8 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(h) % 16 == 0;
+  if (vec) {
+    (gelu_tanh ? gated_act8_kernel<true>
+               : gated_act8_kernel<false>)<<<grid_for(n / 8, 256), 256, 0, stream>>>(gu, T, F, h);
   } else {
-    gated_act_kernel<false><<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
+    (gelu_tanh ? gated_act_kernel<true>
+               : gated_act_kernel<false>)<<<grid_for(n, 256), 256, 0, stream>>>(gu, T, F, h);
   }
   return cudaGetLastError();
 }
