@@ -4,11 +4,121 @@ ValueError, with the library's message)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from kvevict import _tensors as T
 
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+# Token counts (windows, sinks, slack, budgets per head) are at most the longest context a model
+# may declare, as on the command line (src/cli/numeric_options.h: kMaxTokens).
+MAX_TOKENS = 1 << 24
+# Positions are stored as int32.
+MAX_POSITION = (1 << 31) - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+# ----------------------------------------------------------------------------------------------
+# scalar arguments: the type is checked, never converted (int(2.7) was a window of 2, True a
+# budget that kept everything, "0.5" a float, bool("false") True), and a bad one is a ValueError
+# naming the argument, not nanobind's "incompatible function arguments" or std::bad_cast.
+
+
+def _shown(x: Any) -> str:
+    r = repr(x)
+    return (r if len(r) <= 60 else r[:57] + "...") + f" ({type(x).__name__})"
+
+
+def _is_bool(x: Any) -> bool:
+    return isinstance(x, (bool, np.bool_))
+
+
+def integer(name: str, x: Any, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
+    """x as an int: a Python or numpy integer (not a bool, float or string) in [lo, hi]."""
+    if _is_bool(x) or not isinstance(x, (int, np.integer)):
+        raise ValueError(f"{name} is {_shown(x)}; expected an integer")
+    v = int(x)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        want = (f"in [{lo}, {hi}]" if lo is not None and hi is not None else
+                f">= {lo}" if lo is not None else f"<= {hi}")
+        raise ValueError(f"{name} is {v}; expected an integer {want}")
+    return v
+
+
+def optional_integer(name: str, x: Any, lo: Optional[int] = None,
+                     hi: Optional[int] = None) -> Optional[int]:
+    return None if x is None else integer(name, x, lo, hi)
+
+
+def number(name: str, x: Any, float32: bool = False) -> float:
+    """x as a float: a Python or numpy number (not a bool or string); with float32, one that
+    float32 can hold (1e39 became inf, and the error then named inf). Ranges are the library's
+    to check (it names the value)."""
+    if _is_bool(x) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} is {_shown(x)}; expected a number")
+    v = float(x)
+    if float32 and math.isfinite(v) and abs(v) > _FLOAT32_MAX:
+        raise ValueError(f"{name} is {x!r}; expected a number float32 can hold "
+                         f"(magnitude <= {_FLOAT32_MAX:.4g})")
+    return v
+
+
+def optional_number(name: str, x: Any, float32: bool = False) -> Optional[float]:
+    return None if x is None else number(name, x, float32)
+
+
+def flag(name: str, x: Any) -> bool:
+    if not _is_bool(x):
+        raise ValueError(f"{name} is {_shown(x)}; expected True or False")
+    return bool(x)
+
+
+def text(name: str, x: Any, optional: bool = True) -> Optional[str]:
+    """A non-empty string (None when optional: the default). An empty string used to mean the
+    default without a word."""
+    if x is None and optional:
+        return None
+    if not isinstance(x, str):
+        raise ValueError(f"{name} is {_shown(x)}; expected a string"
+                         + (" or None" if optional else ""))
+    if not x:
+        raise ValueError(f"{name} is empty; expected a name" + (" (None for the default)"
+                                                                  if optional else ""))
+    return x
+
+
+def budget(name: str, x: Any) -> Any:
+    """A budget as the library parses it: a number (kept fraction <= 1 or token count > 1) or a
+    string ("10%"), or None."""
+    if x is None or isinstance(x, str):
+        return x
+    if _is_bool(x) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} is {_shown(x)}; expected a kept fraction (<= 1), a token count "
+                         "(> 1) or a string such as '10%'")
+    return x
+
+
+def positions(name: str, x: Any) -> None:
+    """Original token positions: an integer array with values in [0, 2^31 - 1] (floats were
+    truncated, NaN cast to garbage and 2^40 wrapped to int32 without a word)."""
+    if T.dtype_name(x) not in INT_DTYPES:
+        raise ValueError(f"{name} has dtype {T.dtype_name(x)}; expected integer positions")
+    if T.nbytes(x) > 0:
+        lo, hi = int(x.min()), int(x.max())
+        if lo < 0 or hi > MAX_POSITION:
+            raise ValueError(f"{name} holds {lo if lo < 0 else hi}; expected positions in "
+                             f"[0, {MAX_POSITION}]")
+
+
+def instance(name: str, x: Any, cls: type, what: str) -> Any:
+    if not isinstance(x, cls):
+        raise ValueError(f"{name} is {_shown(x)}; expected {what}")
+    return x
+
 
 
 def array(name: str, x: Any) -> Any:

@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from kvevict import _checks as C
 from kvevict._ext import ext
 
 BudgetLike = Union[float, int, str]
@@ -33,15 +34,10 @@ def score_options(method: str, *, window: Optional[int] = None, pool: Optional[s
                   scale: Optional[float] = None) -> "ext.ScoreOptions":
     if not isinstance(method, str):
         raise ValueError(f"method is a {type(method).__name__}; expected a name such as 'dropkv'")
-    try:
-        key = (method, aggregate, window, pool, bool(h2o_normalize), int(seed),
-               float(scale or 0.0))
-        hash(key)
-    except TypeError:  # an unhashable argument: let the library name it
-        key = None
-    if key is None:
-        return ext.score_options(method, aggregate, window, pool, bool(h2o_normalize), int(seed),
-                                 float(scale or 0.0))
+    key = (method, C.text("aggregate", aggregate),
+           C.optional_integer("window", window, 0, C.MAX_TOKENS), C.text("pool", pool),
+           C.flag("h2o_normalize", h2o_normalize), C.integer("seed", seed, 0, (1 << 64) - 1),
+           C.optional_number("scale", scale, float32=True) or 0.0)
     return _score_options_cached(*key)
 
 
@@ -62,7 +58,16 @@ def settings(method: str, budget: Optional[BudgetLike] = None, *,
     so = score_options(method, window=window, pool=pool, aggregate=aggregate,
                        h2o_normalize=h2o_normalize, seed=seed)
     _, default_policy, default_sink = ext.method_defaults(method)
-    sel = ext.select_options(policy or default_policy, budget, compression_ratio, float(alpha),
-                             default_sink if sink is None else int(sink),
-                             so.window if select_window is None else int(select_window))
+    sel = select_options(C.text("policy", policy) or default_policy, budget, compression_ratio,
+                         alpha, default_sink if sink is None else sink,
+                         so.window if select_window is None else select_window)
     return Settings(so, sel)
+
+
+def select_options(policy: str, budget: Optional[BudgetLike], compression_ratio: Optional[float],
+                   alpha: float, sink: int, window: int) -> "ext.SelectOptions":
+    """SelectOptions from checked arguments (the library checks the ranges it names)."""
+    return ext.select_options(C.text("policy", policy, optional=False), C.budget("budget", budget),
+                              C.optional_number("compression_ratio", compression_ratio),
+                              C.number("alpha", alpha), C.integer("sink", sink, 0, C.MAX_TOKENS),
+                              C.integer("window", window, 0, C.MAX_TOKENS))

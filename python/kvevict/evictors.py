@@ -41,7 +41,8 @@ class LayerEvictor:
             method, budget, compression_ratio=compression_ratio, policy=policy, window=window,
             pool=pool, aggregate=aggregate, sink=sink, alpha=alpha,
             h2o_normalize=h2o_normalize, seed=seed)
-        self._evictor = ext.LayerEvictor(backend, self.settings.score, self.settings.select)
+        self._evictor = ext.LayerEvictor(C.text("backend", backend, optional=False),
+                                         self.settings.score, self.settings.select)
         self.backend = backend
 
     def describe(self) -> str:
@@ -60,6 +61,10 @@ class LayerEvictor:
         """Scores and selects: ``q [Hq, m, d]`` (None for query-free methods), ``k, v
         [Hkv, n, d]`` -> a Selection in k's framework and device."""
         C.qkv(q, k, v, self.settings.score.needs_queries)
+        scale = C.optional_number("scale", scale, float32=True)
+        if wo is not None and self.settings.score.method != "criticalkv":
+            raise ValueError(f"wo is given but method {self.settings.score.method!r} does not read "
+                             "it; expected wo=None (only criticalkv reads the output projection)")
         self._sync(k)
         sel = self._evictor.plan(None if q is None else T.for_kernel(q), T.for_kernel(k),
                                  T.for_kernel(v), None if wo is None else T.for_kernel(wo),
@@ -69,6 +74,7 @@ class LayerEvictor:
     def evict(self, q: Optional[Array], k: Array, v: Array, *, wo: Optional[Array] = None,
               scale: Optional[float] = None, slack: int = 0) -> KVCache:
         """plan() then compaction into a new KVCache (the kept rows + ``slack`` per head)."""
+        slack = C.integer("slack", slack, 0, C.MAX_TOKENS)
         sel = self.plan(q, k, v, wo=wo, scale=scale)
         full = KVCache.from_dense(k, v)
         out = KVCache.allocate_for(full, sel, slack)
@@ -94,8 +100,12 @@ class DecodeEvictor:
     def __init__(self, score: str = "h2o", budget: int = 256, *, slack: int = 0,
                  recent: int = 32, sink: int = 0, scale: Optional[float] = None,
                  softcap: float = 0.0):
-        self.options = ext.DecodeEvictOptions(score, int(budget), int(slack), int(recent),
-                                              int(sink), float(scale or 0.0), float(softcap))
+        self.options = ext.DecodeEvictOptions(
+            C.text("score", score, optional=False), C.integer("budget", budget, 1, C.MAX_TOKENS),
+            C.integer("slack", slack, 0, C.MAX_TOKENS),
+            C.integer("recent", recent, 0, C.MAX_TOKENS), C.integer("sink", sink, 0, C.MAX_TOKENS),
+            C.optional_number("scale", scale, float32=True) or 0.0,
+            C.number("softcap", softcap, float32=True))
         self._evictor = ext.DecodeEvictor(self.options)
 
     @property
@@ -108,6 +118,7 @@ class DecodeEvictor:
 
     @staticmethod
     def _check(cache: KVCache) -> None:
+        C.instance("cache", cache, KVCache, "a kvevict.KVCache")
         if T.is_cuda(cache.k):
             raise ValueError("DecodeEvictor works on host caches (numpy or torch CPU); this "
                              "cache is on a CUDA device")

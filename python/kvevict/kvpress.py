@@ -37,6 +37,7 @@ except ImportError as e:  # pragma: no cover - exercised only without kvpress
                       "works without it") from e
 
 import kvevict
+from kvevict import _checks as C
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -68,6 +69,21 @@ class KVEvictScorerPress(ScorerPress):
     aggregate: Optional[str] = None
     protect_window: bool = True
     method: str = "dropkv"
+
+    def __post_init__(self):
+        # kvpress asserts 0 <= r < 1 (an AssertionError naming no value, and "'<=' not supported"
+        # for a string): checked here first, a ValueError naming the field and the value.
+        r = C.number("compression_ratio", self.compression_ratio)
+        if not 0.0 <= r < 1.0:
+            raise ValueError(f"compression_ratio is {self.compression_ratio!r}; expected "
+                             "0 <= r < 1 (the fraction evicted)")
+        C.optional_integer("window_size", self.window_size, 1, C.MAX_TOKENS)
+        C.text("pool", self.pool)
+        C.text("aggregate", self.aggregate)
+        C.flag("protect_window", self.protect_window)
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
         """keys, values ``[B, Hkv, n, d]`` -> scores ``[B, Hkv, n]`` (higher = keep)."""

@@ -76,6 +76,11 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
     """
     opts = _options.score_options(method, window=window, pool=pool, aggregate=aggregate,
                                   h2o_normalize=h2o_normalize, seed=seed, scale=scale)
+    return_aux = C.flag("return_aux", return_aux)
+    check_finite = C.flag("check_finite", check_finite)
+    if wo is not None and opts.method != "criticalkv":
+        raise ValueError(f"wo is given but method {opts.method!r} does not read it; expected "
+                         "wo=None (only criticalkv reads the output projection)")
     C.array("k", k)
     if k.ndim == 4:
         C.shape("v", v, T.shape_of(k), "[B, Hkv, n, d] (the shape of k)")
@@ -118,6 +123,10 @@ def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_f
     else:
         ws = T.workspace(k, ext.score_workspace_bytes(q, k, v, wo, s, opts)) if be == "cpu" else None
         ext.score(be, q, k, v, wo, s, opts, scores, aux, ws)
+        # The host paths refuse non-finite inputs, but finite ones can still overflow float32
+        # (q.k beyond 3.4e38): NaN scores would otherwise come back as if they were scores.
+        if check_finite:
+            C.no_nan("scores (finite q, k, v whose logits overflow float32)", scores)
     return scores, aux
 
 
@@ -196,8 +205,18 @@ class Selection:
         return m
 
     def _to_cpp(self):
+        C.array("selection.index", self.index)
+        C.array("selection.offsets", self.offsets)
+        for name, x in (("selection.index", self.index), ("selection.offsets", self.offsets)):
+            if x.ndim != 1 or T.dtype_name(x) not in C.INT_DTYPES:
+                raise ValueError(f"{name} has shape {T.shape_of(x)} and dtype {T.dtype_name(x)}; "
+                                 "expected a 1-D integer array")
+        off = self.offsets_host()
+        if len(off) < 2 or off[0] != 0 or (np.diff(off) < 0).any() or off[-1] != self.total:
+            raise ValueError(f"selection.offsets is {off.tolist()[:8]}; expected [Hkv + 1] "
+                             f"non-decreasing offsets from 0 to the {self.total} kept rows")
         return ext.Selection.from_arrays(
-            np.ascontiguousarray(T.to_host(self.index), dtype=np.int32), self.offsets_host())
+            np.ascontiguousarray(T.to_host(self.index), dtype=np.int32), off)
 
     @staticmethod
     def _from_cpp(sel, like: Array) -> "Selection":
@@ -245,11 +264,14 @@ def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
     C.ndim("scores", scores, 2, "[Hkv, n]")
     if T.dtype_name(scores) != "float32":
         raise ValueError(f"scores has dtype {T.dtype_name(scores)}; expected float32")
+    if scores.shape[0] < 1 or scores.shape[1] < 1:
+        raise ValueError(f"scores has shape {T.shape_of(scores)}; expected [Hkv, n] with at least "
+                         "one head and one token")
+    check_finite = C.flag("check_finite", check_finite)
     if aux is not None:
         C.shape("aux", aux, T.shape_of(scores), "[Hkv, n] (the shape of scores)")
         C.same_place(("scores", "aux"), (scores, aux))
-    opts = ext.select_options(policy, budget, compression_ratio, float(alpha), int(sink),
-                              int(window))
+    opts = _options.select_options(policy, budget, compression_ratio, alpha, sink, window)
     be = _backend_for(scores, backend)
     scores = T.contiguous(T.for_kernel(scores))
     aux = None if aux is None else T.contiguous(T.for_kernel(aux))
@@ -356,6 +378,8 @@ class KVCache:
         hkv, n, d = T.shape_of(k)
         C.shape("v", v, (hkv, n, d), "[Hkv, n, d] (the shape of k)")
         C.same_place(("k", "v"), (k, v))
+        slack = C.integer("slack", slack, 0, C.MAX_TOKENS)
+        score_acc = C.flag("score_acc", score_acc)
         p = _positions(k, hkv, n, pos)
         full = KVCache(T.reshape(T.contiguous(k), (hkv * n, d)),
                        T.reshape(T.contiguous(v), (hkv * n, d)), p,
@@ -367,8 +391,7 @@ class KVCache:
     def allocate_for(like: "KVCache", selection: "Selection", slack: int = 0) -> "KVCache":
         """An empty cache (lens 0) shaped for `selection` plus `slack` rows per head, in the
         framework, device and dtype of `like` (score_acc when `like` has one)."""
-        if slack < 0:
-            raise ValueError(f"slack is {slack}; expected >= 0")
+        slack = C.integer("slack", slack, 0, C.MAX_TOKENS)
         offsets = np.concatenate([[0], np.cumsum(selection.counts() + slack)]).astype(np.int64)
         rows, d = int(offsets[-1]), like.head_dim
         return KVCache(T.empty(like.k, (rows, d), T.dtype_name(like.k)),
@@ -382,8 +405,7 @@ class KVCache:
 
     def with_slack(self, slack: int) -> "KVCache":
         """A copy whose segments have ``slack`` spare rows each past their rows in use."""
-        if slack < 0:
-            raise ValueError(f"slack is {slack}; expected >= 0")
+        slack = C.integer("slack", slack, 0, C.MAX_TOKENS)
         lens = self.lens.copy()
         offsets = np.concatenate([[0], np.cumsum(lens + slack)]).astype(np.int64)
         src = _segment_rows(self.offsets[:-1], lens)
@@ -427,6 +449,10 @@ class KVCache:
         hkv, d = self.num_kv_heads, self.head_dim
         C.shape("k_row", k_row, (hkv, d), "[Hkv, d]")
         C.shape("v_row", v_row, (hkv, d), "[Hkv, d]")
+        C.float_dtype("k_row", k_row)
+        C.float_dtype("v_row", v_row)
+        pos = C.integer("pos", pos, 0, C.MAX_POSITION)
+        grow = C.integer("grow", grow, 0, C.MAX_TOKENS)
         cache = self
         ix = self._index
         full = self.lens >= (ix.caps if ix is not None and ix.offsets is self.offsets else
@@ -509,6 +535,7 @@ def _positions(like: Array, hkv: int, n: int, pos: Optional[Array]) -> Array:
     if pos is None:
         return T.from_host(like, np.tile(np.arange(n, dtype=np.int32), hkv))
     C.array("pos", pos)
+    C.positions("pos", pos)
     if T.shape_of(pos) == (n,):
         pos = pos[None].expand(hkv, n) if T.is_torch(pos) else np.broadcast_to(pos, (hkv, n))
     C.shape("pos", pos, (hkv, n), "[Hkv, n] or [n]")
@@ -533,6 +560,8 @@ def compact(k: Union[Array, KVCache], v: Optional[Array], selection: Selection, 
         a KVCache in the flattened varlen layout (per-head lengths, offsets, positions) on the
         device of k; its memory is the kept rows (+ slack) only.
     """
+    C.instance("selection", selection, Selection, "a kvevict.Selection (what select returns)")
+    slack = C.integer("slack", slack, 0, C.MAX_TOKENS)
     if isinstance(k, KVCache):
         full = k
     else:
@@ -621,9 +650,16 @@ def attention(q: Array, cache: KVCache, q_pos: Union[int, Sequence[int], Array],
         out ``[Hq, m, d]`` float32 (a query that sees no row gets zeros); with ``return_lse``
         also lse ``[Hq, m]`` float32.
     """
+    C.instance("cache", cache, KVCache, "a kvevict.KVCache (what compact returns)")
     C.ndim("q", q, 3, "[Hq, m, d]")
     C.float_dtype("q", q)
     hq, m, d = T.shape_of(q)
+    if m < 1:
+        raise ValueError(f"q has shape {T.shape_of(q)}; expected [Hq, m, d] with m >= 1 queries")
+    sliding_window = C.integer("sliding_window", sliding_window, 0, C.MAX_POSITION)
+    softcap = C.number("softcap", softcap, float32=True)
+    scale = C.optional_number("scale", scale, float32=True)
+    return_lse = C.flag("return_lse", return_lse)
     if d != cache.head_dim:
         raise ValueError(f"q has shape {T.shape_of(q)}; expected [Hq, m, d] with d = "
                          f"{cache.head_dim} (the cache's)")
@@ -631,8 +667,14 @@ def attention(q: Array, cache: KVCache, q_pos: Union[int, Sequence[int], Array],
         raise ValueError(f"q has {hq} heads; expected a multiple of the cache's "
                          f"{cache.num_kv_heads} KV heads")
     C.same_place(("q", "cache.k"), (q, cache.k))
-    qp = np.ascontiguousarray(np.atleast_1d(T.to_host(q_pos) if T.is_array(q_pos) else q_pos),
-                              dtype=np.int32)
+    if T.is_array(q_pos):
+        qp = T.to_host(q_pos)
+    elif isinstance(q_pos, (list, tuple)):
+        qp = np.array([C.integer("q_pos element", p) for p in q_pos], dtype=np.int64)
+    else:
+        qp = np.array(C.integer("q_pos", q_pos), dtype=np.int64)
+    C.positions("q_pos", qp)
+    qp = np.ascontiguousarray(np.atleast_1d(qp), dtype=np.int32)
     if qp.shape != (m,):
         raise ValueError(f"q_pos has shape {qp.shape}; expected [m] = ({m},), one per query")
     be = _backend_for(q, backend)
@@ -696,7 +738,8 @@ def decode_attention(q: Array, cache: KVCache, *, scale: Optional[float] = None,
     if shape[-1] != d:
         raise ValueError(f"q has shape {shape}; expected [..., d] with d = {d} (the cache's)")
     hs = int(np.prod(shape[:-1]))
-    if batch < 1 or cache.num_kv_heads % batch:
+    batch = C.integer("batch", batch, 1)
+    if cache.num_kv_heads % batch:
         raise ValueError(f"batch is {batch}; expected a divisor of the cache's "
                          f"{cache.num_kv_heads} segments")
     ix = cache.device_index()

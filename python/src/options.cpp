@@ -12,15 +12,31 @@
 #include "kvevict/error.h"
 
 namespace kvevict::python {
+namespace {
+
+// nb::cast of a keyword argument, with the argument named when the object is not a T (a float
+// or str window, a list budget): nanobind's own error is a bare std::bad_cast. The Python layer
+// (kvevict/_checks.py) checks first; this keeps direct callers of the extension clear too.
+template <class T>
+T cast_arg(const nb::handle& h, const char* name, const char* expected) {
+  try {
+    return nb::cast<T>(h);
+  } catch (const std::exception&) {  // nb::cast_error
+    KVEVICT_FAIL(name, " is ", nb::repr(h).c_str(), "; expected ", expected);
+  }
+}
+
+}  // namespace
 
 ScoreOptions make_score_options(const std::string& method, const nb::handle& aggregate,
                                 const nb::handle& window, const nb::handle& pool,
                                 bool h2o_normalize, uint64_t seed, float scale) {
   ScoreOptions o = method_parse(method).score;
   // The same overrides, in the same order, as `kvevict score` (src/cli/score_command.cpp).
-  if (!aggregate.is_none()) o.aggregate = aggregate_parse(nb::cast<std::string>(aggregate));
-  if (!pool.is_none()) o.pooling = Pooling::parse(nb::cast<std::string>(pool));
-  if (!window.is_none()) o.window = nb::cast<int>(window);
+  if (!aggregate.is_none())
+    o.aggregate = aggregate_parse(cast_arg<std::string>(aggregate, "aggregate", "a string"));
+  if (!pool.is_none()) o.pooling = Pooling::parse(cast_arg<std::string>(pool, "pool", "a string"));
+  if (!window.is_none()) o.window = cast_arg<int>(window, "window", "an integer");
   o.h2o_normalize = h2o_normalize;
   o.seed = seed;
   o.scale = scale;
@@ -33,12 +49,14 @@ Budget make_budget(const nb::handle& budget, const nb::handle& compression_ratio
                 "pass exactly one of budget (kept fraction <= 1 or token count > 1) and "
                 "compression_ratio (the evicted fraction, kvpress's spelling)");
   if (!compression_ratio.is_none())
-    return Budget::from_compression_ratio(nb::cast<double>(compression_ratio));
+    return Budget::from_compression_ratio(
+        cast_arg<double>(compression_ratio, "compression_ratio", "a number"));
   if (nb::isinstance<nb::str>(budget)) return Budget::parse(nb::cast<std::string>(budget));
   // Numbers go through Budget::parse too, so "0 or negative", "NaN" and "2048.5 tokens" fail
   // with the CLI's messages; %.17g round-trips every double.
   char text[64];
-  std::snprintf(text, sizeof(text), "%.17g", nb::cast<double>(budget));
+  std::snprintf(text, sizeof(text), "%.17g",
+                cast_arg<double>(budget, "budget", "a number or a string such as '10%'"));
   return Budget::parse(text);
 }
 

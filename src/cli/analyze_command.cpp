@@ -57,11 +57,15 @@ double quantile(std::vector<double> xs, double q) {
 // The diagnostics on a real model's attention: prefill a prompt (Austen prose of --length tokens,
 // or -p TEXT), keep each layer's last queries, and run SPEC section 6 per layer and head.
 int run_analyze_model(const AnalyzeArgs& a, const diag::DiagnosticsOptions& base) {
-  check_output_args({{a.out, "--out"}});
+  const std::string model_file = a.model.file();
+  check_output_args({{a.out, "--out"}}, {{model_file, "-m"}, {a.prompt.file, "-f"}});
   const ModelInfo info = a.model.inspect();
   const std::vector<int32_t> tokens = prompt_or_prose_tokens(info, a.prompt);
   KVEVICT_CHECK(static_cast<int64_t>(tokens.size()) > base.pool_size, "the prompt has ",
                 tokens.size(), " tokens; expected more than --pool-size ", base.pool_size);
+  KVEVICT_CHECK(base.num_queries <= static_cast<int64_t>(tokens.size()), "--queries ",
+                base.num_queries, " exceeds the prompt's ", tokens.size(),
+                " tokens; expected at most that many");
   const auto model = a.model.load();
   ProgressBar bar("prefill", static_cast<int64_t>(tokens.size()), !a.json);
   const auto rt = a.model.runtime(model, [&bar](int64_t done, int64_t) { bar.update(done); });
@@ -169,6 +173,10 @@ int run_analyze(const AnalyzeArgs& a) {
   HostTensor q = load_tensor_arg(a.q, "--q", a.bf16);
   HostTensor k = load_tensor_arg(a.k, "--k", a.bf16);
   HostTensor v = load_tensor_arg(a.v, "--v", a.bf16);
+  // run_diagnostics analyses min(--queries, m): more than q holds was silently fewer.
+  KVEVICT_CHECK(q.shape().size() != 3 || a.queries <= q.shape()[1], "--queries ", a.queries,
+                " exceeds the ", q.shape().size() == 3 ? q.shape()[1] : 0, " queries of --q ", a.q,
+                "; expected at most that many");
   const diag::DiagnosticsReport report = diag::run_diagnostics(q.view(), k.view(), v.view(), opt);
   std::printf("%s\n", a.json ? report.to_json().c_str() : report.to_table().c_str());
   return 0;
@@ -180,12 +188,16 @@ Runner add_analyze_command(CLI::App& app) {
   auto a = std::make_shared<AnalyzeArgs>();
   auto* cmd = app.add_subcommand(
       "analyze", "Near-optimality diagnostics of the DropKV proxy (exact optimum, cone constant)");
-  cmd->add_option("--q", a->q, "Queries [Hq, m, d] after RoPE (the last m positions)");
-  cmd->add_option("--k", a->k, "Keys [Hkv, n, d] after RoPE");
-  cmd->add_option("--v", a->v, "Values [Hkv, n, d]");
+  auto* q = cmd->add_option("--q", a->q, "Queries [Hq, m, d] after RoPE (the last m positions)");
+  auto* k = cmd->add_option("--k", a->k, "Keys [Hkv, n, d] after RoPE");
+  auto* v = cmd->add_option("--v", a->v, "Values [Hkv, n, d]");
+  // Tensors or a model, not both: with both, the tensors were silently ignored.
   auto* m =
       cmd->add_option("-m,--model", a->model.model,
-                      "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)");
+                      "Analyse a model's attention instead (smollm2, gemma3-270m, or a .gguf)")
+          ->excludes(q)
+          ->excludes(k)
+          ->excludes(v);
   add_threads(*cmd, a->model.threads);
   cmd->add_option("--device", a->model.device, "With -m: run the prefill on cpu or cuda")
       ->capture_default_str()

@@ -62,9 +62,10 @@ int run_capture(const CaptureArgs& a) {
   const auto n = static_cast<int64_t>(tokens.size());
   KVEVICT_CHECK(a.queries <= n, "--queries ", a.queries, " exceeds the prompt's ", n,
                 " tokens; expected at most ", n, " (0 = all of them)");
+  const std::string model_file = a.model.file();
   if (std::filesystem::is_directory(dir))
-    check_output_args(
-        {{q_path, "--dir"}, {k_path, "--dir"}, {v_path, "--dir"}, {wo_path, "--dir"}});
+    check_output_args({{q_path, "--dir"}, {k_path, "--dir"}, {v_path, "--dir"}, {wo_path, "--dir"}},
+                      {{model_file, "-m"}, {a.prompt.file, "-f"}});
 
   const auto model = a.model.load();
   ProgressBar bar("prefill", n, !a.json);

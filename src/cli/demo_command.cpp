@@ -97,6 +97,10 @@ int run_demo(const DemoArgs& a) {
   KVEVICT_CHECK(std::isfinite(a.depth) && a.depth >= 0 && a.depth <= 100, "--depth ", a.depth,
                 " is out of range; expected a percentage in [0, 100]");
   eval::ruler_task_config(a.task);
+  // The demo answers with the full cache and with --method: full against itself would print a
+  // budget that nothing reads and "0% saved" as if it were a result.
+  KVEVICT_CHECK(a.method != "full", "--method full: the demo compares an evicted cache with the ",
+                "full one; expected an eviction method (e.g. dropkv, snapkv)");
   const bool auto_budget = a.budget == "auto";
   eval::MethodConfig::make(a.method,
                            parse_budget(auto_budget ? kFallbackBudget : a.budget, "--budget"));

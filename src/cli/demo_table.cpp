@@ -5,9 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "cli/model_args.h"
+#include "io/input_file.h"
+#include "io/json_parse.h"
 #include "kvevict/error.h"
 
 namespace kvevict::cli {
@@ -15,6 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// tools/demo_table.py writes a few KiB; anything near this is not a results table.
+constexpr uint64_t kMaxTableBytes = uint64_t{64} << 20;
 
 std::string exe_dir() {
   std::error_code ec;
@@ -57,17 +63,20 @@ json MeasuredCell::to_json() const {
 }
 
 DemoTable DemoTable::load(const std::string& path) {
-  std::ifstream in(path);
-  KVEVICT_CHECK(in.good(), "results table ", path,
-                " cannot be read; expected the JSON that "
-                "tools/demo_table.py writes");
+  // A regular file (a directory, FIFO or device is refused by name, never read or waited on),
+  // of a sane size, with flat JSON (io::parse_json: no deep nesting, no repeated keys).
   DemoTable t;
   t.path_ = path;
   try {
-    t.doc_ = json::parse(in);
-  } catch (const json::exception& e) {
-    KVEVICT_FAIL("results table ", path, " is not JSON (", e.what(),
-                 "); expected the JSON that tools/demo_table.py writes");
+    const uint64_t size = io::check_input_file(path, "results table");
+    KVEVICT_CHECK(size <= kMaxTableBytes, "results table ", path, ": its ", size,
+                  " bytes exceed the limit of ", kMaxTableBytes, " bytes");
+    std::ifstream in(path, std::ios::binary);
+    KVEVICT_CHECK(in.good(), "results table ", path, " cannot be read");
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    t.doc_ = io::parse_json(text, "results table " + path);
+  } catch (const Error& e) {
+    KVEVICT_FAIL(e.what(), "; expected the JSON that tools/demo_table.py writes");
   }
   KVEVICT_CHECK(t.doc_.is_object() && t.doc_.value("kind", "") == "kvevict-demo-table" &&
                     t.doc_.value("version", 0) == 1 && t.doc_.contains("rows") &&

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -116,12 +117,16 @@ std::string options_json(const EvalArgs& a) {
 std::vector<std::pair<std::string, std::string>> parse_pairs(const std::string& s) {
   std::vector<std::pair<std::string, std::string>> out;
   if (s.empty()) return out;  // --compare '': no comparisons
-  for (const auto& item : split_list(s, "--compare")) {
+  const std::vector<std::string> items = split_list(s, "--compare");
+  check_distinct(items, "--compare");
+  for (const auto& item : items) {
     const size_t slash = item.find('/');
     KVEVICT_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < item.size() &&
                       item.find('/', slash + 1) == std::string::npos,
                   "--compare item '", item, "' is not A/B; expected e.g. dropkv/snapkv");
     const std::string first = item.substr(0, slash), second = item.substr(slash + 1);
+    KVEVICT_CHECK(first != second, "--compare item '", item,
+                  "' pairs a setting with itself; expected two different settings");
     for (const std::string& name : {first, second})
       if (name != "full") eval::MethodConfig::make(name, Budget{0.5});  // names checked now
     out.emplace_back(first, second);
@@ -256,7 +261,12 @@ int run_eval_command(const EvalArgs& a) {
   if (a.list_methods) return list_methods(a);
   // Every name, number and path is checked before the model and the corpus are read.
   const eval::PromptStyle style = eval::prompt_style_parse(a.style);
+  KVEVICT_CHECK(a.progress_every >= 0, "--progress-every ", a.progress_every,
+                " is negative; expected seconds (0 = off)");
+  // A task, length or mode listed twice ran its samples twice and counted them twice in every
+  // cell (n doubled, intervals too narrow): each list item once (budgets: parse_budgets).
   std::vector<std::string> tasks = split_list(a.tasks, "--tasks");
+  check_distinct(tasks, "--tasks");
   if (tasks.size() == 1 && tasks[0] == "all") tasks = eval::ruler_task_names();
   for (const auto& t : tasks) eval::ruler_task_config(t);
   const std::vector<int64_t> lengths = parse_ints(a.lengths, "--lengths");
@@ -264,9 +274,19 @@ int run_eval_command(const EvalArgs& a) {
   const std::vector<Budget> budgets = parse_budgets(a.budgets, "--budgets");
   eval::RunOptions ropt;
   ropt.methods = eval::expand_methods(method_names, budgets, a.window.value_or(0), a.pool);
+  // The overrides apply to the methods that evict: with only `full` they would be ignored.
+  const bool evicts = std::any_of(ropt.methods.begin(), ropt.methods.end(),
+                                  [](const eval::MethodConfig& m) { return !m.is_full(); });
+  KVEVICT_CHECK(evicts || (!a.window && a.pool.empty()), a.window ? "--window" : "--pool",
+                " has no effect with --methods ", a.methods,
+                " (no eviction); expected an eviction method");
   ropt.modes.clear();
-  for (const auto& m : split_list(a.modes, "--modes"))
+  std::vector<std::string> mode_names;
+  for (const auto& m : split_list(a.modes, "--modes")) {
     ropt.modes.push_back(eval::query_mode_parse(m));
+    mode_names.emplace_back(eval::query_mode_name(ropt.modes.back()));
+  }
+  check_distinct(mode_names, "--modes");
   const eval::SeedSplit split = eval::split_parse(a.split);
   eval::check_split_range(a.first_sample, a.samples);
   KVEVICT_CHECK(a.first_sample == 0 || a.data.empty(), "--first-sample ", a.first_sample,
@@ -287,7 +307,9 @@ int run_eval_command(const EvalArgs& a) {
     abl.poolings = split_list(a.ablate_pools, "--ablate-pools");
     abl.validate();
   }
-  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
+  const std::string model_file = a.model.file();
+  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}},
+                    {{model_file, "-m"}, {a.data, "--data"}});
   if (!a.plots.empty()) {
     KVEVICT_CHECK(!a.out.empty(), "--plots needs --out results.json (the plot script reads it)");
     check_output_dir(a.plots, "--plots");
@@ -366,8 +388,6 @@ int run_eval_command(const EvalArgs& a) {
                                   eval::ablation_dev_methods(abl, budgets, false).size());
   ProgressBar bar("eval", total, !a.json);
   // Logs (stderr not a terminal): a line every --progress-every seconds and at the end.
-  KVEVICT_CHECK(a.progress_every >= 0, "--progress-every ", a.progress_every,
-                " is negative; expected seconds (0 = off)");
   auto last_line = std::chrono::steady_clock::now();
   auto progress = [&](const eval::Progress& p) {
     bar.update(p.done);
@@ -455,13 +475,17 @@ Runner add_eval_command(CLI::App& app) {
                   "Paired comparisons A/B at equal budget on the same samples (pairs absent from "
                   "the run are skipped; '' for none)")
       ->capture_default_str();
-  cmd->add_option("--ablate", a->ablate,
-                  "Ablate these methods' window x pooling on DEV seeds, then report the chosen "
-                  "setting and the default on TEST seeds (e.g. dropkv,obcache_vk)");
+  auto* ablate =
+      cmd->add_option("--ablate", a->ablate,
+                      "Ablate these methods' window x pooling on DEV seeds, then report the chosen "
+                      "setting and the default on TEST seeds (e.g. dropkv,obcache_vk)");
+  // Without --ablate they would be ignored: refused instead (CLI11: "requires --ablate").
   cmd->add_option("--ablate-windows", a->ablate_windows, "Windows of the ablation (pinned)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(ablate);
   cmd->add_option("--ablate-pools", a->ablate_pools, "Poolings of the ablation")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(ablate);
   cmd->add_option("--out", a->out, "Write the results JSON here");
   cmd->add_option("--markdown", a->markdown, "Write the markdown tables here");
   cmd->add_option("--plots", a->plots, "Draw PNG plots into this directory (needs --out)");
@@ -471,8 +495,8 @@ Runner add_eval_command(CLI::App& app) {
   cmd->add_flag("--one-at-a-time", a->one_at_a_time,
                 "Decode each setting alone (a batch of one) instead of all settings of a prefill "
                 "as one batch: slower; checks that batching changes no answer");
-  cmd->add_option("--progress-every", a->progress_every,
-                  "Also print a progress line to stderr every S seconds (for logs; 0 = off)")
+  add_number(*cmd, "--progress-every", a->progress_every,
+             "Also print a progress line to stderr every S seconds (for logs; 0 = off)")
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the results JSON instead of the tables");
   cmd->add_flag("--list-tasks", a->list_tasks,

@@ -270,6 +270,7 @@ int run_generate(const GenerateArgs& a) {
                 a.max_new, " exceed ", info.context_text(), "; expected a shorter prompt or -n");
   const int64_t prefilled = a.query_aware ? prompt_n : static_cast<int64_t>(context.size());
   method_config(a, ctx_len, info.context_text());
+  check_decode_rows(a.decode_budget, a.decode_slack, "--decode-budget", "--decode-slack", info);
   const auto mode = a.query_aware ? eval::QueryMode::kAware : eval::QueryMode::kAgnostic;
   const EvictConfig cfg =
       evict_config(a, mode, static_cast<int64_t>(question.size()), prefilled,
@@ -332,12 +333,17 @@ Runner add_generate_command(CLI::App& app) {
   add_seed(*cmd, a->seed, "Sampling seed");
   cmd->add_flag("--json", a->json, "Print one JSON object (text + stats) instead of streaming");
   cmd->add_flag("-q,--quiet", a->quiet, "Print only the generated text (and warnings)");
-  cmd->add_option("--dummy", a->dummy,
-                  "Random weights of a real model's shape (llama-3.1-8b, qwen2.5-7b, "
-                  "smollm2-135m, gemma3-270m) and a random prompt (large shapes need the GPU)");
+  // --dummy replaces the model and the prompt: -m would be ignored, and --prompt-tokens is
+  // read only with it (CLI11 says "excludes" / "requires").
+  auto* dummy =
+      cmd->add_option("--dummy", a->dummy,
+                      "Random weights of a real model's shape (llama-3.1-8b, qwen2.5-7b, "
+                      "smollm2-135m, gemma3-270m) and a random prompt (large shapes need the GPU)")
+          ->excludes(cmd->get_option("--model"));
   add_integer(*cmd, "--prompt-tokens", a->prompt_tokens, int64_t{1}, kMaxTokens,
               "Prompt length with --dummy")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(dummy);
   return [a] { return run_generate(*a); };
 }
 

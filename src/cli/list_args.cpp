@@ -27,6 +27,13 @@ std::vector<std::string> split_list(const std::string& s, const char* what) {
   return out;
 }
 
+void check_distinct(const std::vector<std::string>& items, const char* what) {
+  for (size_t i = 0; i < items.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      KVEVICT_CHECK(items[i] != items[j], what, " lists '", items[i],
+                    "' twice; expected each item once");
+}
+
 Budget parse_budget(const std::string& s, const char* what, int64_t n, const std::string& of) {
   const bool number = is_decimal_number(s);
   const double v = number ? std::strtod(s.c_str(), nullptr) : 0.0;
@@ -43,7 +50,13 @@ Budget parse_budget(const std::string& s, const char* what, int64_t n, const std
 std::vector<Budget> parse_budgets(const std::string& s, const char* what, int64_t n,
                                   const std::string& of) {
   std::vector<Budget> out;
-  for (const auto& item : split_list(s, what)) out.push_back(parse_budget(item, what, n, of));
+  const std::vector<std::string> items = split_list(s, what);
+  for (const auto& item : items) {
+    out.push_back(parse_budget(item, what, n, of));
+    for (size_t j = 0; j + 1 < out.size(); ++j)
+      KVEVICT_CHECK(out[j].value != out.back().value, what, " lists the budget ", out.back().str(),
+                    " twice ('", items[j], "' and '", item, "'); expected each budget once");
+  }
   return out;
 }
 
@@ -52,6 +65,8 @@ std::vector<int64_t> parse_ints(const std::string& s, const char* what) {
   for (const auto& item : split_list(s, what)) {
     const int64_t v = parse_decimal_int(item, what);
     KVEVICT_CHECK(v > 0, what, " value '", item, "' is not a positive integer");
+    for (int64_t seen : out)
+      KVEVICT_CHECK(seen != v, what, " lists ", v, " twice; expected each value once");
     out.push_back(v);
   }
   return out;

@@ -14,6 +14,10 @@ namespace kvevict::cli {
 
 // Items with surrounding blanks trimmed; throws naming `what` for an empty list or item.
 std::vector<std::string> split_list(const std::string& s, const char* what);
+// Throws naming `what` and the item when an item appears twice (a task, length, mode or budget
+// listed twice ran its samples twice and counted them twice in every cell).
+void check_distinct(const std::vector<std::string>& items, const char* what);
+// Positive integers, each once.
 std::vector<int64_t> parse_ints(const std::string& s, const char* what);
 
 // Budget::parse with the option's name in the error. With n > 0, a token count above the `n`
@@ -24,6 +28,7 @@ std::vector<int64_t> parse_ints(const std::string& s, const char* what);
 // command can make before it knows the model.
 Budget parse_budget(const std::string& s, const char* what, int64_t n = kMaxTokens,
                     const std::string& of = kMaxTokensText);
+// Each budget once: "0.1,10%" names one budget twice.
 std::vector<Budget> parse_budgets(const std::string& s, const char* what, int64_t n = kMaxTokens,
                                   const std::string& of = kMaxTokensText);
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/numeric_options.h"
 #include "kvevict/error.h"
 #include "kvevict/version.h"
 
@@ -36,7 +37,10 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   try {
-    for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
+    for (auto* sub : app.get_subcommands()) {
+      kvevict::cli::check_no_empty_values(*sub);
+      return runners.at(sub->get_name())();
+    }
   } catch (const kvevict::Error& e) {
     std::fprintf(stderr, "kvevict: error: %s\n", e.what());
     return 2;

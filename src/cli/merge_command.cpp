@@ -33,7 +33,9 @@ int run_merge_command(const MergeArgs& a) {
                 " results file given; expected at least 2");
   KVEVICT_CHECK(!a.out.empty() || !a.markdown.empty() || a.json,
                 "merge: nothing to write; give --out, --markdown or --json");
-  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
+  std::vector<InputArg> inputs;
+  for (const std::string& in : a.inputs) inputs.push_back({in, "results file"});
+  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}}, inputs);
   // The first file says what is merged: sweeps (kvevict eval) or perplexity runs (kvevict ppl).
   const std::string first = io::read_text_input(a.inputs[0], "results file", kMaxResultsBytes);
   auto text_of = [&](size_t i) {

@@ -38,6 +38,25 @@ std::string ModelInfo::context_text() const {
   return "the " + std::to_string(config.context_length) + "-token context of " + config.name;
 }
 
+void check_decode_rows(int64_t budget, int64_t slack, const char* budget_flag,
+                       const char* slack_flag, const ModelInfo& model) {
+  if (budget <= 0) return;  // decode-time eviction off
+  const int64_t ctx = model.config.context_length;
+  KVEVICT_CHECK(budget + slack <= ctx, budget_flag, " ", budget,
+                slack > 0 ? std::string(" + ") + slack_flag + " " + std::to_string(slack) : "",
+                " exceeds ", model.context_text(),
+                ": no head grows past it, so nothing would be evicted; expected at most ", ctx,
+                " rows a head");
+}
+
+std::string ModelArgs::file() const {
+  try {
+    return resolve_model_path(model, source_dir());
+  } catch (const Error&) {
+    return {};  // inspect() and load() say what is wrong with it
+  }
+}
+
 ModelInfo ModelArgs::inspect() const {
   check_device();
   ModelInfo info;

@@ -50,7 +50,17 @@ struct ModelArgs {
                                               ProgressFn progress = nullptr) const;
   RuntimeOptions runtime_options(ProgressFn progress = nullptr) const;
   bool cuda() const { return device == "cuda"; }
+  // The GGUF file -m names (a known name resolved), or "" when it names none: an input that no
+  // output may replace (check_output_args).
+  std::string file() const;
 };
+
+// Decode-time eviction keeps `budget` rows a head and cuts a head past budget + slack; a head
+// never holds more than the context, so budget + slack beyond it would never evict, and the
+// rows it reserved (budget + slack + 1 a head, every layer) exhausted memory: 16777216 was
+// killed by the kernel after a minute. Throws naming both options and the context.
+void check_decode_rows(int64_t budget, int64_t slack, const char* budget_flag,
+                       const char* slack_flag, const ModelInfo& model);
 
 // The model's tokenizer; throws when the model has no GGUF file (random weights).
 std::unique_ptr<Tokenizer> load_tokenizer(const Model& model);

@@ -1,10 +1,15 @@
 #include "cli/numeric_options.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
 
 #include "core/number_parse.h"
 #include "core/parallel.h"
+#include "kvevict/error.h"
 
 namespace kvevict::cli {
 
@@ -31,15 +36,35 @@ CLI::Validator decimal_integer_text(bool allow_negative) {
       allow_negative ? "INTEGER" : "UNSIGNED");
 }
 
-CLI::Validator decimal_number_text() {
+CLI::Validator finite_number_text(double max_magnitude, const char* type_name) {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
-        return is_decimal_number(s) ? std::string()
-                                    : "'" + s +
-                                          "' is not a decimal number; expected e.g. 0.5, 2, 1e-3 "
-                                          "(no hex, inf or nan)";
+      [max_magnitude, type_name](std::string& s) -> std::string {
+        if (!is_decimal_number(s))
+          return "'" + s +
+                 "' is not a decimal number; expected e.g. 0.5, 2, 1e-3 (no hex, inf or nan)";
+        const double v = std::strtod(s.c_str(), nullptr);  // +-HUGE_VAL past double's range
+        if (!(std::fabs(v) <= max_magnitude)) {
+          char limit[32];
+          std::snprintf(limit, sizeof limit, "%.3g", max_magnitude);
+          return "'" + s + "' is out of range for a " + type_name +
+                 "; expected a magnitude of at most " + limit;
+        }
+        return {};
       },
       "NUMBER");
+}
+
+void check_no_empty_values(const CLI::App& cmd) {
+  static const char* const kMeaningful[] = {"--compare", "--prompt", "--device"};
+  for (const CLI::Option* o : cmd.get_options()) {
+    if (o->count() == 0 || o->get_expected_min() == 0 || !o->nonpositional()) continue;
+    const std::string name = o->get_name();
+    if (std::find(std::begin(kMeaningful), std::end(kMeaningful), name) != std::end(kMeaningful))
+      continue;
+    for (const std::string& r : o->results())
+      KVEVICT_CHECK(!r.empty(), name,
+                    " is empty; expected a value (leave the option out for its default)");
+  }
 }
 
 CLI::Option* add_seed(CLI::App& app, uint64_t& seed, const std::string& help) {

@@ -15,7 +15,7 @@
 
 namespace kvevict::cli {
 
-void check_output_args(std::initializer_list<OutputArg> outputs) {
+void check_output_args(const std::vector<OutputArg>& outputs, const std::vector<InputArg>& inputs) {
   std::vector<std::pair<std::string, const char*>> seen;  // resolved target, flag
   for (const OutputArg& o : outputs) {
     if (o.path.empty()) continue;
@@ -26,6 +26,15 @@ void check_output_args(std::initializer_list<OutputArg> outputs) {
       KVEVICT_CHECK(other != id, o.flag, " ", o.path, " is the same file as ", flag,
                     "; expected a different file for each output");
     seen.emplace_back(id, o.flag);
+    struct stat out {};
+    if (::stat(target.c_str(), &out) != 0) continue;  // a new file: it cannot be an input
+    for (const InputArg& in : inputs) {
+      struct stat st {};
+      if (in.path.empty() || ::stat(in.path.c_str(), &st) != 0) continue;
+      KVEVICT_CHECK(st.st_dev != out.st_dev || st.st_ino != out.st_ino, o.flag, " ", o.path,
+                    " is the same file as the input ", in.flag, " ", in.path,
+                    "; expected an output that is not one of the command's inputs");
+    }
   }
 }
 

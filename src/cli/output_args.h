@@ -4,8 +4,8 @@
 // no two options may name one file. A bad output path then costs milliseconds, not a prefill.
 #pragma once
 
-#include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace kvevict::cli {
 
@@ -13,8 +13,16 @@ struct OutputArg {
   const std::string& path;  // empty = the option was not given
   const char* flag;
 };
+// An input the command reads (a tensor, dataset, model or results file), by the same shape.
+using InputArg = OutputArg;
 
-void check_output_args(std::initializer_list<OutputArg> outputs);
+// Every output passes the policy, no two outputs name one file, and no output is one of the
+// `inputs` (the same file by device and inode: a path, ./path, a hard or symbolic link):
+// `score --out k.npy --k k.npy` replaced the keys with the scores, `eval --out data.jsonl`
+// the dataset, `merge a.json b.json --out a.json` a run. Inputs that do not exist are skipped
+// (their readers say so).
+void check_output_args(const std::vector<OutputArg>& outputs,
+                       const std::vector<InputArg>& inputs = {});
 
 // A command's report: the JSON to `out` (--out) and the markdown to `markdown` (--markdown), both
 // or neither (an empty path skips that file), then one of them on stdout (print_json: the JSON).

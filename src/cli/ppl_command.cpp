@@ -77,11 +77,14 @@ int run_ppl_command(const PplArgs& a) {
   boot.resamples = a.bootstrap;
   boot.seed = a.bootstrap_seed;
   boot.validate();
-  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}});
+  const std::string model_file = a.model.file();
+  check_output_args({{a.out, "--out"}, {a.markdown, "--markdown"}}, {{model_file, "-m"}});
   ModelInfo info = a.model.inspect();
   KVEVICT_CHECK(a.chunk <= info.config.context_length, "--chunk ", a.chunk, " exceeds ",
                 info.context_text());
   parse_budgets(a.budgets, "--budgets", info.config.context_length, info.context_text());
+  for (const auto& b : budgets)
+    check_decode_rows(static_cast<int64_t>(b.value), a.slack, "--budgets", "--slack", info);
   // A chunk caches at most chunk - 1 tokens; a head is evicted only past budget + slack. (With
   // only `full` in --methods the budgets are unused: nothing to warn about.)
   const bool evicts = std::any_of(methods.begin(), methods.end(),
@@ -101,6 +104,10 @@ int run_ppl_command(const PplArgs& a) {
   if (prose.size() > want_chars) prose.resize(want_chars);
   std::vector<int32_t> tokens = info.tokenizer->encode(prose, true);
   const auto spans = eval::ppl_chunks(static_cast<int64_t>(tokens.size()), a.chunk, a.chunks);
+  // Fewer chunks than asked for would be reported as if they were the run asked for.
+  KVEVICT_CHECK(static_cast<int64_t>(spans.size()) == a.chunks, "--chunks ", a.chunks,
+                " of --chunk ", a.chunk, " tokens: the text holds only ", spans.size(),
+                " such chunks (", tokens.size(), " tokens); expected --chunks <= ", spans.size());
   // Perplexity feeds every token through the model one at a time (decode-time eviction decides
   // after each): settings x chunks x (chunk - 1) steps, each a full forward of one token. Say how
   // much work that is, since it is minutes even for a 135M model (docs/RELIABILITY.md).

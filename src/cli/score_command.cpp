@@ -39,6 +39,7 @@ struct ScoreArgs {
   bool json = false;
   std::string backend = "cpu";
   int threads = 0;
+  const CLI::Option *alpha_opt = nullptr, *seed_opt = nullptr;  // given, or their defaults
 };
 
 std::unique_ptr<Backend> make_backend_by_name(const std::string& name) {
@@ -49,7 +50,10 @@ std::unique_ptr<Backend> make_backend_by_name(const std::string& name) {
 
 int run_score(const ScoreArgs& a) {
   set_num_threads(a.threads);
-  check_output_args({{a.out, "--out"}, {a.keep, "--keep"}});
+  const std::string qf = tensor_file(a.q), kf = tensor_file(a.k), vf = tensor_file(a.v),
+                    wf = tensor_file(a.wo);
+  check_output_args({{a.out, "--out"}, {a.keep, "--keep"}},
+                    {{qf, "--q"}, {kf, "--k"}, {vf, "--v"}, {wf, "--wo"}});
   MethodSpec spec = method_parse(a.method);
   ScoreOptions sopt = spec.score;
   if (!a.aggregate.empty()) sopt.aggregate = aggregate_parse(a.aggregate);
@@ -68,6 +72,15 @@ int run_score(const ScoreArgs& a) {
   sel.sink = a.sink ? *a.sink : spec.sink;
   sel.window = sopt.window;
   sel.validate();
+  // Options the method would not read are errors, not silently ignored (as generate refuses
+  // --budget with --method full).
+  KVEVICT_CHECK(a.wo.empty() || sopt.method == Method::kCriticalKV, "--wo has no effect with ",
+                "--method ", a.method, " (only criticalkv reads the output projection)");
+  KVEVICT_CHECK(a.alpha_opt->count() == 0 || sel.policy == Policy::kAdaKV, "--alpha ", a.alpha,
+                " has no effect with the uniform policy; expected --policy adakv (or adakv, "
+                "adadropkv)");
+  KVEVICT_CHECK(a.seed_opt->count() == 0 || sopt.method == Method::kRandom, "--seed has no ",
+                "effect with --method ", a.method, " (only random draws numbers)");
 
   HostTensor k = load_tensor_arg(a.k, "--k", a.bf16);
   HostTensor v = load_tensor_arg(a.v, "--v", a.bf16);
@@ -139,6 +152,7 @@ int run_score(const ScoreArgs& a) {
                 {"d", d},
                 {"queries", problem.q.empty() ? 0 : problem.q.shape[1]}};
   std::vector<int64_t> kept;
+  kept.reserve(static_cast<size_t>(hkv));
   for (int h = 0; h < hkv; ++h) kept.push_back(selection.count(h));
   j["kept_per_head"] = kept;
   j["kept_total"] = selection.total();
@@ -157,7 +171,7 @@ int run_score(const ScoreArgs& a) {
                 sopt.describe().c_str(), sel.describe().c_str(), backend->name(),
                 problem.num_q_heads(), hkv, static_cast<long long>(n), d);
     std::printf("kept      %lld of %lld rows (", static_cast<long long>(selection.total()),
-                static_cast<long long>(hkv * n));
+                static_cast<long long>(hkv) * static_cast<long long>(n));
     for (int h = 0; h < hkv; ++h)
       std::printf("%s%lld", h ? " " : "", static_cast<long long>(kept[h]));
     std::printf(
@@ -205,10 +219,11 @@ Runner add_score_command(CLI::App& app) {
   add_window(*cmd, a->window, "Observation window w (queries used and last tokens protected)");
   add_integer(*cmd, "--sink", a->sink, 0, 1 << 24,
               "First tokens always kept (streamingllm default 4)");
-  add_number(*cmd, "--alpha", a->alpha, "adakv alpha, 0 <= alpha <= 1")->capture_default_str();
+  a->alpha_opt =
+      add_number(*cmd, "--alpha", a->alpha, "adakv alpha, 0 <= alpha <= 1")->capture_default_str();
   cmd->add_flag("--normalize", a->normalize,
                 "h2o: divide column sums by the number of queries seeing each token");
-  add_seed(*cmd, a->seed, "Seed of the random method");
+  a->seed_opt = add_seed(*cmd, a->seed, "Seed of the random method");
   add_number(*cmd, "--scale", a->scale, "Logit scale, finite >= 0 (0 = 1/sqrt(d))");
   cmd->add_flag("--bf16", a->bf16, "Read uint16 (<u2) .npy arrays as bfloat16 bits");
   cmd->add_option("--backend", a->backend, "cpu (fast float) or reference (double)")

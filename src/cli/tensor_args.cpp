@@ -29,10 +29,7 @@ HostTensor load_npy(const std::string& path, const char* what, bool bf16) {
   return npy::load(path, bf16);
 }
 
-}  // namespace
-
-HostTensor load_tensor_arg(const std::string& spec, const char* what, bool bf16) {
-  KVEVICT_CHECK(!spec.empty(), what, " is empty; expected a .npy or .safetensors path");
+HostTensor load_tensor_file(const std::string& spec, const char* what, bool bf16) {
   try {
     const auto st = spec.find(".safetensors");
     if (st != std::string::npos) {
@@ -49,6 +46,27 @@ HostTensor load_tensor_arg(const std::string& spec, const char* what, bool bf16)
     if (msg.rfind(what, 0) == 0) throw;  // already names the option
     KVEVICT_FAIL(what, ": ", msg);
   }
+}
+
+}  // namespace
+
+std::string tensor_file(const std::string& spec) {
+  const auto st = spec.find(".safetensors");
+  if (st == std::string::npos) return spec;
+  return spec.substr(0, st + std::string(".safetensors").size());
+}
+
+HostTensor load_tensor_arg(const std::string& spec, const char* what, bool bf16) {
+  KVEVICT_CHECK(!spec.empty(), what, " is empty; expected a .npy or .safetensors path");
+  HostTensor t = load_tensor_file(spec, what, bf16);
+  // The files may hold any rank; kvevict's tensors have at most kMaxDims (a 5-D array failed
+  // later with "tensor rank 5 exceeds the maximum 4", naming neither the option nor the file).
+  std::string shape;
+  for (int64_t d : t.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+  KVEVICT_CHECK(t.shape().size() <= static_cast<size_t>(kMaxDims), what, " ", spec, " holds a ",
+                t.shape().size(), "-dim array [", shape, "]; expected at most ", kMaxDims,
+                " dims ([Hkv, n, d] keys and values, [Hq, m, d] queries, [D, Hq*d] wo)");
+  return t;
 }
 
 }  // namespace kvevict::cli

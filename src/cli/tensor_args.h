@@ -11,4 +11,7 @@ namespace kvevict::cli {
 // Throws naming the argument (`what`, e.g. "--q") and the file when it cannot be read.
 HostTensor load_tensor_arg(const std::string& spec, const char* what, bool bf16);
 
+// The file a tensor argument reads: "file.safetensors:name" -> "file.safetensors", else spec.
+std::string tensor_file(const std::string& spec);
+
 }  // namespace kvevict::cli

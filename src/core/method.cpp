@@ -130,7 +130,8 @@ const char* policy_name(Policy p) {
 
 Pooling Pooling::parse(const std::string& s) {
   Pooling p;
-  if (s == "none" || s.empty()) return p;
+  KVEVICT_CHECK(!s.empty(), "empty pooling; expected none, max:K or avg:K with K odd");
+  if (s == "none") return p;
   const auto colon = s.find(':');
   const std::string kind = s.substr(0, colon);
   KVEVICT_CHECK(kind == "max" || kind == "avg", "unknown pooling '", s,
@@ -262,6 +263,12 @@ void ScoreOptions::validate() const {
                 " is out of range; expected (0, 1)");
   KVEVICT_CHECK(std::isfinite(scale) && scale >= 0, "scale ", scale,
                 " is invalid; expected a finite value >= 0 (0 = 1/sqrt(d))");
+  KVEVICT_CHECK(!h2o_normalize || aggregate == Aggregate::kAllQueries, "h2o normalization ",
+                "divides the column sums of the h2o aggregation; method ", method_name(method),
+                needs_queries()
+                    ? std::string(" has the ") + aggregate_name(aggregate) + " aggregation"
+                    : std::string(" reads no queries"),
+                "; expected the h2o aggregation or no normalization");
   KVEVICT_CHECK(!(method == Method::kH2O && aggregate != Aggregate::kAllQueries) &&
                     !(method == Method::kTOVA && aggregate != Aggregate::kLastQuery),
                 "method ", method_name(method), " fixes its own aggregation; got ",

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/input_file.h"
+#include "io/json_parse.h"
 #include "kvevict/error.h"
 
 namespace kvevict::eval {
@@ -104,12 +105,7 @@ std::vector<Sample> read_jsonl_samples(std::istream& in, const std::string& sour
                   "); expected a shorter row");
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    json row;
-    try {
-      row = json::parse(line);
-    } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
-      KVEVICT_FAIL(where, ": not valid JSON (", e.what(), "); expected one JSON object a line");
-    }
+    const json row = io::parse_json(line, where);  // one JSON object a line
     KVEVICT_CHECK(row.is_object(), where, ": the row is ", type_name(row),
                   "; expected a JSON object");
     Sample s;
@@ -117,6 +113,10 @@ std::vector<Sample> read_jsonl_samples(std::istream& in, const std::string& sour
     s.question = string_field(row, "question", where);
     s.answer_prefix = string_field(row, "answer_prefix", where);
     s.task = string_field(row, "task", where);
+    // The task names a column of the results tables and a key of merged runs.
+    KVEVICT_CHECK(!s.task.empty() && s.task != "average", where, ": field 'task' is '", s.task,
+                  "'; expected a task name (not empty, and not 'average': the results name the "
+                  "mean over tasks so)");
     const json& answers = field(row, "answers", where, "an array of strings");
     KVEVICT_CHECK(answers.is_array(), where, ": field 'answers' is ", type_name(answers),
                   "; expected an array of strings");

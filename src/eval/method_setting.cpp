@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "eval/runner.h"
@@ -118,6 +119,27 @@ MethodConfig MethodConfig::make(const std::string& name, const Budget& budget, i
   m.budget = budget;
   ScoreOptions& s = m.spec.score;
   const std::vector<std::string> mods(parts.begin() + 1, parts.end());
+  // Each modifier once, and one of each exclusive group: "w=8:w=16" or "h2o:tova" used to take
+  // the last one without a word. The window and pooling overrides (--window, --pool) and a w= /
+  // pool= of the setting would likewise silently disagree.
+  std::map<std::string, std::string> given;  // modifier kind -> the modifier
+  for (const auto& mod : mods) {
+    const std::string key = mod.substr(0, mod.find('='));
+    const std::string kind = key == "snapkv" || key == "h2o" || key == "tova" ? "aggregation"
+                             : key == "adakv" || key == "uniform"             ? "policy"
+                             : key == "w"                                     ? "window"
+                             : key == "pool"                                  ? "pooling"
+                                                                              : key;
+    const auto [it, fresh] = given.emplace(kind, mod);
+    KVEVICT_CHECK(fresh, "setting '", name, "': '", it->second, "' and '", mod, "' both set ",
+                  kind == key ? "'" + key + "'" : "the " + kind, "; expected each modifier once");
+  }
+  KVEVICT_CHECK(window == 0 || given.count("window") == 0, "setting '", name, "': its ",
+                given.count("window") ? given.at("window") : "", " and the window override ",
+                window, " (--window) disagree; expected one of them");
+  KVEVICT_CHECK(pooling.empty() || given.count("pooling") == 0, "setting '", name, "': its ",
+                given.count("pooling") ? given.at("pooling") : "", " and the pooling override '",
+                pooling, "' (--pool) disagree; expected one of them");
   // The aggregation first: its defaults (no window, no pooling for h2o / tova) come before the
   // overrides and the other modifiers.
   for (const auto& mod : mods) {

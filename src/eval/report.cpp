@@ -151,6 +151,21 @@ std::string results_to_json(const EvalResults& r, int indent) {
 
 namespace {
 
+// A table cell from a name a dataset chose (its task): a '|' would split the cell and a line
+// break end the row, so the table would have columns that are not there.
+std::string markdown_cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
 std::string fmt(const char* f, double x) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, x);
@@ -268,7 +283,7 @@ std::string results_to_markdown(const EvalResults& r) {
        << (length > 0 ? std::to_string(length) : std::string("external")) << ", "
        << query_mode_name(static_cast<QueryMode>(mode)) << "\n\n";
     md << "| method | budget | window | pooling | policy | aggregate | mode | length |";
-    for (const auto& t : task_set) md << " " << t << " |";
+    for (const auto& t : task_set) md << " " << markdown_cell(t) << " |";
     md << " average | n |\n|---|---|---|---|---|---|---|---|";
     for (size_t i = 0; i < task_set.size(); ++i) md << "---|";
     md << "---|---|\n";

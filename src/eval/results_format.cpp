@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "io/json_parse.h"
+
 namespace kvevict::eval {
 
 using nlohmann::json;
@@ -11,12 +13,7 @@ json finite_or_null(double x) {
 }
 
 json parse_results_json(const std::string& text, const std::string& label) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    KVEVICT_FAIL(label, ": not valid JSON (", e.what(), ")");
-  }
+  json doc = io::parse_json(text, label);
   KVEVICT_CHECK(doc.is_object() && doc.value("kind", json()) == "kvevict-results", label,
                 ": not a kvevict results file (expected \"kind\": \"kvevict-results\", as "
                 "kvevict eval / ppl --out write)");

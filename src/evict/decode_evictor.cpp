@@ -16,6 +16,10 @@
 namespace kvevict {
 namespace {
 
+// Rows a head may be given at most (budget + slack): far beyond any context, and small enough
+// that capacity_per_head() cannot overflow.
+constexpr int64_t kMaxRowsPerHead = int64_t{1} << 40;
+
 struct NamedScore {
   const char* name;
   DecodeScore score;
@@ -53,6 +57,11 @@ const char* decode_score_name(DecodeScore s) {
 void DecodeEvictOptions::validate() const {
   KVEVICT_CHECK(budget > 0, "decode budget ", budget, " is invalid; expected > 0 tokens per head");
   KVEVICT_CHECK(slack >= 0, "decode slack ", slack, " is negative; expected >= 0");
+  // capacity_per_head() = budget + slack + 1 must not overflow (a cache of that many rows a head
+  // could not be allocated anyway).
+  KVEVICT_CHECK(budget <= kMaxRowsPerHead && slack <= kMaxRowsPerHead - budget, "decode budget ",
+                budget, " + slack ", slack, " is more than ", kMaxRowsPerHead,
+                " rows a head; expected a budget + slack a cache can hold");
   KVEVICT_CHECK(recent >= 0 && sink >= 0, "recent ", recent, " / sink ", sink,
                 " is negative; expected >= 0");
   KVEVICT_CHECK(budget >= static_cast<int64_t>(recent) + sink, "decode budget ", budget,

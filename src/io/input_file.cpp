@@ -1,6 +1,9 @@
 #include "io/input_file.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -11,6 +14,9 @@
 
 namespace kvevict::io {
 namespace {
+
+// How long a text input that is a FIFO may wait for its writer to open it.
+constexpr int kFifoWriterWaitMs = 10000;
 
 struct stat stat_input(const std::string& path, const std::string& label) {
   KVEVICT_CHECK(!path.empty(), label, ": the path is empty; expected a file");
@@ -53,8 +59,30 @@ std::string read_text_input(const std::string& path, const std::string& label, u
   if (regular)
     KVEVICT_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, label, " ", path, ": its ",
                   st.st_size, " bytes exceed the limit of ", max_bytes, " bytes");
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  // A FIFO is opened without blocking: open() on a named FIFO waits until a writer opens it,
+  // which for a FIFO nobody writes is forever. Then poll() waits a bounded time for a writer (one
+  // started beside kvevict, or <(command), opens it within milliseconds) and the reads block
+  // again; a FIFO no process opens is refused by name instead of hanging.
+  const bool fifo = S_ISFIFO(st.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+  KVEVICT_CHECK(fd >= 0, label, " ", path, ": cannot open (", std::strerror(errno), ")");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(::fdopen(fd, "rb"), &std::fclose);
+  if (f == nullptr) ::close(fd);
   KVEVICT_CHECK(f != nullptr, label, " ", path, ": cannot open (", std::strerror(errno), ")");
+  if (fifo) {
+    // Linux reports neither POLLIN nor POLLHUP on a FIFO before its first writer opens it.
+    struct pollfd p {};
+    p.fd = fd;
+    p.events = POLLIN;
+    int ready = 0;
+    do {
+      ready = ::poll(&p, 1, kFifoWriterWaitMs);
+    } while (ready < 0 && errno == EINTR);
+    KVEVICT_CHECK(ready > 0, label, " ", path, ": is a FIFO that no process opened for writing ",
+                  "within ", kFifoWriterWaitMs / 1000,
+                  " s; expected a pipe being written (e.g. <(command)) or a regular file");
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  }
   std::string text;
   char buf[1 << 16];
   size_t got = 0;

@@ -16,7 +16,9 @@ uint64_t check_input_file(const std::string& path, const std::string& label);
 // A whole text input of at most max_bytes (a prompt file, a dataset): a regular file is sized
 // first, so one that is too large is refused before a byte is read; a FIFO or character device
 // (/dev/stdin, a pipe) is read up to max_bytes + 1 bytes, so /dev/zero can neither hang nor
-// exhaust memory. Throws "<label> <path>: ... bytes exceeds the limit of <max_bytes> bytes".
+// exhaust memory. Throws "<label> <path>: ... bytes exceeds the limit of <max_bytes> bytes". A
+// named FIFO waits at most 10 s for a writer to open it: one that nobody opens is refused by
+// name ("no process opened it for writing within 10 s") instead of blocking forever.
 std::string read_text_input(const std::string& path, const std::string& label, uint64_t max_bytes);
 
 // "regular file", "directory", "character device", "block device", "FIFO", "socket",

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/input_file.h"
+#include "io/json_parse.h"
 #include "kvevict/error.h"
 
 namespace kvevict::safetensors {
@@ -57,12 +58,7 @@ std::unique_ptr<File> File::open(const std::string& path) {
   in.read(text.data(), static_cast<std::streamsize>(header_len));
   KVEVICT_CHECK(static_cast<uint64_t>(in.gcount()) == header_len, "safetensors ", path,
                 ": short read of the header");
-  json header;
-  try {
-    header = json::parse(text);
-  } catch (const json::exception& e) {
-    KVEVICT_FAIL("safetensors ", path, ": header is not valid JSON (", e.what(), ")");
-  }
+  const json header = io::parse_json(text, "safetensors " + path + ": header");
   KVEVICT_CHECK(header.is_object(), "safetensors ", path, ": header is a JSON ", header.type_name(),
                 "; expected an object");
   f->data_start_ = 8 + header_len;

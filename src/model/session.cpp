@@ -373,13 +373,16 @@ void Session::setup_decode() {
   o.validate();
   decode_ = std::make_unique<DecodeState>(o);
   // The evictor accumulates per-row scores in the cache and compacts heads in place: give every
-  // evicted layer a score accumulator and room for budget + slack + 1 rows.
+  // evicted layer a score accumulator and room for budget + slack + 1 rows, but never more than a
+  // head can ever hold (the context): a budget + slack beyond it never evicts, and allocating it
+  // would only exhaust memory.
   for (int l = 0; l < c.n_layers; ++l) {
     if (c.is_sliding(l)) continue;
     const KVLayerView v = caches_[l].view();
     int64_t longest = 0;
     for (int h = 0; h < v.num_kv_heads; ++h) longest = std::max(longest, v.lens[h]);
-    const int64_t cap = std::max(longest + 1, o.capacity_per_head());
+    const int64_t cap =
+        std::max(longest + 1, std::min(o.capacity_per_head(), c.context_length + int64_t{1}));
     caches_[l] = rebuild_to(caches_[l], Selection::keep_all(v.num_kv_heads, v.lens), cap, true);
   }
 }

@@ -58,6 +58,9 @@ void ScoreProblem::validate(const ScoreOptions& opt, bool check_values) const {
     KVEVICT_CHECK(opt.pooling.kind == PoolKind::kNone, "pooling ", opt.pooling.str(),
                   " was requested for the query-free method ", method_name(opt.method),
                   "; expected none (pooling smooths attention scores)");
+    KVEVICT_CHECK(opt.aggregate == Aggregate::kWindow, "the ", aggregate_name(opt.aggregate),
+                  " aggregation was requested for the query-free method ", method_name(opt.method),
+                  "; expected none (it reads no queries to aggregate)");
   } else {
     KVEVICT_CHECK(!q.empty(), "method ", method_name(opt.method), " needs queries but q is empty;",
                   " expected [Hq, m, d] with m >= ", opt.queries_needed(n));

@@ -102,7 +102,7 @@ RunResult simulate(const DecodeEvictOptions& opt, int64_t prompt, int steps, DTy
           t += independent_term(opt.score, q.data() + hq * kD, a.data() + hq * kD, lse[hq],
                                 kv.first, kv.second);
         }
-        t /= kHq / kHkv;
+        t /= static_cast<double>(kHq) / kHkv;  // the GQA group size
         if (opt.score == DecodeScore::kTOVA)
           expected_acc[{h, p}] = t;
         else
@@ -195,6 +195,19 @@ TEST(DecodeEvictor, RejectsBadOptions) {
   }
   EXPECT_THROW(decode_score_parse("nope"), Error);
   EXPECT_EQ(decode_score_parse("obcache_vk"), DecodeScore::kObcacheVK);
+  // budget + slack + 1 (capacity_per_head) overflowed int64 for 2^62 + 2^62 (signed overflow,
+  // a negative capacity): refused naming both.
+  DecodeEvictOptions huge;
+  huge.budget = int64_t{1} << 62;
+  huge.slack = int64_t{1} << 62;
+  try {
+    huge.validate();
+    FAIL() << "a budget + slack past any cache must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decode budget 4611686018427387904 + slack"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -81,5 +81,25 @@ TEST(DecodeEviction, BudgetAboveLengthNeverEvicts) {
   EXPECT_EQ(ev.stats().decode_evictions, 0);
 }
 
+// A budget + slack past the context never evicts (a head holds at most the context's rows), and
+// reserving budget + slack + 1 rows a head was what the kernel killed for 16777216 (hostile input
+// round 2, docs/RELIABILITY.md): the reservation stops at the context (2^21 rows a head before).
+TEST(DecodeEviction, ReservationNeverExceedsTheContext) {
+  testing::TinySpec spec;  // a 64-token context
+  const auto tiny = testing::make_tiny_model(spec, "decode_ev_huge");
+  auto model = Model::load(tiny.file->path());
+  Session s(model);
+  s.prefill({4, 5, 6},
+            decode_config(DecodeScore::kAttentionSum, int64_t{1} << 20, int64_t{1} << 20, 2));
+  s.decode(1);
+  for (int l = 0; l < spec.layers; ++l) {
+    if (model->config().is_sliding(l)) continue;
+    const KVLayerView v = s.cache(l).view();
+    for (int h = 0; h < v.num_kv_heads; ++h)
+      EXPECT_LE(v.offsets[h + 1] - v.offsets[h], spec.ctx + 1) << "layer " << l << " head " << h;
+  }
+  EXPECT_EQ(s.stats().decode_evictions, 0);
+}
+
 }  // namespace
 }  // namespace kvevict

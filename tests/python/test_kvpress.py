@@ -132,3 +132,16 @@ def test_adakv_press_runs_kvevict_scorers(inner):
     # A decode step through kvpress's patched attention (fake keys at the evicted rows).
     logits = model(torch.tensor([[5]]), past_key_values=cache, use_cache=True).logits
     assert logits.shape == (1, 1, 96) and bool(torch.isfinite(logits).all())
+
+
+@pytest.mark.parametrize("ratio,match", [(1.0, "compression_ratio is 1.0; expected 0 <= r < 1"),
+                                         (-0.1, "compression_ratio is -0.1"),
+                                         (float("nan"), "compression_ratio is nan"),
+                                         ("0.5", r"compression_ratio is '0.5' \(str\)")])
+def test_press_compression_ratio_is_a_value_error_naming_it(ratio, match):
+    """kvpress's own check is an assert (AssertionError, no value named; a TypeError for a
+    string)."""
+    with pytest.raises(ValueError, match=match):
+        DropKVPress(compression_ratio=ratio)
+    with pytest.raises(ValueError, match=match):
+        OBCachePress(compression_ratio=ratio, score="v")

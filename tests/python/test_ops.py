@@ -308,6 +308,99 @@ def test_nan_inputs_raise_instead_of_ranking_first():
         kvevict.select(s, 0.5)
 
 
+# Hostile input, round 2 (docs/RELIABILITY.md): scalars were converted instead of checked
+# (window=2.7 was 2, seed=1.5 was 1, budget=True kept everything, h2o_normalize="false" was True,
+# q_pos=[40.7] was 40 and 2**40 wrapped to int32), some reached nanobind as std::bad_cast or
+# "incompatible function arguments", and None where an object belongs was an AttributeError.
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=2.5),
+     r"window is 2\.5 \(float\); expected an integer"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=True), r"window is True \(bool\)"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window="8"), r"window is '8' \(str\)"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=2**40), r"window is 1099511627776; expected"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=8, pool=5), r"pool is 5 \(int\)"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=8, pool=""), "pool is empty"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=8, scale="0.5"), r"scale is '0.5' \(str\)"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=8, scale=1e39), "float32 can hold"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, "random", seed=1.5), r"seed is 1\.5 \(float\)"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, "random", seed=-1), "seed is -1; expected"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, "h2o", h2o_normalize="false"),
+     "h2o_normalize is 'false'"),
+    (lambda q, k, v, s: kvevict.score(q, k, v, window=8, wo=np.zeros((4, 96), np.float32)),
+     "wo is given but method 'dropkv' does not read it"),
+    (lambda q, k, v, s: kvevict.score(None, k, v, "knorm", aggregate="h2o"),
+     "h2o aggregation was requested for the query-free method knorm"),
+    (lambda q, k, v, s: kvevict.select(s, True), r"budget is True \(bool\)"),
+    (lambda q, k, v, s: kvevict.select(s, [0.5]), r"budget is \[0\.5\] \(list\)"),
+    (lambda q, k, v, s: kvevict.select(s, compression_ratio="0.5"), "compression_ratio is '0.5'"),
+    (lambda q, k, v, s: kvevict.select(s, 0.5, window=2.7), r"window is 2\.7 \(float\)"),
+    (lambda q, k, v, s: kvevict.select(s, 0.5, sink=2.9), r"sink is 2\.9 \(float\)"),
+    (lambda q, k, v, s: kvevict.select(s, 0.5, policy=None), "policy is None"),
+    (lambda q, k, v, s: kvevict.select(s[:, :0], 0.5), r"scores has shape \(2, 0\)"),
+    (lambda q, k, v, s: kvevict.compact(k, v, None), "selection is None"),
+    (lambda q, k, v, s: kvevict.compact(k, v, kvevict.select(s, 0.5), slack=2.5),
+     r"slack is 2\.5 \(float\)"),
+    (lambda q, k, v, s: kvevict.compact(k, v, kvevict.select(s, 0.5), slack=2**40),
+     "slack is 1099511627776"),
+    (lambda q, k, v, s: kvevict.attention(q, None, q_pos=list(range(8))), "cache is None"),
+    (lambda q, k, v, s: kvevict.LayerEvictor("dropkv", 0.5, sink=True), r"sink is True \(bool\)"),
+    (lambda q, k, v, s: kvevict.LayerEvictor("dropkv", 0.5, backend=None), "backend is None"),
+    (lambda q, k, v, s: kvevict.DecodeEvictor("h2o", 2.5), r"budget is 2\.5 \(float\)"),
+    (lambda q, k, v, s: kvevict.DecodeEvictor("h2o", 2**62, slack=2**62),
+     "budget is 4611686018427387904"),
+])
+def test_scalar_arguments_are_checked_not_converted(call, match):
+    rng = np.random.default_rng(20)
+    q, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    s = kvevict.score(q, k, v, window=8)
+    with pytest.raises(ValueError, match=match):
+        call(q, k, v, s)
+
+
+def test_positions_and_selections_are_checked_not_cast():
+    rng = np.random.default_rng(21)
+    q, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    cache = kvevict.KVCache.from_dense(k, v, slack=2)
+    one = q[:, -1:]
+    with pytest.raises(ValueError, match=r"q_pos element is 20\.7 \(float\)"):
+        kvevict.attention(one, cache, q_pos=[20.7])
+    with pytest.raises(ValueError, match="q_pos holds 1099511627776; expected positions"):
+        kvevict.attention(one, cache, q_pos=np.array([2**40]))
+    with pytest.raises(ValueError, match="q_pos has dtype float64"):
+        kvevict.attention(one, cache, q_pos=np.array([np.nan]))
+    with pytest.raises(ValueError, match="q_pos holds -1"):
+        kvevict.attention(one, cache, q_pos=[-1])
+    with pytest.raises(ValueError, match=r"q has shape \(4, 0, 16\); expected .* m >= 1"):
+        kvevict.attention(q[:, :0], cache, q_pos=np.zeros(0, np.int32))
+    with pytest.raises(ValueError, match="pos has dtype float64; expected integer positions"):
+        kvevict.KVCache.from_dense(k, v, pos=np.arange(20) * 1.5)
+    with pytest.raises(ValueError, match="pos holds -19"):
+        kvevict.KVCache.from_dense(k, v, pos=-np.arange(20))
+    with pytest.raises(ValueError, match=r"pos is 20\.5 \(float\)"):
+        cache.append(k[:, 0], v[:, 0], pos=20.5)
+    with pytest.raises(ValueError, match="k_row has dtype int32"):
+        cache.append(k[:, 0].astype(np.int32), v[:, 0], pos=20)
+    decreasing = kvevict.Selection(np.array([0, 1, 0, 1], np.int32), np.array([0, 3, 2], np.int64))
+    with pytest.raises(ValueError, match=r"selection.offsets is \[0, 3, 2\]; expected"):
+        kvevict.compact(k, v, decreasing)
+    floats = kvevict.Selection(np.array([0, 1, 0, 1.5]), np.array([0, 2, 4], np.int64))
+    with pytest.raises(ValueError, match="selection.index has shape .* dtype float64"):
+        kvevict.compact(k, v, floats)
+
+
+def test_host_scores_that_overflow_raise_like_the_cuda_check():
+    """Finite inputs whose logits overflow float32 gave NaN scores back without a word on the
+    host paths (the CUDA path raised)."""
+    rng = np.random.default_rng(22)
+    q, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    with pytest.raises(ValueError, match="scores .* holds NaN"):
+        kvevict.score(np.full_like(q, 3e38), k, v, window=8)
+    nan = kvevict.score(np.full_like(q, 3e38), k, v, window=8, check_finite=False)
+    assert np.isnan(nan).any()
+
+
 @pytest.mark.skipif(torch is None, reason="needs torch")
 def test_wrong_backend_for_the_device_is_an_error():
     rng = np.random.default_rng(13)
