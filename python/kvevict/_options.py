@@ -51,8 +51,8 @@ def _score_options_cached(method, aggregate, window, pool, h2o_normalize, seed, 
 def settings(method: str, budget: Optional[BudgetLike] = None, *,
              compression_ratio: Optional[float] = None, policy: Optional[str] = None,
              window: Optional[int] = None, pool: Optional[str] = None,
-             aggregate: Optional[str] = None, sink: Optional[int] = None, alpha: float = 0.2,
-             h2o_normalize: bool = False, seed: int = 0,
+             aggregate: Optional[str] = None, sink: Optional[int] = None,
+             alpha: Optional[float] = None, h2o_normalize: bool = False, seed: int = 0,
              select_window: Optional[int] = None) -> Settings:
     """ScoreOptions + SelectOptions as `kvevict score` builds them (see the module docstring)."""
     so = score_options(method, window=window, pool=pool, aggregate=aggregate,
@@ -64,10 +64,22 @@ def settings(method: str, budget: Optional[BudgetLike] = None, *,
     return Settings(so, sel)
 
 
+# adakv's safeguard when the caller gives none (SPEC section 3; `kvevict score --alpha`'s default).
+DEFAULT_ALPHA = 0.2
+
+
 def select_options(policy: str, budget: Optional[BudgetLike], compression_ratio: Optional[float],
-                   alpha: float, sink: int, window: int) -> "ext.SelectOptions":
-    """SelectOptions from checked arguments (the library checks the ranges it names)."""
-    return ext.select_options(C.text("policy", policy, optional=False), C.budget("budget", budget),
+                   alpha: Optional[float], sink: int, window: int) -> "ext.SelectOptions":
+    """SelectOptions from checked arguments (the library checks the ranges it names). An alpha
+    given with the uniform policy is an error, as ``kvevict score --alpha`` is: that policy never
+    reads it."""
+    policy = C.text("policy", policy, optional=False)
+    alpha = C.optional_number("alpha", alpha)
+    if alpha is not None and policy == "uniform":
+        raise ValueError(f"alpha={alpha} has no effect with the uniform policy; expected "
+                         "policy='adakv' (or leave alpha out)")
+    return ext.select_options(policy, C.budget("budget", budget),
                               C.optional_number("compression_ratio", compression_ratio),
-                              C.number("alpha", alpha), C.integer("sink", sink, 0, C.MAX_TOKENS),
+                              DEFAULT_ALPHA if alpha is None else alpha,
+                              C.integer("sink", sink, 0, C.MAX_TOKENS),
                               C.integer("window", window, 0, C.MAX_TOKENS))

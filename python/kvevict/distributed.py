@@ -199,7 +199,7 @@ def plan_layer(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     # check would add a second host synchronization per layer.
     sc = dict(scale=scale, wo=wo, return_aux=True, check_finite=False, **_score_kwargs(s.score))
     sel_kw = dict(policy=s.select.policy, window=s.select.window, sink=s.select.sink,
-                  alpha=s.select.alpha)
+                  alpha=s.select.alpha if s.select.policy == "adakv" else None)
 
     def select(scores, aux):
         return kvevict.select(scores, s.select.budget, aux=aux, **sel_kw)

@@ -35,7 +35,7 @@ class LayerEvictor:
                  compression_ratio: Optional[float] = None, policy: Optional[str] = None,
                  window: Optional[int] = None, pool: Optional[str] = None,
                  aggregate: Optional[str] = None, sink: Optional[int] = None,
-                 alpha: float = 0.2, h2o_normalize: bool = False, seed: int = 0,
+                 alpha: Optional[float] = None, h2o_normalize: bool = False, seed: int = 0,
                  backend: str = "cpu"):
         self.settings = _options.settings(
             method, budget, compression_ratio=compression_ratio, policy=policy, window=window,

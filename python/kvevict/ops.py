@@ -241,7 +241,7 @@ class Selection:
 
 
 def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
-           policy: str = "uniform", window: int = 0, sink: int = 0, alpha: float = 0.2,
+           policy: str = "uniform", window: int = 0, sink: int = 0, alpha: Optional[float] = None,
            aux: Optional[Array] = None, compression_ratio: Optional[float] = None,
            backend: Optional[str] = None, check_finite: bool = True) -> Selection:
     """Which rows every KV head keeps (SPEC section 3).
@@ -253,7 +253,8 @@ def select(scores: Array, budget: Optional[_options.BudgetLike] = None, *,
         policy: "uniform" (every head keeps the same count) or "adakv" (per-head budgets).
         window, sink: the last ``window`` and first ``sink`` tokens are always kept (they count
             inside the budget).
-        alpha: adakv's safeguard, ``B_h = f_h (1 - alpha) + alpha B``.
+        alpha: adakv's safeguard, ``B_h = f_h (1 - alpha) + alpha B`` (None: 0.2); an error with
+            the uniform policy, which does not read it.
         aux: criticalkv's stage-1 scores ``[Hkv, n]`` (two-stage selection), else None.
         check_finite: CUDA only: raise on NaN scores (one host synchronization); see ``score``.
 

@@ -359,6 +359,26 @@ def test_scalar_arguments_are_checked_not_converted(call, match):
         call(q, k, v, s)
 
 
+def test_alpha_is_refused_where_the_uniform_policy_would_ignore_it():
+    # As `kvevict score --alpha` with the uniform policy: an alpha given is one the caller meant.
+    rng = np.random.default_rng(22)
+    q, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    s = kvevict.score(q, k, v, window=8)
+    with pytest.raises(ValueError, match=r"alpha=0\.5 has no effect with the uniform policy"):
+        kvevict.select(s, 0.5, alpha=0.5)
+    with pytest.raises(ValueError, match="has no effect with the uniform policy"):
+        kvevict.LayerEvictor("dropkv", budget=0.5, alpha=0.3)
+    # adakv reads it: different safeguards give different per-head budgets on skewed heads.
+    skewed = s.copy()
+    skewed[0] *= 100.0
+    lo = kvevict.select(skewed, 0.5, policy="adakv", alpha=0.0)
+    hi = kvevict.select(skewed, 0.5, policy="adakv", alpha=1.0)
+    assert list(np.diff(hi.offsets)) == [10, 10]  # alpha = 1: the uniform split
+    assert list(np.diff(lo.offsets)) != list(np.diff(hi.offsets))
+    # Left out, adakv takes the default 0.2, as the evictor's settings say.
+    assert kvevict.LayerEvictor("adadropkv", budget=0.5).settings.select.alpha == 0.2
+
+
 def test_positions_and_selections_are_checked_not_cast():
     rng = np.random.default_rng(21)
     q, k, v = qkv(rng, 4, 2, 20, 8, 16)

@@ -104,7 +104,7 @@ class EvictConfig:
     pool: Optional[str] = None
     aggregate: Optional[str] = None
     sink: Optional[int] = None
-    alpha: float = 0.2
+    alpha: Optional[float] = None
     prefill: bool = True
     decode_budget: Optional[int] = None
     decode_score: str = "h2o"

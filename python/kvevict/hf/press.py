@@ -112,7 +112,8 @@ def _check_unpadded(kwargs) -> None:
 def press(model, method: str = "dropkv", budget: Optional[_options.BudgetLike] = 0.1, *,
           compression_ratio: Optional[float] = None, policy: Optional[str] = None,
           query_aware: bool = True, window: Optional[int] = None, pool: Optional[str] = None,
-          aggregate: Optional[str] = None, sink: Optional[int] = None, alpha: float = 0.2,
+          aggregate: Optional[str] = None, sink: Optional[int] = None,
+          alpha: Optional[float] = None,
           prefill: bool = True, decode_budget: Optional[int] = None, decode_score: str = "h2o",
           decode_slack: int = 0, decode_recent: int = 32, slack: int = 64,
           shard: Optional[distributed.HeadShard] = None) -> Iterator[Press]:
