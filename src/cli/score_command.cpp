@@ -79,6 +79,8 @@ int run_score(const ScoreArgs& a) {
   KVEVICT_CHECK(a.alpha_opt->count() == 0 || sel.policy == Policy::kAdaKV, "--alpha ", a.alpha,
                 " has no effect with the uniform policy; expected --policy adakv (or adakv, "
                 "adadropkv)");
+  KVEVICT_CHECK(a.q.empty() || sopt.needs_queries(), "--q has no effect with --method ", a.method,
+                " (a query-free method: it reads no queries)");
   KVEVICT_CHECK(a.seed_opt->count() == 0 || sopt.method == Method::kRandom, "--seed has no ",
                 "effect with --method ", a.method, " (only random draws numbers)");
 
@@ -87,8 +89,6 @@ int run_score(const ScoreArgs& a) {
   HostTensor q, wo;
   if (sopt.needs_queries()) {
     KVEVICT_CHECK(!a.q.empty(), "method ", a.method, " needs queries; pass --q q.npy [Hq, w, d]");
-    q = load_tensor_arg(a.q, "--q", a.bf16);
-  } else if (!a.q.empty()) {
     q = load_tensor_arg(a.q, "--q", a.bf16);
   }
   if (sopt.method == Method::kCriticalKV) {

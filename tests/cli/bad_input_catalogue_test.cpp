@@ -903,6 +903,7 @@ TEST_F(HostileInput, IgnoredAndConflictingOptionsAreRefused) {
       {cat(score_args(dir), {"--wo", dir.file("k.npy")}), {"--wo has no effect"}},
       {cat(score_args(dir), {"--alpha", "0.5"}), {"--alpha 0.5 has no effect", "uniform"}},
       {cat(knorm, {"--seed", "5"}), {"--seed has no effect with --method knorm"}},
+      {cat(knorm, {"--q", dir.file("q.npy")}), {"--q has no effect with --method knorm"}},
       // analyze: tensors and -m together (the tensors were ignored), more queries than q holds
       // (fewer were analysed).
       {cat(tensors, {"-m", missing}), {"excludes"}},
