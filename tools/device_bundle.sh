@@ -11,6 +11,9 @@
 #   BUNDLE_MODELS=0 tools/device_bundle.sh ...      binaries only
 #   BUNDLE_FIRST_PART=BYTES, BUNDLE_PART=BYTES       the first model part's size and the others'
 #                                                    (default 60 MB each)
+#   BASE_LIB=PATH tools/device_bundle.sh ...         also OUT_DIR/c0/lib_base.tar.xz: an earlier
+#                                                    build's library (e.g. libkvevict_cuda.so) under
+#                                                    its SONAME, for device_session.sh's A/B verbs
 set -euo pipefail
 build="${1:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
 out="${2:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
@@ -56,6 +59,14 @@ fi
 rm -rf "$out"/c[0-9]*
 mkdir -p "$out/c0"
 mv "$out/bins.tar.xz" "$out/c0/"
+if [[ -n "${BASE_LIB:-}" ]]; then
+  mkdir -p "$stage/base"
+  soname="$(objdump -p "$BASE_LIB" | awk '$1 == "SONAME" { print $2 }')"
+  cp -L "$BASE_LIB" "$stage/base/${soname:-$(basename "$BASE_LIB")}"
+  strip --strip-unneeded "$stage"/base/* 2>/dev/null || true
+  tar -C "$stage/base" -cf - . | xz -T2 -6 >"$out/c0/lib_base.tar.xz"
+  echo "device_bundle: base library $(ls "$stage/base")"
+fi
 i=0
 for p in "$out"/models.part-*; do
   [[ -f "$p" ]] || continue

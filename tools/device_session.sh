@@ -39,6 +39,14 @@
 #                                             against the L2 prefetch, A B A B: SmolLM2 and Gemma 3
 #                                             shapes, batch 1, contexts 256 and 4K
 #                                             (PRELOAD_CONTEXTS, ROUNDS); gpu_gemv_bench --sync-cost
+#   tools/device_session.sh prefill-lib-ab DIR
+#                                             this build's prefill attention against DIR's
+#                                             lib_base.tar.xz (device_bundle.sh BASE_LIB=...: an
+#                                             earlier libkvevict_cuda), A B A B in one start: the
+#                                             forward's tests, then gpu_attention_bench (Llama
+#                                             heads, 4K chunks; AB_LENGTHS) and the 8B's 32K
+#                                             prefill with each library (unpacks DIR's binaries
+#                                             when `first` has not)
 #   tools/device_session.sh prefill-ab        the 8B's prefill at 32K / 128K with each wgmma loop
 #                                             (gpu_e2e_bench --forward-loop; PREFILL_LOOPS, default
 #                                             "tma-wide wide-overlap wide-pingpong")
@@ -294,6 +302,26 @@ PY
     done | tee $K/logs/preload_ab.txt
     timeout 100 $K/bin/gpu_gemv_bench --sync-cost 2>&1 | tee $K/logs/sync_cost.txt
     pack preload_ab_logs
+    ;;
+  prefill-lib-ab)
+    # A change to the prefill attention against the library before it, on one card in one start
+    # (the card's clocks drift between starts): the libraries alternate, base first each round.
+    dir="${2:?usage: device_session.sh prefill-lib-ab DIR}"
+    [ -x $K/bin/gpu_attention_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
+    mkdir -p $K/lib_base && xz -dc "$dir/lib_base.tar.xz" | tar -xf - -C $K/lib_base || exit 3
+    for t in test_cuda_window_forward_test test_model_cuda_gpu_session_test; do run_test $K/bin/$t; done
+    for round in 1 2; do
+      for v in base new; do
+        lib=$K/lib
+        [ $v = base ] && lib=$K/lib_base:$K/lib
+        echo "== $v round $round"
+        LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 100 $K/bin/gpu_attention_bench \
+          --shape llama --lengths ${AB_LENGTHS:-4096,32768,131072} --chunk 4096 --reps 3 2>&1 | grep -E "wide"
+        LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 100 $K/bin/gpu_e2e_bench \
+          --preset llama-3.1-8b --lengths 32768 --pair-max 0 --prefill-only 2>&1 | grep -E "^32768"
+      done
+    done | tee $K/logs/prefill_lib_ab.txt
+    pack prefill_lib_ab_logs
     ;;
   prefill-ab)
     # The prefill attention's wgmma loops end to end (gpu_e2e_bench --forward-loop, A B A B): the
