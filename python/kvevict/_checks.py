@@ -178,6 +178,13 @@ def inner_contiguous(name: str, x: Any) -> None:
             "(call .contiguous())")
 
 
+def no_unread_wo(wo: Any, method: str) -> None:
+    """wo is criticalkv's alone: given to another method it would be ignored."""
+    if wo is not None and method != "criticalkv":
+        raise ValueError(f"wo is given but method {method!r} does not read it; expected wo=None "
+                         "(only criticalkv reads the output projection)")
+
+
 def no_nan(name: str, x: Any) -> None:
     if T.isnan_any(x):
         raise ValueError(f"{name} holds NaN; expected finite numbers")

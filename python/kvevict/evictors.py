@@ -62,9 +62,7 @@ class LayerEvictor:
         [Hkv, n, d]`` -> a Selection in k's framework and device."""
         C.qkv(q, k, v, self.settings.score.needs_queries)
         scale = C.optional_number("scale", scale, float32=True)
-        if wo is not None and self.settings.score.method != "criticalkv":
-            raise ValueError(f"wo is given but method {self.settings.score.method!r} does not read "
-                             "it; expected wo=None (only criticalkv reads the output projection)")
+        C.no_unread_wo(wo, self.settings.score.method)
         self._sync(k)
         sel = self._evictor.plan(None if q is None else T.for_kernel(q), T.for_kernel(k),
                                  T.for_kernel(v), None if wo is None else T.for_kernel(wo),

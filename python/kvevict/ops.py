@@ -78,9 +78,7 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
                                   h2o_normalize=h2o_normalize, seed=seed, scale=scale)
     return_aux = C.flag("return_aux", return_aux)
     check_finite = C.flag("check_finite", check_finite)
-    if wo is not None and opts.method != "criticalkv":
-        raise ValueError(f"wo is given but method {opts.method!r} does not read it; expected "
-                         "wo=None (only criticalkv reads the output projection)")
+    C.no_unread_wo(wo, opts.method)
     C.array("k", k)
     if k.ndim == 4:
         C.shape("v", v, T.shape_of(k), "[B, Hkv, n, d] (the shape of k)")

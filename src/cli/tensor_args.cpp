@@ -12,6 +12,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Where the file part of "file.safetensors[:name]" ends, or npos for any other spec.
+size_t safetensors_path_end(const std::string& spec) {
+  static const std::string kExt = ".safetensors";
+  const size_t at = spec.find(kExt);
+  return at == std::string::npos ? at : at + kExt.size();
+}
+
 HostTensor load_safetensors(const std::string& spec, size_t end, const char* what) {
   const std::string path = spec.substr(0, end);
   const auto file = safetensors::File::open(path);
@@ -31,9 +38,8 @@ HostTensor load_npy(const std::string& path, const char* what, bool bf16) {
 
 HostTensor load_tensor_file(const std::string& spec, const char* what, bool bf16) {
   try {
-    const auto st = spec.find(".safetensors");
-    if (st != std::string::npos) {
-      const auto end = st + std::string(".safetensors").size();
+    const size_t end = safetensors_path_end(spec);
+    if (end != std::string::npos) {
       KVEVICT_CHECK(end == spec.size() || spec[end] == ':', what, " '", spec,
                     "' is not 'file.safetensors' or 'file.safetensors:tensor_name'");
       return load_safetensors(spec, end, what);
@@ -51,9 +57,8 @@ HostTensor load_tensor_file(const std::string& spec, const char* what, bool bf16
 }  // namespace
 
 std::string tensor_file(const std::string& spec) {
-  const auto st = spec.find(".safetensors");
-  if (st == std::string::npos) return spec;
-  return spec.substr(0, st + std::string(".safetensors").size());
+  const size_t end = safetensors_path_end(spec);
+  return end == std::string::npos ? spec : spec.substr(0, end);
 }
 
 HostTensor load_tensor_arg(const std::string& spec, const char* what, bool bf16) {
