@@ -94,14 +94,15 @@ __device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, 
 }
 
 // Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries,
-// `stages` K (and V) tiles and, with TMA loads, a full and an empty barrier a stage (which can
-// cost a stage: 64-row blocks at d = 128 fit 3 stages two blocks a SM to the byte without them).
+// `stages` K (and V) tiles and, with TMA loads, three barriers a stage: K's arrival, the stage's
+// release and V's arrival (which can cost a stage: 64-row blocks at d = 128 fit 3 stages two
+// blocks a SM to the byte without them).
 template <class Tr, bool kWithV, bool kTma = false>
 constexpr size_t wg_forward_smem(int stages) {
   using T = typename Tr::T;
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD +
          sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1) +
-         (kTma ? 2 * stages * sizeof(uint64_t) : 0);
+         (kTma ? 3 * stages * sizeof(uint64_t) : 0);
 }
 template <class Tr, bool kWithV, bool kTma = false>
 constexpr int wg_forward_stages() {
@@ -126,11 +127,11 @@ __device__ __forceinline__ int longest_first_row_block(const ForwardParams& p, i
 // kDirect (one split, launch_window_attention_rows): the rows' final outputs and lse go straight
 // to p.rows_out / p.rows_lse, as the merge would write them from this block's one partial.
 // kTma (direct rows; set_window_tma): one more warp, the producer, streams the key tiles with the
-// tensor memory accelerator (maps) into the stage ring, each stage's arrival signalled on a "full"
-// mbarrier and its release by the 8 consumer warps (after their P V) on an "empty" one; no thread
-// copies a tile and no block-wide barrier runs per tile, so the two warpgroups drift apart and
-// overlap each other's softmax with the tensor cores (FlashAttention-3's producer / consumer
-// split). Keys past the block's range but before n are loaded and masked (not zeroed).
+// tensor memory accelerator (maps) into the stage ring, each stage's K and V arrivals signalled
+// on two "full" mbarriers and its release by the 8 consumer warps (after their P V) on an "empty"
+// one; no thread copies a tile and no block-wide barrier runs per tile, so the two warpgroups
+// drift apart and overlap each other's softmax with the tensor cores (FlashAttention-3's producer
+// / consumer split). Keys past the block's range but before n are loaded and masked (not zeroed).
 // kTmaInline (with kTma; set_window_tma_wide: 128-key tiles, or 64 at head dim 256): no producer
 // warp. Each consumer warp counts its release of a stage on a shared counter, and the warp that
 // releases it last issues the TMA loads of the stage's next tile. 256 threads leave ptxas up to
@@ -169,8 +170,11 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   T* q_s = swizzle_aligned<T>(smem_raw);  // [R][D] swizzled
   T* k_s = q_s + R * D;                   // [kStages][TK][D] swizzled
   T* v_s = k_s + kStages * TK * D;        // [kStages][TK][D] swizzled (kWithV)
-  uint64_t* full = reinterpret_cast<uint64_t*>(v_s + (kWithV ? kStages * TK * D : 0));  // kTma
-  uint64_t* empty = full + kStages;                                                     // kTma
+  // kTma: a stage's K arrival (full), its release (empty) and its V arrival (full_v): a warpgroup
+  // issues Q K^T of a tile when the tile's K has landed, whatever its V is doing.
+  uint64_t* full = reinterpret_cast<uint64_t*>(v_s + (kWithV ? kStages * TK * D : 0));
+  uint64_t* empty = full + kStages;
+  uint64_t* full_v = empty + kStages;
   // kTmaInline: in empty's place, each stage's count of warp releases since the launch.
   unsigned* released = reinterpret_cast<unsigned*>(empty);
 
@@ -211,17 +215,22 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
     }
   };
-  // kTma: tile `tile`'s K (and V) boxes into its stage, their bytes expected on its full barrier.
+  // kTma: tile `tile`'s K and V boxes into its stage, their bytes expected on its full and full_v
+  // barriers (K first: a warpgroup waits for it one step before it needs V).
   auto issue_tma = [&](int tile) {
-    constexpr uint32_t kTileBytes = sizeof(T) * TK * D * (kWithV ? 2 : 1);
+    constexpr uint32_t kTileBytes = sizeof(T) * TK * D;
     const int stage = tile % kStages;
     mbar_arrive_expect_tx(&full[stage], kTileBytes);
+    mbar_arrive_expect_tx(&full_v[stage], kTileBytes);
     const int key = static_cast<int>(key_begin) + tile * TK;
 #pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb) {
+    for (int cb = 0; cb < D / 64; ++cb)
       tma_load_box(k_s + stage * TK * D + cb * TK * 64, &maps.k, &full[stage], cb * 64, key, hk);
-      if constexpr (kWithV)
-        tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full[stage], cb * 64, key, hk);
+    if constexpr (kWithV) {
+#pragma unroll
+      for (int cb = 0; cb < D / 64; ++cb)
+        tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full_v[stage], cb * 64, key,
+                     hk);
     }
   };
   if constexpr (kTma) {
@@ -230,6 +239,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     if (tid == 0) {
       for (int st = 0; st < kStages; ++st) {
         mbar_init(&full[st], 1);  // the issuing thread's arrival + the tile's bytes
+        mbar_init(&full_v[st], 1);
         if constexpr (kTmaInline)
           released[st] = 0;
         else
@@ -362,16 +372,21 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
 
   // Waits until tile `use` has landed: at most `pending` cp.async groups in flight, the landed
   // tiles made visible to wgmma, and a block barrier (which also frees the stage the next
-  // prefetch loads into); kTma: tile `use`'s "full" phase.
+  // prefetch loads into); kTma: tile `use`'s K and V arrivals.
   auto landed = [&](auto pending, int use) {
     if constexpr (kTma) {
       mbar_wait(&full[use % kStages], (use / kStages) & 1);
+      mbar_wait(&full_v[use % kStages], (use / kStages) & 1);
     } else {
       cp_async_wait<decltype(pending)::value>();
       fence_async_shared();
       __syncthreads();
     }
   };
+  // kTma: tile `use`'s K, or its V, has landed (the overlapped loops wait for each where it is
+  // first read: K before Q K^T, V one step later before P V).
+  auto landed_k = [&](int use) { mbar_wait(&full[use % kStages], (use / kStages) & 1); };
+  auto landed_v = [&](int use) { mbar_wait(&full_v[use % kStages], (use / kStages) & 1); };
   // landed, then tile `ahead` (when there is one) loads as one more cp.async group (kTma: the
   // producer prefetches on its own).
   auto landed_then_prefetch = [&](auto pending, int ahead, int use) {
@@ -424,7 +439,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     bool grew = false, rescaled = false;
     if (num_tiles > 0) {
       if (wg == 1) pass_turn();
-      landed(std::integral_constant<int, 0>(), 0);
+      landed_k(0);
       take_turn();
       issue_qk(s, 0);
       pass_turn();
@@ -438,7 +453,8 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     // proving that the first wait leaves only P V running, and it would serialize the wgmma,
     // C7514); the last tile's P V follows the loop.
     for (int tile = 0; tile + 1 < num_tiles; ++tile) {
-      landed(std::integral_constant<int, 0>(), tile + 1);
+      landed_k(tile + 1);
+      landed_v(tile);
       take_turn();
       issue_qk(s, (tile + 1) % kStages);
       wgmma_hold(s);
@@ -462,6 +478,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       pack_p(s, pa);
     }
     if (num_tiles > 0) {
+      landed_v(num_tiles - 1);
       take_turn();
       issue_pv_packed(pa, (num_tiles - 1) % kStages);
       if (wg == 0) pass_turn();
