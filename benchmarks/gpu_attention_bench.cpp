@@ -14,7 +14,7 @@
 // Head dim 256 has one wide loop: its FA3 loop rows are not timed.
 //
 // Usage: gpu_attention_bench [--shape llama|gemma3] [--lengths 4096,32768,131072] [--chunk 4096]
-//                            [--reps N] [--exp-modes]
+//                            [--reps N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -48,7 +48,6 @@ struct Args {
   std::vector<int64_t> lengths = {4096, 32768, 131072};
   int64_t chunk = 4096;
   int reps = 10;
-  bool exp_modes = false;  // --exp-modes: loop 1 with each set_window_wide_exp mode too
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
@@ -87,8 +86,6 @@ Args parse(int argc, char** argv) {
     } else if (s == "--reps") {
       a.reps = std::atoi(value().c_str());
       if (a.reps < 1) usage_error("--reps: expected >= 1");
-    } else if (s == "--exp-modes") {
-      a.exp_modes = true;
     } else if (s == "--help" || s == "-h") {
       std::printf(
           "gpu_attention_bench: one layer's causal prefill attention, chunk by chunk as the GPU\n"
@@ -97,10 +94,7 @@ Args parse(int argc, char** argv) {
           "  --lengths L   comma-separated prompt lengths (default 4096,32768,131072)\n"
           "  --chunk N     prefill chunk (default 4096, the runtime's)\n"
           "  --reps N      rounds: one timed run of each variant a round, order rotated, median\n"
-          "                taken (default 10)\n"
-          "  --exp-modes   also loop 1 with each exponential mode of set_window_wide_exp (bf16,\n"
-          "                head dim 128): exp1 / exp2 a quarter / half on the FMA pipe, exp9\n"
-          "                none (wrong outputs: a timing bound)\n");
+          "                taken (default 10)\n");
       std::exit(0);
     } else {
       usage_error("unknown option " + s);
@@ -194,26 +188,20 @@ int run(const Args& args) {
       const char* name;
       bool tma, wide;
       int loop;
-      int exp = 0;
     };
-    const Variant all_variants[] = {
-        {"plain", false, false, 0},       {"tma", true, false, 0},
-        {"tma-wide", true, true, 0},      {"wide-overlap", true, true, 1},
-        {"wide-pingpong", true, true, 2}, {"wide-early-k", true, true, 3}};
-    const Variant exp_variants[] = {{"wide-ov-exp1", true, true, 1, 1},
-                                    {"wide-ov-exp2", true, true, 1, 2},
-                                    {"wide-ov-exp9", true, true, 1, 9}};
+    const Variant all_variants[] = {{"plain", false, false, 0},
+                                    {"tma", true, false, 0},
+                                    {"tma-wide", true, true, 0},
+                                    {"wide-overlap", true, true, 1},
+                                    {"wide-pingpong", true, true, 2}};
     std::vector<Variant> variants;
     for (const Variant& v : all_variants)
       if (v.loop == 0 || sh.d <= 128) variants.push_back(v);
-    if (args.exp_modes && sh.d == 128)
-      for (const Variant& v : exp_variants) variants.push_back(v);
     const int nv = static_cast<int>(variants.size());
     auto use = [&](const Variant& v) {
       kvevict::cuda::set_window_tma(v.tma);
       kvevict::cuda::set_window_tma_wide(v.wide);
       kvevict::cuda::set_window_wide_loop(v.loop);
-      kvevict::cuda::set_window_wide_exp(v.exp);
     };
     for (const Variant& v : variants) {  // warm-up: module load, first touch
       use(v);
@@ -230,7 +218,6 @@ int run(const Args& args) {
     kvevict::cuda::set_window_tma(true);  // the defaults
     kvevict::cuda::set_window_tma_wide(true);
     kvevict::cuda::set_window_wide_loop(1);
-    kvevict::cuda::set_window_wide_exp(0);
     for (int i = 0; i < nv; ++i) {
       const double all = median(all_ms[i]);
       std::printf("%-10lld %-14s %8zu %12.3f %10.1f %12.3f\n", static_cast<long long>(L),

@@ -126,8 +126,7 @@ Args parse(int argc, char** argv) {
           "  --prompt-tokens N      context of --decode-ab (default 256)\n"
           "  --forward-loop L       the prefill attention's wgmma loop: plain (cp.async),\n"
           "                         tma, tma-wide (the wide plain loop), wide-overlap\n"
-          "                         (default), wide-pingpong or wide-early-k\n"
-          "                         (kernel_variants.h)\n"
+          "                         (default) or wide-pingpong (kernel_variants.h)\n"
           "  --prefill-only         the prefills alone, no decode runs\n");
       std::exit(0);
     }
@@ -183,12 +182,11 @@ Args parse(int argc, char** argv) {
       a.prefill_only = true;
     else if (k == "--forward-loop") {
       a.forward_loop = v();
-      KVEVICT_CHECK(
-          a.forward_loop == "plain" || a.forward_loop == "tma" || a.forward_loop == "tma-wide" ||
-              a.forward_loop == "wide-overlap" || a.forward_loop == "wide-pingpong" ||
-              a.forward_loop == "wide-early-k",
-          "--forward-loop '", a.forward_loop,
-          "': expected plain, tma, tma-wide, wide-overlap, wide-pingpong or wide-early-k");
+      KVEVICT_CHECK(a.forward_loop == "plain" || a.forward_loop == "tma" ||
+                        a.forward_loop == "tma-wide" || a.forward_loop == "wide-overlap" ||
+                        a.forward_loop == "wide-pingpong",
+                    "--forward-loop '", a.forward_loop,
+                    "': expected plain, tma, tma-wide, wide-overlap or wide-pingpong");
     } else
       KVEVICT_FAIL("unknown option '", k, "'");
   }
@@ -325,14 +323,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string& loop = a.forward_loop;
-    const bool wide = loop == "tma-wide" || loop == "wide-overlap" || loop == "wide-pingpong" ||
-                      loop == "wide-early-k";
+    const bool wide = loop == "tma-wide" || loop == "wide-overlap" || loop == "wide-pingpong";
     cuda::set_window_tma(loop == "tma" || wide);
     cuda::set_window_tma_wide(wide);
-    cuda::set_window_wide_loop(loop == "wide-overlap"    ? 1
-                               : loop == "wide-pingpong" ? 2
-                               : loop == "wide-early-k"  ? 3
-                                                         : 0);
+    cuda::set_window_wide_loop(loop == "wide-overlap" ? 1 : loop == "wide-pingpong" ? 2 : 0);
     ModelConfig cfg = ModelConfig::preset(a.preset);
     std::string simplification;
     if (a.layers > 0 && a.layers < cfg.n_layers) {

@@ -95,20 +95,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x without the MUFU unit, for x <= 0 (a softmax's exponents): x rounded to the nearest integer j
-// by the 1.5 * 2^23 addition, 2^(x - j) by a degree-3 polynomial (relative error 1.0e-4 on
-// [-1/2, 1/2], fitted for relative error), j added to the result's exponent bits. x is clamped
-// at -127, where the sum of the bits is exactly 0: -inf gives 0 (below -126 the result is a
-// meaningless denormal of that size). NaN gives an unspecified value: callers flag NaN rows by
-// their maxima. Costs 8 FMA-pipe instructions where fast_exp2 costs one quarter-rate MUFU.
-__device__ __forceinline__ float poly_exp2(float x) {
-  x = fmaxf(x, -127.f);
-  const float r = x + 12582912.f;  // j in the low mantissa bits of r
-  const float f = x - (r - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.05500893f, f, 0.24221100f), f, 0.69328296f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
-}
-
 // Programmatic dependent launch (sm_90): a kernel launched with launch_pdl() may start while the
 // previous kernel of the stream finishes; it must call grid_dependency_wait() before it reads
 // anything that kernel wrote (a no-op when launched normally). launch_dependents() lets the next

@@ -44,16 +44,8 @@ void set_window_tma_wide(bool enabled);
 // together, the next softmax overlapping P V); 2 that order with FA3's ping-pong turns between the
 // two warpgroups (named barriers). Same outputs bit for bit (tests check). H100, 2026-12-06 (f),
 // Llama-3.1-8B heads: loop 1 at 4K / 32K / 128K 444.6 / 529.6 / 532.8 TFLOP/s against the plain
-// loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). 3: loop 1 with each stage's K
-// refilled once every warp's Q K^T of it has completed (its V after the P V), an experiment.
-// (src/cuda/window_forward_wgmma.cu)
+// loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). (src/cuda/window_forward_wgmma.cu)
 void set_window_wide_loop(int mode);
-// An experiment on the MUFU unit's share of the wide forward's loop 1 (bf16, head dim 128; other
-// shapes ignore it): 0, the default, forms every exponential of the softmax with one MUFU ex2;
-// 1 forms every fourth and 2 every second with a degree-3 polynomial on the FMA pipe (relative
-// error 1.0e-4, below the bf16 rounding of P); 9 forms none (P = the exponent): WRONG outputs, a
-// timing bound for gpu_attention_bench only. (src/cuda/window_forward_wgmma.cu)
-void set_window_wide_exp(int mode);
 // The fewest key tiles (64 keys; 32 at head dim 256) a split of the window kernels' plans gets
 // (window_plan.cpp make_window_plan), 1 to 8; 4 is the default: fewer than 4 made the merge of the
 // splits cost about as much as the work it merged (v3). It binds where one wave of blocks would

@@ -94,15 +94,15 @@ __device__ __forceinline__ void tma_load_box(void* dst, const CUtensorMap* map, 
 }
 
 // Shared memory: 1 KB of alignment slack (swizzled tiles start 1024-byte aligned), the queries,
-// `stages` K (and V) tiles and, with TMA loads, four 8-byte words a stage: K's arrival, the stage's
-// release, V's arrival and (loop 3) the release of its K (which can cost a stage: 64-row blocks at
-// d = 128 fit 3 stages two blocks a SM to the byte without them).
+// `stages` K (and V) tiles and, with TMA loads, three barriers a stage: K's arrival, the stage's
+// release and V's arrival (which can cost a stage: 64-row blocks at d = 128 fit 3 stages two
+// blocks a SM to the byte without them).
 template <class Tr, bool kWithV, bool kTma = false>
 constexpr size_t wg_forward_smem(int stages) {
   using T = typename Tr::T;
   return 1024 + sizeof(T) * Tr::kRows * Tr::kD +
          sizeof(T) * stages * Tr::kTileKeys * Tr::kD * (kWithV ? 2 : 1) +
-         (kTma ? 4 * stages * sizeof(uint64_t) : 0);
+         (kTma ? 3 * stages * sizeof(uint64_t) : 0);
 }
 template <class Tr, bool kWithV, bool kTma = false>
 constexpr int wg_forward_stages() {
@@ -142,13 +142,9 @@ __device__ __forceinline__ int longest_first_row_block(const ForwardParams& p, i
 // tile t + 1 while its P V runs (intra-warpgroup overlap). 2: the same, the issues taken in turns
 // with the other warpgroup (two named barriers, FA3's ping-pong), so the tensor cores alternate
 // between the warpgroups instead of both warpgroups' softmax falling on the same moments. Every
-// product and softmax step is the plain loop's, in its order: the same bits. 3: loop 1 with each
-// stage's K refilled as soon as every warp's Q K^T of it has completed, a softmax before its V
-// (FA3 releases K and V apart); the same bits.
-// kExp (set_window_wide_exp; bf16, head dim 128, loop 1 only): how the softmax forms its
-// exponentials (forward_exp_tile_fma), an experiment on the MUFU unit's share of the loop.
+// product and softmax step is the plain loop's, in its order: the same bits.
 template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
-          bool kTmaInline = false, int kOverlap = 0, int kExp = 0>
+          bool kTmaInline = false, int kOverlap = 0>
 __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0), Tr::kBlocksPerSm)
     window_forward_wgmma_kernel(ForwardParams p, const __grid_constant__ KvTensorMaps maps) {
   static_assert(kWithV || !kTop, "the top keys need V");
@@ -179,8 +175,6 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   uint64_t* full = reinterpret_cast<uint64_t*>(v_s + (kWithV ? kStages * TK * D : 0));
   uint64_t* empty = full + kStages;
   uint64_t* full_v = empty + kStages;
-  // kOverlap 3: each stage's count of warp releases of its K (as `released`).
-  unsigned* released_k = reinterpret_cast<unsigned*>(full_v + kStages);
   // kTmaInline: in empty's place, each stage's count of warp releases since the launch.
   unsigned* released = reinterpret_cast<unsigned*>(empty);
 
@@ -221,31 +215,23 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
     }
   };
-  // kTma: tile `tile`'s K (or V) boxes into its stage, their bytes expected on its full (full_v)
-  // barrier; issue_tma both, K first (a warpgroup waits for it one step before it needs V).
-  constexpr uint32_t kTileBytes = sizeof(T) * TK * D;
-  auto issue_tma_k = [&](int tile) {
+  // kTma: tile `tile`'s K and V boxes into its stage, their bytes expected on its full and full_v
+  // barriers (K first: a warpgroup waits for it one step before it needs V).
+  auto issue_tma = [&](int tile) {
+    constexpr uint32_t kTileBytes = sizeof(T) * TK * D;
     const int stage = tile % kStages;
     mbar_arrive_expect_tx(&full[stage], kTileBytes);
+    mbar_arrive_expect_tx(&full_v[stage], kTileBytes);
     const int key = static_cast<int>(key_begin) + tile * TK;
 #pragma unroll
     for (int cb = 0; cb < D / 64; ++cb)
       tma_load_box(k_s + stage * TK * D + cb * TK * 64, &maps.k, &full[stage], cb * 64, key, hk);
-  };
-  auto issue_tma_v = [&](int tile) {
     if constexpr (kWithV) {
-      const int stage = tile % kStages;
-      mbar_arrive_expect_tx(&full_v[stage], kTileBytes);
-      const int key = static_cast<int>(key_begin) + tile * TK;
 #pragma unroll
       for (int cb = 0; cb < D / 64; ++cb)
         tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full_v[stage], cb * 64, key,
                      hk);
     }
-  };
-  auto issue_tma = [&](int tile) {
-    issue_tma_k(tile);
-    issue_tma_v(tile);
   };
   if constexpr (kTma) {
     // The queries (cp.async above) and the barriers reach every thread before the producer warp
@@ -254,10 +240,9 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       for (int st = 0; st < kStages; ++st) {
         mbar_init(&full[st], 1);  // the issuing thread's arrival + the tile's bytes
         mbar_init(&full_v[st], 1);
-        if constexpr (kTmaInline) {
+        if constexpr (kTmaInline)
           released[st] = 0;
-          released_k[st] = 0;
-        } else
+        else
           mbar_init(&empty[st], Tr::kWarps);  // one arrival a consumer warp
       }
       mbar_fence_init();
@@ -326,7 +311,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   auto mask_and_softmax = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew, bool* rescaled,
                               int stage) {
     const T* vtile = v_s + stage * TK * D;
-    forward_softmax_tile<kTop, T, kS, kExp>(
+    forward_softmax_tile<kTop, T, kS>(
         [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
         [&](int key, int col) {
           return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
@@ -415,31 +400,18 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   // kTmaInline: the stage's (tile / kStages + 1)-th round of kWarps releases ends with this
   // warp's when the count it finds is one short; that warp loads the stage's next tile. (A count,
   // never reset: no store to order against the other warps' later increments.)
-  // The count of `counter`'s stage of tile `tile` (released or released_k); the warp whose release
-  // ends the round calls refill(tile + kStages) when there is such a tile.
-  auto count_release = [&](unsigned* counter, int tile, auto&& refill) {
-    __syncwarp();
-    if (lane == 0) {
-      const int stage = tile % kStages;
-      const unsigned round_end = static_cast<unsigned>(tile / kStages + 1) * Tr::kWarps - 1;
-      __threadfence_block();  // this warp's reads of the stage before the count says so
-      if (atomicAdd(&counter[stage], 1u) == round_end) {
-        __threadfence_block();
-        if (tile + kStages < num_tiles) refill(tile + kStages);
-      }
-    }
-  };
-  // kOverlap 3: this warp's Q K^T of tile `tile` has completed; the last such warp loads the
-  // stage's next K (its V follows the P V releases).
-  auto release_k = [&](int tile) {
-    if constexpr (kOverlap == 3) count_release(released_k, tile, issue_tma_k);
-  };
   auto release = [&](int tile) {
     if constexpr (kTmaInline) {
-      if constexpr (kOverlap == 3)
-        count_release(released, tile, issue_tma_v);
-      else
-        count_release(released, tile, issue_tma);
+      __syncwarp();
+      if (lane == 0) {
+        const int stage = tile % kStages;
+        const unsigned round_end = static_cast<unsigned>(tile / kStages + 1) * Tr::kWarps - 1;
+        __threadfence_block();  // this warp's reads of the stage before the count says so
+        if (atomicAdd(&released[stage], 1u) == round_end) {
+          __threadfence_block();
+          if (tile + kStages < num_tiles) issue_tma(tile + kStages);
+        }
+      }
     } else if constexpr (kTma) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[tile % kStages]);
@@ -473,7 +445,6 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       pass_turn();
       wgmma_wait<0>();
       wgmma_hold(s);
-      release_k(0);
       mask_and_softmax(s, 0, corr, &grew, &rescaled, 0);
       rescale_o(corr, grew, rescaled);
       pack_p(s, pa);
@@ -491,7 +462,6 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       pass_turn();
       wgmma_wait<1>();  // Q K^T of tile + 1, committed first, has completed
       wgmma_hold(s);
-      release_k(tile + 1);
       mask_and_softmax(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages);
       // ptxas hoists the wait for P V above the softmax (placing it anywhere in the block, it
       // put it before the exponentials, which then ran after P V: no overlap) unless a memory
@@ -616,12 +586,11 @@ __global__ void wgmma_probe_kernel(int* out) {
 }
 
 template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
-          bool kTmaInline = false, int kOverlap = 0, int kExp = 0>
+          bool kTmaInline = false, int kOverlap = 0>
 cudaError_t launch_config(const ForwardParams& p, cudaStream_t stream,
                           const KvTensorMaps& maps = KvTensorMaps{}) {
   constexpr size_t smem = wg_forward_smem<Tr, kWithV, kTma>(wg_forward_stages<Tr, kWithV, kTma>());
-  auto kernel =
-      window_forward_wgmma_kernel<Tr, kWithV, kTop, kDirect, kTma, kTmaInline, kOverlap, kExp>;
+  auto kernel = window_forward_wgmma_kernel<Tr, kWithV, kTop, kDirect, kTma, kTmaInline, kOverlap>;
   cudaError_t err = set_kernel_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid(p.a.num_kv_heads, p.row_blocks, p.splits);
@@ -686,8 +655,7 @@ std::atomic<bool> g_wgmma_enabled{true};
 std::atomic<bool> g_tma{true};       // 2026-12-06 (e), H100: +16-19% over the plain loads
 std::atomic<bool> g_tma_wide{true};  // 2026-12-06 (e), H100: +8-15% over the 64-key TMA
 std::atomic<int> g_wide_loop{
-    1};                          // set_window_wide_loop: the overlapped loop (H100, 2026-12-06 (f))
-std::atomic<int> g_wide_exp{0};  // set_window_wide_exp: every exponential on the MUFU unit
+    1};  // set_window_wide_loop: the overlapped loop (H100, 2026-12-06 (f))
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (as final rows with one split: the TMA forwards where the switches allow), the outputs
@@ -701,21 +669,8 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
     using Wide = WgWindowTraits<typename Tr::T, Tr::kD, 2, 128>;
     if (direct && g_tma_wide.load(std::memory_order_relaxed) && make_kv_maps<Wide>(p, &maps))
       switch (g_wide_loop.load(std::memory_order_relaxed)) {
-        case 1:
-          if constexpr (std::is_same_v<typename Tr::T, __nv_bfloat16> && Tr::kD == 128) {
-            switch (g_wide_exp.load(std::memory_order_relaxed)) {
-              case 1:
-                return launch_config<Wide, true, false, true, true, true, 1, 1>(p, stream, maps);
-              case 2:
-                return launch_config<Wide, true, false, true, true, true, 1, 2>(p, stream, maps);
-              case 9:
-                return launch_config<Wide, true, false, true, true, true, 1, 9>(p, stream, maps);
-              default: break;
-            }
-          }
-          return launch_config<Wide, true, false, true, true, true, 1>(p, stream, maps);
+        case 1: return launch_config<Wide, true, false, true, true, true, 1>(p, stream, maps);
         case 2: return launch_config<Wide, true, false, true, true, true, 2>(p, stream, maps);
-        case 3: return launch_config<Wide, true, false, true, true, true, 3>(p, stream, maps);
         default: return launch_config<Wide, true, false, true, true, true>(p, stream, maps);
       }
   }
@@ -794,13 +749,8 @@ void set_window_tma_wide(bool enabled) {
   detail::g_tma_wide.store(enabled);
 }
 void set_window_wide_loop(int mode) {
-  KVEVICT_CHECK(mode >= 0 && mode <= 3, "wide loop ", mode, " is invalid; expected 0, 1, 2 or 3");
+  KVEVICT_CHECK(mode >= 0 && mode <= 2, "wide loop ", mode, " is invalid; expected 0, 1 or 2");
   detail::g_wide_loop.store(mode);
-}
-void set_window_wide_exp(int mode) {
-  KVEVICT_CHECK(mode == 0 || mode == 1 || mode == 2 || mode == 9, "set_window_wide_exp: mode ",
-                mode, "; expected 0, 1, 2 or 9");
-  detail::g_wide_exp.store(mode);
 }
 bool window_wgmma_available() {
   return detail::wgmma_kernels_available();

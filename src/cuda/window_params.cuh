@@ -326,25 +326,13 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
 }
 
 // forward_exp_tile_fma: P = exp2(s c - m_c) of the tile in place from the shifts m_c = m_use c
-// (log2 units), summed into the thread's l_run: the common form. kExp (the prefill forward's
-// experiments, set_window_wide_exp): 0 every exponential on the MUFU unit; 1 every fourth and 2
-// every second on the FMA pipe (poly_exp2); 9 no exponential at all (P = the exponent: wrong
-// outputs, a timing bound only). (The MUFU's f16x2 ex2 would not halve its share: sm_90 runs it as
-// two MUFU.EX2.F16, SASS 2026-12-07 (c).)
-template <int NS, int kExp = 0, class SAt>
+// (log2 units), summed into the thread's l_run: the common form.
+template <int NS, class SAt>
 __device__ __forceinline__ void forward_exp_tile_fma(SAt&& s, const float (&m_c)[2], float sc,
                                                      float (&l_run)[2]) {
-  static_assert(kExp == 0 || kExp == 1 || kExp == 2 || kExp == 9, "exp mode");
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
-    const float x = fmaf(s(i), sc, -m_c[(i >> 1) & 1]);
-    // (i is a constant once the loop is unrolled: each element's branch folds away.)
-    if constexpr (kExp == 9)
-      s(i) = x;
-    else if ((kExp == 1 && (i & 3) == 3) || (kExp == 2 && (i & 1) == 1))
-      s(i) = poly_exp2(x);
-    else
-      s(i) = fast_exp2(x);
+    s(i) = fast_exp2(fmaf(s(i), sc, -m_c[(i >> 1) & 1]));
     l_run[(i >> 1) & 1] += s(i);
   }
 }
@@ -390,7 +378,7 @@ struct ForwardRowLimits {
 // 8 (i >> 2) + 2 t4 + (i & 1) relative to fk.begin; the tile spans 2 NS keys a row. kTop keeps
 // the rows' top keys apart (o(i), v_at(key, col) and top as forward_top_step takes them). corr:
 // the factor for o (the caller rescales when *grew, unless *rescaled: the top step did it).
-template <bool kTop, class T, int NS, int kExp = 0, int NO, class SAt, class OAt, class VAt>
+template <bool kTop, class T, int NS, int NO, class SAt, class OAt, class VAt>
 __device__ __forceinline__ void forward_softmax_tile(SAt&& s, OAt&& o, VAt&& v_at,
                                                      const ForwardRowLimits& rl, int key0, int t4,
                                                      float sc, ForwardTop<NO>& top,
@@ -414,9 +402,8 @@ __device__ __forceinline__ void forward_softmax_tile(SAt&& s, OAt&& o, VAt&& v_a
   if constexpr (!kTop) {
     float m_c[2];
     *grew = online_max_step(mx, m_run, l_run, sc, m_c, corr);
-    forward_exp_tile_fma<NS, kExp>(s, m_c, sc, l_run);
+    forward_exp_tile_fma<NS>(s, m_c, sc, l_run);
   } else {
-    static_assert(kExp == 0, "the top-key forward: MUFU exponentials");
     float m_use[2];
     forward_top_step<T, NS, NO>(s, o, v_at, top, m_run, l_run, mx, sc, t4, key0, m_use, corr, grew,
                                 rescaled);
