@@ -47,6 +47,11 @@
 #                                             heads, 4K chunks; AB_LENGTHS) and the 8B's 32K
 #                                             prefill with each library (unpacks DIR's binaries
 #                                             when `first` has not)
+#   tools/device_session.sh decode-lib-ab DIR
+#                                             this build's batch-1 decode step against DIR's
+#                                             lib_base.tar.xz, A B A B in one start: the decode
+#                                             tests, then graph decode tok/s of the SmolLM2 and
+#                                             Gemma 3 shapes (AB_CONTEXTS, ROUNDS)
 #   tools/device_session.sh prefill-ab        the 8B's prefill at 32K / 128K with each wgmma loop
 #                                             (gpu_e2e_bench --forward-loop; PREFILL_LOOPS, default
 #                                             "tma-wide wide-overlap wide-pingpong")
@@ -322,6 +327,30 @@ PY
       done
     done | tee $K/logs/prefill_lib_ab.txt
     pack prefill_lib_ab_logs
+    ;;
+  decode-lib-ab)
+    # A change to the batch-1 decode step against the library before it, on one card in one
+    # start: the decode tests, then graph decode device tok/s of the SmolLM2 and Gemma 3 shapes
+    # (random weights, batch 1) at AB_CONTEXTS tokens of context, base and new alternating.
+    dir="${2:?usage: device_session.sh decode-lib-ab DIR}"
+    [ -x $K/bin/gpu_e2e_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
+    mkdir -p $K/lib_base && xz -dc "$dir/lib_base.tar.xz" | tar -xf - -C $K/lib_base || exit 3
+    for t in test_model_cuda_decode_gemv_test test_model_cuda_decode_graph_test \
+             test_model_cuda_gpu_session_test; do run_test $K/bin/$t; done
+    for round in $(seq 1 "${ROUNDS:-2}"); do
+      for v in base new; do
+        lib=$K/lib
+        [ $v = base ] && lib=$K/lib_base:$K/lib
+        for ctx in ${AB_CONTEXTS:-256 4096}; do
+          for p in smollm2-135m gemma3-270m; do
+            echo "== $v $p context $ctx round $round"
+            LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 90 $K/bin/gpu_e2e_bench --preset $p \
+              --decode-ab --batches 1 --prompt-tokens $ctx 2>&1 | grep -E "^[0-9]+ +graph"
+          done
+        done
+      done
+    done | tee $K/logs/decode_lib_ab.txt
+    pack decode_lib_ab_logs
     ;;
   prefill-ab)
     # The prefill attention's wgmma loops end to end (gpu_e2e_bench --forward-loop, A B A B): the
