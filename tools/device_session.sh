@@ -58,6 +58,10 @@
 #   tools/device_session.sh decode-profile    a decode step's kernels by time (ncu durations,
 #                                             tools/kernel_breakdown.py): SmolLM2 and 8B shapes
 #                                             at batch 1, default and fused step (PROFILE_SPECS)
+#   tools/device_session.sh decode-source-profile
+#                                             a batch-1 decode step's kernels per SASS instruction
+#                                             (ncu source page, warm caches; DECODE_KERNELS,
+#                                             NCU_CACHE)
 #   tools/device_session.sh forward-profile   dropkv w = 8's forward, merge and pass under ncu's
 #                                             full set (FORWARD_PROFILE_N: n, default 32K)
 #   tools/device_session.sh source-profile    one scoring kernel's SASS lines under ncu (source
@@ -382,6 +386,27 @@ PY
       done
     done | tee $K/logs/decode_profile.txt
     pack decode_profile_logs
+    ;;
+  decode-source-profile)
+    # Where a batch-1 decode step's kernels wait, per SASS instruction: one launch of each of
+    # DECODE_KERNELS (default gemv_kernel decode_attention_mma_kernel) in an eager fused step of
+    # the SmolLM2 shape (random weights, context 256), ncu's full set; NCU_CACHE (default none:
+    # warm caches, as a replayed step sees them; `all` flushes them first).
+    for kernel in ${DECODE_KERNELS:-gemv_kernel decode_attention_mma_kernel}; do
+      rep=$K/logs/decode_src_$kernel
+      KVEVICT_DECODE_GRAPH=0 KVEVICT_DECODE_FUSED=1 timeout 150 ncu --clock-control none \
+        --cache-control ${NCU_CACHE:-none} --set full --import-source yes -k regex:$kernel \
+        --launch-skip 200 --launch-count 1 -o $rep $K/bin/gpu_e2e_bench --preset smollm2-135m \
+        --decode-ab --batches 1 --prompt-tokens 256 >$rep.log 2>&1
+      echo "== $kernel (ncu rc=$?)"
+      ncu -i $rep.ncu-rep --page details 2>/dev/null |
+        grep -E "Duration|Registers Per|Issue Slots|Eligible Warps|Warp Cycles Per Issued" | head -8
+      ncu -i $rep.ncu-rep --page source --csv --print-source sass >$rep.csv 2>/dev/null
+      python3 tools/ncu_source_top.py $rep.csv --top 25 | tee $rep.top.txt | head -45
+      xz -9f $rep.csv
+      rm -f $rep.ncu-rep
+    done
+    pack decode_source_profile_logs
     ;;
   forward-profile)
     # The scoring forward of dropkv w = 8 (one-warpgroup split blocks), its merge and its pass at
