@@ -215,8 +215,9 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       copy.template load<kWithV>(k_s + stage * TK * D, v_s + stage * TK * D, tile, keys);
     }
   };
-  // kTma: tile `tile`'s K and V boxes into its stage, their bytes expected on its full and full_v
-  // barriers (K first: a warpgroup waits for it one step before it needs V).
+  // kTma (direct rows, so with V): tile `tile`'s K and V boxes into its stage, their bytes
+  // expected on its full and full_v barriers (K first: a warpgroup waits for it one step before it
+  // needs V).
   auto issue_tma = [&](int tile) {
     constexpr uint32_t kTileBytes = sizeof(T) * TK * D;
     const int stage = tile % kStages;
@@ -226,12 +227,9 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
 #pragma unroll
     for (int cb = 0; cb < D / 64; ++cb)
       tma_load_box(k_s + stage * TK * D + cb * TK * 64, &maps.k, &full[stage], cb * 64, key, hk);
-    if constexpr (kWithV) {
 #pragma unroll
-      for (int cb = 0; cb < D / 64; ++cb)
-        tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full_v[stage], cb * 64, key,
-                     hk);
-    }
+    for (int cb = 0; cb < D / 64; ++cb)
+      tma_load_box(v_s + stage * TK * D + cb * TK * 64, &maps.v, &full_v[stage], cb * 64, key, hk);
   };
   if constexpr (kTma) {
     // The queries (cp.async above) and the barriers reach every thread before the producer warp
@@ -370,23 +368,23 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     }
   };
 
+  // kTma: tile `use`'s K, or its V, has landed (the overlapped loops wait for each where it is
+  // first read: K before Q K^T, V one step later before P V).
+  auto landed_k = [&](int use) { mbar_wait(&full[use % kStages], (use / kStages) & 1); };
+  auto landed_v = [&](int use) { mbar_wait(&full_v[use % kStages], (use / kStages) & 1); };
   // Waits until tile `use` has landed: at most `pending` cp.async groups in flight, the landed
   // tiles made visible to wgmma, and a block barrier (which also frees the stage the next
   // prefetch loads into); kTma: tile `use`'s K and V arrivals.
   auto landed = [&](auto pending, int use) {
     if constexpr (kTma) {
-      mbar_wait(&full[use % kStages], (use / kStages) & 1);
-      mbar_wait(&full_v[use % kStages], (use / kStages) & 1);
+      landed_k(use);
+      landed_v(use);
     } else {
       cp_async_wait<decltype(pending)::value>();
       fence_async_shared();
       __syncthreads();
     }
   };
-  // kTma: tile `use`'s K, or its V, has landed (the overlapped loops wait for each where it is
-  // first read: K before Q K^T, V one step later before P V).
-  auto landed_k = [&](int use) { mbar_wait(&full[use % kStages], (use / kStages) & 1); };
-  auto landed_v = [&](int use) { mbar_wait(&full_v[use % kStages], (use / kStages) & 1); };
   // landed, then tile `ahead` (when there is one) loads as one more cp.async group (kTma: the
   // producer prefetches on its own).
   auto landed_then_prefetch = [&](auto pending, int ahead, int use) {
