@@ -121,6 +121,16 @@ for k in med:
 PY
 }
 pack() { tar -C $K/logs -cJf "$OUT/$1.tar.xz" . && echo "logs: $OUT/$1.tar.xz"; }
+# DIR's lib_base.tar.xz (device_bundle.sh BASE_LIB=: an earlier libkvevict_cuda) into $K/lib_base.
+unpack_base() { mkdir -p $K/lib_base && xz -dc "$1/lib_base.tar.xz" | tar -xf - -C $K/lib_base; }
+# The LD_LIBRARY_PATH that runs the binaries with library `base` (lib_base's) or `new` (this build's).
+lib_path() {
+  if [ "$1" = base ]; then
+    echo $K/lib_base:$K/lib:/usr/local/cuda/lib64
+  else
+    echo $K/lib:/usr/local/cuda/lib64
+  fi
+}
 # Runs a test binary, one line: name, exit code, seconds, gtest's verdict.
 run_test() {
   local t=$1 n s rc
@@ -206,12 +216,10 @@ case "$verb" in
     ;;
   select-ab)
     dir="${2:?usage: device_session.sh select-ab DIR}"
-    mkdir -p $K/lib_base && xz -dc "$dir/lib_base.tar.xz" | tar -xf - -C $K/lib_base || exit 3
+    unpack_base "$dir" || exit 3
     for round in 1 2; do
       for v in new base; do
-        lib=$K/lib
-        [ $v = base ] && lib=$K/lib_base:$K/lib
-        LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 200 $K/bin/gpu_score_bench --select \
+        LD_LIBRARY_PATH=$(lib_path $v) timeout 200 $K/bin/gpu_score_bench --select \
           >$K/logs/select_${v}_$round.txt 2>&1
         echo "select $v round $round rc=$?"
       done
@@ -317,16 +325,14 @@ PY
     # (the card's clocks drift between starts): the libraries alternate, base first each round.
     dir="${2:?usage: device_session.sh prefill-lib-ab DIR}"
     [ -x $K/bin/gpu_attention_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
-    mkdir -p $K/lib_base && xz -dc "$dir/lib_base.tar.xz" | tar -xf - -C $K/lib_base || exit 3
+    unpack_base "$dir" || exit 3
     for t in test_cuda_window_forward_test test_model_cuda_gpu_session_test; do run_test $K/bin/$t; done
     for round in 1 2; do
       for v in base new; do
-        lib=$K/lib
-        [ $v = base ] && lib=$K/lib_base:$K/lib
         echo "== $v round $round"
-        LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 100 $K/bin/gpu_attention_bench \
+        LD_LIBRARY_PATH=$(lib_path $v) timeout 100 $K/bin/gpu_attention_bench \
           --shape llama --lengths ${AB_LENGTHS:-4096,32768,131072} --chunk 4096 --reps 3 2>&1 | grep -E "wide"
-        LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 100 $K/bin/gpu_e2e_bench \
+        LD_LIBRARY_PATH=$(lib_path $v) timeout 100 $K/bin/gpu_e2e_bench \
           --preset llama-3.1-8b --lengths 32768 --pair-max 0 --prefill-only 2>&1 | grep -E "^32768"
       done
     done | tee $K/logs/prefill_lib_ab.txt
@@ -338,17 +344,15 @@ PY
     # (random weights, batch 1) at AB_CONTEXTS tokens of context, base and new alternating.
     dir="${2:?usage: device_session.sh decode-lib-ab DIR}"
     [ -x $K/bin/gpu_e2e_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
-    mkdir -p $K/lib_base && xz -dc "$dir/lib_base.tar.xz" | tar -xf - -C $K/lib_base || exit 3
+    unpack_base "$dir" || exit 3
     for t in test_model_cuda_decode_gemv_test test_model_cuda_decode_graph_test \
              test_model_cuda_gpu_session_test; do run_test $K/bin/$t; done
     for round in $(seq 1 "${ROUNDS:-2}"); do
       for v in base new; do
-        lib=$K/lib
-        [ $v = base ] && lib=$K/lib_base:$K/lib
         for ctx in ${AB_CONTEXTS:-256 4096}; do
           for p in smollm2-135m gemma3-270m; do
             echo "== $v $p context $ctx round $round"
-            LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64 timeout 90 $K/bin/gpu_e2e_bench --preset $p \
+            LD_LIBRARY_PATH=$(lib_path $v) timeout 90 $K/bin/gpu_e2e_bench --preset $p \
               --decode-ab --batches 1 --prompt-tokens $ctx 2>&1 | grep -E "^[0-9]+ +graph"
           done
         done
