@@ -37,6 +37,11 @@ def _is_bool(x: Any) -> bool:
     return isinstance(x, (bool, np.bool_))
 
 
+def _is_number(x: Any) -> bool:
+    """A Python or numpy integer or float, not a bool (a bool is an int to isinstance)."""
+    return not _is_bool(x) and isinstance(x, (int, float, np.integer, np.floating))
+
+
 def integer(name: str, x: Any, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
     """x as an int: a Python or numpy integer (not a bool, float or string) in [lo, hi]."""
     if _is_bool(x) or not isinstance(x, (int, np.integer)):
@@ -58,7 +63,7 @@ def number(name: str, x: Any, float32: bool = False) -> float:
     """x as a float: a Python or numpy number (not a bool or string); with float32, one that
     float32 can hold (1e39 became inf, and the error then named inf). Ranges are the library's
     to check (it names the value)."""
-    if _is_bool(x) or not isinstance(x, (int, float, np.integer, np.floating)):
+    if not _is_number(x):
         raise ValueError(f"{name} is {_shown(x)}; expected a number")
     v = float(x)
     if float32 and math.isfinite(v) and abs(v) > _FLOAT32_MAX:
@@ -96,7 +101,7 @@ def budget(name: str, x: Any) -> Any:
     string ("10%"), or None."""
     if x is None or isinstance(x, str):
         return x
-    if _is_bool(x) or not isinstance(x, (int, float, np.integer, np.floating)):
+    if not _is_number(x):
         raise ValueError(f"{name} is {_shown(x)}; expected a kept fraction (<= 1), a token count "
                          "(> 1) or a string such as '10%'")
     return x
