@@ -48,10 +48,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
     RowNorm n;
     load_row_weights(a, w, r);
     load_row_norm<kNorm>(a, n);
+    // kRopeAppend: the RoPE rotation, formed while the previous kernel runs.
+    const EarlyRotation rot = early_rotation<kOut>(a, w);
     launch_dependents();
     grid_dependency_wait();
-    gemv_row_preloaded<kNorm, kOut, kGeluTanh>(a, w, r, n, xs,
-                                               reinterpret_cast<float*>(xs + kXsStride), inv_rms);
+    gemv_row_preloaded<kNorm, kOut, kGeluTanh>(
+        a, w, r, n, xs, reinterpret_cast<float*>(xs + kXsStride), inv_rms, rot);
   } else {
     if (w.live) prefetch_rows(w.w0, w.w1, w.has_r1, a.K, threadIdx.x & 31, 32);
     launch_dependents();

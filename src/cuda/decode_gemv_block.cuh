@@ -111,10 +111,28 @@ __device__ __forceinline__ void pair_rows(const GemvArgs& a, int p, int* r0, int
   }
 }
 
+// A RoPE rotation formed ahead of the stores (EarlyRotation::set false: none, form it there). By
+// value: a pointer to a local would put it in local memory.
+struct EarlyRotation {
+  float2 cs = {1.f, 0.f};
+  bool set = false;
+};
+
+// The RoPE rotation of pair p (a q / k pair) at batch row b: the cosine and sine of pos_b
+// inv_freq_i, formed in double and rounded to float (rope_append_kernel's arithmetic). It reads
+// only the step's positions and the frequencies, never a previous kernel's output, so the batch-1
+// step forms it before its dependency wait (a double sincos is ~60 dependent instructions).
+__device__ __forceinline__ float2 rope_rotation(const RopeAppendArgs& ra, int p, int b) {
+  double sn, cs;
+  sincos(static_cast<double>(ra.pos[b]) * ra.inv_freq[p % (ra.d / 2)], &sn, &cs);
+  return make_float2(static_cast<float>(cs), static_cast<float>(sn));
+}
+
 // kRopeAppend's outputs of pair p for batch row b (one lane), as rope_append_kernel computes them
-// from the bf16-rounded projection: bias, RoPE with the angle formed in double, bf16 stores.
+// from the bf16-rounded projection: bias, RoPE with the angle formed in double, bf16 stores. rot:
+// the pair's rope_rotation if formed earlier.
 __device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int b, float acc0,
-                                                  float acc1) {
+                                                  float acc1, EarlyRotation rot) {
   const RopeAppendArgs& ra = a.rope;
   const int d = ra.d, half = d / 2, Hq = ra.Hq, Hkv = ra.Hkv;
   const int32_t pos = ra.pos[b];
@@ -129,9 +147,8 @@ __device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int 
     int ia, ib;
     rope_pair_cols(ra.neox, half, i, &ia, &ib);
     const float x0 = value(acc0, h * d + ia), x1 = value(acc1, h * d + ib);
-    double sn, cs;
-    sincos(static_cast<double>(pos) * ra.inv_freq[i], &sn, &cs);
-    const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+    const float2 cs = rot.set ? rot.cs : rope_rotation(ra, p, b);
+    const float c = cs.x, s = cs.y;
     bf16* dst = h < Hq ? ra.q_out + (static_cast<int64_t>(b) * Hq + h) * d
                        : ra.k_cache + cache_row(h - Hq) * d;
     dst[ia] = __float2bfloat16_rn(x0 * c - x1 * s);
@@ -193,7 +210,7 @@ __device__ __forceinline__ void tile_products(const GemvArgs& a, const bf16* w0,
 // The stores of kOut for output pair `pair` (rows r0, r1) of batch row b from its two sums.
 template <GemvOut kOut, bool kGeluTanh>
 __device__ __forceinline__ void store_pair(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
-                                           int b, float acc0, float acc1) {
+                                           int b, float acc0, float acc1, EarlyRotation rot = {}) {
   const int64_t row = static_cast<int64_t>(b) * a.N;
   if constexpr (kOut == GemvOut::kGated) {
     static_cast<bf16*>(a.y)[row + r0] =
@@ -211,16 +228,17 @@ __device__ __forceinline__ void store_pair(const GemvArgs& a, int pair, int r0, 
     y[r0] += acc0;
     if (has_r1) y[r1] += acc1;
   } else {  // kRopeAppend
-    store_rope_append(a, pair, b, acc0, acc1);
+    store_rope_append(a, pair, b, acc0, acc1, rot);
   }
 }
 
 // A live warp's sums of its two rows for every batch row, reduced over the lanes, and the stores
 // of kOut by lane 0.
+// rot0: batch row 0's RoPE rotation if formed earlier (kRopeAppend).
 template <GemvOut kOut, bool kGeluTanh>
 __device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
                                            float (&acc0)[kGemvMaxBatch],
-                                           float (&acc1)[kGemvMaxBatch]) {
+                                           float (&acc1)[kGemvMaxBatch], EarlyRotation rot0 = {}) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int b = 0; b < kGemvMaxBatch; ++b) {
@@ -235,7 +253,8 @@ __device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, 
 #pragma unroll  // constant indices: the sums stay in registers
   for (int b = 0; b < kGemvMaxBatch; ++b) {
     if (b >= a.B) break;
-    store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, acc0[b], acc1[b]);
+    store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, acc0[b], acc1[b],
+                                b == 0 ? rot0 : EarlyRotation{});
   }
 }
 
@@ -451,7 +470,8 @@ __device__ __forceinline__ void stage_row(const GemvArgs& a, const RowNorm& n, u
 template <bool kNorm, GemvOut kOut, bool kGeluTanh>
 __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const GemvWarp& w,
                                                    const RowWeights& r, const RowNorm& n, uint4* xs,
-                                                   float* xraw, float* inv_rms) {
+                                                   float* xraw, float* inv_rms,
+                                                   EarlyRotation rot = {}) {
   stage_row<kNorm>(a, n, xs, xraw, inv_rms);
   float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
 #pragma unroll
@@ -477,7 +497,22 @@ __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const Gemv
     }
   }
   __syncthreads();  // a next use of the block's shared memory overwrites xs
-  if (w.live) store_rows<kOut, kGeluTanh>(a, w.pair, w.r0, w.r1, w.has_r1, acc0, acc1);
+  if (w.live) store_rows<kOut, kGeluTanh>(a, w.pair, w.r0, w.r1, w.has_r1, acc0, acc1, rot);
+}
+
+// kRopeAppend at batch 1: lane 0's RoPE rotation of its warp's pair where the pair is a q / k
+// pair (else nothing to form), before the kernel's dependency wait.
+template <GemvOut kOut>
+__device__ __forceinline__ EarlyRotation early_rotation(const GemvArgs& a, const GemvWarp& w) {
+  EarlyRotation rot;
+  if constexpr (kOut == GemvOut::kRopeAppend) {
+    const RopeAppendArgs& ra = a.rope;
+    if (w.live && (threadIdx.x & 31) == 0 && w.pair < (ra.Hq + ra.Hkv) * (ra.d / 2)) {
+      rot.cs = rope_rotation(ra, w.pair, 0);
+      rot.set = true;
+    }
+  }
+  return rot;
 }
 
 }  // namespace kvevict::gpu::detail::gemv
