@@ -2,9 +2,10 @@
 // W [N, K] bf16 row-major (the model's layout; cuBLAS reads it with OP_T), f32 accumulation. Every
 // weight byte is read once per step whatever B is, 16 bytes a lane at a time. The block stages the
 // B input rows, a tile of kTileK columns at a time, in shared memory as the product's bf16 operand
-// (normed once a block). Two kernels: at B = 1 a warp owns an output row pair and sums on the CUDA
-// cores (gemv_kernel); from B = 2 a block owns 8 pairs and its warps sum on the tensor cores with
-// the batch as the mma's columns (gemv_mma_kernel). Fused around the product, so a decode layer
+// (normed once a block). At B = 1 a warp owns an output row pair and sums on the CUDA cores
+// (gemv_row_kernel with its weights in registers where K fits one tile, else gemv_kernel); from
+// B = 2 a block owns 8 pairs and its warps sum on the tensor cores with the batch as the mma's
+// columns (gemv_mma_kernel). Fused around the product, so a decode layer
 // launches fewer kernels:
 //   - in front, the RMSNorm of f32 rows, rounded as the rms_norm kernel rounds: bf16(x inv_rms w);
 //   - behind a gate|up weight, the gated activation of the row pair (j, F + j): both rounded to
@@ -41,25 +42,33 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
   __shared__ float inv_rms[kGemvMaxBatch];
   extern __shared__ uint4 xs[];  // [B][kXsStride]
   const GemvWarp w = gemv_warp<kOut>(a, blockIdx.x);
-  // The weights do not depend on the previous kernel: into registers (preloads) or on their way
-  // into L2 now.
-  if (preloads(a)) {
-    RowWeights r;
-    RowNorm n;
-    load_row_weights(a, w, r);
-    load_row_norm<kNorm>(a, n);
-    // kRopeAppend: the RoPE rotation, formed while the previous kernel runs.
-    const EarlyRotation rot = early_rotation<kOut>(a, w);
-    launch_dependents();
-    grid_dependency_wait();
-    gemv_row_preloaded<kNorm, kOut, kGeluTanh>(
-        a, w, r, n, xs, reinterpret_cast<float*>(xs + kXsStride), inv_rms, rot);
-  } else {
-    if (w.live) prefetch_rows(w.w0, w.w1, w.has_r1, a.K, threadIdx.x & 31, 32);
-    launch_dependents();
-    grid_dependency_wait();
-    gemv_rows<kNorm, kOut, kGeluTanh>(a, w, xs, inv_rms);
-  }
+  // The weights do not depend on the previous kernel: on their way into L2 now.
+  if (w.live) prefetch_rows(w.w0, w.w1, w.has_r1, a.K, threadIdx.x & 31, 32);
+  launch_dependents();
+  grid_dependency_wait();
+  gemv_rows<kNorm, kOut, kGeluTanh>(a, w, xs, inv_rms);
+  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
+}
+
+// Batch 1 with the whole input row in one tile (preloads(a)), gemv_kernel's grid: the warp's
+// weights go into registers and (kRopeAppend) its RoPE rotation is formed while the previous kernel
+// runs. Its own kernel, one batch row's code: inside gemv_kernel the q|k|v instance was 10,376 SASS
+// instructions (every batch row's epilogue, each with a double sincos), and half of its warps'
+// stall samples at batch 1 were instruction fetches (ncu, H100, 2026-12-07 (d)).
+template <bool kNorm, GemvOut kOut, bool kGeluTanh>
+__global__ void __launch_bounds__(kGemvThreads) gemv_row_kernel(GemvArgs a) {
+  __shared__ float inv_rms[1];
+  extern __shared__ uint4 xs[];  // [kXsStride] the operand, then [kTileK] floats: the raw row
+  const GemvWarp w = gemv_warp<kOut>(a, blockIdx.x);
+  RowWeights r;
+  RowNorm n;
+  load_row_weights(a, w, r);
+  load_row_norm<kNorm>(a, n);
+  const float2 rot = early_rotation<kOut>(a, w);
+  launch_dependents();
+  grid_dependency_wait();
+  gemv_row_preloaded<kNorm, kOut, kGeluTanh>(
+      a, w, r, n, xs, reinterpret_cast<float*>(xs + kXsStride), inv_rms, rot);
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
 }
 
@@ -150,11 +159,15 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
 }
 
-// Batch 1: the CUDA-core kernel (a warp a pair); batches of 2 and more: the tensor-core one
-// (GemvArgs::cuda_cores: the CUDA-core one at any batch, for tests and A/B runs).
+// Batch 1: the CUDA-core kernels (a warp a pair; the weights in registers where the row fits one
+// tile); batches of 2 and more: the tensor-core one (GemvArgs::cuda_cores: the CUDA-core one at any
+// batch, for tests and A/B runs).
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = gemv_smem_bytes(a.B);
+  if (preloads(a))
+    return launch_pdl(gemv_row_kernel<kNorm, kOut, kGeluTanh>, dim3(gemv_blocks(a)),
+                      dim3(kGemvThreads), smem, stream, a);
   if (a.B == 1 || a.cuda_cores) {
     const dim3 grid(gemv_blocks(a));
     return launch_pdl(gemv_kernel<kNorm, kOut, kGeluTanh>, grid, dim3(kGemvThreads), smem, stream,

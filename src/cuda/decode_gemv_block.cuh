@@ -111,13 +111,6 @@ __device__ __forceinline__ void pair_rows(const GemvArgs& a, int p, int* r0, int
   }
 }
 
-// A RoPE rotation formed ahead of the stores (EarlyRotation::set false: none, form it there). By
-// value: a pointer to a local would put it in local memory.
-struct EarlyRotation {
-  float2 cs = {1.f, 0.f};
-  bool set = false;
-};
-
 // The RoPE rotation of pair p (a q / k pair) at batch row b: the cosine and sine of pos_b
 // inv_freq_i, formed in double and rounded to float (rope_append_kernel's arithmetic). It reads
 // only the step's positions and the frequencies, never a previous kernel's output, so the batch-1
@@ -129,10 +122,12 @@ __device__ __forceinline__ float2 rope_rotation(const RopeAppendArgs& ra, int p,
 }
 
 // kRopeAppend's outputs of pair p for batch row b (one lane), as rope_append_kernel computes them
-// from the bf16-rounded projection: bias, RoPE with the angle formed in double, bf16 stores. rot:
-// the pair's rope_rotation if formed earlier.
+// from the bf16-rounded projection: bias, RoPE with the angle formed in double, bf16 stores.
+// kRotationGiven: rot is the pair's rope_rotation, formed earlier (the batch-1 kernel: no sincos
+// compiled here); else it is formed here.
+template <bool kRotationGiven>
 __device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int b, float acc0,
-                                                  float acc1, EarlyRotation rot) {
+                                                  float acc1, float2 rot) {
   const RopeAppendArgs& ra = a.rope;
   const int d = ra.d, half = d / 2, Hq = ra.Hq, Hkv = ra.Hkv;
   const int32_t pos = ra.pos[b];
@@ -147,7 +142,7 @@ __device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int 
     int ia, ib;
     rope_pair_cols(ra.neox, half, i, &ia, &ib);
     const float x0 = value(acc0, h * d + ia), x1 = value(acc1, h * d + ib);
-    const float2 cs = rot.set ? rot.cs : rope_rotation(ra, p, b);
+    const float2 cs = kRotationGiven ? rot : rope_rotation(ra, p, b);
     const float c = cs.x, s = cs.y;
     bf16* dst = h < Hq ? ra.q_out + (static_cast<int64_t>(b) * Hq + h) * d
                        : ra.k_cache + cache_row(h - Hq) * d;
@@ -207,10 +202,11 @@ __device__ __forceinline__ void tile_products(const GemvArgs& a, const bf16* w0,
   }
 }
 
-// The stores of kOut for output pair `pair` (rows r0, r1) of batch row b from its two sums.
-template <GemvOut kOut, bool kGeluTanh>
+// The stores of kOut for output pair `pair` (rows r0, r1) of batch row b from its two sums
+// (kRotationGiven, rot: store_rope_append's).
+template <GemvOut kOut, bool kGeluTanh, bool kRotationGiven = false>
 __device__ __forceinline__ void store_pair(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
-                                           int b, float acc0, float acc1, EarlyRotation rot = {}) {
+                                           int b, float acc0, float acc1, float2 rot = {1.f, 0.f}) {
   const int64_t row = static_cast<int64_t>(b) * a.N;
   if constexpr (kOut == GemvOut::kGated) {
     static_cast<bf16*>(a.y)[row + r0] =
@@ -228,17 +224,16 @@ __device__ __forceinline__ void store_pair(const GemvArgs& a, int pair, int r0, 
     y[r0] += acc0;
     if (has_r1) y[r1] += acc1;
   } else {  // kRopeAppend
-    store_rope_append(a, pair, b, acc0, acc1, rot);
+    store_rope_append<kRotationGiven>(a, pair, b, acc0, acc1, rot);
   }
 }
 
 // A live warp's sums of its two rows for every batch row, reduced over the lanes, and the stores
 // of kOut by lane 0.
-// rot0: batch row 0's RoPE rotation if formed earlier (kRopeAppend).
 template <GemvOut kOut, bool kGeluTanh>
 __device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, int r1, bool has_r1,
                                            float (&acc0)[kGemvMaxBatch],
-                                           float (&acc1)[kGemvMaxBatch], EarlyRotation rot0 = {}) {
+                                           float (&acc1)[kGemvMaxBatch]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int b = 0; b < kGemvMaxBatch; ++b) {
@@ -253,8 +248,7 @@ __device__ __forceinline__ void store_rows(const GemvArgs& a, int pair, int r0, 
 #pragma unroll  // constant indices: the sums stay in registers
   for (int b = 0; b < kGemvMaxBatch; ++b) {
     if (b >= a.B) break;
-    store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, acc0[b], acc1[b],
-                                b == 0 ? rot0 : EarlyRotation{});
+    store_pair<kOut, kGeluTanh>(a, pair, r0, r1, has_r1, b, acc0[b], acc1[b]);
   }
 }
 
@@ -372,7 +366,7 @@ struct RowNorm {
   float4 w[kThreadChunks][2];  // the norm weights of the thread's input chunks
 };
 
-__device__ __forceinline__ bool preloads(const GemvArgs& a) {
+__host__ __device__ __forceinline__ bool preloads(const GemvArgs& a) {
   return a.preload && a.B == 1 && a.K <= kTileK;
 }
 
@@ -466,19 +460,15 @@ __device__ __forceinline__ void stage_row(const GemvArgs& a, const RowNorm& n, u
   __syncthreads();
 }
 
-// The batch-1 body after the dependency wait with the weights in registers (preloads(a)).
+// The batch-1 body after the dependency wait with the weights in registers (preloads(a)): one
+// batch row, so one pair of sums a lane and one epilogue (store_rows' order of the lane sums).
+// kOut == kRopeAppend: rot holds the rotation of lane 0's q / k pair (early_rotation).
 template <bool kNorm, GemvOut kOut, bool kGeluTanh>
 __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const GemvWarp& w,
                                                    const RowWeights& r, const RowNorm& n, uint4* xs,
-                                                   float* xraw, float* inv_rms,
-                                                   EarlyRotation rot = {}) {
+                                                   float* xraw, float* inv_rms, float2 rot) {
   stage_row<kNorm>(a, n, xs, xraw, inv_rms);
-  float acc0[kGemvMaxBatch], acc1[kGemvMaxBatch];
-#pragma unroll
-  for (int b = 0; b < kGemvMaxBatch; ++b) {
-    acc0[b] = 0.f;
-    acc1[b] = 0.f;
-  }
+  float acc0 = 0.f, acc1 = 0.f;
   if (w.live) {
     const int lane = threadIdx.x & 31, chunks = a.K / kChunk;
 #pragma unroll
@@ -491,28 +481,33 @@ __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const Gemv
       unpack8(xs[c], xf);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) {
-        acc0[0] = fmaf(wf0[k], xf[k], acc0[0]);
-        acc1[0] = fmaf(wf1[k], xf[k], acc1[0]);
+        acc0 = fmaf(wf0[k], xf[k], acc0);
+        acc1 = fmaf(wf1[k], xf[k], acc1);
       }
     }
   }
   __syncthreads();  // a next use of the block's shared memory overwrites xs
-  if (w.live) store_rows<kOut, kGeluTanh>(a, w.pair, w.r0, w.r1, w.has_r1, acc0, acc1, rot);
+  if (!w.live) return;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
+    acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
+  }
+  if ((threadIdx.x & 31) == 0)
+    store_pair<kOut, kGeluTanh, true>(a, w.pair, w.r0, w.r1, w.has_r1, 0, acc0, acc1, rot);
 }
 
-// kRopeAppend at batch 1: lane 0's RoPE rotation of its warp's pair where the pair is a q / k
-// pair (else nothing to form), before the kernel's dependency wait.
+// kRopeAppend at batch 1: lane 0's RoPE rotation (cos, sin) of its warp's pair where the pair is a
+// q / k pair (else (1, 0), never read), formed before the kernel's dependency wait: it reads only
+// the step's positions and the frequencies.
 template <GemvOut kOut>
-__device__ __forceinline__ EarlyRotation early_rotation(const GemvArgs& a, const GemvWarp& w) {
-  EarlyRotation rot;
+__device__ __forceinline__ float2 early_rotation(const GemvArgs& a, const GemvWarp& w) {
   if constexpr (kOut == GemvOut::kRopeAppend) {
     const RopeAppendArgs& ra = a.rope;
-    if (w.live && (threadIdx.x & 31) == 0 && w.pair < (ra.Hq + ra.Hkv) * (ra.d / 2)) {
-      rot.cs = rope_rotation(ra, w.pair, 0);
-      rot.set = true;
-    }
+    if (w.live && (threadIdx.x & 31) == 0 && w.pair < (ra.Hq + ra.Hkv) * (ra.d / 2))
+      return rope_rotation(ra, w.pair, 0);
   }
-  return rot;
+  return make_float2(1.f, 0.f);
 }
 
 }  // namespace kvevict::gpu::detail::gemv
