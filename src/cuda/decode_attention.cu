@@ -193,12 +193,12 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
 // Launched as a programmatic dependent (a.pdl): wait for the append that wrote this step's row and
 // length; let the next kernel (the o projection) start fetching its weights meanwhile. Both are
 // no-ops in a normal launch.
-template <class Tr, bool kZ, int kScoreG>
+template <class Tr, bool kZ, int kScoreG, bool kDirect = false>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
   grid_dependency_wait();
   launch_dependents();
-  mma_block<Tr, kZ, kScoreG>(p, blockIdx.x, blockIdx.y, smem);
+  mma_block<Tr, kZ, kScoreG, kDirect>(p, blockIdx.x, blockIdx.y, smem);
 }
 
 // One warp per (sequence, query head): combines the splits into out (bf16) and lse.
@@ -254,23 +254,55 @@ int resident_blocks_per_sm(int d) {
   return blocks;
 }
 
+// KVEVICT_DECODE_SPLIT_KEYS (bench A/B runs): the fewest keys a split is planned for, a multiple of
+// 64 from 64 to 65,536 (65,536: one split a segment); 0 when unset (make_plan's own rule).
+int64_t forced_split_keys() {
+  static const int64_t keys = [] {
+    const char* e = std::getenv("KVEVICT_DECODE_SPLIT_KEYS");
+    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 0;
+    return v >= 64 && v <= 65536 && v % 64 == 0 ? static_cast<int64_t>(v) : int64_t{0};
+  }();
+  return keys;
+}
+
+// Launches of at most kOneSplitSegments segments, each of at most kOneSplitTiles key tiles, run one
+// split a segment (the block's result written directly: no partials, arrival counter or merge).
+// Measured on an H100 (2026-12-07 (d), graph decode, one split against the plan below): at batch 1
+// the SmolLM2 shape (3 segments, 64-key tiles) +20% / +11% / +2.5% at 3 / 4 / 6 tiles a segment,
+// even at 8, -5% at 10, and the Gemma 3 shape (1 segment, 32-key tiles at d = 256) +2.7% at 5
+// tiles, even at 7, -10% at 11; at batch 8 the SmolLM2 shape (24 segments) +0.7% at 3 tiles but
+// -3.4% at 6, the Gemma 3 shape (8 segments) +0.5% at 5.
+constexpr int64_t kOneSplitTiles = 6;
+constexpr int kOneSplitSegments = 8;
+
 // One wave: as many splits as the resident blocks allow (a grid one block past them runs a second
 // wave that leaves most of the GPU idle: 528 blocks of 3 a SM on 132 SMs took 2 waves of 8 tiles
 // each where 376 blocks take one of 11), at least 2 tiles a split: a split's partial (G x d floats)
 // stays 16x smaller than the K and V it read (the 8B's 10% cache, 3,277 keys a head at batch 1,
 // runs 26 splits = 208 blocks instead of 13 = 104 on 132 SMs). Segments beyond the resident blocks
-// run one split each.
-Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm) {
+// run one split each, and so do the few short segments of kOneSplitSegments / kOneSplitTiles
+// (tile_keys keys a tile).
+Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm, int tile_keys) {
   Plan pl;
+  const int64_t forced = forced_split_keys();
+  const int64_t min_keys = forced > 0 ? forced : 128;
+  const bool one_split = forced == 0 && segments <= kOneSplitSegments &&
+                         (max_len + tile_keys - 1) / tile_keys <= kOneSplitTiles;
   const int64_t resident = static_cast<int64_t>(sm_count) * blocks_per_sm;
   int64_t splits = segments > 0 ? resident / segments : 1;  // (no segments: callers refuse B = 0)
-  const int64_t max_splits = (max_len + 127) / 128;
+  const int64_t max_splits = one_split ? 1 : (max_len + min_keys - 1) / min_keys;
   splits = std::max<int64_t>(1, std::min(splits, max_splits));
   int64_t kps = (max_len + splits - 1) / splits;
   kps = std::max<int64_t>(64, (kps + 63) / 64 * 64);
   pl.keys_per_split = kps;
   pl.splits = static_cast<int>(std::max<int64_t>(1, (max_len + kps - 1) / kps));
   return pl;
+}
+
+// The key tiles of the tensor-core kernel at head dim d (32 keys at d = 256, else 64).
+int tile_keys_of(int d) {
+  return d == 256 ? kvevict::cuda::detail::WindowTraits<bf16, 256, 1>::kTileKeys
+                  : kvevict::cuda::detail::WindowTraits<bf16, 64, 1>::kTileKeys;
 }
 
 // KVEVICT_DECODE_SIMT=1 selects the CUDA-core kernel (for comparisons); the default is mma.
@@ -282,14 +314,14 @@ bool use_simt() {
   return simt;
 }
 
-template <class Tr, bool kZ, int kScoreG>
+template <class Tr, bool kZ, int kScoreG, bool kDirect = false>
 cudaError_t launch_mma(const Params& p, cudaStream_t stream) {
   constexpr size_t smem = mma_smem_bytes<Tr>();
   static_assert(kScoreG * (Tr::kD + 1) * sizeof(float) + sizeof(TopPairs) +
                         Tr::kThreads / 32 * (Tr::kD + 4) * sizeof(float) <=
                     smem,
                 "fused scores' a, lse and top-row scratch fit");
-  auto kernel = decode_attention_mma_kernel<Tr, kZ, kScoreG>;
+  auto kernel = decode_attention_mma_kernel<Tr, kZ, kScoreG, kDirect>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
   if (err != cudaSuccess) return err;
@@ -312,8 +344,13 @@ cudaError_t launch_d(const Params& p, cudaStream_t stream) {
   if (D == 256 && (use_simt() || p.group > 16)) return cudaErrorInvalidValue;  // mma kernel only
   cudaError_t err = cudaSuccess;
   if (!use_simt() && p.group <= 16) {
-    err = p.a.z_out != nullptr ? launch_mma<Tr, true, 0>(p, stream)
-                               : launch_mma<Tr, false, 0>(p, stream);
+    // One split merged in the launch: written directly, no partials (mma_block's kDirect).
+    const bool direct = p.splits == 1 && p.a.merge_counters != nullptr;
+    if (p.a.z_out != nullptr)
+      err = direct ? launch_mma<Tr, true, 0, true>(p, stream) : launch_mma<Tr, true, 0>(p, stream);
+    else
+      err =
+          direct ? launch_mma<Tr, false, 0, true>(p, stream) : launch_mma<Tr, false, 0>(p, stream);
     if (err != cudaSuccess || p.a.merge_counters != nullptr) return err;  // merged in the launch
   } else if constexpr (D <= 128) {
     if (p.group <= 4) {
@@ -335,7 +372,7 @@ cudaError_t launch_d(const Params& p, cudaStream_t stream) {
 
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len,
                                       int sm_count) {
-  const Plan pl = make_plan(B * Hkv, max_len, sm_count, resident_blocks_per_sm(d));
+  const Plan pl = make_plan(B * Hkv, max_len, sm_count, resident_blocks_per_sm(d), tile_keys_of(d));
   const size_t rows = static_cast<size_t>(B) * Hq * pl.splits;
   return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
 }
@@ -356,7 +393,8 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
     return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
-  const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count, resident_blocks_per_sm(a.d));
+  const Plan pl =
+      make_plan(a.B * a.Hkv, a.max_len, sm_count, resident_blocks_per_sm(a.d), tile_keys_of(a.d));
   Params p;
   p.a = a;
   p.group = a.Hq / a.Hkv;

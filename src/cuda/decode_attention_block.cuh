@@ -42,6 +42,15 @@ struct DecodeAttentionParams {
   DecodeStepScoreArgs score;  // the fused step scores (score.acc null: none)
 };
 
+// A head's log-sum-exp (natural units) from its merged max m_all (log2 units) and sum l_all, and
+// the factor that normalizes its output (a NaN sum stays NaN).
+__device__ __forceinline__ float merged_lse(float m_all, float l_all) {
+  return m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
+}
+__device__ __forceinline__ float merged_inv_l(float l_all) {
+  return l_all == 0.f ? 0.f : 1.f / l_all;
+}
+
 // Merges the splits of query head hq of segment seg into out / lse / out_f32 (and a_s, lse_s when
 // set: the fused scores' shared copies), one warp: lanes over splits for the max and sum, over
 // dims for the output (lane, lane + 32, ...: each split's row read whole by the warp). The partials
@@ -67,7 +76,7 @@ __device__ void merge_head(const DecodeAttentionParams& p, int seg, int hq, int 
     for (int s = lane; s < p.splits; s += 32)
       l_all += exp2f(__ldcg(p.part_ml + prow(s) * 2) - m_all) * __ldcg(p.part_ml + prow(s) * 2 + 1);
   for (int o = 16; o > 0; o >>= 1) l_all += __shfl_xor_sync(0xffffffffu, l_all, o);
-  const float lse_h = m_all == -INFINITY ? -INFINITY : (m_all + log2f(l_all)) * kLn2;
+  const float lse_h = merged_lse(m_all, l_all);
   if (lane == 0) {
     if (p.lse != nullptr) p.lse[h] = lse_h;
     if (lse_s != nullptr) lse_s[hq] = lse_h;
@@ -95,7 +104,7 @@ __device__ void merge_head(const DecodeAttentionParams& p, int seg, int hq, int 
       }
     }
   }
-  const float inv_l = l_all == 0.f ? 0.f : 1.f / l_all;  // a NaN sum stays NaN
+  const float inv_l = merged_inv_l(l_all);
 #pragma unroll
   for (int i = 0; i < kCols; ++i) {
     const int c = lane + 32 * i;
@@ -104,6 +113,24 @@ __device__ void merge_head(const DecodeAttentionParams& p, int seg, int hq, int 
     if (p.out_f32 != nullptr) p.out_f32[h * D + c] = o;
     if (a_s != nullptr) a_s[hq * D + c] = o;
   }
+}
+
+// A segment of one split (p.splits == 1): its block's merged key groups (m, l, unnormalized acc)
+// of query head hq, column c, are the head's result; written as merge_head writes it from the one
+// partial, with the same arithmetic (so the same bits), without the partials' round trip, the
+// arrival counter and the merge's loads.
+__device__ __forceinline__ void store_single_split(const DecodeAttentionParams& p, int seg, int hq,
+                                                   int c, int D, float m, float l, float acc) {
+  const DecodeAttentionArgs& a = p.a;
+  const int b = seg / a.Hkv, g = seg % a.Hkv;
+  const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
+  const float m_all = nan_max(-INFINITY, m);
+  const float l_all = m_all != -INFINITY ? 0.f + exp2f(m - m_all) * l : 0.f;
+  if (c == 0 && p.lse != nullptr) p.lse[h] = merged_lse(m_all, l_all);
+  const float sum = m_all != -INFINITY && m != -INFINITY ? 0.f + exp2f(m - m_all) * acc : 0.f;
+  const float o = sum * merged_inv_l(l_all);
+  p.out[h * D + c] = __float2bfloat16_rn(o);
+  if (p.out_f32 != nullptr) p.out_f32[h * D + c] = o;
 }
 
 // K^T and O += P V with mma.sync m16n8k16 (the register reuse of src/cuda/window_forward.cu,
@@ -122,7 +149,9 @@ constexpr size_t mma_smem_bytes() {
 // One block of the tensor-core kernel: split `split` of segment `seg` (every thread of the block
 // calls it after the dependency wait; it holds block barriers). smem: mma_smem_bytes<Tr>() of
 // dynamic shared memory.
-template <class Tr, bool kZ, int kScoreG>
+// kDirect (one split, merged in this launch: p.splits == 1 and a.merge_counters set, kScoreG == 0):
+// the block's result is the segment's, written directly (store_single_split).
+template <class Tr, bool kZ, int kScoreG, bool kDirect = false>
 __device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int seg, int split,
                                           unsigned char* smem) {
   using namespace kvevict::cuda::detail;
@@ -233,19 +262,26 @@ __device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int se
   stash_key_group<Tr::kRows, D, true>(mo, mm, ml, kg, gq, t4, m_run, l_run, o);
   __syncthreads();
   const int64_t part = (static_cast<int64_t>(seg) * p.splits + split) * G;
+  static_assert(!kDirect || kScoreG == 0, "the fused step scores merge through their counters");
   for (int idx = tid; idx < G * D; idx += Tr::kThreads) {
     const int row = idx / D, col = idx % D;
     // The decode attention's maxima are in log2 units already: a unit scale.
     const KeyGroupsMerged g =
         merge_key_groups<Tr::kKeyGroups, Tr::kRows, D, true>(mo, mm, ml, row, col, 1.f);
     const float m_all = g.m, l_all = g.l, acc = g.acc;
+    if constexpr (kDirect) {
+      store_single_split(p, seg, row, col, D, m_all, l_all, acc);
+      continue;
+    }
     p.part_o[(part + row) * D + col] = acc;
     if (col == 0) {
       p.part_ml[(part + row) * 2] = m_all;
       p.part_ml[(part + row) * 2 + 1] = l_all;
     }
   }
-  if constexpr (kScoreG == 0) {
+  if constexpr (kDirect) {
+    return;
+  } else if constexpr (kScoreG == 0) {
     // The merge in this launch (a.merge_counters): the segment's last block to arrive merges its G
     // heads, a warp a head, as decode_merge_kernel would.
     if (a.merge_counters == nullptr || !last_block_to_arrive(a.merge_counters + seg, p.splits))

@@ -1,7 +1,8 @@
 // The decode attention's merge inside its own launch (DecodeAttentionArgs::merge_counters: the last
 // split block of a segment merges it) against the separate merge kernel: the same a (bf16 and
 // f32) and lse bit for bit, at head dims 64 / 128 / 256, GQA groups 1 / 3 / 8, one split per
-// segment and many; the counters are left at zero, so a second launch merges again.
+// segment (few SMs, or short segments: the block writes the result itself) and many; the counters
+// are left at zero, so a second launch merges again.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,11 +26,11 @@ struct Result {
   std::vector<float> a, lse;
 };
 
-void check(int d, int G, int sm_count) {
+void check(int d, int G, int sm_count, const std::vector<int32_t>& lens) {
   SCOPED_TRACE("d " + std::to_string(d) + ", G " + std::to_string(G) + ", sm_count " +
-               std::to_string(sm_count));
+               std::to_string(sm_count) + ", longest " +
+               std::to_string(*std::max_element(lens.begin(), lens.end())));
   const int B = 2, Hkv = 2, Hq = Hkv * G, S = B * Hkv;
-  const std::vector<int32_t> lens = {1, 3001, 257, 64};
   std::vector<int64_t> off(S + 1, 0);
   int64_t max_len = 0;
   for (int s = 0; s < S; ++s) {
@@ -89,7 +90,15 @@ TEST(GpuDecodeMergeInLaunch, EqualsTheSeparateMergeBitForBit) {
   KVEVICT_REQUIRE_GPU();
   for (int d : {64, 128, 256})
     for (int G : {1, 3, 8})
-      for (int sm_count : {1, 132}) check(d, G, sm_count);
+      for (int sm_count : {1, 132}) check(d, G, sm_count, {1, 3001, 257, 64});
+}
+
+// Segments short enough for one split whatever the SM count (a few key tiles): the block writes
+// the result itself, no partials; the separate merge reads its one partial.
+TEST(GpuDecodeMergeInLaunch, OneSplitSegmentsEqualTheSeparateMerge) {
+  KVEVICT_REQUIRE_GPU();
+  for (int d : {64, 128, 256})
+    for (int G : {1, 4}) check(d, G, 132, {1, 150, 97, 64});
 }
 
 }  // namespace
