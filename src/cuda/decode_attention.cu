@@ -193,12 +193,12 @@ __global__ void __launch_bounds__(Tr::kThreads) decode_attention_kernel(Params p
 // Launched as a programmatic dependent (a.pdl): wait for the append that wrote this step's row and
 // length; let the next kernel (the o projection) start fetching its weights meanwhile. Both are
 // no-ops in a normal launch.
-template <class Tr, bool kZ, int kScoreG, bool kDirect = false>
+template <class Tr, bool kZ, int kScoreG, bool kDirect = false, int kStages = 2>
 __global__ void __launch_bounds__(Tr::kThreads) decode_attention_mma_kernel(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
   grid_dependency_wait();
   launch_dependents();
-  mma_block<Tr, kZ, kScoreG, kDirect>(p, blockIdx.x, blockIdx.y, smem);
+  mma_block<Tr, kZ, kScoreG, kDirect, kStages>(p, blockIdx.x, blockIdx.y, smem);
 }
 
 // One warp per (sequence, query head): combines the splits into out (bf16) and lse.
@@ -314,14 +314,17 @@ bool use_simt() {
   return simt;
 }
 
+// The one-split kernel (kDirect) keeps all of a kOneSplitTiles segment's tiles in flight at once.
 template <class Tr, bool kZ, int kScoreG, bool kDirect = false>
 cudaError_t launch_mma(const Params& p, cudaStream_t stream) {
-  constexpr size_t smem = mma_smem_bytes<Tr>();
+  constexpr int kStages = kDirect ? static_cast<int>(kOneSplitTiles) : 2;
+  constexpr size_t smem = mma_smem_bytes<Tr, kStages>();
+  static_assert(smem <= 227 * 1024, "a block's shared memory");
   static_assert(kScoreG * (Tr::kD + 1) * sizeof(float) + sizeof(TopPairs) +
                         Tr::kThreads / 32 * (Tr::kD + 4) * sizeof(float) <=
                     smem,
                 "fused scores' a, lse and top-row scratch fit");
-  auto kernel = decode_attention_mma_kernel<Tr, kZ, kScoreG, kDirect>;
+  auto kernel = decode_attention_mma_kernel<Tr, kZ, kScoreG, kDirect, kStages>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
   if (err != cudaSuccess) return err;

@@ -137,10 +137,11 @@ __device__ __forceinline__ void store_single_split(const DecodeAttentionParams& 
 // without its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
 // instructions per key on dot products from shared memory, which held it near half the copy
 // bandwidth; here a key costs ~2 mma per warp.
-template <class Tr>
+// kStages: the K / V tiles in flight (cp.async stages).
+template <class Tr, int kStages = 2>
 constexpr size_t mma_smem_bytes() {
   constexpr size_t q = sizeof(bf16) * Tr::kRows * Tr::kStride;
-  constexpr size_t kv = sizeof(bf16) * 2 * Tr::kTileKeys * Tr::kStride * 2;
+  constexpr size_t kv = sizeof(bf16) * kStages * Tr::kTileKeys * Tr::kStride * 2;
   constexpr size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * (Tr::kD + 2);
   return q + (kv > merge ? kv : merge);
 }
@@ -150,13 +151,15 @@ constexpr size_t mma_smem_bytes() {
 // calls it after the dependency wait; it holds block barriers). smem: mma_smem_bytes<Tr>() of
 // dynamic shared memory.
 // kDirect (one split, merged in this launch: p.splits == 1 and a.merge_counters set, kScoreG == 0):
-// the block's result is the segment's, written directly (store_single_split).
-template <class Tr, bool kZ, int kScoreG, bool kDirect = false>
+// the block's result is the segment's, written directly (store_single_split). kStages: K / V tiles
+// in flight (mma_smem_bytes<Tr, kStages>()): 2 where blocks share SMs, more for the few long
+// blocks of one split a segment, whose tiles would otherwise wait on each other's loads.
+template <class Tr, bool kZ, int kScoreG, bool kDirect = false, int kStages = 2>
 __device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int seg, int split,
                                           unsigned char* smem) {
   using namespace kvevict::cuda::detail;
   using T = bf16;
-  constexpr int kStages = 2;
+  static_assert(kStages >= 2, "at least double buffering");
   constexpr int D = Tr::kD, S = Tr::kStride, TK = Tr::kTileKeys, GK = Tr::kGroupKeys;
   constexpr int kChunks = Tr::kChunksPerRow;
   // d <= 128 keeps the query fragments in registers (32 at d = 128); d = 256 (gemma3) reads them
@@ -195,8 +198,12 @@ __device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int se
   auto load_tile = [&](int tile, int stage) {
     copy.template load<true>(k_s + stage * TK * S, v_s + stage * TK * S, tile, split_keys);
   };
-  if (num_tiles > 0) load_tile(0, 0);
-  cp_async_commit();
+  // Group i of cp.async holds tile i (group 0 the queries too).
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
 
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
   float o[D / 8][4];
@@ -206,9 +213,10 @@ __device__ __forceinline__ void mma_block(const DecodeAttentionParams& p, int se
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % kStages;
-    if (tile + 1 < num_tiles) load_tile(tile + 1, (tile + 1) % kStages);
+    const int ahead = tile + kStages - 1;
+    if (ahead < num_tiles) load_tile(ahead, ahead % kStages);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<kStages - 1>();
     __syncthreads();
     auto q_frag = [&](int ks, uint32_t(&f)[4]) { a_fragment<T, S>(f, q_s, gq, ks, t4); };
     if (tile == 0) load_query_frags<D, kQInRegs>(qf, q_frag);
