@@ -265,14 +265,28 @@ int64_t forced_split_keys() {
   return keys;
 }
 
-// Launches of at most kOneSplitSegments segments, each of at most kOneSplitTiles key tiles, run one
-// split a segment (the block's result written directly: no partials, arrival counter or merge).
-// Measured on an H100 (2026-12-07 (d), graph decode, one split against the plan below): at batch 1
-// the SmolLM2 shape (3 segments, 64-key tiles) +20% / +11% / +2.5% at 3 / 4 / 6 tiles a segment,
-// even at 8, -5% at 10, and the Gemma 3 shape (1 segment, 32-key tiles at d = 256) +2.7% at 5
-// tiles, even at 7, -10% at 11; at batch 8 the SmolLM2 shape (24 segments) +0.7% at 3 tiles but
-// -3.4% at 6, the Gemma 3 shape (8 segments) +0.5% at 5.
-constexpr int64_t kOneSplitTiles = 6;
+// The one-split kernel's cp.async stages at head dim D: every tile of a one-split segment in
+// flight at once, as many as a block's shared memory holds (at most 12: d = 64 takes 12 tiles of 64
+// keys, d = 128 6 of 64, d = 256 6 of 32). Also the most tiles a segment of one split has.
+template <int D>
+constexpr int direct_stages() {
+  using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
+  int stages = 12;
+  while (stages > 2 && mma_smem_bytes_for<Tr>(stages) > 227 * 1024) --stages;
+  return stages;
+}
+int direct_stages_of(int d) {
+  return d == 64 ? direct_stages<64>() : d == 128 ? direct_stages<128>() : direct_stages<256>();
+}
+
+// Launches of at most kOneSplitSegments segments, each of at most direct_stages key tiles, run one
+// split a segment (the block's result written directly: no partials, arrival counter or merge),
+// all of its tiles in flight. Measured on an H100 (2026-12-07 (d), graph decode, one split against
+// the plan below), first with two stages: at batch 1 the SmolLM2 shape (3 segments, 64-key tiles)
+// +20% / +11% / +2.5% at 3 / 4 / 6 tiles a segment, even at 8, -5% at 10, and the Gemma 3 shape
+// (1 segment, 32-key tiles at d = 256) +2.7% at 5 tiles, even at 7, -10% at 11; at batch 8 the
+// SmolLM2 shape (24 segments) +0.7% at 3 tiles but -3.4% at 6, the Gemma 3 shape (8 segments)
+// +0.5% at 5. Then with every tile in flight (6 stages): the SmolLM2 shape +12% more at 6 tiles.
 constexpr int kOneSplitSegments = 8;
 
 // One wave: as many splits as the resident blocks allow (a grid one block past them runs a second
@@ -280,14 +294,15 @@ constexpr int kOneSplitSegments = 8;
 // each where 376 blocks take one of 11), at least 2 tiles a split: a split's partial (G x d floats)
 // stays 16x smaller than the K and V it read (the 8B's 10% cache, 3,277 keys a head at batch 1,
 // runs 26 splits = 208 blocks instead of 13 = 104 on 132 SMs). Segments beyond the resident blocks
-// run one split each, and so do the few short segments of kOneSplitSegments / kOneSplitTiles
+// run one split each, and so do the few short segments of kOneSplitSegments / one_split_tiles
 // (tile_keys keys a tile).
-Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm, int tile_keys) {
+Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm, int tile_keys,
+               int one_split_tiles) {
   Plan pl;
   const int64_t forced = forced_split_keys();
   const int64_t min_keys = forced > 0 ? forced : 128;
   const bool one_split = forced == 0 && segments <= kOneSplitSegments &&
-                         (max_len + tile_keys - 1) / tile_keys <= kOneSplitTiles;
+                         (max_len + tile_keys - 1) / tile_keys <= one_split_tiles;
   const int64_t resident = static_cast<int64_t>(sm_count) * blocks_per_sm;
   int64_t splits = segments > 0 ? resident / segments : 1;  // (no segments: callers refuse B = 0)
   const int64_t max_splits = one_split ? 1 : (max_len + min_keys - 1) / min_keys;
@@ -314,10 +329,10 @@ bool use_simt() {
   return simt;
 }
 
-// The one-split kernel (kDirect) keeps all of a kOneSplitTiles segment's tiles in flight at once.
+// The one-split kernel (kDirect) keeps all of a one-split segment's tiles in flight at once.
 template <class Tr, bool kZ, int kScoreG, bool kDirect = false>
 cudaError_t launch_mma(const Params& p, cudaStream_t stream) {
-  constexpr int kStages = kDirect ? static_cast<int>(kOneSplitTiles) : 2;
+  constexpr int kStages = kDirect ? direct_stages<Tr::kD>() : 2;
   constexpr size_t smem = mma_smem_bytes<Tr, kStages>();
   static_assert(smem <= 227 * 1024, "a block's shared memory");
   static_assert(kScoreG * (Tr::kD + 1) * sizeof(float) + sizeof(TopPairs) +
@@ -375,7 +390,8 @@ cudaError_t launch_d(const Params& p, cudaStream_t stream) {
 
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len,
                                       int sm_count) {
-  const Plan pl = make_plan(B * Hkv, max_len, sm_count, resident_blocks_per_sm(d), tile_keys_of(d));
+  const Plan pl = make_plan(B * Hkv, max_len, sm_count, resident_blocks_per_sm(d), tile_keys_of(d),
+                            direct_stages_of(d));
   const size_t rows = static_cast<size_t>(B) * Hq * pl.splits;
   return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
 }
@@ -396,8 +412,8 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
     return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
-  const Plan pl =
-      make_plan(a.B * a.Hkv, a.max_len, sm_count, resident_blocks_per_sm(a.d), tile_keys_of(a.d));
+  const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count, resident_blocks_per_sm(a.d),
+                            tile_keys_of(a.d), direct_stages_of(a.d));
   Params p;
   p.a = a;
   p.group = a.Hq / a.Hkv;

@@ -137,13 +137,17 @@ __device__ __forceinline__ void store_single_split(const DecodeAttentionParams& 
 // without its causal mask and with per-segment key ranges). The SIMT kernel above spends ~68 warp
 // instructions per key on dot products from shared memory, which held it near half the copy
 // bandwidth; here a key costs ~2 mma per warp.
-// kStages: the K / V tiles in flight (cp.async stages).
+// stages: the K / V tiles in flight (cp.async stages).
+template <class Tr>
+constexpr size_t mma_smem_bytes_for(int stages) {
+  const size_t q = sizeof(bf16) * Tr::kRows * Tr::kStride;
+  const size_t kv = sizeof(bf16) * stages * Tr::kTileKeys * Tr::kStride * 2;
+  const size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * (Tr::kD + 2);
+  return q + (kv > merge ? kv : merge);
+}
 template <class Tr, int kStages = 2>
 constexpr size_t mma_smem_bytes() {
-  constexpr size_t q = sizeof(bf16) * Tr::kRows * Tr::kStride;
-  constexpr size_t kv = sizeof(bf16) * kStages * Tr::kTileKeys * Tr::kStride * 2;
-  constexpr size_t merge = sizeof(float) * Tr::kKeyGroups * Tr::kRows * (Tr::kD + 2);
-  return q + (kv > merge ? kv : merge);
+  return mma_smem_bytes_for<Tr>(kStages);
 }
 
 // kScoreG > 0: the fused step scores (the logits are exported too); kScoreG bounds the group.
