@@ -6,7 +6,11 @@
 // padded to an odd number of 32-bit words so the per-key dot products of a warp hit 32 banks);
 // the G x 64 logits are one dot product per thread, the online softmax runs one warp per head,
 // and each thread accumulates a pair of output dims for G/2 heads. Decode reads each K/V byte
-// once and does ~4 G flops per byte: bandwidth-bound at any G, so CUDA cores suffice.
+// once and does ~4 G flops per byte: bandwidth-bound at any G, so CUDA cores suffice. That SIMT
+// kernel is the comparison (KVEVICT_DECODE_SIMT=1); the default is the tensor-core block of
+// decode_attention_block.cuh, whose splits merge in the launch (the last block of a segment) in
+// the fused step, and whose short segments in small launches run as one split that writes its
+// result directly with every key tile in flight (make_plan).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
