@@ -24,7 +24,7 @@ constexpr int kChunk = 8;  // bf16 elements in 16 bytes
 // l, l + 32, ... of K): the sums are the same, bit for bit. Its rows lie kXsStride chunks apart:
 // 4 more than a row, so the 8 batch rows that the tensor-core kernel's lanes read at one column
 // (lanes g = 0..7) fall in different bank groups (4 wavefronts for a warp's 512 bytes, not 8).
-constexpr int kTileK = 2048;
+constexpr int kTileK = kGemvTileK;
 constexpr int kTileChunks = kTileK / kChunk;
 constexpr int kXsStride = kTileChunks + 4;
 // 128-byte lines of each weight row a warp prefetches into L2 before it waits for the previous

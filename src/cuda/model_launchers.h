@@ -82,6 +82,9 @@ cudaError_t launch_fill(float* out, int64_t n, float value, cudaStream_t stream)
 // y[B, N] = x[B, K] W^T at small batch (the decode step's projections), W [N, K] bf16 row-major,
 // f32 accumulation, launched as a programmatic dependent of the stream's previous kernel.
 constexpr int kGemvMaxBatch = 8;
+// Columns of the GEMV's input tile in shared memory; at batch 1 a row of at most this many columns
+// is read once and the weights wait in registers (GemvArgs::preload).
+constexpr int kGemvTileK = 2048;
 enum class GemvOut {
   kBf16,    // y bf16 [B, N]
   kF32,     // y f32 [B, N]

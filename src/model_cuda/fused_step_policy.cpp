@@ -67,7 +67,9 @@ bool gemv_takes(GemvRoute route, detail::GemvArgs* a) {
   switch (route) {
     case GemvRoute::kAll: a->cuda_cores = false; return true;
     case GemvRoute::kCudaCores: a->cuda_cores = true; return true;
-    case GemvRoute::kSmall: a->cuda_cores = true; return weight_bytes <= kGemvSmallBytes;
+    case GemvRoute::kSmall:
+      a->cuda_cores = true;
+      return weight_bytes <= kGemvSmallBytes || (a->B == 1 && a->K <= detail::kGemvTileK);
   }
   return false;
 }

@@ -7,9 +7,10 @@
 // at batch 1 the fused step gives SmolLM2's shape +38% tokens/s and Gemma 3's +15%, and ties on
 // the 8B (whose projections all go to cuBLAS); from batch 2 the GEMV is slower than cuBLAS on every
 // projection shape, and the fused step wins on one model and loses on the other. Hence the
-// defaults: fused at batch 1, the GEMV for matrices of at most kGemvSmallBytes. A fused and an
-// unfused step round differently, so runtimes made with RuntimeOptions::batch_invariant_decode
-// (kvevict eval and ppl) take kOff where the mode is kBatchOne.
+// defaults: fused at batch 1, the GEMV for matrices of at most kGemvSmallBytes (and for any at
+// batch 1 whose rows fit its input tile, below). A fused and an unfused step round differently,
+// so runtimes made with RuntimeOptions::batch_invariant_decode (kvevict eval and ppl) take kOff
+// where the mode is kBatchOne.
 #pragma once
 
 #include <string>
@@ -27,13 +28,18 @@ enum class FusedStep {
 enum class GemvRoute {
   kAll,        // every projection it supports; the tensor-core kernel from batch 2
   kCudaCores,  // every projection it supports; the CUDA-core kernel at every batch
-  kSmall,      // weights of at most kGemvSmallBytes only (CUDA-core kernel); larger: cuBLAS
+  kSmall,      // weights of at most kGemvSmallBytes, or any at batch 1 with K <= kGemvTileK
+               // (CUDA-core kernel); others: cuBLAS
 };
 
 // Weight bytes up to which kSmall keeps a projection on the GEMV: about 3 us of reading at an
 // H100's 3 TB/s, the order of the launch and norm kernels the fused projection saves. Larger
 // matrices stream faster through cuBLAS (gpu_gemv_bench, H100: 5-12% on the 8B's at batch 1,
 // 1.3-2.3x from batch 2).
+// At batch 1 a row of at most kGemvTileK columns (the weights waiting in registers, each byte read
+// once, the norm fused) stays on the GEMV whatever the matrix's size: the output projections of
+// SmolLM2 (56 MB) and Gemma 3 (335 MB) gave +0.4-0.8% tokens/s there (H100, docs/RESULTS.md
+// "2026-12-07 (d)", KVEVICT_GEMV_ROUTE=all against small).
 inline constexpr long long kGemvSmallBytes = 8ll << 20;
 
 // KVEVICT_DECODE_FUSED: 0 (off), 1 (on), auto (batch one); unset or empty: auto.

@@ -1,6 +1,7 @@
 // The fused decode step's policy (src/model_cuda/fused_step_policy.h): which steps are fused under
 // each mode; which projections the small-batch GEMV takes under each route and with which kernel,
-// the byte bound of the `small` route (gated projections count both halves), shapes the GEMV does
+// the byte bound of the `small` route (gated projections count both halves) and its batch-1 rows of
+// at most kGemvTileK columns whatever the matrix's size, shapes the GEMV does
 // not cover never taken; KVEVICT_DECODE_FUSED's, KVEVICT_GEMV_ROUTE's, KVEVICT_GEMV_PRELOAD's
 // values and the refusal of any other. Host logic only: no GPU needed.
 #include <gtest/gtest.h>
@@ -93,21 +94,29 @@ TEST(GemvRoute, CoresTakesEverySupportedShapeOnTheCudaCores) {
 }
 
 TEST(GemvRoute, SmallTakesMatricesUpToTheByteBoundOnly) {
-  // 2048 x 2048 bf16 = 8 MiB: taken; one more row of 2048: not.
-  GemvArgs at = projection(1, 2048, 2048);
+  // 1024 x 4096 bf16 = 8 MiB: taken; one more row: not (from batch 2, or at K > kGemvTileK).
+  GemvArgs at = projection(2, 1024, 4096);
   EXPECT_TRUE(gemv_takes(GemvRoute::kSmall, &at));
   EXPECT_TRUE(at.cuda_cores);
-  GemvArgs over = projection(1, 2049, 2048);
+  GemvArgs over = projection(2, 1025, 4096);
   EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &over));
   // SmolLM2's projections (576 wide) are taken, the 8B's q|k|v (6144 x 4096, 48 MiB) is not.
   GemvArgs small = projection(8, 960, 576);
   EXPECT_TRUE(gemv_takes(GemvRoute::kSmall, &small));
   GemvArgs large = projection(1, 6144, 4096);
   EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &large));
-  // A gated projection reads 2N rows: 1024 x 2048 x 2 halves = 8 MiB taken, 1025 not.
-  GemvArgs gated = projection(1, 1024, 2048, GemvOut::kGated);
+  // At batch 1 a row of at most kGemvTileK columns is taken whatever the matrix's size (SmolLM2's
+  // output projection, 49152 x 576, 54 MiB), from batch 2 not; K one chunk past the tile: not.
+  GemvArgs logits = projection(1, 49152, 576);
+  EXPECT_TRUE(gemv_takes(GemvRoute::kSmall, &logits));
+  GemvArgs logits2 = projection(2, 49152, 576);
+  EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &logits2));
+  GemvArgs wide_k = projection(1, 4096, 2048 + 8);
+  EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &wide_k));
+  // A gated projection reads 2N rows: 1024 x 2048 x 2 halves = 8 MiB taken, 1025 not (batch 2).
+  GemvArgs gated = projection(2, 1024, 2048, GemvOut::kGated);
   EXPECT_TRUE(gemv_takes(GemvRoute::kSmall, &gated));
-  GemvArgs gated_over = projection(1, 1025, 2048, GemvOut::kGated);
+  GemvArgs gated_over = projection(2, 1025, 2048, GemvOut::kGated);
   EXPECT_FALSE(gemv_takes(GemvRoute::kSmall, &gated_over));
 }
 
