@@ -67,8 +67,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_row_kernel(GemvArgs a) {
   const float2 rot = early_rotation<kOut>(a, w);
   launch_dependents();
   grid_dependency_wait();
+  const float2 res = residual_pair<kOut>(a, w);  // kF32Add: loaded now, added at the end
   gemv_row_preloaded<kNorm, kOut, kGeluTanh>(
-      a, w, r, n, xs, reinterpret_cast<float*>(xs + kXsStride), inv_rms, rot);
+      a, w, r, n, xs, reinterpret_cast<float*>(xs + kXsStride), inv_rms, rot, res);
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
 }
 

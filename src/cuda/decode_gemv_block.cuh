@@ -460,13 +460,31 @@ __device__ __forceinline__ void stage_row(const GemvArgs& a, const RowNorm& n, u
   __syncthreads();
 }
 
+// kF32Add at batch 1: lane 0's two residual values y[r0], y[r1] of its warp's pair, read right
+// after the dependency wait (earlier kernels wrote them), so that the residual add at the end
+// waits for no load: one round trip off the kernel's critical path. Else (0, 0), never read.
+template <GemvOut kOut>
+__device__ __forceinline__ float2 residual_pair(const GemvArgs& a, const GemvWarp& w) {
+  float2 res = make_float2(0.f, 0.f);
+  if constexpr (kOut == GemvOut::kF32Add) {
+    if (w.live && (threadIdx.x & 31) == 0) {
+      const float* y = static_cast<const float*>(a.y);
+      res.x = y[w.r0];
+      if (w.has_r1) res.y = y[w.r1];
+    }
+  }
+  return res;
+}
+
 // The batch-1 body after the dependency wait with the weights in registers (preloads(a)): one
 // batch row, so one pair of sums a lane and one epilogue (store_rows' order of the lane sums).
-// kOut == kRopeAppend: rot holds the rotation of lane 0's q / k pair (early_rotation).
+// kOut == kRopeAppend: rot holds the rotation of lane 0's q / k pair (early_rotation); kF32Add:
+// res the residual values of residual_pair, y = res + sums as store_pair's y += sums.
 template <bool kNorm, GemvOut kOut, bool kGeluTanh>
 __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const GemvWarp& w,
                                                    const RowWeights& r, const RowNorm& n, uint4* xs,
-                                                   float* xraw, float* inv_rms, float2 rot) {
+                                                   float* xraw, float* inv_rms, float2 rot,
+                                                   float2 res) {
   stage_row<kNorm>(a, n, xs, xraw, inv_rms);
   float acc0 = 0.f, acc1 = 0.f;
   if (w.live) {
@@ -493,8 +511,14 @@ __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const Gemv
     acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
     acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
   }
-  if ((threadIdx.x & 31) == 0)
+  if ((threadIdx.x & 31) != 0) return;
+  if constexpr (kOut == GemvOut::kF32Add) {
+    float* y = static_cast<float*>(a.y);
+    y[w.r0] = res.x + acc0;
+    if (w.has_r1) y[w.r1] = res.y + acc1;
+  } else {
     store_pair<kOut, kGeluTanh, true>(a, w.pair, w.r0, w.r1, w.has_r1, 0, acc0, acc1, rot);
+  }
 }
 
 // kRopeAppend at batch 1: lane 0's RoPE rotation (cos, sin) of its warp's pair where the pair is a
