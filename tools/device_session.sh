@@ -48,10 +48,11 @@
 #                                             prefill with each library (unpacks DIR's binaries
 #                                             when `first` has not)
 #   tools/device_session.sh decode-lib-ab DIR
-#                                             this build's batch-1 decode step against DIR's
+#                                             this build's decode step against DIR's
 #                                             lib_base.tar.xz, A B A B in one start: the decode
-#                                             tests, then graph decode tok/s of the SmolLM2 and
-#                                             Gemma 3 shapes (AB_CONTEXTS, ROUNDS)
+#                                             tests, then graph decode tok/s of AB_PRESETS
+#                                             (default the SmolLM2 and Gemma 3 shapes) at
+#                                             AB_BATCHES, AB_CONTEXTS, ROUNDS
 #   tools/device_session.sh prefill-ab        the 8B's prefill at 32K / 128K with each wgmma loop
 #                                             (gpu_e2e_bench --forward-loop; PREFILL_LOOPS, default
 #                                             "tma-wide wide-overlap wide-pingpong")
@@ -339,21 +340,24 @@ PY
     pack prefill_lib_ab_logs
     ;;
   decode-lib-ab)
-    # A change to the batch-1 decode step against the library before it, on one card in one
-    # start: the decode tests, then graph decode device tok/s of the SmolLM2 and Gemma 3 shapes
-    # (random weights, batch 1) at AB_CONTEXTS tokens of context, base and new alternating.
+    # A change to the decode step against the library before it, on one card in one start: the
+    # decode tests, then graph decode device tok/s of AB_PRESETS (default the SmolLM2 and Gemma 3
+    # shapes; random weights) at AB_BATCHES (default 1) and AB_CONTEXTS tokens of context, base
+    # and new alternating, ROUNDS times.
     dir="${2:?usage: device_session.sh decode-lib-ab DIR}"
     [ -x $K/bin/gpu_e2e_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
     unpack_base "$dir" || exit 3
     for t in test_model_cuda_decode_gemv_test test_model_cuda_decode_graph_test \
-             test_model_cuda_gpu_session_test; do run_test $K/bin/$t; done
+             test_model_cuda_gpu_session_test test_cuda_decode_merge_in_launch_test \
+             test_cuda_decode_attention_nan_test; do run_test $K/bin/$t; done
     for round in $(seq 1 "${ROUNDS:-2}"); do
       for v in base new; do
         for ctx in ${AB_CONTEXTS:-256 4096}; do
-          for p in smollm2-135m gemma3-270m; do
+          for p in ${AB_PRESETS:-smollm2-135m gemma3-270m}; do
             echo "== $v $p context $ctx round $round"
-            LD_LIBRARY_PATH=$(lib_path $v) timeout 90 $K/bin/gpu_e2e_bench --preset $p \
-              --decode-ab --batches 1 --prompt-tokens $ctx 2>&1 | grep -E "^[0-9]+ +graph"
+            LD_LIBRARY_PATH=$(lib_path $v) timeout 150 $K/bin/gpu_e2e_bench --preset $p \
+              --decode-ab --batches "${AB_BATCHES:-1}" --prompt-tokens $ctx 2>&1 |
+              grep -E "^[0-9]+ +graph"
           done
         done
       done
