@@ -275,12 +275,17 @@ int64_t forced_split_keys() {
 template <int D>
 constexpr int direct_stages() {
   using Tr = kvevict::cuda::detail::WindowTraits<bf16, D, 1>;
-  int stages = 12;
-  while (stages > 2 && mma_smem_bytes_for<Tr>(stages) > 227 * 1024) --stages;
-  return stages;
+  return kvevict::cuda::detail::stages_that_fit(
+      1, [](int s) { return mma_smem_bytes_for<Tr>(s); }, 12);
 }
 int direct_stages_of(int d) {
   return d == 64 ? direct_stages<64>() : d == 128 ? direct_stages<128>() : direct_stages<256>();
+}
+
+// The key tiles of the tensor-core kernel at head dim d (32 keys at d = 256, else 64).
+int tile_keys_of(int d) {
+  return d == 256 ? kvevict::cuda::detail::WindowTraits<bf16, 256, 1>::kTileKeys
+                  : kvevict::cuda::detail::WindowTraits<bf16, 64, 1>::kTileKeys;
 }
 
 // Launches of at most kOneSplitSegments segments, each of at most direct_stages key tiles, run one
@@ -298,10 +303,11 @@ constexpr int kOneSplitSegments = 8;
 // each where 376 blocks take one of 11), at least 2 tiles a split: a split's partial (G x d floats)
 // stays 16x smaller than the K and V it read (the 8B's 10% cache, 3,277 keys a head at batch 1,
 // runs 26 splits = 208 blocks instead of 13 = 104 on 132 SMs). Segments beyond the resident blocks
-// run one split each, and so do the few short segments of kOneSplitSegments / one_split_tiles
-// (tile_keys keys a tile).
-Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm, int tile_keys,
-               int one_split_tiles) {
+// run one split each, and so do the few short segments of kOneSplitSegments / direct_stages tiles
+// at head dim d.
+Plan make_plan(int segments, int64_t max_len, int sm_count, int d) {
+  const int blocks_per_sm = resident_blocks_per_sm(d), tile_keys = tile_keys_of(d),
+            one_split_tiles = direct_stages_of(d);
   Plan pl;
   const int64_t forced = forced_split_keys();
   const int64_t min_keys = forced > 0 ? forced : 128;
@@ -316,12 +322,6 @@ Plan make_plan(int segments, int64_t max_len, int sm_count, int blocks_per_sm, i
   pl.keys_per_split = kps;
   pl.splits = static_cast<int>(std::max<int64_t>(1, (max_len + kps - 1) / kps));
   return pl;
-}
-
-// The key tiles of the tensor-core kernel at head dim d (32 keys at d = 256, else 64).
-int tile_keys_of(int d) {
-  return d == 256 ? kvevict::cuda::detail::WindowTraits<bf16, 256, 1>::kTileKeys
-                  : kvevict::cuda::detail::WindowTraits<bf16, 64, 1>::kTileKeys;
 }
 
 // KVEVICT_DECODE_SIMT=1 selects the CUDA-core kernel (for comparisons); the default is mma.
@@ -394,8 +394,7 @@ cudaError_t launch_d(const Params& p, cudaStream_t stream) {
 
 size_t decode_attention_scratch_bytes(int B, int Hq, int Hkv, int d, int64_t max_len,
                                       int sm_count) {
-  const Plan pl = make_plan(B * Hkv, max_len, sm_count, resident_blocks_per_sm(d), tile_keys_of(d),
-                            direct_stages_of(d));
+  const Plan pl = make_plan(B * Hkv, max_len, sm_count, d);
   const size_t rows = static_cast<size_t>(B) * Hq * pl.splits;
   return (rows * d * sizeof(float) + 255) / 256 * 256 + rows * 2 * sizeof(float);
 }
@@ -416,8 +415,7 @@ cudaError_t launch_decode_attention(const DecodeAttentionArgs& a, bf16* out, flo
     return cudaErrorInvalidValue;
   if (scratch_bytes < decode_attention_scratch_bytes(a.B, a.Hq, a.Hkv, a.d, a.max_len, sm_count))
     return cudaErrorInvalidValue;
-  const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count, resident_blocks_per_sm(a.d),
-                            tile_keys_of(a.d), direct_stages_of(a.d));
+  const Plan pl = make_plan(a.B * a.Hkv, a.max_len, sm_count, a.d);
   Params p;
   p.a = a;
   p.group = a.Hq / a.Hkv;

@@ -42,6 +42,12 @@ struct DecodeAttentionParams {
   DecodeStepScoreArgs score;  // the fused step scores (score.acc null: none)
 };
 
+// The query head (row of out / lse: b Hq + its head) of head hq of segment seg's group.
+__device__ __forceinline__ int64_t query_head(const DecodeAttentionParams& p, int seg, int hq) {
+  const int b = seg / p.a.Hkv, g = seg % p.a.Hkv;
+  return static_cast<int64_t>(b) * p.a.Hq + g * p.group + hq;
+}
+
 // A head's log-sum-exp (natural units) from its merged max m_all (log2 units) and sum l_all, and
 // the factor that normalizes its output (a NaN sum stays NaN).
 __device__ __forceinline__ float merged_lse(float m_all, float l_all) {
@@ -64,9 +70,7 @@ __device__ void merge_head(const DecodeAttentionParams& p, int seg, int hq, int 
   static_assert(D % 32 == 0, "whole warps of dims");
   constexpr int kCols = D / 32;
   constexpr int kUnroll = D == 256 ? 4 : 8;
-  const DecodeAttentionArgs& a = p.a;
-  const int b = seg / a.Hkv, g = seg % a.Hkv;
-  const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
+  const int64_t h = query_head(p, seg, hq);
   auto prow = [&](int s) { return (static_cast<int64_t>(seg) * p.splits + s) * p.group + hq; };
   float m_all = -INFINITY;
   for (int s = lane; s < p.splits; s += 32) m_all = nan_max(m_all, __ldcg(p.part_ml + prow(s) * 2));
@@ -121,9 +125,7 @@ __device__ void merge_head(const DecodeAttentionParams& p, int seg, int hq, int 
 // arrival counter and the merge's loads.
 __device__ __forceinline__ void store_single_split(const DecodeAttentionParams& p, int seg, int hq,
                                                    int c, int D, float m, float l, float acc) {
-  const DecodeAttentionArgs& a = p.a;
-  const int b = seg / a.Hkv, g = seg % a.Hkv;
-  const int64_t h = static_cast<int64_t>(b) * a.Hq + g * p.group + hq;
+  const int64_t h = query_head(p, seg, hq);
   const float m_all = nan_max(-INFINITY, m);
   const float l_all = m_all != -INFINITY ? 0.f + exp2f(m - m_all) * l : 0.f;
   if (c == 0 && p.lse != nullptr) p.lse[h] = merged_lse(m_all, l_all);

@@ -60,11 +60,11 @@ struct WgWindowTraits {
   static_assert(TK_ == 64 || (TK_ == 128 && WG_ == 2), "64-key tiles, or 128 with one block a SM");
 };
 
-// The most stages (2 to 4) whose shared memory bytes(stages) lets `blocks` blocks share one SM
-// (228 KB, 1 KB reserved per block).
+// The most stages (2 to max_stages) whose shared memory bytes(stages) lets `blocks` blocks share
+// one SM (228 KB, 1 KB reserved per block).
 template <class Bytes>
-constexpr int stages_that_fit(int blocks, Bytes bytes) {
-  for (int s = 4; s > 2; --s)
+constexpr int stages_that_fit(int blocks, Bytes bytes, int max_stages = 4) {
+  for (int s = max_stages; s > 2; --s)
     if (blocks * (bytes(s) + 1024) <= 228 * 1024) return s;
   return 2;
 }
