@@ -11,9 +11,16 @@
 #   BUNDLE_MODELS=0 tools/device_bundle.sh ...      binaries only
 #   BUNDLE_FIRST_PART=BYTES, BUNDLE_PART=BYTES       the first model part's size and the others'
 #                                                    (default 60 MB each)
-#   BASE_LIB=PATH tools/device_bundle.sh ...         also OUT_DIR/c0/lib_base.tar.xz: an earlier
-#                                                    build's library (e.g. libkvevict_cuda.so) under
-#                                                    its SONAME, for device_session.sh's A/B verbs
+#   BASE_LIB=PATH[:PATH...] tools/device_bundle.sh ...
+#                                                    also OUT_DIR/c0/lib_base.tar.xz: an earlier
+#                                                    build's libraries under their SONAMEs, for
+#                                                    device_session.sh's A/B verbs. Give the CUDA
+#                                                    library AND the model library of that build
+#                                                    when the change touches their interface
+#                                                    (model_launchers.h: GemvArgs and friends are
+#                                                    passed by reference, so a base CUDA library
+#                                                    under this build's model library reads another
+#                                                    struct layout; 2026-12-07 (e) lost a call so)
 set -euo pipefail
 build="${1:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
 out="${2:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
@@ -61,11 +68,14 @@ mkdir -p "$out/c0"
 mv "$out/bins.tar.xz" "$out/c0/"
 if [[ -n "${BASE_LIB:-}" ]]; then
   mkdir -p "$stage/base"
-  soname="$(objdump -p "$BASE_LIB" | awk '$1 == "SONAME" { print $2 }')"
-  cp -L "$BASE_LIB" "$stage/base/${soname:-$(basename "$BASE_LIB")}"
+  IFS=: read -r -a base_libs <<<"$BASE_LIB"
+  for lib in "${base_libs[@]}"; do
+    soname="$(objdump -p "$lib" | awk '$1 == "SONAME" { print $2 }')"
+    cp -L "$lib" "$stage/base/${soname:-$(basename "$lib")}"
+  done
   strip --strip-unneeded "$stage"/base/* 2>/dev/null || true
   tar -C "$stage/base" -cf - . | xz -T2 -6 >"$out/c0/lib_base.tar.xz"
-  echo "device_bundle: base library $(ls "$stage/base")"
+  echo "device_bundle: base libraries $(ls "$stage/base" | tr '\n' ' ')"
 fi
 i=0
 for p in "$out"/models.part-*; do

@@ -122,7 +122,7 @@ for k in med:
 PY
 }
 pack() { tar -C $K/logs -cJf "$OUT/$1.tar.xz" . && echo "logs: $OUT/$1.tar.xz"; }
-# DIR's lib_base.tar.xz (device_bundle.sh BASE_LIB=: an earlier libkvevict_cuda) into $K/lib_base.
+# DIR's lib_base.tar.xz (device_bundle.sh BASE_LIB=: an earlier build's libraries) into $K/lib_base.
 unpack_base() { mkdir -p $K/lib_base && xz -dc "$1/lib_base.tar.xz" | tar -xf - -C $K/lib_base; }
 # The LD_LIBRARY_PATH that runs the binaries with library `base` (lib_base's) or `new` (this build's).
 lib_path() {
