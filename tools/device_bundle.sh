@@ -21,10 +21,22 @@
 #                                                    passed by reference, so a base CUDA library
 #                                                    under this build's model library reads another
 #                                                    struct layout; 2026-12-07 (e) lost a call so)
+#   LIB_VARIANTS="NAME=PATH[:PATH...] ..." tools/device_bundle.sh ...
+#                                                    also OUT_DIR/c0/lib_NAME.tar.xz for each: more
+#                                                    libraries to time beside base and new (the
+#                                                    decode-lib-ab verb runs base, each NAME, new)
 set -euo pipefail
 build="${1:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
 out="${2:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
+for variant in ${LIB_VARIANTS:-}; do  # checked before any work
+  name="${variant%%=*}"
+  [[ "$name" =~ ^[a-z0-9_]+$ && "$name" != base && "$variant" == *=?* ]] || {
+    echo "device_bundle: LIB_VARIANTS entry '$variant' is not NAME=PATH[:PATH...]" \
+      "(NAME: a-z, 0-9, _; not base)" >&2
+    exit 2
+  }
+done
 mkdir -p "$out"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -66,17 +78,20 @@ fi
 rm -rf "$out"/c[0-9]*
 mkdir -p "$out/c0"
 mv "$out/bins.tar.xz" "$out/c0/"
-if [[ -n "${BASE_LIB:-}" ]]; then
-  mkdir -p "$stage/base"
-  IFS=: read -r -a base_libs <<<"$BASE_LIB"
-  for lib in "${base_libs[@]}"; do
+# Libraries PATH[:PATH...] under their SONAMEs, stripped, into OUT_DIR/c0/lib_NAME.tar.xz.
+pack_libs() {  # NAME PATHS
+  mkdir -p "$stage/lib_$1"
+  IFS=: read -r -a libs <<<"$2"
+  for lib in "${libs[@]}"; do
     soname="$(objdump -p "$lib" | awk '$1 == "SONAME" { print $2 }')"
-    cp -L "$lib" "$stage/base/${soname:-$(basename "$lib")}"
+    cp -L "$lib" "$stage/lib_$1/${soname:-$(basename "$lib")}"
   done
-  strip --strip-unneeded "$stage"/base/* 2>/dev/null || true
-  tar -C "$stage/base" -cf - . | xz -T2 -6 >"$out/c0/lib_base.tar.xz"
-  echo "device_bundle: base libraries $(ls "$stage/base" | tr '\n' ' ')"
-fi
+  strip --strip-unneeded "$stage/lib_$1"/* 2>/dev/null || true
+  tar -C "$stage/lib_$1" -cf - . | xz -T2 -6 >"$out/c0/lib_$1.tar.xz"
+  echo "device_bundle: $1 libraries $(ls "$stage/lib_$1" | tr '\n' ' ')"
+}
+if [[ -n "${BASE_LIB:-}" ]]; then pack_libs base "$BASE_LIB"; fi
+for variant in ${LIB_VARIANTS:-}; do pack_libs "${variant%%=*}" "${variant#*=}"; done
 i=0
 for p in "$out"/models.part-*; do
   [[ -f "$p" ]] || continue

@@ -49,7 +49,8 @@
 #                                             when `first` has not)
 #   tools/device_session.sh decode-lib-ab DIR
 #                                             this build's decode step against DIR's
-#                                             lib_base.tar.xz, A B A B in one start: the decode
+#                                             lib_base.tar.xz (and any lib_NAME.tar.xz of
+#                                             LIB_VARIANTS), A B A B in one start: the decode
 #                                             tests, then graph decode tok/s of AB_PRESETS
 #                                             (default the SmolLM2 and Gemma 3 shapes) at
 #                                             AB_BATCHES, AB_CONTEXTS, ROUNDS
@@ -123,13 +124,25 @@ PY
 }
 pack() { tar -C $K/logs -cJf "$OUT/$1.tar.xz" . && echo "logs: $OUT/$1.tar.xz"; }
 # DIR's lib_base.tar.xz (device_bundle.sh BASE_LIB=: an earlier build's libraries) into $K/lib_base.
-unpack_base() { mkdir -p $K/lib_base && xz -dc "$1/lib_base.tar.xz" | tar -xf - -C $K/lib_base; }
-# The LD_LIBRARY_PATH that runs the binaries with library `base` (lib_base's) or `new` (this build's).
+# Also every other DIR/lib_NAME.tar.xz (device_bundle.sh LIB_VARIANTS) into $K/lib_NAME; prints
+# their names.
+unpack_base() {
+  local f name
+  for f in "$1"/lib_*.tar.xz; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f" .tar.xz)
+    rm -rf "${K:?}/${name:?}" && mkdir -p "$K/$name" && xz -dc "$f" | tar -xf - -C "$K/$name" || return 1
+    [ "$name" = lib_base ] || echo "${name#lib_}"
+  done
+  [ -d $K/lib_base ]
+}
+# The LD_LIBRARY_PATH that runs the binaries with library `new` (this build's), `base` (lib_base's)
+# or a variant NAME (lib_NAME's).
 lib_path() {
-  if [ "$1" = base ]; then
-    echo $K/lib_base:$K/lib:/usr/local/cuda/lib64
-  else
+  if [ "$1" = new ]; then
     echo $K/lib:/usr/local/cuda/lib64
+  else
+    echo $K/lib_$1:$K/lib:/usr/local/cuda/lib64
   fi
 }
 # Runs a test binary, one line: name, exit code, seconds, gtest's verdict.
@@ -217,7 +230,7 @@ case "$verb" in
     ;;
   select-ab)
     dir="${2:?usage: device_session.sh select-ab DIR}"
-    unpack_base "$dir" || exit 3
+    unpack_base "$dir" >/dev/null || exit 3
     for round in 1 2; do
       for v in new base; do
         LD_LIBRARY_PATH=$(lib_path $v) timeout 200 $K/bin/gpu_score_bench --select \
@@ -326,7 +339,7 @@ PY
     # (the card's clocks drift between starts): the libraries alternate, base first each round.
     dir="${2:?usage: device_session.sh prefill-lib-ab DIR}"
     [ -x $K/bin/gpu_attention_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
-    unpack_base "$dir" || exit 3
+    unpack_base "$dir" >/dev/null || exit 3
     for t in test_cuda_window_forward_test test_model_cuda_gpu_session_test; do run_test $K/bin/$t; done
     for round in 1 2; do
       for v in base new; do
@@ -342,16 +355,16 @@ PY
   decode-lib-ab)
     # A change to the decode step against the library before it, on one card in one start: the
     # decode tests, then graph decode device tok/s of AB_PRESETS (default the SmolLM2 and Gemma 3
-    # shapes; random weights) at AB_BATCHES (default 1) and AB_CONTEXTS tokens of context, base
-    # and new alternating, ROUNDS times.
+    # shapes; random weights) at AB_BATCHES (default 1) and AB_CONTEXTS tokens of context, base,
+    # DIR's other lib_NAME variants (device_bundle.sh LIB_VARIANTS) and new in turn, ROUNDS times.
     dir="${2:?usage: device_session.sh decode-lib-ab DIR}"
     [ -x $K/bin/gpu_e2e_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
-    unpack_base "$dir" || exit 3
+    variants=$(unpack_base "$dir") || exit 3
     for t in test_model_cuda_decode_gemv_test test_model_cuda_decode_graph_test \
              test_model_cuda_gpu_session_test test_cuda_decode_merge_in_launch_test \
              test_cuda_decode_attention_nan_test; do run_test $K/bin/$t; done
     for round in $(seq 1 "${ROUNDS:-2}"); do
-      for v in base new; do
+      for v in base $variants new; do
         for ctx in ${AB_CONTEXTS:-256 4096}; do
           for p in ${AB_PRESETS:-smollm2-135m gemma3-270m}; do
             echo "== $v $p context $ctx round $round"
