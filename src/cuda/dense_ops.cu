@@ -11,11 +11,16 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common.cuh"
 #include "cuda/model_launchers.h"
 #include "cuda/rope_append.cuh"
 
 namespace kvevict::gpu::detail {
 namespace {
+
+using cuda::detail::grid_dependency_wait;
+using cuda::detail::launch_dependents;
+using cuda::detail::launch_pdl;
 
 constexpr int kRowThreads = 256;
 
@@ -52,9 +57,14 @@ __device__ __forceinline__ float row_inv_rms(const float* row, int D, float eps,
   return rsqrtf(ss / static_cast<float>(D) + eps);
 }
 
+// The row kernels and rope_append_kernel are launched as programmatic dependents (launch_pdl) and
+// let the next kernel start at once: in the decode step a GEMV after them loads its weights while
+// they run. They wait for the previous kernel before reading what it wrote.
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_kernel(const float* x, int64_t x_stride, int D, const float* w, float eps, bf16* out) {
   __shared__ float red[32];
+  launch_dependents();
+  grid_dependency_wait();
   const int t = blockIdx.x;
   const float* xr = x + t * x_stride;
   const float scale = row_inv_rms(xr, D, eps, red);
@@ -65,6 +75,8 @@ __global__ void __launch_bounds__(kRowThreads)
 __global__ void __launch_bounds__(kRowThreads)
     rms_norm_add_kernel(const float* o, int D, const float* w, float eps, float* x) {
   __shared__ float red[32];
+  launch_dependents();
+  grid_dependency_wait();
   const int64_t t = blockIdx.x;
   const float* orow = o + t * D;
   const float scale = row_inv_rms(orow, D, eps, red);
@@ -78,6 +90,8 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
   __shared__ int64_t row_base[64];
   const int t = blockIdx.x, half = a.d / 2;
   const int Hq = a.Hq, Hkv = a.Hkv, d = a.d;
+  launch_dependents();
+  // The angles before the wait: the positions are copied in before the step's first kernel.
   const int32_t p = a.pos[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     double s, c;
@@ -85,6 +99,7 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
     cs[i] = static_cast<float>(c);
     cs[half + i] = static_cast<float>(s);
   }
+  grid_dependency_wait();  // the projection, the segment lengths
   for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
     const int seg = (a.decode ? t : a.seq) * Hkv + g;
     row_base[g] = a.decode ? decode_append_row(a, seg, p) : a.seg_off[seg] + a.first + t;
@@ -342,15 +357,14 @@ cudaError_t launch_embed(const bf16* embd, const int32_t* tokens, int T, int D, 
 cudaError_t launch_rms_norm(const float* x, int64_t x_stride, int T, int D, const float* w,
                             float eps, bf16* out, cudaStream_t stream) {
   if (T <= 0) return cudaSuccess;
-  rms_norm_kernel<<<T, kRowThreads, 0, stream>>>(x, x_stride, D, w, eps, out);
-  return cudaGetLastError();
+  return launch_pdl(rms_norm_kernel, dim3(T), dim3(kRowThreads), 0, stream, x, x_stride, D, w, eps,
+                    out);
 }
 
 cudaError_t launch_rms_norm_add(const float* o, int T, int D, const float* w, float eps, float* x,
                                 cudaStream_t stream) {
   if (T <= 0) return cudaSuccess;
-  rms_norm_add_kernel<<<T, kRowThreads, 0, stream>>>(o, D, w, eps, x);
-  return cudaGetLastError();
+  return launch_pdl(rms_norm_add_kernel, dim3(T), dim3(kRowThreads), 0, stream, o, D, w, eps, x);
 }
 
 cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
@@ -362,8 +376,7 @@ cudaError_t launch_rope_append(const RopeAppendArgs& a, cudaStream_t stream) {
   // A decode step's few tokens: 1024 threads a token, so the 8B's 2,560 rotated pairs take 3 passes
   // of the block, not 10 dependent ones (11.7 us a layer at batch 1 under ncu, H100). Every value
   // is formed as with 256 threads: the outputs are the same bit for bit.
-  rope_append_kernel<<<a.T, a.decode ? 1024 : 256, smem, stream>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(rope_append_kernel, dim3(a.T), dim3(a.decode ? 1024 : 256), smem, stream, a);
 }
 
 cudaError_t launch_gated_act(const bf16* gu, int T, int F, bool gelu_tanh, bf16* h,
