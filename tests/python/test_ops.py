@@ -217,6 +217,38 @@ def test_layer_evictor_equals_the_functional_pipeline(fw):
         np.testing.assert_array_equal(Framework.host(kh), Framework.host(kd)[h][rows])
 
 
+@pytest.mark.parametrize("threads", [2, 4])
+def test_one_layer_evictor_shared_by_threads_gives_the_single_threaded_results(threads):
+    # plan() and apply() run without the GIL and the evictor reuses its score buffers and
+    # workspace: threads sharing one evictor must take turns, not overwrite each other's scores.
+    import threading
+
+    rng = np.random.default_rng(21)
+    problems = [qkv(rng, 4, 2, 20, 8, 16), qkv(rng, 8, 4, 300, 8, 32)]
+    ev = kvevict.LayerEvictor("dropkv", 0.5, window=8)
+    want = [(kvevict_sets(ev.plan(*p)), Framework.host(ev.evict(*p).k)) for p in problems]
+    got, errors = [], []
+
+    def work(i):
+        p = problems[i % 2]
+        try:
+            for _ in range(40):
+                got.append((i % 2, kvevict_sets(ev.plan(*p)), Framework.host(ev.evict(*p).k)))
+        except Exception as e:  # noqa: BLE001 -- reported below, with the thread's problem
+            errors.append(f"problem {i % 2}: {e}")
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors[:3]
+    assert len(got) == 40 * threads
+    for i, sets, k in got:
+        assert sets == want[i][0], f"problem {i}: kept sets differ from the single-threaded run"
+        np.testing.assert_array_equal(k, want[i][1])
+
+
 def kvevict_sets(sel):
     off, idx = sel.offsets_host(), Framework.host(sel.index)
     return [tuple(idx[off[h]:off[h + 1]]) for h in range(len(off) - 1)]
