@@ -107,16 +107,22 @@ def budget(name: str, x: Any) -> Any:
     return x
 
 
-def positions(name: str, x: Any) -> None:
-    """Original token positions: an integer array with values in [0, 2^31 - 1] (floats were
-    truncated, NaN cast to garbage and 2^40 wrapped to int32 without a word)."""
+def int32_rows(name: str, x: Any, what: str) -> None:
+    """An integer array with values in [0, 2^31 - 1], checked before the cast to the int32 the
+    library stores (floats were truncated, NaN cast to garbage, a position 2^40 and an int64
+    selection row 2^32 + 5 wrapped to int32 without a word). `what` names the values."""
     if T.dtype_name(x) not in INT_DTYPES:
-        raise ValueError(f"{name} has dtype {T.dtype_name(x)}; expected integer positions")
+        raise ValueError(f"{name} has dtype {T.dtype_name(x)}; expected integer {what}")
     if T.nbytes(x) > 0:
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi > MAX_POSITION:
-            raise ValueError(f"{name} holds {lo if lo < 0 else hi}; expected positions in "
+            raise ValueError(f"{name} holds {lo if lo < 0 else hi}; expected {what} in "
                              f"[0, {MAX_POSITION}]")
+
+
+def positions(name: str, x: Any) -> None:
+    """Original token positions, stored as int32."""
+    int32_rows(name, x, "positions")
 
 
 def instance(name: str, x: Any, cls: type, what: str) -> Any:

@@ -167,6 +167,9 @@ class Selection:
 
     @property
     def num_kv_heads(self) -> int:
+        # Read before _to_cpp's checks (compact compares it with the cache's heads): a 2-D
+        # offsets array must be named as such, not counted by its first dim.
+        C.ndim("selection.offsets", self.offsets, 1, "[Hkv + 1]")
         return int(self.offsets.shape[0]) - 1
 
     @property
@@ -213,8 +216,9 @@ class Selection:
         if len(off) < 2 or off[0] != 0 or (np.diff(off) < 0).any() or off[-1] != self.total:
             raise ValueError(f"selection.offsets is {off.tolist()[:8]}; expected [Hkv + 1] "
                              f"non-decreasing offsets from 0 to the {self.total} kept rows")
-        return ext.Selection.from_arrays(
-            np.ascontiguousarray(T.to_host(self.index), dtype=np.int32), off)
+        index = T.to_host(self.index)
+        C.int32_rows("selection.index", index, "row indices")
+        return ext.Selection.from_arrays(np.ascontiguousarray(index, dtype=np.int32), off)
 
     @staticmethod
     def _from_cpp(sel, like: Array) -> "Selection":

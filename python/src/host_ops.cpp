@@ -72,6 +72,7 @@ void bind_selection(nb::module_& m) {
             const TensorView ot = to_view(offsets, "selection offsets");
             KVEVICT_CHECK(ot.ndim == 1 && ot.shape[0] >= 2, "selection offsets has shape ",
                           ot.shape_str(), "; expected [Hkv + 1]");
+            check_indexable(ot, "selection offsets");
             Selection s;
             s.num_kv_heads = static_cast<int>(ot.shape[0] - 1);
             const int64_t* off = i64_data(offsets, "selection offsets", ot.shape[0]);

@@ -101,6 +101,13 @@ void check_shape(const TensorView& t, const char* what, std::initializer_list<in
   KVEVICT_CHECK(ok, what, " has shape ", t.shape_str(), "; expected ", want.str());
 }
 
+void check_indexable(const TensorView& t, const char* what) {
+  for (int i = 0; i < t.ndim; ++i)
+    KVEVICT_CHECK(t.shape[i] <= kMaxIndexedDim, what, " has shape ", t.shape_str(), ": dim ", i,
+                  " is ", t.shape[i], "; expected at most ", kMaxIndexedDim,
+                  " (heads, tokens and head dims are indexed with 32-bit integers)");
+}
+
 void check_finite(const TensorView& t, const char* what) {
   if (t.empty() || t.device != Device::kCpu) return;
   if (t.dtype != DType::kF32 && t.dtype != DType::kF64 && t.dtype != DType::kF16 &&

@@ -44,6 +44,11 @@ void ScoreProblem::validate(const ScoreOptions& opt, bool check_values) const {
   check_shape(v, "v", {k.shape[0], k.shape[1], k.shape[2]});
   check_float(k, "k");
   check_float(v, "v");
+  // Before the checks below read the sizes and before head_dim() / num_kv_heads() narrow them.
+  check_indexable(k, "k");
+  check_indexable(v, "v");
+  check_indexable(q, "q");
+  check_indexable(wo, "wo");
   KVEVICT_CHECK(k.shape[0] >= 1, "k has ", k.shape[0], " KV heads; expected at least 1");
   KVEVICT_CHECK(k.shape[1] >= 1, "k has ", k.shape[1], " tokens; expected at least 1");
   KVEVICT_CHECK(k.shape[2] >= 1, "k has head dim ", k.shape[2], "; expected at least 1");

@@ -1,0 +1,51 @@
+"""Inputs a hostile caller can build cheaply: sizes past what the library indexes (zero-stride
+views, no big allocation), integers that do not fit int32, budgets that keep nothing, NaN in a
+decode step, arrays of another kind than the usual one. Each is a ValueError naming the argument,
+never a crash, a hang or a silent wrong answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvevict
+from conftest import qkv, torch
+
+
+def huge(shape):
+    """A float32 array of `shape` over one element (every stride 0): sizes past 2^31 for free."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=shape,
+                                           strides=(0,) * len(shape))
+
+
+def test_dims_past_int32_are_refused_naming_the_tensor_and_dim(shape, dim, method):
+    # d = 2^32 became 0 in ScoreProblem::head_dim(): segfaults, and a hang in LayerEvictor.plan.
+    k = huge(shape)
+    with pytest.raises(ValueError, match=rf"k has shape .*: dim {dim} is {shape[dim]}; "
+                                         r"expected at most 2147483647"):
+        kvevict.score(None, k, k, method)
+    with pytest.raises(ValueError, match=rf"dim {dim} is {shape[dim]}"):
+        kvevict.LayerEvictor(method, 0.5).plan(None, k, k)
+
+
+def test_query_dims_past_int32_are_refused():
+    k = huge((1, 2, 2**31))
+    with pytest.raises(ValueError, match=r"dim 2 is 2147483648"):
+        kvevict.score(k[:, :1], k, k, "dropkv", window=1)
+
+
+def test_selection_indices_that_do_not_fit_int32_are_refused_not_wrapped(bad):
+    rng = np.random.default_rng(0)
+    _, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    for make in [np.array] + ([torch.tensor] if torch is not None else []):
+        sel = kvevict.Selection(make([0, bad]), make([0, 1, 2]))
+        with pytest.raises(ValueError, match=rf"selection.index holds {bad}; expected row"):
+            kvevict.compact(k, v, sel)
+
+
+def test_selection_offsets_must_be_one_dimensional():
+    rng = np.random.default_rng(0)
+    _, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    sel = kvevict.Selection(np.array([0, 1, 2], np.int32), np.array([[0, 2, 3]]))
+    with pytest.raises(ValueError, match=r"selection.offsets has shape \(1, 3\); expected"):
+        kvevict.compact(k, v, sel)
