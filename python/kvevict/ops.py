@@ -68,7 +68,8 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
         check_finite: CUDA only: raise when a score is NaN (from NaN or Inf in q, k or v). The
             check reads one flag back, a host synchronization; pass False in a pipeline that
             must not wait (NaN scores then come back as they are). The host paths always
-            reject non-finite inputs while they stream them.
+            reject non-finite inputs while they stream them, and scores that overflow float32
+            from finite inputs (an error naming the head, row and method).
 
     Returns:
         scores ``[Hkv, n]`` float32 (``[B, Hkv, n]`` for batched inputs), in k's framework and
@@ -120,11 +121,9 @@ def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_f
             C.no_nan("scores (from NaN or Inf in q, k or v)", scores)
     else:
         ws = T.workspace(k, ext.score_workspace_bytes(q, k, v, wo, s, opts)) if be == "cpu" else None
+        # Raises on non-finite inputs and on scores that overflow float32 from finite ones
+        # (kvevict::check_scores_finite), whatever check_finite says.
         ext.score(be, q, k, v, wo, s, opts, scores, aux, ws)
-        # The host paths refuse non-finite inputs, but finite ones can still overflow float32
-        # (q.k beyond 3.4e38): NaN scores would otherwise come back as if they were scores.
-        if check_finite:
-            C.no_nan("scores (finite q, k, v whose logits overflow float32)", scores)
     return scores, aux
 
 

@@ -127,6 +127,7 @@ void bind_host_ops(nb::module_& m) {
           check_host_f32_out(out.aux, "aux", s.num_kv_heads, s.n);
           write_f32(s.aux, out.aux);
         }
+        check_scores_finite(out, opt);
       },
       nb::arg("backend"), nb::arg("q").none(), nb::arg("k"), nb::arg("v"), nb::arg("wo").none(),
       nb::arg("scale"), nb::arg("options"), nb::arg("scores"), nb::arg("aux").none(),

@@ -444,13 +444,33 @@ def test_positions_and_selections_are_checked_not_cast():
 
 def test_host_scores_that_overflow_raise_like_the_cuda_check():
     """Finite inputs whose logits overflow float32 gave NaN scores back without a word on the
-    host paths (the CUDA path raised)."""
+    host paths (the CUDA path raised). check_finite is the CUDA path's switch: a host score
+    that cannot be computed in float32 is always an error naming the overflow."""
     rng = np.random.default_rng(22)
     q, k, v = qkv(rng, 4, 2, 20, 8, 16)
-    with pytest.raises(ValueError, match="scores .* holds NaN"):
-        kvevict.score(np.full_like(q, 3e38), k, v, window=8)
-    nan = kvevict.score(np.full_like(q, 3e38), k, v, window=8, check_finite=False)
-    assert np.isnan(nan).any()
+    for check in (True, False):
+        with pytest.raises(ValueError, match="dropkv score of head 0 row .* overflows float32"):
+            kvevict.score(np.full_like(q, 3e38), k, v, window=8, check_finite=check)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_huge_finite_keys_score_like_the_reference_or_raise_naming_the_overflow(backend):
+    # knorm summed squares in float on the cpu backend: keys of ~1e20 (norms float32 holds)
+    # scored -inf everywhere and the selection kept the first tokens.
+    rng = np.random.default_rng(23)
+    _, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    big = k * np.float32(1e20)
+    s = kvevict.score(None, big, v, "knorm", backend=backend)
+    want = -np.linalg.norm(big.astype(np.float64), axis=-1)
+    assert_close(s, want, atol=0, rtol=1e-6, what="knorm of 1e20 keys")
+    ev = kvevict.LayerEvictor("knorm", 0.5, backend=backend)
+    assert kvevict_sets(ev.plan(None, big, v)) == kvevict_sets(ev.plan(None, k, v))
+    # Scores past float32 are an error naming the cause, never inf scores selected by ties.
+    with pytest.raises(ValueError, match="knorm score of head 0 row 0 is -inf .*overflows"):
+        kvevict.score(None, np.full_like(k, 3e38), v, "knorm", backend=backend)
+    with pytest.raises(ValueError, match="obcache_v score of head .* overflows float32"):
+        kvevict.score(np.ones((4, 8, 16), np.float32), k, v * np.float32(1e20), "obcache_v",
+                      window=8, backend=backend)
 
 
 @pytest.mark.skipif(torch is None, reason="needs torch")
