@@ -42,6 +42,10 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+  // No element to misplace: numpy and torch call every 0-element array contiguous, whatever
+  // strides the producer reports (an empty selection index or cache was refused as strided).
+  for (int i = 0; i < ndim; ++i)
+    if (shape[i] == 0) return true;
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (shape[i] != 1 && stride[i] != s) return false;

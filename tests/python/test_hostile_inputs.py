@@ -49,3 +49,28 @@ def test_selection_offsets_must_be_one_dimensional():
     sel = kvevict.Selection(np.array([0, 1, 2], np.int32), np.array([[0, 2, 3]]))
     with pytest.raises(ValueError, match=r"selection.offsets has shape \(1, 3\); expected"):
         kvevict.compact(k, v, sel)
+
+
+def test_a_budget_that_keeps_no_token_names_the_budget_and_n():
+    rng = np.random.default_rng(1)
+    s = rng.random((2, 20)).astype(np.float32)
+    _, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    with pytest.raises(ValueError, match=r"budget 0\.04 keeps 0 of 20 tokens"):
+        kvevict.select(s, 0.04)
+    with pytest.raises(ValueError, match=r"keeps 0 of 20 tokens"):
+        kvevict.select(s, compression_ratio=0.999)
+    with pytest.raises(ValueError, match=r"budget 0\.04 keeps 0 of 20 tokens"):
+        kvevict.LayerEvictor("knorm", 0.04).evict(None, k, v)
+    # One token is a budget: floor(0.05 * 20) = 1.
+    assert kvevict.select(s, 0.05).total == 2
+
+
+def test_empty_arrays_are_contiguous():
+    # A 0-element array was refused as non-contiguous (its strides are the producer's choice).
+    rng = np.random.default_rng(2)
+    _, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    sel = kvevict.Selection(np.array([], np.int32), np.array([0, 0, 0], np.int64))
+    out = kvevict.compact(k, v, sel)
+    assert out.total_len() == 0
+    cache = kvevict.KVCache.from_dense(k[:, :0], v[:, :0], slack=1)
+    assert cache.total_len() == 0
