@@ -74,3 +74,36 @@ def test_empty_arrays_are_contiguous():
     assert out.total_len() == 0
     cache = kvevict.KVCache.from_dense(k[:, :0], v[:, :0], slack=1)
     assert cache.total_len() == 0
+
+
+def decode_setup(seed=3):
+    rng = np.random.default_rng(seed)
+    _, k, v = qkv(rng, 4, 2, 20, 1, 16)
+    cache = kvevict.KVCache.from_dense(k, v, slack=4, score_acc=True)
+    q = rng.standard_normal((4, 16)).astype(np.float32)
+    a, lse = kvevict.attention(q[:, None], cache, q_pos=20, return_lse=True)
+    return cache, q, a[:, 0], lse[:, 0]
+
+
+def test_decode_step_refuses_nan_and_leaves_the_cache_as_it_was(what, score):
+    cache, q, a, lse = decode_setup()
+    dec = kvevict.DecodeEvictor(score, budget=4, recent=0)
+    step = {"q": q, "a": a, "lse": lse}
+    step[what] = step[what].copy()
+    step[what][0] = np.nan
+    acc, pos = cache.score_acc.copy(), cache.pos.copy()
+    with pytest.raises(ValueError, match=rf"step {what} holds a non-finite value \(nan\) at \[0"):
+        dec.step(cache, step["q"], step["a"], step["lse"])
+    np.testing.assert_array_equal(cache.score_acc, acc)
+    np.testing.assert_array_equal(cache.pos, pos)
+
+
+def test_decode_step_checks_lse_against_the_cache():
+    # lse was never read: any value (an lse of another cache, or of another scale) passed.
+    cache, q, a, lse = decode_setup()
+    dec = kvevict.DecodeEvictor("h2o", budget=4, recent=0)
+    acc = cache.score_acc.copy()
+    with pytest.raises(ValueError, match=r"step lse\[1\] is .* but q and the cache give"):
+        dec.step(cache, q, a, lse + np.array([0, 1, 0, 0], np.float32))
+    np.testing.assert_array_equal(cache.score_acc, acc)
+    assert dec.step(cache, q, a, lse) == 2 * (20 - 4)
