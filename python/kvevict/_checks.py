@@ -162,8 +162,11 @@ def float_dtype(name: str, x: Any) -> None:
 
 
 def _place(x: Any) -> Any:
-    """What same_place compares: the torch device (cheap to compare), or the type otherwise."""
-    return x.device if T.is_torch(x) else type(x)
+    """What same_place compares: the torch device (cheap to compare), or the framework
+    otherwise (every ndarray subclass, np.memmap included, is numpy host memory)."""
+    if T.is_torch(x):
+        return x.device
+    return np.ndarray if isinstance(x, np.ndarray) else type(x)
 
 
 def same_place(names: Sequence[str], xs: Sequence[Any]) -> None:
@@ -201,10 +204,27 @@ def no_nan(name: str, x: Any) -> None:
         raise ValueError(f"{name} holds NaN; expected finite numbers")
 
 
+def kv_heads(name: str, x: Any) -> int:
+    """Hkv of a [Hkv, n, d] array, at least 1 (0 heads divided the query heads by zero)."""
+    hkv = int(x.shape[0])
+    if hkv < 1:
+        raise ValueError(f"{name} has shape {T.shape_of(x)}; expected [Hkv, n, d] with at least "
+                         "1 KV head")
+    return hkv
+
+
+def writable(name: str, x: Any) -> None:
+    """Arrays a call writes in place (nanobind's own refusal of a read-only array names no
+    argument)."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name} is read-only; expected a writable array")
+
+
 def qkv(q: Any, k: Any, v: Any, needs_queries: bool) -> None:
     """q [Hq, m, d], k and v [Hkv, n, d] in one place, float, GQA-compatible."""
     ndim("k", k, 3, "[Hkv, n, d]")
     float_dtype("k", k)
+    kv_heads("k", k)
     hkv, n, d = T.shape_of(k)
     shape("v", v, (hkv, n, d), "[Hkv, n, d] (the shape of k)")
     float_dtype("v", v)

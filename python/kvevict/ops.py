@@ -349,6 +349,11 @@ class KVCache:
 
     @property
     def num_kv_heads(self) -> int:
+        # Read before the library sees the cache (attention divides Hq by it): a cache built
+        # by hand with offsets [0] has no head.
+        if self.offsets.shape[0] < 2:
+            raise ValueError(f"cache offsets has shape {T.shape_of(self.offsets)}; expected "
+                             "[Hkv + 1] with at least 1 KV head")
         return int(self.offsets.shape[0]) - 1
 
     @property
@@ -377,6 +382,7 @@ class KVCache:
         """A full cache from ``[Hkv, n, d]`` keys and values (positions 0..n-1 unless given
         ``pos [Hkv, n]`` or ``[n]``), with ``slack`` spare rows per head."""
         C.ndim("k", k, 3, "[Hkv, n, d]")
+        C.kv_heads("k", k)
         hkv, n, d = T.shape_of(k)
         C.shape("v", v, (hkv, n, d), "[Hkv, n, d] (the shape of k)")
         C.same_place(("k", "v"), (k, v))

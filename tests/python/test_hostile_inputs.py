@@ -18,6 +18,9 @@ def huge(shape):
                                            strides=(0,) * len(shape))
 
 
+@pytest.mark.parametrize("shape, dim", [
+    ((1, 2, 2**32), 2), ((1, 2, 2**31), 2), ((1, 2, 2**32 + 16), 2), ((2**32, 1, 4), 0)])
+@pytest.mark.parametrize("method", ["knorm", "keydiff", "streamingllm", "random"])
 def test_dims_past_int32_are_refused_naming_the_tensor_and_dim(shape, dim, method):
     # d = 2^32 became 0 in ScoreProblem::head_dim(): segfaults, and a hang in LayerEvictor.plan.
     k = huge(shape)
@@ -34,6 +37,7 @@ def test_query_dims_past_int32_are_refused():
         kvevict.score(k[:, :1], k, k, "dropkv", window=1)
 
 
+@pytest.mark.parametrize("bad", [2**32 + 5, -2**32 + 3, 2**31])
 def test_selection_indices_that_do_not_fit_int32_are_refused_not_wrapped(bad):
     rng = np.random.default_rng(0)
     _, k, v = qkv(rng, 4, 2, 20, 8, 16)
@@ -85,6 +89,8 @@ def decode_setup(seed=3):
     return cache, q, a[:, 0], lse[:, 0]
 
 
+@pytest.mark.parametrize("what", ["q", "a", "lse"])
+@pytest.mark.parametrize("score", ["h2o", "tova", "dropkv", "obcache_vk"])
 def test_decode_step_refuses_nan_and_leaves_the_cache_as_it_was(what, score):
     cache, q, a, lse = decode_setup()
     dec = kvevict.DecodeEvictor(score, budget=4, recent=0)
@@ -107,3 +113,27 @@ def test_decode_step_checks_lse_against_the_cache():
         dec.step(cache, q, a, lse + np.array([0, 1, 0, 0], np.float32))
     np.testing.assert_array_equal(cache.score_acc, acc)
     assert dec.step(cache, q, a, lse) == 2 * (20 - 4)
+
+
+def test_read_only_cache_is_named():
+    cache, q, a, lse = decode_setup()
+    cache.k.flags.writeable = False
+    with pytest.raises(ValueError, match="cache.k is read-only; expected a writable array"):
+        kvevict.DecodeEvictor("h2o", budget=4, recent=0).evict(cache)
+
+
+def test_memmap_inputs_are_numpy_arrays(tmp_path):
+    rng = np.random.default_rng(4)
+    _, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    np.save(tmp_path / "k.npy", k)
+    km = np.load(tmp_path / "k.npy", mmap_mode="r")
+    np.testing.assert_array_equal(kvevict.score(None, km, v, "knorm"),
+                                  kvevict.score(None, k, v, "knorm"))
+
+
+def test_zero_kv_heads_are_a_value_error():
+    z = np.zeros((0, 20, 16), np.float32)
+    with pytest.raises(ValueError, match=r"k has shape \(0, 20, 16\); expected .* at least 1 KV"):
+        kvevict.score(np.zeros((0, 8, 16), np.float32), z, z, window=8)
+    with pytest.raises(ValueError, match=r"at least 1 KV head"):
+        kvevict.KVCache.from_dense(z, z)
