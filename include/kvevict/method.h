@@ -57,7 +57,8 @@ struct Budget {
   // kvpress spelling: compression_ratio r keeps the fraction 1 - r (0 <= r < 1).
   static Budget from_compression_ratio(double r);
   bool is_fraction() const { return value <= 1.0; }
-  // Tokens kept out of n for one-shot eviction; a count above n is an error naming both.
+  // Tokens kept out of n for one-shot eviction; a count above n, or a fraction that keeps 0 of
+  // n >= 1 tokens, is an error naming both.
   int64_t keep_count(int64_t n) const;
   std::string str() const;
 };

@@ -54,6 +54,13 @@ struct ScoreOutput {
   TensorView aux;     // [Hkv, n] f32: criticalkv's stage-1 (snapkv) score; empty otherwise
 };
 
+// Every host scoring path calls this on what it wrote (host f32 outputs), after validate() or
+// the streaming scan refused non-finite inputs: a score that is still inf or NaN comes from
+// finite inputs whose score does not fit float32 (logits past 3.4e38, a squared distance or a
+// norm past it). Such scores would select by ties (inf) or be refused later without a cause
+// (NaN), so this throws naming the head, row, value, method and the overflow.
+void check_scores_finite(const ScoreOutput& out, const ScoreOptions& opt);
+
 namespace ref {
 // The double-precision ground truth, written for clarity, not speed (materializes p per query;
 // ||a - v||^2 and <v, v - a> from explicit differences; the top key in the leave-one-out form).

@@ -58,6 +58,12 @@ struct TensorView {
 // Checks that `t` has `ndim` dims and the given sizes (-1 = any) and throws naming `what`, the
 // actual shape and the expected one otherwise.
 void check_shape(const TensorView& t, const char* what, std::initializer_list<int64_t> expected);
+// The largest size of any dimension of a problem's tensor: heads and head dims are `int` and
+// token rows are int32 (Selection indices, cache positions), so a larger size would wrap.
+constexpr int64_t kMaxIndexedDim = INT32_MAX;
+// Throws unless every dim of `t` is at most kMaxIndexedDim, naming `what`, the dim and its size.
+// Problems check their tensors with it before anything narrows a size to int.
+void check_indexable(const TensorView& t, const char* what);
 // Throws unless every element of a host f32/f16/bf16/f64 tensor is finite, naming `what` and the
 // first bad index.
 void check_finite(const TensorView& t, const char* what);

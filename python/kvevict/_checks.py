@@ -107,16 +107,22 @@ def budget(name: str, x: Any) -> Any:
     return x
 
 
-def positions(name: str, x: Any) -> None:
-    """Original token positions: an integer array with values in [0, 2^31 - 1] (floats were
-    truncated, NaN cast to garbage and 2^40 wrapped to int32 without a word)."""
+def int32_rows(name: str, x: Any, what: str) -> None:
+    """An integer array with values in [0, 2^31 - 1], checked before the cast to the int32 the
+    library stores (floats were truncated, NaN cast to garbage, a position 2^40 and an int64
+    selection row 2^32 + 5 wrapped to int32 without a word). `what` names the values."""
     if T.dtype_name(x) not in INT_DTYPES:
-        raise ValueError(f"{name} has dtype {T.dtype_name(x)}; expected integer positions")
+        raise ValueError(f"{name} has dtype {T.dtype_name(x)}; expected integer {what}")
     if T.nbytes(x) > 0:
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi > MAX_POSITION:
-            raise ValueError(f"{name} holds {lo if lo < 0 else hi}; expected positions in "
+            raise ValueError(f"{name} holds {lo if lo < 0 else hi}; expected {what} in "
                              f"[0, {MAX_POSITION}]")
+
+
+def positions(name: str, x: Any) -> None:
+    """Original token positions, stored as int32."""
+    int32_rows(name, x, "positions")
 
 
 def instance(name: str, x: Any, cls: type, what: str) -> Any:
@@ -156,8 +162,11 @@ def float_dtype(name: str, x: Any) -> None:
 
 
 def _place(x: Any) -> Any:
-    """What same_place compares: the torch device (cheap to compare), or the type otherwise."""
-    return x.device if T.is_torch(x) else type(x)
+    """What same_place compares: the torch device (cheap to compare), or the framework
+    otherwise (every ndarray subclass, np.memmap included, is numpy host memory)."""
+    if T.is_torch(x):
+        return x.device
+    return np.ndarray if isinstance(x, np.ndarray) else type(x)
 
 
 def same_place(names: Sequence[str], xs: Sequence[Any]) -> None:
@@ -195,10 +204,27 @@ def no_nan(name: str, x: Any) -> None:
         raise ValueError(f"{name} holds NaN; expected finite numbers")
 
 
+def kv_heads(name: str, x: Any) -> int:
+    """Hkv of a [Hkv, n, d] array, at least 1 (0 heads divided the query heads by zero)."""
+    hkv = int(x.shape[0])
+    if hkv < 1:
+        raise ValueError(f"{name} has shape {T.shape_of(x)}; expected [Hkv, n, d] with at least "
+                         "1 KV head")
+    return hkv
+
+
+def writable(name: str, x: Any) -> None:
+    """Arrays a call writes in place (nanobind's own refusal of a read-only array names no
+    argument)."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name} is read-only; expected a writable array")
+
+
 def qkv(q: Any, k: Any, v: Any, needs_queries: bool) -> None:
     """q [Hq, m, d], k and v [Hkv, n, d] in one place, float, GQA-compatible."""
     ndim("k", k, 3, "[Hkv, n, d]")
     float_dtype("k", k)
+    kv_heads("k", k)
     hkv, n, d = T.shape_of(k)
     shape("v", v, (hkv, n, d), "[Hkv, n, d] (the shape of k)")
     float_dtype("v", v)

@@ -123,6 +123,9 @@ class DecodeEvictor:
         if cache.score_acc is None:
             raise ValueError("the cache has no score_acc; build it with "
                              "KVCache.from_dense(..., score_acc=True)")
+        # Eviction moves rows in place and accumulation writes score_acc.
+        for name in ("k", "v", "pos", "score_acc", "lens"):
+            C.writable(f"cache.{name}", getattr(cache, name))
 
     def accumulate(self, cache: KVCache, q: Array, a: Array, lse: Array) -> None:
         """Adds the step's scores: q, a ``[Hq, d]`` float32 (the query after RoPE and its

@@ -38,6 +38,7 @@ except ImportError as e:  # pragma: no cover - exercised only without kvpress
 
 import kvevict
 from kvevict import _checks as C
+from kvevict import _options
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -71,6 +72,28 @@ class KVEvictScorerPress(ScorerPress):
     method: str = "dropkv"
 
     def __post_init__(self):
+        self._check()
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        object.__setattr__(self, "_checked", True)
+
+    def __setattr__(self, name, value):
+        # A field assigned after construction (press.compression_ratio = 1.5, press.pool =
+        # "max:4") is checked as the constructor checks it, and refused without a change:
+        # otherwise the error came from inside a model's forward.
+        if not getattr(self, "_checked", False) or name not in self.__dataclass_fields__:
+            object.__setattr__(self, name, value)
+            return
+        old = getattr(self, name)
+        object.__setattr__(self, name, value)
+        try:
+            self._check()
+        except ValueError:
+            object.__setattr__(self, name, old)
+            raise
+
+    def _check(self):
         # kvpress asserts 0 <= r < 1 (an AssertionError naming no value, and "'<=' not supported"
         # for a string): checked here first, a ValueError naming the field and the value.
         r = C.number("compression_ratio", self.compression_ratio)
@@ -78,12 +101,12 @@ class KVEvictScorerPress(ScorerPress):
             raise ValueError(f"compression_ratio is {self.compression_ratio!r}; expected "
                              "0 <= r < 1 (the fraction evicted)")
         C.optional_integer("window_size", self.window_size, 1, C.MAX_TOKENS)
-        C.text("pool", self.pool)
-        C.text("aggregate", self.aggregate)
         C.flag("protect_window", self.protect_window)
-        parent = getattr(super(), "__post_init__", None)
-        if parent is not None:
-            parent()
+        # method, pool and aggregate as score() will pass them: the library names a bad one
+        # (unknown, or a combination it refuses) now, not at the first forward.
+        _options.score_options(C.text("method", self.method, optional=False),
+                               window=self.window_size, pool=C.text("pool", self.pool),
+                               aggregate=C.text("aggregate", self.aggregate))
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
         """keys, values ``[B, Hkv, n, d]`` -> scores ``[B, Hkv, n]`` (higher = keep)."""

@@ -68,7 +68,8 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
         check_finite: CUDA only: raise when a score is NaN (from NaN or Inf in q, k or v). The
             check reads one flag back, a host synchronization; pass False in a pipeline that
             must not wait (NaN scores then come back as they are). The host paths always
-            reject non-finite inputs while they stream them.
+            reject non-finite inputs while they stream them, and scores that overflow float32
+            from finite inputs (an error naming the head, row and method).
 
     Returns:
         scores ``[Hkv, n]`` float32 (``[B, Hkv, n]`` for batched inputs), in k's framework and
@@ -120,11 +121,9 @@ def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_f
             C.no_nan("scores (from NaN or Inf in q, k or v)", scores)
     else:
         ws = T.workspace(k, ext.score_workspace_bytes(q, k, v, wo, s, opts)) if be == "cpu" else None
+        # Raises on non-finite inputs and on scores that overflow float32 from finite ones
+        # (kvevict::check_scores_finite), whatever check_finite says.
         ext.score(be, q, k, v, wo, s, opts, scores, aux, ws)
-        # The host paths refuse non-finite inputs, but finite ones can still overflow float32
-        # (q.k beyond 3.4e38): NaN scores would otherwise come back as if they were scores.
-        if check_finite:
-            C.no_nan("scores (finite q, k, v whose logits overflow float32)", scores)
     return scores, aux
 
 
@@ -167,6 +166,9 @@ class Selection:
 
     @property
     def num_kv_heads(self) -> int:
+        # Read before _to_cpp's checks (compact compares it with the cache's heads): a 2-D
+        # offsets array must be named as such, not counted by its first dim.
+        C.ndim("selection.offsets", self.offsets, 1, "[Hkv + 1]")
         return int(self.offsets.shape[0]) - 1
 
     @property
@@ -213,8 +215,9 @@ class Selection:
         if len(off) < 2 or off[0] != 0 or (np.diff(off) < 0).any() or off[-1] != self.total:
             raise ValueError(f"selection.offsets is {off.tolist()[:8]}; expected [Hkv + 1] "
                              f"non-decreasing offsets from 0 to the {self.total} kept rows")
-        return ext.Selection.from_arrays(
-            np.ascontiguousarray(T.to_host(self.index), dtype=np.int32), off)
+        index = T.to_host(self.index)
+        C.int32_rows("selection.index", index, "row indices")
+        return ext.Selection.from_arrays(np.ascontiguousarray(index, dtype=np.int32), off)
 
     @staticmethod
     def _from_cpp(sel, like: Array) -> "Selection":
@@ -346,6 +349,11 @@ class KVCache:
 
     @property
     def num_kv_heads(self) -> int:
+        # Read before the library sees the cache (attention divides Hq by it): a cache built
+        # by hand with offsets [0] has no head.
+        if self.offsets.shape[0] < 2:
+            raise ValueError(f"cache offsets has shape {T.shape_of(self.offsets)}; expected "
+                             "[Hkv + 1] with at least 1 KV head")
         return int(self.offsets.shape[0]) - 1
 
     @property
@@ -374,6 +382,7 @@ class KVCache:
         """A full cache from ``[Hkv, n, d]`` keys and values (positions 0..n-1 unless given
         ``pos [Hkv, n]`` or ``[n]``), with ``slack`` spare rows per head."""
         C.ndim("k", k, 3, "[Hkv, n, d]")
+        C.kv_heads("k", k)
         hkv, n, d = T.shape_of(k)
         C.shape("v", v, (hkv, n, d), "[Hkv, n, d] (the shape of k)")
         C.same_place(("k", "v"), (k, v))

@@ -182,6 +182,7 @@ void bind_cuda_ops(nb::module_& m) {
                       "decode attention: cache k is ", dtype_name(kt.dtype), " ", kt.shape_str(),
                       ", v ", dtype_name(vt.dtype), " ", vt.shape_str(),
                       "; expected contiguous bfloat16 [rows, d], both the same");
+        check_indexable(kt, "decode attention: cache k");
         const int d = static_cast<int>(kt.shape[1]);
         KVEVICT_CHECK(d == 64 || d == 128 || d == 256, "decode attention: head dim ", d,
                       "; expected 64, 128 or 256");
@@ -264,6 +265,7 @@ void bind_cuda_ops(nb::module_& m) {
         check_device(s, "scores");
         check_device(a, "aux");
         KVEVICT_CHECK(s.ndim == 2, "scores has shape ", s.shape_str(), "; expected [Hkv, n]");
+        check_indexable(s, "scores");
         const size_t need = cuda::select_workspace_bytes(static_cast<int>(s.shape[0]), s.shape[1],
                                                          n_keep, !a.empty());
         const Workspace ws = workspace_view(workspace, "select workspace");

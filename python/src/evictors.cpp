@@ -10,6 +10,7 @@
 #include <nanobind/stl/unique_ptr.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "bindings.h"
@@ -39,6 +40,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
 }
 
 // Owns the backend the LayerEvictor refers to (declared first, so it outlives the evictor).
+// LayerEvictor reuses its score buffers and workspace across calls, and the calls run without
+// the GIL, so Python threads sharing one evictor take turns through mutex_ (taken after the GIL
+// is released: a thread waiting for it never blocks the interpreter).
 class PyLayerEvictor {
  public:
   PyLayerEvictor(const std::string& backend, const ScoreOptions& score, const SelectOptions& select)
@@ -49,11 +53,13 @@ class PyLayerEvictor {
     // LayerEvictor::plan checks that every tensor is on the backend's device.
     const ScoreProblem p = score_problem_of(q, k, v, wo, scale);
     nb::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(mutex_);
     return evictor_.plan(p);
   }
 
   void apply(const KVLayerView& in, const Selection& selection, const KVLayerView& out) {
     nb::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(mutex_);
     evictor_.apply(in, selection, out);
   }
 
@@ -63,6 +69,7 @@ class PyLayerEvictor {
  private:
   std::unique_ptr<Backend> backend_;
   LayerEvictor evictor_;
+  std::mutex mutex_;  // held by plan() and apply(): evictor_'s buffers serve one call at a time
 };
 
 DecodeStep decode_step(const Array& q, const Array& a, const Array& lse) {

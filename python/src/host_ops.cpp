@@ -72,6 +72,7 @@ void bind_selection(nb::module_& m) {
             const TensorView ot = to_view(offsets, "selection offsets");
             KVEVICT_CHECK(ot.ndim == 1 && ot.shape[0] >= 2, "selection offsets has shape ",
                           ot.shape_str(), "; expected [Hkv + 1]");
+            check_indexable(ot, "selection offsets");
             Selection s;
             s.num_kv_heads = static_cast<int>(ot.shape[0] - 1);
             const int64_t* off = i64_data(offsets, "selection offsets", ot.shape[0]);
@@ -126,6 +127,7 @@ void bind_host_ops(nb::module_& m) {
           check_host_f32_out(out.aux, "aux", s.num_kv_heads, s.n);
           write_f32(s.aux, out.aux);
         }
+        check_scores_finite(out, opt);
       },
       nb::arg("backend"), nb::arg("q").none(), nb::arg("k"), nb::arg("v"), nb::arg("wo").none(),
       nb::arg("scale"), nb::arg("options"), nb::arg("scores"), nb::arg("aux").none(),

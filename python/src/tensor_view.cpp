@@ -239,6 +239,9 @@ KVLayerView layer_view(const RowArray& k, const RowArray& v, const RowArray& pos
                     ot.is_contiguous() && ot.shape[0] >= 2,
                 what, " offsets is ", dtype_name(ot.dtype), " ", ot.shape_str(),
                 "; expected host int64 [Hkv + 1]");
+  // Before the narrowing to int below.
+  check_indexable(kt, "cache k");
+  check_indexable(ot, "cache offsets");
   KVLayerView c;
   c.dtype = kt.dtype;
   c.device = kt.device;

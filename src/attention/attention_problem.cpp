@@ -13,6 +13,7 @@ float AttentionProblem::logit_scale() const {
 void AttentionProblem::validate() const {
   cache.validate("attention cache");
   check_shape(q, "q", {-1, -1, cache.head_dim});
+  check_indexable(q, "q");  // before num_q_heads() narrows Hq
   KVEVICT_CHECK(q.dtype == DType::kF32 || q.dtype == DType::kF16 || q.dtype == DType::kBF16,
                 "q dtype ", dtype_name(q.dtype), " is not supported; expected f32, f16 or bf16");
   KVEVICT_CHECK(q.device == cache.device, "q and the cache live on different devices");

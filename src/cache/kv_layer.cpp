@@ -136,6 +136,7 @@ HostKVCache HostKVCache::from_dense(const TensorView& k, const TensorView& v, DT
                 "from_dense needs host tensors");
   check_shape(k, "k", {-1, -1, -1});
   check_shape(v, "v", {k.shape[0], k.shape[1], k.shape[2]});
+  check_indexable(k, "k");
   KVEVICT_CHECK(slack >= 0, "slack ", slack, " is negative; expected >= 0");
   const int hkv = static_cast<int>(k.shape[0]);
   const int64_t n = k.shape[1];

@@ -185,7 +185,17 @@ Budget Budget::from_compression_ratio(double r) {
 int64_t Budget::keep_count(int64_t n) const {
   KVEVICT_CHECK(std::isfinite(value) && value > 0, "budget ", value,
                 " is out of range; expected a fraction in (0, 1] or a token count > 1");
-  if (is_fraction()) return static_cast<int64_t>(std::floor(value * static_cast<double>(n) + 1e-9));
+  if (is_fraction()) {
+    // SPEC section 1: n_keep = floor(B * n), and a budget of 0 is an error. A fraction that
+    // floors to 0 of a non-empty head is that error too: a head with no rows makes attention
+    // over the layer return zeros (an empty head, n = 0, keeps its 0 rows).
+    const auto keep = static_cast<int64_t>(std::floor(value * static_cast<double>(n) + 1e-9));
+    KVEVICT_CHECK(keep >= 1 || n == 0, "budget ", str(), " keeps 0 of ", n,
+                  " tokens (floor(budget * n)); expected a budget that keeps at least 1 (a "
+                  "fraction >= 1/",
+                  n, " or a token count)");
+    return keep;
+  }
   // Compared as doubles: casting a count beyond int64 first would be undefined.
   KVEVICT_CHECK(value <= static_cast<double>(n), "budget of ", str(), " tokens exceeds the ", n,
                 " tokens in the cache; expected at most ", n);

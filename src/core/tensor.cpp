@@ -42,6 +42,10 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+  // No element to misplace: numpy and torch call every 0-element array contiguous, whatever
+  // strides the producer reports (an empty selection index or cache was refused as strided).
+  for (int i = 0; i < ndim; ++i)
+    if (shape[i] == 0) return true;
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (shape[i] != 1 && stride[i] != s) return false;
@@ -99,6 +103,13 @@ void check_shape(const TensorView& t, const char* what, std::initializer_list<in
   }
   want << ']';
   KVEVICT_CHECK(ok, what, " has shape ", t.shape_str(), "; expected ", want.str());
+}
+
+void check_indexable(const TensorView& t, const char* what) {
+  for (int i = 0; i < t.ndim; ++i)
+    KVEVICT_CHECK(t.shape[i] <= kMaxIndexedDim, what, " has shape ", t.shape_str(), ": dim ", i,
+                  " is ", t.shape[i], "; expected at most ", kMaxIndexedDim,
+                  " (heads, tokens and head dims are indexed with 32-bit integers)");
 }
 
 void check_finite(const TensorView& t, const char* what) {

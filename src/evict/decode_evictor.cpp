@@ -107,6 +107,7 @@ void DecodeEvictor::step_scores(const KVLayerView& cache, const DecodeStep& step
   const int hq = static_cast<int>(step.q.shape[0]);
   const int group = hq / cache.num_kv_heads;
   const int64_t len = cache.lens[kv_head];
+  if (len == 0) return;  // no row to score (and no top row to read)
   const int64_t base = cache.offsets[kv_head];
   const float scale = opt_.scale != 0.0f ? opt_.scale : 1.0f / std::sqrt(static_cast<float>(d));
   const bool uses_a = opt_.score == DecodeScore::kDropKV || opt_.score == DecodeScore::kObcacheK ||
@@ -137,6 +138,17 @@ void DecodeEvictor::step_scores(const KVLayerView& cache, const DecodeStep& step
     for (int64_t j = 0; j < len && m2 > -INFINITY; ++j)
       if (j != top) l_oth += std::exp(z[j] - m2);
     const double rho = l_oth > 0 ? l_oth * std::exp(m2 - z[top]) : 0.0;
+    // The step's lse is not needed for p (recomputed above in double, which stays right where a
+    // float lse rounds); it is the caller's word for the attention that produced `a`, so a
+    // different one means a, q, the cache, scale or softcap disagree and the scores would be
+    // wrong. Float attention over the same rows agrees to ~1e-6 relative; 1e-3 leaves room for
+    // any summation order.
+    const double lse_here = z[top] + std::log1p(rho);
+    const double lse_given = step.lse.ptr<float>()[step.lse.offset(h)];
+    KVEVICT_CHECK(std::abs(lse_given - lse_here) <= 1e-3 * (1 + std::abs(lse_here)), "step lse[", h,
+                  "] is ", lse_given, " but q and the cache give ", lse_here, " (scale ", scale,
+                  ", softcap ", opt_.softcap,
+                  "); expected the log-sum-exp of the attention that produced a over this cache");
     terms::TopKey<double> tk;
     terms::top_probs(rho, tk.p, tk.omp);
     tk.z = z[top];
@@ -205,17 +217,25 @@ void DecodeEvictor::accumulate(const KVLayerView& c, const DecodeStep& st) const
   for (const TensorView* t : {&st.q, &st.a, &st.lse})
     KVEVICT_CHECK(t->dtype == DType::kF32 && t->inner_contiguous() && t->device == Device::kCpu,
                   "decode step tensors must be host f32 with contiguous rows");
-  detail::parallel_for_if_large(c.num_kv_heads, c.total_len() * c.head_dim * (hq / c.num_kv_heads),
-                                [&](int64_t h) {
-                                  const int64_t len = c.lens[h];
-                                  std::vector<float> s(len);
-                                  step_scores(c, st, static_cast<int>(h), s.data());
-                                  float* acc = c.score_acc + c.offsets[h];
-                                  if (opt_.score == DecodeScore::kTOVA)
-                                    std::copy(s.begin(), s.end(), acc);
-                                  else
-                                    for (int64_t j = 0; j < len; ++j) acc[j] += s[j];
-                                });
+  // A NaN in q or a reached every accumulator of its KV head (and `z[j] > z[top]` never moved
+  // past a NaN logit), so the next cut evicted by NaN.
+  check_finite(st.q, "step q");
+  check_finite(st.a, "step a");
+  check_finite(st.lse, "step lse");
+  // Every head's scores first, the accumulators after: a step refused for one head (its lse,
+  // step_scores) leaves every accumulator as it was.
+  std::vector<float> scores(static_cast<size_t>(c.offsets[c.num_kv_heads]));
+  detail::parallel_for_if_large(
+      c.num_kv_heads, c.total_len() * c.head_dim * (hq / c.num_kv_heads),
+      [&](int64_t h) { step_scores(c, st, static_cast<int>(h), scores.data() + c.offsets[h]); });
+  for (int h = 0; h < c.num_kv_heads; ++h) {
+    const float* s = scores.data() + c.offsets[h];
+    float* acc = c.score_acc + c.offsets[h];
+    if (opt_.score == DecodeScore::kTOVA)
+      std::copy(s, s + c.lens[h], acc);
+    else
+      for (int64_t j = 0; j < c.lens[h]; ++j) acc[j] += s[j];
+  }
 }
 
 SegmentCut DecodeEvictor::plan(const KVLayerView& c) const {

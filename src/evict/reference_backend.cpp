@@ -37,6 +37,7 @@ class ReferenceBackend final : public detail::HostBackend {
       std::transform(s.aux.begin(), s.aux.end(), out.aux.ptr<float>(),
                      [](double x) { return static_cast<float>(x); });
     }
+    check_scores_finite(out, opt);
   }
 
   Selection select(const TensorView& scores, const TensorView& aux, const SelectOptions& opt,

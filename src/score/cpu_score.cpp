@@ -587,11 +587,16 @@ void query_free_scores(const ScoreProblem& p, const ScoreOptions& opt, const Pla
         for (int64_t j0 = t0; j0 < t1; j0 += kTile) {
           const int64_t count = std::min<int64_t>(kTile, t1 - j0);
           if (!score_detail::load_tile(p.k, g, j0, count, true, s.tile.kt)) finite = false;
-          float sq[kTile] = {};
+          // Squares in double: a float sum of squares overflows from |k| ~ 1.8e19, far below
+          // the norms float32 holds (the reference's order for keys up to 3.4e38 / sqrt(d)).
+          double sq[kTile] = {};
           for (int64_t e = 0; e < d; ++e)
-            for (int jj = 0; jj < kTile; ++jj)
-              sq[jj] += s.tile.kt[e * kTile + jj] * s.tile.kt[e * kTile + jj];
-          for (int64_t jj = 0; jj < count; ++jj) out[j0 + jj] = -std::sqrt(sq[jj]);
+            for (int jj = 0; jj < kTile; ++jj) {
+              const double x = s.tile.kt[e * kTile + jj];
+              sq[jj] += x * x;
+            }
+          for (int64_t jj = 0; jj < count; ++jj)
+            out[j0 + jj] = static_cast<float>(-std::sqrt(sq[jj]));
         }
       });
       return;
@@ -672,6 +677,7 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   if (plan.query_free) {
     query_free_scores(problem, opt, plan, lay, out.scores, finite);
     if (!finite) fail_non_finite(problem, opt);
+    check_scores_finite(out, opt);
     return;
   }
   // The attention sum lands in aux for criticalkv (its stage-1 score), else in scores.
@@ -695,6 +701,7 @@ void score(const ScoreProblem& problem, const ScoreOptions& opt, const ScoreOutp
   if (opt.method == Method::kCriticalKV)
     apply_output_projection(problem, opt, plan, lay, out, finite);
   if (!finite) fail_non_finite(problem, opt);
+  check_scores_finite(out, opt);
 }
 
 }  // namespace kvevict::cpu

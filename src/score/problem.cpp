@@ -18,6 +18,21 @@ void check_float(const TensorView& t, const char* what) {
 
 }  // namespace
 
+void check_scores_finite(const ScoreOutput& out, const ScoreOptions& opt) {
+  for (const TensorView* t : {&out.scores, &out.aux}) {
+    if (t->empty()) continue;
+    for (int64_t h = 0; h < t->shape[0]; ++h) {
+      const float* row = t->ptr<float>() + h * t->stride[0];
+      for (int64_t j = 0; j < t->shape[1]; ++j)
+        KVEVICT_CHECK(std::isfinite(row[j * t->stride[1]]), method_name(opt.method),
+                      t == &out.aux ? " aux score" : " score", " of head ", h, " row ", j, " is ",
+                      row[j * t->stride[1]],
+                      " from finite q, k, v: it overflows float32 (magnitude above 3.4e38); "
+                      "expected inputs whose scores fit float32 (scale them down)");
+    }
+  }
+}
+
 float ScoreProblem::logit_scale(const ScoreOptions& opt) const {
   if (scale != 0.0f) return scale;
   if (opt.scale != 0.0f) return opt.scale;
@@ -44,6 +59,11 @@ void ScoreProblem::validate(const ScoreOptions& opt, bool check_values) const {
   check_shape(v, "v", {k.shape[0], k.shape[1], k.shape[2]});
   check_float(k, "k");
   check_float(v, "v");
+  // Before the checks below read the sizes and before head_dim() / num_kv_heads() narrow them.
+  check_indexable(k, "k");
+  check_indexable(v, "v");
+  check_indexable(q, "q");
+  check_indexable(wo, "wo");
   KVEVICT_CHECK(k.shape[0] >= 1, "k has ", k.shape[0], " KV heads; expected at least 1");
   KVEVICT_CHECK(k.shape[1] >= 1, "k has ", k.shape[1], " tokens; expected at least 1");
   KVEVICT_CHECK(k.shape[2] >= 1, "k has head dim ", k.shape[2], "; expected at least 1");

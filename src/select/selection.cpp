@@ -40,6 +40,7 @@ SelectProblem SelectProblem::dense(const TensorView& scores, const TensorView& a
                                    std::vector<int64_t>& starts_storage,
                                    std::vector<int64_t>& lens_storage) {
   check_shape(scores, "scores", {-1, -1});
+  check_indexable(scores, "scores");
   KVEVICT_CHECK(
       scores.dtype == DType::kF32 && scores.is_contiguous() && scores.device == Device::kCpu,
       "scores ", scores.shape_str(), " must be contiguous host f32; got ",

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,27 @@
 
 namespace kvevict {
 namespace {
+
+// The log-sum-exp [Hq] of a decode step's queries q [Hq, d] over every head's rows of an f32
+// cache, at the default scale 1/sqrt(d): what the attention hands the decode evictor. Written
+// into `lse` in place (step tensors point at its buffer).
+void step_lse(const KVLayerView& c, const std::vector<float>& q, std::vector<float>& lse) {
+  const int d = c.head_dim;
+  const int hq = static_cast<int>(q.size()) / d;
+  for (int h = 0; h < hq; ++h) {
+    const int kvh = h / (hq / c.num_kv_heads);
+    std::vector<double> z(c.lens[kvh]);
+    for (int64_t j = 0; j < c.lens[kvh]; ++j) {
+      const float* kr = static_cast<const float*>(c.k) + (c.offsets[kvh] + j) * d;
+      for (int i = 0; i < d; ++i) z[j] += static_cast<double>(q[h * d + i]) * kr[i];
+      z[j] /= std::sqrt(static_cast<double>(d));
+    }
+    const double zmax = *std::max_element(z.begin(), z.end());
+    double sum = 0;
+    for (double x : z) sum += std::exp(x - zmax);
+    lse[h] = static_cast<float>(zmax + std::log(sum));
+  }
+}
 
 std::string last_error() {
   return kvevict_last_error();
@@ -551,7 +573,7 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
     // A step that pushes every head over budget + slack after the append of row 11.
     const std::vector<float> qd = testing::normal_floats(hq * d, 3);
     const std::vector<float> ad = testing::normal_floats(hq * d, 4, 0.3f);
-    std::vector<float> lse(hq, 2.0f);
+    std::vector<float> lse(hq);
     const TensorView q(const_cast<float*>(qd.data()), DType::kF32, {hq, d});
     const TensorView a(const_cast<float*>(ad.data()), DType::kF32, {hq, d});
     const TensorView l(lse.data(), DType::kF32, {hq});
@@ -563,6 +585,9 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
     const TensorView rk(row_k.data(), DType::kF32, {hkv, d}),
         rv(row_v.data(), DType::kF32, {hkv, d});
     cache_append(theirs.view(), rk, rv, 11);
+    // The step's lse over the 12 rows of each head (the evictor checks it against q and the
+    // cache; `a` is only read by the scores, any values do).
+    step_lse(theirs.view(), qd, lse);
     const kvevict_kv_layer c = c_layer(mine.view());
     const kvevict_tensor ck = c_tensor(rk), cv = c_tensor(rv);
     ASSERT_EQ(kvevict_cache_append(&c, &ck, &cv, 11), KVEVICT_OK) << last_error();
@@ -583,7 +608,11 @@ TEST(CApi, DecodeEvictorEqualsCpp) {
         EXPECT_EQ(x.score_acc[r], y.score_acc[r]);
       }
     }
-    // Nothing over budget now: accumulate + evict as two calls evict nothing.
+    // Nothing over budget now: accumulate + evict as two calls evict nothing (the lse of the
+    // cut cache: the old one belongs to rows that are gone, and is refused).
+    EXPECT_NE(kvevict_decode_evictor_accumulate(ev, &c, &cq, &ca, &cl), KVEVICT_OK);
+    EXPECT_NE(std::string(kvevict_last_error()).find("step lse["), std::string::npos);
+    step_lse(theirs.view(), qd, lse);
     ASSERT_EQ(kvevict_decode_evictor_accumulate(ev, &c, &cq, &ca, &cl), KVEVICT_OK) << last_error();
     ASSERT_EQ(kvevict_decode_evictor_evict(ev, &c, &evicted), KVEVICT_OK) << last_error();
     EXPECT_EQ(evicted, 0);
@@ -730,6 +759,7 @@ TEST(CApi, BadCachesAndStepsAreAStatusAndAMessage) {
         "kvevict_decode_evictor_evict");
   EXPECT_EQ(evicted, -1);
   // The same cache, well formed, goes through: 3 rows a head, budget 2 + slack 0 -> 1 evicted each.
+  step_lse(cache.view(), qd, ld);
   ASSERT_EQ(kvevict_decode_evictor_step(ev.get(), &good, &q, &a, &l, &evicted), KVEVICT_OK)
       << last_error();
   EXPECT_EQ(evicted, 2);

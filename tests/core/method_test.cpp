@@ -34,6 +34,20 @@ TEST(Budget, RejectsOutOfRange) {
   }
 }
 
+TEST(Budget, AFractionThatKeepsNoTokenIsAnError) {
+  // floor(0.01 * 20) = 0 kept the layer empty (attention over it returns zeros).
+  try {
+    Budget::parse("0.01").keep_count(20);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("budget 0.01 keeps 0 of 20 tokens"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Budget::from_compression_ratio(0.99).keep_count(20), Error);
+  EXPECT_EQ(Budget::parse("0.05").keep_count(20), 1);  // one token is a budget
+  EXPECT_EQ(Budget::parse("0.01").keep_count(0), 0);   // an empty head keeps its 0 rows
+}
+
 TEST(Method, ParsesEveryName) {
   for (const auto& name : method_names()) EXPECT_NO_THROW(method_parse(name)) << name;
   EXPECT_EQ(method_parse("adadropkv").policy, Policy::kAdaKV);

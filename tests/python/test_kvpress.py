@@ -14,7 +14,7 @@ kvpress = pytest.importorskip("kvpress")
 
 import kvevict.hf  # noqa: E402
 from conftest import assert_same_kept  # noqa: E402
-from kvevict.kvpress import DropKVPress, OBCachePress  # noqa: E402
+from kvevict.kvpress import DropKVPress, KVEvictScorerPress, OBCachePress  # noqa: E402
 from kvevict.ops import Selection  # noqa: E402
 from test_hf import tiny_model  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
@@ -145,3 +145,29 @@ def test_press_compression_ratio_is_a_value_error_naming_it(ratio, match):
         DropKVPress(compression_ratio=ratio)
     with pytest.raises(ValueError, match=match):
         OBCachePress(compression_ratio=ratio, score="v")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"pool": "max:4"}, "max:4"),
+    ({"aggregate": "nope"}, "nope"),
+    ({"method": "nope"}, "nope"),
+])
+def test_press_fields_are_checked_at_construction(kwargs, match):
+    # They were accepted and failed inside the first model forward.
+    with pytest.raises(ValueError, match=match):
+        KVEvictScorerPress(compression_ratio=0.5, **kwargs)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("compression_ratio", 1.5, "compression_ratio is 1.5"),
+    ("pool", "max:4", "max:4"),
+    ("window_size", 0, "window_size is 0"),
+])
+def test_press_fields_assigned_later_are_checked_and_left_unchanged(field, value, match):
+    press = DropKVPress(compression_ratio=0.5)
+    before = getattr(press, field)
+    with pytest.raises(ValueError, match=match):
+        setattr(press, field, value)
+    assert getattr(press, field) == before
+    press.compression_ratio = 0.25
+    assert press.compression_ratio == 0.25

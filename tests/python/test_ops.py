@@ -217,6 +217,38 @@ def test_layer_evictor_equals_the_functional_pipeline(fw):
         np.testing.assert_array_equal(Framework.host(kh), Framework.host(kd)[h][rows])
 
 
+@pytest.mark.parametrize("threads", [2, 4])
+def test_one_layer_evictor_shared_by_threads_gives_the_single_threaded_results(threads):
+    # plan() and apply() run without the GIL and the evictor reuses its score buffers and
+    # workspace: threads sharing one evictor must take turns, not overwrite each other's scores.
+    import threading
+
+    rng = np.random.default_rng(21)
+    problems = [qkv(rng, 4, 2, 20, 8, 16), qkv(rng, 8, 4, 300, 8, 32)]
+    ev = kvevict.LayerEvictor("dropkv", 0.5, window=8)
+    want = [(kvevict_sets(ev.plan(*p)), Framework.host(ev.evict(*p).k)) for p in problems]
+    got, errors = [], []
+
+    def work(i):
+        p = problems[i % 2]
+        try:
+            for _ in range(40):
+                got.append((i % 2, kvevict_sets(ev.plan(*p)), Framework.host(ev.evict(*p).k)))
+        except Exception as e:  # noqa: BLE001 -- reported below, with the thread's problem
+            errors.append(f"problem {i % 2}: {e}")
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors[:3]
+    assert len(got) == 40 * threads
+    for i, sets, k in got:
+        assert sets == want[i][0], f"problem {i}: kept sets differ from the single-threaded run"
+        np.testing.assert_array_equal(k, want[i][1])
+
+
 def kvevict_sets(sel):
     off, idx = sel.offsets_host(), Framework.host(sel.index)
     return [tuple(idx[off[h]:off[h + 1]]) for h in range(len(off) - 1)]
@@ -412,13 +444,33 @@ def test_positions_and_selections_are_checked_not_cast():
 
 def test_host_scores_that_overflow_raise_like_the_cuda_check():
     """Finite inputs whose logits overflow float32 gave NaN scores back without a word on the
-    host paths (the CUDA path raised)."""
+    host paths (the CUDA path raised). check_finite is the CUDA path's switch: a host score
+    that cannot be computed in float32 is always an error naming the overflow."""
     rng = np.random.default_rng(22)
     q, k, v = qkv(rng, 4, 2, 20, 8, 16)
-    with pytest.raises(ValueError, match="scores .* holds NaN"):
-        kvevict.score(np.full_like(q, 3e38), k, v, window=8)
-    nan = kvevict.score(np.full_like(q, 3e38), k, v, window=8, check_finite=False)
-    assert np.isnan(nan).any()
+    for check in (True, False):
+        with pytest.raises(ValueError, match="dropkv score of head 0 row .* overflows float32"):
+            kvevict.score(np.full_like(q, 3e38), k, v, window=8, check_finite=check)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_huge_finite_keys_score_like_the_reference_or_raise_naming_the_overflow(backend):
+    # knorm summed squares in float on the cpu backend: keys of ~1e20 (norms float32 holds)
+    # scored -inf everywhere and the selection kept the first tokens.
+    rng = np.random.default_rng(23)
+    _, k, v = qkv(rng, 4, 2, 20, 8, 16)
+    big = k * np.float32(1e20)
+    s = kvevict.score(None, big, v, "knorm", backend=backend)
+    want = -np.linalg.norm(big.astype(np.float64), axis=-1)
+    assert_close(s, want, atol=0, rtol=1e-6, what="knorm of 1e20 keys")
+    ev = kvevict.LayerEvictor("knorm", 0.5, backend=backend)
+    assert kvevict_sets(ev.plan(None, big, v)) == kvevict_sets(ev.plan(None, k, v))
+    # Scores past float32 are an error naming the cause, never inf scores selected by ties.
+    with pytest.raises(ValueError, match="knorm score of head 0 row 0 is -inf .*overflows"):
+        kvevict.score(None, np.full_like(k, 3e38), v, "knorm", backend=backend)
+    with pytest.raises(ValueError, match="obcache_v score of head .* overflows float32"):
+        kvevict.score(np.ones((4, 8, 16), np.float32), k, v * np.float32(1e20), "obcache_v",
+                      window=8, backend=backend)
 
 
 @pytest.mark.skipif(torch is None, reason="needs torch")

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -11,6 +12,11 @@
 
 namespace kvevict {
 namespace {
+
+// A fraction that floors to 0 of n tokens is an error (SPEC section 1: a budget of 0 is one).
+bool keeps_none(double b, int64_t n) {
+  return b <= 1 && std::floor(b * static_cast<double>(n) + 1e-9) < 1;
+}
 
 struct Dense {
   int hkv;
@@ -82,6 +88,7 @@ TEST(Select, UniformExactCountsProtectedKeptSorted) {
   for (int64_t n : {1, 3, 17, 1000}) {
     for (double b : {0.1, 0.5, 0.99, 1.0, 2.0}) {
       if (b > 1 && b > n) continue;
+      if (keeps_none(b, n)) continue;  // an error (Budget.AFractionThatKeepsNoTokenIsAnError)
       Dense d = make_dense(3, n, 11 + n);
       SelectOptions opt;
       opt.budget.value = b;
@@ -177,6 +184,7 @@ TEST(Select, AdaKVLayerTotalExactAndWithinAvailable) {
       opt.budget.value = 0.3;
       opt.sink = 1;
       opt.window = 1;
+      if (keeps_none(opt.budget.value, n)) continue;
       const Selection s = select(d.problem(), opt);
       const int64_t prot = std::min<int64_t>(n, 2);
       const int64_t keep = std::max(opt.budget.keep_count(n), prot);
@@ -199,7 +207,7 @@ TEST(Select, MatchesBruteForceReference) {
         for (Policy p : {Policy::kUniform, Policy::kAdaKV}) {
           for (bool aux : {false, true}) {
             for (double b : {0.05, 0.3, 0.77, 3.0}) {
-              if (b > n) continue;
+              if (b > n || keeps_none(b, n)) continue;
               Dense d = make_dense(hkv, n, ++seed, levels);
               SelectOptions opt;
               opt.policy = p;
