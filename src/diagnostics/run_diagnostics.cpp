@@ -120,6 +120,15 @@ DiagnosticsReport run_diagnostics(const TensorView& q, const TensorView& k, cons
     }
     const int kk = std::min(opt.k, L);
     const SubsetValue best = exact_optimum(pp, kk), prox = proxy_set(pp, kk);
+    // F(J) = ||sum_J p_i (a - v_i)|| / (1 - P_J) is infinite only when J is every visible key.
+    // Short of that, an infinite F means 1 - P_J rounded to 0: the keys outside J hold less
+    // than double's resolution of the row's attention (logits hundreds of nats apart, e.g. keys
+    // of magnitude 1e20), where p cannot form the output without them. Refused, not printed.
+    KVEVICT_CHECK(kk == vis || (std::isfinite(best.value) && std::isfinite(prox.value)), "q head ",
+                  h, " query ", qpos, ": the evicted keys hold all of the row's attention ",
+                  "in double precision (the other keys' probabilities underflow), so F(J) cannot ",
+                  "be formed from p; expected q and k whose logits lie within ~700 nats of each ",
+                  "other (scale the inputs down)");
     DiagnosticsRow& r = rep.rows[item];
     r.q_head = h;
     r.kv_head = kvh;

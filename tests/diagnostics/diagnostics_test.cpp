@@ -167,5 +167,38 @@ TEST(Diagnostics, RunOverTensors) {
   EXPECT_THROW(run_diagnostics(tq, tk, tv, bad), Error);
 }
 
+// A finite key of magnitude 1e20 (key 0, aligned with every query) takes logits ~1e20 above the
+// others: it holds all of each row's attention in double, the others' p underflow to 0, and F of
+// a set holding it divides by 1 - P_J = 0. That used to print F = inf and ratio = inf (exit 0);
+// it is refused naming the cause. (The proxy's set holds key 0: every proxy is 0, ties go to the
+// lower index.)
+TEST(Diagnostics, AttentionHeldByOneKeyInDoubleIsRefusedNotInfinite) {
+  const int hq = 2, hkv = 1, d = 8;
+  const int64_t n = 20, m = 2;
+  std::vector<float> q = kvevict::testing::normal_floats(hq * m * d, 11, 1.0f);
+  std::vector<float> k = kvevict::testing::normal_floats(hkv * n * d, 12);
+  std::vector<float> v = kvevict::testing::normal_floats(hkv * n * d, 13);
+  for (float& x : q) x = std::abs(x);
+  for (int c = 0; c < d; ++c) k[c] = 1e20f;
+  const TensorView tq(q.data(), DType::kF32, {hq, m, d});
+  const TensorView tk(k.data(), DType::kF32, {hkv, n, d});
+  const TensorView tv(v.data(), DType::kF32, {hkv, n, d});
+  DiagnosticsOptions opt;
+  opt.pool_size = 16;
+  opt.k = 4;
+  opt.num_queries = 2;
+  try {
+    run_diagnostics(tq, tk, tv, opt);
+    ADD_FAILURE() << "F past double's resolution was reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hold all of the row's attention"), std::string::npos)
+        << e.what();
+  }
+  // The same key at unit scale runs, and every F is finite.
+  for (int c = 0; c < d; ++c) k[c] = 1.0f;
+  const DiagnosticsReport rep = run_diagnostics(tq, tk, tv, opt);
+  for (const auto& r : rep.rows) EXPECT_TRUE(std::isfinite(r.f_opt) && std::isfinite(r.f_proxy));
+}
+
 }  // namespace
 }  // namespace kvevict::diag
