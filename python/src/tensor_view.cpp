@@ -184,10 +184,28 @@ TensorView to_view(const MutArray& a, const char* what) {
   return view_of(a, what);
 }
 
+namespace {
+// The device type of an object with a torch-style `device.type` ("cpu", "cuda", "meta", ...);
+// empty for anything else.
+std::string device_type_of(const nb::handle& a) {
+  if (!nb::hasattr(a, "device")) return {};
+  const nb::object dev = a.attr("device");
+  if (!nb::hasattr(dev, "type")) return {};
+  const nb::object type = dev.attr("type");
+  return nb::isinstance<nb::str>(type) ? std::string(nb::borrow<nb::str>(type).c_str())
+                                       : std::string();
+}
+}  // namespace
+
 TensorView to_view_opt(const nb::handle& a, const char* what, bool writable) {
   if (a.is_none()) return TensorView();
   TensorView t;
   if (torch_view(a.ptr(), what, &t)) return t;
+  // A tensor with no memory kvevict can read (meta, mps, xla, ...) would fail the casts below as
+  // "not an array": say where it lives instead.
+  const std::string device = device_type_of(a);
+  KVEVICT_CHECK(device.empty() || device == "cpu" || device == "cuda", what, " lives on device ",
+                device, "; expected a CPU or CUDA tensor (or a numpy array)");
   if (writable) {
     MutArray arr;
     KVEVICT_CHECK(nb::try_cast(a, arr), what,

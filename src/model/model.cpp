@@ -22,8 +22,14 @@ Model::~Model() = default;
 std::shared_ptr<const Model> Model::load(const std::string& name_or_path,
                                          const std::string& source_dir) {
   const char* env = std::getenv("KVEVICT_WEIGHTS");
-  const WeightFormat f =
-      env != nullptr && *env != '\0' ? weight_format_parse(env) : WeightFormat::kNative;
+  WeightFormat f = WeightFormat::kNative;
+  if (env != nullptr && *env != '\0') {
+    try {
+      f = weight_format_parse(env);
+    } catch (const Error& e) {  // say where the value came from: no option of the command set it
+      KVEVICT_FAIL("environment variable KVEVICT_WEIGHTS: ", e.what());
+    }
+  }
   return load(name_or_path, source_dir, f);
 }
 

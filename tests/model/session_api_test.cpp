@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "kvevict/model/runtime.h"
 #include "model/session.h"
@@ -124,6 +125,21 @@ TEST(SessionApi, ModelNamesResolveInTheModelDir) {
   unsetenv("KVEVICT_MODEL_DIR");
   EXPECT_EQ(resolve_model_path("smollm2", "/src"), "/src/models/SmolLM2-135M-Instruct.Q4_1.gguf");
   EXPECT_EQ(resolve_model_path("x/y.gguf", "/src"), "x/y.gguf");
+}
+
+// A bad KVEVICT_WEIGHTS is named as the environment variable it came from (no option of the
+// command set it), before any file is opened.
+TEST(SessionApi, BadWeightFormatNamesItsEnvironmentVariable) {
+  setenv("KVEVICT_WEIGHTS", "bogus", 1);
+  try {
+    Model::load("/nonexistent/model.gguf", "/src");
+    ADD_FAILURE() << "KVEVICT_WEIGHTS=bogus was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("environment variable KVEVICT_WEIGHTS"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'bogus'"), std::string::npos) << msg;
+  }
+  unsetenv("KVEVICT_WEIGHTS");
 }
 
 }  // namespace

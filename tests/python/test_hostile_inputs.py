@@ -137,3 +137,13 @@ def test_zero_kv_heads_are_a_value_error():
         kvevict.score(np.zeros((0, 8, 16), np.float32), z, z, window=8)
     with pytest.raises(ValueError, match=r"at least 1 KV head"):
         kvevict.KVCache.from_dense(z, z)
+
+
+@pytest.mark.skipif(torch is None, reason="needs torch")
+def test_tensors_on_devices_kvevict_cannot_read_are_named():
+    # A meta tensor was "not an array; expected a numpy array, a torch tensor or None".
+    q, k, v = (torch.from_numpy(x).to("meta") for x in qkv(np.random.default_rng(3)))
+    with pytest.raises(ValueError, match=r"lives on device meta; expected a CPU or CUDA tensor"):
+        kvevict.score(q, k, v, "dropkv", window=8)
+    with pytest.raises(ValueError, match=r"lives on device meta"):
+        kvevict.score(None, k, v, "knorm")
