@@ -127,15 +127,24 @@ TEST(Diagnostics, HandComputedValues) {
   EXPECT_THROW(exact_optimum(pp, 3), Error);
 }
 
+// Normal q [hq, m, d] (sd q_sd), k and v [hkv, n, d] (sd 1) on the host, with their views.
+struct RandomQkv {
+  std::vector<float> q, k, v;
+  TensorView tq, tk, tv;
+  RandomQkv(int hq, int hkv, int d, int64_t n, int64_t m, uint64_t seed, float q_sd)
+      : q(kvevict::testing::normal_floats(hq * m * d, seed, q_sd)),
+        k(kvevict::testing::normal_floats(hkv * n * d, seed + 1)),
+        v(kvevict::testing::normal_floats(hkv * n * d, seed + 2)),
+        tq(q.data(), DType::kF32, {hq, m, d}),
+        tk(k.data(), DType::kF32, {hkv, n, d}),
+        tv(v.data(), DType::kF32, {hkv, n, d}) {}
+};
+
 TEST(Diagnostics, RunOverTensors) {
-  const int hq = 4, hkv = 2, d = 8;
-  const int64_t n = 40, m = 3;
-  std::vector<float> q = kvevict::testing::normal_floats(hq * m * d, 1, 2.0f);
-  std::vector<float> k = kvevict::testing::normal_floats(hkv * n * d, 2);
-  std::vector<float> v = kvevict::testing::normal_floats(hkv * n * d, 3);
-  const TensorView tq(q.data(), DType::kF32, {hq, m, d});
-  const TensorView tk(k.data(), DType::kF32, {hkv, n, d});
-  const TensorView tv(v.data(), DType::kF32, {hkv, n, d});
+  const int hq = 4;
+  const int64_t n = 40;
+  const RandomQkv in(hq, 2, 8, n, 3, 1, 2.0f);
+  const TensorView &tq = in.tq, &tk = in.tk, &tv = in.tv;
   for (PoolChoice pool : {PoolChoice::kLowestProxy, PoolChoice::kRandom}) {
     DiagnosticsOptions opt;
     opt.pool = pool;
@@ -173,16 +182,11 @@ TEST(Diagnostics, RunOverTensors) {
 // it is refused naming the cause. (The proxy's set holds key 0: every proxy is 0, ties go to the
 // lower index.)
 TEST(Diagnostics, AttentionHeldByOneKeyInDoubleIsRefusedNotInfinite) {
-  const int hq = 2, hkv = 1, d = 8;
-  const int64_t n = 20, m = 2;
-  std::vector<float> q = kvevict::testing::normal_floats(hq * m * d, 11, 1.0f);
-  std::vector<float> k = kvevict::testing::normal_floats(hkv * n * d, 12);
-  std::vector<float> v = kvevict::testing::normal_floats(hkv * n * d, 13);
-  for (float& x : q) x = std::abs(x);
-  for (int c = 0; c < d; ++c) k[c] = 1e20f;
-  const TensorView tq(q.data(), DType::kF32, {hq, m, d});
-  const TensorView tk(k.data(), DType::kF32, {hkv, n, d});
-  const TensorView tv(v.data(), DType::kF32, {hkv, n, d});
+  const int d = 8;
+  RandomQkv in(2, 1, d, 20, 2, 11, 1.0f);
+  for (float& x : in.q) x = std::abs(x);
+  for (int c = 0; c < d; ++c) in.k[c] = 1e20f;
+  const TensorView &tq = in.tq, &tk = in.tk, &tv = in.tv;
   DiagnosticsOptions opt;
   opt.pool_size = 16;
   opt.k = 4;
@@ -195,7 +199,7 @@ TEST(Diagnostics, AttentionHeldByOneKeyInDoubleIsRefusedNotInfinite) {
         << e.what();
   }
   // The same key at unit scale runs, and every F is finite.
-  for (int c = 0; c < d; ++c) k[c] = 1.0f;
+  for (int c = 0; c < d; ++c) in.k[c] = 1.0f;
   const DiagnosticsReport rep = run_diagnostics(tq, tk, tv, opt);
   for (const auto& r : rep.rows) EXPECT_TRUE(std::isfinite(r.f_opt) && std::isfinite(r.f_proxy));
 }
