@@ -35,6 +35,7 @@ void check_device_view(const TensorView& t, const char* what, int ndim) {
   KVEVICT_CHECK(t.ndim == ndim, what, " has shape ", t.shape_str(), "; expected ", ndim, " dims");
   KVEVICT_CHECK(t.inner_contiguous(), what, " has inner stride ", t.stride[t.ndim - 1],
                 "; expected 1");
+  check_indexable(t, what);  // before the launches narrow heads, tokens and head dims to int
 }
 
 void check_f32_out(const TensorView& t, const char* what, int64_t d0, int64_t d1) {

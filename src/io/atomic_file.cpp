@@ -72,6 +72,10 @@ std::string identity(const std::string& target) {
 
 std::string check_output_path(const std::string& path, const std::string& label) {
   KVEVICT_CHECK(!path.empty(), label, ": the output path is empty; expected a file name");
+  // Many tools read "-" as standard output; writing a file named "-" would surprise the caller.
+  KVEVICT_CHECK(path != "-", label,
+                " -: standard output is not an output file here; expected a file path (--json "
+                "prints to standard output)");
   struct stat lst {};
   if (::lstat(path.c_str(), &lst) != 0) {
     const int e = errno;

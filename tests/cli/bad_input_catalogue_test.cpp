@@ -870,7 +870,14 @@ TEST_F(HostileInput, EmptyValuesAreErrorsNotDefaults) {
   cases.push_back({{"ppl", "-m", missing, "--out", ""}, {"--out is empty"}});
   cases.push_back({{"demo", "-m", missing, "--results-table", ""}, {"--results-table is empty"}});
   cases.push_back({{"analyze", "-m", missing, "--out", ""}, {"--out is empty"}});
+  // "-" (standard output to many tools) was written as a file named "-".
+  for (const char* opt : {"--out", "--keep"})
+    cases.push_back({cat(score_args(dir), {opt, "-"}),
+                     {std::string(opt) + " -: standard output is not an output file"}});
+  cases.push_back({{"eval", "-m", missing, "--out", "-"}, {"--out -: standard output"}});
+  cases.push_back({{"analyze", "-m", missing, "--out", "-"}, {"--out -: standard output"}});
   expect_rejected(cases, dir);
+  EXPECT_FALSE(std::filesystem::exists("-")) << "a file named '-' was written";
 }
 
 // Numbers past their type's range became inf and the error named "inf", not the text; eval's
