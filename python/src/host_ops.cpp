@@ -11,6 +11,7 @@
 
 #include "bindings.h"
 #include "kvevict/attention.h"
+#include "kvevict/backend.h"
 #include "kvevict/error.h"
 #include "kvevict/score.h"
 
@@ -27,12 +28,6 @@ HostPath host_path(const std::string& backend) {
 
 void check_host(const TensorView& t, const char* what) {
   check_on(t, Device::kCpu, what);
-}
-
-void check_host_f32_out(const TensorView& t, const char* what, int64_t rows, int64_t cols) {
-  check_shape(t, what, {rows, cols});
-  KVEVICT_CHECK(t.device == Device::kCpu && t.dtype == DType::kF32 && t.is_contiguous(), what,
-                " must be a contiguous host float32 array; got ", dtype_name(t.dtype));
 }
 
 ScoreProblem host_problem(const nb::handle& q, const nb::handle& k, const nb::handle& v,
@@ -118,16 +113,9 @@ void bind_host_ops(nb::module_& m) {
           cpu::score(p, opt, out, Workspace{ws.data, need});
           return;
         }
-        const ref::Scores s = ref::score(p, opt);
-        check_host_f32_out(out.scores, "scores", s.num_kv_heads, s.n);
-        write_f32(s.scores, out.scores);
-        if (!s.aux.empty()) {
-          KVEVICT_CHECK(!out.aux.empty(), "method ", method_name(opt.method),
-                        " produces aux scores; expected an aux output [Hkv, n]");
-          check_host_f32_out(out.aux, "aux", s.num_kv_heads, s.n);
-          write_f32(s.aux, out.aux);
-        }
-        check_scores_finite(out, opt);
+        // The reference backend's own score: the double ground truth rounded into the outputs,
+        // shapes and the float32 overflow checked there.
+        make_reference_backend()->score(p, opt, out, Workspace{});
       },
       nb::arg("backend"), nb::arg("q").none(), nb::arg("k"), nb::arg("v"), nb::arg("wo").none(),
       nb::arg("scale"), nb::arg("options"), nb::arg("scores"), nb::arg("aux").none(),
