@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kvevict/attention.h"
 #include "kvevict/cache.h"
 #include "kvevict/decode_evict.h"
 #include "kvevict/evict.h"
@@ -27,24 +28,20 @@ namespace kvevict {
 namespace {
 
 // The log-sum-exp [Hq] of a decode step's queries q [Hq, d] over every head's rows of an f32
-// cache, at the default scale 1/sqrt(d): what the attention hands the decode evictor. Written
-// into `lse` in place (step tensors point at its buffer).
+// cache, at the default scale 1/sqrt(d) (the double reference attention, the query after every
+// row): what the attention hands the decode evictor. Written into `lse` in place (step tensors
+// point at its buffer).
 void step_lse(const KVLayerView& c, const std::vector<float>& q, std::vector<float>& lse) {
   const int d = c.head_dim;
   const int hq = static_cast<int>(q.size()) / d;
-  for (int h = 0; h < hq; ++h) {
-    const int kvh = h / (hq / c.num_kv_heads);
-    std::vector<double> z(c.lens[kvh]);
-    for (int64_t j = 0; j < c.lens[kvh]; ++j) {
-      const float* kr = static_cast<const float*>(c.k) + (c.offsets[kvh] + j) * d;
-      for (int i = 0; i < d; ++i) z[j] += static_cast<double>(q[h * d + i]) * kr[i];
-      z[j] /= std::sqrt(static_cast<double>(d));
-    }
-    const double zmax = *std::max_element(z.begin(), z.end());
-    double sum = 0;
-    for (double x : z) sum += std::exp(x - zmax);
-    lse[h] = static_cast<float>(zmax + std::log(sum));
-  }
+  const int32_t q_pos = INT32_MAX;  // sees every row
+  AttentionProblem p;
+  p.q = TensorView(const_cast<float*>(q.data()), DType::kF32, {hq, 1, d});
+  p.q_pos = &q_pos;
+  p.cache = c;
+  std::vector<double> out, ref_lse;
+  ref::attention(p, out, &ref_lse);
+  for (int h = 0; h < hq; ++h) lse[h] = static_cast<float>(ref_lse[h]);
 }
 
 std::string last_error() {
