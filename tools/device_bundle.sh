@@ -11,19 +11,20 @@
 #   BUNDLE_MODELS=0 tools/device_bundle.sh ...      binaries only
 #   BUNDLE_FIRST_PART=BYTES, BUNDLE_PART=BYTES       the first model part's size and the others'
 #                                                    (default 60 MB each)
-#   BASE_LIB=PATH[:PATH...] tools/device_bundle.sh ...
-#                                                    also OUT_DIR/c0/lib_base.tar.xz: an earlier
-#                                                    build's libraries under their SONAMEs, for
-#                                                    device_session.sh's A/B verbs. Give the CUDA
-#                                                    library AND the model library of that build
-#                                                    when the change touches their interface
-#                                                    (model_launchers.h: GemvArgs and friends are
-#                                                    passed by reference, so a base CUDA library
-#                                                    under this build's model library reads another
-#                                                    struct layout; 2026-12-07 (e) lost a call so)
-#   LIB_VARIANTS="NAME=PATH[:PATH...] ..." tools/device_bundle.sh ...
-#                                                    also OUT_DIR/c0/lib_NAME.tar.xz for each: more
-#                                                    libraries to time beside base and new (the
+#   BASE_LIB=BUILD_DIR tools/device_bundle.sh ...    also OUT_DIR/c0/lib_base.tar.xz: an earlier
+#                                                    build's libraries under their SONAMEs and its
+#                                                    GPU benchmarks (bin/), for device_session.sh's
+#                                                    A/B verbs, which run each build's own
+#                                                    benchmark over its own libraries. A benchmark
+#                                                    compiled against other headers reads another
+#                                                    layout of the classes it shares with the
+#                                                    libraries (2026-12-07 (f)'s decode A/B printed
+#                                                    the base's graph replays as its captures)
+#   BASE_LIB=PATH[:PATH...]                          libraries alone (no benchmark of their own: the
+#                                                    verbs run this build's; only for a change that
+#                                                    leaves every shared class and struct alone)
+#   LIB_VARIANTS="NAME=BUILD_DIR|PATH[:PATH...] ..." also OUT_DIR/c0/lib_NAME.tar.xz for each: more
+#                                                    builds to time beside base and new (the
 #                                                    decode-lib-ab verb runs base, each NAME, new)
 set -euo pipefail
 build="${1:?usage: device_bundle.sh BUILD_DIR OUT_DIR}"
@@ -78,15 +79,26 @@ fi
 rm -rf "$out"/c[0-9]*
 mkdir -p "$out/c0"
 mv "$out/bins.tar.xz" "$out/c0/"
-# Libraries PATH[:PATH...] under their SONAMEs, stripped, into OUT_DIR/c0/lib_NAME.tar.xz.
-pack_libs() {  # NAME PATHS
+# Libraries PATH[:PATH...] under their SONAMEs, stripped, into OUT_DIR/c0/lib_NAME.tar.xz; a
+# BUILD_DIR gives its libraries and its GPU benchmarks (into bin/ of the same pack).
+pack_libs() {  # NAME PATHS|BUILD_DIR
   mkdir -p "$stage/lib_$1"
-  IFS=: read -r -a libs <<<"$2"
+  local libs=()
+  if [[ -d "$2" ]]; then
+    libs=("$2"/src/libkvevict*.so)
+    [[ -f "${libs[0]}" ]] || { echo "device_bundle: $2 holds no src/libkvevict*.so" >&2; exit 2; }
+    mkdir -p "$stage/lib_$1/bin"
+    for f in "$2"/benchmarks/gpu_*; do
+      [[ -f "$f" && -x "$f" ]] && cp "$f" "$stage/lib_$1/bin/"
+    done
+  else
+    IFS=: read -r -a libs <<<"$2"
+  fi
   for lib in "${libs[@]}"; do
     soname="$(objdump -p "$lib" | awk '$1 == "SONAME" { print $2 }')"
     cp -L "$lib" "$stage/lib_$1/${soname:-$(basename "$lib")}"
   done
-  strip --strip-unneeded "$stage/lib_$1"/* 2>/dev/null || true
+  strip --strip-unneeded "$stage/lib_$1"/* "$stage/lib_$1"/bin/* 2>/dev/null || true
   tar -C "$stage/lib_$1" -cf - . | xz -T2 -6 >"$out/c0/lib_$1.tar.xz"
   echo "device_bundle: $1 libraries $(ls "$stage/lib_$1" | tr '\n' ' ')"
 }

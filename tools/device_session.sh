@@ -145,6 +145,11 @@ lib_path() {
     echo $K/lib_$1:$K/lib:/usr/local/cuda/lib64
   fi
 }
+# Benchmark PROG of library set $1: its build's own (lib_NAME/bin, device_bundle.sh BASE_LIB or
+# LIB_VARIANTS given a build directory), else this build's.
+bench_of() {
+  if [ "$1" != new ] && [ -x "$K/lib_$1/bin/$2" ]; then echo "$K/lib_$1/bin/$2"; else echo "$K/bin/$2"; fi
+}
 # Runs a test binary, one line: name, exit code, seconds, gtest's verdict.
 run_test() {
   local t=$1 n s rc
@@ -233,7 +238,7 @@ case "$verb" in
     unpack_base "$dir" >/dev/null || exit 3
     for round in 1 2; do
       for v in new base; do
-        LD_LIBRARY_PATH=$(lib_path $v) timeout 200 $K/bin/gpu_score_bench --select \
+        LD_LIBRARY_PATH=$(lib_path $v) timeout 200 "$(bench_of $v gpu_score_bench)" --select \
           >$K/logs/select_${v}_$round.txt 2>&1
         echo "select $v round $round rc=$?"
       done
@@ -344,9 +349,9 @@ PY
     for round in 1 2; do
       for v in base new; do
         echo "== $v round $round"
-        LD_LIBRARY_PATH=$(lib_path $v) timeout 100 $K/bin/gpu_attention_bench \
+        LD_LIBRARY_PATH=$(lib_path $v) timeout 100 "$(bench_of $v gpu_attention_bench)" \
           --shape llama --lengths ${AB_LENGTHS:-4096,32768,131072} --chunk 4096 --reps 3 2>&1 | grep -E "wide"
-        LD_LIBRARY_PATH=$(lib_path $v) timeout 100 $K/bin/gpu_e2e_bench \
+        LD_LIBRARY_PATH=$(lib_path $v) timeout 100 "$(bench_of $v gpu_e2e_bench)" \
           --preset llama-3.1-8b --lengths 32768 --pair-max 0 --prefill-only 2>&1 | grep -E "^32768"
       done
     done | tee $K/logs/prefill_lib_ab.txt
@@ -368,7 +373,7 @@ PY
         for ctx in ${AB_CONTEXTS:-256 4096}; do
           for p in ${AB_PRESETS:-smollm2-135m gemma3-270m}; do
             echo "== $v $p context $ctx round $round"
-            LD_LIBRARY_PATH=$(lib_path $v) timeout 150 $K/bin/gpu_e2e_bench --preset $p \
+            LD_LIBRARY_PATH=$(lib_path $v) timeout 150 "$(bench_of $v gpu_e2e_bench)" --preset $p \
               --decode-ab --batches "${AB_BATCHES:-1}" --prompt-tokens $ctx 2>&1 |
               grep -E "^[0-9]+ +graph"
           done
@@ -557,7 +562,7 @@ PY
         >$K/logs/merge_$name.log 2>&1 && xz -T4 -f "$OUT/$name.json"
       echo "merged: $OUT/$name.md"
     done
-    tar -C $K/cov -cJf "$OUT/coverage_logs.tar.xz" $(cd $K/cov && ls *.log)
+    (cd $K/cov && tar -cJf "$OUT/coverage_logs.tar.xz" ./*.log)
     pack coverage_logs_session
     ;;
   *)
