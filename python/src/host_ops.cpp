@@ -36,11 +36,6 @@ ScoreProblem host_problem(const nb::handle& q, const nb::handle& k, const nb::ha
   return score_problem_of(q, k, v, wo, scale, &cpu);
 }
 
-void write_f32(const std::vector<double>& src, const TensorView& dst) {
-  float* out = dst.ptr<float>();
-  std::transform(src.begin(), src.end(), out, [](double x) { return static_cast<float>(x); });
-}
-
 }  // namespace
 
 void bind_selection(nb::module_& m) {
@@ -164,22 +159,10 @@ void bind_host_ops(nb::module_& m) {
         AttentionOutput o{to_view(out, "out"), to_view_opt(lse, "lse")};
         nb::gil_scoped_release release;
         p.validate();
-        if (path == HostPath::kCpu) {
+        if (path == HostPath::kCpu)
           cpu::attention(p, o);
-          return;
-        }
-        std::vector<double> r_out, r_lse;
-        ref::attention(p, r_out, o.lse.empty() ? nullptr : &r_lse);
-        const int64_t hq = p.num_q_heads(), mq = p.num_queries(), d = p.cache.head_dim;
-        KVEVICT_CHECK(o.out.is_contiguous() && o.out.dtype == DType::kF32, "out must be float32");
-        check_shape(o.out, "out", {hq, mq, d});
-        write_f32(r_out, o.out);
-        if (!o.lse.empty()) {
-          check_shape(o.lse, "lse", {hq, mq});
-          KVEVICT_CHECK(o.lse.is_contiguous() && o.lse.dtype == DType::kF32,
-                        "lse must be contiguous float32");
-          write_f32(r_lse, o.lse);
-        }
+        else
+          make_reference_backend()->attention(p, o, Workspace{});
       },
       nb::arg("backend"), nb::arg("q"), nb::arg("q_pos"), nb::arg("k"), nb::arg("v"),
       nb::arg("pos"), nb::arg("offsets"), nb::arg("lens"), nb::arg("scale"),

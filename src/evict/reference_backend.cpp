@@ -55,6 +55,10 @@ class ReferenceBackend final : public detail::HostBackend {
     const int64_t m = problem.num_queries();
     check_shape(output.out, "attention out", {hq, m, d});
     KVEVICT_CHECK(output.out.dtype == DType::kF32, "attention out must be f32");
+    if (!output.lse.empty()) {
+      check_shape(output.lse, "attention lse", {hq, m});
+      KVEVICT_CHECK(output.lse.dtype == DType::kF32, "attention lse must be f32");
+    }
     for (int h = 0; h < hq; ++h)
       for (int64_t t = 0; t < m; ++t) {
         for (int i = 0; i < d; ++i)
