@@ -32,6 +32,8 @@ struct AttentionProblem {
 struct AttentionOutput {
   TensorView out;  // [Hq, m, d] f32; a query that sees no key gets zeros
   TensorView lse;  // [Hq, m] f32 log-sum-exp of the (capped) logits, -inf if none; optional
+  // The host paths' check of what they write: out (and lse when given) f32 of pb's shapes.
+  void validate_host(const AttentionProblem& pb) const;
 };
 
 namespace ref {

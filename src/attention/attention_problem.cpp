@@ -30,4 +30,16 @@ void AttentionProblem::validate() const {
                 " is invalid; expected a finite value >= 0 (0 = off)");
 }
 
+void AttentionOutput::validate_host(const AttentionProblem& pb) const {
+  const int64_t hq = pb.num_q_heads(), m = pb.num_queries(), d = pb.cache.head_dim;
+  check_shape(out, "attention out", {hq, m, d});
+  KVEVICT_CHECK(out.dtype == DType::kF32, "attention out dtype ", dtype_name(out.dtype),
+                " is not supported; expected f32");
+  if (!lse.empty()) {
+    check_shape(lse, "attention lse", {hq, m});
+    KVEVICT_CHECK(lse.dtype == DType::kF32, "attention lse dtype ", dtype_name(lse.dtype),
+                  " is not supported; expected f32");
+  }
+}
+
 }  // namespace kvevict

@@ -542,15 +542,8 @@ size_t attention_workspace_bytes(const AttentionProblem& pb) {
 void attention(const AttentionProblem& pb, const AttentionOutput& out, Workspace ws) {
   pb.validate();
   KVEVICT_CHECK(pb.cache.device == Device::kCpu, "cpu::attention got a device cache");
+  out.validate_host(pb);
   const Plan p = make_plan(pb);
-  check_shape(out.out, "attention out", {p.hq, p.m, p.d});
-  KVEVICT_CHECK(out.out.dtype == DType::kF32, "attention out dtype ", dtype_name(out.out.dtype),
-                " is not supported; expected f32");
-  if (!out.lse.empty()) {
-    check_shape(out.lse, "attention lse", {p.hq, p.m});
-    KVEVICT_CHECK(out.lse.dtype == DType::kF32, "attention lse dtype ", dtype_name(out.lse.dtype),
-                  " is not supported; expected f32");
-  }
   if (p.items == 0) return;
   WorkspaceCarver carver(ws);
   std::vector<Scratch> scratch;

@@ -49,16 +49,12 @@ class ReferenceBackend final : public detail::HostBackend {
   size_t attention_workspace_bytes(const AttentionProblem&) const override { return 0; }
   void attention(const AttentionProblem& problem, const AttentionOutput& output,
                  Workspace) override {
+    problem.validate();
+    output.validate_host(problem);  // before the double pass, not after it
     std::vector<double> out, lse;
     ref::attention(problem, out, output.lse.empty() ? nullptr : &lse);
     const int hq = problem.num_q_heads(), d = problem.cache.head_dim;
     const int64_t m = problem.num_queries();
-    check_shape(output.out, "attention out", {hq, m, d});
-    KVEVICT_CHECK(output.out.dtype == DType::kF32, "attention out must be f32");
-    if (!output.lse.empty()) {
-      check_shape(output.lse, "attention lse", {hq, m});
-      KVEVICT_CHECK(output.lse.dtype == DType::kF32, "attention lse must be f32");
-    }
     for (int h = 0; h < hq; ++h)
       for (int64_t t = 0; t < m; ++t) {
         for (int i = 0; i < d; ++i)
