@@ -204,6 +204,18 @@ def no_nan(name: str, x: Any) -> None:
         raise ValueError(f"{name} holds NaN; expected finite numbers")
 
 
+def scores_fit_float32(method: str, name: str, scores: Any) -> None:
+    """Device scores [Hkv, n] hold no inf: the host paths refuse a score that overflows float32
+    (kvevict::check_scores_finite), and so does the CUDA path, naming the same head and row."""
+    at = T.first_inf(scores)
+    if at is not None:
+        head, row = at
+        raise ValueError(f"{method} {name} of head {head} row {row} is "
+                         f"{float(scores[head, row])}: an infinite q, k or v, or finite ones whose "
+                         "score overflows float32 (magnitude above 3.4e38); expected inputs whose "
+                         "scores fit float32 (scale them down)")
+
+
 def kv_heads(name: str, x: Any) -> int:
     """Hkv of a [Hkv, n, d] array, at least 1 (0 heads divided the query heads by zero)."""
     hkv = int(x.shape[0])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -185,3 +185,18 @@ def isnan_any(x: Any) -> bool:
     if is_torch(x):
         return bool(_torch().isnan(x).any())
     return bool(np.isnan(x).any())
+
+
+def first_inf(x: Any) -> Optional[Tuple[int, ...]]:
+    """The index of the first infinite element of x (row-major), or None."""
+    if is_torch(x):
+        hits = _torch().isinf(x).flatten().nonzero()
+        if hits.numel() == 0:
+            return None
+        flat = int(hits[0, 0])
+    else:
+        hits = np.flatnonzero(np.isinf(x))
+        if hits.size == 0:
+            return None
+        flat = int(hits[0])
+    return tuple(int(i) for i in np.unravel_index(flat, tuple(x.shape)))

@@ -65,9 +65,10 @@ def score(q: Optional[Array], k: Array, v: Array, method: str = "dropkv", *,
         wo: ``[D, Hq * d]`` output projection (o_proj.weight), criticalkv only.
         return_aux: also return criticalkv's stage-1 (snapkv) score.
         backend: "cpu", "reference" or "cuda"; None picks by where k lives.
-        check_finite: CUDA only: raise when a score is NaN (from NaN or Inf in q, k or v). The
-            check reads one flag back, a host synchronization; pass False in a pipeline that
-            must not wait (NaN scores then come back as they are). The host paths always
+        check_finite: CUDA only: raise when a score is NaN (from NaN or Inf in q, k or v) or
+            infinite (from Inf in them, or a score that overflows float32). The check reads the
+            scores' flags back, a host synchronization; pass False in a pipeline that must not
+            wait (such scores then come back as they are). The host paths always
             reject non-finite inputs while they stream them, and scores that overflow float32
             from finite inputs (an error naming the head, row and method).
 
@@ -119,6 +120,9 @@ def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_f
         # not, and NaN would then rank first in the selection: check the (small) output.
         if check_finite:
             C.no_nan("scores (from NaN or Inf in q, k or v)", scores)
+            C.scores_fit_float32(opts.method, "score", scores)
+            if aux is not None:
+                C.scores_fit_float32(opts.method, "aux score", aux)
     else:
         ws = T.workspace(k, ext.score_workspace_bytes(q, k, v, wo, s, opts)) if be == "cpu" else None
         # Raises on non-finite inputs and on scores that overflow float32 from finite ones

@@ -13,6 +13,11 @@
 // NaN scores: kvevict::select rejects them; the radix order would rank NaN above every number.
 // A host-resident select checks and throws at once; a device-resident one records the first NaN
 // in a device status word that synchronize() reads and throws on.
+//
+// Infinite scores: the host backends refuse a score that overflows float32 as they compute it
+// (check_scores_finite). score() here cannot wait for its kernels, so it records the first
+// infinite score in a second status word; the next host-resident select() or synchronize()
+// throws on it (a select would otherwise rank -inf last and +inf first, a silent wrong answer).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,33 +57,37 @@ void check_cuda_layer(const KVLayerView& c, const char* what) {
                 " is in host memory; expected a device cache for the cuda backend");
 }
 
+// The device status words: the first element (UINT64_MAX: none) of a NaN score that a
+// device-resident select() took, of an infinite score and of an infinite aux score that score()
+// computed since the words were last read.
+struct Status {
+  unsigned long long first_nan_selected = ~0ull;
+  unsigned long long first_inf_score = ~0ull;
+  unsigned long long first_inf_aux = ~0ull;
+  bool clear() const { return (first_nan_selected & first_inf_score & first_inf_aux) == ~0ull; }
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(cudaStream_t stream) : stream_(stream) {
-    nan_status_ = stream_allocate(sizeof(unsigned long long), stream_);
-    KVEVICT_CUDA_CHECK(
-        cudaMemsetAsync(nan_status_.get(), 0xff, sizeof(unsigned long long), stream_));
+    status_ = stream_allocate(sizeof(Status), stream_);
+    KVEVICT_CUDA_CHECK(cudaMemsetAsync(status_.get(), 0xff, sizeof(Status), stream_));
   }
   ~CudaBackend() override {
-    // Buffers handed out are freed in stream order; the staging buffer and status word too.
+    // Buffers handed out are freed in stream order; the staging buffer and status words too.
     stage_.reset();
-    nan_status_.reset();
+    status_.reset();
   }
 
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
   void* stream() const override { return stream_; }
   void synchronize() override {
-    KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    unsigned long long first = ~0ull;
+    Status st;
     KVEVICT_CUDA_CHECK(
-        cudaMemcpy(&first, nan_status_.get(), sizeof(first), cudaMemcpyDeviceToHost));
-    if (first != ~0ull) {
-      KVEVICT_CUDA_CHECK(
-          cudaMemsetAsync(nan_status_.get(), 0xff, sizeof(unsigned long long), stream_));
-      KVEVICT_FAIL("a score selected on the device was NaN (element ", first,
-                   " of its [Hkv, n] scores); expected numbers");
-    }
+        cudaMemcpyAsync(&st, status_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
+    KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    throw_on_status(st);
   }
   std::shared_ptr<void> allocate(size_t bytes) override { return stream_allocate(bytes, stream_); }
 
@@ -90,6 +99,13 @@ class CudaBackend final : public Backend {
              Workspace ws) override {
     problem.validate(opt, /*check_values=*/false);
     cuda::score(problem, opt, out, ws, stream_);
+    // cuda::score wrote contiguous f32 [Hkv, n] outputs (it checks them).
+    auto* st = static_cast<Status*>(status_.get());
+    KVEVICT_CUDA_CHECK(cuda::detail::launch_find_inf(out.scores.ptr<float>(), out.scores.numel(),
+                                                     &st->first_inf_score, stream_));
+    if (!out.aux.empty())
+      KVEVICT_CUDA_CHECK(cuda::detail::launch_find_inf(out.aux.ptr<float>(), out.aux.numel(),
+                                                       &st->first_inf_aux, stream_));
   }
 
   Selection select(const TensorView& scores, const TensorView& aux, const SelectOptions& opt,
@@ -147,14 +163,18 @@ class CudaBackend final : public Backend {
     if (where == Residency::kDevice) {
       // The NaN check folds into the status word that synchronize() reads.
       KVEVICT_CUDA_CHECK(cuda::detail::launch_min_u64(
-          first_nan, 2, static_cast<unsigned long long*>(nan_status_.get()), stream_));
+          first_nan, 2, &static_cast<Status*>(status_.get())->first_nan_selected, stream_));
       return sel;
     }
     download(sel);
     unsigned long long nan_at[2];
+    Status st;
     KVEVICT_CUDA_CHECK(
         cudaMemcpyAsync(nan_at, first_nan, sizeof(nan_at), cudaMemcpyDeviceToHost, stream_));
+    KVEVICT_CUDA_CHECK(
+        cudaMemcpyAsync(&st, status_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
     KVEVICT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    throw_on_status(st);
     for (int which = 0; which < 2; ++which)
       KVEVICT_CHECK(nan_at[which] == ~0ull, which == 0 ? "score" : "aux score", " of head ",
                     static_cast<int64_t>(nan_at[which] / (n > 0 ? n : 1)), " row ",
@@ -308,6 +328,22 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Throws on what the status words `st` (read after the stream's work) recorded, once: the
+  // device words are reset first.
+  void throw_on_status(const Status& st) {
+    if (st.clear()) return;
+    KVEVICT_CUDA_CHECK(cudaMemsetAsync(status_.get(), 0xff, sizeof(Status), stream_));
+    if (st.first_nan_selected != ~0ull)
+      KVEVICT_FAIL("a score selected on the device was NaN (element ", st.first_nan_selected,
+                   " of its [Hkv, n] scores); expected numbers");
+    const bool aux = st.first_inf_score == ~0ull;
+    KVEVICT_FAIL("a", aux ? "n aux score" : " score",
+                 " computed on the device is infinite (element ",
+                 aux ? st.first_inf_aux : st.first_inf_score,
+                 " of its [Hkv, n] output): an infinite q, k or v, or finite ones whose score "
+                 "overflows float32 (magnitude above 3.4e38); expected inputs whose scores fit "
+                 "float32 (scale them down)");
+  }
   // The staging buffer (grow-only; a replaced one is freed in stream order after its readers).
   void* stage(size_t bytes) {
     if (bytes > stage_bytes_ || !stage_) {
@@ -350,7 +386,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> stage_;
   size_t stage_bytes_ = 0;
   std::vector<std::shared_ptr<void>> uploads_;
-  std::shared_ptr<void> nan_status_;  // [1] u64: first NaN element a device select saw
+  std::shared_ptr<void> status_;  // one Status on the device
 };
 
 }  // namespace

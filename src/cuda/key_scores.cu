@@ -2,6 +2,7 @@
 // scores: 1-D pooling along tokens and tova's mean over all heads of the layer.
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -28,6 +29,35 @@ __device__ __forceinline__ float row_sum_sq(const T* row, int d, int lane) {
   return warp_sum(acc);
 }
 
+// The same sum in double (all lanes): the knorm rows whose float sum left the normal range.
+template <class T>
+__device__ __forceinline__ double row_sum_sq_double(const T* row, int d, int lane) {
+  double acc = 0.0;
+  for (int c = lane; c < d / 8; c += 32) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + c * 8);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const double x = ElemTraits<T>::to_float(e[i]);
+      acc += x * x;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc;
+}
+
+// knorm sums its squares in float, which holds the sums of ordinary keys to float's rounding.
+// A sum above FLT_MAX (keys from |k| ~ 1.8e19: inf) or below 2^-100 (keys from |k| ~ 1e-15,
+// whose squares lose bits in float's subnormals from 2^-126 or underflow to 0) is redone in
+// double, as the cpu backend sums every row (cpu_score.cpp), so that such keys score -||k||
+// like it does: a norm that still passes FLT_MAX becomes -inf there and here, and the backends
+// refuse it (check_scores_finite; the cuda backend's status word). NaN (a NaN key) is redone too
+// and stays NaN.
+__device__ __forceinline__ bool knorm_sum_fits_float(float ss) {
+  return ss >= 0x1p-100f && ss <= FLT_MAX;
+}
+
 // knorm, any head dim (d % 8 == 0): one warp a key row (the fallback of the kernel below).
 template <class T>
 __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride, int hkv,
@@ -36,8 +66,11 @@ __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride
   const int lane = threadIdx.x & 31;
   if (warp >= hkv * n) return;
   const int64_t h = warp / n, j = warp % n;
-  const float ss = row_sum_sq(k + h * head_stride + j * row_stride, d, lane);
-  if (lane == 0) scores[warp] = -sqrtf(ss);
+  const T* row = k + h * head_stride + j * row_stride;
+  const float ss = row_sum_sq(row, d, lane);  // the same value on every lane: warp-uniform
+  float norm = sqrtf(ss);
+  if (!knorm_sum_fits_float(ss)) norm = static_cast<float>(sqrt(row_sum_sq_double(row, d, lane)));
+  if (lane == 0) scores[warp] = -norm;
 }
 
 // The key rows of one head (blockIdx.y; key j of it) in groups of D / 8 lanes, one 16-byte chunk a
@@ -74,8 +107,8 @@ __device__ __forceinline__ void for_key_row_groups(const T* k, int64_t head_stri
     f(first + u * kRowsPerStep, chunk, x);
   }
 }
-template <int D>
-__device__ __forceinline__ float row_lanes_sum(float v) {
+template <int D, class V>
+__device__ __forceinline__ V row_lanes_sum(V v) {
 #pragma unroll
   for (int o = D / 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -91,7 +124,20 @@ __global__ void knorm_rows_kernel(const T* k, int64_t head_stride, int64_t row_s
 #pragma unroll
                              for (int i = 0; i < 8; ++i) ss += x[i] * x[i];
                              ss = row_lanes_sum<D>(ss);
-                             if (chunk == 0 && j < n) out[j] = -sqrtf(ss);
+                             float norm = sqrtf(ss);
+                             // Rare: a row of the warp left float's range; the whole warp takes the
+                             // double sum (its shuffles need every lane), and only the rows that
+                             // left keep it. Rows past n hold zeros, which also take this branch,
+                             // at most once a head.
+                             const bool redo = !knorm_sum_fits_float(ss);
+                             if (__any_sync(0xffffffffu, redo)) {
+                               double sd = 0.0;
+#pragma unroll
+                               for (int i = 0; i < 8; ++i) sd += static_cast<double>(x[i]) * x[i];
+                               sd = row_lanes_sum<D>(sd);
+                               if (redo) norm = static_cast<float>(sqrt(sd));
+                             }
+                             if (chunk == 0 && j < n) out[j] = -norm;
                            });
 }
 

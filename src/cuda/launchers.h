@@ -224,7 +224,11 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream);
 // UINT64_MAX first. For the Backend's "score is NaN" check (kvevict::select rejects NaN scores).
 cudaError_t launch_find_nan(const float* x, int64_t count, unsigned long long* first,
                             cudaStream_t stream);
-// status = min(status, x[0 .. count)) (nan_status.cu): the cuda backend's NaN status word.
+// The same over the infinite elements: the cuda backend's check that no score computed from
+// finite inputs overflowed float32 (kvevict::check_scores_finite on the host).
+cudaError_t launch_find_inf(const float* x, int64_t count, unsigned long long* first,
+                            cudaStream_t stream);
+// status = min(status, x[0 .. count)) (nan_status.cu): the cuda backend's status words.
 cudaError_t launch_min_u64(const unsigned long long* x, int count, unsigned long long* status,
                            cudaStream_t stream);
 

@@ -127,20 +127,33 @@ cudaError_t launch_critical_typed(const void* v, int64_t head_stride, int64_t ro
   return cudaGetLastError();
 }
 
-__global__ void find_nan_kernel(const float* x, int64_t count, unsigned long long* first) {
+// first = min(first, i) over the elements that are NaN (kInf false) or infinite (kInf true).
+template <bool kInf>
+__global__ void find_kernel(const float* x, int64_t count, unsigned long long* first) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    if (isnan(x[i])) atomicMin(first, static_cast<unsigned long long>(i));
+    if (kInf ? isinf(x[i]) : isnan(x[i])) atomicMin(first, static_cast<unsigned long long>(i));
+}
+
+template <bool kInf>
+cudaError_t launch_find(const float* x, int64_t count, unsigned long long* first,
+                        cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((count + 255) / 256, 1024);
+  find_kernel<kInf><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, count, first);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_find_nan(const float* x, int64_t count, unsigned long long* first,
                             cudaStream_t stream) {
-  if (count <= 0) return cudaSuccess;
-  const int64_t blocks = std::min<int64_t>((count + 255) / 256, 1024);
-  find_nan_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, count, first);
-  return cudaGetLastError();
+  return launch_find<false>(x, count, first, stream);
+}
+
+cudaError_t launch_find_inf(const float* x, int64_t count, unsigned long long* first,
+                            cudaStream_t stream) {
+  return launch_find<true>(x, count, first, stream);
 }
 
 cudaError_t launch_position_scores(float* scores, int num_kv_heads, int64_t n,

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
+#include <utility>
 
 #include "cuda/cuda_testing.h"
 #include "kvevict/attention.h"
@@ -331,11 +333,131 @@ TEST(CudaBackend, CriticalKVTwoStageSelectionMatchesCpu) {
   (void)want;
 }
 
-TEST(CudaBackend, ZeroTokenBudgetKeepsNothing) {
+TEST(CudaBackend, BudgetOfNoTokenIsRefusedLikeOnTheCpu) {
   KVEVICT_REQUIRE_GPU();
-  // floor(0.01 * 17) = 0 tokens and nothing protected: both backends keep nothing.
-  run({"knorm", {4, 2, 64, 17}, 0.01, 900});
-  run({"random", {4, 2, 64, 17}, 0.01, 901});
+  // floor(0.01 * 17) = 0 tokens: SPEC section 1 makes that an error on both backends (a head
+  // with no rows would make attention over the layer return zeros).
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<Backend> gpu = make_cuda_backend();
+  std::vector<float> host(2 * 17, 1.0f);
+  DeviceBuffer<float> ds(host.size());
+  ds.upload(host);
+  SelectOptions sel;
+  sel.budget.value = 0.01;
+  for (Backend* be : {cpu.get(), gpu.get()}) {
+    const TensorView sc = be == cpu.get()
+                              ? TensorView(host.data(), DType::kF32, {2, 17})
+                              : TensorView(ds.data(), DType::kF32, {2, 17}, Device::kCuda);
+    try {
+      be->select(sc, TensorView(), sel);
+      ADD_FAILURE() << be->name() << ": a budget of no token was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("keeps 0 of 17 tokens"), std::string::npos)
+          << be->name() << ": " << e.what();
+    }
+  }
+}
+
+// Keys in bf16 whose rows alternate scales 1, 2^66 and 2^-84 (exact in bf16): the float sums of
+// squares of the scaled rows pass FLT_MAX or fall under float's normal range, so the cuda knorm
+// redoes them in double; every row must score as on the cpu backend (double sums), the ordinary
+// rows beside them too. d = 96 takes the one-warp-a-row kernel, 64 and 128 the row-group one.
+std::vector<float> keys_of_three_scales(const Shape& sh, uint64_t seed) {
+  auto k = testing::round_to(
+      kvevict::testing::normal_floats(static_cast<size_t>(sh.hkv) * sh.n * sh.d, seed, 1.0f),
+      DType::kBF16);
+  for (size_t i = 0; i < k.size(); ++i) {
+    const int64_t row = static_cast<int64_t>(i / sh.d) % sh.n;
+    k[i] = std::ldexp(k[i], row % 3 == 0 ? 0 : row % 3 == 1 ? 66 : -84);
+  }
+  return k;
+}
+
+// LayerEvictor(knorm) on both backends; returns {cpu scores, gpu scores} (host copies).
+std::pair<std::vector<float>, std::vector<float>> knorm_on_both(const Shape& sh,
+                                                                const std::vector<float>& k) {
+  SelectOptions sel;
+  sel.budget.value = 0.5;
+  const ScoreOptions so = ScoreOptions::defaults(Method::kKNorm);
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  ScoreProblem hp;
+  hp.k = TensorView(const_cast<float*>(k.data()), DType::kF32, {sh.hkv, sh.n, sh.d});
+  hp.v = hp.k;
+  LayerEvictor cpu_ev(*cpu, so, sel);
+  cpu_ev.plan(hp);
+  const float* cs = cpu_ev.last_scores().ptr<float>();
+  std::vector<float> cpu_scores(cs, cs + sh.hkv * sh.n);
+
+  std::unique_ptr<Backend> gpu = make_cuda_backend();
+  DeviceBuffer<uint16_t> dk(k.size());
+  dk.upload(testing::encode16(k, DType::kBF16));
+  ScoreProblem dp;
+  dp.k = TensorView(dk.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+  dp.v = dp.k;
+  LayerEvictor gpu_ev(*gpu, so, sel);
+  gpu_ev.plan(dp);
+  std::vector<float> gpu_scores(cpu_scores.size());
+  EXPECT_EQ(cudaMemcpy(gpu_scores.data(), gpu_ev.last_scores().data,
+                       sizeof(float) * gpu_scores.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return {cpu_scores, gpu_scores};
+}
+
+TEST(CudaBackend, KNormOfHugeAndTinyKeysScoresLikeTheCpu) {
+  KVEVICT_REQUIRE_GPU();
+  for (const Shape sh : {Shape{2, 2, 64, 301}, Shape{2, 2, 96, 77}, Shape{2, 1, 128, 130}}) {
+    SCOPED_TRACE(::testing::Message() << "d " << sh.d << " n " << sh.n);
+    const auto [cpu_scores, gpu_scores] = knorm_on_both(sh, keys_of_three_scales(sh, 950));
+    for (size_t i = 0; i < cpu_scores.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(gpu_scores[i]) && gpu_scores[i] < 0)
+          << "row " << i << ": " << gpu_scores[i];
+      // Float sums of <= 128 squares: within 1e-6 relative of the double sum's norm.
+      EXPECT_NEAR(gpu_scores[i], cpu_scores[i], 1e-6 * std::abs(cpu_scores[i])) << "row " << i;
+    }
+  }
+}
+
+// Keys of ~2^127 (bf16 holds them): ||k|| passes FLT_MAX, so knorm's score is -inf. The cpu
+// backend refuses it as it scores; the cuda backend's score() records it and the next host
+// selection (LayerEvictor::plan) or synchronize() throws naming the overflow, once.
+TEST(CudaBackend, ScoresPastFloat32AreRefused) {
+  KVEVICT_REQUIRE_GPU();
+  const Shape sh{2, 2, 64, 40};
+  std::vector<float> k(static_cast<size_t>(sh.hkv) * sh.n * sh.d, 1.0f);
+  for (int e = 0; e < sh.d; ++e) k[(sh.n + 7) * sh.d + e] = std::ldexp(1.0f, 127);  // head 1 row 7
+  EXPECT_THROW(knorm_on_both(sh, k), Error);  // the cpu backend refuses first
+
+  std::unique_ptr<Backend> gpu = make_cuda_backend();
+  DeviceBuffer<uint16_t> dk(k.size());
+  dk.upload(testing::encode16(k, DType::kBF16));
+  ScoreProblem dp;
+  dp.k = TensorView(dk.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+  dp.v = dp.k;
+  SelectOptions sel;
+  sel.budget.value = 0.5;
+  const ScoreOptions so = ScoreOptions::defaults(Method::kKNorm);
+  const auto expect_refusal = [&](const std::function<void()>& f, const char* what) {
+    try {
+      f();
+      ADD_FAILURE() << what << ": an infinite score was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("infinite (element 47 of"), std::string::npos) << what << ": " << msg;
+      EXPECT_NE(msg.find("overflows float32"), std::string::npos) << what << ": " << msg;
+    }
+  };
+  LayerEvictor ev(*gpu, so, sel);
+  expect_refusal([&] { ev.plan(dp); }, "host selection");
+  gpu->synchronize();  // reported once: the words were reset
+
+  DeviceBuffer<float> scores(k.size() / sh.d);
+  const TensorView sv(scores.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda);
+  auto ws = gpu->allocate(gpu->score_workspace_bytes(dp, so));
+  gpu->score(dp, so, ScoreOutput{sv, TensorView()},
+             Workspace{ws.get(), gpu->score_workspace_bytes(dp, so)});
+  gpu->select(sv, TensorView(), sel, Residency::kDevice);  // device-resident: does not wait
+  expect_refusal([&] { gpu->synchronize(); }, "synchronize");
+  gpu->synchronize();
 }
 
 TEST(CudaBackend, RejectsBadInput) {

@@ -573,6 +573,31 @@ def test_cuda_nan_check_can_be_left_to_the_caller():
     assert bool(torch.isnan(s).any())
 
 
+@pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
+def test_cuda_scores_past_float32_are_computed_like_the_host_or_refused():
+    # Rows scaled by 2^66 and 2^-84 (exact in bf16): knorm's float sums of squares pass FLT_MAX
+    # or underflow, and the kernel redoes them in double, like the host's double sums.
+    rng = np.random.default_rng(24)
+    k = rng.standard_normal((2, 60, 64)).astype(np.float32)
+    k[:, 1::3] *= 2.0 ** 66
+    k[:, 2::3] *= 2.0 ** -84
+    kd = torch.from_numpy(k).cuda().to(torch.bfloat16)
+    got = kvevict.score(None, kd, kd, "knorm").cpu().numpy()
+    want = kvevict.score(None, kd.float().cpu().numpy(), kd.float().cpu().numpy(), "knorm")
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # A key row of 2^127: its norm passes FLT_MAX. The host refuses it; so does CUDA, naming the
+    # same head and row, unless the caller leaves the check to itself.
+    k[1, 7] = 2.0 ** 127
+    kd = torch.from_numpy(k).cuda().to(torch.bfloat16)
+    with pytest.raises(ValueError, match="head 1 row 7 is -inf"):
+        kvevict.score(None, kd.float().cpu().numpy(), kd.float().cpu().numpy(), "knorm")
+    with pytest.raises(ValueError, match="knorm score of head 1 row 7 is -inf.*overflows float32"):
+        kvevict.score(None, kd, kd, "knorm")
+    s = kvevict.score(None, kd, kd, "knorm", check_finite=False)
+    assert float(s[1, 7]) == -float("inf")
+
+
 @pytest.mark.skipif(torch is None, reason="needs torch")
 def test_torch_tensors_read_without_dlpack_equal_the_dlpack_path():
     """Exact torch.Tensor objects reach C++ through their attributes (no DLPack); subclasses
