@@ -14,6 +14,7 @@
 #include "cuda/common.cuh"
 #include "cuda/model_launchers.h"
 #include "cuda/rope_append.cuh"
+#include "cuda/row_norm.cuh"
 
 namespace kvevict::gpu::detail {
 namespace {
@@ -22,18 +23,15 @@ using cuda::detail::grid_dependency_wait;
 using cuda::detail::launch_dependents;
 using cuda::detail::launch_pdl;
 
-constexpr int kRowThreads = 256;
-
 template <int kThreads>
 __device__ float block_sum(float x, float* red) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  x = warp_xor_sum(x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) red[warp] = x;
   __syncthreads();
   float s = 0.f;
   if (threadIdx.x < 32) {
-    s = threadIdx.x < kThreads / 32 ? red[threadIdx.x] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = warp_xor_sum(threadIdx.x < kThreads / 32 ? red[threadIdx.x] : 0.f);
     if (threadIdx.x == 0) red[0] = s;
   }
   __syncthreads();
@@ -49,12 +47,13 @@ __global__ void embed_kernel(const bf16* embd, const int32_t* tokens, int D, flo
     x[static_cast<int64_t>(t) * D + i] = __bfloat162float(e[i]) * mul;
 }
 
-// 1 / sqrt(mean(row^2) + eps) of one row of D floats, for every thread of the block.
+// 1 / sqrt(mean(row^2) + eps) of one row of D floats, for every thread of the block (row_norm.cuh
+// spells its roundings out: the GEMV's post-norm fold repeats them).
 __device__ __forceinline__ float row_inv_rms(const float* row, int D, float eps, float* red) {
   float ss = 0.f;
-  for (int i = threadIdx.x; i < D; i += kRowThreads) ss += row[i] * row[i];
+  for (int i = threadIdx.x; i < D; i += kRowThreads) ss = add_square(ss, row[i]);
   ss = block_sum<kRowThreads>(ss, red);
-  return rsqrtf(ss / static_cast<float>(D) + eps);
+  return inv_rms_of(ss, D, eps);
 }
 
 // The row kernels and rope_append_kernel are launched as programmatic dependents (launch_pdl) and
@@ -80,7 +79,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t t = blockIdx.x;
   const float* orow = o + t * D;
   const float scale = row_inv_rms(orow, D, eps, red);
-  for (int i = threadIdx.x; i < D; i += kRowThreads) x[t * D + i] += orow[i] * scale * w[i];
+  for (int i = threadIdx.x; i < D; i += kRowThreads)
+    x[t * D + i] = post_norm_add(x[t * D + i], orow[i], scale, w[i]);
 }
 
 // One block per token. The angles are formed in double: at position 131071 a float angle would
@@ -94,10 +94,9 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
   // The angles before the wait: the positions are copied in before the step's first kernel.
   const int32_t p = a.pos[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    double s, c;
-    sincos(static_cast<double>(p) * a.inv_freq[i], &s, &c);
-    cs[i] = static_cast<float>(c);
-    cs[half + i] = static_cast<float>(s);
+    const float2 r = rope_cos_sin(p, a.inv_freq[i]);
+    cs[i] = r.x;
+    cs[half + i] = r.y;
   }
   grid_dependency_wait();  // the projection, the segment lengths
   for (int g = threadIdx.x; g < Hkv; g += blockDim.x) {
@@ -106,11 +105,7 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
   }
   const int64_t width = static_cast<int64_t>(Hq + 2 * Hkv) * d;
   const bf16* src = a.qkv + t * width;
-  auto load = [&](int col) {
-    float v = __bfloat162float(src[col]);
-    if (a.bias != nullptr) v += a.bias[col];
-    return v;
-  };
+  auto load = [&](int col) { return rope_value(src[col], a.bias, col); };
   // gemma3's q/k norm: one warp per head forms 1 / rms of the head (as rms_norm over d).
   float* head_scale = cs + a.d;
   const bool qk_norm = a.q_norm != nullptr;
@@ -118,12 +113,9 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
     const int lane = threadIdx.x & 31;
     for (int h = threadIdx.x >> 5; h < Hq + Hkv; h += blockDim.x >> 5) {
       float ss = 0.f;
-      for (int i = lane; i < d; i += 32) {
-        const float v = load(h * d + i);
-        ss += v * v;
-      }
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) head_scale[h] = rsqrtf(ss / static_cast<float>(d) + a.norm_eps);
+      for (int i = lane; i < d; i += 32) ss = add_square(ss, load(h * d + i));
+      ss = warp_xor_sum(ss);
+      if (lane == 0) head_scale[h] = inv_rms_of(ss, d, a.norm_eps);
     }
   }
   __syncthreads();
@@ -136,12 +128,12 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
     float x0 = load(col + ia), x1 = load(col + ib);
     if (qk_norm) {
       const float* nw = h < Hq ? a.q_norm : a.k_norm;
-      x0 *= head_scale[h] * nw[ia];
-      x1 *= head_scale[h] * nw[ib];
+      x0 = head_normed(x0, head_scale[h], nw[ia]);
+      x1 = head_normed(x1, head_scale[h], nw[ib]);
     }
-    const float c = cs[i], s = cs[half + i];
-    const bf16 r0 = __float2bfloat16_rn(x0 * c - x1 * s);
-    const bf16 r1 = __float2bfloat16_rn(x0 * s + x1 * c);
+    const float2 r = rope_rotated(x0, x1, make_float2(cs[i], cs[half + i]));
+    const bf16 r0 = __float2bfloat16_rn(r.x);
+    const bf16 r1 = __float2bfloat16_rn(r.y);
     if (h < Hq) {
       bf16* dst = a.head_major ? a.q_out + (static_cast<int64_t>(h) * a.T + t) * d
                                : a.q_out + (static_cast<int64_t>(t) * Hq + h) * d;
