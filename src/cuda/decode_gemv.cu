@@ -13,7 +13,11 @@
 //   - behind the o / down projections, the residual add (y += x W^T, cuBLAS's beta = 1);
 //   - behind the q|k|v projection of a decode step, RoPE and the cache append (the rope_append
 //     kernel's decode mode: a warp's row pair is a rotated pair of a q / k head, or two adjacent
-//     v columns), the segment lengths advanced by the last block to finish.
+//     v columns), the segment lengths advanced by the last block to finish;
+//   - gemma3's batch-1 step, in kernel instances of their own: in front of the norm, the post-norm
+//     + residual add of the projection before (x + rms_norm(o) w, the last block writing x);
+//     behind q|k|v, the per-head q / k norms before RoPE (each head's last warp finishes it).
+//     Its layer is then five launches: q|k|v, attention, o, gate|up, down.
 // Launched as a programmatic dependent (common.cuh launch_pdl): each warp prefetches the start of
 // its weight rows into L2 while the step's previous kernel finishes, then waits for it before it
 // reads or writes anything that kernel touches.
@@ -55,22 +59,39 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
 // runs. Its own kernel, one batch row's code: inside gemv_kernel the q|k|v instance was 10,376 SASS
 // instructions (every batch row's epilogue, each with a double sincos), and half of its warps'
 // stall samples at batch 1 were instruction fetches (ncu, H100, 2026-12-07 (d)).
-template <bool kNorm, GemvOut kOut, bool kGeluTanh>
+// kPost / kHeadNorm: gemma3's folds (decode_gemv_block.cuh), instances of their own (launch_fold).
+template <bool kNorm, GemvOut kOut, bool kGeluTanh, bool kPost = false, bool kHeadNorm = false>
 __global__ void __launch_bounds__(kGemvThreads) gemv_row_kernel(GemvArgs a) {
+  static_assert(!(kPost || kHeadNorm) || kNorm, "the folds sit in front of / behind the norm");
+  static_assert(!kHeadNorm || kOut == GemvOut::kRopeAppend, "the head norms are RoPE's");
   __shared__ float inv_rms[1];
-  extern __shared__ uint4 xs[];  // [kXsStride] the operand, then [kTileK] floats: the raw row
+  // [kXsStride] the operand, then [kTileK] floats: the raw row, then (folds) FoldSmem's arrays
+  extern __shared__ uint4 xs[];
   const GemvWarp w = gemv_warp<kOut>(a, blockIdx.x);
   RowWeights r;
   RowNorm n;
   load_row_weights(a, w, r);
   load_row_norm<kNorm>(a, n);
-  const float2 rot = early_rotation<kOut>(a, w);
+  float* const xraw = reinterpret_cast<float*>(xs + kXsStride);
+  const FoldSmem f = fold_smem<kPost, kHeadNorm>(xraw + kTileK);
+  if constexpr (kPost || kHeadNorm) fold_prologue<kPost, kHeadNorm>(a, f);
+  // (kHeadNorm: the head's last warp rotates with the block's table in f.rot)
+  const float2 rot = kHeadNorm ? make_float2(1.f, 0.f) : early_rotation<kOut>(a, w);
   launch_dependents();
   grid_dependency_wait();
+  if constexpr (kPost || kHeadNorm) cuda::detail::cp_async_wait<0>();  // this thread's copies
   const float2 res = residual_pair<kOut>(a, w);  // kF32Add: loaded now, added at the end
-  gemv_row_preloaded<kNorm, kOut, kGeluTanh>(
-      a, w, r, n, xs, reinterpret_cast<float*>(xs + kXsStride), inv_rms, rot, res);
-  if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
+  gemv_row_preloaded<kNorm, kOut, kGeluTanh, kPost, kHeadNorm>(a, w, r, n, xs, xraw, inv_rms, rot,
+                                                               res, &f);
+  if constexpr (kOut == GemvOut::kRopeAppend && kPost) {
+    // One arrival for both: the lengths advance and the new x is written by the last block.
+    if (cuda::detail::last_block_to_arrive(a.arrivals, gridDim.x)) {
+      advance_lengths(a);
+      write_post_row(a, xraw);
+    }
+  } else if constexpr (kOut == GemvOut::kRopeAppend) {
+    advance_lengths_when_last(a, gridDim.x);
+  }
 }
 
 // Batches of 2 and more: the tensor cores (mma.sync m16n8k16, bf16 in, f32 sums) take the batch
@@ -160,12 +181,39 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_mma_kernel(GemvArgs a) {
   if constexpr (kOut == GemvOut::kRopeAppend) advance_lengths_when_last(a, gridDim.x);
 }
 
+bool head_norms(const GemvArgs& a) {
+  return a.out == GemvOut::kRopeAppend && a.rope.q_norm != nullptr;
+}
+
+// gemma3's fold instances of the batch-1 kernel (a.post_in, head_norms(a); gemv_supported checked
+// them): picked here, so no other instance carries their code.
+template <GemvOut kOut, bool kGeluTanh>
+cudaError_t launch_fold(const GemvArgs& a, cudaStream_t stream) {
+  const bool post = a.post_in != nullptr;
+  const dim3 grid(gemv_blocks(a)), block(kGemvThreads);
+  if constexpr (kOut == GemvOut::kRopeAppend) {
+    if (head_norms(a)) {
+      const size_t smem = fold_smem_bytes(post, true);
+      return post ? launch_pdl(gemv_row_kernel<true, kOut, false, true, true>, grid, block, smem,
+                               stream, a)
+                  : launch_pdl(gemv_row_kernel<true, kOut, false, false, true>, grid, block, smem,
+                               stream, a);
+    }
+  }
+  return launch_pdl(gemv_row_kernel<true, kOut, kGeluTanh, true, false>, grid, block,
+                    fold_smem_bytes(true, false), stream, a);
+}
+
 // Batch 1: the CUDA-core kernels (a warp a pair; the weights in registers where the row fits one
 // tile); batches of 2 and more: the tensor-core one (GemvArgs::cuda_cores: the CUDA-core one at any
 // batch, for tests and A/B runs).
 template <bool kNorm, GemvOut kOut, bool kGeluTanh = false>
 cudaError_t launch_variant(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = gemv_smem_bytes(a.B);
+  if constexpr (kNorm && (kOut == GemvOut::kBf16 || kOut == GemvOut::kGated ||
+                          kOut == GemvOut::kRopeAppend)) {
+    if (a.post_in != nullptr || head_norms(a)) return launch_fold<kOut, kGeluTanh>(a, stream);
+  }
   if (preloads(a))
     return launch_pdl(gemv_row_kernel<kNorm, kOut, kGeluTanh>, dim3(gemv_blocks(a)),
                       dim3(kGemvThreads), smem, stream, a);
@@ -197,15 +245,36 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// The post-norm fold (GemvArgs::post_in): the batch-1 kernel with its weights preloaded, a normed
+// input, an output mode with a fold instance (not the f32 ones: the logits never fold).
+bool post_fold_supported(const GemvArgs& a) {
+  return preloads(a) && a.norm_w != nullptr &&
+         (a.out == GemvOut::kBf16 || a.out == GemvOut::kGated || a.out == GemvOut::kRopeAppend) &&
+         a.post_w != nullptr && a.x_out != nullptr && a.arrivals != nullptr &&
+         aligned16(a.post_in) && aligned16(a.post_w) && aligned16(a.x_out);
+}
+
+// The q / k head norms in the q|k|v epilogue: as above, both norms, the head counters and y, a
+// head's pairs filling whole blocks (each block copies one head's norm weights), d within the
+// fold's arrays.
+bool head_norm_fold_supported(const GemvArgs& a) {
+  const RopeAppendArgs& r = a.rope;
+  return preloads(a) && a.norm_w != nullptr && r.q_norm != nullptr && r.k_norm != nullptr &&
+         a.head_arrivals != nullptr && a.y != nullptr && r.d <= kMaxFoldHeadDim &&
+         (r.d / 2) % kGemvWarps == 0 && aligned16(r.q_norm) && aligned16(r.k_norm);
+}
+
 }  // namespace
 
 bool gemv_supported(const GemvArgs& a) {
   const bool shape = a.B >= 1 && a.B <= kGemvMaxBatch && a.N >= 1 && a.K >= kChunk &&
                      a.K % kChunk == 0 && aligned16(a.w) && aligned16(a.x) &&
-                     (a.norm_w == nullptr || aligned16(a.norm_w));
+                     (a.norm_w == nullptr || aligned16(a.norm_w)) &&
+                     (a.post_in == nullptr || post_fold_supported(a));
   if (a.out != GemvOut::kRopeAppend) return shape;
   const RopeAppendArgs& r = a.rope;
-  return shape && r.decode && !r.head_major && r.q_norm == nullptr && r.k_norm == nullptr &&
+  const bool norms = r.q_norm != nullptr || r.k_norm != nullptr;
+  return shape && r.decode && !r.head_major && (!norms || head_norm_fold_supported(a)) &&
          r.d >= 2 && r.d % 2 == 0 && r.Hq >= 1 && r.Hkv >= 1 && a.N == (r.Hq + 2 * r.Hkv) * r.d &&
          a.arrivals != nullptr && r.pos != nullptr && r.inv_freq != nullptr && r.q_out != nullptr &&
          r.k_cache != nullptr && r.v_cache != nullptr && r.pos_cache != nullptr &&

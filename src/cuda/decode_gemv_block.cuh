@@ -13,6 +13,7 @@
 #include "cuda/common.cuh"
 #include "cuda/model_launchers.h"
 #include "cuda/rope_append.cuh"
+#include "cuda/row_norm.cuh"
 
 namespace kvevict::gpu::detail::gemv {
 
@@ -165,13 +166,17 @@ __device__ __forceinline__ void store_rope_append(const GemvArgs& a, int p, int 
 // stores are visible; the last one advances every segment's length (ring layers: up to the ring)
 // and resets the counter. Every block read the lengths before it counted itself, so none sees a
 // moved one.
-__device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a, int blocks) {
-  if (!cuda::detail::last_block_to_arrive(a.arrivals, blocks)) return;
+__device__ __forceinline__ void advance_lengths(const GemvArgs& a) {
   const RopeAppendArgs& ra = a.rope;
   for (int s = threadIdx.x; s < a.B * ra.Hkv; s += blockDim.x) {
     int32_t& len = ra.seg_len[s];
     len = appended_length(len, ra.ring);
   }
+}
+
+__device__ __forceinline__ void advance_lengths_when_last(const GemvArgs& a, int blocks) {
+  if (!cuda::detail::last_block_to_arrive(a.arrivals, blocks)) return;
+  advance_lengths(a);
 }
 
 // A warp's products of its two rows with the staged input tile (xs [B][kXsStride] chunks,
@@ -404,11 +409,145 @@ __device__ __forceinline__ void load_row_norm(const GemvArgs& a, RowNorm& n) {
   }
 }
 
+// gemma3's batch-1 folds (docs/GPU_NOTES.md 2026-12-07 (e)-(g)), each in kernel instances of its
+// own (gemv_row_kernel's kPost and kHeadNorm) so that the other instances' code stays as it was:
+// these kernels are instruction-fetch bound at batch 1, and a runtime branch on the fold made every
+// normed instance 1.6-2.6x larger (SmolLM2, which never folds, lost 2.6%).
+//   kPost: the post-norm + residual add of the o / down projection before it (GemvArgs::post_in)
+//     in front of the input norm, the launch's last block writing the new x;
+//   kHeadNorm: the per-head q / k norms of the q|k|v projection (GemvArgs::head_arrivals) in its
+//     RoPE + append epilogue, each head finished by the last of its warps to arrive.
+// Head dims the head-norm fold covers (its shared arrays; a lane holds d / 32 values).
+constexpr int kMaxFoldHeadDim = 256;
+// kPost: the thread that counts its block (lane 0 of warp 1: idle while warp 0 sums the RMS).
+constexpr int kArrivingThread = 32;
+
+// A fold instance's shared memory after the input tile and the raw row (gemv_smem_bytes(1)).
+struct FoldSmem {
+  float* hw = nullptr;    // [kMaxFoldHeadDim] kHeadNorm: the block's head's norm weights
+  float2* rot = nullptr;  // [kMaxFoldHeadDim / 2] kHeadNorm: (cos, sin) of each rotated pair
+  float* hv = nullptr;    // [kMaxFoldHeadDim] kHeadNorm: a head's values, for its last warp
+  float* oraw = nullptr;  // [kTileK] kPost: the post row (GemvArgs::post_in)
+  float* pw = nullptr;    // [kTileK] kPost: the post-norm weights
+  int* last = nullptr;    // [1] kPost: whether this block is the launch's last to arrive
+};
+constexpr int kFoldHeadFloats = 3 * kMaxFoldHeadDim;
+constexpr int kFoldPostFloats = 2 * kTileK + 4;  // the flag padded to 16 bytes
+
+template <bool kPost, bool kHeadNorm>
+__device__ __forceinline__ FoldSmem fold_smem(float* base) {
+  FoldSmem f;
+  if constexpr (kHeadNorm) {
+    f.hw = base;
+    f.rot = reinterpret_cast<float2*>(base + kMaxFoldHeadDim);
+    f.hv = base + 2 * kMaxFoldHeadDim;
+    base += kFoldHeadFloats;
+  }
+  if constexpr (kPost) {
+    f.oraw = base;
+    f.pw = base + kTileK;
+    f.last = reinterpret_cast<int*>(base + 2 * kTileK);
+  }
+  return f;
+}
+
+// Shared memory of a fold instance's launch (31 KB with both folds: no opt-in).
+__host__ __device__ __forceinline__ size_t fold_smem_bytes(bool post, bool head) {
+  return gemv_smem_bytes(1) +
+         sizeof(float) * ((head ? kFoldHeadFloats : 0) + (post ? kFoldPostFloats : 0));
+}
+
+// One arrival at a counter with release semantics (the thread's earlier writes, and its block's
+// reads and writes ordered before them by a barrier, come before the count); the count before.
+__device__ __forceinline__ unsigned arrive_release(unsigned* counter) {
+  unsigned prev;
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], 1;" : "=r"(prev) : "l"(counter) : "memory");
+  return prev;
+}
+
+// Before the dependency wait (none of it is a previous kernel's output): kPost's post-norm weights
+// and kHeadNorm's block's head's norm weights on their way into shared memory (cp.async: waited
+// for after the dependency wait, shown to the block by the staging's first barrier), and
+// kHeadNorm's rotations of the step's position, rope_append_kernel's angles.
+template <bool kPost, bool kHeadNorm>
+__device__ __forceinline__ void fold_prologue(const GemvArgs& a, const FoldSmem& f) {
+  using cuda::detail::cp_async_16;
+  if constexpr (kPost) {
+#pragma unroll
+    for (int j = 0; j < kThreadChunks; ++j) {  // the thread's input chunks
+      const int k = (threadIdx.x + kGemvThreads * j) * kChunk;
+      if (k < a.K) {
+        cp_async_16(f.pw + k, a.post_w + k, 16);
+        cp_async_16(f.pw + k + 4, a.post_w + k + 4, 16);
+      }
+    }
+  }
+  if constexpr (kHeadNorm) {
+    const RopeAppendArgs& ra = a.rope;
+    const int half = ra.d / 2, p0 = blockIdx.x * kGemvWarps;
+    if (p0 < (ra.Hq + ra.Hkv) * half) {  // a q / k block (a head's pairs fill whole blocks)
+      const float* nw = p0 / half < ra.Hq ? ra.q_norm : ra.k_norm;
+      static_assert(kMaxFoldHeadDim / 2 <= kGemvThreads, "a rotation or 4 weights a thread");
+      if (threadIdx.x < ra.d / 4) cp_async_16(f.hw + 4 * threadIdx.x, nw + 4 * threadIdx.x, 16);
+      if (threadIdx.x < half)
+        f.rot[threadIdx.x] = rope_cos_sin(ra.pos[0], ra.inv_freq[threadIdx.x]);
+    }
+  }
+  cuda::detail::cp_async_commit();
+}
+
+// kPost's add in stage_row, once the thread's chunks of x are in xv and of the post row in
+// f.oraw: the post row's 1 / rms in the row kernels' order (every warp forms it: no barrier to
+// share it), then x + rms_norm(o) post_w into xv and xraw.
+__device__ __forceinline__ void post_norm_add_row(const GemvArgs& a, const FoldSmem& f,
+                                                  float4 (&xv)[kThreadChunks][2], float* xraw) {
+  const int chunks = a.K / kChunk;
+  __syncthreads();  // the post row, and the post-norm weights' copies
+  const float scale = warp0_inv_rms_row_order(f.oraw, a.K, a.eps);
+#pragma unroll
+  for (int j = 0; j < kThreadChunks; ++j) {
+    const int c = threadIdx.x + kGemvThreads * j;
+    if (c < chunks) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = c * kChunk + 4 * h;
+        const float4 o = *reinterpret_cast<const float4*>(f.oraw + k);
+        const float4 w = *reinterpret_cast<const float4*>(f.pw + k);
+        float4& v = xv[j][h];
+        v.x = post_norm_add(v.x, o.x, scale, w.x);
+        v.y = post_norm_add(v.y, o.y, scale, w.y);
+        v.z = post_norm_add(v.z, o.z, scale, w.z);
+        v.w = post_norm_add(v.w, o.w, scale, w.w);
+        *reinterpret_cast<float4*>(xraw + k) = v;
+      }
+    }
+  }
+}
+
+// kPost, the launch's last block: the new residual row (xraw) to x_out. Every block read x before
+// it counted itself, so x_out may be x.
+__device__ __forceinline__ void write_post_row(const GemvArgs& a, const float* xraw) {
+  __threadfence();  // acquire: after the other blocks' counts, so after their reads of x
+#pragma unroll
+  for (int j = 0; j < kThreadChunks; ++j) {  // the thread's input chunks
+    const int k = (threadIdx.x + kGemvThreads * j) * kChunk;
+    if (k < a.K) {
+      reinterpret_cast<float4*>(a.x_out + k)[0] = reinterpret_cast<const float4*>(xraw + k)[0];
+      reinterpret_cast<float4*>(a.x_out + k)[1] = reinterpret_cast<const float4*>(xraw + k)[1];
+    }
+  }
+}
+
 // The input row (B = 1) into xs as the product's bf16 operand, normed when kNorm; xraw: K floats
 // of shared memory. Ends with a block barrier.
-template <bool kNorm>
+// kPost: the row normed is x + rms_norm(post_in) post_w (post_norm_add_row; the post row's
+// chunks read with x's, one round trip), which xraw keeps until the block ends (f: the fold's
+// arrays). kArrive: thread kArrivingThread counts the block at a.arrivals once the block has read
+// x, while warp 0 sums; the count before (*arrived) is read at the block's end.
+template <bool kNorm, bool kPost = false, bool kArrive = false>
 __device__ __forceinline__ void stage_row(const GemvArgs& a, const RowNorm& n, uint4* xs,
-                                          float* xraw, float* inv_rms) {
+                                          float* xraw, float* inv_rms, const FoldSmem* f = nullptr,
+                                          unsigned* arrived = nullptr) {
   const int chunks = a.K / kChunk;
   if constexpr (kNorm) {
     const float* x = static_cast<const float*>(a.x);
@@ -419,11 +558,21 @@ __device__ __forceinline__ void stage_row(const GemvArgs& a, const RowNorm& n, u
       if (c < chunks) {
         xv[j][0] = *reinterpret_cast<const float4*>(x + c * kChunk);
         xv[j][1] = *reinterpret_cast<const float4*>(x + c * kChunk + 4);
-        reinterpret_cast<float4*>(xraw + c * kChunk)[0] = xv[j][0];
-        reinterpret_cast<float4*>(xraw + c * kChunk)[1] = xv[j][1];
+        if constexpr (kPost) {
+          const float4* o = reinterpret_cast<const float4*>(a.post_in + c * kChunk);
+          reinterpret_cast<float4*>(f->oraw + c * kChunk)[0] = o[0];
+          reinterpret_cast<float4*>(f->oraw + c * kChunk)[1] = o[1];
+        } else {
+          reinterpret_cast<float4*>(xraw + c * kChunk)[0] = xv[j][0];
+          reinterpret_cast<float4*>(xraw + c * kChunk)[1] = xv[j][1];
+        }
       }
     }
+    if constexpr (kPost) post_norm_add_row(a, *f, xv, xraw);
     __syncthreads();
+    if constexpr (kArrive) {
+      if (threadIdx.x == kArrivingThread) *arrived = arrive_release(a.arrivals);
+    }
     if (threadIdx.x < 32) {  // row_inv_rms's sum, from shared memory
       const int lane = threadIdx.x;
       float ss = 0.f;
@@ -476,16 +625,92 @@ __device__ __forceinline__ float2 residual_pair(const GemvArgs& a, const GemvWar
   return res;
 }
 
+// gemma3's q / k head h at batch 1, by the head's last warp (every lane), as rope_append_kernel
+// forms it: the head's d projected values (y, stored by the head's warps) read back through L2,
+// its 1 / rms (a lane's columns lane, lane + 32, ..., then the xor sum), each rotated pair normed
+// and rotated (rope_append.cuh's roundings) with the rotations formed before the wait; q stored,
+// or k appended.
+__device__ __forceinline__ void norm_rotate_store_head(const GemvArgs& a, int h,
+                                                       const FoldSmem& f) {
+  const RopeAppendArgs& ra = a.rope;
+  const int d = ra.d, half = d / 2, lane = threadIdx.x & 31;
+  const unsigned short* src = static_cast<const unsigned short*>(a.y) + h * d;  // [d] bf16 bits
+  constexpr int kCols = kMaxFoldHeadDim / 32;                                   // a lane's columns
+  float v[kCols];
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) {  // every load in flight before the first sum
+    const int i = lane + 32 * j;
+    v[j] = i < d ? rope_value(__ushort_as_bfloat16(__ldcg(src + i)), ra.bias, h * d + i) : 0.f;
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) {
+    const int i = lane + 32 * j;
+    if (i < d) {
+      ss = add_square(ss, v[j]);
+      f.hv[i] = v[j];
+    }
+  }
+  const float scale = inv_rms_of(warp_xor_sum(ss), d, ra.norm_eps);
+  __syncwarp();  // f.hv from every lane
+  bf16* dst = h < ra.Hq ? ra.q_out + static_cast<int64_t>(h) * d
+                        : ra.k_cache + decode_append_row(ra, h - ra.Hq, ra.pos[0]) * d;
+#pragma unroll
+  for (int j = 0; j < kMaxFoldHeadDim / 64; ++j) {
+    const int i = lane + 32 * j;
+    if (i < half) {
+      int ia, ib;
+      rope_pair_cols(ra.neox, half, i, &ia, &ib);
+      const float2 r = rope_rotated(head_normed(f.hv[ia], scale, f.hw[ia]),
+                                    head_normed(f.hv[ib], scale, f.hw[ib]), f.rot[i]);
+      dst[ia] = __float2bfloat16_rn(r.x);
+      dst[ib] = __float2bfloat16_rn(r.y);
+    }
+  }
+}
+
+// kHeadNorm's epilogue of a live warp (every lane holds the pair's sums): a v pair is appended as
+// kRopeAppend appends it; a q / k pair's two values go to y as bf16 (what the separate projection
+// stores), lane 0 counts the warp at its head's counter (release), and the head's last warp
+// finishes the head. Warps count, not blocks: no block barrier before a count.
+__device__ __forceinline__ void head_norm_epilogue(const GemvArgs& a, const GemvWarp& w,
+                                                   const FoldSmem& f, float acc0, float acc1) {
+  const RopeAppendArgs& ra = a.rope;
+  const int half = ra.d / 2, lane = threadIdx.x & 31;
+  if (w.pair >= (ra.Hq + ra.Hkv) * half) {
+    if (lane == 0) store_rope_append<true>(a, w.pair, 0, acc0, acc1, make_float2(1.f, 0.f));
+    return;
+  }
+  const int h = w.pair / half;
+  unsigned prev = 0;
+  if (lane == 0) {
+    bf16* y = static_cast<bf16*>(a.y);
+    y[w.r0] = __float2bfloat16_rn(acc0);
+    y[w.r1] = __float2bfloat16_rn(acc1);
+    prev = arrive_release(a.head_arrivals + h);
+  }
+  if (__shfl_sync(0xffffffffu, prev, 0) != static_cast<unsigned>(half - 1)) return;
+  __threadfence();                         // acquire: the head's other warps' values
+  if (lane == 0) a.head_arrivals[h] = 0u;  // for the next launch: every warp of the head counted
+  norm_rotate_store_head(a, h, f);
+}
+
 // The batch-1 body after the dependency wait with the weights in registers (preloads(a)): one
 // batch row, so one pair of sums a lane and one epilogue (store_rows' order of the lane sums).
 // kOut == kRopeAppend: rot holds the rotation of lane 0's q / k pair (early_rotation); kF32Add:
 // res the residual values of residual_pair, y = res + sums as store_pair's y += sums.
-template <bool kNorm, GemvOut kOut, bool kGeluTanh>
+// The folds (f: their shared arrays): kPost stages x + rms_norm(post_in) post_w (stage_row); where
+// no later arrival ends the launch (not kRopeAppend) the block counts itself at a.arrivals during
+// the staging and the last block writes the new x after its products. kHeadNorm:
+// head_norm_epilogue.
+template <bool kNorm, GemvOut kOut, bool kGeluTanh, bool kPost = false, bool kHeadNorm = false>
 __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const GemvWarp& w,
                                                    const RowWeights& r, const RowNorm& n, uint4* xs,
                                                    float* xraw, float* inv_rms, float2 rot,
-                                                   float2 res) {
-  stage_row<kNorm>(a, n, xs, xraw, inv_rms);
+                                                   float2 res, const FoldSmem* f = nullptr) {
+  constexpr bool kArrive = kPost && kOut != GemvOut::kRopeAppend;
+  unsigned arrived = 0;
+  stage_row<kNorm, kPost, kArrive>(a, n, xs, xraw, inv_rms, f, &arrived);
   float acc0 = 0.f, acc1 = 0.f;
   if (w.live) {
     const int lane = threadIdx.x & 31, chunks = a.K / kChunk;
@@ -504,12 +729,25 @@ __device__ __forceinline__ void gemv_row_preloaded(const GemvArgs& a, const Gemv
       }
     }
   }
+  if constexpr (kArrive) {
+    if (threadIdx.x == kArrivingThread) {
+      *f->last = arrived == gridDim.x - 1;
+      if (*f->last) atomicExch(a.arrivals, 0u);  // every other block has counted
+    }
+  }
   __syncthreads();  // a next use of the block's shared memory overwrites xs
+  if constexpr (kArrive) {
+    if (*f->last) write_post_row(a, xraw);
+  }
   if (!w.live) return;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     acc0 += __shfl_xor_sync(0xffffffffu, acc0, o);
     acc1 += __shfl_xor_sync(0xffffffffu, acc1, o);
+  }
+  if constexpr (kHeadNorm) {
+    head_norm_epilogue(a, w, *f, acc0, acc1);
+    return;
   }
   if ((threadIdx.x & 31) != 0) return;
   if constexpr (kOut == GemvOut::kF32Add) {

@@ -93,7 +93,8 @@ enum class GemvOut {
   // The decode step's q|k|v projection (N = (Hq + 2 Hkv) d) with the rope_append kernel's decode
   // mode fused behind it (GemvArgs::rope; y unused): RoPE of q and k, q to rope.q_out [B, Hq, d],
   // k / v / pos / acc appended to each row's segments, then the segment lengths advance (the last
-  // block to finish does it, counted by GemvArgs::arrivals). Not for per-head q / k norms (gemma3).
+  // block to finish does it, counted by GemvArgs::arrivals). gemma3's per-head q / k norms
+  // (rope.q_norm / k_norm) only at batch 1 with preload: GemvArgs::head_arrivals.
   kRopeAppend,
 };
 struct GemvArgs {
@@ -104,18 +105,35 @@ struct GemvArgs {
   int B = 0, N = 0, K = 0;
   GemvOut out = GemvOut::kBf16;
   bool gelu_tanh = false;  // kGated: GELU-tanh (gemma3) instead of SiLU
-  void* y = nullptr;
-  RopeAppendArgs rope;           // kRopeAppend (decode = true, head_major = false; qkv unused)
-  uint32_t* arrivals = nullptr;  // kRopeAppend: one counter, zero before and after each launch
+  void* y = nullptr;       // [B, N] as out says (kRopeAppend: with head_arrivals, [N] bf16 q|k|v)
+  RopeAppendArgs rope;     // kRopeAppend (decode = true, head_major = false; qkv unused)
+  // kRopeAppend, and any launch with post_in: one counter, zero before and after each launch.
+  uint32_t* arrivals = nullptr;
   bool cuda_cores = false;  // tests and gpu_gemv_bench: the batch-1 (CUDA-core) kernel at any batch
   // Batch 1, K <= 2048: each warp's weight rows go into registers before the kernel waits for the
   // previous one, and the input row is read once after it (same results, bit for bit); false:
   // the weights are only prefetched into L2 (tests and A/B runs).
   bool preload = true;
+  // gemma3's batch-1 folds (the fields above keep their places, so the kernels that do not fold
+  // compile as before). Both need preload, B = 1 and norm_w.
+  // The post-norm + residual add of the previous projection in front of this launch's norm
+  // (kBf16, kGated, kRopeAppend): the row normed is x + rms_norm(post_in) post_w (eps as the
+  // input norm's), formed as rms_norm_add_kernel forms it, and the launch's last block writes it
+  // to x_out. Null post_in: no fold.
+  const float* post_in = nullptr;  // [K] f32 the previous projection's output
+  const float* post_w = nullptr;   // [K] its post-norm weights
+  float* x_out = nullptr;          // [K] the residual row after the add (x itself is allowed)
+  // kRopeAppend with rope.q_norm / k_norm: every q / k head RMS-normed before RoPE, as
+  // rope_append_kernel does it; [Hq + Hkv] counters, zero before and after each launch (each
+  // head's last warp norms, rotates and stores the head from y).
+  uint32_t* head_arrivals = nullptr;
 };
 // Whether launch_gemv covers the shape: 1 <= B <= kGemvMaxBatch, K a multiple of 8, x / w /
-// norm_w 16-byte aligned (kRopeAppend: the decode mode, no q / k norms, even d, N = (Hq + 2 Hkv)
-// d, an arrival counter).
+// norm_w 16-byte aligned (kRopeAppend: the decode mode, even d, N = (Hq + 2 Hkv) d, an arrival
+// counter). The folds: batch 1 with preload and norm_w; post_in: kBf16, kGated or kRopeAppend,
+// post_w, x_out, an arrival counter, post_in / post_w / x_out 16-byte aligned; q / k norms: both,
+// head_arrivals, y, d <= 256 with d / 2 a multiple of 4 (a head's pairs fill whole blocks), the
+// norm weights 16-byte aligned.
 bool gemv_supported(const GemvArgs& a);
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream);
 

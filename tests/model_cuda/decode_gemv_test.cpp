@@ -5,7 +5,9 @@
 // CUDA-core one by GemvArgs::cuda_cores), row counts that
 // are not a multiple of the warp's pair or the block's eight rows, K from one 16-byte chunk up;
 // at batch 1 the weights preloaded into registers (GemvArgs::preload) give the same bits; rows
-// outside the output stay untouched; shapes the kernel does not cover are refused.
+// outside the output stay untouched; shapes the kernel does not cover are refused. gemma3's
+// batch-1 folds (the post-norm add in front, the q / k head norms behind q|k|v) give the bits of
+// the launches they replace.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -342,6 +344,255 @@ TEST(DecodeGemv, RopeAppendEqualsTheProjectionThenRopeAppend) {
   check_rope_append(8, true, true, 5, seed++, 4104);
 }
 
+// gemma3's post-norm fold (GemvArgs::post_in) against the two launches it replaces on the same
+// inputs: rms_norm_add (x += rms_norm(o) w), then the projection of the new x by the preloaded
+// batch-1 kernel. The outputs and the new x row must be equal bit for bit (the fold sums the post
+// row in rms_norm_add_kernel's order), and the arrival counter back at zero. Two rounds, x updated
+// in place as the decode step does it.
+void check_post_fold(GemvOut out, int N, int K, bool gelu, uint64_t seed) {
+  SCOPED_TRACE("post fold N=" + std::to_string(N) + " K=" + std::to_string(K) +
+               (out == GemvOut::kGated ? " gated" : " bf16") + (gelu ? " gelu" : ""));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t w_rows = out == GemvOut::kGated ? 2 * N : N;
+  std::vector<float> x(K), nw(K), pw(K), w(w_rows * K);
+  for (auto& e : x) e = 3.f * nd(rng);
+  for (auto& e : nw) e = 1.f + 0.25f * nd(rng);
+  for (auto& e : pw) e = 1.f + 0.25f * nd(rng);
+  for (auto& e : w) e = round_bf16(nd(rng) / std::sqrt(static_cast<float>(K)));
+  DeviceBuffer<float> x_ref(K), x_fold(K), o(K), dnw(K), dpw(K);
+  DeviceBuffer<uint16_t> dw(w.size()), y_ref(N), y_fold(N);
+  DeviceBuffer<uint32_t> arrivals(1);
+  x_ref.upload(x);
+  x_fold.upload(x);
+  dnw.upload(nw);
+  dpw.upload(pw);
+  dw.upload(cuda::testing::encode16(w, DType::kBF16));
+  KVEVICT_ASSERT_CUDA(cudaMemset(arrivals.data(), 0, 4));
+  GemvArgs ref;
+  ref.x = x_ref.data();
+  ref.norm_w = dnw.data();
+  ref.eps = 1e-6f;
+  ref.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
+  ref.B = 1;
+  ref.N = N;
+  ref.K = K;
+  ref.out = out;
+  ref.gelu_tanh = gelu;
+  ref.y = y_ref.data();
+  GemvArgs fold = ref;
+  fold.x = x_fold.data();
+  fold.y = y_fold.data();
+  fold.post_in = o.data();
+  fold.post_w = dpw.data();
+  fold.x_out = x_fold.data();
+  fold.arrivals = arrivals.data();
+  ASSERT_TRUE(gpu::detail::gemv_supported(fold));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<float> o_h(K);
+    for (auto& e : o_h) e = 2.f * nd(rng);
+    o.upload(o_h);
+    y_ref.poison();
+    y_fold.poison();
+    KVEVICT_ASSERT_CUDA(
+        gpu::detail::launch_rms_norm_add(o.data(), 1, K, dpw.data(), 1e-6f, x_ref.data(), nullptr));
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(ref, nullptr));
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(fold, nullptr));
+    KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> xr = x_ref.download(), xf = x_fold.download();
+    int differ = 0;
+    for (int k = 0; k < K; ++k)
+      if (bits(xr[k]) != bits(xf[k]) && ++differ <= 3)
+        ADD_FAILURE() << "round " << round << " x[" << k << "]: " << xf[k] << " vs " << xr[k];
+    EXPECT_EQ(differ, 0) << "round " << round << ": elements of the new x row";
+    EXPECT_EQ(y_fold.download(), y_ref.download()) << "round " << round;
+    EXPECT_EQ(arrivals.download(), std::vector<uint32_t>{0u}) << "round " << round;
+    EXPECT_TRUE(x_fold.sentinels_intact() && y_fold.sentinels_intact());
+  }
+}
+
+TEST(DecodeGemv, PostNormFoldEqualsTheAddThenTheProjection) {
+  KVEVICT_REQUIRE_GPU();
+  // Gemma 3 270M's gate|up (2 x 2048 x 640, GELU: 512 blocks counting on one counter) and q|k|v
+  // as a plain projection (1536 x 640), the tiny gemma3 of the graph tests' gate|up, a one-block
+  // launch over a single chunk, a full input tile, and a K that ends within the row kernels'
+  // 256-column strides.
+  check_post_fold(GemvOut::kGated, 2048, 640, true, 61);
+  check_post_fold(GemvOut::kBf16, 1536, 640, false, 62);
+  check_post_fold(GemvOut::kGated, 320, 192, true, 63);
+  check_post_fold(GemvOut::kBf16, 7, 8, false, 64);
+  check_post_fold(GemvOut::kGated, 37, 2048, false, 65);
+  check_post_fold(GemvOut::kBf16, 301, 200, false, 66);
+}
+
+// gemma3's q / k head norms in the batch-1 q|k|v launch (GemvArgs::head_arrivals, with and without
+// the post-norm fold) against the launches it replaces: [rms_norm_add,] the kBf16 projection, then
+// rope_append with the norms (decode mode). Every store equal bit for bit (rope_append.cuh's
+// roundings in both): q, the appended k / v / pos / acc rows, the projection's q / k values the
+// fold leaves in y, the new x row; the lengths advanced once, every counter back at zero. Caches
+// start as random bit patterns: rows neither path writes keep theirs.
+struct HeadNormCase {
+  int Hq, Hkv, d, K;
+  bool neox, post, bias;
+  int ring;
+};
+
+void check_head_norm_fold(const HeadNormCase& c, uint64_t seed) {
+  SCOPED_TRACE("Hq=" + std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) +
+               " d=" + std::to_string(c.d) + " K=" + std::to_string(c.K) +
+               (c.neox ? " neox" : " interleaved") + (c.post ? " post" : "") +
+               (c.bias ? " bias" : "") + " ring=" + std::to_string(c.ring));
+  const int Hq = c.Hq, Hkv = c.Hkv, d = c.d, K = c.K, W = (Hq + 2 * Hkv) * d, cap = 16;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(K), nw(K), pw(K), w(static_cast<size_t>(W) * K), bias(W), qn(d), kn(d);
+  for (auto& e : x) e = 2.f * nd(rng);
+  for (auto& e : nw) e = 1.f + 0.2f * nd(rng);
+  for (auto& e : pw) e = 1.f + 0.2f * nd(rng);
+  for (auto& e : w) e = round_bf16(nd(rng) / 16.f);
+  for (auto& e : bias) e = 0.1f * nd(rng);
+  for (auto& e : qn) e = 1.f + 0.3f * nd(rng);
+  for (auto& e : kn) e = 1.f + 0.3f * nd(rng);
+  std::vector<double> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.0, -2.0 * i / d);
+  std::vector<int32_t> pos{1000}, len(Hkv);
+  std::vector<int64_t> off(Hkv + 1);
+  for (int g = 0; g < Hkv; ++g) {
+    len[g] = c.ring > 0 ? g % (c.ring + 1) : 3 + 2 * g;
+    off[g + 1] = off[g] + cap;
+  }
+  const int64_t rows = off.back();
+  std::vector<uint16_t> kv0(static_cast<size_t>(rows) * d);
+  for (auto& e : kv0) e = static_cast<uint16_t>(rng());
+
+  DeviceBuffer<float> dnw(K), dpw(K), o(K), dbias(W), dqn(d), dkn(d);
+  DeviceBuffer<uint16_t> dw(w.size());
+  DeviceBuffer<double> dfreq(inv_freq.size());
+  DeviceBuffer<int32_t> dpos(1);
+  DeviceBuffer<int64_t> doff(off.size());
+  DeviceBuffer<uint32_t> arrivals(1 + Hq + Hkv);  // the launch's, then the heads'
+  dnw.upload(nw);
+  dpw.upload(pw);
+  dbias.upload(bias);
+  dqn.upload(qn);
+  dkn.upload(kn);
+  dw.upload(cuda::testing::encode16(w, DType::kBF16));
+  dfreq.upload(inv_freq);
+  dpos.upload(pos);
+  doff.upload(off);
+  KVEVICT_ASSERT_CUDA(cudaMemset(arrivals.data(), 0, arrivals.size() * 4));
+  struct Path {
+    DeviceBuffer<float> x, acc;
+    DeviceBuffer<uint16_t> qkv, q, k, v;
+    DeviceBuffer<int32_t> pos, len;
+    Path(int K, int W, size_t qn, size_t kvn, size_t rows, size_t segs)
+        : x(K), acc(rows), qkv(W), q(qn), k(kvn), v(kvn), pos(rows), len(segs) {}
+  };
+  Path ref(K, W, static_cast<size_t>(Hq) * d, kv0.size(), rows, Hkv),
+      fused(K, W, static_cast<size_t>(Hq) * d, kv0.size(), rows, Hkv);
+  for (Path* p : {&ref, &fused}) {
+    p->x.upload(x);
+    p->qkv.poison();
+    p->q.poison();
+    p->k.upload(kv0);
+    p->v.upload(kv0);
+    p->pos.upload(std::vector<int32_t>(rows, -7));
+    p->acc.upload(std::vector<float>(rows, 0.5f));
+    p->len.upload(len);
+  }
+  auto rope_of = [&](Path& p) {
+    RopeAppendArgs ra;
+    ra.qkv = reinterpret_cast<const __nv_bfloat16*>(p.qkv.data());
+    ra.bias = c.bias ? dbias.data() : nullptr;
+    ra.pos = dpos.data();
+    ra.inv_freq = dfreq.data();
+    ra.T = 1;
+    ra.Hq = Hq;
+    ra.Hkv = Hkv;
+    ra.d = d;
+    ra.neox = c.neox;
+    ra.q_norm = dqn.data();
+    ra.k_norm = dkn.data();
+    ra.norm_eps = 1e-6f;
+    ra.q_out = reinterpret_cast<__nv_bfloat16*>(p.q.data());
+    ra.head_major = false;
+    ra.k_cache = reinterpret_cast<__nv_bfloat16*>(p.k.data());
+    ra.v_cache = reinterpret_cast<__nv_bfloat16*>(p.v.data());
+    ra.pos_cache = p.pos.data();
+    ra.acc_cache = p.acc.data();
+    ra.seg_off = doff.data();
+    ra.seg_len = p.len.data();
+    ra.decode = true;
+    ra.ring = c.ring;
+    return ra;
+  };
+  GemvArgs proj;  // the reference's projection (the preloaded batch-1 kernel)
+  proj.x = ref.x.data();
+  proj.norm_w = dnw.data();
+  proj.eps = 1e-6f;
+  proj.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
+  proj.B = 1;
+  proj.N = W;
+  proj.K = K;
+  proj.out = GemvOut::kBf16;
+  proj.y = ref.qkv.data();
+  GemvArgs a = proj;  // the fused launch
+  a.x = fused.x.data();
+  a.out = GemvOut::kRopeAppend;
+  a.y = fused.qkv.data();
+  a.rope = rope_of(fused);
+  a.arrivals = arrivals.data();
+  a.head_arrivals = arrivals.data() + 1;
+  if (c.post) {
+    a.post_in = o.data();
+    a.post_w = dpw.data();
+    a.x_out = fused.x.data();
+  }
+  ASSERT_TRUE(gpu::detail::gemv_supported(a));
+  const size_t qk_cols = static_cast<size_t>(Hq + Hkv) * d;  // y's columns the fold writes
+  for (int round = 0; round < 2; ++round) {  // the second round appends the next token
+    std::vector<float> o_h(K);
+    for (auto& e : o_h) e = 1.5f * nd(rng);
+    o.upload(o_h);
+    if (c.post)
+      KVEVICT_ASSERT_CUDA(gpu::detail::launch_rms_norm_add(o.data(), 1, K, dpw.data(), 1e-6f,
+                                                           ref.x.data(), nullptr));
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(proj, nullptr));
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_rope_append(rope_of(ref), nullptr));
+    KVEVICT_ASSERT_CUDA(gpu::detail::launch_gemv(a, nullptr));
+    KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+    const std::string r = "round " + std::to_string(round);
+    EXPECT_EQ(fused.q.download(), ref.q.download()) << r << ": q";
+    EXPECT_EQ(fused.k.download(), ref.k.download()) << r << ": k cache";
+    EXPECT_EQ(fused.v.download(), ref.v.download()) << r << ": v cache";
+    EXPECT_EQ(fused.pos.download(), ref.pos.download()) << r;
+    EXPECT_EQ(fused.acc.download(), ref.acc.download()) << r;
+    EXPECT_EQ(fused.len.download(), ref.len.download()) << r;
+    const std::vector<uint16_t> yf = fused.qkv.download(), yr = ref.qkv.download();
+    EXPECT_TRUE(std::equal(yf.begin(), yf.begin() + qk_cols, yr.begin())) << r << ": q / k in y";
+    const std::vector<float> xf = fused.x.download(), xr = ref.x.download();
+    EXPECT_EQ(std::memcmp(xf.data(), xr.data(), xf.size() * 4), 0) << r << ": the x row";
+    EXPECT_EQ(arrivals.download(), std::vector<uint32_t>(1 + Hq + Hkv, 0u)) << r;
+    ++pos[0];  // the next token's position (a ring layer's next slot)
+    dpos.upload(pos);
+  }
+}
+
+TEST(DecodeGemv, RopeAppendWithHeadNormsEqualsTheProjectionThenRopeAppend) {
+  KVEVICT_REQUIRE_GPU();
+  uint64_t seed = 80;
+  // Gemma 3 270M's layer (4 q heads, 1 KV head, d = 256, D = 640), global and ring.
+  check_head_norm_fold({4, 1, 256, 640, true, true, false, 0}, seed++);
+  check_head_norm_fold({4, 1, 256, 640, true, false, false, 5}, seed++);
+  // The tiny gemma3 of the graph tests (D = 192, two KV heads).
+  check_head_norm_fold({4, 2, 256, 192, true, true, false, 5}, seed++);
+  // d = 64 both layouts, a bias (the rule allows it), a full input tile; d = 8: one block a head
+  // and lanes without columns.
+  check_head_norm_fold({6, 2, 64, 576, false, true, true, 0}, seed++);
+  check_head_norm_fold({6, 2, 64, 2048, true, false, false, 5}, seed++);
+  check_head_norm_fold({2, 1, 8, 64, false, true, false, 0}, seed++);
+}
+
 TEST(DecodeGemv, RefusesShapesItDoesNotCover) {
   GemvArgs a;
   static float buf[64] __attribute__((aligned(16)));
@@ -363,6 +614,104 @@ TEST(DecodeGemv, RefusesShapesItDoesNotCover) {
   a.w = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(buf) + 2);
   EXPECT_FALSE(gpu::detail::gemv_supported(a));
   EXPECT_EQ(gpu::detail::launch_gemv(a, nullptr), cudaErrorInvalidValue);
+}
+
+// gemma3's folds: only on the preloaded batch-1 kernel with a normed input, the post fold not for
+// the f32 outputs (the logits), each with its counters and arrays.
+TEST(DecodeGemv, RefusesFoldsItDoesNotCover) {
+  static float buf[4096] __attribute__((aligned(16)));
+  auto* counters = reinterpret_cast<uint32_t*>(buf);
+  GemvArgs a;
+  a.x = buf;
+  a.norm_w = buf;
+  a.w = reinterpret_cast<const __nv_bfloat16*>(buf);
+  a.y = buf;
+  a.B = 1;
+  a.N = 4;
+  a.K = 16;
+  a.post_in = buf;
+  a.post_w = buf;
+  a.x_out = buf;
+  a.arrivals = counters;
+  EXPECT_TRUE(gpu::detail::gemv_supported(a));
+  auto refused = [](GemvArgs b) { return !gpu::detail::gemv_supported(b); };
+  GemvArgs b = a;
+  b.preload = false;
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.B = 2;
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.K = gpu::detail::kGemvTileK + 8;  // no longer one tile: not preloaded
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.norm_w = nullptr;
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.arrivals = nullptr;
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.x_out = nullptr;
+  EXPECT_TRUE(refused(b));
+  b = a;
+  b.post_w = buf + 1;  // not 16-byte aligned
+  EXPECT_TRUE(refused(b));
+  for (GemvOut out : {GemvOut::kF32, GemvOut::kF32Add}) {
+    b = a;
+    b.out = out;
+    EXPECT_TRUE(refused(b));
+  }
+  b = a;
+  b.out = GemvOut::kGated;
+  EXPECT_TRUE(gpu::detail::gemv_supported(b));
+
+  // The head norms: q|k|v of 1 q head and 1 KV head of d = 8.
+  GemvArgs h = a;
+  h.post_in = nullptr;
+  h.out = GemvOut::kRopeAppend;
+  RopeAppendArgs& r = h.rope;
+  r.decode = true;
+  r.head_major = false;
+  r.Hq = r.Hkv = 1;
+  r.d = 8;
+  h.N = (r.Hq + 2 * r.Hkv) * r.d;
+  r.pos = reinterpret_cast<const int32_t*>(buf);
+  r.inv_freq = reinterpret_cast<const double*>(buf);
+  r.q_out = r.k_cache = r.v_cache = reinterpret_cast<__nv_bfloat16*>(buf);
+  r.pos_cache = r.seg_len = reinterpret_cast<int32_t*>(buf);
+  r.seg_off = reinterpret_cast<const int64_t*>(buf);
+  EXPECT_TRUE(gpu::detail::gemv_supported(h));  // no norms: the plain RoPE epilogue
+  r.q_norm = r.k_norm = buf;
+  EXPECT_FALSE(gpu::detail::gemv_supported(h));  // no head counters
+  h.head_arrivals = counters + 1;
+  EXPECT_TRUE(gpu::detail::gemv_supported(h));
+  GemvArgs g = h;
+  g.post_in = buf;  // both folds
+  EXPECT_TRUE(gpu::detail::gemv_supported(g));
+  g = h;
+  g.rope.k_norm = nullptr;  // one norm without the other
+  EXPECT_TRUE(refused(g));
+  g = h;
+  g.y = nullptr;
+  EXPECT_TRUE(refused(g));
+  g = h;
+  g.preload = false;
+  EXPECT_TRUE(refused(g));
+  g = h;
+  g.B = 2;
+  EXPECT_TRUE(refused(g));
+  g = h;
+  g.rope.d = 12;  // 6 pairs a head: a head's pairs do not fill whole blocks of 4 warps
+  g.N = 3 * 12;
+  EXPECT_TRUE(refused(g));
+  g = h;
+  g.rope.d = 264;  // past the fold's 256
+  g.N = 3 * 264;
+  EXPECT_TRUE(refused(g));
+  g = h;
+  g.rope.d = 256;
+  g.N = 3 * 256;
+  EXPECT_TRUE(gpu::detail::gemv_supported(g));
 }
 
 }  // namespace
