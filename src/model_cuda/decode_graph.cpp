@@ -87,6 +87,7 @@ void DecodeGraph::run(const std::vector<int64_t>& key, cudaStream_t stream,
     KVEVICT_CUDA_CHECK(err);
     key_ = key;
     shape_ = std::move(shape);
+    stats_.nodes = shape_.empty() ? 0 : shape_[0];
     ++stats_.captures;
     if (updated) ++stats_.updates;
   }

@@ -23,6 +23,7 @@ struct DecodeGraphStats {
   int64_t captures = 0;  // steps recorded (a key not seen last)
   int64_t updates = 0;   // of those, executables updated in place
   int64_t replays = 0;   // graph launches (every graph step, the recorded ones included)
+  int64_t nodes = 0;     // nodes (launches) of the last recorded step, 0 when unknown
 };
 
 class DecodeGraph {

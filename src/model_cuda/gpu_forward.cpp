@@ -89,10 +89,54 @@ void GpuForward::gemm(const bf16* x, int64_t T, const bf16* w, int64_t out, int6
 bool GpuForward::try_gemv(const detail::GemvArgs& a) {
   if (!fused_now_) return false;
   detail::GemvArgs routed = a;
+  routed.preload = gemv_preload_;  // before gemv_takes: the folds need the preloaded kernel
   if (!gemv_takes(gemv_route_, &routed)) return false;
-  routed.preload = gemv_preload_;
   KVEVICT_CUDA_CHECK(detail::launch_gemv(routed, stream_));
   return true;
+}
+
+// try_gemv for a GEMV that norms x (a.x = x_): a pending post-norm add rides along where the launch
+// can take it, else it runs first as its own kernel. On return nothing is pending; false: no GEMV
+// ran (the caller's path reads x).
+// Only launches of about one wave fold (at most 32 weight rows an SM: 4 blocks of 4 warps, a row
+// pair each): every block re-reads the post row and counts itself on one counter. The logits'
+// 262,144 rows are 32,768 blocks; folded there, those same-address arrivals cost 0.18 ms a token
+// and Gemma 3's step lost 21% (H100, docs/GPU_NOTES.md 2026-12-07 (g)). Its q|k|v (192 blocks) and
+// gate|up (512) are a wave.
+bool GpuForward::try_normed_gemv(const detail::GemvArgs& a) {
+  const int64_t rows = a.out == detail::GemvOut::kGated ? 2LL * a.N : a.N;
+  if (pending_post_ != nullptr && rows <= 32LL * sm_count_) {
+    detail::GemvArgs f = a;
+    f.post_in = o_f_.as<float>();
+    f.post_w = pending_post_;
+    f.x_out = x_.as<float>();
+    // kRopeAppend counts its blocks already; the others take the counter it uses (B = 1).
+    if (f.arrivals == nullptr)
+      f.arrivals = step_counters_.as<uint32_t>() + static_cast<int64_t>(c().n_kv_heads);
+    if (try_gemv(f)) {
+      pending_post_ = nullptr;
+      return true;
+    }
+  }
+  flush_post();
+  return try_gemv(a);
+}
+
+// Whether a post-norm add of a T-row pass may wait for the next GEMV that norms x: only where that
+// GEMV can take it (the fused step's batch-1 kernel with its weights preloaded, rows of at most a
+// tile). Elsewhere, the L2 path's preload = false included, the add runs at once, as it always did.
+bool GpuForward::post_can_wait(int64_t T) const {
+  return fused_now_ && gemv_preload_ && T == 1 && c().n_embd <= detail::kGemvTileK;
+}
+
+// The pending post-norm add (if any) as its own kernel, before anything else reads x.
+void GpuForward::flush_post() {
+  if (pending_post_ == nullptr) return;
+  const ModelConfig& m = c();
+  KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), 1, static_cast<int>(m.n_embd),
+                                                 pending_post_, m.rms_eps, x_.as<float>(),
+                                                 stream_));
+  pending_post_ = nullptr;
 }
 
 // The GEMV arguments of y = rms_norm(x) W^T over the T rows of x (row stride D), W [n_out, D].
@@ -117,7 +161,7 @@ void GpuForward::norm_and_project(const float* norm, const bf16* w, int64_t out,
   const int64_t D = m.n_embd;
   detail::GemvArgs a = normed_gemv(x_.as<float>(), norm, w, out, T, detail::GemvOut::kBf16);
   a.y = y;
-  if (try_gemv(a)) return;
+  if (try_normed_gemv(a)) return;
   KVEVICT_CUDA_CHECK(detail::launch_rms_norm(x_.as<float>(), D, static_cast<int>(T),
                                              static_cast<int>(D), norm, m.rms_eps, xn_.as<bf16>(),
                                              stream_));
@@ -134,7 +178,7 @@ void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
       normed_gemv(x_.as<float>(), L.ffn_norm, L.w_gu, F, T, detail::GemvOut::kGated);
   a.gelu_tanh = gelu;
   a.y = hbuf_.get();
-  if (!try_gemv(a)) {
+  if (!try_normed_gemv(a)) {
     norm_and_project(L.ffn_norm, L.w_gu, 2 * F, gu_.get(), T);
     KVEVICT_CUDA_CHECK(detail::launch_gated_act(
         gu_.as<bf16>(), static_cast<int>(T), static_cast<int>(F), gelu, hbuf_.as<bf16>(), stream_));
@@ -142,11 +186,13 @@ void GpuForward::ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T) {
   project_into_residual(hbuf_.as<bf16>(), T, L.w_down, F, L.post_ffn_norm);
 }
 
-// x[T, D] += in[T, in_dim] w^T, or (gemma3) x += rms_norm(in w^T) * post_norm.
+// x[T, D] += in[T, in_dim] w^T, or (gemma3) x += rms_norm(in w^T) * post_norm, where the fused
+// step may leave that add to the next GEMV that norms x (pending_post_).
 void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt, int64_t in_dim,
                                        const float* post_norm) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
+  flush_post();  // the projection reads x or overwrites o_f_
   detail::GemvArgs a;
   a.x = in;
   a.w = wt;
@@ -156,10 +202,14 @@ void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt
   a.out = post_norm == nullptr ? detail::GemvOut::kF32Add : detail::GemvOut::kF32;
   a.y = post_norm == nullptr ? x_.get() : o_f_.get();
   if (!try_gemv(a)) gemm(in, T, wt, D, in_dim, a.y, true, post_norm == nullptr ? 1.0f : 0.0f);
-  if (post_norm != nullptr)
-    KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
-                                                   static_cast<int>(D), post_norm, m.rms_eps,
-                                                   x_.as<float>(), stream_));
+  if (post_norm == nullptr) return;
+  if (post_can_wait(T)) {
+    pending_post_ = post_norm;
+    return;
+  }
+  KVEVICT_CUDA_CHECK(detail::launch_rms_norm_add(o_f_.as<float>(), static_cast<int>(T),
+                                                 static_cast<int>(D), post_norm, m.rms_eps,
+                                                 x_.as<float>(), stream_));
 }
 
 // Logits of `rows` rows of x taken every `stride` rows starting at row (stride - 1) (the last
@@ -167,6 +217,7 @@ void GpuForward::project_into_residual(const bf16* in, int64_t T, const bf16* wt
 void GpuForward::final_logits(int64_t rows, int64_t stride, float* logits) {
   const ModelConfig& m = c();
   const int64_t D = m.n_embd;
+  flush_post();  // never into the logits' launch (try_normed_gemv: far more than a wave)
   const float* x_last = x_.as<float>() + (stride - 1) * D;
   detail::GemvArgs a =
       normed_gemv(x_last, w_.output_norm, w_.output, m.vocab_size, rows, detail::GemvOut::kF32);
@@ -351,9 +402,10 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
                                               static_cast<int>(d), P.plan_len, sm_count_));
     if (P.fused)
       need_z = std::max(need_z, static_cast<size_t>(std::max<int64_t>(C.rows, 1)) * (Hq / Hkv) * 4);
-    // The fused step's in-launch merges use B Hkv counters and its q|k|v append one more.
+    // The fused step's in-launch merges use B Hkv counters, its q|k|v append one more (also the
+    // post-norm fold's) and the q / k head norms Hq + Hkv.
     if (P.in_attention || fused)
-      need_counters = (static_cast<size_t>(B) * Hkv + (fused ? 1 : 0)) * 4;
+      need_counters = (static_cast<size_t>(B) * Hkv + (fused ? 1 + Hq + Hkv : 0)) * 4;
   }
   // The step's attention outputs a and lse in f32 (the decode scores read them).
   const size_t need_a = static_cast<size_t>(B) * Hq * d * 4,
@@ -428,6 +480,7 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
   const int64_t D = m.n_embd, d = m.head_dim, Hq = m.n_heads, Hkv = m.n_kv_heads;
   const int64_t W = (Hq + 2 * Hkv) * d;
   fused_now_ = step_is_fused(fused_mode_, B);  // read by try_gemv until the step is enqueued
+  pending_post_ = nullptr;                     // (a step that threw midway may have left one)
   if (argmax_first)  // the greedy token of every row's current logits is this step's input
     KVEVICT_CUDA_CHECK(detail::launch_argmax(logits, B, m.vocab_size, tokens_dev, stream_));
   KVEVICT_CUDA_CHECK(detail::launch_embed(w_.token_embd, tokens_dev, B, static_cast<int>(D),
@@ -442,13 +495,19 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     ra.decode = true;
     ra.ring = C.ring;
     // The fused step: norm, q|k|v, RoPE and the append in one launch where it covers the layer
-    // (not gemma3's per-head q / k norms); the arrival counter follows the attention's B Hkv.
+    // (gemma3's per-head q / k norms at batch 1 too, and the previous down projection's post-norm
+    // add); the arrival counter follows the attention's B Hkv, the q / k heads' Hq + Hkv after it.
     detail::GemvArgs qa =
         normed_gemv(x_.as<float>(), L.attn_norm, L.wqkv, W, B, detail::GemvOut::kRopeAppend);
     qa.rope = ra;
-    qa.arrivals =
-        fused_now_ ? step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv : nullptr;
-    if (!try_gemv(qa)) {
+    if (fused_now_) {
+      qa.arrivals = step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv;
+      if (ra.q_norm != nullptr) {
+        qa.head_arrivals = qa.arrivals + 1;
+        qa.y = qkv_.get();  // the projection's values, which each head's last warp reads back
+      }
+    }
+    if (!try_normed_gemv(qa)) {
       norm_and_project(L.attn_norm, L.wqkv, W, qkv_.get(), B);
       KVEVICT_CUDA_CHECK(detail::launch_rope_append(ra, stream_));
     }
@@ -509,8 +568,8 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     project_into_residual(attn_.as<bf16>(), B, L.wo, Hq * d, L.post_attn_norm);
     ffn_and_residual(L, B);
   }
-  final_logits(B, 1, logits);
-  fused_now_ = false;  // prefills are never fused
+  final_logits(B, 1, logits);  // (no post-norm add left pending)
+  fused_now_ = false;          // prefills are never fused
 }
 
 }  // namespace kvevict::gpu

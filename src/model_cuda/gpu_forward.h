@@ -85,6 +85,9 @@ class GpuForward {
   detail::GemvArgs normed_gemv(const float* x, const float* norm, const bf16* w, int64_t n_out,
                                int64_t T, detail::GemvOut out) const;
   bool try_gemv(const detail::GemvArgs& a);
+  bool try_normed_gemv(const detail::GemvArgs& a);
+  bool post_can_wait(int64_t T) const;
+  void flush_post();
   void norm_and_project(const float* norm, const bf16* w, int64_t out, void* y, int64_t T);
   void ffn_and_residual(const GpuModel::Impl::Layer& L, int64_t T);
   void project_into_residual(const bf16* in, int64_t T, const bf16* w, int64_t in_dim,
@@ -129,6 +132,10 @@ class GpuForward {
   FusedStep fused_mode_ = FusedStep::kBatchOne;  // which decode steps are fused
   GemvRoute gemv_route_ = GemvRoute::kSmall;     // which of their projections the GEMV takes
   bool fused_now_ = false;  // the pass being enqueued is fused (try_gemv reads it)
+  // gemma3's post-norm + residual add of the fused step's last o / down projection,
+  // x += rms_norm(o_f) w, left to the next GEMV that norms x (GemvArgs::post_in): w [D], or null.
+  // Set and cleared while a step is enqueued; nothing is pending between passes.
+  const float* pending_post_ = nullptr;
   DecodeGraph graph_;
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)

@@ -5,8 +5,8 @@
 // batch 1 and multi-row batches of distinct lengths, gemma3's ring layers past their wrap, prefill
 // and decode-time eviction (in-place cuts between replays), a scratch growth and recording again
 // after a change of shape, greedy decoding with the argmax inside the graph, and the eager
-// fallback switch, and the GEMV's preloaded weights against its L2 prefetch. Each also checks how
-// often the step was recorded: once per shape.
+// fallback switch, and the GEMV's preloaded weights against its L2 prefetch (gemma3's folds among
+// them, and their launch count). Each also checks how often the step was recorded: once per shape.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -285,6 +285,27 @@ TEST(DecodeGraph, PreloadedGemvWeightsKeepTheStepsBits) {
     expect_bitwise(ref, g, std::string(a.what) + " preloaded, replayed");
     expect_bitwise(ref, e, std::string(a.what) + " preloaded, eager");
   }
+}
+
+// gemma3's fused batch-1 step with its GEMVs' weights preloaded folds the per-head q / k norms,
+// RoPE and the append into the q|k|v launch and each post-norm add into the next GEMV that norms
+// x: five launches a layer where the L2 path (no folds) has eight, and one post-norm add of its
+// own before the logits (never folded there). Same bits (as the test above), 3 L - 1 launches
+// fewer.
+TEST(DecodeGraph, GemmaFoldsMakeFiveLaunchesALayer) {
+  KVEVICT_REQUIRE_GPU();
+  const ModelConfig c = tiny_gemma();
+  Case k;
+  k.lengths = {60};
+  k.steps = 6;
+  const Pair l2 = contexts(c, 41), folded = contexts(c, 41);
+  l2.graph->forward().set_gemv_preload(false);
+  const Trace ref = run(l2.graph, k), g = run(folded.graph, k);
+  expect_bitwise(ref, g, "gemma3 folded");
+  const int64_t unfolded = l2.graph->forward().decode_graph_stats().nodes;
+  const int64_t nodes = folded.graph->forward().decode_graph_stats().nodes;
+  EXPECT_GT(nodes, 5 * c.n_layers);
+  EXPECT_EQ(unfolded - nodes, 3 * c.n_layers - 1) << unfolded << " against " << nodes;
 }
 
 TEST(DecodeGraph, EnvironmentSwitchesToEager) {
