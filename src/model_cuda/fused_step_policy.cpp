@@ -56,6 +56,17 @@ bool gemv_preload_from_env() {
   return parse_gemv_preload(env("KVEVICT_GEMV_PRELOAD"));
 }
 
+bool parse_gemv_folds(const std::string& value) {
+  if (value.empty() || value == "0") return false;
+  if (value == "1") return true;
+  KVEVICT_FAIL("KVEVICT_GEMV_FOLDS='", value,
+               "': expected 1 (gemma3's folds) or 0 (their own launches)");
+}
+
+bool gemv_folds_from_env() {
+  return parse_gemv_folds(env("KVEVICT_GEMV_FOLDS"));
+}
+
 bool step_is_fused(FusedStep mode, int batch) {
   return mode == FusedStep::kOn || (mode == FusedStep::kBatchOne && batch == 1);
 }

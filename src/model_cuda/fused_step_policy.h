@@ -58,6 +58,14 @@ const char* gemv_route_name(GemvRoute route);
 bool gemv_preload_from_env();
 bool parse_gemv_preload(const std::string& value);
 
+// KVEVICT_GEMV_FOLDS: 1 (gemma3's fused batch-1 step folds each post-norm + residual add into the
+// next GEMV that norms x and the per-head q / k norms into the q|k|v launch: five launches a layer
+// instead of eight; GemvArgs::post_in, head_arrivals), 0 (their own launches); unset or empty: 0
+// until a GPU run has checked and timed them (docs/GPU_NOTES.md, "Next GPU session"). Any other
+// value throws as above.
+bool gemv_folds_from_env();
+bool parse_gemv_folds(const std::string& value);
+
 // Whether a decode step of `batch` sequences is fused under mode.
 bool step_is_fused(FusedStep mode, int batch);
 

@@ -25,7 +25,8 @@ GpuForward::GpuForward(const GpuModel::Impl& model, cudaStream_t stream)
       stream_(stream),
       fused_mode_(fused_step_from_env()),
       gemv_route_(gemv_route_from_env()),
-      gemv_preload_(gemv_preload_from_env()) {
+      gemv_preload_(gemv_preload_from_env()),
+      gemv_folds_(gemv_folds_from_env()) {
   KVEVICT_CUBLAS_CHECK(cublasCreate(&blas_));
   KVEVICT_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   blas_ws_ = DeviceBuffer(32 << 20, "cuBLAS workspace");
@@ -122,11 +123,12 @@ bool GpuForward::try_normed_gemv(const detail::GemvArgs& a) {
   return try_gemv(a);
 }
 
-// Whether a post-norm add of a T-row pass may wait for the next GEMV that norms x: only where that
-// GEMV can take it (the fused step's batch-1 kernel with its weights preloaded, rows of at most a
-// tile). Elsewhere, the L2 path's preload = false included, the add runs at once, as it always did.
+// Whether a post-norm add of a T-row pass may wait for the next GEMV that norms x: only with the
+// folds on and where that GEMV can take it (the fused step's batch-1 kernel with its weights
+// preloaded, rows of at most a tile). Elsewhere, the L2 path's preload = false included, the add
+// runs at once, as it always did.
 bool GpuForward::post_can_wait(int64_t T) const {
-  return fused_now_ && gemv_preload_ && T == 1 && c().n_embd <= detail::kGemvTileK;
+  return gemv_folds_ && fused_now_ && gemv_preload_ && T == 1 && c().n_embd <= detail::kGemvTileK;
 }
 
 // The pending post-norm add (if any) as its own kernel, before anything else reads x.
@@ -448,6 +450,7 @@ void GpuForward::decode_step(int32_t* tokens_dev, bool argmax_first,
   key.push_back(fused);
   key.push_back(static_cast<int64_t>(gemv_route_));
   key.push_back(gemv_preload_);
+  key.push_back(gemv_folds_);
   ptr(tokens_dev);
   ptr(logits);
   key.push_back(scoring != nullptr);
@@ -502,7 +505,7 @@ void GpuForward::enqueue_decode(int32_t* tokens_dev, bool argmax_first, int B,
     qa.rope = ra;
     if (fused_now_) {
       qa.arrivals = step_counters_.as<uint32_t>() + static_cast<int64_t>(B) * Hkv;
-      if (ra.q_norm != nullptr) {
+      if (ra.q_norm != nullptr && gemv_folds_) {
         qa.head_arrivals = qa.arrivals + 1;
         qa.y = qkv_.get();  // the projection's values, which each head's last warp reads back
       }

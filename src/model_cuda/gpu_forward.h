@@ -73,6 +73,10 @@ class GpuForward {
   // waits (GemvArgs::preload; KVEVICT_GEMV_PRELOAD at construction, default on).
   void set_gemv_preload(bool on) { gemv_preload_ = on; }
   bool gemv_preload() const { return gemv_preload_; }
+  // gemma3's folds in the fused step's preloaded batch-1 GEMVs (fused_step_policy.h;
+  // KVEVICT_GEMV_FOLDS at construction, default off).
+  void set_gemv_folds(bool on) { gemv_folds_ = on; }
+  bool gemv_folds() const { return gemv_folds_; }
   const DecodeGraphStats& decode_graph_stats() const { return graph_.stats(); }
   cublasHandle_t blas() const { return blas_; }
   int sm_count() const { return sm_count_; }
@@ -140,6 +144,7 @@ class GpuForward {
   std::vector<DecodeLayerPlan> plans_;  // [n_layers] of the step being made
   std::vector<int64_t> key_;            // the step's graph key (kept to reuse its storage)
   bool gemv_preload_ = true;            // GemvArgs::preload of the fused step's GEMVs
+  bool gemv_folds_ = false;             // gemma3's post-norm and q / k norm folds
 };
 
 }  // namespace kvevict::gpu

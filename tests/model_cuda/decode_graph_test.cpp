@@ -287,7 +287,8 @@ TEST(DecodeGraph, PreloadedGemvWeightsKeepTheStepsBits) {
   }
 }
 
-// gemma3's fused batch-1 step with its GEMVs' weights preloaded folds the per-head q / k norms,
+// gemma3's fused batch-1 step with its GEMVs' weights preloaded and the folds on
+// (set_gemv_folds, KVEVICT_GEMV_FOLDS) folds the per-head q / k norms,
 // RoPE and the append into the q|k|v launch and each post-norm add into the next GEMV that norms
 // x: five launches a layer where the L2 path (no folds) has eight, and one post-norm add of its
 // own before the logits (never folded there). Same bits (as the test above), 3 L - 1 launches
@@ -300,6 +301,7 @@ TEST(DecodeGraph, GemmaFoldsMakeFiveLaunchesALayer) {
   k.steps = 6;
   const Pair l2 = contexts(c, 41), folded = contexts(c, 41);
   l2.graph->forward().set_gemv_preload(false);
+  folded.graph->forward().set_gemv_folds(true);
   const Trace ref = run(l2.graph, k), g = run(folded.graph, k);
   expect_bitwise(ref, g, "gemma3 folded");
   const int64_t unfolded = l2.graph->forward().decode_graph_stats().nodes;

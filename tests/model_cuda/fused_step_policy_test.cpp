@@ -1,9 +1,9 @@
 // The fused decode step's policy (src/model_cuda/fused_step_policy.h): which steps are fused under
 // each mode; which projections the small-batch GEMV takes under each route and with which kernel,
 // the byte bound of the `small` route (gated projections count both halves) and its batch-1 rows of
-// at most kGemvTileK columns whatever the matrix's size, shapes the GEMV does
-// not cover never taken; KVEVICT_DECODE_FUSED's, KVEVICT_GEMV_ROUTE's, KVEVICT_GEMV_PRELOAD's
-// values and the refusal of any other. Host logic only: no GPU needed.
+// at most kGemvTileK columns whatever the matrix's size, shapes the GEMV does not cover never
+// taken; the values of KVEVICT_DECODE_FUSED, KVEVICT_GEMV_ROUTE, KVEVICT_GEMV_PRELOAD and
+// KVEVICT_GEMV_FOLDS and the refusal of any other. Host logic only: no GPU needed.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -59,23 +59,36 @@ TEST(FusedStepPolicy, FusedModeValuesAndTheRefusalOfOthers) {
   }
 }
 
-TEST(FusedStepPolicy, GemvPreloadValuesAndTheRefusalOfOthers) {
-  EXPECT_TRUE(parse_gemv_preload(""));  // the default: measured faster
-  EXPECT_TRUE(parse_gemv_preload("1"));
-  EXPECT_FALSE(parse_gemv_preload("0"));
+// A 0 / 1 switch: both values read, anything else refused naming it, the environment read.
+void expect_on_off_switch(bool (*parse)(const std::string&), bool (*from_env)(), const char* var,
+                          bool unset_means) {
+  SCOPED_TRACE(var);
+  EXPECT_EQ(parse(""), unset_means);
+  EXPECT_TRUE(parse("1"));
+  EXPECT_FALSE(parse("0"));
   for (const char* bad : {"2", "on", "yes", " 1"}) {
     try {
-      parse_gemv_preload(bad);
+      parse(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const kvevict::Error& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos)
           << e.what();
     }
   }
-  ASSERT_EQ(setenv("KVEVICT_GEMV_PRELOAD", "0", 1), 0);
-  EXPECT_FALSE(gemv_preload_from_env());
-  ASSERT_EQ(unsetenv("KVEVICT_GEMV_PRELOAD"), 0);
-  EXPECT_TRUE(gemv_preload_from_env());
+  ASSERT_EQ(setenv(var, unset_means ? "0" : "1", 1), 0);
+  EXPECT_EQ(from_env(), !unset_means);
+  ASSERT_EQ(unsetenv(var), 0);
+  EXPECT_EQ(from_env(), unset_means);
+}
+
+TEST(FusedStepPolicy, GemvPreloadValuesAndTheRefusalOfOthers) {
+  // On by default: measured faster.
+  expect_on_off_switch(parse_gemv_preload, gemv_preload_from_env, "KVEVICT_GEMV_PRELOAD", true);
+}
+
+TEST(FusedStepPolicy, GemvFoldsValuesAndTheRefusalOfOthers) {
+  // Off by default until a GPU run has checked and timed them.
+  expect_on_off_switch(parse_gemv_folds, gemv_folds_from_env, "KVEVICT_GEMV_FOLDS", false);
 }
 
 TEST(GemvRoute, AllTakesEverySupportedShapeOnTheTensorCoresFromBatchTwo) {
