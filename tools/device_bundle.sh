@@ -22,7 +22,8 @@
 #                                                    the base's graph replays as its captures)
 #   BASE_LIB=PATH[:PATH...]                          libraries alone (no benchmark of their own: the
 #                                                    verbs run this build's; only for a change that
-#                                                    leaves every shared class and struct alone)
+#                                                    leaves every shared class and struct alone),
+#                                                    e.g. tools/lib_with_files_at.sh's
 #   LIB_VARIANTS="NAME=BUILD_DIR|PATH[:PATH...] ..." also OUT_DIR/c0/lib_NAME.tar.xz for each: more
 #                                                    builds to time beside base and new (the
 #                                                    decode-lib-ab verb runs base, each NAME, new)

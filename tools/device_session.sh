@@ -15,9 +15,11 @@
 #   tools/device_session.sh part DIR [TOOL:TEST ...]
 #                                             DIR's model part; meanwhile compute-sanitizer TOOL
 #                                             (memcheck, racecheck, ...) on each test binary TEST
-#   tools/device_session.sh select-ab DIR     gpu_score_bench --select with this build's
-#                                             libkvevict_cuda and with DIR/lib_base.tar.xz's (an
-#                                             earlier radix select), interleaved A B A B
+#   tools/device_session.sh score-lib-ab DIR [BENCH_FLAG]
+#                                             gpu_score_bench BENCH_FLAG (default --select; e.g.
+#                                             --small-n) with this build's libkvevict_cuda and with
+#                                             DIR/lib_base.tar.xz's (an earlier build), interleaved
+#                                             A B A B, medians side by side (select-ab: its old name)
 #   tools/device_session.sh models DIR        the last part and the corpus: both checkpoints
 #                                             assembled and checked by sha256, then every
 #                                             test_model_cuda_* binary and test_eval_sweep_test (MODELS_MEMCHECK="NAME
@@ -38,7 +40,11 @@
 #   tools/device_session.sh preload-ab        the fused step's GEMV weights in registers (default)
 #                                             against the L2 prefetch, A B A B: SmolLM2 and Gemma 3
 #                                             shapes, batch 1, contexts 256 and 4K
-#                                             (PRELOAD_CONTEXTS, ROUNDS); gpu_gemv_bench --sync-cost
+#                                             (AB_CONTEXTS, ROUNDS); gpu_gemv_bench --sync-cost
+#   tools/device_session.sh folds-ab          gemma3's batch-1 folds (KVEVICT_GEMV_FOLDS=1) against
+#                                             their own launches: the decode GEMV / graph tests,
+#                                             the session tests with the folds on, then A B A B
+#                                             as preload-ab
 #   tools/device_session.sh prefill-lib-ab DIR
 #                                             this build's prefill attention against DIR's
 #                                             lib_base.tar.xz (device_bundle.sh BASE_LIB=...: an
@@ -123,6 +129,23 @@ for k in med:
 PY
 }
 pack() { tar -C $K/logs -cJf "$OUT/$1.tar.xz" . && echo "logs: $OUT/$1.tar.xz"; }
+# A 0 / 1 environment switch VAR of the decode step, 1 then 0 each round (ROUNDS, default 2):
+# graph decode device tok/s at batch 1 on the SmolLM2 and Gemma 3 shapes (random weights) at
+# AB_CONTEXTS tokens of context (default 256 and 4K).
+switch_ab() {
+  local var=$1 round v ctx p
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for v in 1 0; do
+      for ctx in ${AB_CONTEXTS:-256 4096}; do
+        for p in smollm2-135m gemma3-270m; do
+          echo "== $p context $ctx $var=$v round $round"
+          env "$var=$v" timeout 90 $K/bin/gpu_e2e_bench --preset $p --decode-ab \
+            --batches 1 --prompt-tokens "$ctx" 2>&1 | grep -E "^[0-9]+ +graph"
+        done
+      done
+    done
+  done
+}
 # DIR's lib_base.tar.xz (device_bundle.sh BASE_LIB=: an earlier build's libraries) into $K/lib_base.
 # Also every other DIR/lib_NAME.tar.xz (device_bundle.sh LIB_VARIANTS) into $K/lib_NAME; prints
 # their names.
@@ -233,23 +256,24 @@ case "$verb" in
     for job in "$@"; do sanitize "${job%%:*}" "${job#*:}"; done
     pack "part_logs_$(basename "$dir")"
     ;;
-  select-ab)
-    dir="${2:?usage: device_session.sh select-ab DIR}"
+  select-ab | score-lib-ab)
+    dir="${2:?usage: device_session.sh score-lib-ab DIR [BENCH_FLAG]}"
+    flag="${3:---select}"
     unpack_base "$dir" >/dev/null || exit 3
     for round in 1 2; do
       for v in new base; do
-        LD_LIBRARY_PATH=$(lib_path $v) timeout 200 "$(bench_of $v gpu_score_bench)" --select \
-          >$K/logs/select_${v}_$round.txt 2>&1
-        echo "select $v round $round rc=$?"
+        LD_LIBRARY_PATH=$(lib_path $v) timeout 200 "$(bench_of $v gpu_score_bench)" "$flag" \
+          >$K/logs/score_${v}_$round.txt 2>&1
+        echo "gpu_score_bench $flag $v round $round rc=$?"
       done
     done
-    python3 - $K/logs <<'PY' | tee $K/logs/select_ab.txt
+    python3 - $K/logs <<'PY' | tee $K/logs/score_lib_ab.txt
 import collections, glob, re, statistics, sys
 rows = collections.defaultdict(lambda: collections.defaultdict(list))
-for f in sorted(glob.glob(sys.argv[1] + "/select_*_[12].txt")):
-    v = re.search(r"select_(new|base)_", f).group(1)
+for f in sorted(glob.glob(sys.argv[1] + "/score_*_[12].txt")):
+    v = re.search(r"score_(new|base)_", f).group(1)
     for line in open(f):
-        m = re.match(r"(.*?select.*?)\s+(\d+\.\d+) ms", line)
+        m = re.match(r"(.*?)\s+(\d+\.\d+) ms", line)
         if m:
             rows[m.group(1).strip()][v].append(float(m.group(2)))
 for k, d in rows.items():
@@ -257,7 +281,7 @@ for k, d in rows.items():
         a, b = statistics.median(d["new"]), statistics.median(d["base"])
         print(f"{k:58s} new {a:.4f} ms  base {b:.4f} ms  {100 * (a / b - 1):+.1f}%")
 PY
-    pack select_ab_logs
+    pack score_lib_ab_logs
     ;;
   models)
     dir="${2:?usage: device_session.sh models DIR}"
@@ -321,23 +345,24 @@ PY
     ;;
   preload-ab)
     # The fused step's batch-1 GEMVs with their weights in registers before the dependency wait
-    # (KVEVICT_GEMV_PRELOAD=1, the default) against the L2 prefetch alone (0), A B A B: graph
-    # decode device tok/s at batch 1 on the SmolLM2 and Gemma 3 shapes (random weights) at
-    # PRELOAD_CONTEXTS tokens of context; then what a grid-wide dependency costs (gpu_gemv_bench
-    # --sync-cost).
-    for round in $(seq 1 "${ROUNDS:-2}"); do
-      for v in 1 0; do
-        for ctx in ${PRELOAD_CONTEXTS:-256 4096}; do
-          for p in smollm2-135m gemma3-270m; do
-            echo "== $p context $ctx preload=$v round $round"
-            KVEVICT_GEMV_PRELOAD=$v timeout 90 $K/bin/gpu_e2e_bench --preset $p --decode-ab \
-              --batches 1 --prompt-tokens $ctx 2>&1 | grep -E "^[0-9]+ +graph"
-          done
-        done
-      done
-    done | tee $K/logs/preload_ab.txt
+    # (KVEVICT_GEMV_PRELOAD=1, the default) against the L2 prefetch alone (0); then what a
+    # grid-wide dependency costs (gpu_gemv_bench --sync-cost).
+    switch_ab KVEVICT_GEMV_PRELOAD | tee $K/logs/preload_ab.txt
     timeout 100 $K/bin/gpu_gemv_bench --sync-cost 2>&1 | tee $K/logs/sync_cost.txt
     pack preload_ab_logs
+    ;;
+  folds-ab)
+    # gemma3's folds (KVEVICT_GEMV_FOLDS=1: the post-norm adds and q / k head norms inside the
+    # batch-1 GEMVs, five launches a layer) against their own launches (0, the default until this
+    # has run): the GEMV and graph tests (which check the folds' bits against the launches they
+    # replace), the session tests with the folds on, then the A B rounds (SmolLM2 never folds: its
+    # numbers must not move).
+    for t in test_model_cuda_decode_gemv_test test_model_cuda_decode_graph_test; do
+      run_test $K/bin/$t
+    done
+    KVEVICT_GEMV_FOLDS=1 run_test $K/bin/test_model_cuda_gpu_session_test
+    switch_ab KVEVICT_GEMV_FOLDS | tee $K/logs/folds_ab.txt
+    pack folds_ab_logs
     ;;
   prefill-lib-ab)
     # A change to the prefill attention against the library before it, on one card in one start
