@@ -373,11 +373,27 @@ std::vector<float> keys_of_three_scales(const Shape& sh, uint64_t seed) {
   return k;
 }
 
+// Host keys [Hkv, n, d] (bf16 values) on the device as a key-only problem (v = k).
+struct DeviceKeys {
+  DeviceBuffer<uint16_t> buf;
+  ScoreProblem problem;
+  DeviceKeys(const Shape& sh, const std::vector<float>& k) : buf(k.size()) {
+    buf.upload(testing::encode16(k, DType::kBF16));
+    problem.k = TensorView(buf.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+    problem.v = problem.k;
+  }
+};
+
+SelectOptions half_budget() {
+  SelectOptions sel;
+  sel.budget.value = 0.5;
+  return sel;
+}
+
 // LayerEvictor(knorm) on both backends; returns {cpu scores, gpu scores} (host copies).
 std::pair<std::vector<float>, std::vector<float>> knorm_on_both(const Shape& sh,
                                                                 const std::vector<float>& k) {
-  SelectOptions sel;
-  sel.budget.value = 0.5;
+  const SelectOptions sel = half_budget();
   const ScoreOptions so = ScoreOptions::defaults(Method::kKNorm);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   ScoreProblem hp;
@@ -389,13 +405,9 @@ std::pair<std::vector<float>, std::vector<float>> knorm_on_both(const Shape& sh,
   std::vector<float> cpu_scores(cs, cs + sh.hkv * sh.n);
 
   std::unique_ptr<Backend> gpu = make_cuda_backend();
-  DeviceBuffer<uint16_t> dk(k.size());
-  dk.upload(testing::encode16(k, DType::kBF16));
-  ScoreProblem dp;
-  dp.k = TensorView(dk.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
-  dp.v = dp.k;
+  const DeviceKeys dk(sh, k);
   LayerEvictor gpu_ev(*gpu, so, sel);
-  gpu_ev.plan(dp);
+  gpu_ev.plan(dk.problem);
   std::vector<float> gpu_scores(cpu_scores.size());
   EXPECT_EQ(cudaMemcpy(gpu_scores.data(), gpu_ev.last_scores().data,
                        sizeof(float) * gpu_scores.size(), cudaMemcpyDeviceToHost),
@@ -428,13 +440,9 @@ TEST(CudaBackend, ScoresPastFloat32AreRefused) {
   EXPECT_THROW(knorm_on_both(sh, k), Error);  // the cpu backend refuses first
 
   std::unique_ptr<Backend> gpu = make_cuda_backend();
-  DeviceBuffer<uint16_t> dk(k.size());
-  dk.upload(testing::encode16(k, DType::kBF16));
-  ScoreProblem dp;
-  dp.k = TensorView(dk.data(), DType::kBF16, {sh.hkv, sh.n, sh.d}, Device::kCuda);
-  dp.v = dp.k;
-  SelectOptions sel;
-  sel.budget.value = 0.5;
+  const DeviceKeys dk(sh, k);
+  const ScoreProblem& dp = dk.problem;
+  const SelectOptions sel = half_budget();
   const ScoreOptions so = ScoreOptions::defaults(Method::kKNorm);
   const auto expect_refusal = [&](const std::function<void()>& f, const char* what) {
     try {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -200,6 +201,81 @@ TEST(DecodeGemv, ModelShapesAndTheGeluActivation) {
   check({8, 300, 14336, true, GemvOut::kF32Add}, 17);
 }
 
+// y = rms_norm(x) W^T over B rows (eps 1e-6), W [N, K] bf16 bits in device memory.
+GemvArgs normed_projection(const float* x, const float* norm_w, const uint16_t* w, int B, int N,
+                           int K, GemvOut out, void* y) {
+  GemvArgs a;
+  a.x = x;
+  a.norm_w = norm_w;
+  a.eps = 1e-6f;
+  a.w = reinterpret_cast<const __nv_bfloat16*>(w);
+  a.B = B;
+  a.N = N;
+  a.K = K;
+  a.out = out;
+  a.y = y;
+  return a;
+}
+
+// The decode mode's segmented cache for the RoPE + append tests: `segments` segments of 16 rows
+// holding random bit patterns (about 1 in 256 a bf16 NaN: rows neither path writes must keep
+// their bits), segment s filled to 3 + 2 s rows, or to s % (ring + 1) on a ring layer.
+struct Segments {
+  std::vector<int32_t> len;   // [segments]
+  std::vector<int64_t> off;   // [segments + 1]
+  std::vector<uint16_t> kv0;  // [rows, d] bf16 bits
+  int64_t rows = 0;
+};
+Segments random_segments(int segments, int ring, int d, std::mt19937_64& rng) {
+  constexpr int kCap = 16;
+  Segments g;
+  g.len.resize(segments);
+  g.off.assign(segments + 1, 0);
+  for (int s = 0; s < segments; ++s) {
+    g.len[s] = ring > 0 ? s % (ring + 1) : 3 + 2 * s;
+    g.off[s + 1] = g.off[s] + kCap;
+  }
+  g.rows = g.off.back();
+  g.kv0.resize(static_cast<size_t>(g.rows) * d);
+  for (auto& e : g.kv0) e = static_cast<uint16_t>(rng());
+  return g;
+}
+
+std::vector<double> rope_inv_freq(int d) {
+  std::vector<double> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.0, -2.0 * i / d);
+  return inv_freq;
+}
+
+// One path's copy of what a decode step's RoPE + append writes: q [T, Hq, d] (poisoned) and the
+// cache's k / v rows, positions (-7), accumulators (0.5) and lengths, as `g` lays them out.
+struct StepCache {
+  DeviceBuffer<uint16_t> q, k, v;
+  DeviceBuffer<int32_t> pos, len;
+  DeviceBuffer<float> acc;
+  StepCache(size_t qn, const Segments& g)
+      : q(qn), k(g.kv0.size()), v(g.kv0.size()), pos(g.rows), len(g.len.size()), acc(g.rows) {
+    q.poison();
+    k.upload(g.kv0);
+    v.upload(g.kv0);
+    pos.upload(std::vector<int32_t>(g.rows, -7));
+    acc.upload(std::vector<float>(g.rows, 0.5f));
+    len.upload(g.len);
+  }
+  // ra's outputs pointed at this copy (decode mode, token-major q).
+  RopeAppendArgs outputs_of(RopeAppendArgs ra) {
+    ra.q_out = reinterpret_cast<__nv_bfloat16*>(q.data());
+    ra.head_major = false;
+    ra.k_cache = reinterpret_cast<__nv_bfloat16*>(k.data());
+    ra.v_cache = reinterpret_cast<__nv_bfloat16*>(v.data());
+    ra.pos_cache = pos.data();
+    ra.acc_cache = acc.data();
+    ra.seg_len = len.data();
+    ra.decode = true;
+    return ra;
+  }
+};
+
 // kRopeAppend against the two launches it replaces (the kBf16 projection, then rope_append's
 // decode mode) on the same inputs and two copies of the same cache: every store equal (q and k may
 // differ by the contraction of the rotation into FMAs: at most 1 bf16 ulp), the lengths advanced
@@ -210,7 +286,7 @@ void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed
   SCOPED_TRACE("B=" + std::to_string(B) + " K=" + std::to_string(K) +
                (neox ? " neox" : " interleaved") + (with_bias ? " bias" : "") +
                " ring=" + std::to_string(ring));
-  const int Hq = 6, Hkv = 2, d = 64, W = (Hq + 2 * Hkv) * d, S = B * Hkv, cap = 16;
+  const int Hq = 6, Hkv = 2, d = 64, W = (Hq + 2 * Hkv) * d, S = B * Hkv;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> x(static_cast<size_t>(B) * K), nw(K), w(static_cast<size_t>(W) * K), bias(W);
@@ -218,24 +294,16 @@ void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed
   for (auto& e : nw) e = 1.f + 0.2f * nd(rng);
   for (auto& e : w) e = round_bf16(nd(rng) / 16.f);
   for (auto& e : bias) e = 0.1f * nd(rng);
-  std::vector<double> inv_freq(d / 2);
-  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.0, -2.0 * i / d);
-  std::vector<int32_t> pos(B), len(S);
-  std::vector<int64_t> off(S + 1);
+  const std::vector<double> inv_freq = rope_inv_freq(d);
+  std::vector<int32_t> pos(B);
   for (int b = 0; b < B; ++b) pos[b] = 1000 + 37 * b;
-  for (int s = 0; s < S; ++s) {
-    len[s] = ring > 0 ? static_cast<int32_t>(s % (ring + 1)) : static_cast<int32_t>(3 + 2 * s);
-    off[s + 1] = off[s] + cap;
-  }
-  const int64_t rows = off.back();
-  std::vector<uint16_t> kv0(static_cast<size_t>(rows) * d);
-  for (auto& e : kv0) e = static_cast<uint16_t>(rng());
+  const Segments g = random_segments(S, ring, d, rng);
 
   DeviceBuffer<float> dx(x.size()), dnw(K), dbias(W);
   DeviceBuffer<uint16_t> dw(w.size()), dqkv(static_cast<size_t>(B) * W);
   DeviceBuffer<double> dfreq(inv_freq.size());
   DeviceBuffer<int32_t> dpos(B);
-  DeviceBuffer<int64_t> doff(off.size());
+  DeviceBuffer<int64_t> doff(g.off.size());
   DeviceBuffer<uint32_t> arrivals(1);
   dx.upload(x);
   dnw.upload(nw);
@@ -243,58 +311,26 @@ void check_rope_append(int B, bool neox, bool with_bias, int ring, uint64_t seed
   dw.upload(cuda::testing::encode16(w, DType::kBF16));
   dfreq.upload(inv_freq);
   dpos.upload(pos);
-  doff.upload(off);
+  doff.upload(g.off);
   KVEVICT_ASSERT_CUDA(cudaMemset(arrivals.data(), 0, 4));
-  struct Cache {
-    DeviceBuffer<uint16_t> q, k, v;
-    DeviceBuffer<int32_t> pos, len;
-    DeviceBuffer<float> acc;
-    Cache(size_t qn, size_t kvn, size_t rows, size_t segs)
-        : q(qn), k(kvn), v(kvn), pos(rows), len(segs), acc(rows) {}
-  };
   const size_t qn = static_cast<size_t>(B) * Hq * d;
-  Cache ref(qn, kv0.size(), rows, S), fused(qn, kv0.size(), rows, S);
-  for (Cache* c : {&ref, &fused}) {
-    c->q.poison();
-    c->k.upload(kv0);
-    c->v.upload(kv0);
-    c->pos.upload(std::vector<int32_t>(rows, -7));
-    c->acc.upload(std::vector<float>(rows, 0.5f));
-    c->len.upload(len);
-  }
-  auto rope_of = [&](Cache& c) {
-    RopeAppendArgs ra;
-    ra.qkv = reinterpret_cast<const __nv_bfloat16*>(dqkv.data());
-    ra.bias = with_bias ? dbias.data() : nullptr;
-    ra.pos = dpos.data();
-    ra.inv_freq = dfreq.data();
-    ra.T = B;
-    ra.Hq = Hq;
-    ra.Hkv = Hkv;
-    ra.d = d;
-    ra.neox = neox;
-    ra.q_out = reinterpret_cast<__nv_bfloat16*>(c.q.data());
-    ra.head_major = false;
-    ra.k_cache = reinterpret_cast<__nv_bfloat16*>(c.k.data());
-    ra.v_cache = reinterpret_cast<__nv_bfloat16*>(c.v.data());
-    ra.pos_cache = c.pos.data();
-    ra.acc_cache = c.acc.data();
-    ra.seg_off = doff.data();
-    ra.seg_len = c.len.data();
-    ra.decode = true;
-    ra.ring = ring;
-    return ra;
-  };
-  GemvArgs proj;  // the reference's projection
-  proj.x = dx.data();
-  proj.norm_w = dnw.data();
-  proj.eps = 1e-6f;
-  proj.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
-  proj.B = B;
-  proj.N = W;
-  proj.K = K;
-  proj.out = GemvOut::kBf16;
-  proj.y = dqkv.data();
+  StepCache ref(qn, g), fused(qn, g);
+  RopeAppendArgs rope;  // what both paths share
+  rope.qkv = reinterpret_cast<const __nv_bfloat16*>(dqkv.data());
+  rope.bias = with_bias ? dbias.data() : nullptr;
+  rope.pos = dpos.data();
+  rope.inv_freq = dfreq.data();
+  rope.T = B;
+  rope.Hq = Hq;
+  rope.Hkv = Hkv;
+  rope.d = d;
+  rope.neox = neox;
+  rope.seg_off = doff.data();
+  rope.ring = ring;
+  auto rope_of = [&](StepCache& c) { return c.outputs_of(rope); };
+  // The reference's projection.
+  const GemvArgs proj =
+      normed_projection(dx.data(), dnw.data(), dw.data(), B, W, K, GemvOut::kBf16, dqkv.data());
   GemvArgs a = proj;  // the fused launch
   a.out = GemvOut::kRopeAppend;
   a.y = nullptr;
@@ -369,17 +405,8 @@ void check_post_fold(GemvOut out, int N, int K, bool gelu, uint64_t seed) {
   dpw.upload(pw);
   dw.upload(cuda::testing::encode16(w, DType::kBF16));
   KVEVICT_ASSERT_CUDA(cudaMemset(arrivals.data(), 0, 4));
-  GemvArgs ref;
-  ref.x = x_ref.data();
-  ref.norm_w = dnw.data();
-  ref.eps = 1e-6f;
-  ref.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
-  ref.B = 1;
-  ref.N = N;
-  ref.K = K;
-  ref.out = out;
+  GemvArgs ref = normed_projection(x_ref.data(), dnw.data(), dw.data(), 1, N, K, out, y_ref.data());
   ref.gelu_tanh = gelu;
-  ref.y = y_ref.data();
   GemvArgs fold = ref;
   fold.x = x_fold.data();
   fold.y = y_fold.data();
@@ -442,7 +469,7 @@ void check_head_norm_fold(const HeadNormCase& c, uint64_t seed) {
                " d=" + std::to_string(c.d) + " K=" + std::to_string(c.K) +
                (c.neox ? " neox" : " interleaved") + (c.post ? " post" : "") +
                (c.bias ? " bias" : "") + " ring=" + std::to_string(c.ring));
-  const int Hq = c.Hq, Hkv = c.Hkv, d = c.d, K = c.K, W = (Hq + 2 * Hkv) * d, cap = 16;
+  const int Hq = c.Hq, Hkv = c.Hkv, d = c.d, K = c.K, W = (Hq + 2 * Hkv) * d;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> x(K), nw(K), pw(K), w(static_cast<size_t>(W) * K), bias(W), qn(d), kn(d);
@@ -453,23 +480,15 @@ void check_head_norm_fold(const HeadNormCase& c, uint64_t seed) {
   for (auto& e : bias) e = 0.1f * nd(rng);
   for (auto& e : qn) e = 1.f + 0.3f * nd(rng);
   for (auto& e : kn) e = 1.f + 0.3f * nd(rng);
-  std::vector<double> inv_freq(d / 2);
-  for (int i = 0; i < d / 2; ++i) inv_freq[i] = std::pow(10000.0, -2.0 * i / d);
-  std::vector<int32_t> pos{1000}, len(Hkv);
-  std::vector<int64_t> off(Hkv + 1);
-  for (int g = 0; g < Hkv; ++g) {
-    len[g] = c.ring > 0 ? g % (c.ring + 1) : 3 + 2 * g;
-    off[g + 1] = off[g] + cap;
-  }
-  const int64_t rows = off.back();
-  std::vector<uint16_t> kv0(static_cast<size_t>(rows) * d);
-  for (auto& e : kv0) e = static_cast<uint16_t>(rng());
+  const std::vector<double> inv_freq = rope_inv_freq(d);
+  std::vector<int32_t> pos{1000};
+  const Segments g = random_segments(Hkv, c.ring, d, rng);
 
   DeviceBuffer<float> dnw(K), dpw(K), o(K), dbias(W), dqn(d), dkn(d);
   DeviceBuffer<uint16_t> dw(w.size());
   DeviceBuffer<double> dfreq(inv_freq.size());
   DeviceBuffer<int32_t> dpos(1);
-  DeviceBuffer<int64_t> doff(off.size());
+  DeviceBuffer<int64_t> doff(g.off.size());
   DeviceBuffer<uint32_t> arrivals(1 + Hq + Hkv);  // the launch's, then the heads'
   dnw.upload(nw);
   dpw.upload(pw);
@@ -479,63 +498,40 @@ void check_head_norm_fold(const HeadNormCase& c, uint64_t seed) {
   dw.upload(cuda::testing::encode16(w, DType::kBF16));
   dfreq.upload(inv_freq);
   dpos.upload(pos);
-  doff.upload(off);
+  doff.upload(g.off);
   KVEVICT_ASSERT_CUDA(cudaMemset(arrivals.data(), 0, arrivals.size() * 4));
-  struct Path {
-    DeviceBuffer<float> x, acc;
-    DeviceBuffer<uint16_t> qkv, q, k, v;
-    DeviceBuffer<int32_t> pos, len;
-    Path(int K, int W, size_t qn, size_t kvn, size_t rows, size_t segs)
-        : x(K), acc(rows), qkv(W), q(qn), k(kvn), v(kvn), pos(rows), len(segs) {}
+  // Each path's cache copy, its input row x and its projection's q|k|v values (poisoned).
+  struct Path : StepCache {
+    DeviceBuffer<float> x;
+    DeviceBuffer<uint16_t> qkv;
+    Path(int K, int W, size_t qn, const Segments& g) : StepCache(qn, g), x(K), qkv(W) {
+      qkv.poison();
+    }
   };
-  Path ref(K, W, static_cast<size_t>(Hq) * d, kv0.size(), rows, Hkv),
-      fused(K, W, static_cast<size_t>(Hq) * d, kv0.size(), rows, Hkv);
-  for (Path* p : {&ref, &fused}) {
-    p->x.upload(x);
-    p->qkv.poison();
-    p->q.poison();
-    p->k.upload(kv0);
-    p->v.upload(kv0);
-    p->pos.upload(std::vector<int32_t>(rows, -7));
-    p->acc.upload(std::vector<float>(rows, 0.5f));
-    p->len.upload(len);
-  }
+  Path ref(K, W, static_cast<size_t>(Hq) * d, g), fused(K, W, static_cast<size_t>(Hq) * d, g);
+  for (Path* p : {&ref, &fused}) p->x.upload(x);
+  RopeAppendArgs rope;  // what both paths share
+  rope.bias = c.bias ? dbias.data() : nullptr;
+  rope.pos = dpos.data();
+  rope.inv_freq = dfreq.data();
+  rope.T = 1;
+  rope.Hq = Hq;
+  rope.Hkv = Hkv;
+  rope.d = d;
+  rope.neox = c.neox;
+  rope.q_norm = dqn.data();
+  rope.k_norm = dkn.data();
+  rope.norm_eps = 1e-6f;
+  rope.seg_off = doff.data();
+  rope.ring = c.ring;
   auto rope_of = [&](Path& p) {
-    RopeAppendArgs ra;
+    RopeAppendArgs ra = p.outputs_of(rope);
     ra.qkv = reinterpret_cast<const __nv_bfloat16*>(p.qkv.data());
-    ra.bias = c.bias ? dbias.data() : nullptr;
-    ra.pos = dpos.data();
-    ra.inv_freq = dfreq.data();
-    ra.T = 1;
-    ra.Hq = Hq;
-    ra.Hkv = Hkv;
-    ra.d = d;
-    ra.neox = c.neox;
-    ra.q_norm = dqn.data();
-    ra.k_norm = dkn.data();
-    ra.norm_eps = 1e-6f;
-    ra.q_out = reinterpret_cast<__nv_bfloat16*>(p.q.data());
-    ra.head_major = false;
-    ra.k_cache = reinterpret_cast<__nv_bfloat16*>(p.k.data());
-    ra.v_cache = reinterpret_cast<__nv_bfloat16*>(p.v.data());
-    ra.pos_cache = p.pos.data();
-    ra.acc_cache = p.acc.data();
-    ra.seg_off = doff.data();
-    ra.seg_len = p.len.data();
-    ra.decode = true;
-    ra.ring = c.ring;
     return ra;
   };
-  GemvArgs proj;  // the reference's projection (the preloaded batch-1 kernel)
-  proj.x = ref.x.data();
-  proj.norm_w = dnw.data();
-  proj.eps = 1e-6f;
-  proj.w = reinterpret_cast<const __nv_bfloat16*>(dw.data());
-  proj.B = 1;
-  proj.N = W;
-  proj.K = K;
-  proj.out = GemvOut::kBf16;
-  proj.y = ref.qkv.data();
+  // The reference's projection (the preloaded batch-1 kernel).
+  const GemvArgs proj = normed_projection(ref.x.data(), dnw.data(), dw.data(), 1, W, K,
+                                          GemvOut::kBf16, ref.qkv.data());
   GemvArgs a = proj;  // the fused launch
   a.x = fused.x.data();
   a.out = GemvOut::kRopeAppend;
@@ -634,34 +630,29 @@ TEST(DecodeGemv, RefusesFoldsItDoesNotCover) {
   a.x_out = buf;
   a.arrivals = counters;
   EXPECT_TRUE(gpu::detail::gemv_supported(a));
-  auto refused = [](GemvArgs b) { return !gpu::detail::gemv_supported(b); };
+  // Each change of `base` alone makes the shape one the GEMV refuses.
+  using Change = std::function<void(GemvArgs&)>;
+  auto expect_refused = [](const GemvArgs& base, std::initializer_list<Change> changes) {
+    int i = 0;
+    for (const Change& change : changes) {
+      GemvArgs b = base;
+      change(b);
+      EXPECT_FALSE(gpu::detail::gemv_supported(b)) << "change " << i++;
+    }
+  };
+  expect_refused(a, {
+                        [](GemvArgs& b) { b.preload = false; },
+                        [](GemvArgs& b) { b.B = 2; },
+                        // no longer one tile: not preloaded
+                        [](GemvArgs& b) { b.K = gpu::detail::kGemvTileK + 8; },
+                        [](GemvArgs& b) { b.norm_w = nullptr; },
+                        [](GemvArgs& b) { b.arrivals = nullptr; },
+                        [](GemvArgs& b) { b.x_out = nullptr; },
+                        [](GemvArgs& b) { b.post_w = buf + 1; },  // not 16-byte aligned
+                        [](GemvArgs& b) { b.out = GemvOut::kF32; },
+                        [](GemvArgs& b) { b.out = GemvOut::kF32Add; },
+                    });
   GemvArgs b = a;
-  b.preload = false;
-  EXPECT_TRUE(refused(b));
-  b = a;
-  b.B = 2;
-  EXPECT_TRUE(refused(b));
-  b = a;
-  b.K = gpu::detail::kGemvTileK + 8;  // no longer one tile: not preloaded
-  EXPECT_TRUE(refused(b));
-  b = a;
-  b.norm_w = nullptr;
-  EXPECT_TRUE(refused(b));
-  b = a;
-  b.arrivals = nullptr;
-  EXPECT_TRUE(refused(b));
-  b = a;
-  b.x_out = nullptr;
-  EXPECT_TRUE(refused(b));
-  b = a;
-  b.post_w = buf + 1;  // not 16-byte aligned
-  EXPECT_TRUE(refused(b));
-  for (GemvOut out : {GemvOut::kF32, GemvOut::kF32Add}) {
-    b = a;
-    b.out = out;
-    EXPECT_TRUE(refused(b));
-  }
-  b = a;
   b.out = GemvOut::kGated;
   EXPECT_TRUE(gpu::detail::gemv_supported(b));
 
@@ -688,26 +679,21 @@ TEST(DecodeGemv, RefusesFoldsItDoesNotCover) {
   GemvArgs g = h;
   g.post_in = buf;  // both folds
   EXPECT_TRUE(gpu::detail::gemv_supported(g));
-  g = h;
-  g.rope.k_norm = nullptr;  // one norm without the other
-  EXPECT_TRUE(refused(g));
-  g = h;
-  g.y = nullptr;
-  EXPECT_TRUE(refused(g));
-  g = h;
-  g.preload = false;
-  EXPECT_TRUE(refused(g));
-  g = h;
-  g.B = 2;
-  EXPECT_TRUE(refused(g));
-  g = h;
-  g.rope.d = 12;  // 6 pairs a head: a head's pairs do not fill whole blocks of 4 warps
-  g.N = 3 * 12;
-  EXPECT_TRUE(refused(g));
-  g = h;
-  g.rope.d = 264;  // past the fold's 256
-  g.N = 3 * 264;
-  EXPECT_TRUE(refused(g));
+  expect_refused(h, {
+                        [](GemvArgs& b) { b.rope.k_norm = nullptr; },  // one norm, not the other
+                        [](GemvArgs& b) { b.y = nullptr; },
+                        [](GemvArgs& b) { b.preload = false; },
+                        [](GemvArgs& b) { b.B = 2; },
+                        // 6 pairs a head: a head's pairs do not fill whole blocks of 4 warps
+                        [](GemvArgs& b) {
+                          b.rope.d = 12;
+                          b.N = 3 * 12;
+                        },
+                        [](GemvArgs& b) {  // past the fold's 256
+                          b.rope.d = 264;
+                          b.N = 3 * 264;
+                        },
+                    });
   g = h;
   g.rope.d = 256;
   g.N = 3 * 256;
