@@ -172,15 +172,5 @@ TEST(CudaPaged, AttentionEqualsMaskedFullAttention) {
   run(2, 2, 256, 333, 64, 16, Policy::kAdaKV, DType::kF32, 6);  // exactly 4 pages a head on average
 }
 
-TEST(CudaPaged, PlanPacksWholePages) {
-  const PagedPlan p = paged_plan({17, 0, 32, 1}, 16, 5);
-  EXPECT_EQ(p.num_pages, 2 + 0 + 2 + 1);
-  EXPECT_EQ(p.max_pages, 2);
-  const std::vector<int32_t> want = {5, 6, -1, -1, 7, 8, 9, -1};
-  EXPECT_EQ(p.page_table, want);
-  EXPECT_THROW(paged_plan({3}, 0), Error);
-  EXPECT_THROW(paged_plan({-1}, 16), Error);
-}
-
 }  // namespace
 }  // namespace kvevict::cuda
