@@ -47,14 +47,14 @@ __device__ __forceinline__ double row_sum_sq_double(const T* row, int d, int lan
   return acc;
 }
 
-// knorm sums its squares in float, which holds the sums of ordinary keys to float's rounding.
-// A sum above FLT_MAX (keys from |k| ~ 1.8e19: inf) or below 2^-100 (keys from |k| ~ 1e-15,
-// whose squares lose bits in float's subnormals from 2^-126 or underflow to 0) is redone in
-// double, as the cpu backend sums every row (cpu_score.cpp), so that such keys score -||k||
-// like it does: a norm that still passes FLT_MAX becomes -inf there and here, and the backends
-// refuse it (check_scores_finite; the cuda backend's status word). NaN (a NaN key) is redone too
-// and stays NaN.
-__device__ __forceinline__ bool knorm_sum_fits_float(float ss) {
+// knorm and keydiff sum a key's squares in float, which holds the sums of ordinary keys to float's
+// rounding. A sum above FLT_MAX (keys from |k| ~ 1.8e19: inf) or below 2^-100 (keys from |k| ~
+// 1e-15, whose squares lose bits in float's subnormals from 2^-126 or underflow to 0) is redone
+// in double, as the cpu backend sums every row (cpu_score.cpp), so that such keys score like
+// they do there: knorm's -||k|| (a norm that still passes FLT_MAX becomes -inf there and here,
+// and the backends refuse it: check_scores_finite, the cuda backend's status word) and keydiff's
+// cosine (always in range). NaN (a NaN key) is redone too and stays NaN.
+__device__ __forceinline__ bool sum_sq_fits_float(float ss) {
   return ss >= 0x1p-100f && ss <= FLT_MAX;
 }
 
@@ -69,7 +69,7 @@ __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride
   const T* row = k + h * head_stride + j * row_stride;
   const float ss = row_sum_sq(row, d, lane);  // the same value on every lane: warp-uniform
   float norm = sqrtf(ss);
-  if (!knorm_sum_fits_float(ss)) norm = static_cast<float>(sqrt(row_sum_sq_double(row, d, lane)));
+  if (!sum_sq_fits_float(ss)) norm = static_cast<float>(sqrt(row_sum_sq_double(row, d, lane)));
   if (lane == 0) scores[warp] = -norm;
 }
 
@@ -129,7 +129,7 @@ __global__ void knorm_rows_kernel(const T* k, int64_t head_stride, int64_t row_s
                              // double sum (its shuffles need every lane), and only the rows that
                              // left keep it. Rows past n hold zeros, which also take this branch,
                              // at most once a head.
-                             const bool redo = !knorm_sum_fits_float(ss);
+                             const bool redo = !sum_sq_fits_float(ss);
                              if (__any_sync(0xffffffffu, redo)) {
                                double sd = 0.0;
 #pragma unroll
@@ -156,13 +156,28 @@ __global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row
   float local[8] = {};  // lane's 8 columns per 256-column stripe, d <= 256
   for (int64_t j = begin + warp; j < end; j += warps) {
     const T* row = k + h * head_stride + j * row_stride;
-    const float ss = row_sum_sq(row, d, lane);
-    const float inv = ss > 0.f ? rsqrtf(ss) : 0.f;
-    if (lane < d / 8) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
-      const T* e = reinterpret_cast<const T*>(&raw);
+    const float ss = row_sum_sq(row, d, lane);  // warp-uniform
+    // A row whose float sum leaves the normal range (sum_sq_fits_float) is normalized in
+    // double, so huge and tiny keys count in the mean like the others (the cpu backend's double
+    // mean); a zero row adds nothing.
+    if (sum_sq_fits_float(ss)) {
+      const float inv = rsqrtf(ss);
+      if (lane < d / 8) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
+        const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) local[i] += ElemTraits<T>::to_float(e[i]) * inv;
+        for (int i = 0; i < 8; ++i) local[i] += ElemTraits<T>::to_float(e[i]) * inv;
+      }
+    } else {
+      const double sd = row_sum_sq_double(row, d, lane);
+      const double inv = sd > 0.0 ? 1.0 / sqrt(sd) : 0.0;
+      if (lane < d / 8) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          local[i] += static_cast<float>(static_cast<double>(ElemTraits<T>::to_float(e[i])) * inv);
+      }
     }
   }
   if (lane < d / 8)
@@ -176,6 +191,14 @@ __global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row
 __device__ __forceinline__ float keydiff_score(float kk, float km, float mm) {
   const float den = sqrtf(kk) * sqrtf(mm);
   return den == 0.f ? 0.f : -km / den;  // NaN (a NaN key or mean) stays NaN
+}
+// The same from a key's ||k||^2 and k . mean summed in double: the rows whose float ||k||^2 left
+// the normal range (sum_sq_fits_float), whose float cosine would be 0 or -0 (a key of ~1e20
+// or ~1e-26 has a direction like any other). |k . mean| <= ||k|| n stays in float's range once
+// ||k||^2 does, so the common rows need no double term.
+__device__ __forceinline__ float keydiff_score(double kk, double km, float mm) {
+  const double den = sqrt(kk) * sqrt(static_cast<double>(mm));
+  return den == 0.0 ? 0.f : static_cast<float>(-km / den);
 }
 template <class T>
 __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t row_stride, int hkv,
@@ -201,7 +224,27 @@ __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t ro
   kk = warp_sum(kk);
   km = warp_sum(km);
   mm = warp_sum(mm);
-  if (lane == 0) scores[warp] = keydiff_score(kk, km, mm);
+  float score = keydiff_score(kk, km, mm);
+  if (!sum_sq_fits_float(kk)) {  // warp-uniform
+    double kd = 0.0, md = 0.0;
+    for (int c = lane; c < d / 8; c += 32) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + c * 8);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const double x = ElemTraits<T>::to_float(e[i]);
+        kd += x * x;
+        md += x * m[c * 8 + i];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      kd += __shfl_xor_sync(0xffffffffu, kd, o);
+      md += __shfl_xor_sync(0xffffffffu, md, o);
+    }
+    score = keydiff_score(kd, md, mm);
+  }
+  if (lane == 0) scores[warp] = score;
 }
 // The same at head dims 64 / 128 / 256 in row groups (for_key_row_groups).
 template <class T, int D>
@@ -222,7 +265,22 @@ __global__ void keydiff_score_rows_kernel(const T* k, int64_t head_stride, int64
                              kk = row_lanes_sum<D>(kk);
                              km = row_lanes_sum<D>(km);
                              mm = row_lanes_sum<D>(mm);
-                             if (chunk == 0 && j < n) out[j] = keydiff_score(kk, km, mm);
+                             float score = keydiff_score(kk, km, mm);
+                             // Rare: as knorm_rows_kernel, the whole warp takes the double sums
+                             // when one of its rows left float's range.
+                             const bool redo = !sum_sq_fits_float(kk);
+                             if (__any_sync(0xffffffffu, redo)) {
+                               double kd = 0.0, md = 0.0;
+#pragma unroll
+                               for (int i = 0; i < 8; ++i) {
+                                 kd += static_cast<double>(x[i]) * x[i];
+                                 md += static_cast<double>(x[i]) * m[chunk * 8 + i];
+                               }
+                               kd = row_lanes_sum<D>(kd);
+                               md = row_lanes_sum<D>(md);
+                               if (redo) score = keydiff_score(kd, md, mm);
+                             }
+                             if (chunk == 0 && j < n) out[j] = score;
                            });
 }
 

@@ -360,8 +360,9 @@ TEST(CudaBackend, BudgetOfNoTokenIsRefusedLikeOnTheCpu) {
 
 // Keys in bf16 whose rows alternate scales 1, 2^66 and 2^-84 (exact in bf16): the float sums of
 // squares of the scaled rows pass FLT_MAX or fall under float's normal range, so the cuda knorm
-// redoes them in double; every row must score as on the cpu backend (double sums), the ordinary
-// rows beside them too. d = 96 takes the one-warp-a-row kernel, 64 and 128 the row-group one.
+// and keydiff redo them in double; every row must score as on the cpu backend (double sums), the
+// ordinary rows beside them too. d = 96 takes the one-warp-a-row kernels, 64 and 128 the
+// row-group ones.
 std::vector<float> keys_of_three_scales(const Shape& sh, uint64_t seed) {
   auto k = testing::round_to(
       kvevict::testing::normal_floats(static_cast<size_t>(sh.hkv) * sh.n * sh.d, seed, 1.0f),
@@ -390,11 +391,12 @@ SelectOptions half_budget() {
   return sel;
 }
 
-// LayerEvictor(knorm) on both backends; returns {cpu scores, gpu scores} (host copies).
-std::pair<std::vector<float>, std::vector<float>> knorm_on_both(const Shape& sh,
-                                                                const std::vector<float>& k) {
+// LayerEvictor(method: a key-only score) on both backends; returns {cpu scores, gpu scores}
+// (host copies).
+std::pair<std::vector<float>, std::vector<float>> key_scores_on_both(
+    const Shape& sh, const std::vector<float>& k, Method method = Method::kKNorm) {
   const SelectOptions sel = half_budget();
-  const ScoreOptions so = ScoreOptions::defaults(Method::kKNorm);
+  const ScoreOptions so = ScoreOptions::defaults(method);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   ScoreProblem hp;
   hp.k = TensorView(const_cast<float*>(k.data()), DType::kF32, {sh.hkv, sh.n, sh.d});
@@ -415,17 +417,24 @@ std::pair<std::vector<float>, std::vector<float>> knorm_on_both(const Shape& sh,
   return {cpu_scores, gpu_scores};
 }
 
-TEST(CudaBackend, KNormOfHugeAndTinyKeysScoresLikeTheCpu) {
+TEST(CudaBackend, KeyScoresOfHugeAndTinyKeysScoreLikeTheCpu) {
   KVEVICT_REQUIRE_GPU();
   for (const Shape sh : {Shape{2, 2, 64, 301}, Shape{2, 2, 96, 77}, Shape{2, 1, 128, 130}}) {
     SCOPED_TRACE(::testing::Message() << "d " << sh.d << " n " << sh.n);
-    const auto [cpu_scores, gpu_scores] = knorm_on_both(sh, keys_of_three_scales(sh, 950));
-    for (size_t i = 0; i < cpu_scores.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(gpu_scores[i]) && gpu_scores[i] < 0)
-          << "row " << i << ": " << gpu_scores[i];
+    const std::vector<float> k = keys_of_three_scales(sh, 950);
+    const auto [cpu_knorm, gpu_knorm] = key_scores_on_both(sh, k);
+    for (size_t i = 0; i < cpu_knorm.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(gpu_knorm[i]) && gpu_knorm[i] < 0)
+          << "knorm row " << i << ": " << gpu_knorm[i];
       // Float sums of <= 128 squares: within 1e-6 relative of the double sum's norm.
-      EXPECT_NEAR(gpu_scores[i], cpu_scores[i], 1e-6 * std::abs(cpu_scores[i])) << "row " << i;
+      EXPECT_NEAR(gpu_knorm[i], cpu_knorm[i], 1e-6 * std::abs(cpu_knorm[i])) << "knorm row " << i;
     }
+    // keydiff: -cos(k_j, mean of the normalized keys), the scaled rows' directions included (in
+    // float they had none: a score of 0 and no share of the mean). The mean sums in float
+    // atomics: within 1e-5 of the double cosine.
+    const auto [cpu_keydiff, gpu_keydiff] = key_scores_on_both(sh, k, Method::kKeyDiff);
+    for (size_t i = 0; i < cpu_keydiff.size(); ++i)
+      EXPECT_NEAR(gpu_keydiff[i], cpu_keydiff[i], 1e-5) << "keydiff row " << i;
   }
 }
 
@@ -437,7 +446,7 @@ TEST(CudaBackend, ScoresPastFloat32AreRefused) {
   const Shape sh{2, 2, 64, 40};
   std::vector<float> k(static_cast<size_t>(sh.hkv) * sh.n * sh.d, 1.0f);
   for (int e = 0; e < sh.d; ++e) k[(sh.n + 7) * sh.d + e] = std::ldexp(1.0f, 127);  // head 1 row 7
-  EXPECT_THROW(knorm_on_both(sh, k), Error);  // the cpu backend refuses first
+  EXPECT_THROW(key_scores_on_both(sh, k), Error);  // the cpu backend refuses first
 
   std::unique_ptr<Backend> gpu = make_cuda_backend();
   const DeviceKeys dk(sh, k);

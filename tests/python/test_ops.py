@@ -575,17 +575,20 @@ def test_cuda_nan_check_can_be_left_to_the_caller():
 
 @pytest.mark.skipif(not (torch is not None and WANT_CUDA), reason="needs KVEVICT_TEST_CUDA=1")
 def test_cuda_scores_past_float32_are_computed_like_the_host_or_refused():
-    # Rows scaled by 2^66 and 2^-84 (exact in bf16): knorm's float sums of squares pass FLT_MAX
-    # or underflow, and the kernel redoes them in double, like the host's double sums.
+    # Rows scaled by 2^66 and 2^-84 (exact in bf16): knorm's and keydiff's float sums of squares
+    # pass FLT_MAX or underflow, and the kernels redo them in double, like the host's double sums.
     rng = np.random.default_rng(24)
     k = rng.standard_normal((2, 60, 64)).astype(np.float32)
     k[:, 1::3] *= 2.0 ** 66
     k[:, 2::3] *= 2.0 ** -84
     kd = torch.from_numpy(k).cuda().to(torch.bfloat16)
+    kh = kd.float().cpu().numpy()
     got = kvevict.score(None, kd, kd, "knorm").cpu().numpy()
-    want = kvevict.score(None, kd.float().cpu().numpy(), kd.float().cpu().numpy(), "knorm")
     assert np.isfinite(got).all()
-    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(got, kvevict.score(None, kh, kh, "knorm"), rtol=1e-6)
+    # keydiff's cosines: the scaled rows keep their directions (float sums gave them none).
+    got = kvevict.score(None, kd, kd, "keydiff").cpu().numpy()
+    np.testing.assert_allclose(got, kvevict.score(None, kh, kh, "keydiff"), atol=1e-5)
     # A key row of 2^127: its norm passes FLT_MAX. The host refuses it; so does CUDA, naming the
     # same head and row, unless the caller leaves the check to itself.
     k[1, 7] = 2.0 ** 127
