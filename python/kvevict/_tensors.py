@@ -187,6 +187,12 @@ def isnan_any(x: Any) -> bool:
     return bool(np.isnan(x).any())
 
 
+def all_finite(x: Any) -> bool:
+    if is_torch(x):
+        return bool(_torch().isfinite(x).all())
+    return bool(np.isfinite(x).all())
+
+
 def first_inf(x: Any) -> Optional[Tuple[int, ...]]:
     """The index of the first infinite element of x (row-major), or None."""
     if is_torch(x):

@@ -119,10 +119,11 @@ def _score_one(q, k, v, wo, scale, opts, backend, scores=None, aux=None, check_f
         # The host paths reject NaN/Inf inputs while they stream them; the device kernels do
         # not, and NaN would then rank first in the selection: check the (small) output.
         if check_finite:
-            C.no_nan("scores (from NaN or Inf in q, k or v)", scores)
-            C.scores_fit_float32(opts.method, "score", scores)
-            if aux is not None:
-                C.scores_fit_float32(opts.method, "aux score", aux)
+            for name, out in (("score", scores), ("aux score", aux)):
+                # One read-back when every score is finite; the cause only where one is not.
+                if out is not None and not T.all_finite(out):
+                    C.no_nan(f"{name}s (from NaN or Inf in q, k or v)", out)
+                    C.scores_fit_float32(opts.method, name, out)
     else:
         ws = T.workspace(k, ext.score_workspace_bytes(q, k, v, wo, s, opts)) if be == "cpu" else None
         # Raises on non-finite inputs and on scores that overflow float32 from finite ones
