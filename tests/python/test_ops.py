@@ -601,6 +601,33 @@ def test_cuda_scores_past_float32_are_computed_like_the_host_or_refused():
     assert float(s[1, 7]) == -float("inf")
 
 
+@pytest.mark.parametrize("fw", ["numpy", "torch"])
+def test_the_cuda_score_checks_name_the_first_non_finite_score(fw):
+    """The checks the CUDA path runs on its scores (ops._score_one, check_finite) are framework
+    code: here on host arrays, so that CI runs what a GPU runs. One read-back says whether every
+    score is finite; only then are the NaN and the first infinite score looked for, named by
+    method, head, row and value (the host backends' check_scores_finite message)."""
+    if fw == "torch" and torch is None:
+        pytest.skip("needs torch")
+    from kvevict import _checks as C
+    from kvevict import _tensors as T
+
+    s = np.zeros((3, 50), np.float32)
+    if fw == "torch":
+        s = torch.from_numpy(s)
+    assert T.all_finite(s) and T.first_inf(s) is None
+    C.scores_fit_float32("knorm", "score", s)
+    s[2, 4] = -np.inf
+    s[1, 9] = np.inf
+    assert not T.all_finite(s) and T.first_inf(s) == (1, 9)  # row-major: head 1 first
+    with pytest.raises(ValueError, match=r"obcache_v aux score of head 1 row 9 is inf: .*"
+                                         r"overflows float32"):
+        C.scores_fit_float32("obcache_v", "aux score", s)
+    s[0, 0] = np.nan
+    with pytest.raises(ValueError, match="holds NaN"):
+        C.no_nan("scores", s)
+
+
 @pytest.mark.skipif(torch is None, reason="needs torch")
 def test_torch_tensors_read_without_dlpack_equal_the_dlpack_path():
     """Exact torch.Tensor objects reach C++ through their attributes (no DLPack); subclasses
