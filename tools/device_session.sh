@@ -41,7 +41,7 @@
 #                                             against the L2 prefetch, A B A B: SmolLM2 and Gemma 3
 #                                             shapes, batch 1, contexts 256 and 4K
 #                                             (AB_CONTEXTS, ROUNDS); gpu_gemv_bench --sync-cost
-#   tools/device_session.sh folds-ab          gemma3's batch-1 folds (KVEVICT_GEMV_FOLDS=1) against
+#   tools/device_session.sh folds-ab DIR      gemma3's batch-1 folds (KVEVICT_GEMV_FOLDS=1) against
 #                                             their own launches: the decode GEMV / graph tests,
 #                                             the session tests with the folds on, then A B A B
 #                                             as preload-ab
@@ -259,6 +259,7 @@ case "$verb" in
   select-ab | score-lib-ab)
     dir="${2:?usage: device_session.sh score-lib-ab DIR [BENCH_FLAG]}"
     flag="${3:---select}"
+    [ -x $K/bin/gpu_score_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
     unpack_base "$dir" >/dev/null || exit 3
     for round in 1 2; do
       for v in new base; do
@@ -357,6 +358,8 @@ PY
     # has run): the GEMV and graph tests (which check the folds' bits against the launches they
     # replace), the session tests with the folds on, then the A B rounds (SmolLM2 never folds: its
     # numbers must not move).
+    dir="${2:?usage: device_session.sh folds-ab DIR}"
+    [ -x $K/bin/gpu_e2e_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
     for t in test_model_cuda_decode_gemv_test test_model_cuda_decode_graph_test; do
       run_test $K/bin/$t
     done
