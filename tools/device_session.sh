@@ -354,10 +354,10 @@ PY
     ;;
   folds-ab)
     # gemma3's folds (KVEVICT_GEMV_FOLDS=1: the post-norm adds and q / k head norms inside the
-    # batch-1 GEMVs, five launches a layer) against their own launches (0, the default until this
-    # has run): the GEMV and graph tests (which check the folds' bits against the launches they
-    # replace), the session tests with the folds on, then the A B rounds (SmolLM2 never folds: its
-    # numbers must not move).
+    # batch-1 GEMVs, five launches a layer) against their own launches (0, the default): the GEMV
+    # and graph tests (which check the folds' bits against the launches they replace), the session
+    # tests with the folds on, then the A B rounds (SmolLM2 never folds: its numbers must not
+    # move).
     dir="${2:?usage: device_session.sh folds-ab DIR}"
     [ -x $K/bin/gpu_e2e_bench ] || { xz -dc "$dir/bins.tar.xz" | tar -xf - -C $K || exit 3; }
     for t in test_model_cuda_decode_gemv_test test_model_cuda_decode_graph_test; do

@@ -60,9 +60,10 @@ bool parse_gemv_preload(const std::string& value);
 
 // KVEVICT_GEMV_FOLDS: 1 (gemma3's fused batch-1 step folds each post-norm + residual add into the
 // next GEMV that norms x and the per-head q / k norms into the q|k|v launch: five launches a layer
-// instead of eight; GemvArgs::post_in, head_arrivals), 0 (their own launches); unset or empty: 0
-// until a GPU run has checked and timed them (docs/GPU_NOTES.md, "Next GPU session"). Any other
-// value throws as above.
+// instead of eight; GemvArgs::post_in, head_arrivals), 0 (their own launches); unset or empty: 0.
+// Same bits either way; H100, 2026-12-07 (h): 1 is 2.3% slower at a 256-token context, 0.7%
+// faster at 4K (each fold GEMV's longer path after its dependency wait costs more than the three
+// launches a layer it saves: docs/GPU_NOTES.md). Any other value throws as above.
 bool gemv_folds_from_env();
 bool parse_gemv_folds(const std::string& value);
 
