@@ -13,32 +13,17 @@
 namespace kvevict::cuda::detail {
 namespace {
 
-// One warp per key row; lanes read 16-byte chunks. Returns sum of squares (all lanes).
-template <class T>
-__device__ __forceinline__ float row_sum_sq(const T* row, int d, int lane) {
-  float acc = 0.f;
+// One warp per key row; lanes read 16-byte chunks. Returns the sum of squares in A (float, or
+// double for the rows float cannot hold) on every lane, summed as warp_sum does.
+template <class A, class T>
+__device__ __forceinline__ A row_sum_sq(const T* row, int d, int lane) {
+  A acc = 0;
   for (int c = lane; c < d / 8; c += 32) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + c * 8);
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float x = ElemTraits<T>::to_float(e[i]);
-      acc += x * x;
-    }
-  }
-  return warp_sum(acc);
-}
-
-// The same sum in double (all lanes): the knorm rows whose float sum left the normal range.
-template <class T>
-__device__ __forceinline__ double row_sum_sq_double(const T* row, int d, int lane) {
-  double acc = 0.0;
-  for (int c = lane; c < d / 8; c += 32) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(row + c * 8);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const double x = ElemTraits<T>::to_float(e[i]);
+      const A x = ElemTraits<T>::to_float(e[i]);
       acc += x * x;
     }
   }
@@ -67,9 +52,9 @@ __global__ void knorm_kernel(const T* k, int64_t head_stride, int64_t row_stride
   if (warp >= hkv * n) return;
   const int64_t h = warp / n, j = warp % n;
   const T* row = k + h * head_stride + j * row_stride;
-  const float ss = row_sum_sq(row, d, lane);  // the same value on every lane: warp-uniform
+  const float ss = row_sum_sq<float>(row, d, lane);  // the same value on every lane: warp-uniform
   float norm = sqrtf(ss);
-  if (!sum_sq_fits_float(ss)) norm = static_cast<float>(sqrt(row_sum_sq_double(row, d, lane)));
+  if (!sum_sq_fits_float(ss)) norm = static_cast<float>(sqrt(row_sum_sq<double>(row, d, lane)));
   if (lane == 0) scores[warp] = -norm;
 }
 
@@ -156,7 +141,7 @@ __global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row
   float local[8] = {};  // lane's 8 columns per 256-column stripe, d <= 256
   for (int64_t j = begin + warp; j < end; j += warps) {
     const T* row = k + h * head_stride + j * row_stride;
-    const float ss = row_sum_sq(row, d, lane);  // warp-uniform
+    const float ss = row_sum_sq<float>(row, d, lane);  // warp-uniform
     // A row whose float sum leaves the normal range (sum_sq_fits_float) is normalized in
     // double, so huge and tiny keys count in the mean like the others (the cpu backend's double
     // mean); a zero row adds nothing.
@@ -169,7 +154,7 @@ __global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row
         for (int i = 0; i < 8; ++i) local[i] += ElemTraits<T>::to_float(e[i]) * inv;
       }
     } else {
-      const double sd = row_sum_sq_double(row, d, lane);
+      const double sd = row_sum_sq<double>(row, d, lane);
       const double inv = sd > 0.0 ? 1.0 / sqrt(sd) : 0.0;
       if (lane < d / 8) {
         const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
