@@ -470,6 +470,7 @@ int main(int argc, char** argv) {
           bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, 100, 0, " (top mode 2)");
           cuda::set_window_top_keys(0);
           bench_score(L, "llama3.1-8b", Method::kKNorm, 8, false, 100, 0);
+          bench_score(L, "llama3.1-8b", Method::kKeyDiff, 8, false, 100, 0);  // two key passes
           // kvpress's SnapKVPress settings (window 64, average pool 5): issue 15's side by side.
           const Pooling avg5{PoolKind::kAvg, 5};
           bench_score(L, "llama3.1-8b", Method::kSnapKV, 64, false, 100, 0, "", &avg5);
