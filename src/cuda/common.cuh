@@ -200,7 +200,10 @@ __device__ __forceinline__ float nan_min(float a, float b) {
 #endif
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
+// The xor-shuffle sum over a warp, float or double: every lane gets the same bits (each adds the
+// same two operands at each level).
+template <class V>
+__device__ __forceinline__ V warp_sum(V x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }

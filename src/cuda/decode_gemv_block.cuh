@@ -651,7 +651,7 @@ __device__ __forceinline__ void norm_rotate_store_head(const GemvArgs& a, int h,
       f.hv[i] = v[j];
     }
   }
-  const float scale = inv_rms_of(warp_xor_sum(ss), d, ra.norm_eps);
+  const float scale = inv_rms_of(cuda::detail::warp_sum(ss), d, ra.norm_eps);
   __syncwarp();  // f.hv from every lane
   bf16* dst = h < ra.Hq ? ra.q_out + static_cast<int64_t>(h) * d
                         : ra.k_cache + decode_append_row(ra, h - ra.Hq, ra.pos[0]) * d;

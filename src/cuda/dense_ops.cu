@@ -22,16 +22,17 @@ namespace {
 using cuda::detail::grid_dependency_wait;
 using cuda::detail::launch_dependents;
 using cuda::detail::launch_pdl;
+using cuda::detail::warp_sum;
 
 template <int kThreads>
 __device__ float block_sum(float x, float* red) {
-  x = warp_xor_sum(x);
+  x = warp_sum(x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (lane == 0) red[warp] = x;
   __syncthreads();
   float s = 0.f;
   if (threadIdx.x < 32) {
-    s = warp_xor_sum(threadIdx.x < kThreads / 32 ? red[threadIdx.x] : 0.f);
+    s = warp_sum(threadIdx.x < kThreads / 32 ? red[threadIdx.x] : 0.f);
     if (threadIdx.x == 0) red[0] = s;
   }
   __syncthreads();
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(1024) rope_append_kernel(RopeAppendArgs a) {
     for (int h = threadIdx.x >> 5; h < Hq + Hkv; h += blockDim.x >> 5) {
       float ss = 0.f;
       for (int i = lane; i < d; i += 32) ss = add_square(ss, load(h * d + i));
-      ss = warp_xor_sum(ss);
+      ss = warp_sum(ss);
       if (lane == 0) head_scale[h] = inv_rms_of(ss, d, a.norm_eps);
     }
   }

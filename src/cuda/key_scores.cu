@@ -14,7 +14,7 @@ namespace kvevict::cuda::detail {
 namespace {
 
 // One warp per key row; lanes read 16-byte chunks. Returns the sum of squares in A (float, or
-// double for the rows float cannot hold) on every lane, summed as warp_sum does.
+// double for the rows float cannot hold) on every lane.
 template <class A, class T>
 __device__ __forceinline__ A row_sum_sq(const T* row, int d, int lane) {
   A acc = 0;
@@ -27,9 +27,7 @@ __device__ __forceinline__ A row_sum_sq(const T* row, int d, int lane) {
       acc += x * x;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
+  return warp_sum(acc);
 }
 
 // knorm and keydiff sum a key's squares in float, which holds the sums of ordinary keys to float's
@@ -145,20 +143,17 @@ __global__ void keydiff_mean_kernel(const T* k, int64_t head_stride, int64_t row
     // A row whose float sum leaves the normal range (sum_sq_fits_float) is normalized in
     // double, so huge and tiny keys count in the mean like the others (the cpu backend's double
     // mean); a zero row adds nothing.
-    if (sum_sq_fits_float(ss)) {
-      const float inv = rsqrtf(ss);
-      if (lane < d / 8) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
-        const T* e = reinterpret_cast<const T*>(&raw);
+    const bool in_float = sum_sq_fits_float(ss);
+    const double sd = in_float ? 0.0 : row_sum_sq<double>(row, d, lane);  // warp-uniform
+    if (lane < d / 8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
+      const T* e = reinterpret_cast<const T*>(&raw);
+      if (in_float) {
+        const float inv = rsqrtf(ss);
 #pragma unroll
         for (int i = 0; i < 8; ++i) local[i] += ElemTraits<T>::to_float(e[i]) * inv;
-      }
-    } else {
-      const double sd = row_sum_sq<double>(row, d, lane);
-      const double inv = sd > 0.0 ? 1.0 / sqrt(sd) : 0.0;
-      if (lane < d / 8) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(row + lane * 8);
-        const T* e = reinterpret_cast<const T*>(&raw);
+      } else {
+        const double inv = sd > 0.0 ? 1.0 / sqrt(sd) : 0.0;
 #pragma unroll
         for (int i = 0; i < 8; ++i)
           local[i] += static_cast<float>(static_cast<double>(ElemTraits<T>::to_float(e[i])) * inv);
@@ -222,12 +217,7 @@ __global__ void keydiff_score_kernel(const T* k, int64_t head_stride, int64_t ro
         md += x * m[c * 8 + i];
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      kd += __shfl_xor_sync(0xffffffffu, kd, o);
-      md += __shfl_xor_sync(0xffffffffu, md, o);
-    }
-    score = keydiff_score(kd, md, mm);
+    score = keydiff_score(warp_sum(kd), warp_sum(md), mm);
   }
   if (lane == 0) scores[warp] = score;
 }

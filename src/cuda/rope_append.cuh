@@ -52,7 +52,7 @@ __device__ __forceinline__ float rope_value(__nv_bfloat16 projected, const float
 
 // gemma3's per-head q / k norm of one element: x (inv_rms w), the two products rounded in that
 // order. inv_rms: inv_rms_of the head's sum of squares (add_square over columns lane, lane + 32,
-// ... of a warp, then warp_xor_sum).
+// ... of a warp, then cuda::detail::warp_sum).
 __device__ __forceinline__ float head_normed(float x, float inv_rms, float w) {
   return __fmul_rn(x, __fmul_rn(inv_rms, w));
 }

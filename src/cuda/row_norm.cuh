@@ -8,6 +8,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/common.cuh"
+
 namespace kvevict::gpu::detail {
 
 // Threads of a row kernel's block (one block a row).
@@ -29,13 +31,6 @@ __device__ __forceinline__ float post_norm_add(float x, float o, float inv_rms, 
   return __fmaf_rn(__fmul_rn(o, inv_rms), w, x);
 }
 
-// The xor-shuffle sum over a warp (every lane gets the same bits: each adds the same two
-// operands at each level).
-__device__ __forceinline__ float warp_xor_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 // The row kernels' 1 / rms of a row of n floats (dense_ops.cu row_inv_rms: thread t of the
 // kRowThreads sums elements t, t + 256, ...; block_sum adds each warp's 32 sums by xor shuffles,
 // then warp 0 adds the 8 warp sums, lanes 8 .. 31 holding zeros) formed by ONE warp, for each of
@@ -53,10 +48,10 @@ __device__ __forceinline__ float warp0_inv_rms_row_order(const float* row, int n
   float s = 0.f;  // block_sum's second stage: lane v < kWarps holds warp v's sum
 #pragma unroll
   for (int v = 0; v < kWarps; ++v) {
-    const float warp_sum = warp_xor_sum(ss[v]);
-    if (lane == v) s = warp_sum;
+    const float sum_v = cuda::detail::warp_sum(ss[v]);
+    if (lane == v) s = sum_v;
   }
-  return inv_rms_of(warp_xor_sum(s), n, eps);
+  return inv_rms_of(cuda::detail::warp_sum(s), n, eps);
 }
 
 }  // namespace kvevict::gpu::detail
