@@ -12,6 +12,15 @@ std::string env(const char* name) {
   return e == nullptr ? std::string() : std::string(e);
 }
 
+// A 0 / 1 switch: unset or empty reads as `unset`, anything else but 0 and 1 throws naming it.
+bool parse_switch(const char* var, const std::string& value, bool unset, const char* on,
+                  const char* off) {
+  if (value.empty()) return unset;
+  if (value == "1") return true;
+  if (value == "0") return false;
+  KVEVICT_FAIL(var, "='", value, "': expected 1 (", on, ") or 0 (", off, ")");
+}
+
 }  // namespace
 
 FusedStep parse_fused_step(const std::string& value) {
@@ -47,9 +56,7 @@ const char* gemv_route_name(GemvRoute route) {
 }
 
 bool parse_gemv_preload(const std::string& value) {
-  if (value.empty() || value == "1") return true;
-  if (value == "0") return false;
-  KVEVICT_FAIL("KVEVICT_GEMV_PRELOAD='", value, "': expected 1 (registers) or 0 (L2 prefetch)");
+  return parse_switch("KVEVICT_GEMV_PRELOAD", value, true, "registers", "L2 prefetch");
 }
 
 bool gemv_preload_from_env() {
@@ -57,10 +64,7 @@ bool gemv_preload_from_env() {
 }
 
 bool parse_gemv_folds(const std::string& value) {
-  if (value.empty() || value == "0") return false;
-  if (value == "1") return true;
-  KVEVICT_FAIL("KVEVICT_GEMV_FOLDS='", value,
-               "': expected 1 (gemma3's folds) or 0 (their own launches)");
+  return parse_switch("KVEVICT_GEMV_FOLDS", value, false, "gemma3's folds", "their own launches");
 }
 
 bool gemv_folds_from_env() {
