@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -159,9 +160,17 @@ Workspace workspace(size_t bytes) {
   return {ws_buf, bytes};
 }
 
+// --methods: the rows to time (method names and "forward"); empty times every row.
+std::vector<std::string> only_rows;
+bool row_wanted(const std::string& name) {
+  return only_rows.empty() ||
+         std::find(only_rows.begin(), only_rows.end(), name) != only_rows.end();
+}
+
 // pool_default: the method's SPEC pooling, else none; `pooling` (when given) overrides both.
 void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default, int reps,
                  double target, const char* variant = "", const Pooling* pooling = nullptr) {
+  if (!row_wanted(method_name(m))) return;
   ScoreOptions opt = ScoreOptions::defaults(m);
   opt.window = w;
   if (!pool_default) opt.pooling = Pooling{};
@@ -191,6 +200,7 @@ void bench_score(Layer& L, const char* model, Method m, int w, bool pool_default
 }
 
 void bench_forward(Layer& L, const char* model, int w, int reps, const char* variant = "") {
+  if (!row_wanted("forward")) return;
   TensorView q(L.q, DType::kBF16, {L.hq, w, L.d}, Device::kCuda);
   TensorView k(L.k, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
   TensorView v(L.v, DType::kBF16, {L.hkv, L.n, L.d}, Device::kCuda);
@@ -345,6 +355,8 @@ int main(int argc, char** argv) {
   bool small_n = false;      // where scoring time goes at n = 4K and 32K (issues 15, 16)
   int profile_reps = 3;
   int top_mode = 0;            // --profile under another top-key mode (kernel_variants.h)
+  int profile_window = 0;      // --profile of dropkv and its forward at this window alone
+  int row_blocks = 0;          // --profile under set_window_forward_row_blocks
   int64_t profile_n = 131072;  // --profile's n
   std::string json;
   for (int i = 1; i < argc; ++i) {
@@ -362,6 +374,31 @@ int main(int argc, char** argv) {
       small_n = true;
     } else if (!std::strcmp(argv[i], "--top-mode") && i + 1 < argc) {
       top_mode = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
+      profile_window = std::atoi(argv[++i]);
+      if (profile_window < 1 || profile_window > 1024) {
+        std::fprintf(stderr, "gpu_score_bench: --window %s is out of range; expected 1 to 1024\n",
+                     argv[i]);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--row-blocks") && i + 1 < argc) {
+      row_blocks = std::atoi(argv[++i]);
+      if (row_blocks != 0 && row_blocks != 64) {
+        std::fprintf(stderr, "gpu_score_bench: --row-blocks %s is invalid; expected 0 or 64\n",
+                     argv[i]);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--methods") && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string name; std::getline(list, name, ',');) {
+        try {
+          if (name != "forward") method_from_name(name);
+        } catch (const Error& e) {
+          std::fprintf(stderr, "gpu_score_bench: --methods: %s (or 'forward')\n", e.what());
+          return 2;
+        }
+        only_rows.push_back(name);
+      }
     } else if (!std::strcmp(argv[i], "--n") && i + 1 < argc) {
       profile_n = std::atoll(argv[++i]);
       if (profile_n < 64 || profile_n > (int64_t{1} << 24)) {
@@ -384,13 +421,18 @@ int main(int argc, char** argv) {
           "               top-key modes 0 (default), 1 (pass given no records), 2 (plain forward,\n"
           "               v9's kernels), 5 rounds interleaved, --reps N each (default 30); on the\n"
           "               random layer, then with an attention sink (key 0 holds p ~ 0.9 of\n"
-          "               every row)\n"
+          "               every row); dropkv w = 32 also with 64-row forward blocks (two, one a "
+          "SM)\n"
           "  --select     Llama only: select + compaction at 5%% (single and multi launch, adakv,\n"
           "               two stages) on dropkv scores at n = 4K, 32K, 128K and 1M (1M takes the\n"
           "               multi-launch path either way)\n"
           "  --reps N     repetitions of --profile (default 3)\n"
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
           "  --n N        --profile at n = N keys instead of 128K\n"
+          "  --row-blocks R  --profile with the forward's blocks of R rows (64; 0: the plan's)\n"
+          "  --methods M,...  time only these rows (method names, 'forward'); e.g. knorm,keydiff\n"
+          "  --window W   --profile of dropkv and its forward alone at window W (so that ncu's\n"
+          "               per-kernel times belong to one window)\n"
           "  --small-n    Llama at n = 4K to 128K, 3 rounds interleaved: dropkv w = 8 (the whole\n"
           "               score) on the mma.sync and the key-major pass and as chosen, its\n"
           "               forward + merge alone, obcache_vk w = 16 + pool, dropkv under top mode\n"
@@ -443,6 +485,17 @@ int main(int argc, char** argv) {
             bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, reps, 0, lab);
             bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, reps, 0, lab);
             bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, reps, 0, lab);
+            if (mode == 1) continue;
+            // w = 32's 128 rows as 64-row one-warpgroup blocks, two and one a SM.
+            for (const int blocks : {2, 1}) {
+              cuda::set_window_forward_row_blocks(64);
+              cuda::set_window_forward_blocks_per_sm(blocks);
+              const std::string lab64 = std::string(lab).insert(
+                  std::strlen(lab) - 1, blocks == 2 ? ", 64-row blocks" : ", 64-row blocks x1");
+              bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, reps, 0, lab64.c_str());
+            }
+            cuda::set_window_forward_row_blocks(0);
+            cuda::set_window_forward_blocks_per_sm(0);
           }
       }
       cuda::set_window_top_keys(0);
@@ -493,6 +546,13 @@ int main(int argc, char** argv) {
       Layer L{32, 8, 128, profile_n};
       L.alloc(32, 99);
       cuda::set_window_top_keys(top_mode);
+      cuda::set_window_forward_row_blocks(row_blocks);
+      if (profile_window > 0) {
+        bench_score(L, "llama3.1-8b", Method::kDropKV, profile_window, false, profile_reps, 0);
+        bench_forward(L, "llama3.1-8b", profile_window, profile_reps);
+        L.release();
+        return 0;
+      }
       bench_score(L, "llama3.1-8b", Method::kDropKV, 8, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, profile_reps, 0);
       bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, profile_reps, 0);

@@ -61,6 +61,12 @@ void set_window_min_split_tiles(int tiles);
 // small n too (H100, 2026-12-06 (g): the forward + merge 13-19% at 4K-8K, 2.5% at 32K). Like the
 // split tiles: switch between calls, never between sizing a workspace and using it.
 void set_window_forward_blocks_per_sm(int blocks);
+// The rows of a wgmma forward block with outputs where a KV head has more than 64 window rows
+// (w = 32 at G = 4: 128 rows): 0, the default, one block of two warpgroups (128 rows, one block a
+// SM, a block barrier a tile for both); 64, blocks of one warpgroup (64 rows, the row blocks of a
+// split reading the same key tiles; two a SM unless set_window_forward_blocks_per_sm says 1).
+// Same plan rules otherwise; switch between calls, never between sizing a workspace and using it.
+void set_window_forward_row_blocks(int rows);
 // Whether this build has the wgmma kernels for the current device.
 bool window_wgmma_available();
 

@@ -136,6 +136,13 @@ WindowPlan forward_plan(const WindowArgs& a, bool with_out, int sm_count) {
     plan.row_blocks = 1;
     return plan;
   }
+  // set_window_forward_row_blocks(64): more than 64 rows as 64-row one-warpgroup blocks.
+  if (with_out && plan.rows > 64 && forward_row_blocks_forced() == 64 && window_wgmma_enabled() &&
+      wgmma_forward_supported(a, 64)) {
+    const int forced = forward_blocks_per_sm_forced();
+    return make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count,
+                            forced > 0 ? forced : 2, 4);
+  }
   if (with_out && plan.slabs > 2)
     plan = make_window_plan(a.num_kv_heads, group, a.w, a.n, a.head_dim, sm_count, 1);
   return plan;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cuda/window_traits.cuh"
+#include "kvevict/error.h"
 
 namespace kvevict::cuda::detail {
 
@@ -18,6 +19,8 @@ namespace {
 std::atomic<int> g_min_split_tiles{4};
 // set_window_forward_blocks_per_sm (kernel_variants.h): 0, or the forward's blocks a SM forced.
 std::atomic<int> g_forward_blocks_per_sm{0};
+// set_window_forward_row_blocks (kernel_variants.h): 0, or 64 (one-warpgroup blocks forced).
+std::atomic<int> g_forward_row_blocks{0};
 
 // An attribute of the current device, read once per device (fallback where it cannot be read).
 int cached_device_attribute(cudaDeviceAttr attr, int fallback) {
@@ -46,6 +49,10 @@ int current_sm_count() {
 
 int forward_blocks_per_sm_forced() {
   return g_forward_blocks_per_sm.load(std::memory_order_relaxed);
+}
+
+int forward_row_blocks_forced() {
+  return g_forward_row_blocks.load(std::memory_order_relaxed);
 }
 
 int current_l2_bytes() {
@@ -89,5 +96,10 @@ void set_window_min_split_tiles(int tiles) {
 }
 void set_window_forward_blocks_per_sm(int blocks) {
   detail::g_forward_blocks_per_sm.store(blocks < 0 ? 0 : blocks > 2 ? 2 : blocks);
+}
+void set_window_forward_row_blocks(int rows) {
+  KVEVICT_CHECK(rows == 0 || rows == 64, "forward row blocks ", rows,
+                " are invalid; expected 0 (the plan's rule) or 64");
+  detail::g_forward_row_blocks.store(rows);
 }
 }  // namespace kvevict::cuda

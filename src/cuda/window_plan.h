@@ -22,6 +22,8 @@ int current_sm_count();
 int current_l2_bytes();
 // set_window_forward_blocks_per_sm (kernel_variants.h): 0 (the plan's own rule) or 1 / 2.
 int forward_blocks_per_sm_forced();
+// set_window_forward_row_blocks (kernel_variants.h): 0 (the plan's own rule) or 64.
+int forward_row_blocks_forced();
 
 // Picks slabs = the smallest power of two covering the rows (capped by the head dim), and splits
 // keys so that one wave of `blocks_per_sm` blocks per SM covers the layer.

@@ -373,6 +373,27 @@ TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
                                   {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK});
 }
 
+// w = 32's 128 rows a KV head as two 64-row one-warpgroup forward blocks
+// (set_window_forward_row_blocks), two and one a SM: the merge takes 64-row partials.
+TEST(CudaScore, TopKeysIn64RowForwardBlocks) {
+  KVEVICT_REQUIRE_GPU();
+  std::vector<kvevict::testing::PeakedSpec> specs;
+  uint64_t seed = 1650;
+  for (const auto& [gap, p_top] :
+       std::vector<std::pair<double, double>>{{0.0, 0}, {30.0, 0}, {1000.0, 0}, {0, 1 - 1e-6}})
+    specs.push_back(top_key_spec(1501, gap, p_top, 1.0, 1.0, ++seed));
+  specs.push_back(top_key_spec(30011, 100, 0, 1.0, 2.0, ++seed));
+  set_window_forward_row_blocks(64);
+  for (const int blocks : {0, 1}) {
+    SCOPED_TRACE("forward blocks a SM " + std::to_string(blocks));
+    set_window_forward_blocks_per_sm(blocks);
+    expect_top_keys_match_reference(specs, {32},
+                                    {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK});
+  }
+  set_window_forward_blocks_per_sm(0);
+  set_window_forward_row_blocks(0);
+}
+
 // Long splits: 8 tiles a split (n = 30,011 over 59 splits), the other keys' logits 2 nats apart
 // (as the benchmark's), and half of the rows' top keys deep inside a split, so that records,
 // strong tops held apart, tops replaced by stronger ones (the former top added back from its
