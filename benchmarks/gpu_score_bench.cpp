@@ -357,6 +357,7 @@ int main(int argc, char** argv) {
   int top_mode = 0;            // --profile under another top-key mode (kernel_variants.h)
   int profile_window = 0;      // --profile of dropkv and its forward at this window alone
   int row_blocks = 0;          // --profile under set_window_forward_row_blocks
+  bool split_overlap = false;  // --profile under set_window_split_overlap
   int64_t profile_n = 131072;  // --profile's n
   std::string json;
   for (int i = 1; i < argc; ++i) {
@@ -388,6 +389,8 @@ int main(int argc, char** argv) {
                      argv[i]);
         return 2;
       }
+    } else if (!std::strcmp(argv[i], "--overlap")) {
+      split_overlap = true;
     } else if (!std::strcmp(argv[i], "--methods") && i + 1 < argc) {
       std::stringstream list(argv[++i]);
       for (std::string name; std::getline(list, name, ',');) {
@@ -421,8 +424,8 @@ int main(int argc, char** argv) {
           "               top-key modes 0 (default), 1 (pass given no records), 2 (plain forward,\n"
           "               v9's kernels), 5 rounds interleaved, --reps N each (default 30); on the\n"
           "               random layer, then with an attention sink (key 0 holds p ~ 0.9 of\n"
-          "               every row); dropkv w = 32 also with 64-row forward blocks (two, one a "
-          "SM)\n"
+          "               every row); dropkv w = 32 also with 64-row forward blocks (two, one a\n"
+          "               SM) and the overlapped split loop (set_window_split_overlap)\n"
           "  --select     Llama only: select + compaction at 5%% (single and multi launch, adakv,\n"
           "               two stages) on dropkv scores at n = 4K, 32K, 128K and 1M (1M takes the\n"
           "               multi-launch path either way)\n"
@@ -430,6 +433,7 @@ int main(int argc, char** argv) {
           "  --top-mode M --profile under top-key mode M (set_window_top_keys)\n"
           "  --n N        --profile at n = N keys instead of 128K\n"
           "  --row-blocks R  --profile with the forward's blocks of R rows (64; 0: the plan's)\n"
+          "  --overlap    --profile with the overlapped split loop (set_window_split_overlap)\n"
           "  --methods M,...  time only these rows (method names, 'forward'); e.g. knorm,keydiff\n"
           "  --window W   --profile of dropkv and its forward alone at window W (so that ncu's\n"
           "               per-kernel times belong to one window)\n"
@@ -486,14 +490,24 @@ int main(int argc, char** argv) {
             bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, reps, 0, lab);
             bench_score(L, "llama3.1-8b", Method::kObcacheVK, 16, true, reps, 0, lab);
             if (mode == 1) continue;
-            // w = 32's 128 rows as 64-row one-warpgroup blocks, two and one a SM.
-            for (const int blocks : {2, 1}) {
-              cuda::set_window_forward_row_blocks(64);
-              cuda::set_window_forward_blocks_per_sm(blocks);
-              const std::string lab64 = std::string(lab).insert(
-                  std::strlen(lab) - 1, blocks == 2 ? ", 64-row blocks" : ", 64-row blocks x1");
-              bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, reps, 0, lab64.c_str());
+            // w = 32's forward as 64-row one-warpgroup blocks (two, one a SM) and in the
+            // overlapped split loop (128-row blocks, 64-row blocks).
+            struct Variant {
+              int row_blocks, blocks_per_sm;
+              bool overlap;
+              const char* label;
+            };
+            for (const Variant& v :
+                 {Variant{64, 2, false, ", 64-row blocks"},
+                  Variant{64, 1, false, ", 64-row blocks x1"}, Variant{0, 0, true, ", overlapped"},
+                  Variant{64, 2, true, ", 64-row blocks overlapped"}}) {
+              cuda::set_window_forward_row_blocks(v.row_blocks);
+              cuda::set_window_forward_blocks_per_sm(v.blocks_per_sm);
+              cuda::set_window_split_overlap(v.overlap);
+              const std::string lab_v = std::string(lab).insert(std::strlen(lab) - 1, v.label);
+              bench_score(L, "llama3.1-8b", Method::kDropKV, 32, false, reps, 0, lab_v.c_str());
             }
+            cuda::set_window_split_overlap(false);
             cuda::set_window_forward_row_blocks(0);
             cuda::set_window_forward_blocks_per_sm(0);
           }
@@ -547,6 +561,7 @@ int main(int argc, char** argv) {
       L.alloc(32, 99);
       cuda::set_window_top_keys(top_mode);
       cuda::set_window_forward_row_blocks(row_blocks);
+      cuda::set_window_split_overlap(split_overlap);
       if (profile_window > 0) {
         bench_score(L, "llama3.1-8b", Method::kDropKV, profile_window, false, profile_reps, 0);
         bench_forward(L, "llama3.1-8b", profile_window, profile_reps);

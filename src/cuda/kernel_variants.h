@@ -46,6 +46,14 @@ void set_window_tma_wide(bool enabled);
 // Llama-3.1-8B heads: loop 1 at 4K / 32K / 128K 444.6 / 529.6 / 532.8 TFLOP/s against the plain
 // loop's 435.5 / 483.1 / 530.1 (loop 2: 449.8 / 519.6 / 527.9). (src/cuda/window_forward_wgmma.cu)
 void set_window_wide_loop(int mode);
+// The scoring forward's split blocks (wgmma, head dim 64 or 128, one or two warpgroups) in loop
+// 1's intra-warpgroup order too: Q K^T of tile t + 1 and P V of tile t issued together, the
+// softmax of t + 1 while P V runs, the top keys included (the top step's joins into o and its
+// stash wait for the P V in flight); cp.async loads, at least 3 stages. Off by default. Same
+// outputs bit for bit (tests check). One-warpgroup blocks measured slower at w = 8 (H100,
+// 2026-12-06 (h): 0.1227 against 0.1203 ms at 32K, 4K 7-11% slower), so the question is the
+// compute-heavier w = 32 (gpu_score_bench --top-ab). (src/cuda/window_forward_wgmma.cu)
+void set_window_split_overlap(bool enabled);
 // The fewest key tiles (64 keys; 32 at head dim 256) a split of the window kernels' plans gets
 // (window_plan.cpp make_window_plan), 1 to 8; 4 is the default: fewer than 4 made the merge of the
 // splits cost about as much as the work it merged (v3). It binds where one wave of blocks would

@@ -143,6 +143,10 @@ __device__ __forceinline__ int longest_first_row_block(const ForwardParams& p, i
 // with the other warpgroup (two named barriers, FA3's ping-pong), so the tensor cores alternate
 // between the warpgroups instead of both warpgroups' softmax falling on the same moments. Every
 // product and softmax step is the plain loop's, in its order: the same bits.
+// kOverlap 1 without TMA (set_window_split_overlap): loop 1 for the scoring forward's split blocks
+// on cp.async loads (one or two warpgroups; at least 3 stages: a tile loads while a Q K^T and a
+// P V run), the top keys included: the top step's joins into o and its stash wait until the P V
+// on o has completed (forward_top_tail), the order in which the plain loop applies them.
 template <class Tr, bool kWithV, bool kTop, bool kDirect = false, bool kTma = false,
           bool kTmaInline = false, int kOverlap = 0>
 __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0), Tr::kBlocksPerSm)
@@ -154,8 +158,11 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   static_assert(Tr::kTileKeys == 64 || kTmaInline, "128-key tiles: the consumer-issued TMA only");
   // (kTmaInline is also what frees released[kStages], the word the overlapped loops store into
   // to pin their wait: with a producer warp that word is a live "empty" mbarrier.)
-  static_assert(kOverlap == 0 || (kTmaInline && Tr::kWG == 2 && Tr::kD <= 128),
-                "the overlapped loops: two warpgroups on the wide TMA forward, head dim <= 128");
+  constexpr bool kSplitOverlap = kOverlap > 0 && !kTma;
+  static_assert(kOverlap == 0 || (kTmaInline && Tr::kWG == 2 && Tr::kD <= 128) ||
+                    (kSplitOverlap && kOverlap == 1 && kWithV && !kDirect && Tr::kD <= 128),
+                "the overlapped loops: two warpgroups on the wide TMA forward, head dim <= 128, "
+                "or (loop 1) the split forward with V");
   static_assert(Tr::kD <= 128 || kTmaInline,
                 "head dim 256 (O: 128 floats a thread): the consumer-issued TMA only");
 #if defined(KVEVICT_HAS_WGMMA)
@@ -164,6 +171,7 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   constexpr int kS = TK / 2;  // S accumulators a thread: m64 x n(TK) over 128 threads
   constexpr int kStages = wg_forward_stages<Tr, kWithV, kTma>();
   static_assert(wg_forward_smem<Tr, kWithV, kTma>(kStages) <= 227 * 1024, "shared memory budget");
+  static_assert(!kSplitOverlap || kStages >= 3, "the split overlap keeps two stages computing");
   launch_dependents();  // one wave: the merge kernel may be scheduled as blocks finish
 
   extern __shared__ unsigned char smem_raw[];
@@ -177,6 +185,14 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
   uint64_t* full_v = empty + kStages;
   // kTmaInline: in empty's place, each stage's count of warp releases since the launch.
   unsigned* released = reinterpret_cast<unsigned*>(empty);
+  // The overlapped loops' pinning store's word, never read: past the release counts (kTmaInline),
+  // or (kSplitOverlap) in the 1 KB of alignment slack, before the queries where at least 16 bytes
+  // of it lie there, else after the last stage (where the rest of it lies).
+  unsigned* const pin_word =
+      kTma ? released + kStages
+           : reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(q_s) - smem_raw >= 16
+                                             ? smem_raw
+                                             : reinterpret_cast<unsigned char*>(full));
 
   const WindowArgs& a = p.a;
   const int hk = blockIdx.x, split = blockIdx.z;
@@ -305,16 +321,27 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
                       wgmma_desc_add(kt_desc, kdim_bytes(ks, TK)), ks > 0 ? 1 : 0);
     wgmma_commit();
   };
+  // The 16-bit value pair (col, col + 1) of tile key `key` in `stage` (the top keys' stash).
+  auto v_pair_at = [&](int stage) {
+    const T* vtile = v_s + stage * TK * D;
+    return [vtile](int key, int col) {
+      return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
+    };
+  };
+  auto o_at = [&](int i) -> float& { return o[i]; };
   // The rows' limits on the logits of tile `tile`, then their online softmax: s becomes P.
   auto mask_and_softmax = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew, bool* rescaled,
                               int stage) {
-    const T* vtile = v_s + stage * TK * D;
-    forward_softmax_tile<kTop, T, kS>(
-        [&](int i) -> float& { return s[i]; }, [&](int i) -> float& { return o[i]; },
-        [&](int key, int col) {
-          return *reinterpret_cast<const uint32_t*>(vtile + sw128<TK>(key, col));
-        },
-        limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew, rescaled);
+    forward_softmax_tile<kTop, T, kS>([&](int i) -> float& { return s[i]; }, o_at, v_pair_at(stage),
+                                      limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew,
+                                      rescaled);
+  };
+  // The same, the top step's tail left in *tail (a P V runs on o).
+  auto mask_and_softmax_deferred = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew,
+                                       bool* rescaled, int stage, ForwardTopTail* tail) {
+    forward_softmax_tile<kTop, T, kS>([&](int i) -> float& { return s[i]; }, o_at, v_pair_at(stage),
+                                      limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew,
+                                      rescaled, tail);
   };
   // O = corr O + P V with V in `stage`, committed, not waited. The S accumulators of n8 tiles 2 kk
   // and 2 kk + 1 are the A fragment of k16 step kk (as in the mma.sync kernel).
@@ -437,7 +464,10 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     bool grew = false, rescaled = false;
     if (num_tiles > 0) {
       if (wg == 1) pass_turn();
-      landed_k(0);
+      if constexpr (kTma)
+        landed_k(0);
+      else  // the prologue's first of kStages - 1 tiles
+        landed(std::integral_constant<int, kStages - 2>(), 0);
       take_turn();
       issue_qk(s, 0);
       pass_turn();
@@ -450,9 +480,18 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
     // Every iteration commits the same two groups (a conditional commit would keep ptxas from
     // proving that the first wait leaves only P V running, and it would serialize the wgmma,
     // C7514); the last tile's P V follows the loop.
+    ForwardTopTail tail;  // kTop, kSplitOverlap: the top step's joins and stash, after P V
     for (int tile = 0; tile + 1 < num_tiles; ++tile) {
-      landed_k(tile + 1);
-      landed_v(tile);
+      if constexpr (kTma) {
+        landed_k(tile + 1);
+        landed_v(tile);
+      } else {
+        // Tile + 1 landed; the barrier also frees the stage of tile - 1 (every warp has waited
+        // its P V), into which tile + kStages - 1 loads: kStages - 2 tiles are on their way
+        // while a Q K^T and a P V run.
+        landed_then_prefetch(std::integral_constant<int, kStages - 3>(), tile + kStages - 1,
+                             tile + 1);
+      }
       take_turn();
       issue_qk(s, (tile + 1) % kStages);
       wgmma_hold(s);
@@ -460,23 +499,28 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       pass_turn();
       wgmma_wait<1>();  // Q K^T of tile + 1, committed first, has completed
       wgmma_hold(s);
-      mask_and_softmax(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages);
+      if constexpr (kTop)
+        mask_and_softmax_deferred(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages, &tail);
+      else
+        mask_and_softmax(s, tile + 1, corr, &grew, &rescaled, (tile + 1) % kStages);
       // ptxas hoists the wait for P V above the softmax (placing it anywhere in the block, it
       // put it before the exponentials, which then ran after P V: no overlap) unless a memory
       // operation that needs the softmax stands before it: lane 0 stores the row sums into a
-      // spare word of the barriers' space (released[kStages], never read). One thread stores (a
+      // spare word (pin_word, never read). One thread stores (a
       // store by every warp was a write-write race to racecheck); the predicate does not change
       // the instruction order, which is what pins every warp's wait.
-      if (tid == 0) *reinterpret_cast<volatile float*>(released + kStages) = l_run[0] + l_run[1];
+      if (tid == 0) *reinterpret_cast<volatile float*>(pin_word) = l_run[0] + l_run[1];
       wgmma_wait<0>();
       wgmma_hold(o);
       wgmma_hold(pa);
       release(tile);
+      if constexpr (kTop)
+        forward_top_tail<T, D / 2>(o_at, v_pair_at((tile + 1) % kStages), top, tail, corr, t4);
       rescale_o(corr, grew, rescaled);
       pack_p(s, pa);
     }
     if (num_tiles > 0) {
-      landed_v(num_tiles - 1);
+      if constexpr (kTma) landed_v(num_tiles - 1);  // (cp.async: landed with its K)
       take_turn();
       issue_pv_packed(pa, (num_tiles - 1) % kStages);
       if (wg == 0) pass_turn();
@@ -654,6 +698,7 @@ std::atomic<bool> g_tma{true};       // 2026-12-06 (e), H100: +16-19% over the p
 std::atomic<bool> g_tma_wide{true};  // 2026-12-06 (e), H100: +8-15% over the 64-key TMA
 std::atomic<int> g_wide_loop{
     1};  // set_window_wide_loop: the overlapped loop (H100, 2026-12-06 (f))
+std::atomic<bool> g_split_overlap{false};  // set_window_split_overlap
 
 // The kernel of one (element type, head dim, rows) for what the launch computes: lse only, the
 // outputs (as final rows with one split: the TMA forwards where the switches allow), the outputs
@@ -675,6 +720,9 @@ cudaError_t launch_variant(const ForwardParams& p, cudaStream_t stream) {
   if (direct && g_tma.load(std::memory_order_relaxed) && make_kv_maps<Tr>(p, &maps))
     return launch_config<Tr, true, false, true, true>(p, stream, maps);
   if (direct) return launch_config<Tr, true, false, true>(p, stream);
+  if (with_v && g_split_overlap.load(std::memory_order_relaxed))
+    return top ? launch_config<Tr, true, true, false, false, false, 1>(p, stream)
+               : launch_config<Tr, true, false, false, false, false, 1>(p, stream);
   return top      ? launch_config<Tr, true, true>(p, stream)
          : with_v ? launch_config<Tr, true, false>(p, stream)
                   : launch_config<Tr, false, false>(p, stream);
@@ -749,6 +797,9 @@ void set_window_tma_wide(bool enabled) {
 void set_window_wide_loop(int mode) {
   KVEVICT_CHECK(mode >= 0 && mode <= 2, "wide loop ", mode, " is invalid; expected 0, 1 or 2");
   detail::g_wide_loop.store(mode);
+}
+void set_window_split_overlap(bool enabled) {
+  detail::g_split_overlap.store(enabled);
 }
 bool window_wgmma_available() {
   return detail::wgmma_kernels_available();

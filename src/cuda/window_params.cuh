@@ -5,7 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/launchers.h"
@@ -212,20 +214,59 @@ struct ForwardTop {
   }
 };
 
+// What a tile's top step leaves for o and the stash (forward_top_tail): a former top joining the
+// accumulators (o = o corr + wb v_former in the rows where wb > 0) and a new strong top's value row
+// to stash. The overlapped split loop applies it once the P V in flight on o has completed.
+struct ForwardTopTail {
+  float wb[2];
+  int jstar[2];  // the strong tops' tile keys
+  bool strong[2];
+  bool any_join, any_strong;  // warp-uniform
+};
+
+// The rest of a tile's top step, on o and the stash: o = o corr + wb v_former where a former top
+// joins (the rescale the record needs anyway, plus the add), then a new strong top's value row
+// into the stash. o(i) returns a reference; v_at(key, col) the tile's 16-bit value pair (col,
+// col + 1) of a key, as uint32.
+template <class T, int NO, class OAt, class VAt>
+__device__ __forceinline__ void forward_top_tail(OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
+                                                 const ForwardTopTail& tail, const float (&corr)[2],
+                                                 int t4) {
+  if (tail.any_join) {
+#pragma unroll
+    for (int k = 0; k < NO / 2; ++k) {
+      const int r = k & 1;
+      const float2 f = unpack2<T>(top.v[k]);
+      o(2 * k) = fmaf(tail.wb[r], f.x, o(2 * k) * corr[r]);
+      o(2 * k + 1) = fmaf(tail.wb[r], f.y, o(2 * k + 1) * corr[r]);
+    }
+  }
+  if (tail.any_strong) {
+#pragma unroll
+    for (int k = 0; k < NO / 2; ++k) {
+      const int r = k & 1;
+      if (tail.strong[r]) top.v[k] = v_at(tail.jstar[r], 8 * (k >> 1) + 2 * t4);
+    }
+  }
+}
+
 // One tile of the online softmax with the top key kept apart, before P = exp2(...). Accumulator
 // layout of mma.sync / wgmma: element i of s (NS of them) is row (i >> 1) & 1, tile key
 // 8 (i >> 2) + 2 t4 + (i & 1); element i of o likewise over the head dim. s(i) / o(i) return
 // references; v_at(key, col) the tile's 16-bit value pair (col, col + 1) of a key, as uint32.
 // mx: the thread's row maxima of s (masked keys -inf). Updates m_run / l_run (thread-partial sums)
-// and the top; zeroes a new strong top's logit (-inf) in s; rescales o itself when a former top
-// joins (then *rescaled = true), else leaves o to the caller: o *= corr when grew_any. m_use: the
-// rows' shifts (raw units), m_c = m_use * sc.
-template <class T, int NS, int NO, class SAt, class OAt, class VAt>
+// and the top; zeroes a new strong top's logit (-inf) in s; ends with forward_top_tail, which
+// rescales o itself when a former top joins (then *rescaled = true), else leaves o to the caller:
+// o *= corr when grew_any. deferred (a ForwardTopTail*, not nullptr): the tail is left there for
+// the caller to apply after the P V in flight on o. m_use: the rows' shifts (raw units), m_c =
+// m_use * sc.
+template <class T, int NS, int NO, class SAt, class OAt, class VAt, class Deferred>
 __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
                                                  float (&m_run)[2], float (&l_run)[2],
                                                  const float (&mx)[2], float sc, int t4, int key0,
                                                  float (&m_use)[2], float (&corr)[2],
-                                                 bool* grew_any, bool* rescaled) {
+                                                 bool* grew_any, bool* rescaled,
+                                                 Deferred deferred) {
   float t1[2], m_new[2], wb[2] = {0.f, 0.f};
   bool rec[2], strong[2] = {false, false};
 #pragma unroll
@@ -307,22 +348,12 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
     top.extreme =
         __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
   *rescaled = any_join;
-  if (any_join) {  // o = o corr + w_b v_former (the rescale the record needs anyway, plus the add)
-#pragma unroll
-    for (int k = 0; k < NO / 2; ++k) {
-      const int r = k & 1;
-      const float2 f = unpack2<T>(top.v[k]);
-      o(2 * k) = fmaf(wb[r], f.x, o(2 * k) * corr[r]);
-      o(2 * k + 1) = fmaf(wb[r], f.y, o(2 * k + 1) * corr[r]);
-    }
-  }
-  if (any_strong) {
-#pragma unroll
-    for (int k = 0; k < NO / 2; ++k) {
-      const int r = k & 1;
-      if (strong[r]) top.v[k] = v_at(jstar[r], 8 * (k >> 1) + 2 * t4);
-    }
-  }
+  const ForwardTopTail tail{
+      {wb[0], wb[1]}, {jstar[0], jstar[1]}, {strong[0], strong[1]}, any_join, any_strong};
+  if constexpr (std::is_same<Deferred, std::nullptr_t>::value)
+    forward_top_tail<T, NO>(o, v_at, top, tail, corr, t4);
+  else
+    *deferred = tail;
 }
 
 // forward_exp_tile_fma: P = exp2(s c - m_c) of the tile in place from the shifts m_c = m_use c
@@ -378,12 +409,16 @@ struct ForwardRowLimits {
 // 8 (i >> 2) + 2 t4 + (i & 1) relative to fk.begin; the tile spans 2 NS keys a row. kTop keeps
 // the rows' top keys apart (o(i), v_at(key, col) and top as forward_top_step takes them). corr:
 // the factor for o (the caller rescales when *grew, unless *rescaled: the top step did it).
-template <bool kTop, class T, int NS, int NO, class SAt, class OAt, class VAt>
+// deferred (kTop): where a P V may still run on o, the top step's tail is left there for the
+// caller's forward_top_tail after that P V (*rescaled then says what the tail will do).
+template <bool kTop, class T, int NS, int NO, class SAt, class OAt, class VAt,
+          class Deferred = std::nullptr_t>
 __device__ __forceinline__ void forward_softmax_tile(SAt&& s, OAt&& o, VAt&& v_at,
                                                      const ForwardRowLimits& rl, int key0, int t4,
                                                      float sc, ForwardTop<NO>& top,
                                                      float (&m_run)[2], float (&l_run)[2],
-                                                     float (&corr)[2], bool* grew, bool* rescaled) {
+                                                     float (&corr)[2], bool* grew, bool* rescaled,
+                                                     Deferred deferred = nullptr) {
   if (key0 + 2 * NS - 1 > rl.lim_all || key0 < rl.first_all) {
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
@@ -406,7 +441,7 @@ __device__ __forceinline__ void forward_softmax_tile(SAt&& s, OAt&& o, VAt&& v_a
   } else {
     float m_use[2];
     forward_top_step<T, NS, NO>(s, o, v_at, top, m_run, l_run, mx, sc, t4, key0, m_use, corr, grew,
-                                rescaled);
+                                rescaled, deferred);
     forward_exp_tile<NS>(s, m_use, sc, top.extreme, l_run);
   }
 }

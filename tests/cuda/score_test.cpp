@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -214,6 +215,91 @@ TEST(CudaScore, WgmmaAndMmaSyncPassesMatchDoubleReference) {
   set_window_keymajor_small_rows(1);
 }
 
+// The split forward in FlashAttention-3's order (set_window_split_overlap) runs every product and
+// softmax step of the plain loop in its order, the top step's joins into o after the P V in
+// flight: the scores must be the plain loop's bit for bit, and the reference's. 32 rows (w = 8:
+// one warpgroup), 64 (w = 16) and 128 (w = 32: two warpgroups, and two one-warpgroup blocks with
+// set_window_forward_row_blocks(64)) at G = 4 and 8, d 64 / 128, bf16 / f16, one tile, a partial
+// last tile, splits of many tiles, planted dominant keys (strong tops held apart, later joins) and
+// every window term with V.
+TEST(CudaScore, SplitOverlapScoresAreThePlainLoopsBitForBit) {
+  KVEVICT_REQUIRE_GPU();
+  struct Run {
+    Shape sh;
+    int window;
+    DType dtype;
+    int row_blocks;  // set_window_forward_row_blocks
+  };
+  const Run runs[] = {
+      {{32, 8, 128, 4096}, 8, DType::kBF16, 0},  {{32, 8, 128, 1003}, 16, DType::kBF16, 0},
+      {{32, 8, 128, 4096}, 32, DType::kBF16, 0}, {{32, 8, 128, 4096}, 32, DType::kBF16, 64},
+      {{16, 2, 128, 60}, 8, DType::kBF16, 0},    {{8, 2, 128, 130}, 32, DType::kF16, 0},
+      {{12, 3, 64, 1000}, 16, DType::kBF16, 0},  {{16, 2, 64, 777}, 32, DType::kF16, 0},
+      {{8, 1, 128, 30011}, 32, DType::kBF16, 0}};
+  const Method methods[] = {Method::kDropKV, Method::kObcacheV, Method::kObcacheK,
+                            Method::kObcacheVK};
+  uint64_t seed = 2700;
+  for (const Run& r : runs)
+    for (Method m : methods) {
+      ScoreOptions opt = ScoreOptions::defaults(m);
+      opt.pooling = Pooling{};
+      opt.window = r.window;
+      const Shape& sh = r.sh;
+      SCOPED_TRACE(::testing::Message()
+                   << opt.describe() << " Hq " << sh.hq << " Hkv " << sh.hkv << " d " << sh.d
+                   << " n " << sh.n << " row blocks " << r.row_blocks);
+      const int w = r.window;
+      const size_t nq = static_cast<size_t>(sh.hq) * w * sh.d, nk = sh.hkv * sh.n * sh.d;
+      ++seed;
+      auto q = testing::round_to(kvevict::testing::normal_floats(nq, seed, 2.0f), r.dtype);
+      auto k = testing::round_to(kvevict::testing::normal_floats(nk, seed + 1, 1.0f), r.dtype);
+      auto v = testing::round_to(kvevict::testing::normal_floats(nk, seed + 2, 1.0f), r.dtype);
+      // Rows whose top key holds most of their probability (strong tops, stashes, joins).
+      std::vector<DominantKey> plants;
+      for (int h = 0; h < sh.hq; h += 3)
+        plants.push_back({h, (h * 5) % w, (sh.n * (h + 1)) / (sh.hq + 1) % (sh.n - w), 0.7});
+      plant_dominant_keys(plants, sh.hq, sh.hkv, w, w, sh.n, sh.d,
+                          1.0f / std::sqrt(static_cast<float>(sh.d)), q, k, r.dtype);
+      DeviceBuffer<uint16_t> dq(nq), dk(nk), dv(nk);
+      DeviceBuffer<float> ds(static_cast<size_t>(sh.hkv) * sh.n);
+      dq.upload(testing::encode16(q, r.dtype));
+      dk.upload(testing::encode16(k, r.dtype));
+      dv.upload(testing::encode16(v, r.dtype));
+      ScoreProblem p;
+      p.q = TensorView(dq.data(), r.dtype, {sh.hq, w, sh.d}, Device::kCuda);
+      p.k = TensorView(dk.data(), r.dtype, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+      p.v = TensorView(dv.data(), r.dtype, {sh.hkv, sh.n, sh.d}, Device::kCuda);
+      set_window_forward_row_blocks(r.row_blocks);
+      std::vector<float> got[2];
+      for (int overlap : {0, 1}) {
+        set_window_split_overlap(overlap == 1);
+        ds.poison();
+        ScoreOutput out;
+        out.scores = TensorView(ds.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda);
+        const size_t ws_bytes = score_workspace_bytes(p, opt);
+        DeviceBuffer<char> ws(ws_bytes);
+        score(p, opt, out, {ws.data(), ws_bytes});
+        KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
+        got[overlap] = ds.download();
+        EXPECT_TRUE(ds.sentinels_intact());
+      }
+      set_window_split_overlap(false);
+      set_window_forward_row_blocks(0);
+      ASSERT_EQ(got[0].size(), got[1].size());
+      EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)))
+          << "the overlapped split forward changed the scores";
+      ScoreProblem host;
+      host.q = TensorView(q.data(), DType::kF32, {sh.hq, w, sh.d});
+      host.k = TensorView(k.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+      host.v = TensorView(v.data(), DType::kF32, {sh.hkv, sh.n, sh.d});
+      const std::vector<double> ref = ref::score(host, opt).scores;
+      double max_ref = 0;
+      for (double x : ref) max_ref = std::max(max_ref, std::abs(x));
+      const double rtol = r.dtype == DType::kBF16 ? 3e-2 : 1e-2;
+      EXPECT_TRUE(kvevict::testing::all_close(got[1], ref, 1e-3 * max_ref + 1e-30, rtol, "scores"));
+    }
+}
+
 TEST(CudaScore, DominantKeysTakeTheExactPath) {
   KVEVICT_REQUIRE_GPU();
   // Keys holding 0.05 .. 0.9 of a row's probability: the pass's division-free form (p <= 2^-8)
@@ -374,8 +460,10 @@ TEST(CudaScore, TopKeysTakeTheLeaveOneOutForm) {
 }
 
 // w = 32's 128 rows a KV head as two 64-row one-warpgroup forward blocks
-// (set_window_forward_row_blocks), two and one a SM: the merge takes 64-row partials.
-TEST(CudaScore, TopKeysIn64RowForwardBlocks) {
+// (set_window_forward_row_blocks), two and one a SM (the merge takes 64-row partials), and the
+// split forward in the overlapped order (set_window_split_overlap) on both block shapes, against
+// the reference at the extremes of the top keys.
+TEST(CudaScore, TopKeysIn64RowBlocksAndTheOverlappedSplitLoop) {
   KVEVICT_REQUIRE_GPU();
   std::vector<kvevict::testing::PeakedSpec> specs;
   uint64_t seed = 1650;
@@ -383,13 +471,21 @@ TEST(CudaScore, TopKeysIn64RowForwardBlocks) {
        std::vector<std::pair<double, double>>{{0.0, 0}, {30.0, 0}, {1000.0, 0}, {0, 1 - 1e-6}})
     specs.push_back(top_key_spec(1501, gap, p_top, 1.0, 1.0, ++seed));
   specs.push_back(top_key_spec(30011, 100, 0, 1.0, 2.0, ++seed));
-  set_window_forward_row_blocks(64);
-  for (const int blocks : {0, 1}) {
-    SCOPED_TRACE("forward blocks a SM " + std::to_string(blocks));
-    set_window_forward_blocks_per_sm(blocks);
+  struct Config {
+    int row_blocks, blocks_per_sm;
+    bool overlap;
+  };
+  for (const Config& c :
+       {Config{64, 0, false}, Config{64, 1, false}, Config{0, 0, true}, Config{64, 0, true}}) {
+    SCOPED_TRACE(::testing::Message() << "row blocks " << c.row_blocks << ", blocks a SM "
+                                      << c.blocks_per_sm << ", overlapped loop " << c.overlap);
+    set_window_forward_row_blocks(c.row_blocks);
+    set_window_forward_blocks_per_sm(c.blocks_per_sm);
+    set_window_split_overlap(c.overlap);
     expect_top_keys_match_reference(specs, {32},
                                     {Method::kDropKV, Method::kObcacheK, Method::kObcacheVK});
   }
+  set_window_split_overlap(false);
   set_window_forward_blocks_per_sm(0);
   set_window_forward_row_blocks(0);
 }
