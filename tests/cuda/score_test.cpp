@@ -73,6 +73,21 @@ void plant_dominant_keys(const std::vector<DominantKey>& plants, int hq, int hkv
   k = testing::round_to(std::move(k), dtype);
 }
 
+// The scores of p on the device into ds ([Hkv][n], poisoned first, its sentinels checked), read
+// back.
+std::vector<float> scores_on_device(const ScoreProblem& p, const ScoreOptions& opt,
+                                    DeviceBuffer<float>& ds) {
+  ds.poison();
+  ScoreOutput out;
+  out.scores = TensorView(ds.data(), DType::kF32, {p.k.shape[0], p.k.shape[1]}, Device::kCuda);
+  const size_t ws_bytes = score_workspace_bytes(p, opt);
+  DeviceBuffer<char> ws(ws_bytes);
+  score(p, opt, out, {ws.data(), ws_bytes});
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(ds.sentinels_intact()) << "write outside the scores";
+  return ds.download();
+}
+
 void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
          const std::vector<DominantKey>& plants = {}) {
   SCOPED_TRACE(::testing::Message()
@@ -98,18 +113,11 @@ void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
   dq.upload(testing::encode16(q, dtype));
   dk.upload(testing::encode16(k, dtype));
   dv.upload(testing::encode16(v, dtype));
-  ds.poison();
   ScoreProblem p;
   p.q = TensorView(dq.data(), dtype, {sh.hq, m, sh.d}, Device::kCuda);
   p.k = TensorView(dk.data(), dtype, {sh.hkv, sh.n, sh.d}, Device::kCuda);
   p.v = TensorView(dv.data(), dtype, {sh.hkv, sh.n, sh.d}, Device::kCuda);
-  ScoreOutput out;
-  out.scores = TensorView(ds.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda);
-  const size_t ws_bytes = score_workspace_bytes(p, opt);
-  DeviceBuffer<char> ws(ws_bytes);
-  score(p, opt, out, {ws.data(), ws_bytes});
-  KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-  const std::vector<float> got = ds.download();
+  const std::vector<float> got = scores_on_device(p, opt, ds);
 
   double max_ref = 0;
   for (double x : ref) max_ref = std::max(max_ref, std::abs(x));
@@ -117,7 +125,6 @@ void run(const Shape& sh, ScoreOptions opt, DType dtype, uint64_t seed,
   // the forward's P V (it moves a) and float accumulation: a few 1e-3 relative.
   const double rtol = dtype == DType::kBF16 ? 3e-2 : 1e-2;
   EXPECT_TRUE(kvevict::testing::all_close(got, ref, 1e-3 * max_ref + 1e-30, rtol, "scores"));
-  EXPECT_TRUE(ds.sentinels_intact()) << "write outside the scores";
 
   // The 10% kept sets agree (>= 99% overlap; near-ties may swap).
   const int64_t keep = std::max<int64_t>(1, sh.n / 10);
@@ -273,15 +280,7 @@ TEST(CudaScore, SplitOverlapScoresAreThePlainLoopsBitForBit) {
       std::vector<float> got[2];
       for (int overlap : {0, 1}) {
         set_window_split_overlap(overlap == 1);
-        ds.poison();
-        ScoreOutput out;
-        out.scores = TensorView(ds.data(), DType::kF32, {sh.hkv, sh.n}, Device::kCuda);
-        const size_t ws_bytes = score_workspace_bytes(p, opt);
-        DeviceBuffer<char> ws(ws_bytes);
-        score(p, opt, out, {ws.data(), ws_bytes});
-        KVEVICT_ASSERT_CUDA(cudaDeviceSynchronize());
-        got[overlap] = ds.download();
-        EXPECT_TRUE(ds.sentinels_intact());
+        got[overlap] = scores_on_device(p, opt, ds);
       }
       set_window_split_overlap(false);
       set_window_forward_row_blocks(0);
