@@ -230,24 +230,32 @@ struct ForwardTopTail {
 // col + 1) of a key, as uint32.
 template <class T, int NO, class OAt, class VAt>
 __device__ __forceinline__ void forward_top_tail(OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
-                                                 const ForwardTopTail& tail, const float (&corr)[2],
-                                                 int t4) {
-  if (tail.any_join) {
+                                                 const float (&wb)[2], const int (&jstar)[2],
+                                                 const bool (&strong)[2], bool any_join,
+                                                 bool any_strong, const float (&corr)[2], int t4) {
+  if (any_join) {
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) {
       const int r = k & 1;
       const float2 f = unpack2<T>(top.v[k]);
-      o(2 * k) = fmaf(tail.wb[r], f.x, o(2 * k) * corr[r]);
-      o(2 * k + 1) = fmaf(tail.wb[r], f.y, o(2 * k + 1) * corr[r]);
+      o(2 * k) = fmaf(wb[r], f.x, o(2 * k) * corr[r]);
+      o(2 * k + 1) = fmaf(wb[r], f.y, o(2 * k + 1) * corr[r]);
     }
   }
-  if (tail.any_strong) {
+  if (any_strong) {
 #pragma unroll
     for (int k = 0; k < NO / 2; ++k) {
       const int r = k & 1;
-      if (tail.strong[r]) top.v[k] = v_at(tail.jstar[r], 8 * (k >> 1) + 2 * t4);
+      if (strong[r]) top.v[k] = v_at(jstar[r], 8 * (k >> 1) + 2 * t4);
     }
   }
+}
+template <class T, int NO, class OAt, class VAt>
+__device__ __forceinline__ void forward_top_tail(OAt&& o, VAt&& v_at, ForwardTop<NO>& top,
+                                                 const ForwardTopTail& tail, const float (&corr)[2],
+                                                 int t4) {
+  forward_top_tail<T, NO>(o, v_at, top, tail.wb, tail.jstar, tail.strong, tail.any_join,
+                          tail.any_strong, corr, t4);
 }
 
 // One tile of the online softmax with the top key kept apart, before P = exp2(...). Accumulator
@@ -348,12 +356,11 @@ __device__ __forceinline__ void forward_top_step(SAt&& s, OAt&& o, VAt&& v_at, F
     top.extreme =
         __any_sync(0xffffffffu, fabsf(m_use[0] * sc) > 4096.f || fabsf(m_use[1] * sc) > 4096.f);
   *rescaled = any_join;
-  const ForwardTopTail tail{
-      {wb[0], wb[1]}, {jstar[0], jstar[1]}, {strong[0], strong[1]}, any_join, any_strong};
   if constexpr (std::is_same<Deferred, std::nullptr_t>::value)
-    forward_top_tail<T, NO>(o, v_at, top, tail, corr, t4);
+    forward_top_tail<T, NO>(o, v_at, top, wb, jstar, strong, any_join, any_strong, corr, t4);
   else
-    *deferred = tail;
+    *deferred = ForwardTopTail{
+        {wb[0], wb[1]}, {jstar[0], jstar[1]}, {strong[0], strong[1]}, any_join, any_strong};
 }
 
 // forward_exp_tile_fma: P = exp2(s c - m_c) of the tile in place from the shifts m_c = m_use c
