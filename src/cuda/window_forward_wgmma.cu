@@ -506,9 +506,9 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
       // ptxas hoists the wait for P V above the softmax (placing it anywhere in the block, it
       // put it before the exponentials, which then ran after P V: no overlap) unless a memory
       // operation that needs the softmax stands before it: lane 0 stores the row sums into a
-      // spare word (pin_word, never read). One thread stores (a
-      // store by every warp was a write-write race to racecheck); the predicate does not change
-      // the instruction order, which is what pins every warp's wait.
+      // spare word (pin_word, never read). One thread stores (a store by every warp was a
+      // write-write race to racecheck); the predicate does not change the instruction order,
+      // which is what pins every warp's wait.
       if (tid == 0) *reinterpret_cast<volatile float*>(pin_word) = l_run[0] + l_run[1];
       wgmma_wait<0>();
       wgmma_hold(o);
