@@ -466,10 +466,13 @@ TEST(CudaScore, TopKeysIn64RowBlocksAndTheOverlappedSplitLoop) {
   KVEVICT_REQUIRE_GPU();
   std::vector<kvevict::testing::PeakedSpec> specs;
   uint64_t seed = 1650;
+  // Under compute-sanitizer (KVEVICT_SANITIZER) the 1000-nat gap alone.
+  const bool sanitizer = std::getenv("KVEVICT_SANITIZER") != nullptr;
   for (const auto& [gap, p_top] :
        std::vector<std::pair<double, double>>{{0.0, 0}, {30.0, 0}, {1000.0, 0}, {0, 1 - 1e-6}})
-    specs.push_back(top_key_spec(1501, gap, p_top, 1.0, 1.0, ++seed));
-  specs.push_back(top_key_spec(30011, 100, 0, 1.0, 2.0, ++seed));
+    if (!sanitizer || gap == 1000.0)
+      specs.push_back(top_key_spec(1501, gap, p_top, 1.0, 1.0, ++seed));
+  if (!sanitizer) specs.push_back(top_key_spec(30011, 100, 0, 1.0, 2.0, ++seed));
   struct Config {
     int row_blocks, blocks_per_sm;
     bool overlap;
