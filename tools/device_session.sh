@@ -108,29 +108,10 @@ copy_part() {
   cp "$1"/models.sha256 "$1"/models.sizes $K/ 2>/dev/null
   echo "parts here: $(ls $K/parts | tr '\n' ' ')"
 }
-# Medians of a gpu_score_bench log's rows by name (in first-seen order); with BASE (e.g. 'top mode
-# 2'), each row's change against the row whose "top mode N" reads BASE.
+# Medians of a gpu_score_bench log's rows by name; with BASE (e.g. 'top mode 2'), each row's
+# change against it (tools/bench_medians.py).
 bench_medians() {  # LOG [BASE]
-  python3 - "$1" "${2:-}" <<'PY'
-import collections, re, statistics, sys
-rows = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    m = re.match(r"(.*?)\s+(\d+\.\d+) ms\s+floor", line)
-    if m:
-        rows[m.group(1).strip()].append(float(m.group(2)))
-med = {k: statistics.median(v) for k, v in rows.items()}
-for k in med:
-    line = f"{k:72s} {med[k]:.4f} ms ({len(rows[k])} rounds)"
-    if sys.argv[2]:
-        # Against BASE with the row's own variant (", 64-row blocks", ...) and, for a variant row,
-        # against BASE's default kernels too (the bound issue 13 sets is against those).
-        for base in dict.fromkeys([re.sub(r"top mode \d", sys.argv[2], k),
-                                   re.sub(r"top mode \d[^)]*", sys.argv[2], k)]):
-            r = med[k] / med[base] - 1 if base in med else float("nan")
-            tail = base[base.rfind("(") + 1:-1] if base.endswith(")") else sys.argv[2]
-            line += f", vs {tail} {100 * r:+.1f}%"
-    print(line)
-PY
+  python3 tools/bench_medians.py "$@"
 }
 pack() { tar -C $K/logs -cJf "$OUT/$1.tar.xz" . && echo "logs: $OUT/$1.tar.xz"; }
 # A 0 / 1 environment switch VAR of the decode step, 1 then 0 each round (ROUNDS, default 2):

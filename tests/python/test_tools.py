@@ -1,6 +1,7 @@
 """The device-side analysis tools that a GPU session runs once and cannot debug there:
 tools/kernel_breakdown.py on Nsight Compute's CSV layout (its own lines before the CSV, a units
-row, thousands separators, templated kernel names with anonymous namespaces)."""
+row, thousands separators, templated kernel names with anonymous namespaces), and
+tools/bench_medians.py on gpu_score_bench's rows."""
 import pathlib
 import subprocess
 import sys
@@ -65,3 +66,29 @@ def test_bad_inputs_exit_2_with_a_reason(tmp_path):
     r = subprocess.run([sys.executable, str(TOOL), str(tmp_path / "missing.csv")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "missing.csv" in r.stderr
+
+
+MEDIANS = ROOT / "tools" / "bench_medians.py"
+
+
+def bench_line(name, ms):
+    return f"{name:48s} {ms:9.4f} ms  floor   0.1800 ms  x 2.33  scratch     4.80 MiB\n"
+
+
+def test_bench_medians_compare_variants_with_their_own_and_the_default_base(tmp_path):
+    log = tmp_path / "topab.txt"
+    rows = [("dropkv w=32 n=128K (top mode 0)", [0.42, 0.40, 0.41]),
+            ("dropkv w=32 n=128K (top mode 2)", [0.40, 0.40, 0.41]),
+            ("dropkv w=32 n=128K (top mode 0, overlapped)", [0.396, 0.39, 0.40]),
+            ("dropkv w=32 n=128K (top mode 2, overlapped)", [0.36, 0.37, 0.38])]
+    log.write_text("device: H100\n" + "".join(bench_line(name, ms) for name, v in rows
+                                                for ms in v))
+    r = subprocess.run([sys.executable, str(MEDIANS), str(log), "top mode 2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4
+    assert "0.4100 ms (3 rounds), vs top mode 2 +2.5%" in lines[0]
+    # A variant row: against its own variant's mode 2, then against the default kernels' mode 2.
+    assert lines[2].endswith("vs top mode 2, overlapped +7.0%, vs top mode 2 -1.0%")
+    assert lines[3].endswith("vs top mode 2, overlapped +0.0%, vs top mode 2 -7.5%")

@@ -10,14 +10,7 @@ export LD_LIBRARY_PATH=$K/lib:/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 s=$(date +%s); timeout 60 $K/bin/gpu_score_bench --top-ab >"$OUT/topab.txt" 2>&1
 echo "top-ab rc=$? $(($(date +%s) - s)) s"
-python3 - "$OUT/topab.txt" <<'PY'
-import collections, re, statistics, sys
-d = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    m = re.match(r"(.*?)\s+(\d+\.\d+) ms\s+floor", line)
-    if m: d[m.group(1).strip()].append(float(m.group(2)))
-for k, v in d.items(): print(f"{k.replace('llama3.1-8b ', ''):70s} {statistics.median(v):.4f} ({len(v)})")
-PY
+python3 tools/bench_medians.py "$OUT/topab.txt" 'top mode 2'
 s=$(date +%s); timeout 110 $K/bin/test_cuda_score_test --gtest_filter='*TopKeys*:*SplitOverlap*' >"$OUT/score_tests.txt" 2>&1
 echo "score tests rc=$? $(($(date +%s) - s)) s: $(grep -E '^\[  (PASSED|FAILED)|FAILED  \]' "$OUT/score_tests.txt" | tr '\n' ' ')"
 s=$(date +%s); timeout 90 bash tools/python_gpu_check.sh --tests > "$OUT/python_gpu_tests.txt" 2>&1
