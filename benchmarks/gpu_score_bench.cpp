@@ -376,15 +376,18 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--top-mode") && i + 1 < argc) {
       top_mode = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--window") && i + 1 < argc) {
-      profile_window = std::atoi(argv[++i]);
-      if (profile_window < 1 || profile_window > 1024) {
-        std::fprintf(stderr, "gpu_score_bench: --window %s is out of range; expected 1 to 1024\n",
-                     argv[i]);
+      char* end = nullptr;
+      const long value = std::strtol(argv[++i], &end, 10);
+      profile_window = *end == '\0' && value >= 1 && value <= 1024 ? static_cast<int>(value) : 0;
+      if (profile_window == 0) {
+        std::fprintf(
+            stderr, "gpu_score_bench: --window %s is invalid; expected an integer from 1 to 1024\n",
+            argv[i]);
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--row-blocks") && i + 1 < argc) {
-      row_blocks = std::atoi(argv[++i]);
-      if (row_blocks != 0 && row_blocks != 64) {
+      row_blocks = std::strcmp(argv[++i], "0") == 0 ? 0 : std::strcmp(argv[i], "64") == 0 ? 64 : -1;
+      if (row_blocks < 0) {
         std::fprintf(stderr, "gpu_score_bench: --row-blocks %s is invalid; expected 0 or 64\n",
                      argv[i]);
         return 2;
@@ -401,6 +404,13 @@ int main(int argc, char** argv) {
           return 2;
         }
         only_rows.push_back(name);
+      }
+      if (only_rows.empty()) {
+        std::fprintf(stderr,
+                     "gpu_score_bench: --methods '%s' names no row; expected method "
+                     "names or 'forward', comma-separated\n",
+                     argv[i]);
+        return 2;
       }
     } else if (!std::strcmp(argv[i], "--n") && i + 1 < argc) {
       profile_n = std::atoll(argv[++i]);
