@@ -336,7 +336,9 @@ __global__ void __launch_bounds__(Tr::kThreads + (kTma && !kTmaInline ? 32 : 0),
                                       limits, tile* TK, t4, sc, top, m_run, l_run, corr, grew,
                                       rescaled);
   };
-  // The same, the top step's tail left in *tail (a P V runs on o).
+  // The same, the top step's tail left in *tail (a P V runs on o). Its own lambda: the deferral is
+  // a type (forward_softmax_tile's Deferred), and one generic lambda taking nullptr or the tail
+  // crashed nvcc 13.0's cicc (2026-12-06 (h)).
   auto mask_and_softmax_deferred = [&](float(&s)[kS], int tile, float(&corr)[2], bool* grew,
                                        bool* rescaled, int stage, ForwardTopTail* tail) {
     forward_softmax_tile<kTop, T, kS>([&](int i) -> float& { return s[i]; }, o_at, v_pair_at(stage),

@@ -10,6 +10,7 @@
 
 #include "cuda/kernel_variants.h"
 #include "cuda/window_plan.h"
+#include "cuda/window_traits.cuh"
 #include "kvevict/error.h"
 
 namespace kvevict::cuda::detail {
@@ -26,7 +27,7 @@ void expect_plan_rules(int hkv, int group, int w, int64_t n, int d, int sms, int
                " slab cap " + std::to_string(slab_cap));
   const WindowPlan p = make_window_plan(hkv, group, w, n, d, sms, blocks_per_sm, slab_cap);
   EXPECT_EQ(p.rows, group * w);
-  const int cap = slab_cap > 0 && slab_cap < (d == 256 ? 4 : 8) ? slab_cap : (d == 256 ? 4 : 8);
+  const int cap = slab_cap > 0 && slab_cap < max_slabs(d) ? slab_cap : max_slabs(d);
   EXPECT_LE(p.slabs, cap);
   EXPECT_EQ(p.slabs & (p.slabs - 1), 0) << "slabs " << p.slabs << " is not a power of two";
   // The fewest slabs that cover the rows, unless the cap binds.
